@@ -1,0 +1,346 @@
+//! One Redis (or Valkey) server: scripts on a multiplexed, self-reconnecting
+//! connection, and one shared pub/sub connection for release notices.
+
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::{mpsc, oneshot};
+
+use super::waiters::{Registry, Subscription};
+use super::AcquireOutcome;
+use crate::error::BackendError;
+use crate::key::KeyNames;
+use crate::token::Token;
+use crate::LockError;
+
+static ACQUIRE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/acquire.lua")));
+static EXTEND: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/extend.lua")));
+static RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/release.lua")));
+
+/// How the client talks to one server.
+#[derive(Clone, Debug)]
+pub(crate) struct RedisOptions {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+pub(crate) struct RedisBackend {
+    conn: ConnectionManager,
+    waiters: Arc<Registry>,
+    notifier: mpsc::UnboundedSender<Command>,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend").finish_non_exhaustive()
+    }
+}
+
+/// Parses a URL into a driver client, as a configuration error when malformed.
+pub(crate) fn open_client(url: &str) -> Result<redis::Client, LockError> {
+    let client = redis::Client::open(url).map_err(|e| {
+        // Never echo the URL: it may carry a password.
+        LockError::Config(format!("invalid Redis URL: {e}"))
+    })?;
+    #[cfg(not(feature = "tls"))]
+    if url.starts_with("rediss://") {
+        return Err(LockError::Config(
+            "`rediss://` needs the `tls` feature of lock-runtime".into(),
+        ));
+    }
+    Ok(client)
+}
+
+impl RedisBackend {
+    pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<Self, LockError> {
+        let client = open_client(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.response_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let mut conn = tokio::time::timeout(
+            options.connect_timeout + Duration::from_millis(100),
+            ConnectionManager::new_with_config(client.clone(), config),
+        )
+        .await
+        .map_err(|_| BackendError::timeout("connecting to Redis timed out"))?
+        .map_err(|e| BackendError::with_source("cannot connect to Redis", e))?;
+        // Load the scripts once, so the hot path is a plain EVALSHA.
+        for script in [&*ACQUIRE, &*EXTEND, &*RELEASE] {
+            script
+                .prepare_invoke()
+                .load_async(&mut conn)
+                .await
+                .map_err(|e| BackendError::with_source("cannot load the lock scripts", e))?;
+        }
+        let waiters = Arc::new(Registry::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(notifier(client, options.clone(), waiters.clone(), rx));
+        Ok(Self {
+            conn,
+            waiters,
+            notifier: tx,
+        })
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<AcquireOutcome, LockError> {
+        let (acquired, value): (i64, i64) = ACQUIRE
+            .key(&names.lock)
+            .key(&names.fence)
+            .arg(token.as_str())
+            .arg(millis(ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| BackendError::with_source("acquire failed", e))?;
+        let value = u64::try_from(value).unwrap_or(0);
+        Ok(if acquired == 1 {
+            AcquireOutcome::Acquired { fencing: value }
+        } else {
+            AcquireOutcome::Busy {
+                remaining: Duration::from_millis(value),
+            }
+        })
+    }
+
+    pub(crate) async fn extend(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<bool, LockError> {
+        let extended: i64 = EXTEND
+            .key(&names.lock)
+            .arg(token.as_str())
+            .arg(millis(ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| BackendError::with_source("extend failed", e))?;
+        Ok(extended == 1)
+    }
+
+    pub(crate) async fn release(&self, names: &KeyNames, token: &Token) -> Result<bool, LockError> {
+        let released: i64 = RELEASE
+            .key(&names.lock)
+            .arg(token.as_str())
+            .arg(&names.notice)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| BackendError::with_source("release failed", e))?;
+        Ok(released == 1)
+    }
+
+    /// Deletes a key as an operator would (`DEL`), for tests.
+    pub(crate) async fn delete(&self, names: &KeyNames) -> Result<(), LockError> {
+        redis::cmd("DEL")
+            .arg(&names.lock)
+            .exec_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// A plain connection handle, for the other modules' scripts.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// Registers interest in `names`' release notices. Returns once the server
+    /// confirmed the subscription, or once subscribing failed: then the waiter
+    /// still wakes at the holder's lease end (notices are best effort).
+    pub(crate) async fn subscribe(&self, names: &KeyNames) -> Subscription {
+        let slot = self.waiters.slot(&names.notice);
+        let (ack, acked) = oneshot::channel();
+        if self
+            .notifier
+            .send(Command::Subscribe(names.notice.clone(), ack))
+            .is_ok()
+        {
+            let _ = acked.await;
+        }
+        Subscription {
+            slot,
+            cleanup: None,
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+pub(crate) enum Command {
+    Subscribe(String, oneshot::Sender<()>),
+}
+
+/// How often channels nobody waits on any more are unsubscribed.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Owns the pub/sub connection: subscribes on request, dispatches notices to
+/// the registry, reconnects and re-subscribes after a drop (waking every waiter,
+/// since notices may have been missed), and unsubscribes idle channels.
+/// Ends when the backend is dropped.
+async fn notifier(
+    client: redis::Client,
+    options: RedisOptions,
+    waiters: Arc<Registry>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let mut backoff = Duration::from_millis(20);
+    // Wait for the first request before opening a connection.
+    let Some(mut pending) = commands.recv().await else {
+        return;
+    };
+    loop {
+        let connected = tokio::time::timeout(options.connect_timeout, client.get_async_pubsub()).await;
+        let pubsub = match connected {
+            Ok(Ok(pubsub)) => pubsub,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "lock notices: cannot connect; waiters fall back to lease timers");
+                if !fail_and_wait(&mut pending, &mut commands, &mut backoff, &waiters).await {
+                    return;
+                }
+                continue;
+            }
+            Err(_) => {
+                tracing::debug!("lock notices: connect timed out; waiters fall back to lease timers");
+                if !fail_and_wait(&mut pending, &mut commands, &mut backoff, &waiters).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        let (mut sink, mut stream) = pubsub.split();
+        let mut subscribed: HashSet<String> = HashSet::new();
+        // Re-subscribe whatever is waited on (after a reconnect), then wake all.
+        let mut ok = true;
+        for channel in waiters.channels() {
+            if subscribe(&mut sink, &channel, &options).await {
+                subscribed.insert(channel);
+            } else {
+                ok = false;
+                break;
+            }
+        }
+        waiters.wake_all();
+        if !ok {
+            continue;
+        }
+        backoff = Duration::from_millis(20);
+        let mut sweep = tokio::time::interval(SWEEP_EVERY);
+        sweep.tick().await;
+        let mut next = Some(pending);
+        loop {
+            let command = match next.take() {
+                Some(command) => command,
+                None => tokio::select! {
+                    command = commands.recv() => match command {
+                        Some(command) => command,
+                        None => return,
+                    },
+                    message = stream.next() => match message {
+                        Some(message) => {
+                            waiters.wake(message.get_channel_name());
+                            continue;
+                        }
+                        None => {
+                            tracing::debug!("lock notices: connection dropped; re-subscribing");
+                            break;
+                        }
+                    },
+                    _ = sweep.tick() => {
+                        let unused = waiters.take_unused();
+                        for channel in &unused {
+                            subscribed.remove(channel);
+                        }
+                        if !unused.is_empty() && sink.unsubscribe(&unused).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                },
+            };
+            match command {
+                Command::Subscribe(channel, ack) => {
+                    if !subscribed.contains(&channel) {
+                        if !subscribe(&mut sink, &channel, &options).await {
+                            let _ = ack.send(());
+                            break;
+                        }
+                        subscribed.insert(channel);
+                    }
+                    let _ = ack.send(());
+                }
+            }
+        }
+        // Reconnect: wait for the next request only if nobody is waiting now.
+        pending = match commands.try_recv() {
+            Ok(command) => command,
+            Err(mpsc::error::TryRecvError::Disconnected) => return,
+            Err(mpsc::error::TryRecvError::Empty) if !waiters.channels().is_empty() => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                // A harmless no-op request that re-runs the loop.
+                let (ack, _) = oneshot::channel();
+                Command::Subscribe(String::new(), ack)
+            }
+            Err(mpsc::error::TryRecvError::Empty) => match commands.recv().await {
+                Some(command) => command,
+                None => return,
+            },
+        };
+    }
+}
+
+async fn subscribe(sink: &mut redis::aio::PubSubSink, channel: &str, options: &RedisOptions) -> bool {
+    if channel.is_empty() {
+        return true;
+    }
+    matches!(
+        tokio::time::timeout(options.response_timeout, sink.subscribe(channel)).await,
+        Ok(Ok(()))
+    )
+}
+
+/// Answers `pending` (the waiter falls back to its timer), backs off, and takes
+/// the next request. `false` when the backend is gone.
+async fn fail_and_wait(
+    pending: &mut Command,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    backoff: &mut Duration,
+    waiters: &Registry,
+) -> bool {
+    let Command::Subscribe(_, ack) = std::mem::replace(
+        pending,
+        Command::Subscribe(String::new(), oneshot::channel().0),
+    );
+    let _ = ack.send(());
+    while let Ok(Command::Subscribe(_, ack)) = commands.try_recv() {
+        let _ = ack.send(());
+    }
+    tokio::time::sleep(*backoff).await;
+    *backoff = (*backoff * 2).min(Duration::from_secs(1));
+    if !waiters.channels().is_empty() {
+        // Somebody waits: keep trying to reconnect on our own.
+        *pending = Command::Subscribe(String::new(), oneshot::channel().0);
+        return true;
+    }
+    match commands.recv().await {
+        Some(command) => {
+            *pending = command;
+            true
+        }
+        None => false,
+    }
+}

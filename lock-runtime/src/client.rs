@@ -1,0 +1,505 @@
+//! [`LockClient`], its builder, and [`LockRequest`].
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{memory::MemoryBackend, redis::RedisBackend, redis::RedisOptions};
+use crate::backend::{AcquireOutcome, Backend, Subscription};
+use crate::guard::{release_in_background, Held, Lease, LockGuard};
+use crate::key::{validate_key, validate_prefix, KeyNames};
+use crate::token::Token;
+use crate::{context, watchdog, LockError};
+
+/// The shortest lease accepted. Shorter leases cannot be renewed reliably
+/// across a network round trip and a busy scheduler.
+pub const MIN_TTL: Duration = Duration::from_millis(50);
+
+/// The longest lease accepted (one week).
+pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The lease used when neither the client nor the request sets one.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A handle on a lock backend. Cheap to clone (an `Arc`); clones share the
+/// connections, the notice subscriber and the watchdogs.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_runtime::LockClient;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// let client = LockClient::builder()
+///     .memory() // or .redis("redis://127.0.0.1:6379")
+///     .key_prefix("lock:")
+///     .default_ttl(Duration::from_secs(30))
+///     .build()
+///     .await?;
+///
+/// let guard = client
+///     .lock("order:42")
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_secs(2))
+///     .acquire()
+///     .await?;
+/// println!("fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+///
+/// let total = client.with_lock("order:42", async { 40 + 2 }).await?;
+/// assert_eq!(total, 42);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LockClient(pub(crate) Arc<Inner>);
+
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    pub(crate) backend: Backend,
+    pub(crate) prefix: String,
+    pub(crate) default_ttl: Duration,
+    pub(crate) live_watchdogs: AtomicUsize,
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("backend", &self.0.backend.describe())
+            .field("prefix", &self.0.prefix)
+            .field("default_ttl", &self.0.default_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    /// Starts configuring a client.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+
+    /// Starts a request for the lock named `key` (without the prefix). Nothing
+    /// happens until [`LockRequest::acquire`] or [`LockRequest::run`].
+    pub fn lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest {
+            client: self.clone(),
+            key: key.into(),
+            ttl: None,
+            wait: Duration::ZERO,
+            renew: true,
+        }
+    }
+
+    /// Runs `fut` while holding the lock `key` (default lease, trying once).
+    ///
+    /// The lock is released when `fut` completes, returns an error or panics.
+    /// If the lease is lost mid-way, `fut` is dropped (cancelled) and
+    /// `Err(LockError::Lost)` is returned. Inside `fut`, [`crate::current_lock`]
+    /// gives the fencing token, and locking `key` again re-enters instead of
+    /// deadlocking. Use [`LockRequest::run`] to set the lease or the wait.
+    pub async fn with_lock<F: Future>(
+        &self,
+        key: impl Into<String>,
+        fut: F,
+    ) -> Result<F::Output, LockError> {
+        self.lock(key).run(fut).await
+    }
+
+    /// The key prefix every name of this client starts with.
+    pub fn key_prefix(&self) -> &str {
+        &self.0.prefix
+    }
+
+    /// The lease used when a request sets none.
+    pub fn default_ttl(&self) -> Duration {
+        self.0.default_ttl
+    }
+
+    /// How many watchdog tasks (one per held, not re-entered guard) are alive.
+    /// A diagnostic: it returns to zero when every guard is released or dropped.
+    pub fn active_watchdogs(&self) -> usize {
+        self.0.live_watchdogs.load(Ordering::Relaxed)
+    }
+
+    /// Deletes the lock `key` regardless of its owner, as an operator's `DEL`
+    /// would. The holder finds out at its next renewal. For tests and
+    /// emergencies; not part of normal operation.
+    #[doc(hidden)]
+    pub async fn force_delete(&self, key: &str) -> Result<(), LockError> {
+        validate_key(key)?;
+        self.0
+            .backend
+            .delete(&KeyNames::new(&self.0.prefix, key))
+            .await
+    }
+
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.0.backend
+    }
+}
+
+/// Configures a [`LockClient`]; finish with [`build`](LockClientBuilder::build).
+#[derive(Clone)]
+pub struct LockClientBuilder {
+    target: Target,
+    prefix: String,
+    default_ttl: Duration,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+#[derive(Clone)]
+enum Target {
+    Unset,
+    Redis(String),
+    Memory,
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        Self {
+            target: Target::Unset,
+            prefix: "lock:".into(),
+            default_ttl: DEFAULT_TTL,
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+impl fmt::Debug for LockClientBuilder {
+    // By hand: a Redis URL may carry a password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = match &self.target {
+            Target::Unset => "unset",
+            Target::Redis(_) => "redis",
+            Target::Memory => "memory",
+        };
+        f.debug_struct("LockClientBuilder")
+            .field("target", &target)
+            .field("prefix", &self.prefix)
+            .field("default_ttl", &self.default_ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+impl LockClientBuilder {
+    /// One Redis or Valkey server: `redis://[user:password@]host:port[/db]`, or
+    /// `rediss://` with the `tls` feature. ACL users and passwords come from the
+    /// URL.
+    pub fn redis(mut self, url: impl Into<String>) -> Self {
+        self.target = Target::Redis(url.into());
+        self
+    }
+
+    /// The embedded in-process backend: the same semantics, but only within
+    /// this process (not distributed). For examples and unit tests.
+    pub fn memory(mut self) -> Self {
+        self.target = Target::Memory;
+        self
+    }
+
+    /// The namespace every name of this client starts with (default `"lock:"`).
+    /// At most 128 bytes; no braces (the key's own hash tag decides the slot).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of requests that set none (default 30 s).
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// How long `build` and reconnects wait for a connection (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one command may take before it fails with a timeout (default 1 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Checks the configuration, connects and loads the scripts.
+    ///
+    /// `LockError::Config` for a missing backend, a malformed URL or a bad
+    /// prefix or TTL; `LockError::Backend` when the server cannot be reached or
+    /// refuses the credentials.
+    pub async fn build(self) -> Result<LockClient, LockError> {
+        validate_prefix(&self.prefix)?;
+        validate_ttl(self.default_ttl)?;
+        for (name, t) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+        ] {
+            if t.is_zero() {
+                return Err(LockError::Config(format!("{name} must be above zero")));
+            }
+        }
+        let backend = match self.target {
+            Target::Unset => {
+                return Err(LockError::Config(
+                    "no backend chosen: call `.redis(url)` or `.memory()` on the builder".into(),
+                ));
+            }
+            Target::Memory => Backend::Memory(Arc::new(MemoryBackend::default())),
+            Target::Redis(url) => {
+                let options = RedisOptions {
+                    connect_timeout: self.connect_timeout,
+                    response_timeout: self.response_timeout,
+                };
+                Backend::Redis(Arc::new(RedisBackend::connect(&url, &options).await?))
+            }
+        };
+        tracing::debug!(backend = backend.describe(), prefix = %self.prefix, "lock client ready");
+        Ok(LockClient(Arc::new(Inner {
+            id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+            backend,
+            prefix: self.prefix,
+            default_ttl: self.default_ttl,
+            live_watchdogs: AtomicUsize::new(0),
+        })))
+    }
+}
+
+pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {
+    if ttl < MIN_TTL {
+        return Err(LockError::Config(format!(
+            "the lease {} is below the minimum of {}",
+            humantime::format_duration(ttl),
+            humantime::format_duration(MIN_TTL)
+        )));
+    }
+    if ttl > MAX_TTL {
+        return Err(LockError::Config(format!(
+            "the lease {} is above the maximum of {}",
+            humantime::format_duration(ttl),
+            humantime::format_duration(MAX_TTL)
+        )));
+    }
+    Ok(())
+}
+
+/// A request for one lock, from [`LockClient::lock`]. Configure, then
+/// [`acquire`](LockRequest::acquire) a guard or [`run`](LockRequest::run) a future.
+#[derive(Clone, Debug)]
+#[must_use = "a lock request does nothing until `.acquire()` or `.run(fut)`"]
+pub struct LockRequest {
+    client: LockClient,
+    key: String,
+    ttl: Option<Duration>,
+    wait: Duration,
+    renew: bool,
+}
+
+impl LockRequest {
+    /// The lease (default: the client's). Renewed every `ttl / 3` while held,
+    /// unless [`renew(false)`](LockRequest::renew).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long to wait for a busy lock (default `Duration::ZERO`: try once).
+    /// Waiting sleeps on release notices, not polling.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Whether the watchdog renews the lease (default `true`). With `false` the
+    /// lease is fixed: the guard is lost when it runs out.
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.renew = renew;
+        self
+    }
+
+    /// Takes the lock, waiting up to the configured wait.
+    ///
+    /// `Err(LockError::Busy)` when still held by another owner at the deadline,
+    /// with the holder's remaining lease as `retry_after`. If the current task
+    /// already holds this key through [`LockRequest::run`] or
+    /// [`LockClient::with_lock`], returns a re-entered guard at once.
+    ///
+    /// Cancel-safe: dropping the future never leaves the lock held for longer
+    /// than one lease, and a lock it may have taken is released in the
+    /// background.
+    pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        let inner = &self.client.0;
+        validate_key(&self.key)?;
+        let ttl = self.ttl.unwrap_or(inner.default_ttl);
+        validate_ttl(ttl)?;
+        if let Some(held) = context::find(inner.id, &self.key) {
+            tracing::trace!(key = %self.key, "lock re-entered by the holding task");
+            return Ok(LockGuard::reentered(held));
+        }
+        let started = Instant::now();
+        let deadline = started + self.wait;
+        let names = KeyNames::new(&inner.prefix, &self.key);
+        let token = Token::random()?;
+        let mut attempt = Attempt {
+            inner: inner.clone(),
+            names: Some(names),
+            token: token.clone(),
+        };
+        let names = attempt.names.as_ref().expect("set above");
+        let mut subscription: Option<Subscription> = None;
+        loop {
+            // Listen before trying, so a release between the try and the sleep
+            // is not missed.
+            let slot = subscription.as_ref().map(|s| s.slot.clone());
+            let notified = slot.as_ref().map(|slot| slot.notify.notified());
+            let mut notified = std::pin::pin!(notified);
+            if let Some(n) = notified.as_mut().as_pin_mut() {
+                n.enable();
+            }
+            let sent = Instant::now();
+            match inner.backend.acquire(names, &token, ttl).await {
+                Ok(AcquireOutcome::Acquired { fencing }) => {
+                    let names = attempt.names.take().expect("set above");
+                    let held = Arc::new(Held {
+                        client_id: inner.id,
+                        key: self.key,
+                        names,
+                        token,
+                        fencing,
+                        lost: CancellationToken::new(),
+                        stop: CancellationToken::new(),
+                        client: Arc::downgrade(inner),
+                    });
+                    watchdog::spawn(
+                        inner,
+                        &held,
+                        Lease {
+                            ttl,
+                            renew: self.renew,
+                        },
+                        sent,
+                    );
+                    tracing::debug!(key = %held.key, fencing,
+                        waited_us = started.elapsed().as_micros() as u64, "lock acquired");
+                    return Ok(LockGuard::owner(held));
+                }
+                Ok(AcquireOutcome::Busy { remaining }) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        tracing::debug!(key = %self.key,
+                            waited_us = started.elapsed().as_micros() as u64, "lock busy");
+                        attempt.names = None; // never ours: nothing to clean up
+                        return Err(LockError::Busy {
+                            key: self.key,
+                            retry_after: remaining,
+                        });
+                    }
+                    if subscription.is_none() {
+                        subscription = Some(inner.backend.subscribe(names).await);
+                        continue; // try again now that notices reach us
+                    }
+                    // Notices are at most once: also wake when the holder's
+                    // lease ends.
+                    let fallback = (now + remaining + Duration::from_millis(1)).min(deadline);
+                    match notified.as_mut().as_pin_mut() {
+                        Some(n) => {
+                            tokio::select! {
+                                _ = n => {}
+                                _ = tokio::time::sleep_until(fallback) => {}
+                            }
+                        }
+                        None => tokio::time::sleep_until(fallback).await,
+                    }
+                }
+                Err(e) => {
+                    // The script may have run even if the reply was lost:
+                    // `attempt` releases with our token on the way out.
+                    tracing::debug!(key = %self.key, error = %e, "lock acquire failed");
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Runs `fut` while holding the lock; see [`LockClient::with_lock`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+    /// let receipt = client
+    ///     .lock("order:42")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .wait(Duration::from_secs(2))
+    ///     .run(async { "paid" })
+    ///     .await?;
+    /// assert_eq!(receipt, "paid");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run<F: Future>(self, fut: F) -> Result<F::Output, LockError> {
+        let guard = self.acquire().await?;
+        let held = guard.held().clone();
+        let lost = guard.lost();
+        let outcome = context::scope(held, async move {
+            tokio::select! {
+                biased;
+                _ = lost => None,
+                output = fut => Some(output),
+            }
+        })
+        .await;
+        match outcome {
+            Some(output) => match guard.release().await {
+                Ok(()) => Ok(output),
+                Err(e @ LockError::Lost { .. }) => Err(e),
+                // Unreachable server at release: the lease was valid throughout
+                // (the watchdog did not report it lost) and will run out.
+                Err(_) => Ok(output),
+            },
+            None => {
+                let key = guard.key().to_owned();
+                drop(guard);
+                Err(LockError::Lost { key })
+            }
+        }
+    }
+}
+
+/// An acquisition in progress: if it is abandoned (error, cancellation) after a
+/// script may have taken the lock, release with our token in the background.
+struct Attempt {
+    inner: Arc<Inner>,
+    names: Option<KeyNames>,
+    token: Token,
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if let Some(names) = self.names.take() {
+            let held = Arc::new(Held {
+                client_id: self.inner.id,
+                key: String::new(),
+                names,
+                token: self.token.clone(),
+                fencing: 0,
+                lost: CancellationToken::new(),
+                stop: CancellationToken::new(),
+                client: Arc::downgrade(&self.inner),
+            });
+            release_in_background(self.inner.clone(), held);
+        }
+    }
+}

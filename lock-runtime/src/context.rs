@@ -1,0 +1,76 @@
+//! The locks held by the current task, for reentrancy and [`current_lock`].
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::guard::Held;
+
+tokio::task_local! {
+    static HELD: Stack;
+}
+
+/// The locks the current task holds through `with_lock`, innermost last.
+#[derive(Clone, Default)]
+struct Stack(Vec<Arc<Held>>);
+
+/// A lock held by the current task, as seen by [`current_lock`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The key as given by the caller (without the client's prefix).
+    pub key: String,
+    /// The fencing token of the acquisition: pass it to storage that rejects
+    /// writes carrying a token lower than the last it saw.
+    pub fencing_token: u64,
+}
+
+/// The innermost lock held by the current task through
+/// [`LockClient::with_lock`](crate::LockClient::with_lock), [`LockRequest::run`](crate::LockRequest::run)
+/// or `#[distributed_lock]`; `None` outside any locked scope.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// let client = lock_runtime::LockClient::builder().memory().build().await?;
+/// assert!(lock_runtime::current_lock().is_none());
+/// client
+///     .with_lock("order:42", async {
+///         let info = lock_runtime::current_lock().expect("inside the lock");
+///         assert_eq!(info.key, "order:42");
+///         assert!(info.fencing_token >= 1);
+///     })
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub fn current_lock() -> Option<LockInfo> {
+    HELD.try_with(|stack| {
+        stack.0.last().map(|held| LockInfo {
+            key: held.key.clone(),
+            fencing_token: held.fencing,
+        })
+    })
+    .ok()
+    .flatten()
+}
+
+/// The lock this task already holds for `key` on client `client_id`, if any.
+pub(crate) fn find(client_id: u64, key: &str) -> Option<Arc<Held>> {
+    HELD.try_with(|stack| {
+        stack
+            .0
+            .iter()
+            .rev()
+            .find(|held| held.client_id == client_id && held.key == key)
+            .cloned()
+    })
+    .ok()
+    .flatten()
+}
+
+/// Runs `fut` with `held` pushed on the current task's stack.
+pub(crate) async fn scope<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
+    let mut stack = HELD.try_with(Stack::clone).unwrap_or_default();
+    stack.0.push(held);
+    HELD.scope(stack, fut).await
+}

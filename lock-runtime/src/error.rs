@@ -1,0 +1,155 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Everything that can go wrong when taking, holding or releasing a lock.
+///
+/// The enum is `#[non_exhaustive]`: match the variants you handle and keep a
+/// wildcard arm. The `is_*` helpers answer the common questions without a match.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock is held by someone else and did not become free within the wait.
+    #[error("lock `{key}` is busy; retry after {}", humantime::format_duration(*retry_after))]
+    Busy {
+        /// The key as given by the caller (without the client's prefix).
+        key: String,
+        /// The holder's remaining lease when we gave up: the earliest moment a
+        /// retry can succeed without the holder releasing first.
+        retry_after: Duration,
+    },
+    /// The lease was lost (expired, deleted or taken over) while we believed we
+    /// held it, or `release` found it no longer ours.
+    #[error("lock `{key}` was lost: the lease expired or is no longer ours")]
+    Lost {
+        /// The key as given by the caller (without the client's prefix).
+        key: String,
+    },
+    /// The backend failed: connection refused or dropped, response timeout, a
+    /// server error.
+    #[error("lock backend error: {0}")]
+    Backend(#[from] BackendError),
+    /// The client or request configuration is invalid (bad URL, zero TTL, ...).
+    #[error("invalid lock configuration: {0}")]
+    Config(String),
+    /// `#[distributed_lock]` without `client = ...` ran before a global client was
+    /// installed.
+    #[error(
+        "no lock client installed: call `lock_runtime::set_global_client(client)` at startup, \
+         or pass `client = <expr>` to `#[distributed_lock]`"
+    )]
+    NoClient,
+    /// The key is empty, too long or contains control characters.
+    #[error("invalid lock key: {0}")]
+    InvalidKey(String),
+}
+
+impl LockError {
+    /// `true` for [`LockError::Busy`].
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Self::Busy { .. })
+    }
+
+    /// `true` for [`LockError::Lost`].
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Self::Lost { .. })
+    }
+
+    /// `true` for [`LockError::Backend`].
+    pub fn is_backend(&self) -> bool {
+        matches!(self, Self::Backend(_))
+    }
+
+    /// `true` for [`LockError::Config`].
+    pub fn is_config(&self) -> bool {
+        matches!(self, Self::Config(_))
+    }
+
+    /// `true` for [`LockError::InvalidKey`].
+    pub fn is_invalid_key(&self) -> bool {
+        matches!(self, Self::InvalidKey(_))
+    }
+
+    /// `true` for [`LockError::NoClient`].
+    pub fn is_no_client(&self) -> bool {
+        matches!(self, Self::NoClient)
+    }
+
+    /// How long to wait before retrying, for errors where that is known.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Busy { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn lost(key: &str) -> Self {
+        Self::Lost {
+            key: key.to_owned(),
+        }
+    }
+}
+
+/// A failure of the storage backend (Redis or the embedded one).
+///
+/// The message says what was being done; [`std::error::Error::source`] gives the
+/// underlying driver error when there is one.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}{}", .source.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+pub struct BackendError {
+    context: String,
+    timeout: bool,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl BackendError {
+    pub(crate) fn new(context: impl Into<String>) -> Self {
+        Self {
+            context: context.into(),
+            timeout: false,
+            source: None,
+        }
+    }
+
+    pub(crate) fn with_source(
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            context: context.into(),
+            timeout: false,
+            source: Some(Box::new(source)),
+        }
+    }
+
+    pub(crate) fn timeout(context: impl Into<String>) -> Self {
+        Self {
+            context: context.into(),
+            timeout: true,
+            source: None,
+        }
+    }
+
+    /// `true` if the backend did not answer in time.
+    pub fn is_timeout(&self) -> bool {
+        self.timeout
+            || self
+                .source
+                .as_ref()
+                .and_then(|e| e.downcast_ref::<redis::RedisError>())
+                .is_some_and(|e| e.is_timeout())
+    }
+}
+
+impl From<redis::RedisError> for BackendError {
+    fn from(e: redis::RedisError) -> Self {
+        Self::with_source("redis", e)
+    }
+}
+
+impl From<redis::RedisError> for LockError {
+    fn from(e: redis::RedisError) -> Self {
+        Self::Backend(e.into())
+    }
+}

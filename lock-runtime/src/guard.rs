@@ -1,0 +1,224 @@
+//! A held lock: [`LockGuard`].
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::client::Inner;
+use crate::key::KeyNames;
+use crate::token::Token;
+use crate::LockError;
+
+/// What is shared between a guard, its watchdog and the task's reentrancy stack.
+pub(crate) struct Held {
+    pub(crate) client_id: u64,
+    pub(crate) key: String,
+    pub(crate) names: KeyNames,
+    pub(crate) token: Token,
+    pub(crate) fencing: u64,
+    /// Cancelled when the lease is lost.
+    pub(crate) lost: CancellationToken,
+    /// Cancelled to stop the watchdog (release or drop).
+    pub(crate) stop: CancellationToken,
+    pub(crate) client: Weak<Inner>,
+}
+
+impl fmt::Debug for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Held")
+            .field("key", &self.key)
+            .field("fencing", &self.fencing)
+            .field("lost", &self.lost.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A held lock. Renewed in the background (unless acquired with
+/// `.renew(false)`) until [`release`](LockGuard::release)d or dropped.
+///
+/// Dropping a guard without `release` releases the lock in the background on
+/// the current tokio runtime (outside a runtime the lease simply runs out).
+/// A guard leaked with `std::mem::forget` stops nothing: its watchdog keeps the
+/// lease alive until the client is dropped, then the lease runs out.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+/// let guard = client.lock("order:42").acquire().await?;
+/// assert_eq!(guard.key(), "order:42");
+/// let fence = guard.fencing_token(); // send it along with every write
+/// # let _ = fence;
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "the lock is released when the guard is dropped"]
+pub struct LockGuard {
+    held: Arc<Held>,
+    /// `false` for a re-entered guard: the outer scope keeps ownership.
+    owner: bool,
+    done: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn owner(held: Arc<Held>) -> Self {
+        Self {
+            held,
+            owner: true,
+            done: false,
+        }
+    }
+
+    pub(crate) fn reentered(held: Arc<Held>) -> Self {
+        Self {
+            held,
+            owner: false,
+            done: false,
+        }
+    }
+
+    pub(crate) fn held(&self) -> &Arc<Held> {
+        &self.held
+    }
+
+    /// The key as given to [`LockClient::lock`](crate::LockClient::lock) (without the prefix).
+    pub fn key(&self) -> &str {
+        &self.held.key
+    }
+
+    /// The fencing token of this acquisition: strictly greater than every token
+    /// issued before for this key, by any client. Storage that remembers the
+    /// highest token it has seen and rejects lower ones is safe even against a
+    /// holder whose lease ran out while it was paused.
+    pub fn fencing_token(&self) -> u64 {
+        self.held.fencing
+    }
+
+    /// `true` if this guard re-entered a lock its task already held; releasing
+    /// it leaves the lock with the outer scope.
+    pub fn is_reentrant(&self) -> bool {
+        !self.owner
+    }
+
+    /// Resolves when the lease is lost: the server says it is not ours any more,
+    /// or no renewal was confirmed before it may have run out. Never resolves
+    /// while the lock is held; resolves at once if it is already lost.
+    ///
+    /// The future owns what it needs, so it can be raced against the work:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+    /// # async fn work() {}
+    /// let guard = client.lock("job:nightly").acquire().await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => eprintln!("lease lost, stopping"),
+    ///     _ = work() => guard.release().await?,
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.held.lost.clone().cancelled_owned()
+    }
+
+    /// `true` once the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.held.lost.is_cancelled()
+    }
+
+    /// Releases the lock and wakes its waiters.
+    ///
+    /// `Err(LockError::Lost)` if it was no longer ours (the lease ran out, or the
+    /// key was deleted or taken over); `Err(LockError::Backend)` if the server
+    /// could not be reached (the lease then runs out by itself).
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.done = true;
+        if !self.owner {
+            return if self.is_lost() {
+                Err(LockError::lost(&self.held.key))
+            } else {
+                Ok(())
+            };
+        }
+        self.held.stop.cancel();
+        let Some(inner) = self.held.client.upgrade() else {
+            return Err(LockError::Config("the lock client was dropped".into()));
+        };
+        let started = tokio::time::Instant::now();
+        let result = inner
+            .backend
+            .release(&self.held.names, &self.held.token)
+            .await;
+        match result {
+            Ok(true) => {
+                tracing::debug!(key = %self.held.key, fencing = self.held.fencing,
+                    elapsed_us = started.elapsed().as_micros() as u64, "lock released");
+                Ok(())
+            }
+            Ok(false) => {
+                self.held.lost.cancel();
+                tracing::warn!(key = %self.held.key, fencing = self.held.fencing,
+                    "lock release: not the owner any more (the lease was lost)");
+                Err(LockError::lost(&self.held.key))
+            }
+            Err(e) => {
+                tracing::warn!(key = %self.held.key, error = %e,
+                    "lock release failed; the lease will run out by itself");
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.done || !self.owner {
+            return;
+        }
+        self.held.stop.cancel();
+        let Some(inner) = self.held.client.upgrade() else {
+            return;
+        };
+        release_in_background(inner, self.held.clone());
+    }
+}
+
+/// Releases `held` on the current runtime without blocking; outside a runtime
+/// the lease runs out by itself.
+pub(crate) fn release_in_background(inner: Arc<Inner>, held: Arc<Held>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::debug!(key = %held.key, "lock guard dropped outside a tokio runtime; the lease will run out");
+        return;
+    };
+    runtime.spawn(async move {
+        match inner.backend.release(&held.names, &held.token).await {
+            Ok(true) => tracing::debug!(key = %held.key, "lock released in the background"),
+            Ok(false) => tracing::debug!(key = %held.key, "background release: the lease had already run out"),
+            Err(e) => tracing::warn!(key = %held.key, error = %e, "background release failed; the lease will run out"),
+        }
+    });
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.held.key)
+            .field("fencing_token", &self.held.fencing)
+            .field("reentrant", &!self.owner)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+/// The lease of a guard, for the watchdog.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Lease {
+    pub(crate) ttl: Duration,
+    pub(crate) renew: bool,
+}

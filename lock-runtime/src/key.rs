@@ -1,0 +1,173 @@
+//! Key validation and the Redis names derived from a key.
+//!
+//! Every name the library touches is `prefix + kind + body`:
+//!
+//! * `kind` is one letter naming what the name is for (`L` the lock, `F` the
+//!   fencing counter, `N` the release-notice channel, `I` an idempotency record);
+//! * `body` is `{key}` when the key carries no Redis Cluster hash tag of its own,
+//!   and `:key` when it does (`{tenant:7}:order:1`), so the caller's tag decides
+//!   the slot.
+//!
+//! The kind letter is followed by `{` or `:`, which tells the two body forms
+//! apart, so the mapping from `(kind, key)` to a name is injective: no key can
+//! name another key's lock, counter or channel, and every name of one key lands
+//! in one hash slot (the prefix may not contain braces).
+
+use crate::LockError;
+
+/// The longest key accepted, in bytes (before the prefix is added).
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// The longest key prefix accepted, in bytes.
+pub const MAX_PREFIX_LEN: usize = 128;
+
+/// Checks a caller's key: not empty, at most [`MAX_KEY_LEN`] bytes, no control
+/// characters (they would be invisible in logs and `redis-cli`).
+pub(crate) fn validate_key(key: &str) -> Result<(), LockError> {
+    if key.is_empty() {
+        return Err(LockError::InvalidKey("the key is empty".into()));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(LockError::InvalidKey(format!(
+            "the key is {} bytes long; the limit is {MAX_KEY_LEN}",
+            key.len()
+        )));
+    }
+    if let Some(c) = key.chars().find(|c| c.is_control()) {
+        return Err(LockError::InvalidKey(format!(
+            "the key contains the control character {c:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a key prefix: at most [`MAX_PREFIX_LEN`] bytes, no braces (the key's
+/// hash tag must decide the slot), no control characters.
+pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(LockError::Config(format!(
+            "the key prefix is {} bytes long; the limit is {MAX_PREFIX_LEN}",
+            prefix.len()
+        )));
+    }
+    if prefix.contains(['{', '}']) || prefix.chars().any(char::is_control) {
+        return Err(LockError::Config(format!(
+            "the key prefix {prefix:?} may not contain braces or control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// `true` if Redis Cluster would hash only a part of `key`: a `{` followed later
+/// by a `}` with at least one byte between them.
+pub(crate) fn has_hash_tag(key: &str) -> bool {
+    match key.find('{') {
+        Some(open) => key[open + 1..].find('}').is_some_and(|close| close > 0),
+        None => false,
+    }
+}
+
+/// What a derived name is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Lock,
+    Fence,
+    Notice,
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    Idempotency,
+}
+
+impl Kind {
+    fn letter(self) -> char {
+        match self {
+            Kind::Lock => 'L',
+            Kind::Fence => 'F',
+            Kind::Notice => 'N',
+            Kind::Idempotency => 'I',
+        }
+    }
+}
+
+/// Builds the full Redis name of `kind` for `key` under `prefix`.
+pub(crate) fn name(prefix: &str, kind: Kind, key: &str) -> String {
+    let mut s = String::with_capacity(prefix.len() + key.len() + 3);
+    s.push_str(prefix);
+    s.push(kind.letter());
+    if has_hash_tag(key) {
+        s.push(':');
+        s.push_str(key);
+    } else {
+        s.push('{');
+        s.push_str(key);
+        s.push('}');
+    }
+    s
+}
+
+/// The names one lock uses, built once per acquisition.
+#[derive(Clone, Debug)]
+pub(crate) struct KeyNames {
+    pub(crate) lock: String,
+    pub(crate) fence: String,
+    pub(crate) notice: String,
+}
+
+impl KeyNames {
+    pub(crate) fn new(prefix: &str, key: &str) -> Self {
+        Self {
+            lock: name(prefix, Kind::Lock, key),
+            fence: name(prefix, Kind::Fence, key),
+            notice: name(prefix, Kind::Notice, key),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn untagged_keys_are_wrapped_in_a_hash_tag() {
+        let n = KeyNames::new("lock:", "order:42");
+        assert_eq!(n.lock, "lock:L{order:42}");
+        assert_eq!(n.fence, "lock:F{order:42}");
+        assert_eq!(n.notice, "lock:N{order:42}");
+    }
+
+    #[test]
+    fn tagged_keys_keep_their_own_tag() {
+        let n = KeyNames::new("lock:", "{tenant:7}:order:1");
+        assert_eq!(n.lock, "lock:L:{tenant:7}:order:1");
+        assert_eq!(n.fence, "lock:F:{tenant:7}:order:1");
+    }
+
+    #[test]
+    fn a_key_cannot_name_another_keys_counter_or_lock() {
+        // Without the body marker these would collide.
+        assert_ne!(name("p:", Kind::Lock, "a"), name("p:", Kind::Lock, "{a}"));
+        assert_ne!(
+            name("p:", Kind::Fence, "{t}:a"),
+            name("p:", Kind::Lock, "{t}:a:fence")
+        );
+    }
+
+    #[test]
+    fn hash_tags_follow_redis_rules() {
+        assert!(has_hash_tag("{a}"));
+        assert!(has_hash_tag("x{a}y{b}"));
+        assert!(!has_hash_tag("{}a"));
+        assert!(!has_hash_tag("a}b{"));
+        assert!(!has_hash_tag("plain"));
+        // Redis looks only at the first `}` after the first `{`.
+        assert!(!has_hash_tag("{}}"));
+    }
+
+    #[test]
+    fn bad_keys_are_rejected_with_a_reason() {
+        assert!(validate_key("").unwrap_err().is_invalid_key());
+        assert!(validate_key(&"x".repeat(MAX_KEY_LEN + 1)).is_err());
+        assert!(validate_key("a\nb").is_err());
+        assert!(validate_key("ok: {tag} ünïcode").is_ok());
+        assert!(validate_prefix("lock{").is_err());
+    }
+}

@@ -1,0 +1,113 @@
+//! Distributed locks for async Rust services, on Redis.
+//!
+//! Services that run as several processes must not pay an order twice, create
+//! the same order from a retried request, or run one job on three pods at once.
+//! `lock_runtime` gives them a lock that is correct under retries, crashes,
+//! pauses and Redis failover:
+//!
+//! * **Atomic scripts**: acquire, extend and release are each one Lua script;
+//!   ownership is a fresh 128-bit random token per acquisition.
+//! * **Leases and a watchdog**: every lock has a TTL, renewed every `ttl / 3`
+//!   while held; when renewal fails the guard's [`LockGuard::lost`] resolves and
+//!   [`LockClient::with_lock`] cancels the work.
+//! * **Fencing tokens**: strictly increasing per key, so storage can reject
+//!   writes from a holder whose lease ran out.
+//! * **Waiting without polling**: waiters sleep on release notices.
+//! * **Reentrancy per task**, and an **embedded backend** ([`LockClientBuilder::memory`])
+//!   with the same semantics for examples and unit tests.
+//!
+//! # Quick start
+//!
+//! ```
+//! use std::time::Duration;
+//! use lock_runtime::{LockClient, LockError};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), LockError> {
+//! let client = LockClient::builder()
+//!     .memory() // .redis("redis://127.0.0.1:6379") in production
+//!     .key_prefix("lock:")
+//!     .build()
+//!     .await?;
+//!
+//! // Run a critical section; the lock is released however it ends.
+//! let paid = client
+//!     .lock("order:42")
+//!     .ttl(Duration::from_secs(10))
+//!     .wait(Duration::from_secs(2))
+//!     .run(async {
+//!         let fence = lock_runtime::current_lock().unwrap().fencing_token;
+//!         // write to storage with `fence`, which rejects older tokens
+//!         fence
+//!     })
+//!     .await?;
+//! assert_eq!(paid, 1);
+//!
+//! // Or hold a guard yourself.
+//! let guard = client.lock("order:42").acquire().await?;
+//! assert_eq!(guard.fencing_token(), 2);
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! With Redis (`no_run`: needs a server):
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_runtime::LockError> {
+//! let client = lock_runtime::LockClient::builder()
+//!     .redis("redis://127.0.0.1:6379")
+//!     .build()
+//!     .await?;
+//! client.with_lock("job:nightly", async { /* ... */ }).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Guarantees and their limits
+//!
+//! A lease-based lock cannot by itself stop a holder that was paused (GC, VM
+//! migration, `SIGSTOP`) past its lease from acting on stale beliefs: by the time
+//! it resumes, another holder may have the lock. The watchdog tells the holder as
+//! soon as it can ([`LockGuard::lost`]), but only the **fencing token** makes such
+//! writes harmless: pass it with every write, and have the storage reject tokens
+//! lower than the highest it has seen.
+//!
+//! With a single Redis and asynchronous replication, a failover can lose a
+//! just-acquired lock (the replica never saw it), so two holders may coexist
+//! until the first lease ends. Fencing tokens still order them as long as the
+//! counter survived; see the README for the scale-out options.
+//!
+//! # Features
+//!
+//! * `macros` (default): re-exports `#[distributed_lock]`.
+//! * `axum`: tower layers for axum.
+//! * `tls`: `rediss://` URLs.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod backend;
+mod client;
+mod context;
+mod error;
+mod global;
+mod guard;
+mod key;
+mod token;
+mod watchdog;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+pub use client::{LockClient, LockClientBuilder, LockRequest, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+pub use context::{current_lock, LockInfo};
+pub use error::{BackendError, LockError};
+pub use global::{global_client, set_global_client};
+pub use guard::LockGuard;
+pub use key::{MAX_KEY_LEN, MAX_PREFIX_LEN};
+
+#[cfg(feature = "macros")]
+#[doc(inline)]
+pub use lock_macros::distributed_lock;
