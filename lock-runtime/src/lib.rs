@@ -97,6 +97,10 @@ mod key;
 mod token;
 mod watchdog;
 
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod layer;
+
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;

@@ -1,0 +1,1 @@
+//! Tower layers for axum (feature `axum`).
