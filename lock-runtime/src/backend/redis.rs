@@ -60,6 +60,11 @@ pub(crate) fn open_client(url: &str) -> Result<redis::Client, LockError> {
 impl RedisBackend {
     pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<Self, LockError> {
         let client = open_client(url)?;
+        #[cfg(feature = "tls")]
+        {
+            // rustls needs a process-wide crypto provider; keep the user's if set.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.response_timeout))
