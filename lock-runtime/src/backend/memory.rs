@@ -30,6 +30,9 @@ struct State {
 pub(crate) struct MemoryBackend {
     state: Mutex<State>,
     waiters: Arc<Registry>,
+    /// Idempotency records (`IdempotencyLayer`).
+    #[cfg(feature = "axum")]
+    pub(crate) records: super::records::MemoryRecords,
 }
 
 impl MemoryBackend {

@@ -8,6 +8,7 @@ use crate::token::Token;
 use crate::LockError;
 
 pub(crate) mod memory;
+pub(crate) mod records;
 pub(crate) mod redis;
 pub(crate) mod waiters;
 

@@ -1,1 +1,55 @@
-//! Tower layers for axum (feature `axum`).
+//! Tower layers for axum (feature `axum`): per-resource locks for routes and
+//! the `Idempotency-Key` header.
+//!
+//! * [`LockLayer`]: one request at a time per resource. The key comes from a
+//!   template over path parameters (`"order:<id>"`), a header or a closure;
+//!   a busy resource answers `409 Conflict` with `Retry-After`. The lock is held
+//!   until the response body has been sent (or dropped), and the handler can
+//!   read the fencing token through the [`LockInfo`](crate::LockInfo) extractor.
+//! * [`IdempotencyLayer`]: a retried `POST` with the same `Idempotency-Key` gets
+//!   the stored response (`Idempotent-Replayed: true`) instead of running the
+//!   handler again; a duplicate while the first still runs gets `409`, the same
+//!   key with another payload `422`.
+//!
+//! Both work with `Router::route_layer` (where path parameters and the matched
+//! route are known) and keep the inner service's error type: lock and
+//! idempotency outcomes are responses, with an `application/problem+json` body
+//! (RFC 9457).
+//!
+//! ```
+//! use axum::{routing::post, Router};
+//! use lock_runtime::layer::{IdempotencyLayer, LockLayer};
+//! use lock_runtime::{LockClient, LockInfo};
+//!
+//! async fn pay(lock: LockInfo) -> String {
+//!     format!("paid under fencing token {}", lock.fencing_token)
+//! }
+//! async fn create_order() -> &'static str {
+//!     "created"
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_runtime::LockError> {
+//! let client = LockClient::builder().memory().build().await?;
+//! let app: Router = Router::new()
+//!     .route(
+//!         "/orders/{id}/pay",
+//!         post(pay).route_layer(LockLayer::new(client.clone()).key("order:<id>")),
+//!     )
+//!     .route(
+//!         "/orders",
+//!         post(create_order).route_layer(IdempotencyLayer::new(client.clone())),
+//!     );
+//! # let _ = app;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod idempotency;
+pub mod lock;
+mod problem;
+
+#[doc(inline)]
+pub use idempotency::IdempotencyLayer;
+#[doc(inline)]
+pub use lock::LockLayer;

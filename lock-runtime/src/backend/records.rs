@@ -1,0 +1,360 @@
+//! Idempotency records: the storage side of `IdempotencyLayer`.
+//!
+//! A record is one key (a Redis hash) that moves through two states:
+//!
+//! * **run**: claimed by one request (an owner token, like a lock's) for a
+//!   lease that the claimer's watchdog renews; if the process dies the record
+//!   expires and the key can be used again;
+//! * **done**: the stored response (status, encoded headers, body), kept for
+//!   the retention period.
+//!
+//! Both carry the request fingerprint, so a reuse of the key for another
+//! request is told apart from a retry. Claim, renew, complete and release are
+//! each one script (or one critical section of the embedded backend).
+#![cfg(feature = "axum")]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::Backend;
+use crate::LockError;
+use crate::error::BackendError;
+use crate::token::Token;
+
+static CLAIM: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/idempotency_claim.lua")));
+static RENEW: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/idempotency_renew.lua")));
+static COMPLETE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/idempotency_complete.lua")));
+static RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/idempotency_release.lua")));
+
+/// A response as stored in a record. `headers` is opaque here (the layer
+/// encodes and decodes it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StoredResponse {
+    pub(crate) status: u16,
+    pub(crate) headers: Bytes,
+    pub(crate) body: Bytes,
+}
+
+/// The answer of one claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The record is ours to run.
+    Claimed,
+    /// Another request runs it; its lease ends within `remaining`.
+    InFlight { remaining: Duration },
+    /// It ran; here is its response.
+    Done(StoredResponse),
+    /// The key was used by a request with another fingerprint.
+    Mismatch,
+}
+
+impl Backend {
+    /// Claims `record` for `token` if it is free (absent or expired), atomically.
+    pub(crate) async fn claim_record(
+        &self,
+        record: &str,
+        token: &Token,
+        fingerprint: &str,
+        lease: Duration,
+    ) -> Result<Claim, LockError> {
+        match self {
+            Backend::Redis(b) => {
+                let (code, remaining, status, headers, body): (i64, i64, i64, Vec<u8>, Vec<u8>) =
+                    CLAIM
+                        .key(record)
+                        .arg(token.as_str())
+                        .arg(fingerprint)
+                        .arg(millis(lease))
+                        .invoke_async(&mut b.connection())
+                        .await
+                        .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
+                Ok(match code {
+                    0 => Claim::Claimed,
+                    1 => Claim::InFlight {
+                        remaining: Duration::from_millis(u64::try_from(remaining).unwrap_or(0)),
+                    },
+                    2 => Claim::Done(StoredResponse {
+                        status: u16::try_from(status).unwrap_or(0),
+                        headers: headers.into(),
+                        body: body.into(),
+                    }),
+                    3 => Claim::Mismatch,
+                    other => {
+                        return Err(BackendError::new(format!(
+                            "idempotency claim: unexpected reply code {other}"
+                        ))
+                        .into());
+                    }
+                })
+            }
+            Backend::Memory(b) => Ok(b.records.claim(record, token, fingerprint, lease)),
+        }
+    }
+
+    /// Re-arms the lease of a record `token` runs. `false`: no longer ours.
+    pub(crate) async fn renew_record(
+        &self,
+        record: &str,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<bool, LockError> {
+        match self {
+            Backend::Redis(b) => {
+                let renewed: i64 = RENEW
+                    .key(record)
+                    .arg(token.as_str())
+                    .arg(millis(lease))
+                    .invoke_async(&mut b.connection())
+                    .await
+                    .map_err(|e| BackendError::with_source("idempotency renewal failed", e))?;
+                Ok(renewed == 1)
+            }
+            Backend::Memory(b) => Ok(b.records.renew(record, token, lease)),
+        }
+    }
+
+    /// Stores `response` in a record `token` runs, kept for `retention`.
+    /// `false`: no longer ours (nothing stored).
+    pub(crate) async fn complete_record(
+        &self,
+        record: &str,
+        token: &Token,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<bool, LockError> {
+        match self {
+            Backend::Redis(b) => {
+                let stored: i64 = COMPLETE
+                    .key(record)
+                    .arg(token.as_str())
+                    .arg(millis(retention))
+                    .arg(response.status)
+                    .arg(&response.headers[..])
+                    .arg(&response.body[..])
+                    .invoke_async(&mut b.connection())
+                    .await
+                    .map_err(|e| BackendError::with_source("idempotency completion failed", e))?;
+                Ok(stored == 1)
+            }
+            Backend::Memory(b) => Ok(b.records.complete(record, token, response, retention)),
+        }
+    }
+
+    /// Deletes a record `token` runs, so its key can be used again.
+    /// `false`: no longer ours.
+    pub(crate) async fn release_record(
+        &self,
+        record: &str,
+        token: &Token,
+    ) -> Result<bool, LockError> {
+        match self {
+            Backend::Redis(b) => {
+                let released: i64 = RELEASE
+                    .key(record)
+                    .arg(token.as_str())
+                    .invoke_async(&mut b.connection())
+                    .await
+                    .map_err(|e| BackendError::with_source("idempotency release failed", e))?;
+                Ok(released == 1)
+            }
+            Backend::Memory(b) => Ok(b.records.release(record, token)),
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[derive(Debug)]
+enum State {
+    Run { owner: Token },
+    Done(StoredResponse),
+}
+
+#[derive(Debug)]
+struct Record {
+    state: State,
+    fingerprint: String,
+    expires: Instant,
+}
+
+/// The embedded backend's records: a map behind a mutex, expiry checked on
+/// access with tokio's clock (so `tokio::time::pause()` works).
+#[derive(Debug, Default)]
+pub(crate) struct MemoryRecords {
+    records: Mutex<HashMap<String, Record>>,
+    claims: AtomicUsize,
+}
+
+/// How many claims between two sweeps of expired records.
+const SWEEP_EVERY: usize = 1024;
+
+impl MemoryRecords {
+    fn records(&self) -> std::sync::MutexGuard<'_, HashMap<String, Record>> {
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The live record named `name`, with expired ones removed on the way.
+    fn live<'a>(
+        records: &'a mut HashMap<String, Record>,
+        name: &str,
+        now: Instant,
+    ) -> Option<&'a mut Record> {
+        if records.get(name).is_some_and(|r| r.expires <= now) {
+            records.remove(name);
+        }
+        records.get_mut(name)
+    }
+
+    fn claim(&self, name: &str, token: &Token, fingerprint: &str, lease: Duration) -> Claim {
+        let now = Instant::now();
+        let mut records = self.records();
+        if self.claims.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            records.retain(|_, r| r.expires > now);
+        }
+        match Self::live(&mut records, name, now) {
+            None => {
+                records.insert(
+                    name.to_owned(),
+                    Record {
+                        state: State::Run {
+                            owner: token.clone(),
+                        },
+                        fingerprint: fingerprint.to_owned(),
+                        expires: now + lease,
+                    },
+                );
+                Claim::Claimed
+            }
+            Some(record) if record.fingerprint != fingerprint => Claim::Mismatch,
+            Some(record) => match &record.state {
+                State::Run { owner } if owner == token => {
+                    record.expires = now + lease;
+                    Claim::Claimed
+                }
+                State::Run { .. } => Claim::InFlight {
+                    remaining: record.expires - now,
+                },
+                State::Done(response) => Claim::Done(response.clone()),
+            },
+        }
+    }
+
+    /// The live record `name` if `token` runs it.
+    fn owned<'a>(
+        records: &'a mut HashMap<String, Record>,
+        name: &str,
+        token: &Token,
+        now: Instant,
+    ) -> Option<&'a mut Record> {
+        Self::live(records, name, now)
+            .filter(|r| matches!(&r.state, State::Run { owner } if owner == token))
+    }
+
+    fn renew(&self, name: &str, token: &Token, lease: Duration) -> bool {
+        let now = Instant::now();
+        let mut records = self.records();
+        match Self::owned(&mut records, name, token, now) {
+            Some(record) => {
+                record.expires = now + lease;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn complete(
+        &self,
+        name: &str,
+        token: &Token,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> bool {
+        let now = Instant::now();
+        let mut records = self.records();
+        match Self::owned(&mut records, name, token, now) {
+            Some(record) => {
+                record.state = State::Done(response.clone());
+                record.expires = now + retention;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn release(&self, name: &str, token: &Token) -> bool {
+        let now = Instant::now();
+        let mut records = self.records();
+        if Self::owned(&mut records, name, token, now).is_some() {
+            records.remove(name);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(status: u16) -> StoredResponse {
+        StoredResponse {
+            status,
+            headers: Bytes::from_static(b"content-type:text/plain\n"),
+            body: Bytes::from_static(b"hello"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_is_claimed_once_then_replayed() {
+        let m = MemoryRecords::default();
+        let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
+        let lease = Duration::from_secs(1);
+        assert_eq!(m.claim("r", &a, "fp", lease), Claim::Claimed);
+        assert!(matches!(
+            m.claim("r", &b, "fp", lease),
+            Claim::InFlight { .. }
+        ));
+        assert_eq!(m.claim("r", &b, "other", lease), Claim::Mismatch);
+        assert!(!m.complete("r", &b, &response(201), Duration::from_secs(60)));
+        assert!(m.complete("r", &a, &response(201), Duration::from_secs(60)));
+        assert_eq!(m.claim("r", &b, "fp", lease), Claim::Done(response(201)));
+        // A completed record is nobody's to renew or release.
+        assert!(!m.renew("r", &a, lease));
+        assert!(!m.release("r", &a));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(m.claim("r", &b, "other", lease), Claim::Claimed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unrenewed_claim_expires_and_a_released_one_is_free_at_once() {
+        let m = MemoryRecords::default();
+        let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
+        let lease = Duration::from_millis(300);
+        assert_eq!(m.claim("r", &a, "fp", lease), Claim::Claimed);
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(m.renew("r", &a, lease));
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(matches!(
+            m.claim("r", &b, "fp", lease),
+            Claim::InFlight { .. }
+        ));
+        tokio::time::advance(Duration::from_millis(101)).await;
+        assert_eq!(m.claim("r", &b, "fp", lease), Claim::Claimed);
+        assert!(!m.renew("r", &a, lease));
+        assert!(!m.complete("r", &a, &response(200), lease));
+        assert!(m.release("r", &b));
+        assert_eq!(m.claim("r", &a, "fp", lease), Claim::Claimed);
+    }
+}

@@ -1,0 +1,232 @@
+//! The `Idempotency-Key` header, record names and request fingerprints.
+
+use http::{HeaderMap, HeaderName};
+use sha2::{Digest, Sha256};
+
+use crate::key::{Kind, name};
+
+/// `Idempotency-Key`.
+pub(crate) static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// The longest key accepted, in characters.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// What the request says about its key.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum KeyHeader {
+    Absent,
+    Key(String),
+    Invalid(String),
+}
+
+/// Reads `Idempotency-Key`: a Structured Field string (RFC 8941,
+/// `"8e03978e-40d5-43e8-bc93-6894a57f9324"`), or, leniently, the same text
+/// as a bare token. Parameters are not accepted.
+pub(crate) fn read_key(headers: &HeaderMap) -> KeyHeader {
+    let mut values = headers.get_all(&IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else {
+        return KeyHeader::Absent;
+    };
+    if values.next().is_some() {
+        return KeyHeader::Invalid("the Idempotency-Key header appears more than once".into());
+    }
+    match parse_key(value.as_bytes()) {
+        Ok(key) => KeyHeader::Key(key),
+        Err(why) => KeyHeader::Invalid(format!("invalid Idempotency-Key: {why}")),
+    }
+}
+
+fn parse_key(raw: &[u8]) -> Result<String, &'static str> {
+    // Leading and trailing spaces are allowed around a field value.
+    let start = raw.iter().position(|&b| b != b' ').unwrap_or(raw.len());
+    let end = raw
+        .iter()
+        .rposition(|&b| b != b' ')
+        .map_or(start, |i| i + 1);
+    let raw = &raw[start..end];
+    let key = match raw.first() {
+        None => return Err("the key is empty"),
+        Some(b'"') => {
+            let mut key = String::new();
+            let mut i = 1;
+            loop {
+                match raw.get(i) {
+                    None => return Err("unterminated string (expected a closing `\"`)"),
+                    Some(b'"') => break,
+                    Some(b'\\') => match raw.get(i + 1) {
+                        Some(&c @ (b'"' | b'\\')) => {
+                            key.push(char::from(c));
+                            i += 1;
+                        }
+                        _ => return Err("only `\\\"` and `\\\\` may be escaped in a string"),
+                    },
+                    Some(&c @ 0x20..=0x7e) => key.push(char::from(c)),
+                    Some(_) => return Err("a string holds printable ASCII characters only"),
+                }
+                i += 1;
+            }
+            if i + 1 != raw.len() {
+                return Err(
+                    "unexpected characters after the string (parameters are not supported)",
+                );
+            }
+            key
+        }
+        Some(_) => {
+            if !raw.iter().all(|&c| is_token_char(c)) {
+                return Err(
+                    "expected a quoted string, as in `Idempotency-Key: \"8e03978e-40d5-43e8\"`",
+                );
+            }
+            // All ASCII: checked above.
+            String::from_utf8_lossy(raw).into_owned()
+        }
+    };
+    if key.is_empty() {
+        return Err("the key is empty");
+    }
+    if key.len() > MAX_IDEMPOTENCY_KEY_LEN {
+        return Err("the key is longer than 255 characters");
+    }
+    Ok(key)
+}
+
+/// `tchar` (RFC 9110) plus `:` and `/`, as in a Structured Field token.
+fn is_token_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&c)
+}
+
+/// SHA-256 over length-prefixed `parts` (so no two lists collide) and `tail`,
+/// in hex.
+fn digest(parts: &[&[u8]], tail: &[u8]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    hasher.update(tail);
+    let hash = hasher.finalize();
+    let mut hex = String::with_capacity(64);
+    for byte in hash {
+        hex.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
+        hex.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
+    }
+    hex
+}
+
+/// The record of `key`, scoped to `scope` (the principal), the method and the
+/// matched route, under the client's prefix. Hashed, so scopes and keys of any
+/// length and content make a short name in one hash slot.
+pub(crate) fn record_name(
+    prefix: &str,
+    scope: &str,
+    method: &str,
+    route: &str,
+    key: &str,
+) -> String {
+    let hash = digest(
+        &[
+            scope.as_bytes(),
+            method.as_bytes(),
+            route.as_bytes(),
+            key.as_bytes(),
+        ],
+        b"",
+    );
+    name(prefix, Kind::Idempotency, &hash)
+}
+
+/// What makes two requests with one key "the same request": the method, the
+/// matched route, the concrete path and query (one key on `/orders/1/pay` and
+/// `/orders/2/pay` is a mismatch, not a replay) and the SHA-256 of the body.
+pub(crate) fn fingerprint(method: &str, route: &str, path_and_query: &str, body: &[u8]) -> String {
+    let body_hash = Sha256::digest(body);
+    digest(
+        &[
+            method.as_bytes(),
+            route.as_bytes(),
+            path_and_query.as_bytes(),
+        ],
+        &body_hash,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(values: &[&str]) -> KeyHeader {
+        let mut headers = HeaderMap::new();
+        for v in values {
+            headers.append(&IDEMPOTENCY_KEY, v.parse().unwrap());
+        }
+        read_key(&headers)
+    }
+
+    #[test]
+    fn keys_are_structured_field_strings_or_bare_tokens() {
+        assert_eq!(read(&[]), KeyHeader::Absent);
+        assert_eq!(read(&[r#""abc-123""#]), KeyHeader::Key("abc-123".into()));
+        assert_eq!(read(&[r#"  "a b" "#]), KeyHeader::Key("a b".into()));
+        assert_eq!(
+            read(&[r#""q\"uote\\""#]),
+            KeyHeader::Key(r#"q"uote\"#.into())
+        );
+        assert_eq!(
+            read(&["8e03978e-40d5-43e8-bc93-6894a57f9324"]),
+            KeyHeader::Key("8e03978e-40d5-43e8-bc93-6894a57f9324".into())
+        );
+        assert_eq!(read(&["urn:k/1"]), KeyHeader::Key("urn:k/1".into()));
+    }
+
+    #[test]
+    fn malformed_keys_are_invalid() {
+        let long = format!("\"{}\"", "x".repeat(256));
+        let max = format!("\"{}\"", "x".repeat(255));
+        assert_eq!(read(&[&max]), KeyHeader::Key("x".repeat(255)));
+        for bad in [
+            "",
+            "\"\"",
+            "\"open",
+            "\"a\"b",
+            "\"a\";p=1",
+            "a b",
+            "a,b",
+            "\"\\n\"",
+            &long,
+            "\"é\"",
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                &IDEMPOTENCY_KEY,
+                http::HeaderValue::from_bytes(bad.as_bytes()).unwrap(),
+            );
+            assert!(
+                matches!(read_key(&headers), KeyHeader::Invalid(_)),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(read(&["\"a\"", "\"b\""]), KeyHeader::Invalid(_)));
+    }
+
+    #[test]
+    fn records_are_scoped_and_fingerprints_cover_the_request() {
+        let a = record_name("lock:", "alice", "POST", "/orders", "k1");
+        assert!(a.starts_with("lock:I{") && a.ends_with('}') && a.len() == "lock:I{}".len() + 64);
+        assert_ne!(a, record_name("lock:", "bob", "POST", "/orders", "k1"));
+        assert_ne!(a, record_name("lock:", "alice", "PUT", "/orders", "k1"));
+        assert_ne!(
+            a,
+            record_name("lock:", "alice", "POST", "/orders/{id}", "k1")
+        );
+        // Length prefixes: moving a character between parts changes the name.
+        assert_ne!(
+            record_name("p:", "ab", "POST", "/", "c"),
+            record_name("p:", "a", "POST", "/", "bc")
+        );
+        let f = fingerprint("POST", "/orders", "/orders", b"{}");
+        assert_eq!(f, fingerprint("POST", "/orders", "/orders", b"{}"));
+        assert_ne!(f, fingerprint("POST", "/orders", "/orders", b"{ }"));
+        assert_ne!(f, fingerprint("POST", "/orders", "/orders?x=1", b"{}"));
+    }
+}

@@ -1,0 +1,235 @@
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+use http::{HeaderName, Method, header};
+use tower_layer::Layer;
+
+use super::Idempotency;
+use crate::LockClient;
+
+/// A closure naming whose records a request may see (the principal).
+pub(crate) type ScopeFn = Arc<dyn Fn(&Parts) -> String + Send + Sync + 'static>;
+
+/// Makes retried requests with the same `Idempotency-Key` safe: see the
+/// [module docs](super).
+///
+/// ```
+/// use std::time::Duration;
+/// use axum::{routing::post, Router};
+/// use lock_runtime::{layer::IdempotencyLayer, LockClient};
+///
+/// async fn create_order() -> &'static str {
+///     "created"
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// let client = LockClient::builder().memory().build().await?;
+/// let app: Router = Router::new()
+///     .route("/orders", post(create_order))
+///     .route_layer(
+///         IdempotencyLayer::new(client)
+///             // Records are per principal: one client never sees another's.
+///             .scope(|req| {
+///                 req.headers
+///                     .get("x-api-key")
+///                     .and_then(|v| v.to_str().ok())
+///                     .unwrap_or("anonymous")
+///                     .to_owned()
+///             })
+///             .retention(Duration::from_secs(24 * 3600)),
+///     );
+/// # let _ = app;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct IdempotencyLayer {
+    pub(super) config: Arc<Config>,
+}
+
+#[derive(Clone)]
+pub(super) struct Config {
+    pub(super) client: LockClient,
+    pub(super) scope: Option<ScopeFn>,
+    pub(super) required_on: Vec<Method>,
+    pub(super) lease: Option<Duration>,
+    pub(super) retention: Duration,
+    pub(super) wait: Duration,
+    pub(super) max_request_body: usize,
+    pub(super) max_response_body: usize,
+    pub(super) store_server_errors: bool,
+    pub(super) stored_headers: Vec<HeaderName>,
+    pub(super) fail_open: bool,
+}
+
+/// The default retention of a completed record: 24 hours.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// The default limit on request and stored response bodies: 1 MiB.
+pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
+
+impl IdempotencyLayer {
+    /// A layer keeping its records on `client`'s backend, under its key prefix.
+    ///
+    /// Defaults: a key is required on `POST` (optional elsewhere; requests
+    /// with safe methods pass through untouched); records are not scoped
+    /// (call [`scope`](Self::scope) when clients must not share keys); the
+    /// in-flight lease is the client's default TTL; completed records are kept
+    /// 24 hours; request and stored response bodies up to 1 MiB; `5xx`
+    /// responses are stored; a duplicate in flight is refused at once.
+    pub fn new(client: LockClient) -> Self {
+        Self {
+            config: Arc::new(Config {
+                client,
+                scope: None,
+                required_on: vec![Method::POST],
+                lease: None,
+                retention: DEFAULT_RETENTION,
+                wait: Duration::ZERO,
+                max_request_body: DEFAULT_MAX_BODY,
+                max_response_body: DEFAULT_MAX_BODY,
+                store_server_errors: true,
+                stored_headers: vec![
+                    header::CONTENT_TYPE,
+                    header::CONTENT_LANGUAGE,
+                    header::CONTENT_ENCODING,
+                    header::CONTENT_LOCATION,
+                    header::LOCATION,
+                    header::ETAG,
+                    header::LAST_MODIFIED,
+                    header::CACHE_CONTROL,
+                    header::LINK,
+                    header::RETRY_AFTER,
+                    header::VARY,
+                ],
+                fail_open: false,
+            }),
+        }
+    }
+
+    fn config(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
+    /// Names whose records a request may see, typically the authenticated
+    /// principal (from a header, or an extension an auth layer inserted).
+    /// Two requests share a record only if the scope, the method, the matched
+    /// route and the key are all equal, so one client cannot replay another's
+    /// response by guessing its key.
+    pub fn scope<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> String + Send + Sync + 'static,
+    {
+        self.config().scope = Some(Arc::new(f));
+        self
+    }
+
+    /// The methods on which a request without `Idempotency-Key` gets `400`
+    /// (default: `POST`). On other unsafe methods a key is optional; requests
+    /// with safe methods (`GET`, `HEAD`, `OPTIONS`, `TRACE`) always pass
+    /// through. Pass an empty list to make the key optional everywhere.
+    pub fn required_on<I: IntoIterator<Item = Method>>(mut self, methods: I) -> Self {
+        self.config().required_on = methods.into_iter().collect();
+        self
+    }
+
+    /// The lease of an in-flight record (default: the client's default TTL,
+    /// at least [`MIN_TTL`](crate::MIN_TTL)), renewed every `lease / 3` while
+    /// the handler runs. If the process dies, the key is usable again after
+    /// at most this long.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config().lease = Some(lease);
+        self
+    }
+
+    /// How long a completed record (the stored response) is kept (default
+    /// 24 hours).
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.config().retention = retention;
+        self
+    }
+
+    /// How long a duplicate waits for the request in flight to finish, then
+    /// gets its stored response (default `Duration::ZERO`: `409 Conflict` at
+    /// once, with `Retry-After: 1`).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.config().wait = wait;
+        self
+    }
+
+    /// The largest request body accepted, in bytes (default 1 MiB); larger
+    /// ones get `413 Payload Too Large`. The body is read in full to
+    /// fingerprint it.
+    pub fn max_request_body(mut self, bytes: usize) -> Self {
+        self.config().max_request_body = bytes;
+        self
+    }
+
+    /// The largest response body stored, in bytes (default 1 MiB). A larger
+    /// response is still sent in full to its client, but replayed with its
+    /// status and headers only (an empty body): the handler must not run
+    /// twice either way.
+    pub fn max_response_body(mut self, bytes: usize) -> Self {
+        self.config().max_response_body = bytes;
+        self
+    }
+
+    /// Whether `5xx` responses are stored and replayed (default `true`, as
+    /// the handler may have done part of its work). With `false` the record
+    /// is released and the key can be retried.
+    pub fn store_server_errors(mut self, store: bool) -> Self {
+        self.config().store_server_errors = store;
+        self
+    }
+
+    /// Also store and replay the response header `name` (by default:
+    /// `Content-Type`, `Content-Language`, `Content-Encoding`,
+    /// `Content-Location`, `Location`, `ETag`, `Last-Modified`,
+    /// `Cache-Control`, `Link`, `Retry-After`, `Vary`).
+    pub fn store_header(mut self, name: HeaderName) -> Self {
+        let headers = &mut self.config().stored_headers;
+        if !headers.contains(&name) {
+            headers.push(name);
+        }
+        self
+    }
+
+    /// When the backend cannot be reached: `false` (the default) answers `503
+    /// Service Unavailable` with `Retry-After` (fail closed); `true` runs the
+    /// handler unprotected (fail open).
+    pub fn fail_open(mut self, fail_open: bool) -> Self {
+        self.config().fail_open = fail_open;
+        self
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Idempotency::new(inner, self.config.clone())
+    }
+}
+
+impl fmt::Debug for IdempotencyLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        f.debug_struct("IdempotencyLayer")
+            .field("client", &c.client)
+            .field("scoped", &c.scope.is_some())
+            .field("required_on", &c.required_on)
+            .field("lease", &c.lease)
+            .field("retention", &c.retention)
+            .field("wait", &c.wait)
+            .field("max_request_body", &c.max_request_body)
+            .field("max_response_body", &c.max_response_body)
+            .field("store_server_errors", &c.store_server_errors)
+            .field("stored_headers", &c.stored_headers)
+            .field("fail_open", &c.fail_open)
+            .finish()
+    }
+}

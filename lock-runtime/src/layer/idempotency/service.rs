@@ -1,0 +1,511 @@
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::BoxError;
+use axum::body::Body;
+use axum::extract::MatchedPath;
+use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
+use http::request::Parts;
+use http::response;
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tower_service::Service;
+
+use super::key::{KeyHeader, fingerprint, read_key, record_name};
+use super::layer::Config;
+use super::stored::{Rebuilt, encode_headers, replay};
+use super::{ResponseFuture, StoreResponse};
+use crate::backend::records::{Claim, StoredResponse};
+use crate::layer::problem::{problem, problem_retry};
+use crate::token::Token;
+use crate::{LockClient, LockError, MAX_TTL, MIN_TTL};
+
+/// The service made by [`IdempotencyLayer`](super::IdempotencyLayer).
+#[derive(Clone)]
+pub struct Idempotency<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> Idempotency<S> {
+    pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
+        Self { inner, config }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Idempotency<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Safe methods have no effects to repeat: they pass through.
+fn is_safe(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    )
+}
+
+impl<S, B, ResB> Service<Request<B>> for Idempotency<S>
+where
+    S: Service<Request<Body>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        if is_safe(req.method()) {
+            return ResponseFuture::passthrough(self.inner.call(req.map(Body::new)));
+        }
+        let key = match read_key(req.headers()) {
+            KeyHeader::Key(key) => key,
+            KeyHeader::Absent if self.config.required_on.contains(req.method()) => {
+                return ResponseFuture::ready(problem(
+                    StatusCode::BAD_REQUEST,
+                    &format!(
+                        "this {} request needs an Idempotency-Key header, as in \
+                         `Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"`",
+                        req.method()
+                    ),
+                ));
+            }
+            KeyHeader::Absent => {
+                return ResponseFuture::passthrough(self.inner.call(req.map(Body::new)));
+            }
+            KeyHeader::Invalid(why) => {
+                return ResponseFuture::ready(problem(StatusCode::BAD_REQUEST, &why));
+            }
+        };
+        // The clone takes our place; the instance `poll_ready` prepared serves
+        // this request.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::running(Box::pin(idempotent(self.config.clone(), inner, req, key)))
+    }
+}
+
+fn unavailable() -> Response<Body> {
+    problem_retry(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the idempotency store is unavailable; retry later with the same Idempotency-Key",
+        Duration::from_secs(1),
+    )
+}
+
+/// The longest pause between two looks at a record in flight, when waiting.
+const MAX_POLL: Duration = Duration::from_millis(250);
+
+async fn idempotent<S, B, ResB>(
+    config: Arc<Config>,
+    mut inner: S,
+    req: Request<B>,
+    key: String,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<Body>, Response = Response<ResB>> + Send,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    let (parts, body) = req.into_parts();
+    let body = match read_body(&parts, body, config.max_request_body).await {
+        Ok(body) => body,
+        Err(response) => return Ok(response),
+    };
+    let client = &config.client;
+    let method = parts.method.as_str();
+    let route = parts
+        .extensions
+        .get::<MatchedPath>()
+        .map_or(parts.uri.path(), MatchedPath::as_str);
+    let scope = config.scope.as_ref().map(|f| f(&parts)).unwrap_or_default();
+    let record = record_name(client.key_prefix(), &scope, method, route, &key);
+    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let fingerprint = fingerprint(method, route, path_and_query, &body);
+    let lease = config
+        .lease
+        .unwrap_or_else(|| client.default_ttl())
+        .clamp(MIN_TTL, MAX_TTL);
+
+    let token = match Token::random() {
+        Ok(token) => token,
+        Err(e) => {
+            tracing::error!(error = %e, "idempotency: no owner token");
+            return Ok(unavailable());
+        }
+    };
+    let deadline = Instant::now() + config.wait;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match client
+            .backend()
+            .claim_record(&record, &token, &fingerprint, lease)
+            .await
+        {
+            Ok(Claim::Claimed) => break,
+            Ok(Claim::Done(stored)) => {
+                tracing::debug!(%key, status = stored.status, "idempotency: replaying the stored response");
+                return Ok(replay(stored));
+            }
+            Ok(Claim::Mismatch) => {
+                tracing::debug!(%key, "idempotency: key reused for another request");
+                return Ok(problem(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "this Idempotency-Key was already used for a different request (method, \
+                     path, query or body); use a new key for a new request",
+                ));
+            }
+            Ok(Claim::InFlight { remaining }) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    tracing::debug!(%key, "idempotency: duplicate while the first request runs");
+                    // The lease only bounds a crashed holder; a live one is
+                    // usually done much sooner.
+                    return Ok(problem_retry(
+                        StatusCode::CONFLICT,
+                        "a request with this Idempotency-Key is still being processed; retry \
+                         later with the same key to get its response",
+                        Duration::from_secs(1),
+                    ));
+                }
+                let nap = pause
+                    .min(remaining + Duration::from_millis(1))
+                    .min(deadline - now);
+                tokio::time::sleep(nap).await;
+                pause = (pause * 2).min(MAX_POLL);
+            }
+            Err(e) => {
+                // The script may have run though the reply was lost: give up
+                // what may be ours, so the key is not held for a whole lease.
+                Running::settle_in_background(client.clone(), record, token, false);
+                if config.fail_open {
+                    tracing::warn!(%key, error = %e, "idempotency store unreachable; serving unprotected (fail open)");
+                    let req = Request::from_parts(parts, Body::from(body));
+                    return inner.call(req).await.map(|r| r.map(Body::new));
+                }
+                tracing::warn!(%key, error = %e, "idempotency store unreachable; request refused (fail closed)");
+                return Ok(unavailable());
+            }
+        }
+    }
+
+    let running = Running::start(client.clone(), record, token, lease);
+    let req = Request::from_parts(parts, Body::from(body));
+    let max_response_body = config.max_response_body;
+    let outcome = AssertUnwindSafe(async {
+        let response = inner.call(req).await.map_err(Failure::Service)?;
+        let (head, body) = response.into_parts();
+        let buffered = buffer(body, max_response_body)
+            .await
+            .map_err(Failure::Body)?;
+        Ok((head, buffered))
+    })
+    .catch_unwind()
+    .await;
+
+    let (head, buffered) = match outcome {
+        Ok(Ok(done)) => done,
+        Ok(Err(Failure::Service(e))) => {
+            running.release().await;
+            return Err(e);
+        }
+        Ok(Err(Failure::Body(e))) => {
+            tracing::error!(%key, error = %e, "idempotency: the response body failed; record released");
+            running.release().await;
+            return Ok(problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the response could not be produced; the request may be retried with the same \
+                 Idempotency-Key",
+            ));
+        }
+        Err(_panic) => {
+            tracing::error!(%key, "idempotency: the handler panicked; record released");
+            running.release().await;
+            return Ok(problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the request failed; it may be retried with the same Idempotency-Key",
+            ));
+        }
+    };
+
+    if should_store(&config, &head) {
+        let body = match &buffered {
+            Buffered::Complete { data, .. } => data.clone(),
+            Buffered::Partial { .. } => {
+                tracing::warn!(%key, limit = max_response_body,
+                    "idempotency: response larger than the storage limit; replays get status and headers only");
+                Bytes::new()
+            }
+        };
+        let stored = StoredResponse {
+            status: head.status.as_u16(),
+            headers: encode_headers(&head.headers, &config.stored_headers),
+            body,
+        };
+        running.complete(&stored, config.retention).await;
+    } else {
+        tracing::debug!(%key, status = %head.status, "idempotency: response not stored; the key may be retried");
+        running.release().await;
+    }
+    let body = match buffered {
+        Buffered::Complete { data, trailers } => {
+            Body::new(Rebuilt::<Pin<Box<ResB>>>::new(data, trailers, None))
+        }
+        Buffered::Partial { data, rest } => Body::new(Rebuilt::new(data, None, Some(rest))),
+    };
+    Ok(Response::from_parts(head, body))
+}
+
+/// Whether a response is the handler's outcome, to be replayed. A `4xx` means
+/// the request was refused before doing anything (extraction, validation,
+/// authorisation), so the key stays usable, unless the handler marked the
+/// response with [`StoreResponse`].
+fn should_store(config: &Config, head: &response::Parts) -> bool {
+    let marked = head.extensions.get::<StoreResponse>().is_some();
+    if head.status.is_client_error() {
+        marked
+    } else if head.status.is_server_error() {
+        config.store_server_errors || marked
+    } else {
+        true
+    }
+}
+
+/// Reads the request body, up to `limit` bytes.
+async fn read_body<B>(parts: &Parts, body: B, limit: usize) -> Result<Bytes, Response<Body>>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let too_large = || {
+        problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("the request body is larger than {limit} bytes"),
+        )
+    };
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+        Err(e) => {
+            tracing::debug!(error = %e, "idempotency: cannot read the request body");
+            Err(problem(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read",
+            ))
+        }
+    }
+}
+
+enum Failure<E> {
+    Service(E),
+    Body(BoxError),
+}
+
+/// A response body as read for storage.
+enum Buffered<B> {
+    /// All of it.
+    Complete {
+        data: Bytes,
+        trailers: Option<HeaderMap>,
+    },
+    /// More than the limit: what was read, and the rest.
+    Partial { data: Bytes, rest: Pin<Box<B>> },
+}
+
+async fn buffer<B>(body: B, limit: usize) -> Result<Buffered<B>, BoxError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let mut body = Box::pin(body);
+    let mut data = BytesMut::new();
+    loop {
+        let Some(frame) = body.frame().await else {
+            return Ok(Buffered::Complete {
+                data: data.freeze(),
+                trailers: None,
+            });
+        };
+        match frame.map_err(Into::into)?.into_data() {
+            Ok(chunk) => {
+                data.extend_from_slice(&chunk);
+                if data.len() > limit {
+                    return Ok(Buffered::Partial {
+                        data: data.freeze(),
+                        rest: body,
+                    });
+                }
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    return Ok(Buffered::Complete {
+                        data: data.freeze(),
+                        trailers: Some(trailers),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// A record this request runs: renewed in the background until completed or
+/// released; released in the background if dropped unsettled (the request
+/// future was dropped: the client went away).
+struct Running {
+    client: LockClient,
+    record: String,
+    token: Token,
+    stop: CancellationToken,
+    settled: bool,
+}
+
+impl Running {
+    fn start(client: LockClient, record: String, token: Token, lease: Duration) -> Self {
+        let stop = CancellationToken::new();
+        tokio::spawn(renew(
+            client.clone(),
+            record.clone(),
+            token.clone(),
+            lease,
+            stop.clone(),
+        ));
+        Self {
+            client,
+            record,
+            token,
+            stop,
+            settled: false,
+        }
+    }
+
+    async fn complete(mut self, response: &StoredResponse, retention: Duration) {
+        self.stop.cancel();
+        self.settled = true;
+        let stored = self
+            .client
+            .backend()
+            .complete_record(&self.record, &self.token, response, retention)
+            .await;
+        match stored {
+            Ok(true) => tracing::debug!(status = response.status, "idempotency: response stored"),
+            Ok(false) => tracing::warn!(
+                "idempotency: the record's lease ran out before the response was stored; \
+                 a duplicate may have run"
+            ),
+            Err(e) => tracing::warn!(error = %e,
+                "idempotency: cannot store the response; duplicates get 409 until the lease runs out"),
+        }
+    }
+
+    async fn release(mut self) {
+        self.stop.cancel();
+        self.settled = true;
+        log_release(
+            self.client
+                .backend()
+                .release_record(&self.record, &self.token)
+                .await,
+        );
+    }
+
+    /// Releases `record` for `token` on the current runtime without waiting.
+    fn settle_in_background(client: LockClient, record: String, token: Token, log: bool) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the lease runs out by itself
+        };
+        runtime.spawn(async move {
+            let released = client.backend().release_record(&record, &token).await;
+            if log {
+                log_release(released);
+            }
+        });
+    }
+}
+
+fn log_release(released: Result<bool, LockError>) {
+    match released {
+        Ok(true) => tracing::debug!("idempotency: record released"),
+        Ok(false) => tracing::debug!("idempotency: record already gone when released"),
+        Err(e) => {
+            tracing::warn!(error = %e, "idempotency: cannot release the record; it expires with its lease")
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if !self.settled {
+            tracing::debug!("idempotency: request dropped mid-way; releasing its record");
+            Running::settle_in_background(
+                self.client.clone(),
+                std::mem::take(&mut self.record),
+                self.token.clone(),
+                true,
+            );
+        }
+    }
+}
+
+/// Renews the lease of a running record every `lease / 3` until `stop`.
+async fn renew(
+    client: LockClient,
+    record: String,
+    token: Token,
+    lease: Duration,
+    stop: CancellationToken,
+) {
+    let period = lease / 3;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+        let renewed = tokio::select! {
+            () = stop.cancelled() => return,
+            renewed = client.backend().renew_record(&record, &token, lease) => renewed,
+        };
+        match renewed {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(
+                    "idempotency: the in-flight record was lost (its lease ran out); \
+                     a duplicate may run"
+                );
+                return;
+            }
+            // Two more tries before the lease can run out.
+            Err(e) => tracing::debug!(error = %e, "idempotency: lease renewal failed; retrying"),
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Responses to and from records: header encoding, replays, and the body that
+//! sends what was buffered while storing it.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::BoxError;
+use axum::body::Body;
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http_body::{Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+use crate::backend::records::StoredResponse;
+
+/// `Idempotent-Replayed`, set to `true` on a replayed response.
+pub(crate) static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// Encodes the headers of `headers` named in `keep`, one `name:value\n` per
+/// value (names hold no `:`, values no `\n`).
+pub(crate) fn encode_headers(headers: &HeaderMap, keep: &[HeaderName]) -> Bytes {
+    let mut out = BytesMut::new();
+    for name in keep {
+        for value in headers.get_all(name) {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b":");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\n");
+        }
+    }
+    out.freeze()
+}
+
+/// The inverse of [`encode_headers`]; malformed lines are skipped.
+pub(crate) fn decode_headers(encoded: &[u8]) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for line in encoded.split(|&b| b == b'\n') {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(&line[..colon]),
+            HeaderValue::from_bytes(&line[colon + 1..]),
+        ) else {
+            continue;
+        };
+        headers.append(name, value);
+    }
+    headers
+}
+
+/// The stored response, as sent to a duplicate request.
+pub(crate) fn replay(stored: StoredResponse) -> Response<Body> {
+    let mut response = Response::new(Body::from(stored.body));
+    *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    *response.headers_mut() = decode_headers(&stored.headers);
+    response
+        .headers_mut()
+        .insert(&IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
+}
+
+pin_project! {
+    /// What was read of a response body while storing it (`data`, and
+    /// `trailers` if it ended with some), then the unread rest (`rest`, when
+    /// the body was larger than the storage limit).
+    pub(crate) struct Rebuilt<B> {
+        data: Option<Bytes>,
+        trailers: Option<HeaderMap>,
+        #[pin]
+        rest: Option<B>,
+    }
+}
+
+impl<B> Rebuilt<B> {
+    pub(crate) fn new(data: Bytes, trailers: Option<HeaderMap>, rest: Option<B>) -> Self {
+        Self {
+            data: (!data.is_empty()).then_some(data),
+            trailers,
+            rest,
+        }
+    }
+}
+
+impl<B> http_body::Body for Rebuilt<B>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        if let Some(data) = this.data.take() {
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        if let Some(trailers) = this.trailers.take() {
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+        }
+        match this.rest.as_pin_mut() {
+            Some(rest) => rest
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(Into::into))),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none()
+            && self.trailers.is_none()
+            && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let buffered = self.data.as_ref().map_or(0, |d| d.len() as u64);
+        match &self.rest {
+            None => SizeHint::with_exact(buffered),
+            Some(rest) => {
+                let hint = rest.size_hint();
+                let mut sum = SizeHint::new();
+                sum.set_lower(hint.lower() + buffered);
+                if let Some(upper) = hint.upper() {
+                    sum.set_upper(upper + buffered);
+                }
+                sum
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header;
+    use http_body::Body as _;
+    use http_body_util::BodyExt;
+
+    #[test]
+    fn kept_headers_survive_a_round_trip() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+        h.append(header::LINK, "<a>; rel=x".parse().unwrap());
+        h.append(header::LINK, "<b>: rel=y".parse().unwrap());
+        h.insert(header::SET_COOKIE, "secret=1".parse().unwrap());
+        let encoded = encode_headers(&h, &[header::CONTENT_TYPE, header::LINK]);
+        let back = decode_headers(&encoded);
+        assert_eq!(back.len(), 3);
+        assert_eq!(back[header::CONTENT_TYPE], "application/json");
+        let links: Vec<_> = back.get_all(header::LINK).iter().collect();
+        assert_eq!(links, ["<a>; rel=x", "<b>: rel=y"]);
+        assert!(back.get(header::SET_COOKIE).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_rebuilt_body_sends_the_buffer_then_the_rest() {
+        let rest = http_body_util::Full::new(Bytes::from_static(b" world"));
+        let body = Rebuilt::new(Bytes::from_static(b"hello"), None, Some(rest));
+        assert_eq!(body.size_hint().exact(), Some(11));
+        let all = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&all[..], b"hello world");
+    }
+}

@@ -1,0 +1,118 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use axum::BoxError;
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+use crate::{LockError, LockGuard};
+
+type Release = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+pin_project! {
+    /// A response body that holds the request's lock while it streams.
+    ///
+    /// The lock is released once the body has produced its last frame, and
+    /// *before* that frame is handed on: a client that has read the whole
+    /// response and sends its next request at once finds the lock free. If
+    /// the body is dropped before its end (the client went away), the guard's
+    /// drop releases the lock in the background. If the lease is lost while
+    /// the body streams, it ends with an error instead of sending more
+    /// without the lock.
+    pub(crate) struct LockedBody<B> {
+        #[pin]
+        inner: B,
+        state: State,
+    }
+}
+
+enum State {
+    Streaming(LockGuard),
+    /// Releasing; then sending the last frame (if any) and ending.
+    Releasing(Release, Option<Frame<Bytes>>),
+    Done,
+}
+
+fn release(guard: LockGuard) -> Release {
+    Box::pin(async move {
+        let key = guard.key().to_owned();
+        if let Err(e) = guard.release().await {
+            tracing::debug!(%key, error = %e, "lock layer: release after the response body failed");
+        }
+    })
+}
+
+impl<B> LockedBody<B> {
+    pub(crate) fn new(inner: B, guard: LockGuard) -> Self {
+        Self {
+            inner,
+            state: State::Streaming(guard),
+        }
+    }
+}
+
+impl<B> Body for LockedBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut this = self.project();
+        loop {
+            match this.state {
+                State::Streaming(guard) => {
+                    if guard.is_lost() {
+                        let key = guard.key().to_owned();
+                        tracing::warn!(%key, "lock lost while the response body streamed; the body was cut short");
+                        *this.state = State::Done;
+                        return Poll::Ready(Some(Err(Box::new(LockError::Lost { key }))));
+                    }
+                    let frame = match ready!(this.inner.as_mut().poll_frame(cx)) {
+                        Some(Ok(frame)) if !this.inner.is_end_stream() => {
+                            return Poll::Ready(Some(Ok(frame)));
+                        }
+                        Some(Ok(frame)) => Some(frame),
+                        Some(Err(e)) => {
+                            // Dropping the guard releases in the background.
+                            *this.state = State::Done;
+                            return Poll::Ready(Some(Err(e.into())));
+                        }
+                        None => None,
+                    };
+                    if let State::Streaming(guard) = std::mem::replace(this.state, State::Done) {
+                        *this.state = State::Releasing(release(guard), frame);
+                    }
+                }
+                State::Releasing(releasing, last) => {
+                    ready!(releasing.as_mut().poll(cx));
+                    let last = last.take();
+                    *this.state = State::Done;
+                    return Poll::Ready(last.map(Ok));
+                }
+                State::Done => return Poll::Ready(None),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.state {
+            State::Streaming(_) => self.inner.size_hint(),
+            State::Releasing(_, Some(frame)) => {
+                SizeHint::with_exact(frame.data_ref().map_or(0, |d| d.len() as u64))
+            }
+            State::Releasing(_, None) | State::Done => SizeHint::with_exact(0),
+        }
+    }
+}

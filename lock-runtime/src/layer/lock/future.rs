@@ -1,0 +1,64 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use http::Response;
+
+type Running<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send + 'static>>;
+
+/// The response future of [`Lock`](super::Lock).
+///
+/// Dropping it (the client went away) releases a lock it took; a response it
+/// produced keeps the lock in its body until sent or dropped.
+#[must_use = "futures do nothing unless polled"]
+pub struct ResponseFuture<E> {
+    kind: Kind<E>,
+}
+
+enum Kind<E> {
+    /// Answered without the inner service (no key could be built).
+    Ready(Option<Response<Body>>),
+    /// Locking, then running the inner service.
+    Running(Running<E>),
+}
+
+impl<E> ResponseFuture<E> {
+    pub(super) fn ready(response: Response<Body>) -> Self {
+        Self {
+            kind: Kind::Ready(Some(response)),
+        }
+    }
+
+    pub(super) fn running(future: Running<E>) -> Self {
+        Self {
+            kind: Kind::Running(future),
+        }
+    }
+}
+
+impl<E> Future for ResponseFuture<E> {
+    type Output = Result<Response<Body>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().kind {
+            Kind::Ready(response) => Poll::Ready(Ok(response
+                .take()
+                .expect("ResponseFuture polled after completion"))),
+            Kind::Running(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<E> fmt::Debug for ResponseFuture<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.kind {
+            Kind::Ready(_) => "ready",
+            Kind::Running(_) => "running",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}

@@ -1,0 +1,177 @@
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+use http::{HeaderName, StatusCode};
+use tower_layer::Layer;
+
+use super::Lock;
+use super::key::{KeySource, parse_template};
+use crate::LockClient;
+
+/// Applies a per-resource lock to the routes it wraps: see the [module
+/// docs](super).
+///
+/// ```
+/// use std::time::Duration;
+/// use axum::{routing::post, Router};
+/// use lock_runtime::{layer::LockLayer, LockClient, LockInfo};
+///
+/// async fn pay(lock: LockInfo) -> String {
+///     format!("fencing token {}", lock.fencing_token)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// let client = LockClient::builder().memory().build().await?;
+/// let app: Router = Router::new()
+///     .route("/orders/{id}/pay", post(pay))
+///     .route_layer(
+///         LockLayer::new(client)
+///             .key("order:<id>")              // <id>: the path parameter
+///             .ttl(Duration::from_secs(10))   // renewed while the request runs
+///             .wait(Duration::from_millis(200)),
+///     );
+/// # let _ = app;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct LockLayer {
+    pub(super) config: Arc<Config>,
+}
+
+#[derive(Clone)]
+pub(super) struct Config {
+    pub(super) client: LockClient,
+    pub(super) key: KeySource,
+    pub(super) ttl: Option<Duration>,
+    pub(super) wait: Duration,
+    pub(super) busy_status: StatusCode,
+    pub(super) fail_open: bool,
+}
+
+impl LockLayer {
+    /// A layer taking its locks from `client`. The key defaults to the request
+    /// path; set it with [`key`](Self::key), [`key_from_header`](Self::key_from_header)
+    /// or [`key_fn`](Self::key_fn).
+    pub fn new(client: LockClient) -> Self {
+        Self {
+            config: Arc::new(Config {
+                client,
+                key: KeySource::Path,
+                ttl: None,
+                wait: Duration::ZERO,
+                busy_status: StatusCode::CONFLICT,
+                fail_open: false,
+            }),
+        }
+    }
+
+    fn config(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
+    /// The key as a template over path parameters: `"order:<id>"` locks
+    /// `order:42` for `/orders/42/pay` on the route `/orders/{id}/pay`.
+    /// `<<` and `>>` write a literal `<` and `>`; braces are literal (Redis
+    /// Cluster hash tags).
+    ///
+    /// A request whose route lacks a named parameter gets `400`. A malformed
+    /// template makes every request fail with `500` and an error log naming
+    /// the mistake.
+    pub fn key(mut self, template: &str) -> Self {
+        self.config().key = match parse_template(template) {
+            Ok(segments) => KeySource::Template(segments),
+            Err(e) => KeySource::Invalid(e),
+        };
+        self
+    }
+
+    /// The key is the value of the header `name` (trimmed); a request without
+    /// it, with it twice, or with a value that is not visible ASCII gets `400`.
+    pub fn key_from_header<N>(mut self, name: N) -> Self
+    where
+        N: TryInto<HeaderName>,
+        N::Error: fmt::Display,
+    {
+        self.config().key = match name.try_into() {
+            Ok(name) => KeySource::Header(name),
+            Err(e) => KeySource::Invalid(format!("invalid header name for the lock key: {e}")),
+        };
+        self
+    }
+
+    /// The key is computed from the request head; `None` answers `400`.
+    ///
+    /// ```
+    /// # use lock_runtime::{layer::LockLayer, LockClient};
+    /// # fn f(client: LockClient) -> LockLayer {
+    /// LockLayer::new(client).key_fn(|req| {
+    ///     let tenant = req.headers.get("x-tenant")?.to_str().ok()?;
+    ///     Some(format!("tenant:{tenant}:{}", req.uri.path()))
+    /// })
+    /// # }
+    /// ```
+    pub fn key_fn<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.config().key = KeySource::Fn(Arc::new(f));
+        self
+    }
+
+    /// The lease (default: the client's). Renewed every `ttl / 3` while the
+    /// request runs and its body is sent.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.config().ttl = Some(ttl);
+        self
+    }
+
+    /// How long a request waits for a busy lock before it is refused (default
+    /// `Duration::ZERO`: refused at once).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.config().wait = wait;
+        self
+    }
+
+    /// The status of a refused request (default `409 Conflict`; `423 Locked`
+    /// is the other common choice).
+    pub fn busy_status(mut self, status: StatusCode) -> Self {
+        self.config().busy_status = status;
+        self
+    }
+
+    /// When the backend cannot be reached: `false` (the default) answers `503
+    /// Service Unavailable` with `Retry-After` (fail closed); `true` runs the
+    /// handler without the lock (fail open), for routes where availability
+    /// matters more than exclusion. The handler then finds no [`LockInfo`](crate::LockInfo).
+    pub fn fail_open(mut self, fail_open: bool) -> Self {
+        self.config().fail_open = fail_open;
+        self
+    }
+}
+
+impl<S> Layer<S> for LockLayer {
+    type Service = Lock<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Lock::new(inner, self.config.clone())
+    }
+}
+
+impl fmt::Debug for LockLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        f.debug_struct("LockLayer")
+            .field("client", &c.client)
+            .field("key", &c.key)
+            .field("ttl", &c.ttl)
+            .field("wait", &c.wait)
+            .field("busy_status", &c.busy_status)
+            .field("fail_open", &c.fail_open)
+            .finish()
+    }
+}

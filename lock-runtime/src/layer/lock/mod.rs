@@ -1,0 +1,32 @@
+//! [`LockLayer`]: one request at a time per resource.
+//!
+//! For each request the layer builds a key (from path parameters, a header or
+//! a closure), takes the lock `key` on its [`LockClient`](crate::LockClient),
+//! and runs the inner service under it:
+//!
+//! | outcome | response |
+//! | --- | --- |
+//! | lock taken | the inner service's response; the lock is held until its body has been sent in full or dropped, renewed by the watchdog meanwhile |
+//! | busy after the configured wait | `409 Conflict` (or the [configured status](LockLayer::busy_status)) with `Retry-After` = the holder's remaining lease, rounded up |
+//! | no key can be built for the request | `400 Bad Request` |
+//! | backend unreachable | `503 Service Unavailable` with `Retry-After` (fail closed), or the handler without the lock if [`fail_open`](LockLayer::fail_open) |
+//! | lease lost while the handler runs | the handler is cancelled; `503` |
+//!
+//! Refusals carry an `application/problem+json` body. If the client goes away
+//! mid-request, the request future is dropped and the lock released.
+//!
+//! Inside the handler, the [`LockInfo`](crate::LockInfo) extractor (or
+//! [`current_lock`](crate::current_lock)) gives the key and the fencing token,
+//! and a `#[distributed_lock]` function locking the same key on the same
+//! client re-enters instead of waiting for the request's own lock.
+
+mod body;
+mod extract;
+mod future;
+mod key;
+mod layer;
+mod service;
+
+pub use self::future::ResponseFuture;
+pub use self::layer::LockLayer;
+pub use self::service::Lock;

@@ -1,0 +1,178 @@
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::BoxError;
+use axum::body::Body;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use tower_service::Service;
+
+use super::ResponseFuture;
+use super::body::LockedBody;
+use super::key::KeyError;
+use super::layer::Config;
+use crate::layer::problem::{problem, problem_retry};
+use crate::{LockError, LockInfo, context};
+
+/// The service made by [`LockLayer`](super::LockLayer): takes the request's
+/// lock, runs the inner service under it, and keeps it until the response
+/// body has been sent or dropped.
+#[derive(Clone)]
+pub struct Lock<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> Lock<S> {
+    pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
+        Self { inner, config }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Lock<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("inner", &self.inner)
+            .field("key", &self.config.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B, ResB> Service<Request<B>> for Lock<S>
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let (mut parts, body) = req.into_parts();
+        let key = match self.config.key.build(&mut parts) {
+            Ok(key) => key,
+            Err(KeyError::Request(why)) => {
+                tracing::debug!(path = %parts.uri.path(), "lock layer: no key: {why}");
+                return ResponseFuture::ready(problem(StatusCode::BAD_REQUEST, &why));
+            }
+            Err(KeyError::Config(why)) => {
+                tracing::error!("lock layer misconfigured: {why}");
+                return ResponseFuture::ready(problem(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the lock layer of this route is misconfigured",
+                ));
+            }
+        };
+        let req = Request::from_parts(parts, body);
+        // The clone takes our place; the instance `poll_ready` prepared serves
+        // this request.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::running(Box::pin(locked(self.config.clone(), inner, req, key)))
+    }
+}
+
+async fn locked<S, B, ResB>(
+    config: Arc<Config>,
+    mut inner: S,
+    mut req: Request<B>,
+    key: String,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<B>, Response = Response<ResB>>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    let mut request = config.client.lock(key.clone()).wait(config.wait);
+    if let Some(ttl) = config.ttl {
+        request = request.ttl(ttl);
+    }
+    let guard = match request.acquire().await {
+        Ok(guard) => guard,
+        Err(e) if e.is_backend() && config.fail_open => {
+            tracing::warn!(%key, error = %e, "lock backend unreachable; serving without the lock (fail open)");
+            return inner.call(req).await.map(|r| r.map(Body::new));
+        }
+        Err(e) => return Ok(refusal(&config, &key, e)),
+    };
+    req.extensions_mut().insert(LockInfo {
+        key,
+        fencing_token: guard.fencing_token(),
+    });
+    let lost = guard.lost();
+    // Inside the scope the handler sees `current_lock()`, and a nested lock of
+    // the same key (a `#[distributed_lock]` function) re-enters.
+    let call = context::scope(guard.held().clone(), inner.call(req));
+    let outcome = tokio::select! {
+        biased;
+        () = lost => None,
+        response = call => Some(response),
+    };
+    match outcome {
+        Some(Ok(response)) if response.body().is_end_stream() => {
+            // Nothing left to send: release before answering, so the client's
+            // next request finds the lock free.
+            if let Err(e) = guard.release().await {
+                tracing::debug!(error = %e, "lock layer: release after the response failed");
+            }
+            Ok(response.map(Body::new))
+        }
+        Some(Ok(response)) => Ok(response.map(|body| Body::new(LockedBody::new(body, guard)))),
+        Some(Err(e)) => Err(e),
+        None => {
+            tracing::warn!(key = %guard.key(), "lock lost while the request ran; the request was cancelled");
+            Ok(problem_retry(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "the lock on `{}` was lost while the request ran (the lock backend did not \
+                     confirm its renewal); the request was cancelled",
+                    guard.key()
+                ),
+                Duration::from_secs(1),
+            ))
+        }
+    }
+}
+
+/// The response to a request whose lock was not taken.
+fn refusal(config: &Config, key: &str, e: LockError) -> Response<Body> {
+    match e {
+        LockError::Busy { retry_after, .. } => {
+            tracing::debug!(%key, ?retry_after, "lock busy; request refused");
+            problem_retry(
+                config.busy_status,
+                &format!("`{key}` is locked by another request; retry later"),
+                retry_after,
+            )
+        }
+        LockError::InvalidKey(why) => {
+            tracing::debug!(%key, "invalid lock key: {why}");
+            problem(StatusCode::BAD_REQUEST, &format!("invalid lock key: {why}"))
+        }
+        LockError::Backend(e) => {
+            tracing::warn!(%key, error = %e, "lock backend unreachable; request refused (fail closed)");
+            problem_retry(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the lock service is unavailable; retry later",
+                Duration::from_secs(1),
+            )
+        }
+        e => {
+            tracing::error!(%key, error = %e, "lock layer: cannot lock");
+            problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the lock layer of this route is misconfigured",
+            )
+        }
+    }
+}

@@ -1,0 +1,742 @@
+//! `IdempotencyLayer` on an axum app served on a loopback port, driven by a
+//! real HTTP client, against a real redis-server and the embedded backend.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use axum::{Json, Router};
+use lock_runtime::LockClient;
+use lock_runtime::layer::IdempotencyLayer;
+use lock_runtime::layer::idempotency::StoreResponse;
+use serde_json::{Value, json};
+use tests::RedisServer;
+use tokio::sync::Notify;
+
+async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+async fn redis_client(server: &RedisServer) -> LockClient {
+    LockClient::builder()
+        .redis(server.url())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn memory_client() -> LockClient {
+    LockClient::builder().memory().build().await.unwrap()
+}
+
+/// Both backends: the same semantics are expected of each.
+async fn clients(server: &RedisServer) -> [(&'static str, LockClient); 2] {
+    [
+        ("redis", redis_client(server).await),
+        ("memory", memory_client().await),
+    ]
+}
+
+#[derive(Clone, Default)]
+struct Orders {
+    runs: Arc<AtomicUsize>,
+    work: Duration,
+}
+
+/// `POST /orders`: creates order N (N = how many times the handler ran).
+async fn create_order(State(orders): State<Orders>, Json(body): Json<Value>) -> impl IntoResponse {
+    let id = orders.runs.fetch_add(1, Ordering::SeqCst) + 1;
+    tokio::time::sleep(orders.work).await;
+    (
+        StatusCode::CREATED,
+        [
+            (header::LOCATION, format!("/orders/{id}")),
+            (header::SET_COOKIE, "session=secret".to_owned()),
+        ],
+        Json(json!({ "id": id, "item": body["item"] })),
+    )
+}
+
+fn orders_app(layer: IdempotencyLayer, orders: Orders) -> Router {
+    Router::new()
+        .route("/orders", post(create_order))
+        .route_layer(layer)
+        .with_state(orders)
+}
+
+fn is_replay(headers: &HeaderMap) -> bool {
+    headers
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_identical_posts_run_the_handler_once() {
+    let server = RedisServer::start();
+    for (backend, client) in clients(&server).await {
+        let orders = Orders {
+            work: Duration::from_millis(200),
+            ..Orders::default()
+        };
+        let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
+        let http = reqwest::Client::new();
+        let n = 10;
+        let replies = futures_util::future::join_all((0..n).map(|_| {
+            let http = http.clone();
+            let url = format!("{base}/orders");
+            async move {
+                let r = http
+                    .post(url)
+                    .header("idempotency-key", "\"order-abc\"")
+                    .json(&json!({ "item": "book" }))
+                    .send()
+                    .await
+                    .unwrap();
+                let (status, replayed) = (r.status(), is_replay(r.headers()));
+                let retry_after = r.headers().get("retry-after").cloned();
+                (
+                    status,
+                    replayed,
+                    retry_after,
+                    r.json::<Value>().await.unwrap(),
+                )
+            }
+        }))
+        .await;
+        assert_eq!(
+            orders.runs.load(Ordering::SeqCst),
+            1,
+            "{backend}: the handler ran twice"
+        );
+        let mut fresh = 0;
+        for (status, replayed, retry_after, body) in &replies {
+            match *status {
+                StatusCode::CREATED => {
+                    assert_eq!(body, &json!({ "id": 1, "item": "book" }), "{backend}");
+                    if !replayed {
+                        fresh += 1;
+                    }
+                }
+                StatusCode::CONFLICT => {
+                    assert_eq!(retry_after.as_ref().unwrap(), "1", "{backend}");
+                    assert_eq!(body["status"], 409, "{backend}");
+                }
+                other => panic!("{backend}: unexpected {other}: {body}"),
+            }
+        }
+        assert_eq!(fresh, 1, "{backend}: exactly one response is the original");
+
+        // After completion every retry is a replay.
+        let r = http
+            .post(format!("{base}/orders"))
+            .header("idempotency-key", "\"order-abc\"")
+            .json(&json!({ "item": "book" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED, "{backend}");
+        assert!(is_replay(r.headers()), "{backend}");
+        assert_eq!(orders.runs.load(Ordering::SeqCst), 1, "{backend}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_request_is_replayed_with_its_status_headers_and_body() {
+    let server = RedisServer::start();
+    for (backend, client) in clients(&server).await {
+        let orders = Orders::default();
+        let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
+        let http = reqwest::Client::new();
+        let send = |key: &'static str| {
+            http.post(format!("{base}/orders"))
+                .header("idempotency-key", key)
+                .json(&json!({ "item": "pen" }))
+                .send()
+        };
+        let first = send("\"k-1\"").await.unwrap();
+        assert_eq!(first.status(), StatusCode::CREATED);
+        assert!(!is_replay(first.headers()));
+        assert_eq!(first.headers()["location"], "/orders/1");
+        let first_body = first.text().await.unwrap();
+
+        // A bare token is the same key as the quoted string.
+        let again = send("k-1").await.unwrap();
+        assert_eq!(again.status(), StatusCode::CREATED, "{backend}");
+        assert!(is_replay(again.headers()), "{backend}");
+        assert_eq!(again.headers()["location"], "/orders/1");
+        assert_eq!(again.headers()["content-type"], "application/json");
+        assert!(
+            again.headers().get("set-cookie").is_none(),
+            "{backend}: a header outside the stored list was replayed"
+        );
+        assert_eq!(again.text().await.unwrap(), first_body);
+        assert_eq!(orders.runs.load(Ordering::SeqCst), 1);
+
+        // Another key is another request.
+        let other = send("\"k-2\"").await.unwrap();
+        assert!(!is_replay(other.headers()));
+        assert_eq!(other.headers()["location"], "/orders/2");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_with_another_payload_gets_422() {
+    let server = RedisServer::start();
+    for (backend, client) in clients(&server).await {
+        let orders = Orders::default();
+        let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
+        let http = reqwest::Client::new();
+        let send = |item: &'static str, query: &'static str| {
+            http.post(format!("{base}/orders{query}"))
+                .header("idempotency-key", "\"k\"")
+                .json(&json!({ "item": item }))
+                .send()
+        };
+        assert_eq!(send("pen", "").await.unwrap().status(), StatusCode::CREATED);
+        let r = send("ink", "").await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY, "{backend}");
+        assert_eq!(r.headers()["content-type"], "application/problem+json");
+        assert_eq!(r.json::<Value>().await.unwrap()["status"], 422);
+        let r = send("pen", "?express=1").await.unwrap();
+        assert_eq!(
+            r.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{backend}: the query is part of the request"
+        );
+        assert_eq!(orders.runs.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_or_missing_keys_get_400_and_optional_ones_pass_through() {
+    let client = memory_client().await;
+    let orders = Orders::default();
+    let app = Router::new()
+        .route(
+            "/orders",
+            post(create_order)
+                .put(create_order)
+                .get(|| async { "list" }),
+        )
+        .route_layer(IdempotencyLayer::new(client))
+        .with_state(orders.clone());
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+    let body = json!({ "item": "cup" });
+
+    let r = http
+        .post(format!("{base}/orders"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let long = format!("\"{}\"", "x".repeat(256));
+    for bad in [
+        "\"unterminated",
+        "\"a\"b",
+        "two words",
+        "\"\"",
+        long.as_str(),
+    ] {
+        let r = http
+            .post(format!("{base}/orders"))
+            .header("idempotency-key", bad)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad:?}");
+    }
+    let r = http
+        .post(format!("{base}/orders"))
+        .header("idempotency-key", "\"a\"")
+        .header("idempotency-key", "\"b\"")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(orders.runs.load(Ordering::SeqCst), 0);
+
+    // 255 characters is fine.
+    let max = format!("\"{}\"", "x".repeat(255));
+    let r = http
+        .post(format!("{base}/orders"))
+        .header("idempotency-key", max)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+
+    // Not required on PUT: without a key it passes through (twice: two runs).
+    for _ in 0..2 {
+        let r = http
+            .put(format!("{base}/orders"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        assert!(!is_replay(r.headers()));
+    }
+    assert_eq!(orders.runs.load(Ordering::SeqCst), 3);
+    // Safe methods are never touched.
+    let r = http.get(format!("{base}/orders")).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "list");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_before_the_handler_leaves_the_key_usable() {
+    let server = RedisServer::start();
+    for (backend, client) in clients(&server).await {
+        let orders = Orders::default();
+        let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
+        let http = reqwest::Client::new();
+        // Malformed JSON: the extractor rejects it, the handler never runs.
+        let r = http
+            .post(format!("{base}/orders"))
+            .header("idempotency-key", "\"k\"")
+            .header("content-type", "application/json")
+            .body("{ not json")
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_client_error(), "{backend}: {}", r.status());
+        assert!(!is_replay(r.headers()));
+        // The corrected request, same key: runs (not 422, not a replay of the 400).
+        let r = http
+            .post(format!("{base}/orders"))
+            .header("idempotency-key", "\"k\"")
+            .json(&json!({ "item": "mug" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED, "{backend}");
+        assert!(!is_replay(r.headers()));
+        assert_eq!(orders.runs.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_are_replayed_unless_configured_and_marked_4xx_are_stored() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let failing = {
+        let runs = runs.clone();
+        move || {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::BAD_GATEWAY, "upstream down")
+            }
+        }
+    };
+    let declined = {
+        let runs = runs.clone();
+        move || {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::PAYMENT_REQUIRED, StoreResponse, "declined")
+            }
+        }
+    };
+    let app = Router::new()
+        .route(
+            "/stored",
+            post(failing.clone()).route_layer(IdempotencyLayer::new(client.clone())),
+        )
+        .route(
+            "/released",
+            post(failing)
+                .route_layer(IdempotencyLayer::new(client.clone()).store_server_errors(false)),
+        )
+        .route(
+            "/declined",
+            post(declined).route_layer(IdempotencyLayer::new(client.clone())),
+        );
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+    let send = |path: &str| {
+        http.post(format!("{base}{path}"))
+            .header("idempotency-key", "k")
+            .send()
+    };
+
+    let r = send("/stored").await.unwrap();
+    assert_eq!(
+        (r.status(), is_replay(r.headers())),
+        (StatusCode::BAD_GATEWAY, false)
+    );
+    let r = send("/stored").await.unwrap();
+    assert_eq!(
+        (r.status(), is_replay(r.headers())),
+        (StatusCode::BAD_GATEWAY, true)
+    );
+    assert_eq!(r.text().await.unwrap(), "upstream down");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    for _ in 0..2 {
+        let r = send("/released").await.unwrap();
+        assert_eq!(
+            (r.status(), is_replay(r.headers())),
+            (StatusCode::BAD_GATEWAY, false)
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+
+    let r = send("/declined").await.unwrap();
+    assert_eq!(
+        (r.status(), is_replay(r.headers())),
+        (StatusCode::PAYMENT_REQUIRED, false)
+    );
+    let r = send("/declined").await.unwrap();
+    assert_eq!(
+        (r.status(), is_replay(r.headers())),
+        (StatusCode::PAYMENT_REQUIRED, true)
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_releases_the_record_and_answers_500() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let runs = runs.clone();
+        move || {
+            let runs = runs.clone();
+            async move {
+                if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                    panic!("first attempt blows up (expected by the test)");
+                }
+                (StatusCode::CREATED, "made it")
+            }
+        }
+    };
+    let app = Router::new().route(
+        "/orders",
+        post(handler).route_layer(IdempotencyLayer::new(client)),
+    );
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+    let send = || {
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", "\"p\"")
+            .send()
+    };
+    let r = send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    // Not left in flight (no 409) and not stored (no replayed 500): runs again.
+    let r = send().await.unwrap();
+    assert_eq!(
+        (r.status(), is_replay(r.headers())),
+        (StatusCode::CREATED, false)
+    );
+    let r = send().await.unwrap();
+    assert_eq!(
+        (r.status(), is_replay(r.headers())),
+        (StatusCode::CREATED, true)
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_disconnect_mid_handler_releases_the_record() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let started = Arc::new(Notify::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (started, runs) = (started.clone(), runs.clone());
+        move || {
+            let (started, runs) = (started.clone(), runs.clone());
+            async move {
+                if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                    started.notify_one();
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                (StatusCode::CREATED, "second try")
+            }
+        }
+    };
+    // A long lease: being able to retry soon proves a release, not an expiry.
+    let layer = IdempotencyLayer::new(client).lease(Duration::from_secs(30));
+    let app = Router::new().route("/orders", post(handler).route_layer(layer));
+    let base = serve(app).await;
+    let addr = base.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    std::io::Write::write_all(
+        &mut conn,
+        b"POST /orders HTTP/1.1\r\nhost: x\r\nidempotency-key: \"d\"\r\ncontent-length: 0\r\n\r\n",
+    )
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), started.notified())
+        .await
+        .expect("the handler did not start");
+    let http = reqwest::Client::new();
+    let send = || {
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", "\"d\"")
+            .send()
+    };
+    assert_eq!(send().await.unwrap().status(), StatusCode::CONFLICT);
+    let dropped = Instant::now();
+    drop(conn);
+    loop {
+        let r = send().await.unwrap();
+        if r.status() == StatusCode::CREATED {
+            assert!(!is_replay(r.headers()));
+            break;
+        }
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+        assert!(
+            dropped.elapsed() < Duration::from_secs(10),
+            "the record was not released"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "key usable again {:?} after the client disconnected",
+        dropped.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_scoped_to_the_principal() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let orders = Orders::default();
+    let layer = IdempotencyLayer::new(client).scope(|req| {
+        req.headers
+            .get("x-user")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    });
+    let base = serve(orders_app(layer, orders.clone())).await;
+    let http = reqwest::Client::new();
+    let send = |user: &'static str, item: &'static str| {
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", "\"shared\"")
+            .header("x-user", user)
+            .json(&json!({ "item": item }))
+            .send()
+    };
+    let alice = send("alice", "a").await.unwrap();
+    assert_eq!(alice.headers()["location"], "/orders/1");
+    // Bob guesses Alice's key: he gets his own run, not her response (nor 422).
+    let bob = send("bob", "b").await.unwrap();
+    assert_eq!(bob.status(), StatusCode::CREATED);
+    assert!(!is_replay(bob.headers()));
+    assert_eq!(bob.headers()["location"], "/orders/2");
+    let alice = send("alice", "a").await.unwrap();
+    assert!(is_replay(alice.headers()));
+    assert_eq!(alice.headers()["location"], "/orders/1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_can_wait_for_the_first_and_get_its_response() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let orders = Orders {
+        work: Duration::from_millis(300),
+        ..Orders::default()
+    };
+    let layer = IdempotencyLayer::new(client).wait(Duration::from_secs(10));
+    let base = serve(orders_app(layer, orders.clone())).await;
+    let http = reqwest::Client::new();
+    let send = || {
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", "\"w\"")
+            .json(&json!({ "item": "lamp" }))
+            .send()
+    };
+    let (a, b) = tokio::join!(send(), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        send().await
+    });
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.status(), StatusCode::CREATED);
+    assert_eq!(b.status(), StatusCode::CREATED);
+    assert!(!is_replay(a.headers()) && is_replay(b.headers()));
+    assert_eq!(orders.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_outliving_its_lease_keeps_the_record_in_flight() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    // Three leases long: only the watchdog's renewals keep the record claimed.
+    let orders = Orders {
+        work: Duration::from_millis(900),
+        ..Orders::default()
+    };
+    let layer = IdempotencyLayer::new(client).lease(Duration::from_millis(300));
+    let base = serve(orders_app(layer, orders.clone())).await;
+    let http = reqwest::Client::new();
+    let send = || {
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", "\"slow\"")
+            .json(&json!({ "item": "desk" }))
+            .send()
+    };
+    let first = tokio::spawn(send());
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let r = send().await.unwrap();
+        assert_eq!(
+            r.status(),
+            StatusCode::CONFLICT,
+            "the record left flight early"
+        );
+    }
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert_eq!(orders.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_process_frees_its_key_after_one_lease() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let lease = Duration::from_millis(600);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (crash_tx, crash_rx) = std::sync::mpsc::channel::<()>();
+    // "Process" A: its own runtime, client and server; its handler never ends.
+    let a = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let client = LockClient::builder().redis(url).build().await.unwrap();
+            let started = Arc::new(Notify::new());
+            let handler = {
+                let started = started.clone();
+                move || {
+                    let started = started.clone();
+                    async move {
+                        started.notify_one();
+                        std::future::pending::<()>().await;
+                    }
+                }
+            };
+            let app = Router::new().route(
+                "/orders",
+                post(handler).route_layer(IdempotencyLayer::new(client).lease(lease)),
+            );
+            let base = serve(app).await;
+            let request = tokio::spawn(async move {
+                let _ = reqwest::Client::new()
+                    .post(format!("{base}/orders"))
+                    .header("idempotency-key", "\"crash\"")
+                    .send()
+                    .await;
+            });
+            started.notified().await;
+            ready_tx.send(()).unwrap();
+            drop(request);
+        });
+        crash_rx.recv().unwrap();
+        // A crash: every task is dropped without running, no release is sent
+        // and renewals stop.
+        runtime.shutdown_background();
+    });
+    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+
+    // "Process" B, same Redis, same route.
+    let client = redis_client(&server).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let runs = runs.clone();
+        move || {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                StatusCode::CREATED
+            }
+        }
+    };
+    let app = Router::new().route(
+        "/orders",
+        post(handler).route_layer(IdempotencyLayer::new(client).lease(lease)),
+    );
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+    let send = || {
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", "\"crash\"")
+            .send()
+    };
+    assert_eq!(
+        send().await.unwrap().status(),
+        StatusCode::CONFLICT,
+        "A's claim is in flight"
+    );
+    crash_tx.send(()).unwrap();
+    let crashed = Instant::now();
+    a.join().unwrap();
+    loop {
+        let r = send().await.unwrap();
+        if r.status() == StatusCode::CREATED {
+            break;
+        }
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+        assert!(
+            crashed.elapsed() < Duration::from_secs(10),
+            "the crashed claim never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let freed = crashed.elapsed();
+    println!("key usable again {freed:?} after the crash (lease {lease:?})");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_answers_503_and_large_bodies_413() {
+    let mut server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let orders = Orders::default();
+    let layer = IdempotencyLayer::new(client).max_request_body(64);
+    let base = serve(orders_app(layer, orders.clone())).await;
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{base}/orders"))
+        .header("idempotency-key", "\"big\"")
+        .json(&json!({ "item": "x".repeat(100) }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+    server.kill();
+    let r = http
+        .post(format!("{base}/orders"))
+        .header("idempotency-key", "\"down\"")
+        .json(&json!({ "item": "y" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    assert_eq!(orders.runs.load(Ordering::SeqCst), 0);
+}

@@ -1,0 +1,673 @@
+//! `LockLayer` on an axum app served on a loopback port, driven by a real HTTP
+//! client, against a real redis-server (and the embedded backend where cheap).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::routing::post;
+use futures_util::StreamExt;
+use http::StatusCode;
+use lock_runtime::layer::LockLayer;
+use lock_runtime::{LockClient, LockInfo};
+use tests::RedisServer;
+use tokio::sync::{Barrier, Notify, mpsc};
+
+async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+async fn redis_client(server: &RedisServer) -> LockClient {
+    LockClient::builder()
+        .redis(server.url())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn memory_client() -> LockClient {
+    LockClient::builder().memory().build().await.unwrap()
+}
+
+/// How many handlers run at once, and the most that ever did.
+#[derive(Clone, Default)]
+struct Gauge {
+    now: Arc<AtomicUsize>,
+    max: Arc<AtomicUsize>,
+    runs: Arc<AtomicUsize>,
+}
+
+impl Gauge {
+    fn enter(&self) -> GaugeGuard {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(now, Ordering::SeqCst);
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        GaugeGuard(self.now.clone())
+    }
+}
+
+struct GaugeGuard(Arc<AtomicUsize>);
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// `POST /orders/{id}/pay` that takes `work` and answers with its fencing token.
+fn pay_app(layer: LockLayer, gauge: Gauge, work: Duration) -> Router {
+    Router::new()
+        .route(
+            "/orders/{id}/pay",
+            post(
+                move |State(gauge): State<Gauge>, Path(id): Path<u64>, lock: LockInfo| async move {
+                    let _inside = gauge.enter();
+                    assert_eq!(lock.key, format!("order:{id}"));
+                    tokio::time::sleep(work).await;
+                    lock.fencing_token.to_string()
+                },
+            ),
+        )
+        .route_layer(layer)
+        .with_state(gauge)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pays_on_one_order_run_one_at_a_time() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let gauge = Gauge::default();
+    let layer = LockLayer::new(client.clone())
+        .key("order:<id>")
+        .wait(Duration::from_secs(20));
+    let base = serve(pay_app(layer, gauge.clone(), Duration::from_millis(50))).await;
+    let http = reqwest::Client::new();
+    let n = 8;
+    let replies = futures_util::future::join_all((0..n).map(|_| {
+        let http = http.clone();
+        let url = format!("{base}/orders/42/pay");
+        async move {
+            let r = http.post(url).send().await.unwrap();
+            (r.status(), r.text().await.unwrap())
+        }
+    }))
+    .await;
+    let mut tokens: Vec<u64> = replies
+        .iter()
+        .map(|(status, body)| {
+            assert_eq!(*status, StatusCode::OK, "{body}");
+            body.parse().unwrap()
+        })
+        .collect();
+    tokens.sort_unstable();
+    assert_eq!(
+        tokens,
+        (1..=n).collect::<Vec<u64>>(),
+        "one fencing token per holder"
+    );
+    assert_eq!(gauge.runs.load(Ordering::SeqCst), n as usize);
+    assert_eq!(gauge.max.load(Ordering::SeqCst), 1, "two pays ran at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_order_answers_409_with_retry_after_and_a_problem() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let gauge = Gauge::default();
+    let layer = LockLayer::new(client.clone()).key("order:<id>");
+    let base = serve(pay_app(layer, gauge.clone(), Duration::ZERO)).await;
+    let holder = client
+        .lock("order:7")
+        .ttl(Duration::from_secs(6))
+        .acquire()
+        .await
+        .unwrap();
+
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{base}/orders/7/pay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let retry_after: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The holder's remaining lease, rounded up: renewed every 2 s, so 4 to 6 s.
+    assert!((3..=6).contains(&retry_after), "Retry-After: {retry_after}");
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let problem: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(problem["status"], 409);
+    assert_eq!(problem["title"], "Conflict");
+    assert!(problem["detail"].as_str().unwrap().contains("order:7"));
+    assert_eq!(
+        gauge.runs.load(Ordering::SeqCst),
+        0,
+        "the handler ran without the lock"
+    );
+
+    // Another order is free meanwhile.
+    let r = http
+        .post(format!("{base}/orders/8/pay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+
+    // 423 when chosen.
+    let locked = LockLayer::new(client.clone())
+        .key("order:<id>")
+        .busy_status(StatusCode::LOCKED);
+    let base423 = serve(pay_app(locked, gauge.clone(), Duration::ZERO)).await;
+    let r = http
+        .post(format!("{base423}/orders/7/pay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::LOCKED);
+    assert!(r.headers().contains_key("retry-after"));
+
+    holder.release().await.unwrap();
+    let r = http
+        .post(format!("{base}/orders/7/pay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pays_on_different_orders_run_in_parallel() {
+    let server = RedisServer::start();
+    for client in [redis_client(&server).await, memory_client().await] {
+        let n = 4;
+        // Every handler waits for all the others: this only completes if the
+        // four pays run at the same time.
+        let barrier = Arc::new(Barrier::new(n));
+        let app = Router::new()
+            .route(
+                "/orders/{id}/pay",
+                post(move |lock: LockInfo| {
+                    let barrier = barrier.clone();
+                    async move {
+                        tokio::time::timeout(Duration::from_secs(10), barrier.wait())
+                            .await
+                            .expect("the pays were serialized");
+                        lock.key
+                    }
+                }),
+            )
+            .route_layer(LockLayer::new(client).key("order:<id>"));
+        let base = serve(app).await;
+        let http = reqwest::Client::new();
+        let replies = futures_util::future::join_all((0..n).map(|i| {
+            let http = http.clone();
+            let url = format!("{base}/orders/{i}/pay");
+            async move { http.post(url).send().await.unwrap() }
+        }))
+        .await;
+        for (i, r) in replies.into_iter().enumerate() {
+            assert_eq!(r.status(), StatusCode::OK);
+            assert_eq!(r.text().await.unwrap(), format!("order:{i}"));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_disconnect_mid_handler_releases_the_lock() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let started = Arc::new(Notify::new());
+    let finished = Arc::new(AtomicUsize::new(0));
+    let app = {
+        let (started, finished) = (started.clone(), finished.clone());
+        Router::new()
+            .route(
+                "/orders/{id}/pay",
+                post(move || async move {
+                    started.notify_one();
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    finished.fetch_add(1, Ordering::SeqCst);
+                }),
+            )
+            // A long lease: getting the lock back soon proves a release, not an expiry.
+            .route_layer(
+                LockLayer::new(client.clone())
+                    .key("order:<id>")
+                    .ttl(Duration::from_secs(30)),
+            )
+    };
+    let base = serve(app).await;
+    let addr = base.trim_start_matches("http://");
+
+    // A raw connection, so that dropping it is exactly a client going away.
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    std::io::Write::write_all(
+        &mut conn,
+        b"POST /orders/5/pay HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
+    )
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), started.notified())
+        .await
+        .expect("the handler did not start");
+    assert!(
+        client
+            .lock("order:5")
+            .acquire()
+            .await
+            .unwrap_err()
+            .is_busy()
+    );
+    let dropped = Instant::now();
+    drop(conn);
+
+    let guard = client
+        .lock("order:5")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the lock was not released after the client went away");
+    let handover = dropped.elapsed();
+    println!("lock free again {handover:?} after the client disconnected");
+    assert!(handover < Duration::from_secs(10), "{handover:?}");
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the handler was not cancelled"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_response_holds_the_lock_until_the_body_ends() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let (chunks_tx, chunks_rx) = mpsc::channel::<Bytes>(4);
+    let chunks_rx = Arc::new(tokio::sync::Mutex::new(Some(chunks_rx)));
+    let app = Router::new()
+        .route(
+            "/orders/{id}/report",
+            post(move |lock: LockInfo| {
+                let chunks_rx = chunks_rx.clone();
+                async move {
+                    match chunks_rx.lock().await.take() {
+                        // The first request streams what the test sends.
+                        Some(rx) => {
+                            let stream = tokio_stream_from(rx).map(Ok::<_, Infallible>);
+                            Body::from_stream(stream)
+                        }
+                        None => Body::from(format!("token {}", lock.fencing_token)),
+                    }
+                }
+            }),
+        )
+        .route_layer(LockLayer::new(client.clone()).key("order:<id>"));
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+
+    let mut streaming = http
+        .post(format!("{base}/orders/9/report"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streaming.status(), StatusCode::OK);
+    chunks_tx
+        .send(Bytes::from_static(b"part 1;"))
+        .await
+        .unwrap();
+    assert_eq!(streaming.chunk().await.unwrap().unwrap(), "part 1;");
+
+    // The handler has returned, but its body is still streaming: still locked.
+    let r = http
+        .post(format!("{base}/orders/9/report"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert!(
+        client
+            .lock("order:9")
+            .acquire()
+            .await
+            .unwrap_err()
+            .is_busy()
+    );
+
+    chunks_tx
+        .send(Bytes::from_static(b"part 2;"))
+        .await
+        .unwrap();
+    assert_eq!(streaming.chunk().await.unwrap().unwrap(), "part 2;");
+    drop(chunks_tx); // end of stream
+    assert!(streaming.chunk().await.unwrap().is_none());
+
+    // Released before the end of the body reached the client: free at once.
+    let guard = client
+        .lock("order:9")
+        .acquire()
+        .await
+        .expect("the lock outlived the response body");
+    guard.release().await.unwrap();
+    let r = http
+        .post(format!("{base}/orders/9/report"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.text().await.unwrap(), "token 3");
+}
+
+fn tokio_stream_from(mut rx: mpsc::Receiver<Bytes>) -> impl futures_util::Stream<Item = Bytes> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_answers_503_unless_failing_open() {
+    let mut server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let app = |layer: LockLayer| {
+        let runs = runs.clone();
+        Router::new()
+            .route(
+                "/orders/{id}/pay",
+                post(move |lock: Option<LockInfo>| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    if lock.is_some() { "locked" } else { "unlocked" }
+                }),
+            )
+            .route_layer(layer)
+    };
+    let closed = serve(app(LockLayer::new(client.clone()).key("order:<id>"))).await;
+    let open = serve(app(LockLayer::new(client.clone())
+        .key("order:<id>")
+        .fail_open(true)))
+    .await;
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{closed}/orders/1/pay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "locked");
+
+    server.kill();
+    let started = Instant::now();
+    let r = http
+        .post(format!("{closed}/orders/1/pay"))
+        .send()
+        .await
+        .unwrap();
+    println!("503 after {:?}", started.elapsed());
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "fail closed ran the handler"
+    );
+
+    let r = http
+        .post(format!("{open}/orders/1/pay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.text().await.unwrap(), "unlocked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_whose_key_cannot_be_built_get_400() {
+    let client = memory_client().await;
+    let ok = || post(|lock: LockInfo| async move { lock.key });
+    // Per-route layers: `Router::route_layer` would wrap the routes above it too.
+    let app = Router::new()
+        .route(
+            "/accounts/debit",
+            ok().route_layer(LockLayer::new(client.clone()).key_from_header("x-account")),
+        )
+        .route(
+            "/orders/{id}/pay",
+            ok().route_layer(LockLayer::new(client.clone()).key("order:<order_id>")),
+        )
+        .route(
+            "/jobs/{name}",
+            ok().route_layer(LockLayer::new(client.clone()).key_fn(|req| {
+                let name = req.uri.path().rsplit('/').next()?;
+                (name != "forbidden").then(|| format!("job:{name}"))
+            })),
+        )
+        .route(
+            "/broken",
+            ok().route_layer(LockLayer::new(client.clone()).key("order:<id")),
+        );
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+
+    let r = http
+        .post(format!("{base}/accounts/debit"))
+        .header("x-account", "a-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "a-1");
+    let r = http
+        .post(format!("{base}/accounts/debit"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let r = http
+        .post(format!("{base}/accounts/debit"))
+        .header("x-account", "a")
+        .header("x-account", "b")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+
+    // The template names a parameter the route does not have.
+    let r = http
+        .post(format!("{base}/orders/1/pay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let problem: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("order_id"),
+        "{problem}"
+    );
+
+    let r = http
+        .post(format!("{base}/jobs/nightly"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "job:nightly");
+    let r = http
+        .post(format!("{base}/jobs/forbidden"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+
+    // A malformed template is the server's fault.
+    let r = http.post(format!("{base}/broken")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handler_sees_its_lock_and_a_nested_lock_of_the_same_key_re_enters() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let inner_client = client.clone();
+    let app = Router::new()
+        .route(
+            "/orders/{id}/pay",
+            post(move |Path(id): Path<u64>, lock: LockInfo| {
+                let client = inner_client.clone();
+                async move {
+                    assert_eq!(lock_runtime::current_lock(), Some(lock.clone()));
+                    // What a `#[distributed_lock(key = "order:<id>")]` service
+                    // function does: lock the same key again, on the same client.
+                    let nested = client
+                        .lock(format!("order:{id}"))
+                        .run(async { lock_runtime::current_lock().unwrap().fencing_token })
+                        .await
+                        .expect("the nested lock did not re-enter");
+                    assert_eq!(nested, lock.fencing_token);
+                    lock.fencing_token.to_string()
+                }
+            }),
+        )
+        .route_layer(LockLayer::new(client.clone()).key("order:<id>"));
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+    let mut last = 0;
+    for _ in 0..3 {
+        let r = http
+            .post(format!("{base}/orders/3/pay"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let token: u64 = r.text().await.unwrap().parse().unwrap();
+        assert!(
+            token > last,
+            "fencing tokens must increase: {token} after {last}"
+        );
+        last = token;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_mid_handler_cancels_it_with_503() {
+    let client = memory_client().await;
+    let started = Arc::new(Notify::new());
+    let finished = Arc::new(AtomicUsize::new(0));
+    let app = {
+        let (started, finished) = (started.clone(), finished.clone());
+        Router::new()
+            .route(
+                "/orders/{id}/pay",
+                post(move || async move {
+                    started.notify_one();
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    finished.fetch_add(1, Ordering::SeqCst);
+                }),
+            )
+            .route_layer(
+                LockLayer::new(client.clone())
+                    .key("order:<id>")
+                    .ttl(Duration::from_millis(300)),
+            )
+    };
+    let base = serve(app).await;
+    let request = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{base}/orders/1/pay"))
+            .send()
+            .await
+            .unwrap()
+    });
+    started.notified().await;
+    // An operator deletes the lock: the next renewal finds it gone.
+    client.force_delete("order:1").await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(3), request)
+        .await
+        .expect("the handler was not cancelled")
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(finished.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn back_to_back_requests_find_the_lock_free() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    // The lock is released before the response completes, so a client's next
+    // request never races the release of its previous one.
+    let app = Router::new()
+        .route(
+            "/orders/{id}/pay",
+            post(|| async { "paid" }).route_layer(LockLayer::new(client.clone()).key("order:<id>")),
+        )
+        .route(
+            "/orders/{id}/touch",
+            post(|| async {}).route_layer(LockLayer::new(client.clone()).key("order:<id>")),
+        );
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+    for i in 0..40 {
+        let action = if i % 2 == 0 { "pay" } else { "touch" };
+        let r = http
+            .post(format!("{base}/orders/1/{action}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "request {i} ({action})");
+        r.bytes().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_body_dropped_by_the_client_releases_the_lock() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let (chunks_tx, chunks_rx) = mpsc::channel::<Bytes>(4);
+    let chunks_rx = Arc::new(tokio::sync::Mutex::new(Some(chunks_rx)));
+    let app = Router::new()
+        .route(
+            "/orders/{id}/report",
+            post(move || {
+                let chunks_rx = chunks_rx.clone();
+                async move {
+                    let rx = chunks_rx.lock().await.take().unwrap();
+                    Body::from_stream(tokio_stream_from(rx).map(Ok::<_, Infallible>))
+                }
+            }),
+        )
+        .route_layer(
+            LockLayer::new(client.clone())
+                .key("order:<id>")
+                .ttl(Duration::from_secs(30)),
+        );
+    let base = serve(app).await;
+    let mut streaming = reqwest::Client::new()
+        .post(format!("{base}/orders/2/report"))
+        .send()
+        .await
+        .unwrap();
+    chunks_tx.send(Bytes::from_static(b"part 1")).await.unwrap();
+    assert_eq!(streaming.chunk().await.unwrap().unwrap(), "part 1");
+    assert!(
+        client
+            .lock("order:2")
+            .acquire()
+            .await
+            .unwrap_err()
+            .is_busy()
+    );
+    drop(streaming);
+    let guard = client
+        .lock("order:2")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the lock outlived the abandoned body");
+    guard.release().await.unwrap();
+}
