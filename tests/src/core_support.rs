@@ -1,0 +1,273 @@
+//! Support for the runtime-core suites (`tests/tests/core*.rs`): one fixture
+//! that gives the same test a `.memory()` or a real-Redis client, a macro that
+//! generates one `#[tokio::test]` per backend from one `async fn`, a capture of
+//! the library's `tracing` warnings, and small timing helpers.
+//!
+//! Included by the test files with
+//! `#[macro_use] #[path = "../src/core_support.rs"] mod core_support;`
+//! (it needs nothing from `lib.rs` but [`tests::RedisServer`]).
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockClientBuilder, LockError};
+use tests::RedisServer;
+
+/// Which backend a fixture runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Memory,
+    Redis,
+}
+
+/// One backend under test: its client, and for Redis the server it talks to.
+pub struct Env {
+    pub kind: Kind,
+    pub client: LockClient,
+    pub server: Option<RedisServer>,
+}
+
+impl Env {
+    /// A fixture on the embedded backend.
+    pub async fn memory() -> Self {
+        capture_warnings();
+        let client = LockClient::builder()
+            .memory()
+            .build()
+            .await
+            .expect("memory client");
+        Self {
+            kind: Kind::Memory,
+            client,
+            server: None,
+        }
+    }
+
+    /// A fixture on a fresh `redis-server` of its own.
+    pub async fn redis() -> Self {
+        capture_warnings();
+        let server = RedisServer::start();
+        let client = LockClient::builder()
+            .redis(server.url())
+            .build()
+            .await
+            .expect("redis client");
+        Self {
+            kind: Kind::Redis,
+            client,
+            server: Some(server),
+        }
+    }
+
+    pub async fn new(kind: Kind) -> Self {
+        match kind {
+            Kind::Memory => Self::memory().await,
+            Kind::Redis => Self::redis().await,
+        }
+    }
+
+    /// A builder pointed at this fixture's backend (a new client for Redis;
+    /// for memory a builder gives an unrelated store, so prefer [`Env::other`]).
+    pub fn builder(&self) -> LockClientBuilder {
+        match &self.server {
+            Some(server) => LockClient::builder().redis(server.url()),
+            None => LockClient::builder().memory(),
+        }
+    }
+
+    /// A second client on the same store. For Redis an independent client (own
+    /// connections, own subscriber, own reentrancy identity); for the embedded
+    /// backend, which lives inside one client, a clone: what differs between
+    /// the two is then only the per-acquisition ownership token.
+    pub async fn other(&self) -> LockClient {
+        match &self.server {
+            Some(server) => LockClient::builder()
+                .redis(server.url())
+                .build()
+                .await
+                .expect("second redis client"),
+            None => self.client.clone(),
+        }
+    }
+
+    pub fn server(&self) -> &RedisServer {
+        self.server.as_ref().expect("a Redis fixture")
+    }
+
+    pub fn is_redis(&self) -> bool {
+        self.kind == Kind::Redis
+    }
+}
+
+/// Generates, for each named `async fn name(env: Env)`, a test
+/// `memory::name` and a test `redis::name` on a multi-thread runtime.
+/// (Textual scope: include this module with `#[macro_use]`.)
+/// Attributes written before a name (`#[ignore = "bug: ..."]`) go on both tests.
+macro_rules! both_backends {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                $(#[$attr])*
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(crate::core_support::Env::memory().await).await
+                }
+            )*
+        }
+        mod redis {
+            $(
+                $(#[$attr])*
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(crate::core_support::Env::redis().await).await
+                }
+            )*
+        }
+    };
+}
+
+/// A key no other test of this process uses (the warning capture is global).
+pub fn key(name: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("{name}:{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Awaits `fut`, failing the test if it takes longer than `limit`.
+pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(output) => output,
+        Err(_) => panic!("{what}: did not finish within {limit:?}"),
+    }
+}
+
+/// Polls `check` every millisecond until it holds; fails after `limit`.
+pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !check() {
+        if started.elapsed() > limit {
+            panic!("{what}: still false after {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    started.elapsed()
+}
+
+/// `true` if the lock `key` is held by someone (a try-once probe that, if it
+/// happens to get the lock, gives it back at once).
+pub async fn is_held(client: &LockClient, key: &str) -> bool {
+    match client.lock(key).acquire().await {
+        Ok(guard) => {
+            guard.release().await.expect("release the probe");
+            false
+        }
+        Err(LockError::Busy { .. }) => true,
+        Err(e) => panic!("probe of `{key}` failed: {e}"),
+    }
+}
+
+/// The remaining lease of the holder of `key`, as a try-once acquire reports it.
+pub async fn remaining(client: &LockClient, key: &str) -> Duration {
+    match client.lock(key).acquire().await {
+        Err(LockError::Busy { retry_after, .. }) => retry_after,
+        Ok(_) => panic!("`{key}` was expected to be held"),
+        Err(e) => panic!("probe of `{key}` failed: {e}"),
+    }
+}
+
+/// Median and maximum of some durations.
+pub fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    (
+        samples[samples.len() / 2],
+        *samples.last().expect("samples"),
+    )
+}
+
+// ---- tracing capture -----------------------------------------------------
+
+/// One `WARN` (or `ERROR`) event the library emitted.
+#[derive(Clone, Debug)]
+pub struct Warning {
+    pub message: String,
+    pub key: Option<String>,
+}
+
+static WARNINGS: Mutex<Vec<Warning>> = Mutex::new(Vec::new());
+
+/// Installs (once per process) a global subscriber that records warnings.
+/// Set `CORE_TEST_LOG=debug` to also print the library's events.
+pub fn capture_warnings() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        use tracing_subscriber::{Layer, filter::LevelFilter};
+        let print = std::env::var("CORE_TEST_LOG").ok().map(|filter| {
+            tracing_subscriber::fmt::layer()
+                .with_test_writer()
+                .with_filter(tracing_subscriber::EnvFilter::new(filter))
+        });
+        let _ = tracing_subscriber::registry()
+            .with(Capture.with_filter(LevelFilter::WARN))
+            .with(print)
+            .try_init();
+    });
+}
+
+/// The warnings recorded so far whose `key` field is `key`.
+pub fn warnings_for(key: &str) -> Vec<Warning> {
+    WARNINGS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|w| w.key.as_deref() == Some(key))
+        .cloned()
+        .collect()
+}
+
+struct Capture;
+
+#[derive(Default)]
+struct Fields {
+    message: String,
+    key: Option<String>,
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "message" => self.message = value.to_owned(),
+            "key" => self.key = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            "key" => self.key = Some(format!("{value:?}")),
+            _ => {}
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        WARNINGS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Warning {
+                message: fields.message,
+                key: fields.key,
+            });
+    }
+}
