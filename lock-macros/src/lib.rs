@@ -1,9 +1,204 @@
-//! The `#[distributed_lock]` attribute. Use it through `lock_runtime::distributed_lock`.
+//! The `#[distributed_lock]` attribute. Use it through
+//! [`lock_runtime::distributed_lock`](https://docs.rs/lock-runtime); this crate
+//! is an implementation detail of `lock-runtime`, pinned to its exact version.
+
+mod args;
+mod expand;
+mod template;
 
 use proc_macro::TokenStream;
 
-/// Placeholder; replaced by the attribute implementation.
+/// Runs an `async fn` under a distributed lock whose key is built from its
+/// arguments.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_runtime::{LockClient, LockError, distributed_lock};
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(LockError),
+///     Declined,
+/// }
+///
+/// impl From<LockError> for AppError {
+///     fn from(e: LockError) -> Self {
+///         AppError::Lock(e)
+///     }
+/// }
+///
+/// #[distributed_lock(key = "order:<order_id>", ttl = "30s", wait = "2s")]
+/// async fn pay(order_id: u64, amount: u64) -> Result<u64, AppError> {
+///     // Only one process at a time gets here for a given order.
+///     let fence = lock_runtime::current_lock().unwrap().fencing_token;
+///     if amount == 0 {
+///         return Err(AppError::Declined);
+///     }
+///     Ok(fence) // pass `fence` with every write to storage
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), AppError> {
+/// // Once, at startup: the client the attribute uses by default.
+/// let client = LockClient::builder().memory().build().await?; // .redis(url) in production
+/// lock_runtime::set_global_client(client);
+///
+/// assert_eq!(pay(42, 100).await?, 1);
+/// assert_eq!(pay(42, 100).await?, 2);
+/// assert!(matches!(pay(42, 0).await, Err(AppError::Declined)));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # The same code without the attribute
+///
+/// The attribute keeps the signature and wraps the body; `pay` above is
+///
+/// ```
+/// # use std::time::Duration;
+/// # use lock_runtime::LockError;
+/// # #[derive(Debug)] enum AppError { Lock(LockError) }
+/// # impl From<LockError> for AppError { fn from(e: LockError) -> Self { AppError::Lock(e) } }
+/// async fn pay(order_id: u64, amount: u64) -> Result<u64, AppError> {
+///     let client = lock_runtime::global_client().ok_or(LockError::NoClient)?;
+///     let key = format!("order:{}", order_id); // before the body moves the arguments
+///     client
+///         .lock(key)
+///         .ttl(Duration::from_secs(30))
+///         .wait(Duration::from_secs(2))
+///         .run(async move {
+///             // the body, unchanged
+/// #           let _ = amount;
+/// #           Ok(lock_runtime::current_lock().unwrap().fencing_token)
+///         })
+///         .await
+///         .unwrap_or_else(|lock_error| Err(AppError::from(lock_error)))
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # lock_runtime::set_global_client(lock_runtime::LockClient::builder().memory().build().await.unwrap());
+/// # assert_eq!(pay(1, 1).await.unwrap(), 1);
+/// # }
+/// ```
+///
+/// and with `client = self.locks`, `lock_runtime::global_client()` becomes
+/// `self.locks.clone()`. The actual expansion is one call into
+/// `lock_runtime::__private`, which does the above.
+///
+/// # Key templates
+///
+/// `key` is a string in which `<...>` is a placeholder for a value, rendered
+/// with [`Display`](std::fmt::Display):
+///
+/// | placeholder | value |
+/// |---|---|
+/// | `<order_id>` | the parameter `order_id` (any name bound by a parameter pattern) |
+/// | `<order.id>`, `<pair.0>` | a field (or tuple field) of a parameter, at any depth |
+/// | `<self.tenant>` | a field of `self`, in methods |
+///
+/// Everything else is literal, **braces included**, so Redis Cluster hash tags
+/// can be written: `"{tenant:<self.tenant>}:order:<order.id>"` puts all of a
+/// tenant's keys in one slot. Write `<<` and `>>` for a literal `<` and `>`.
+///
+/// A placeholder naming no parameter is a compile error at the key, listing the
+/// parameters; a field that does not exist or a value that is not `Display` is
+/// a type error at the key. The key is computed when the function's future is
+/// first polled, before the body runs (and before it can move the arguments).
+///
+/// **Values are rendered as-is, not escaped.** If a value can contain the
+/// separators of your template, two different argument lists can render the
+/// same key and share a lock: with `"<tenant>:<order>"`, tenant `"a:b"` order
+/// `"c"` and tenant `"a"` order `"b:c"` both give `"a:b:c"`. Keep tenants apart
+/// by rendering values that cannot contain the separator (numeric ids, UUIDs,
+/// validated slugs) or by a `Display` wrapper of your own that escapes them.
+///
+/// # Options
+///
+/// | option | meaning | default |
+/// |---|---|---|
+/// | `key = "..."` | the key template (required) | |
+/// | `ttl = "30s"` | the lease, renewed every ttl/3 while the body runs; 50ms to 7 days | the client's `default_ttl` |
+/// | `wait = "2s"` | how long to wait for a busy lock, then `LockError::Busy` | try once |
+/// | `renew = false` | a fixed lease: the body is cancelled when it runs out | `true` |
+/// | `client = <expr>` | the client: a `LockClient`, `&LockClient`, `Arc<LockClient>`, `self.locks`, ... evaluated (and cloned) before the body | the global client |
+/// | `crate = <path>` | where `lock_runtime` is, for crates that re-export it | `::lock_runtime` |
+///
+/// Durations are [humantime](https://docs.rs/humantime) strings: `"500ms"`,
+/// `"30s"`, `"2m"`, `"1m 30s"`. Unknown or repeated options and invalid
+/// durations are compile errors.
+///
+/// # Semantics
+///
+/// Exactly those of [`LockRequest::run`](https://docs.rs/lock-runtime/latest/lock_runtime/struct.LockRequest.html#method.run):
+///
+/// * acquire, waiting up to `wait`; run the body while the watchdog renews the
+///   lease; release when the body returns, fails or panics;
+/// * if the lease is lost, the body is dropped at its next `.await` and the
+///   function returns `Err(LockError::Lost { .. }.into())`;
+/// * reentrant per task: a locked function that calls another one with the same
+///   key (on the same client) re-enters instead of deadlocking;
+/// * `lock_runtime::current_lock()` gives the body its key and fencing token.
+///
+/// Lock failures (`Busy`, `Lost`, `Backend`, `Config`, `InvalidKey`, `NoClient`)
+/// are returned through `From<LockError>` for the function's error type.
+/// Without `client = ...` and with no client installed by
+/// `lock_runtime::set_global_client`, the function returns
+/// `LockError::NoClient`, whose message says how to install one.
+///
+/// # Requirements
+///
+/// * an `async fn` (free, or a method taking `&self`, `&mut self` or `self`;
+///   generics, `impl Trait` arguments and any visibility work);
+/// * a return type `Result<T, E>` (or an alias such as `anyhow::Result<T>`)
+///   with `E: From<LockError>`.
+///
+/// The returned future is `Send` when the body is. Other attributes such as
+/// `#[tracing::instrument]` may come before or after this one.
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_runtime::{LockClient, LockError, distributed_lock};
+///
+/// struct Orders {
+///     tenant: String,
+///     locks: Arc<LockClient>,
+/// }
+///
+/// struct NewOrder {
+///     id: u64,
+/// }
+///
+/// impl Orders {
+///     #[distributed_lock(key = "{tenant:<self.tenant>}:order:<order.id>", client = self.locks)]
+///     async fn create(&self, order: &NewOrder) -> Result<String, LockError> {
+///         Ok(lock_runtime::current_lock().unwrap().key)
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let locks = Arc::new(LockClient::builder().memory().build().await?);
+/// let orders = Orders { tenant: "acme".into(), locks };
+/// assert_eq!(orders.create(&NewOrder { id: 7 }).await?, "{tenant:acme}:order:7");
+/// # Ok(())
+/// # }
+/// ```
 #[proc_macro_attribute]
-pub fn distributed_lock(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let func = match syn::parse::<args::LockedFn>(item.clone()) {
+        Ok(func) => func,
+        Err(e) => return with_error(item, e),
+    };
+    match expand::expand(syn::parse::<args::Args>(args), &func) {
+        Ok(tokens) => tokens.into(),
+        Err(e) => with_error(item, e),
+    }
+}
+
+/// The item unchanged plus the errors, so that the rest of the crate still
+/// sees the function (fewer follow-up errors, working IDE completion).
+fn with_error(item: TokenStream, error: syn::Error) -> TokenStream {
+    let mut out = item;
+    out.extend(TokenStream::from(error.to_compile_error()));
+    out
 }

@@ -1,7 +1,33 @@
 //! Support for `#[distributed_lock]`. Not a stable API: only the attribute's
 //! expansion may use it.
+//!
+//! For
+//!
+//! ```ignore
+//! #[distributed_lock(key = "order:<order_id>", ttl = "30s", wait = "2s", client = self.locks)]
+//! async fn pay(&self, order_id: u64) -> Result<Receipt, AppError> { body }
+//! ```
+//!
+//! the attribute writes
+//!
+//! ```ignore
+//! async fn pay(&self, order_id: u64) -> Result<Receipt, AppError> {
+//!     let client = ::lock_runtime::__private::client(&(self.locks));
+//!     let key = ::std::format!("order:{}", order_id);
+//!     ::lock_runtime::__private::run(
+//!         client,
+//!         key,
+//!         ::lock_runtime::__private::Options { ttl: Some(30s), wait: 2s, renew: true },
+//!         async move { body },
+//!     )
+//!     .await
+//! }
+//! ```
+//!
+//! (without `client = ...`, `client` is `None`: the global client).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{LockClient, LockError};
@@ -9,39 +35,203 @@ use crate::{LockClient, LockError};
 /// Options written in the attribute.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
-    /// `ttl = "..."`, in milliseconds; `None`: the client's default.
-    pub ttl_ms: Option<u64>,
-    /// `wait = "..."`, in milliseconds; 0: try once.
-    pub wait_ms: u64,
+    /// `ttl = "..."`; `None`: the client's default.
+    pub ttl: Option<Duration>,
+    /// `wait = "..."`; zero: try once.
+    pub wait: Duration,
     /// `renew = ...`.
     pub renew: bool,
 }
 
-/// Runs `body` under the lock `key`, like [`crate::LockRequest::run`], mapping
-/// lock failures into the function's error type.
-pub async fn run<T, E, F>(
-    client: Option<LockClient>,
-    key: String,
-    options: Options,
-    body: F,
-) -> Result<T, E>
+/// What `client = <expr>` may be: a [`LockClient`] or anything that leads to
+/// one (`&LockClient`, `Arc<LockClient>`, `Box<LockClient>`, references to those).
+#[diagnostic::on_unimplemented(
+    message = "`client = ...` in `#[distributed_lock]` must be a `LockClient`, a reference to one, or an `Arc`/`Box` of one; found `{Self}`",
+    label = "not a `LockClient`"
+)]
+pub trait ClientHandle {
+    /// A clone of the client (an `Arc` clone).
+    fn lock_client(&self) -> LockClient;
+}
+
+impl ClientHandle for LockClient {
+    fn lock_client(&self) -> LockClient {
+        self.clone()
+    }
+}
+
+impl<T: ClientHandle + ?Sized> ClientHandle for &T {
+    fn lock_client(&self) -> LockClient {
+        (**self).lock_client()
+    }
+}
+
+impl<T: ClientHandle + ?Sized> ClientHandle for &mut T {
+    fn lock_client(&self) -> LockClient {
+        (**self).lock_client()
+    }
+}
+
+impl<T: ClientHandle + ?Sized> ClientHandle for Arc<T> {
+    fn lock_client(&self) -> LockClient {
+        (**self).lock_client()
+    }
+}
+
+impl<T: ClientHandle + ?Sized> ClientHandle for Box<T> {
+    fn lock_client(&self) -> LockClient {
+        (**self).lock_client()
+    }
+}
+
+/// Evaluates `client = <expr>` before the body runs (the expansion passes
+/// `&(expr)`, so `self.locks` is borrowed, not moved out of `self`).
+pub fn client<C: ClientHandle + ?Sized>(client: &C) -> Option<LockClient> {
+    Some(client.lock_client())
+}
+
+/// What an attributed function may return: `Result<T, E>` with
+/// `E: From<LockError>`.
+#[diagnostic::on_unimplemented(
+    message = "a `#[distributed_lock]` function must return `Result<T, E>` with `E: From<lock_runtime::LockError>`; found `{Self}`",
+    label = "not a `Result`"
+)]
+pub trait LockResult {
+    /// The error value for a lock failure.
+    fn from_lock_error(error: LockError) -> Self;
+}
+
+impl<T, E: From<LockError>> LockResult for Result<T, E> {
+    fn from_lock_error(error: LockError) -> Self {
+        Err(E::from(error))
+    }
+}
+
+/// Runs `body` under the lock `key`, exactly like [`crate::LockRequest::run`]
+/// (`client`: `None` for the global client), converting lock failures into the
+/// function's error type.
+pub async fn run<R, F>(client: Option<LockClient>, key: String, options: Options, body: F) -> R
 where
-    F: Future<Output = Result<T, E>>,
-    E: From<LockError>,
+    R: LockResult,
+    F: Future<Output = R>,
 {
-    let client = match client.or_else(crate::global_client) {
-        Some(client) => client,
-        None => return Err(E::from(LockError::NoClient)),
+    let Some(client) = client.or_else(crate::global_client) else {
+        return R::from_lock_error(LockError::NoClient);
     };
-    let mut request = client
-        .lock(key)
-        .wait(Duration::from_millis(options.wait_ms))
-        .renew(options.renew);
-    if let Some(ttl) = options.ttl_ms {
-        request = request.ttl(Duration::from_millis(ttl));
+    let mut request = client.lock(key).wait(options.wait).renew(options.renew);
+    if let Some(ttl) = options.ttl {
+        request = request.ttl(ttl);
     }
     match request.run(body).await {
         Ok(result) => result,
-        Err(e) => Err(E::from(e)),
+        Err(e) => R::from_lock_error(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    enum AppError {
+        Lock(LockError),
+        Own,
+    }
+
+    impl From<LockError> for AppError {
+        fn from(e: LockError) -> Self {
+            Self::Lock(e)
+        }
+    }
+
+    const TRY_ONCE: Options = Options {
+        ttl: None,
+        wait: Duration::ZERO,
+        renew: true,
+    };
+
+    async fn memory() -> LockClient {
+        LockClient::builder().memory().build().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_client_form_leads_to_the_same_client() {
+        let c = memory().await;
+        let arc = Arc::new(c.clone());
+        let boxed: Box<LockClient> = Box::new(c.clone());
+        let mut owned = c.clone();
+        for handle in [
+            client(&c),
+            client(&&c),
+            client(&arc),
+            client(&&arc),
+            client(&boxed),
+            client(&&mut owned),
+        ] {
+            assert!(Arc::ptr_eq(&handle.unwrap().0, &c.0));
+        }
+    }
+
+    #[tokio::test]
+    async fn the_body_runs_under_the_lock_and_keeps_its_own_errors() {
+        let c = memory().await;
+        let out: Result<u64, AppError> = run(Some(c.clone()), "k".into(), TRY_ONCE, async {
+            let info = crate::current_lock().expect("inside the lock");
+            assert_eq!(info.key, "k");
+            Ok(info.fencing_token)
+        })
+        .await;
+        assert_eq!(out.unwrap(), 1);
+        let out: Result<(), AppError> = run(Some(c.clone()), "k".into(), TRY_ONCE, async {
+            Err(AppError::Own)
+        })
+        .await;
+        assert!(matches!(out, Err(AppError::Own)));
+        assert_eq!(c.active_watchdogs(), 0);
+    }
+
+    #[tokio::test]
+    async fn lock_failures_convert_into_the_error_type() {
+        let c = memory().await;
+        let _held = c.lock("k").acquire().await.unwrap();
+        let out: Result<(), AppError> =
+            run(Some(c.clone()), "k".into(), TRY_ONCE, async { Ok(()) }).await;
+        assert!(matches!(out, Err(AppError::Lock(e)) if e.is_busy()));
+        let options = Options {
+            ttl: Some(Duration::from_millis(1)),
+            ..TRY_ONCE
+        };
+        let out: Result<(), LockError> = run(Some(c), "other".into(), options, async {
+            unreachable!("a refused ttl never runs the body")
+        })
+        .await;
+        assert!(out.unwrap_err().is_config());
+    }
+
+    #[tokio::test]
+    async fn options_reach_the_request() {
+        let c = memory().await;
+        let held = c.lock("k").acquire().await.unwrap();
+        let waiting = Options {
+            ttl: Some(Duration::from_millis(200)),
+            wait: Duration::from_secs(5),
+            renew: false,
+        };
+        let c2 = c.clone();
+        let task = tokio::spawn(async move {
+            run(Some(c2), "k".into(), waiting, async {
+                // renew = false and ttl = 200ms: the lease runs out under us.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok::<_, LockError>(())
+            })
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held.release().await.unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(3), task)
+            .await
+            .expect("the fixed lease ends the body")
+            .unwrap();
+        assert!(out.unwrap_err().is_lost());
     }
 }

@@ -1,0 +1,409 @@
+//! What `#[distributed_lock]` does at run time, on a real `redis-server` and on
+//! the embedded backend: every scenario runs on both.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockError, distributed_lock};
+use tests::RedisServer;
+use tokio::sync::Barrier;
+
+#[derive(Debug)]
+enum AppError {
+    Lock(LockError),
+    Declined,
+    Timeout,
+}
+
+impl From<LockError> for AppError {
+    fn from(e: LockError) -> Self {
+        AppError::Lock(e)
+    }
+}
+
+impl AppError {
+    fn into_lock(self) -> LockError {
+        match self {
+            AppError::Lock(e) => e,
+            other => panic!("expected a lock error, got {other:?}"),
+        }
+    }
+}
+
+/// The fencing token of the innermost lock this task holds.
+fn fence() -> u64 {
+    lock_runtime::current_lock()
+        .expect("the body runs inside the lock")
+        .fencing_token
+}
+
+/// A service whose methods are locked per order, counting who is inside.
+struct Orders {
+    locks: LockClient,
+    tenant: &'static str,
+    inside: AtomicUsize,
+    max_inside: AtomicUsize,
+    entered: AtomicUsize,
+    finished: AtomicUsize,
+}
+
+impl Orders {
+    fn new(locks: LockClient) -> Arc<Self> {
+        Arc::new(Self {
+            locks,
+            tenant: "acme",
+            inside: AtomicUsize::new(0),
+            max_inside: AtomicUsize::new(0),
+            entered: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+        })
+    }
+
+    fn enter(&self) {
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_inside.fetch_max(now, Ordering::SeqCst);
+        self.entered.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        self.finished.fetch_add(1, Ordering::SeqCst);
+    }
+
+    async fn hold(&self, hold: Duration) -> u64 {
+        self.enter();
+        tokio::time::sleep(hold).await;
+        self.leave();
+        fence()
+    }
+
+    /// Waits up to 5 s for the order's lock.
+    #[distributed_lock(key = "{<self.tenant>}:order:<order_id>", client = self.locks, wait = "5s")]
+    async fn pay(&self, order_id: u64, hold: Duration) -> Result<u64, AppError> {
+        Ok(self.hold(hold).await)
+    }
+
+    /// Tries the order's lock once.
+    #[distributed_lock(key = "{<self.tenant>}:order:<order_id>", client = self.locks)]
+    async fn try_pay(&self, order_id: u64, hold: Duration) -> Result<u64, AppError> {
+        Ok(self.hold(hold).await)
+    }
+
+    /// Meets another call at `barrier` while holding the order's lock: two
+    /// calls only meet if they hold their locks at the same time.
+    #[distributed_lock(key = "{<self.tenant>}:order:<order_id>", client = self.locks, wait = "5s")]
+    async fn meet(&self, order_id: u64, barrier: Arc<Barrier>) -> Result<(), AppError> {
+        tokio::time::timeout(Duration::from_secs(5), barrier.wait())
+            .await
+            .map_err(|_| AppError::Timeout)?;
+        Ok(())
+    }
+
+    /// Calls two locked methods for the same order while holding its lock.
+    #[distributed_lock(key = "{<self.tenant>}:order:<order_id>", client = self.locks)]
+    async fn pay_twice(&self, order_id: u64) -> Result<[u64; 3], AppError> {
+        let outer = fence();
+        let tried = self.try_pay(order_id, Duration::ZERO).await?;
+        let waited = self.pay(order_id, Duration::ZERO).await?;
+        Ok([outer, tried, waited])
+    }
+
+    /// A renewed 300 ms lease around 10 s of work.
+    #[distributed_lock(key = "{<self.tenant>}:job:<name>", client = self.locks, ttl = "300ms")]
+    async fn long_job(&self, name: &str) -> Result<(), AppError> {
+        self.hold(Duration::from_secs(10)).await;
+        Ok(())
+    }
+
+    /// A fixed (not renewed) 200 ms lease around 10 s of work.
+    #[distributed_lock(
+        key = "{<self.tenant>}:fixed:<name>",
+        client = self.locks,
+        ttl = "200ms",
+        renew = false
+    )]
+    async fn fixed_lease_job(&self, name: &str) -> Result<(), AppError> {
+        self.hold(Duration::from_secs(10)).await;
+        Ok(())
+    }
+
+    /// Fails with its own error, or panics.
+    #[distributed_lock(key = "{<self.tenant>}:order:<order_id>", client = self.locks)]
+    async fn fail(&self, order_id: u64, panic: bool) -> Result<(), AppError> {
+        assert!(!panic, "the body panics");
+        Err(AppError::Declined)
+    }
+
+    /// The key the body runs under.
+    #[distributed_lock(key = "{<self.tenant>}:order:<order.id>:<order.lines.0>", client = &self.locks)]
+    async fn key_of(&self, order: &Order) -> Result<String, AppError> {
+        Ok(lock_runtime::current_lock().expect("inside").key)
+    }
+
+    /// `self` by value: the client and key are taken before the body moves it.
+    #[distributed_lock(key = "{<self.tenant>}:close", client = self.locks)]
+    async fn close(self: Arc<Self>) -> Result<usize, AppError> {
+        Ok(Arc::strong_count(&self))
+    }
+}
+
+struct Order {
+    id: u64,
+    lines: (u32, u32),
+}
+
+/// Polls `cond` until it holds, for at most 5 s.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Checks that `key` is free now or very soon (a background release may be in
+/// flight): every guard was released, none leaked.
+async fn assert_released(client: &LockClient, key: &str) {
+    let guard = client
+        .lock(key)
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("`{key}` should have been released: {e}"));
+    guard.release().await.unwrap();
+    until("every watchdog stopped", || client.active_watchdogs() == 0).await;
+}
+
+/// Runs `scenario` against a fresh `redis-server` and against the embedded
+/// backend, as two tests.
+macro_rules! on_both_backends {
+    ($(#[$doc:meta])* async fn $name:ident($client:ident: LockClient) $body:block) => {
+        mod $name {
+            use super::*;
+
+            $(#[$doc])*
+            async fn scenario($client: LockClient) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn on_redis() {
+                let server = RedisServer::start();
+                let client = LockClient::builder().redis(server.url()).build().await.unwrap();
+                scenario(client).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn on_memory() {
+                let client = LockClient::builder().memory().build().await.unwrap();
+                scenario(client).await;
+            }
+        }
+    };
+}
+
+on_both_backends! {
+    /// Two concurrent calls for one order: the second waits for the first
+    /// (`wait = "5s"`), and they never overlap.
+    async fn same_key_calls_are_serialized(client: LockClient) {
+        let orders = Orders::new(client.clone());
+        let hold = Duration::from_millis(150);
+        let started = Instant::now();
+        let calls: Vec<_> = (0..2)
+            .map(|_| {
+                let orders = orders.clone();
+                tokio::spawn(async move { orders.pay(1, hold).await })
+            })
+            .collect();
+        let mut fences = Vec::new();
+        for call in calls {
+            fences.push(call.await.unwrap().unwrap());
+        }
+        fences.sort();
+        assert_eq!(fences, [1, 2]);
+        assert_eq!(orders.max_inside.load(Ordering::SeqCst), 1, "the calls overlapped");
+        assert!(started.elapsed() >= hold * 2);
+        assert_released(&client, "{acme}:order:1").await;
+    }
+}
+
+on_both_backends! {
+    /// Without `wait`, a call for an order that is being paid fails at once
+    /// with `Busy`, converted into the function's error type.
+    async fn same_key_without_wait_is_busy(client: LockClient) {
+        let orders = Orders::new(client.clone());
+        let first = tokio::spawn({
+            let orders = orders.clone();
+            async move { orders.pay(1, Duration::from_millis(500)).await }
+        });
+        until("the first call is inside", || orders.entered.load(Ordering::SeqCst) == 1).await;
+        let tried = Instant::now();
+        let e = orders.try_pay(1, Duration::ZERO).await.unwrap_err().into_lock();
+        assert!(tried.elapsed() < Duration::from_millis(400), "try-once waited");
+        match &e {
+            LockError::Busy { key, retry_after } => {
+                assert_eq!(key, "{acme}:order:1");
+                assert!(*retry_after > Duration::ZERO && *retry_after <= Duration::from_secs(30));
+            }
+            other => panic!("expected Busy, got {other:?}"),
+        }
+        assert_eq!(orders.entered.load(Ordering::SeqCst), 1, "the busy call ran its body");
+        first.await.unwrap().unwrap();
+        // Free again: trying once now succeeds.
+        orders.try_pay(1, Duration::ZERO).await.unwrap();
+        assert_released(&client, "{acme}:order:1").await;
+    }
+}
+
+on_both_backends! {
+    /// Calls for two orders hold their locks at the same time (they meet at a
+    /// barrier inside, which two serialized calls never could).
+    async fn different_keys_run_in_parallel(client: LockClient) {
+        let orders = Orders::new(client.clone());
+        let barrier = Arc::new(Barrier::new(2));
+        let a = tokio::spawn({
+            let (orders, barrier) = (orders.clone(), barrier.clone());
+            async move { orders.meet(1, barrier).await }
+        });
+        let b = tokio::spawn({
+            let (orders, barrier) = (orders.clone(), barrier.clone());
+            async move { orders.meet(2, barrier).await }
+        });
+        a.await.unwrap().unwrap();
+        b.await.unwrap().unwrap();
+        assert_released(&client, "{acme}:order:1").await;
+        assert_released(&client, "{acme}:order:2").await;
+    }
+}
+
+on_both_backends! {
+    /// A locked method calling locked methods with the same key re-enters
+    /// (the inner `try_pay` would be `Busy` otherwise, and `pay` would wait
+    /// for itself), under the same fencing token.
+    async fn nested_same_key_calls_reenter(client: LockClient) {
+        let orders = Orders::new(client.clone());
+        let started = Instant::now();
+        let [outer, tried, waited] = orders.pay_twice(9).await.unwrap();
+        assert_eq!(outer, 1);
+        assert_eq!((tried, waited), (outer, outer));
+        assert!(started.elapsed() < Duration::from_secs(4), "the inner call waited");
+        assert_eq!(orders.finished.load(Ordering::SeqCst), 2);
+        // The outer call released it; the inner ones did not release early.
+        assert_released(&client, "{acme}:order:9").await;
+        // Another task is not the holder: it does not re-enter.
+        let holder = client.lock("{acme}:order:9").acquire().await.unwrap();
+        let e = tokio::spawn({
+            let orders = orders.clone();
+            async move { orders.try_pay(9, Duration::ZERO).await }
+        })
+        .await
+        .unwrap()
+        .unwrap_err()
+        .into_lock();
+        assert!(e.is_busy(), "{e:?}");
+        holder.release().await.unwrap();
+    }
+}
+
+on_both_backends! {
+    /// When the lease is lost mid-way (an operator deletes the lock), the body
+    /// is cancelled and the call returns `Lost` within about ttl/3.
+    async fn lost_lease_cancels_the_body(client: LockClient) {
+        let orders = Orders::new(client.clone());
+        let job = tokio::spawn({
+            let orders = orders.clone();
+            async move { orders.long_job("nightly").await }
+        });
+        until("the job is inside", || orders.entered.load(Ordering::SeqCst) == 1).await;
+        let deleted = Instant::now();
+        client.force_delete("{acme}:job:nightly").await.unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(5), job)
+            .await
+            .expect("the lost lease ends the call long before the 10 s body")
+            .unwrap();
+        let noticed = deleted.elapsed();
+        println!("lease loss noticed after {noticed:?} (ttl 300ms)");
+        match result.unwrap_err().into_lock() {
+            LockError::Lost { key } => assert_eq!(key, "{acme}:job:nightly"),
+            other => panic!("expected Lost, got {other:?}"),
+        }
+        assert_eq!(orders.finished.load(Ordering::SeqCst), 0, "the body ran to its end");
+        assert_eq!(orders.inside.load(Ordering::SeqCst), 1, "the body was not cancelled mid-way");
+        until("every watchdog stopped", || client.active_watchdogs() == 0).await;
+    }
+}
+
+on_both_backends! {
+    /// `renew = false`: the body is cancelled when the fixed lease runs out.
+    async fn a_fixed_lease_ends_the_body_when_it_runs_out(client: LockClient) {
+        let orders = Orders::new(client.clone());
+        let started = Instant::now();
+        let e = tokio::time::timeout(Duration::from_secs(5), orders.fixed_lease_job("report"))
+            .await
+            .expect("the fixed lease ends the call long before the 10 s body")
+            .unwrap_err()
+            .into_lock();
+        assert!(e.is_lost(), "{e:?}");
+        assert!(started.elapsed() >= Duration::from_millis(150), "lost before the lease ran out");
+        assert_eq!(orders.finished.load(Ordering::SeqCst), 0);
+        assert_released(&client, "{acme}:fixed:report").await;
+    }
+}
+
+on_both_backends! {
+    /// Every call gets a fencing token above the previous one, also after a
+    /// failed call.
+    async fn fencing_tokens_increase_across_calls(client: LockClient) {
+        let orders = Orders::new(client.clone());
+        let mut last = 0;
+        for i in 0..5 {
+            if i == 2 {
+                orders.fail(3, false).await.unwrap_err();
+                last += 1; // the failed call took a token too
+            }
+            let fence = orders.pay(3, Duration::ZERO).await.unwrap();
+            assert!(fence > last, "token {fence} after {last}");
+            last = fence;
+        }
+        let other = client.lock("{acme}:order:3").acquire().await.unwrap();
+        assert!(other.fencing_token() > last);
+        other.release().await.unwrap();
+    }
+}
+
+on_both_backends! {
+    /// The lock is released when the body returns its own error, panics, or
+    /// when the caller drops the call half-way.
+    async fn the_lock_is_released_on_error_panic_and_cancellation(client: LockClient) {
+        let orders = Orders::new(client.clone());
+        assert!(matches!(orders.fail(5, false).await, Err(AppError::Declined)));
+        assert_released(&client, "{acme}:order:5").await;
+
+        let panicked = tokio::spawn({
+            let orders = orders.clone();
+            async move { orders.fail(5, true).await }
+        })
+        .await
+        .unwrap_err();
+        assert!(panicked.is_panic());
+        assert_released(&client, "{acme}:order:5").await;
+
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(100),
+            orders.pay(5, Duration::from_secs(10)),
+        )
+        .await;
+        assert!(cancelled.is_err());
+        assert_released(&client, "{acme}:order:5").await;
+    }
+}
+
+on_both_backends! {
+    /// Keys come from parameters, fields, tuple fields and `self`, braces kept
+    /// (a hash tag); `self` by value works.
+    async fn the_key_is_rendered_from_the_arguments(client: LockClient) {
+        let orders = Orders::new(client.clone());
+        let order = Order { id: 7, lines: (3, 4) };
+        assert_eq!(orders.key_of(&order).await.unwrap(), "{acme}:order:7:3");
+        assert_eq!(orders.clone().close().await.unwrap(), 2);
+    }
+}

@@ -1,0 +1,18 @@
+use lock_runtime::{LockError, distributed_lock};
+
+#[distributed_lock(key = "a", ttl = "30")]
+async fn unknown_unit() -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "b", wait = 2)]
+async fn not_a_string() -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "c", ttl = "10ms")]
+async fn below_the_minimum() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}
