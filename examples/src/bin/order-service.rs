@@ -1,1 +1,320 @@
-fn main() {}
+//! An order service: idempotent creation, payments locked per order.
+//!
+//! * `POST /orders` (`IdempotencyLayer`): a retried creation with the same
+//!   `Idempotency-Key` gets the stored response, not a second order.
+//! * `POST /orders/{id}/pay` (`LockLayer`, key `order:<id>`): one payment per
+//!   order at a time; a concurrent one gets `409 Conflict` with `Retry-After`.
+//!   The charge itself is a `#[distributed_lock]` function on the same key,
+//!   which re-enters the request's lock (and locks on its own when called
+//!   from elsewhere, e.g. a job).
+//! * `GET /orders/{id}`.
+//!
+//! Runs on the embedded backend by default, on Redis when `REDIS_URL` is set;
+//! listens on `127.0.0.1:3000` (or `PORT`). `PAYMENT_DELAY_MS` (default 1000)
+//! is how long the fake payment provider takes.
+//!
+//! ```text
+//! $ cargo run -p examples --bin order-service     # REDIS_URL=redis://127.0.0.1:6379 for Redis
+//!
+//! $ curl -si localhost:3000/orders -H 'Idempotency-Key: "order-1"' -H 'content-type: application/json' -d '{"item":"book","amount_cents":1250}' -w '\n'
+//! HTTP/1.1 201 Created
+//! content-type: application/json
+//! location: /orders/1
+//! content-length: 92
+//!
+//! {"id":1,"item":"book","amount_cents":1250,"status":"created","paid_with_fencing_token":null}
+//!
+//! # The client retries (say its first response was lost): replayed, no second order.
+//! $ curl -si localhost:3000/orders -H 'Idempotency-Key: "order-1"' -H 'content-type: application/json' -d '{"item":"book","amount_cents":1250}' -w '\n'
+//! HTTP/1.1 201 Created
+//! content-type: application/json
+//! location: /orders/1
+//! idempotent-replayed: true
+//! content-length: 92
+//!
+//! {"id":1,"item":"book","amount_cents":1250,"status":"created","paid_with_fencing_token":null}
+//!
+//! # Two payments of one order at once: one runs, the other is refused.
+//! $ curl -s -X POST localhost:3000/orders/1/pay -w '\n' & sleep 0.2; curl -si -X POST localhost:3000/orders/1/pay -w '\n'; wait
+//! HTTP/1.1 409 Conflict
+//! content-type: application/problem+json
+//! retry-after: 10
+//! content-length: 117
+//!
+//! {"type":"about:blank","title":"Conflict","status":409,"detail":"`order:1` is locked by another request; retry later"}
+//! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
+//!
+//! $ curl -s localhost:3000/orders/1 -w '\n'
+//! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
+//!
+//! # The same key for another order: refused.
+//! $ curl -si localhost:3000/orders -H 'Idempotency-Key: "order-1"' -H 'content-type: application/json' -d '{"item":"pen","amount_cents":990}' -w '\n'
+//! HTTP/1.1 422 Unprocessable Entity
+//! content-type: application/problem+json
+//! content-length: 202
+//!
+//! {"type":"about:blank","title":"Unprocessable Entity","status":422,"detail":"this Idempotency-Key was already used for a different request (method, path, query or body); use a new key for a new request"}
+//! ```
+//!
+//! (`date` headers left out; `retry-after` is the holder's remaining lease,
+//! rounded up.)
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lock_runtime::layer::{IdempotencyLayer, LockLayer};
+use lock_runtime::{LockClient, LockError, LockInfo};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize)]
+struct Order {
+    id: u64,
+    item: String,
+    amount_cents: u64,
+    status: OrderStatus,
+    /// The fencing token of the lock the payment was recorded under.
+    paid_with_fencing_token: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum OrderStatus {
+    Created,
+    Paid,
+}
+
+#[derive(Debug, Deserialize)]
+struct NewOrder {
+    item: String,
+    amount_cents: u64,
+}
+
+/// The "database": orders, and per order the highest fencing token a write
+/// was accepted with. A write carrying a lower token comes from a holder
+/// whose lease ran out, and is refused.
+#[derive(Default)]
+struct Db {
+    next_id: u64,
+    orders: HashMap<u64, Order>,
+    fences: HashMap<u64, u64>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    db: Arc<Mutex<Db>>,
+    payment_delay: Duration,
+}
+
+impl AppState {
+    fn db(&self) -> std::sync::MutexGuard<'_, Db> {
+        self.db.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[derive(Debug)]
+enum AppError {
+    NotFound(u64),
+    Invalid(&'static str),
+    /// A write carried a fencing token older than one already accepted.
+    StaleFence(u64),
+    Lock(LockError),
+}
+
+impl From<LockError> for AppError {
+    fn from(e: LockError) -> Self {
+        AppError::Lock(e)
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let (status, detail) = match &self {
+            AppError::NotFound(id) => (StatusCode::NOT_FOUND, format!("no order {id}")),
+            AppError::Invalid(why) => (StatusCode::UNPROCESSABLE_ENTITY, (*why).to_owned()),
+            AppError::StaleFence(id) => (
+                StatusCode::CONFLICT,
+                format!("order {id} was changed under a newer lock; retry"),
+            ),
+            AppError::Lock(e) if e.is_busy() => (StatusCode::CONFLICT, e.to_string()),
+            AppError::Lock(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        };
+        let body = serde_json::json!({
+            "type": "about:blank",
+            "title": status.canonical_reason(),
+            "status": status.as_u16(),
+            "detail": detail,
+        });
+        (
+            status,
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            body.to_string(),
+        )
+            .into_response()
+    }
+}
+
+/// `POST /orders`.
+async fn create_order(
+    State(state): State<AppState>,
+    Json(new): Json<NewOrder>,
+) -> Result<impl IntoResponse, AppError> {
+    if new.amount_cents == 0 {
+        return Err(AppError::Invalid("amount_cents must be above zero"));
+    }
+    let order = {
+        let mut db = state.db();
+        db.next_id += 1;
+        let order = Order {
+            id: db.next_id,
+            item: new.item,
+            amount_cents: new.amount_cents,
+            status: OrderStatus::Created,
+            paid_with_fencing_token: None,
+        };
+        db.orders.insert(order.id, order.clone());
+        order
+    };
+    tracing::info!(order = order.id, "order created");
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("/orders/{}", order.id))],
+        Json(order),
+    ))
+}
+
+/// `POST /orders/{id}/pay`, under `LockLayer`'s lock on `order:<id>`.
+async fn pay(
+    State(state): State<AppState>,
+    Path(id): Path<u64>,
+    lock: LockInfo,
+) -> Result<Json<Order>, AppError> {
+    tracing::info!(
+        order = id,
+        fencing_token = lock.fencing_token,
+        "payment started"
+    );
+    let order = charge(&state, id).await?;
+    Ok(Json(order))
+}
+
+/// Charges an order once. Callable from anywhere: here under the request's
+/// lock (the attribute re-enters it), from a job it takes the lock itself.
+#[lock_runtime::distributed_lock(key = "order:<order_id>", ttl = "30s", wait = "2s")]
+async fn charge(state: &AppState, order_id: u64) -> Result<Order, AppError> {
+    let order = state
+        .db()
+        .orders
+        .get(&order_id)
+        .cloned()
+        .ok_or(AppError::NotFound(order_id))?;
+    if order.status == OrderStatus::Paid {
+        return Ok(order); // checked under the lock: never charged twice
+    }
+    // The payment provider is slow.
+    tokio::time::sleep(state.payment_delay).await;
+    let fence = lock_runtime::current_lock().map(|l| l.fencing_token);
+    let mut db = state.db();
+    if let Some(fence) = fence {
+        let highest = db.fences.entry(order_id).or_default();
+        if fence < *highest {
+            return Err(AppError::StaleFence(order_id));
+        }
+        *highest = fence;
+    }
+    let order = db
+        .orders
+        .get_mut(&order_id)
+        .ok_or(AppError::NotFound(order_id))?;
+    order.status = OrderStatus::Paid;
+    order.paid_with_fencing_token = fence;
+    tracing::info!(order = order_id, ?fence, "order paid");
+    Ok(order.clone())
+}
+
+/// `GET /orders/{id}`.
+async fn get_order(
+    State(state): State<AppState>,
+    Path(id): Path<u64>,
+) -> Result<Json<Order>, AppError> {
+    state
+        .db()
+        .orders
+        .get(&id)
+        .cloned()
+        .map(Json)
+        .ok_or(AppError::NotFound(id))
+}
+
+fn app(client: &LockClient, state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/orders",
+            post(create_order).route_layer(IdempotencyLayer::new(client.clone())),
+        )
+        .route(
+            "/orders/{id}/pay",
+            post(pay).route_layer(
+                LockLayer::new(client.clone())
+                    .key("order:<id>")
+                    .ttl(Duration::from_secs(10)),
+            ),
+        )
+        .route("/orders/{id}", get(get_order))
+        .with_state(state)
+}
+
+fn env_number(name: &str, default: u64) -> Result<u64, String> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .map_err(|_| format!("{name}={v:?} is not a number")),
+        Err(_) => Ok(default),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,lock_runtime=info".into()),
+        )
+        .init();
+
+    let builder = LockClient::builder().key_prefix("orders:");
+    let client = match std::env::var("REDIS_URL") {
+        Ok(url) => {
+            tracing::info!("locks and idempotency records on Redis");
+            builder.redis(url).build().await?
+        }
+        Err(_) => {
+            tracing::info!("locks and idempotency records in memory (set REDIS_URL for Redis)");
+            builder.memory().build().await?
+        }
+    };
+    // What `#[distributed_lock]` uses; the same client as the layers, so the
+    // charge re-enters the request's lock.
+    lock_runtime::set_global_client(client.clone());
+
+    let state = AppState {
+        db: Arc::default(),
+        payment_delay: Duration::from_millis(env_number("PAYMENT_DELAY_MS", 1000)?),
+    };
+    let port = u16::try_from(env_number("PORT", 3000)?)?;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!("order service on http://{addr}");
+    axum::serve(listener, app(&client, state))
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}
