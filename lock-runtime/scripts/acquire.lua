@@ -1,19 +1,34 @@
--- Acquire a lock.
--- KEYS[1] lock key, KEYS[2] fencing counter (same hash slot)
--- ARGV[1] owner token (128 random bits, hex), ARGV[2] lease in milliseconds
--- Returns {1, fencing_token} when acquired (or re-entered by the same token),
+-- Acquire a lock, or join its queue of waiters.
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] waiter queue (one hash slot)
+-- ARGV[1] owner token (128 random bits, hex), ARGV[2] lease in milliseconds,
+-- ARGV[3] how long the caller will wait, in milliseconds ('0': try once, do not queue)
+-- Returns {1, fencing_token} when acquired (also when the lock was handed over
+--         to this token, or an earlier attempt's reply was lost),
 --         {0, remaining_lease_ms} when held by another owner.
 local owner = redis.call('GET', KEYS[1])
+local member = ARGV[1] .. ':' .. ARGV[2]
 if not owner then
   local fence = redis.call('INCR', KEYS[2])
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if ARGV[3] ~= '0' then
+    redis.call('LREM', KEYS[3], 1, member)
+  end
   return {1, fence}
 end
 if owner == ARGV[1] then
-  -- Our own earlier attempt whose reply was lost: keep it, re-arm the lease.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then ttl = 0 end
+if ARGV[3] ~= '0' then
+  if not redis.call('LPOS', KEYS[3], member) then
+    redis.call('RPUSH', KEYS[3], member)
+  end
+  -- The queue outlives the longest wait in it plus one lease, then goes.
+  local keep = tonumber(ARGV[3]) + tonumber(ARGV[2])
+  if redis.call('PTTL', KEYS[3]) < keep then
+    redis.call('PEXPIRE', KEYS[3], keep)
+  end
+end
 return {0, ttl}

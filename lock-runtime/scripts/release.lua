@@ -1,9 +1,26 @@
--- Release a lock we hold and tell the waiters.
--- KEYS[1] lock key; ARGV[1] owner token, ARGV[2] release-notice channel
--- Returns 1 when released, 0 when the key is absent or held by another owner.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '1')
-  return 1
+-- Release a lock we hold and hand it to the first waiter in line.
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] waiter queue (one hash slot)
+-- ARGV[1] owner token, ARGV[2] notice channel, ARGV[3] hand-over lease cap (ms),
+-- ARGV[4] our own queue entry to drop first ('' when we never queued)
+-- Returns 0 when the key is absent or held by another owner; when released,
+-- {1, new_owner_token, fencing} after a hand-over, else {1}.
+-- Notice payload: '<token>:<fencing>' naming the new owner, or '' (free).
+if ARGV[4] ~= '' then
+  redis.call('LREM', KEYS[3], 1, ARGV[4])
 end
-return 0
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+local entry = redis.call('LPOP', KEYS[3])
+if entry then
+  local sep = string.find(entry, ':', 1, true)
+  local token = string.sub(entry, 1, sep - 1)
+  local lease = math.min(tonumber(string.sub(entry, sep + 1)), tonumber(ARGV[3]))
+  local fence = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[1], token, 'PX', lease)
+  redis.call('PUBLISH', ARGV[2], token .. ':' .. fence)
+  return {1, token, fence}
+end
+redis.call('PUBLISH', ARGV[2], '')
+return {1}

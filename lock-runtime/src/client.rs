@@ -2,19 +2,20 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE};
 use crate::backend::{memory::MemoryBackend, redis::RedisBackend, redis::RedisOptions};
-use crate::backend::{AcquireOutcome, Backend, Subscription};
-use crate::guard::{release_in_background, Held, Lease, LockGuard};
-use crate::key::{validate_key, validate_prefix, KeyNames};
+use crate::guard::{Held, LockGuard, release_in_background};
+use crate::key::{KeyNames, validate_key, validate_prefix};
 use crate::token::Token;
-use crate::{context, watchdog, LockError};
+use crate::watchdog::Watchdog;
+use crate::{LockError, context};
 
 /// The shortest lease accepted. Shorter leases cannot be renewed reliably
 /// across a network round trip and a busy scheduler.
@@ -66,7 +67,8 @@ pub(crate) struct Inner {
     pub(crate) backend: Backend,
     pub(crate) prefix: String,
     pub(crate) default_ttl: Duration,
-    pub(crate) live_watchdogs: AtomicUsize,
+    pub(crate) watchdog: Watchdog,
+    next_lock_id: AtomicU64,
 }
 
 impl fmt::Debug for LockClient {
@@ -122,10 +124,12 @@ impl LockClient {
         self.0.default_ttl
     }
 
-    /// How many watchdog tasks (one per held, not re-entered guard) are alive.
-    /// A diagnostic: it returns to zero when every guard is released or dropped.
+    /// How many leases the watchdog keeps alive: one per held guard (re-entered
+    /// guards share their owner's). A diagnostic: it returns to zero when every
+    /// guard is released or dropped. All leases of a client are renewed by one
+    /// background task, in batches.
     pub fn active_watchdogs(&self) -> usize {
-        self.0.live_watchdogs.load(Ordering::Relaxed)
+        self.0.watchdog.live()
     }
 
     /// Deletes the lock `key` regardless of its owner, as an operator's `DEL`
@@ -268,10 +272,11 @@ impl LockClientBuilder {
         tracing::debug!(backend = backend.describe(), prefix = %self.prefix, "lock client ready");
         Ok(LockClient(Arc::new(Inner {
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+            watchdog: Watchdog::start(backend.clone()),
             backend,
             prefix: self.prefix,
             default_ttl: self.default_ttl,
-            live_watchdogs: AtomicUsize::new(0),
+            next_lock_id: AtomicU64::new(1),
         })))
     }
 }
@@ -351,84 +356,131 @@ impl LockRequest {
         let deadline = started + self.wait;
         let names = KeyNames::new(&inner.prefix, &self.key);
         let token = Token::random()?;
-        let mut attempt = Attempt {
+        let attempt = Attempt {
             inner: inner.clone(),
             names: Some(names),
-            token: token.clone(),
+            token,
+            ttl,
+            queued: !self.wait.is_zero(),
         };
-        let names = attempt.names.as_ref().expect("set above");
-        let mut subscription: Option<Subscription> = None;
-        loop {
-            // Listen before trying, so a release between the try and the sleep
-            // is not missed.
-            let slot = subscription.as_ref().map(|s| s.slot.clone());
-            let notified = slot.as_ref().map(|slot| slot.notify.notified());
-            let mut notified = std::pin::pin!(notified);
-            if let Some(n) = notified.as_mut().as_pin_mut() {
-                n.enable();
+        let mut waiter = None;
+        if !self.wait.is_zero() {
+            let names = attempt.names.as_ref().expect("set until the end");
+            if inner.backend.notices_ready(names) {
+                waiter = Some(inner.backend.register(names, &attempt.token).await);
             }
+        }
+        // Send time of the last attempt that found the lock busy: a hand-over
+        // to us happened after it.
+        let mut last_busy = started;
+        loop {
+            let names = attempt.names.as_ref().expect("set until the end");
             let sent = Instant::now();
-            match inner.backend.acquire(names, &token, ttl).await {
+            let wait = if self.wait.is_zero() {
+                Duration::ZERO
+            } else {
+                deadline
+                    .saturating_duration_since(sent)
+                    .max(Duration::from_millis(1))
+            };
+            let remaining = match inner
+                .backend
+                .acquire(names, &attempt.token, ttl, wait)
+                .await
+            {
                 Ok(AcquireOutcome::Acquired { fencing }) => {
-                    let names = attempt.names.take().expect("set above");
-                    let held = Arc::new(Held {
-                        client_id: inner.id,
-                        key: self.key,
-                        names,
-                        token,
-                        fencing,
-                        lost: CancellationToken::new(),
-                        stop: CancellationToken::new(),
-                        client: Arc::downgrade(inner),
-                    });
-                    watchdog::spawn(
-                        inner,
-                        &held,
-                        Lease {
-                            ttl,
-                            renew: self.renew,
-                        },
-                        sent,
-                    );
-                    tracing::debug!(key = %held.key, fencing,
-                        waited_us = started.elapsed().as_micros() as u64, "lock acquired");
-                    return Ok(LockGuard::owner(held));
+                    return Ok(self.hold(attempt, fencing, sent, ttl, started));
                 }
-                Ok(AcquireOutcome::Busy { remaining }) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        tracing::debug!(key = %self.key,
-                            waited_us = started.elapsed().as_micros() as u64, "lock busy");
-                        attempt.names = None; // never ours: nothing to clean up
-                        return Err(LockError::Busy {
-                            key: self.key,
-                            retry_after: remaining,
-                        });
-                    }
-                    if subscription.is_none() {
-                        subscription = Some(inner.backend.subscribe(names).await);
-                        continue; // try again now that notices reach us
-                    }
-                    // Notices are at most once: also wake when the holder's
-                    // lease ends.
-                    let fallback = (now + remaining + Duration::from_millis(1)).min(deadline);
-                    match notified.as_mut().as_pin_mut() {
-                        Some(n) => {
-                            tokio::select! {
-                                _ = n => {}
-                                _ = tokio::time::sleep_until(fallback) => {}
-                            }
-                        }
-                        None => tokio::time::sleep_until(fallback).await,
-                    }
-                }
+                Ok(AcquireOutcome::Busy { remaining }) => remaining,
                 Err(e) => {
                     // The script may have run even if the reply was lost:
                     // `attempt` releases with our token on the way out.
                     tracing::debug!(key = %self.key, error = %e, "lock acquire failed");
                     return Err(e);
                 }
+            };
+            last_busy = last_busy.max(sent);
+            let Some(handle) = waiter.as_ref() else {
+                if Instant::now() >= deadline {
+                    return Err(self.busy(attempt, remaining, started));
+                }
+                // Register for notices, then try again at once: a hand-over
+                // between the attempt and the registration is seen that way.
+                waiter = Some(inner.backend.register(names, &attempt.token).await);
+                continue;
+            };
+            let mut fencing = handle.waiter.take_grant();
+            if fencing.is_none() {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(self.busy(attempt, remaining, started));
+                }
+                // Notices are at most once: also wake when the holder's lease ends.
+                let fallback = (now + remaining + Duration::from_millis(1)).min(deadline);
+                tokio::select! {
+                    _ = handle.waiter.notify.notified() => {}
+                    _ = tokio::time::sleep_until(fallback) => {}
+                }
+                fencing = handle.waiter.take_grant();
             }
+            let Some(fencing) = fencing else {
+                continue;
+            };
+            // Handed over by a release, with a lease of `granted` that started
+            // after `last_busy`. Trust it while a third of it is left;
+            // otherwise (or for a fixed lease) confirm and re-arm it first.
+            let granted = ttl.min(HANDOFF_LEASE);
+            if self.renew && Instant::now() + granted / 3 < last_busy + granted {
+                return Ok(self.hold(attempt, fencing, last_busy, granted, started));
+            }
+            let sent = Instant::now();
+            match inner.backend.extend(names, &attempt.token, ttl).await {
+                Ok(true) => return Ok(self.hold(attempt, fencing, sent, ttl, started)),
+                Ok(false) => continue, // the hand-over ran out before we saw it
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Turns a successful attempt into a watched guard.
+    fn hold(
+        &self,
+        mut attempt: Attempt,
+        fencing: u64,
+        sent: Instant,
+        granted: Duration,
+        started: Instant,
+    ) -> LockGuard {
+        let inner = &self.client.0;
+        let names = attempt.names.take().expect("set until the end");
+        let held = Arc::new(Held {
+            id: inner.next_lock_id.fetch_add(1, Ordering::Relaxed),
+            client_id: inner.id,
+            key: self.key.clone(),
+            names,
+            token: attempt.token.clone(),
+            fencing,
+            ttl: attempt.ttl,
+            lost: CancellationToken::new(),
+            client: Arc::downgrade(inner),
+        });
+        inner
+            .watchdog
+            .watch(held.clone(), attempt.ttl, self.renew, sent, granted);
+        tracing::debug!(key = %held.key, fencing,
+            waited_us = started.elapsed().as_micros() as u64, "lock acquired");
+        LockGuard::owner(held)
+    }
+
+    fn busy(&self, mut attempt: Attempt, remaining: Duration, started: Instant) -> LockError {
+        tracing::debug!(key = %self.key,
+            waited_us = started.elapsed().as_micros() as u64, "lock busy");
+        if !attempt.queued {
+            attempt.names = None; // never ours, never queued: nothing to clean up
+        }
+        LockError::Busy {
+            key: self.key.clone(),
+            retry_after: remaining,
         }
     }
 
@@ -478,28 +530,33 @@ impl LockRequest {
     }
 }
 
-/// An acquisition in progress: if it is abandoned (error, cancellation) after a
-/// script may have taken the lock, release with our token in the background.
+/// An acquisition in progress: if it is abandoned (busy after a wait, error,
+/// cancellation) after a script may have queued us or taken the lock, leave
+/// the queue and release with our token in the background (which hands the
+/// lock on if it had been handed to us).
 struct Attempt {
     inner: Arc<Inner>,
     names: Option<KeyNames>,
     token: Token,
+    ttl: Duration,
+    queued: bool,
 }
 
 impl Drop for Attempt {
     fn drop(&mut self) {
         if let Some(names) = self.names.take() {
             let held = Arc::new(Held {
+                id: 0,
                 client_id: self.inner.id,
                 key: String::new(),
                 names,
                 token: self.token.clone(),
                 fencing: 0,
+                ttl: self.ttl,
                 lost: CancellationToken::new(),
-                stop: CancellationToken::new(),
                 client: Arc::downgrade(&self.inner),
             });
-            release_in_background(self.inner.clone(), held);
+            release_in_background(self.inner.clone(), held, self.queued);
         }
     }
 }

@@ -7,22 +7,24 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::LockError;
 use crate::client::Inner;
 use crate::key::KeyNames;
 use crate::token::Token;
-use crate::LockError;
 
 /// What is shared between a guard, its watchdog and the task's reentrancy stack.
 pub(crate) struct Held {
+    /// Unique within the client: the watchdog's handle on it.
+    pub(crate) id: u64,
     pub(crate) client_id: u64,
     pub(crate) key: String,
     pub(crate) names: KeyNames,
     pub(crate) token: Token,
     pub(crate) fencing: u64,
+    /// The lease asked for (and renewed to).
+    pub(crate) ttl: Duration,
     /// Cancelled when the lease is lost.
     pub(crate) lost: CancellationToken,
-    /// Cancelled to stop the watchdog (release or drop).
-    pub(crate) stop: CancellationToken,
     pub(crate) client: Weak<Inner>,
 }
 
@@ -146,14 +148,14 @@ impl LockGuard {
                 Ok(())
             };
         }
-        self.held.stop.cancel();
         let Some(inner) = self.held.client.upgrade() else {
             return Err(LockError::Config("the lock client was dropped".into()));
         };
+        inner.watchdog.unwatch(self.held.id);
         let started = tokio::time::Instant::now();
         let result = inner
             .backend
-            .release(&self.held.names, &self.held.token)
+            .release(&self.held.names, &self.held.token, self.held.ttl, false)
             .await;
         match result {
             Ok(true) => {
@@ -181,23 +183,27 @@ impl Drop for LockGuard {
         if self.done || !self.owner {
             return;
         }
-        self.held.stop.cancel();
         let Some(inner) = self.held.client.upgrade() else {
             return;
         };
-        release_in_background(inner, self.held.clone());
+        inner.watchdog.unwatch(self.held.id);
+        release_in_background(inner, self.held.clone(), false);
     }
 }
 
 /// Releases `held` on the current runtime without blocking; outside a runtime
-/// the lease runs out by itself.
-pub(crate) fn release_in_background(inner: Arc<Inner>, held: Arc<Held>) {
+/// the lease runs out by itself. `dequeue`: also leave the key's waiter queue.
+pub(crate) fn release_in_background(inner: Arc<Inner>, held: Arc<Held>, dequeue: bool) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         tracing::debug!(key = %held.key, "lock guard dropped outside a tokio runtime; the lease will run out");
         return;
     };
     runtime.spawn(async move {
-        match inner.backend.release(&held.names, &held.token).await {
+        match inner
+            .backend
+            .release(&held.names, &held.token, held.ttl, dequeue)
+            .await
+        {
             Ok(true) => tracing::debug!(key = %held.key, "lock released in the background"),
             Ok(false) => tracing::debug!(key = %held.key, "background release: the lease had already run out"),
             Err(e) => tracing::warn!(key = %held.key, error = %e, "background release failed; the lease will run out"),
@@ -214,11 +220,4 @@ impl fmt::Debug for LockGuard {
             .field("lost", &self.is_lost())
             .finish()
     }
-}
-
-/// The lease of a guard, for the watchdog.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Lease {
-    pub(crate) ttl: Duration,
-    pub(crate) renew: bool,
 }

@@ -3,7 +3,8 @@
 //! Every name the library touches is `prefix + kind + body`:
 //!
 //! * `kind` is one letter naming what the name is for (`L` the lock, `F` the
-//!   fencing counter, `N` the release-notice channel, `I` an idempotency record);
+//!   fencing counter, `Q` the waiter queue, `N` the release-notice channel, `I`
+//!   an idempotency record);
 //! * `body` is `{key}` when the key carries no Redis Cluster hash tag of its own,
 //!   and `:key` when it does (`{tenant:7}:order:1`), so the caller's tag decides
 //!   the slot.
@@ -72,6 +73,7 @@ pub(crate) fn has_hash_tag(key: &str) -> bool {
 pub(crate) enum Kind {
     Lock,
     Fence,
+    Queue,
     Notice,
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     Idempotency,
@@ -82,6 +84,7 @@ impl Kind {
         match self {
             Kind::Lock => 'L',
             Kind::Fence => 'F',
+            Kind::Queue => 'Q',
             Kind::Notice => 'N',
             Kind::Idempotency => 'I',
         }
@@ -109,6 +112,7 @@ pub(crate) fn name(prefix: &str, kind: Kind, key: &str) -> String {
 pub(crate) struct KeyNames {
     pub(crate) lock: String,
     pub(crate) fence: String,
+    pub(crate) queue: String,
     pub(crate) notice: String,
 }
 
@@ -117,6 +121,7 @@ impl KeyNames {
         Self {
             lock: name(prefix, Kind::Lock, key),
             fence: name(prefix, Kind::Fence, key),
+            queue: name(prefix, Kind::Queue, key),
             notice: name(prefix, Kind::Notice, key),
         }
     }

@@ -1,13 +1,13 @@
 //! The embedded backend: the same semantics as Redis, inside this process.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::waiters::{Registry, Subscription};
-use super::AcquireOutcome;
+use super::waiters::{Registry, WaitHandle};
+use super::{AcquireOutcome, HANDOFF_LEASE};
 use crate::key::KeyNames;
 use crate::token::Token;
 
@@ -17,15 +17,24 @@ struct Held {
     expires: Instant,
 }
 
+#[derive(Debug)]
+struct Queue {
+    /// Waiters in arrival order: token and requested lease.
+    entries: VecDeque<(Token, Duration)>,
+    expires: Instant,
+}
+
 #[derive(Debug, Default)]
 struct State {
     locks: HashMap<String, Held>,
     fences: HashMap<String, u64>,
+    queues: HashMap<String, Queue>,
     ops: u64,
 }
 
 /// Locks in a `HashMap` behind a mutex; expiry is checked on access with
-/// tokio's clock, so `tokio::time::pause()` works in users' tests.
+/// tokio's clock, so `tokio::time::pause()` works in users' tests. Waiter
+/// queues and hand-over work as in the Redis scripts.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryBackend {
     state: Mutex<State>,
@@ -40,35 +49,50 @@ impl MemoryBackend {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn acquire(&self, names: &KeyNames, token: &Token, ttl: Duration) -> AcquireOutcome {
+    pub(crate) fn acquire(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        wait: Duration,
+    ) -> AcquireOutcome {
         let now = Instant::now();
         let mut state = self.state();
         state.ops += 1;
-        if state.ops % 4096 == 0 {
+        if state.ops.is_multiple_of(4096) {
             state.locks.retain(|_, held| held.expires > now);
+            state.queues.retain(|_, queue| queue.expires > now);
         }
-        if let Some(held) = state.locks.get_mut(&names.lock) {
-            if held.expires > now {
-                if held.token != *token {
-                    return AcquireOutcome::Busy {
-                        remaining: held.expires - now,
-                    };
-                }
+        if let Some(held) = state.locks.get_mut(&names.lock)
+            && held.expires > now
+        {
+            if held.token == *token {
                 held.expires = now + ttl;
                 let fencing = state.fences.get(&names.fence).copied().unwrap_or(0);
                 return AcquireOutcome::Acquired { fencing };
             }
+            let remaining = held.expires - now;
+            if !wait.is_zero() {
+                let queue = state.queues.entry(names.queue.clone()).or_insert(Queue {
+                    entries: VecDeque::new(),
+                    expires: now,
+                });
+                if queue.expires <= now {
+                    queue.entries.clear();
+                }
+                if !queue.entries.iter().any(|(t, _)| t == token) {
+                    queue.entries.push_back((token.clone(), ttl));
+                }
+                queue.expires = queue.expires.max(now + wait + ttl);
+            }
+            return AcquireOutcome::Busy { remaining };
         }
-        let fence = state.fences.entry(names.fence.clone()).or_insert(0);
-        *fence += 1;
-        let fencing = *fence;
-        state.locks.insert(
-            names.lock.clone(),
-            Held {
-                token: token.clone(),
-                expires: now + ttl,
-            },
-        );
+        if !wait.is_zero()
+            && let Some(queue) = state.queues.get_mut(&names.queue)
+        {
+            queue.entries.retain(|(t, _)| t != token);
+        }
+        let fencing = grant(&mut state, names, token.clone(), ttl, now);
         AcquireOutcome::Acquired { fencing }
     }
 
@@ -84,23 +108,40 @@ impl MemoryBackend {
         }
     }
 
-    pub(crate) fn release(&self, names: &KeyNames, token: &Token) -> bool {
+    /// Releases if `token` holds the lock, then hands it to the first waiter.
+    /// `dequeue`: also drop `token`'s own queue entry (an abandoned wait).
+    pub(crate) fn release(&self, names: &KeyNames, token: &Token, dequeue: bool) -> bool {
         let now = Instant::now();
-        let released = {
-            let mut state = self.state();
-            match state.locks.get(&names.lock) {
-                Some(held) if held.token == *token => {
-                    let live = held.expires > now;
-                    state.locks.remove(&names.lock);
-                    live
-                }
-                _ => false,
-            }
-        };
-        if released {
-            self.waiters.wake(&names.notice);
+        let mut state = self.state();
+        if dequeue && let Some(queue) = state.queues.get_mut(&names.queue) {
+            queue.entries.retain(|(t, _)| t != token);
         }
-        released
+        match state.locks.get(&names.lock) {
+            Some(held) if held.token == *token && held.expires > now => {}
+            Some(held) if held.token == *token => {
+                state.locks.remove(&names.lock);
+                return false;
+            }
+            _ => return false,
+        }
+        state.locks.remove(&names.lock);
+        let next = state
+            .queues
+            .get_mut(&names.queue)
+            .filter(|queue| queue.expires > now)
+            .and_then(|queue| queue.entries.pop_front());
+        match next {
+            Some((next, ttl)) => {
+                let fencing = grant(&mut state, names, next.clone(), ttl.min(HANDOFF_LEASE), now);
+                drop(state);
+                self.waiters.grant(&names.notice, next.as_str(), fencing);
+            }
+            None => {
+                drop(state);
+                self.waiters.deliver(&names.notice, b"");
+            }
+        }
+        true
     }
 
     /// Deletes a key as an operator would (`DEL`), for tests.
@@ -108,12 +149,24 @@ impl MemoryBackend {
         self.state().locks.remove(&names.lock);
     }
 
-    pub(crate) fn subscribe(&self, names: &KeyNames) -> Subscription {
-        Subscription {
-            slot: self.waiters.slot(&names.notice),
-            cleanup: Some((self.waiters.clone(), names.notice.clone())),
-        }
+    pub(crate) fn register(&self, names: &KeyNames, token: &Token) -> WaitHandle {
+        WaitHandle::new(&self.waiters, &names.notice, token.as_str()).0
     }
+}
+
+/// Takes the lock for `token` and returns its new fencing token.
+fn grant(state: &mut State, names: &KeyNames, token: Token, lease: Duration, now: Instant) -> u64 {
+    let fence = state.fences.entry(names.fence.clone()).or_insert(0);
+    *fence += 1;
+    let fencing = *fence;
+    state.locks.insert(
+        names.lock.clone(),
+        Held {
+            token,
+            expires: now + lease,
+        },
+    );
+    fencing
 }
 
 #[cfg(test)]
@@ -126,24 +179,56 @@ mod tests {
         let names = KeyNames::new("t:", "k");
         let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
         let ttl = Duration::from_millis(100);
-        assert!(matches!(m.acquire(&names, &a, ttl), AcquireOutcome::Acquired { fencing: 1 }));
-        assert!(matches!(m.acquire(&names, &b, ttl), AcquireOutcome::Busy { .. }));
+        let zero = Duration::ZERO;
+        assert_eq!(
+            m.acquire(&names, &a, ttl, zero),
+            AcquireOutcome::Acquired { fencing: 1 }
+        );
+        assert!(matches!(
+            m.acquire(&names, &b, ttl, zero),
+            AcquireOutcome::Busy { .. }
+        ));
         tokio::time::advance(Duration::from_millis(101)).await;
         assert!(!m.extend(&names, &a, ttl));
-        assert!(matches!(m.acquire(&names, &b, ttl), AcquireOutcome::Acquired { fencing: 2 }));
-        assert!(!m.release(&names, &a));
-        assert!(m.release(&names, &b));
+        assert_eq!(
+            m.acquire(&names, &b, ttl, zero),
+            AcquireOutcome::Acquired { fencing: 2 }
+        );
+        assert!(!m.release(&names, &a, false));
+        assert!(m.release(&names, &b, false));
     }
 
-    #[test]
-    fn unused_wait_slots_are_dropped() {
+    #[tokio::test(start_paused = true)]
+    async fn release_hands_over_to_the_first_waiter_in_line() {
         let m = MemoryBackend::default();
         let names = KeyNames::new("t:", "k");
-        let s1 = m.subscribe(&names);
-        let s2 = m.subscribe(&names);
-        drop(s1);
-        assert_eq!(m.waiters.len(), 1);
-        drop(s2);
-        assert_eq!(m.waiters.len(), 0);
+        let [a, b, c] = [(); 3].map(|_| Token::random().unwrap());
+        let (ttl, wait) = (Duration::from_secs(1), Duration::from_secs(5));
+        assert!(matches!(
+            m.acquire(&names, &a, ttl, wait),
+            AcquireOutcome::Acquired { .. }
+        ));
+        let wb = m.register(&names, &b);
+        let wc = m.register(&names, &c);
+        assert!(matches!(
+            m.acquire(&names, &b, ttl, wait),
+            AcquireOutcome::Busy { .. }
+        ));
+        assert!(matches!(
+            m.acquire(&names, &c, ttl, wait),
+            AcquireOutcome::Busy { .. }
+        ));
+        assert!(m.release(&names, &a, false));
+        assert_eq!(wb.waiter.take_grant(), Some(2));
+        assert_eq!(wc.waiter.take_grant(), None);
+        // The hand-over is visible to the new owner's next attempt too.
+        assert_eq!(
+            m.acquire(&names, &b, ttl, wait),
+            AcquireOutcome::Acquired { fencing: 2 }
+        );
+        // An abandoned waiter leaves the line.
+        assert!(!m.release(&names, &c, true));
+        assert!(m.release(&names, &b, false));
+        assert_eq!(wc.waiter.take_grant(), None);
     }
 }

@@ -1,7 +1,6 @@
 //! One Redis (or Valkey) server: scripts on a multiplexed, self-reconnecting
 //! connection, and one shared pub/sub connection for release notices.
 
-use std::collections::HashSet;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -9,12 +8,12 @@ use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{mpsc, oneshot};
 
-use super::waiters::{Registry, Subscription};
-use super::AcquireOutcome;
+use super::waiters::{Registry, WaitHandle};
+use super::{AcquireOutcome, HANDOFF_LEASE};
+use crate::LockError;
 use crate::error::BackendError;
 use crate::key::KeyNames;
 use crate::token::Token;
-use crate::LockError;
 
 static ACQUIRE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/acquire.lua")));
@@ -22,6 +21,8 @@ static EXTEND: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/extend.lua")));
 static RELEASE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/release.lua")));
+static EXTEND_MANY: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/extend_many.lua")));
 
 /// How the client talks to one server.
 #[derive(Clone, Debug)]
@@ -78,7 +79,7 @@ impl RedisBackend {
         .map_err(|_| BackendError::timeout("connecting to Redis timed out"))?
         .map_err(|e| BackendError::with_source("cannot connect to Redis", e))?;
         // Load the scripts once, so the hot path is a plain EVALSHA.
-        for script in [&*ACQUIRE, &*EXTEND, &*RELEASE] {
+        for script in [&*ACQUIRE, &*EXTEND, &*RELEASE, &*EXTEND_MANY] {
             script
                 .prepare_invoke()
                 .load_async(&mut conn)
@@ -100,12 +101,16 @@ impl RedisBackend {
         names: &KeyNames,
         token: &Token,
         ttl: Duration,
+        wait: Duration,
     ) -> Result<AcquireOutcome, LockError> {
+        let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
         let (acquired, value): (i64, i64) = ACQUIRE
             .key(&names.lock)
             .key(&names.fence)
+            .key(&names.queue)
             .arg(token.as_str())
             .arg(millis(ttl))
+            .arg(wait_ms)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| BackendError::with_source("acquire failed", e))?;
@@ -135,15 +140,65 @@ impl RedisBackend {
         Ok(extended == 1)
     }
 
-    pub(crate) async fn release(&self, names: &KeyNames, token: &Token) -> Result<bool, LockError> {
-        let released: i64 = RELEASE
+    pub(crate) async fn release(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        dequeue: bool,
+    ) -> Result<bool, LockError> {
+        let member = if dequeue {
+            format!("{}:{}", token.as_str(), millis(ttl))
+        } else {
+            String::new()
+        };
+        let answer: redis::Value = RELEASE
             .key(&names.lock)
+            .key(&names.fence)
+            .key(&names.queue)
             .arg(token.as_str())
             .arg(&names.notice)
+            .arg(millis(HANDOFF_LEASE))
+            .arg(member)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| BackendError::with_source("release failed", e))?;
-        Ok(released == 1)
+        match answer {
+            redis::Value::Array(items) if !items.is_empty() => {
+                // Handed over: if the new owner waits in this process, wake it
+                // now instead of after the notice's trip through pub/sub.
+                if let [
+                    _,
+                    redis::Value::BulkString(next),
+                    redis::Value::Int(fencing),
+                ] = &items[..]
+                    && let (Ok(next), Ok(fencing)) =
+                        (std::str::from_utf8(next), u64::try_from(*fencing))
+                {
+                    self.waiters.grant(&names.notice, next, fencing);
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    pub(crate) async fn extend_many(
+        &self,
+        leases: &[(&KeyNames, &Token, Duration)],
+    ) -> Result<Vec<bool>, LockError> {
+        let mut invocation = EXTEND_MANY.prepare_invoke();
+        for (names, token, ttl) in leases {
+            invocation
+                .key(&names.lock)
+                .arg(token.as_str())
+                .arg(millis(*ttl));
+        }
+        let extended: Vec<i64> = invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| BackendError::with_source("batched extend failed", e))?;
+        Ok(extended.into_iter().map(|e| e == 1).collect())
     }
 
     /// Deletes a key as an operator would (`DEL`), for tests.
@@ -155,17 +210,26 @@ impl RedisBackend {
         Ok(())
     }
 
+    /// `true` when notices for `names` already reach this process, so a
+    /// waiter can register before its first attempt at no cost.
+    pub(crate) fn is_subscribed(&self, names: &KeyNames) -> bool {
+        self.waiters.is_subscribed(&names.notice)
+    }
+
     /// A plain connection handle, for the other modules' scripts.
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn connection(&self) -> ConnectionManager {
         self.conn.clone()
     }
 
-    /// Registers interest in `names`' release notices. Returns once the server
+    /// Registers a waiter for `names`' notices. Returns once the server
     /// confirmed the subscription, or once subscribing failed: then the waiter
     /// still wakes at the holder's lease end (notices are best effort).
-    pub(crate) async fn subscribe(&self, names: &KeyNames) -> Subscription {
-        let slot = self.waiters.slot(&names.notice);
+    pub(crate) async fn register(&self, names: &KeyNames, token: &Token) -> WaitHandle {
+        let (handle, _) = WaitHandle::new(&self.waiters, &names.notice, token.as_str());
+        if self.waiters.is_subscribed(&names.notice) {
+            return handle;
+        }
         let (ack, acked) = oneshot::channel();
         if self
             .notifier
@@ -174,10 +238,7 @@ impl RedisBackend {
         {
             let _ = acked.await;
         }
-        Subscription {
-            slot,
-            cleanup: None,
-        }
+        handle
     }
 }
 
@@ -189,7 +250,7 @@ pub(crate) enum Command {
     Subscribe(String, oneshot::Sender<()>),
 }
 
-/// How often channels nobody waits on any more are unsubscribed.
+/// How often channels nobody waited on during a whole period are unsubscribed.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// Owns the pub/sub connection: subscribes on request, dispatches notices to
@@ -208,7 +269,8 @@ async fn notifier(
         return;
     };
     loop {
-        let connected = tokio::time::timeout(options.connect_timeout, client.get_async_pubsub()).await;
+        let connected =
+            tokio::time::timeout(options.connect_timeout, client.get_async_pubsub()).await;
         let pubsub = match connected {
             Ok(Ok(pubsub)) => pubsub,
             Ok(Err(e)) => {
@@ -219,7 +281,9 @@ async fn notifier(
                 continue;
             }
             Err(_) => {
-                tracing::debug!("lock notices: connect timed out; waiters fall back to lease timers");
+                tracing::debug!(
+                    "lock notices: connect timed out; waiters fall back to lease timers"
+                );
                 if !fail_and_wait(&mut pending, &mut commands, &mut backoff, &waiters).await {
                     return;
                 }
@@ -227,12 +291,12 @@ async fn notifier(
             }
         };
         let (mut sink, mut stream) = pubsub.split();
-        let mut subscribed: HashSet<String> = HashSet::new();
+        waiters.clear_subscribed();
         // Re-subscribe whatever is waited on (after a reconnect), then wake all.
         let mut ok = true;
-        for channel in waiters.channels() {
+        for channel in waiters.channel_names() {
             if subscribe(&mut sink, &channel, &options).await {
-                subscribed.insert(channel);
+                waiters.set_subscribed(&channel);
             } else {
                 ok = false;
                 break;
@@ -256,19 +320,17 @@ async fn notifier(
                     },
                     message = stream.next() => match message {
                         Some(message) => {
-                            waiters.wake(message.get_channel_name());
+                            waiters.deliver(message.get_channel_name(), message.get_payload_bytes());
                             continue;
                         }
                         None => {
                             tracing::debug!("lock notices: connection dropped; re-subscribing");
+                            waiters.clear_subscribed();
                             break;
                         }
                     },
                     _ = sweep.tick() => {
-                        let unused = waiters.take_unused();
-                        for channel in &unused {
-                            subscribed.remove(channel);
-                        }
+                        let unused = waiters.take_idle();
                         if !unused.is_empty() && sink.unsubscribe(&unused).await.is_err() {
                             break;
                         }
@@ -278,12 +340,12 @@ async fn notifier(
             };
             match command {
                 Command::Subscribe(channel, ack) => {
-                    if !subscribed.contains(&channel) {
+                    if !channel.is_empty() && !waiters.is_subscribed(&channel) {
                         if !subscribe(&mut sink, &channel, &options).await {
                             let _ = ack.send(());
                             break;
                         }
-                        subscribed.insert(channel);
+                        waiters.set_subscribed(&channel);
                     }
                     let _ = ack.send(());
                 }
@@ -293,7 +355,7 @@ async fn notifier(
         pending = match commands.try_recv() {
             Ok(command) => command,
             Err(mpsc::error::TryRecvError::Disconnected) => return,
-            Err(mpsc::error::TryRecvError::Empty) if !waiters.channels().is_empty() => {
+            Err(mpsc::error::TryRecvError::Empty) if !waiters.channel_names().is_empty() => {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 // A harmless no-op request that re-runs the loop.
@@ -308,7 +370,11 @@ async fn notifier(
     }
 }
 
-async fn subscribe(sink: &mut redis::aio::PubSubSink, channel: &str, options: &RedisOptions) -> bool {
+async fn subscribe(
+    sink: &mut redis::aio::PubSubSink,
+    channel: &str,
+    options: &RedisOptions,
+) -> bool {
     if channel.is_empty() {
         return true;
     }
@@ -336,7 +402,7 @@ async fn fail_and_wait(
     }
     tokio::time::sleep(*backoff).await;
     *backoff = (*backoff * 2).min(Duration::from_secs(1));
-    if !waiters.channels().is_empty() {
+    if !waiters.channel_names().is_empty() {
         // Somebody waits: keep trying to reconnect on our own.
         *pending = Command::Subscribe(String::new(), oneshot::channel().0);
         return true;

@@ -1,100 +1,220 @@
-//! Who is waiting for which key: the wake-up side of "waiting without polling".
+//! Who waits for which key in this process: the wake-up side of "waiting
+//! without polling".
+//!
+//! Waiters queue in the backend (FIFO per key). A release hands the lock
+//! straight to the head of that queue and sends one notice naming the new
+//! owner's token and fencing token; the registry routes it to exactly that
+//! waiter, so a release wakes one task, not a herd. A notice that names no
+//! owner ("free") wakes every waiter of the key, which is only needed when the
+//! queue was lost (a restarted server, say).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-/// One entry per notice channel that somebody in this process waits on.
+/// One waiting acquisition.
 #[derive(Debug, Default)]
-pub(crate) struct Slot {
+pub(crate) struct Waiter {
     pub(crate) notify: Notify,
+    /// The fencing token of a hand-over to us; 0 when none arrived.
+    granted: AtomicU64,
 }
 
-/// Channel name -> slot. Shared by a backend and its waiters.
+impl Waiter {
+    /// The hand-over that arrived since the last call, if any.
+    pub(crate) fn take_grant(&self) -> Option<u64> {
+        match self.granted.swap(0, Ordering::AcqRel) {
+            0 => None,
+            fencing => Some(fencing),
+        }
+    }
+
+    fn grant(&self, fencing: u64) {
+        self.granted.store(fencing, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+/// Notice channel -> (owner token -> waiter), and which channels the server
+/// confirmed we are subscribed to.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    channels: Mutex<HashMap<String, HashMap<String, Arc<Waiter>>>>,
+    /// Confirmed subscriptions -> "nobody waited at the last sweep".
+    /// Lock order: `channels` before `subscribed`.
+    subscribed: Mutex<HashMap<String, bool>>,
 }
 
 impl Registry {
-    /// The slot for `channel`, created if missing.
-    pub(crate) fn slot(&self, channel: &str) -> Arc<Slot> {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = slots.get(channel) {
-            return slot.clone();
-        }
-        let slot = Arc::new(Slot::default());
-        slots.insert(channel.to_owned(), slot.clone());
-        slot
+    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Arc<Waiter>>>> {
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Wakes every waiter of `channel`, if any.
-    pub(crate) fn wake(&self, channel: &str) {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = slots.get(channel) {
-            slot.notify.notify_waiters();
-        }
+    /// Registers the waiter `token` on `channel`. `true` in the second field
+    /// when the channel had no waiter before (a subscription may be needed).
+    pub(crate) fn register(&self, channel: &str, token: &str) -> (Arc<Waiter>, bool) {
+        let mut channels = self.channels();
+        let new_channel = !channels.contains_key(channel);
+        let waiter = Arc::new(Waiter::default());
+        channels
+            .entry(channel.to_owned())
+            .or_default()
+            .insert(token.to_owned(), waiter.clone());
+        (waiter, new_channel)
     }
 
-    /// Wakes every waiter of every channel (after notices may have been missed).
-    pub(crate) fn wake_all(&self) {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        for slot in slots.values() {
-            slot.notify.notify_waiters();
-        }
-    }
-
-    /// Drops `channel`'s slot if `slot` is the last handle outside the registry.
-    pub(crate) fn forget_if_unused(&self, channel: &str, slot: &Arc<Slot>) {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        // One reference is the registry's, one the caller's.
-        if Arc::strong_count(slot) <= 2 {
-            if let Some(current) = slots.get(channel) {
-                if Arc::ptr_eq(current, slot) {
-                    slots.remove(channel);
-                }
+    pub(crate) fn unregister(&self, channel: &str, token: &str) {
+        let mut channels = self.channels();
+        if let Some(waiters) = channels.get_mut(channel) {
+            waiters.remove(token);
+            if waiters.is_empty() {
+                channels.remove(channel);
             }
         }
     }
 
-    /// Removes and returns the channels nobody outside the registry refers to.
-    pub(crate) fn take_unused(&self) -> Vec<String> {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let unused: Vec<String> = slots
-            .iter()
-            .filter(|(_, slot)| Arc::strong_count(slot) == 1)
-            .map(|(channel, _)| channel.clone())
-            .collect();
-        for channel in &unused {
-            slots.remove(channel);
+    /// Routes a notice: `token:fencing` goes to that waiter only; anything else
+    /// ("free") wakes every waiter of the channel.
+    pub(crate) fn deliver(&self, channel: &str, payload: &[u8]) {
+        let channels = self.channels();
+        let Some(waiters) = channels.get(channel) else {
+            return;
+        };
+        if let Some((token, fencing)) = parse_grant(payload) {
+            if let Some(waiter) = waiters.get(token) {
+                waiter.grant(fencing);
+            }
+            return;
         }
-        unused
+        for waiter in waiters.values() {
+            waiter.notify.notify_one();
+        }
     }
 
-    /// The channels currently waited on.
-    pub(crate) fn channels(&self) -> Vec<String> {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        slots.keys().cloned().collect()
+    /// Hands over to `token` directly (the embedded backend).
+    pub(crate) fn grant(&self, channel: &str, token: &str, fencing: u64) {
+        if let Some(waiter) = self.channels().get(channel).and_then(|w| w.get(token)) {
+            waiter.grant(fencing);
+        }
+    }
+
+    /// Wakes every waiter (after notices may have been missed).
+    pub(crate) fn wake_all(&self) {
+        for waiters in self.channels().values() {
+            for waiter in waiters.values() {
+                waiter.notify.notify_one();
+            }
+        }
+    }
+
+    /// The channels somebody waits on.
+    pub(crate) fn channel_names(&self) -> Vec<String> {
+        self.channels().keys().cloned().collect()
+    }
+
+    fn subscribed(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
+        self.subscribed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `true` when the server confirmed our subscription to `channel`.
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.subscribed().contains_key(channel)
+    }
+
+    pub(crate) fn set_subscribed(&self, channel: &str) {
+        self.subscribed().insert(channel.to_owned(), false);
+    }
+
+    /// Forgets every subscription (the connection dropped).
+    pub(crate) fn clear_subscribed(&self) {
+        self.subscribed().clear();
+    }
+
+    /// Takes the subscriptions nobody waited on at this sweep nor the last one.
+    pub(crate) fn take_idle(&self) -> Vec<String> {
+        let channels = self.channels();
+        let mut subscribed = self.subscribed();
+        let mut idle = Vec::new();
+        subscribed.retain(|channel, idle_before| {
+            if channels.contains_key(channel) {
+                *idle_before = false;
+                true
+            } else if *idle_before {
+                idle.push(channel.clone());
+                false
+            } else {
+                *idle_before = true;
+                true
+            }
+        });
+        idle
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.slots.lock().unwrap().len()
+        self.channels().len()
     }
 }
 
-/// A waiter's handle on the wake-ups for one key.
-pub(crate) struct Subscription {
-    pub(crate) slot: Arc<Slot>,
-    /// Set for backends that drop unused slots eagerly (the embedded one).
-    pub(crate) cleanup: Option<(Arc<Registry>, String)>,
+fn parse_grant(payload: &[u8]) -> Option<(&str, u64)> {
+    let payload = std::str::from_utf8(payload).ok()?;
+    let (token, fencing) = payload.split_once(':')?;
+    let fencing = fencing.parse().ok().filter(|f| *f > 0)?;
+    Some((token, fencing))
 }
 
-impl Drop for Subscription {
+/// A waiter's registration; unregisters on drop.
+pub(crate) struct WaitHandle {
+    pub(crate) waiter: Arc<Waiter>,
+    registry: Arc<Registry>,
+    channel: String,
+    token: String,
+}
+
+impl WaitHandle {
+    pub(crate) fn new(registry: &Arc<Registry>, channel: &str, token: &str) -> (Self, bool) {
+        let (waiter, new_channel) = registry.register(channel, token);
+        (
+            Self {
+                waiter,
+                registry: registry.clone(),
+                channel: channel.to_owned(),
+                token: token.to_owned(),
+            },
+            new_channel,
+        )
+    }
+}
+
+impl Drop for WaitHandle {
     fn drop(&mut self) {
-        if let Some((registry, channel)) = &self.cleanup {
-            registry.forget_if_unused(channel, &self.slot);
+        self.registry.unregister(&self.channel, &self.token);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_wakes_only_the_named_waiter() {
+        let registry = Arc::new(Registry::default());
+        let (a, first) = WaitHandle::new(&registry, "ch", "aaaa");
+        let (b, second) = WaitHandle::new(&registry, "ch", "bbbb");
+        assert!(first && !second);
+        registry.deliver("ch", b"bbbb:7");
+        assert_eq!(a.waiter.take_grant(), None);
+        assert_eq!(b.waiter.take_grant(), Some(7));
+        drop((a, b));
+        assert_eq!(registry.len(), 0);
+    }
+
+    #[test]
+    fn malformed_notices_only_wake() {
+        for payload in [&b""[..], b"x", b"tok:", b"tok:abc", b"tok:0", b"\xff:1"] {
+            assert!(parse_grant(payload).is_none());
         }
     }
 }

@@ -1,0 +1,105 @@
+//! Contention on one key: exact counts, increasing fences, prompt hand-over.
+
+use lock_runtime::LockClient;
+use std::time::{Duration, Instant};
+use tests::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_holds_within_a_few_ms_of_the_release_while_the_watchdog_keeps_a_short_lease() {
+    let server = RedisServer::start();
+    let c = LockClient::builder()
+        .redis(server.url())
+        .build()
+        .await
+        .unwrap();
+    let g = c
+        .lock("k")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(g.fencing_token(), 1);
+    assert!(c.lock("k").acquire().await.unwrap_err().is_busy());
+    let c2 = c.clone();
+    let t = tokio::spawn(async move {
+        let s = Instant::now();
+        let g = c2
+            .lock("k")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        (s.elapsed(), g.fencing_token())
+    });
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(!g.is_lost());
+    let r = Instant::now();
+    g.release().await.unwrap();
+    let (waited, fence) = t.await.unwrap();
+    let handoff = r.elapsed();
+    println!("waited {waited:?}, release-to-holding {handoff:?}, fence {fence}");
+    assert_eq!(fence, 2);
+    assert!(
+        handoff < Duration::from_millis(200),
+        "hand-over took {handoff:?}"
+    );
+    println!("watchdogs {}", c.active_watchdogs());
+}
+
+async fn hot_key(c: LockClient, tasks: usize, iters: usize) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let shared = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let c = c.clone();
+        let shared = shared.clone();
+        handles.push(tokio::spawn(async move {
+            let mut last = 0;
+            for _ in 0..iters {
+                let g = c
+                    .lock("hot")
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .unwrap();
+                assert!(g.fencing_token() > last);
+                last = g.fencing_token();
+                let v = shared.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                shared.store(v + 1, Ordering::SeqCst);
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let n = (tasks * iters) as u64;
+    assert_eq!(shared.load(Ordering::SeqCst), n);
+    println!(
+        "{} grants in {:?}: {:.0}/s, watchdogs {}",
+        n,
+        start.elapsed(),
+        n as f64 / start.elapsed().as_secs_f64(),
+        c.active_watchdogs()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_tasks_on_one_redis_key_never_overlap() {
+    let server = RedisServer::start();
+    let c = LockClient::builder()
+        .redis(server.url())
+        .build()
+        .await
+        .unwrap();
+    hot_key(c, 32, 300).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_tasks_on_one_embedded_key_never_overlap() {
+    let c = LockClient::builder().memory().build().await.unwrap();
+    hot_key(c, 32, 300).await;
+}
