@@ -187,7 +187,14 @@ mod tests {
         })
         .await;
         assert!(matches!(out, Err(AppError::Own)));
-        assert_eq!(c.active_watchdogs(), 0);
+        // Both guards were released: their watchdogs stop (asynchronously).
+        tokio::time::timeout(Duration::from_secs(2), async {
+            while c.active_watchdogs() != 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("every watchdog stops after release");
     }
 
     #[tokio::test]
