@@ -740,3 +740,60 @@ async fn redis_down_answers_503_and_large_bodies_413() {
     assert_eq!(r.headers()["content-type"], "application/problem+json");
     assert_eq!(orders.runs.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_by_an_inner_lock_layer_is_not_stored() {
+    let mut server = RedisServer::start();
+    let locks = redis_client(&server).await;
+    let records = memory_client().await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let runs = runs.clone();
+        move || {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::CREATED, "paid")
+            }
+        }
+    };
+    // Idempotency outside, the lock inside (on a Redis that will go down).
+    let app = Router::new().route(
+        "/orders/{id}/pay",
+        post(handler)
+            .route_layer(lock_runtime::layer::LockLayer::new(locks).key("order:<id>"))
+            .route_layer(IdempotencyLayer::new(records)),
+    );
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+    let send = || {
+        http.post(format!("{base}/orders/1/pay"))
+            .header("idempotency-key", "\"pay-1\"")
+            .send()
+    };
+    server.kill();
+    let r = send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    server.restart();
+    // Not a replayed 503: once the lock backend is back, the payment runs.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = send().await.unwrap();
+        assert!(!is_replay(r.headers()), "a refusal was stored and replayed");
+        if r.status() == StatusCode::CREATED {
+            break;
+        }
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            Instant::now() < deadline,
+            "the lock backend did not come back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = send().await.unwrap();
+    assert_eq!(
+        (r.status(), is_replay(r.headers())),
+        (StatusCode::CREATED, true)
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

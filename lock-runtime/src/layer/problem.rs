@@ -9,8 +9,15 @@ use http::{HeaderValue, Response, StatusCode, header};
 /// The media type of problem details.
 pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 
+/// Marks a response the layers made instead of the handler's (a refusal: the
+/// lock was not taken, the key was bad, ...). `IdempotencyLayer` never stores
+/// such a response: the request did not run, so its key must stay usable.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Refusal;
+
 /// A problem-details response: `type` is `about:blank`, so `title` is the
 /// status's reason phrase; `detail` says what happened to this request.
+/// Marked as a [`Refusal`].
 pub(crate) fn problem(status: StatusCode, detail: &str) -> Response<Body> {
     let mut json = String::with_capacity(96 + detail.len());
     json.push_str(r#"{"type":"about:blank","title":"#);
@@ -23,6 +30,7 @@ pub(crate) fn problem(status: StatusCode, detail: &str) -> Response<Body> {
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    response.extensions_mut().insert(Refusal);
     response
 }
 

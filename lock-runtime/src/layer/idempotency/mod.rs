@@ -31,6 +31,9 @@
 //! * A handler that panics, or whose response body fails: nothing is stored,
 //!   the record is released and the client gets `500`.
 //! * A request whose client goes away mid-handler: the record is released.
+//! * A refusal by an inner [`LockLayer`](crate::layer::LockLayer) (busy,
+//!   backend down, lease lost mid-way; any status): not stored, the record is
+//!   released.
 //!
 //! # Records
 //!

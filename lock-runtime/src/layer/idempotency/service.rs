@@ -23,7 +23,7 @@ use super::layer::Config;
 use super::stored::{Rebuilt, encode_headers, replay};
 use super::{ResponseFuture, StoreResponse};
 use crate::backend::records::{Claim, StoredResponse};
-use crate::layer::problem::{problem, problem_retry};
+use crate::layer::problem::{Refusal, problem, problem_retry};
 use crate::token::Token;
 use crate::{LockClient, LockError, MAX_TTL, MIN_TTL};
 
@@ -278,11 +278,17 @@ where
     Ok(Response::from_parts(head, body))
 }
 
-/// Whether a response is the handler's outcome, to be replayed. A `4xx` means
+/// Whether a response is the handler's outcome, to be replayed. A response
+/// from an inner layer of this crate refusing the request is not. A `4xx` means
 /// the request was refused before doing anything (extraction, validation,
 /// authorisation), so the key stays usable, unless the handler marked the
 /// response with [`StoreResponse`].
 fn should_store(config: &Config, head: &response::Parts) -> bool {
+    if head.extensions.get::<Refusal>().is_some() {
+        // An inner layer refused the request (e.g. `LockLayer`: busy, backend
+        // down, lease lost mid-way): the handler did not run, or not to its end.
+        return false;
+    }
     let marked = head.extensions.get::<StoreResponse>().is_some();
     if head.status.is_client_error() {
         marked
