@@ -47,6 +47,7 @@ both_backends!(
     bad_keys_are_invalid_key_errors_everywhere,
     bad_leases_are_config_errors_and_the_limits_themselves_work,
     cancelling_a_with_lock_future_releases_its_lock,
+    waiters_cancelled_around_a_release_never_strand_the_others,
     #[ignore = "bug: `started + self.wait` overflows (client.rs, LockRequest::acquire) and panics"]
     a_wait_of_duration_max_waits_without_panicking,
 );
@@ -621,8 +622,26 @@ async fn busy_after_a_wait_respects_the_deadline(env: Env) {
     assert!(err.is_busy());
     assert!(took >= ms(500) && took < ms(1500), "gave up after {took:?}");
     assert!(err.retry_after().unwrap() <= ms(150));
+    // The waiters that gave up are gone for good: a release does not hand
+    // their lock to them (10 s leases would keep it from everyone).
     holder.release().await.unwrap();
     renewing.release().await.unwrap();
+    for key in [&key_a, &key_b] {
+        let started = Instant::now();
+        let guard = env
+            .client
+            .lock(key)
+            .wait(secs(3))
+            .acquire()
+            .await
+            .expect("free after the holder released");
+        assert!(
+            started.elapsed() < secs(1),
+            "free only after {:?}",
+            started.elapsed()
+        );
+        guard.release().await.unwrap();
+    }
 }
 
 async fn ten_thousand_acquire_release_cycles_leave_no_watchdog_and_no_task(env: Env) {
@@ -1243,6 +1262,65 @@ async fn cancelling_a_with_lock_future_releases_its_lock(env: Env) {
         env.client.active_watchdogs() == 0
     })
     .await;
+}
+
+async fn waiters_cancelled_around_a_release_never_strand_the_others(env: Env) {
+    let key = key("cancel-storm");
+    let other = env.other().await;
+    let mut slowest = Duration::ZERO;
+    for round in 0..20u64 {
+        // Long leases: only hand-overs and releases can make the waiters fast.
+        let holder = env.client.lock(&key).ttl(secs(10)).acquire().await.unwrap();
+        let mut live = Vec::new();
+        for i in 0..6u64 {
+            let client = if i % 2 == 0 {
+                other.clone()
+            } else {
+                env.client.clone()
+            };
+            let request = client.lock(&key).ttl(secs(10)).wait(secs(5));
+            if i % 2 == 1 {
+                // Abandoned around the moment of the release.
+                let limit = ms(40 + (round * 7 + i * 3) % 20);
+                tokio::spawn(async move {
+                    if let Ok(Ok(guard)) = tokio::time::timeout(limit, request.acquire()).await {
+                        guard.release().await.unwrap();
+                    }
+                });
+            } else {
+                live.push(tokio::spawn(async move {
+                    let guard = request
+                        .acquire()
+                        .await
+                        .expect("a live waiter gets the lock");
+                    tokio::time::sleep(ms(1)).await;
+                    guard.release().await.unwrap();
+                }));
+            }
+        }
+        tokio::time::sleep(ms(50)).await;
+        let released = Instant::now();
+        holder.release().await.unwrap();
+        for waiter in live {
+            within(secs(3), "a live waiter behind abandoned ones", waiter)
+                .await
+                .unwrap();
+        }
+        slowest = slowest.max(released.elapsed());
+        let free = within(
+            secs(3),
+            "the key is free",
+            env.client.lock(&key).wait(secs(2)).acquire(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("round {round}: an abandoned waiter left the lock held: {e}"));
+        assert!(free.fencing_token() > 0);
+        free.release().await.unwrap();
+    }
+    println!(
+        "[{:?}] 20 rounds of 3 live and 3 abandoned waiters: slowest round {slowest:?} from release to the last live waiter done",
+        env.kind
+    );
 }
 
 // ---- The embedded backend on tokio's paused clock --------------------------
