@@ -104,6 +104,9 @@ use proc_macro::TokenStream;
 /// parameters; a field that does not exist or a value that is not `Display` is
 /// a type error at the key. The key is computed when the function's future is
 /// first polled, before the body runs (and before it can move the arguments).
+/// A rendered key that is longer than `lock_runtime::MAX_KEY_LEN` bytes or
+/// contains control characters is refused then, with `LockError::InvalidKey`,
+/// and the body does not run.
 ///
 /// **Values are rendered as-is, not escaped.** If a value can contain the
 /// separators of your template, two different argument lists can render the

@@ -17,10 +17,25 @@ pub(crate) enum Segment {
     },
 }
 
+/// Mirrors `lock_runtime::MAX_KEY_LEN`: the text alone must fit.
+const MAX_KEY_LEN: usize = 1024;
+
 /// Splits a template into text and placeholders, or says what is wrong.
 pub(crate) fn parse(template: &str) -> Result<Vec<Segment>, String> {
     if template.is_empty() {
         return Err("the key template is empty; name the lock, as in \"order:<order_id>\"".into());
+    }
+    if let Some(c) = template.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "the key template contains the control character {c:?}; keys cannot contain \
+             control characters"
+        ));
+    }
+    if template.len() > MAX_KEY_LEN {
+        return Err(format!(
+            "the key template is {} bytes long; keys are limited to {MAX_KEY_LEN} bytes",
+            template.len()
+        ));
     }
     let mut segments = Vec::new();
     let mut text = String::new();
@@ -167,7 +182,7 @@ mod tests {
     fn malformed_templates_are_refused() {
         for bad in [
             "", "<", "a<b", "a>b", "<>", "< a >", "<a.>", "<.a>", "<a..b>", "<1a>", "<a.01>",
-            "<a-b>", "<_>", "<a<b>", "<é>",
+            "<a-b>", "<_>", "<a<b>", "<é>", "a\nb", "tab\t<x>",
         ] {
             assert!(parse(bad).is_err(), "{bad:?} should be refused");
         }

@@ -141,6 +141,14 @@ impl Orders {
         Ok(lock_runtime::current_lock().expect("inside").key)
     }
 
+    /// A key rendered from an arbitrary string.
+    #[distributed_lock(key = "note:<text>", client = self.locks)]
+    async fn note(&self, text: &str) -> Result<(), AppError> {
+        self.enter();
+        self.leave();
+        Ok(())
+    }
+
     /// `self` by value: the client and key are taken before the body moves it.
     #[distributed_lock(key = "{<self.tenant>}:close", client = self.locks)]
     async fn close(self: Arc<Self>) -> Result<usize, AppError> {
@@ -399,11 +407,18 @@ on_both_backends! {
 
 on_both_backends! {
     /// Keys come from parameters, fields, tuple fields and `self`, braces kept
-    /// (a hash tag); `self` by value works.
+    /// (a hash tag); `self` by value works; a rendered key the runtime refuses
+    /// is an `InvalidKey` error and the body does not run.
     async fn the_key_is_rendered_from_the_arguments(client: LockClient) {
         let orders = Orders::new(client.clone());
         let order = Order { id: 7, lines: (3, 4) };
         assert_eq!(orders.key_of(&order).await.unwrap(), "{acme}:order:7:3");
         assert_eq!(orders.clone().close().await.unwrap(), 2);
+        orders.note("fine").await.unwrap();
+        let e = orders.note("line\nbreak").await.unwrap_err().into_lock();
+        assert!(e.is_invalid_key(), "{e:?}");
+        let e = orders.note(&"x".repeat(2000)).await.unwrap_err().into_lock();
+        assert!(e.is_invalid_key(), "{e:?}");
+        assert_eq!(orders.entered.load(Ordering::SeqCst), 1, "a refused key ran the body");
     }
 }
