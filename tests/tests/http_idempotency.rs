@@ -797,3 +797,41 @@ async fn a_refusal_by_an_inner_lock_layer_is_not_stored() {
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_over_the_storage_limit_is_sent_whole_but_replayed_without_body() {
+    let client = memory_client().await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let runs = runs.clone();
+        move || {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                (
+                    StatusCode::CREATED,
+                    [(header::LOCATION, "/reports/1")],
+                    "r".repeat(5000),
+                )
+            }
+        }
+    };
+    let layer = IdempotencyLayer::new(client).max_response_body(1000);
+    let app = Router::new().route("/reports", post(handler).route_layer(layer));
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+    let send = || {
+        http.post(format!("{base}/reports"))
+            .header("idempotency-key", "\"r\"")
+            .send()
+    };
+    let first = send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert_eq!(first.text().await.unwrap(), "r".repeat(5000));
+    let again = send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+    assert!(is_replay(again.headers()));
+    assert_eq!(again.headers()["location"], "/reports/1");
+    assert_eq!(again.text().await.unwrap(), "");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran twice");
+}

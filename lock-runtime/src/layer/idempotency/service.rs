@@ -213,62 +213,62 @@ where
 
     let running = Running::start(client.clone(), record, token, lease);
     let req = Request::from_parts(parts, Body::from(body));
-    let max_response_body = config.max_response_body;
-    let outcome = AssertUnwindSafe(async {
-        let response = inner.call(req).await.map_err(Failure::Service)?;
-        let (head, body) = response.into_parts();
-        let buffered = buffer(body, max_response_body)
-            .await
-            .map_err(Failure::Body)?;
-        Ok((head, buffered))
-    })
-    .catch_unwind()
-    .await;
-
-    let (head, buffered) = match outcome {
-        Ok(Ok(done)) => done,
-        Ok(Err(Failure::Service(e))) => {
+    let failed = |why: &str| {
+        problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("{why}; the request may be retried with the same Idempotency-Key"),
+        )
+    };
+    let response = match AssertUnwindSafe(inner.call(req)).catch_unwind().await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
             running.release().await;
             return Err(e);
-        }
-        Ok(Err(Failure::Body(e))) => {
-            tracing::error!(%key, error = %e, "idempotency: the response body failed; record released");
-            running.release().await;
-            return Ok(problem(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the response could not be produced; the request may be retried with the same \
-                 Idempotency-Key",
-            ));
         }
         Err(_panic) => {
             tracing::error!(%key, "idempotency: the handler panicked; record released");
             running.release().await;
-            return Ok(problem(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the request failed; it may be retried with the same Idempotency-Key",
-            ));
+            return Ok(failed("the request failed"));
         }
     };
-
-    if should_store(&config, &head) {
-        let body = match &buffered {
-            Buffered::Complete { data, .. } => data.clone(),
-            Buffered::Partial { .. } => {
-                tracing::warn!(%key, limit = max_response_body,
-                    "idempotency: response larger than the storage limit; replays get status and headers only");
-                Bytes::new()
-            }
-        };
-        let stored = StoredResponse {
-            status: head.status.as_u16(),
-            headers: encode_headers(&head.headers, &config.stored_headers),
-            body,
-        };
-        running.complete(&stored, config.retention).await;
-    } else {
+    let (head, body) = response.into_parts();
+    if !should_store(&config, &head) {
         tracing::debug!(%key, status = %head.status, "idempotency: response not stored; the key may be retried");
         running.release().await;
+        return Ok(Response::from_parts(head, Body::new(body)));
     }
+
+    let max_response_body = config.max_response_body;
+    let buffered = match AssertUnwindSafe(buffer(body, max_response_body))
+        .catch_unwind()
+        .await
+    {
+        Ok(Ok(buffered)) => buffered,
+        Ok(Err(e)) => {
+            tracing::error!(%key, error = %e, "idempotency: the response body failed; record released");
+            running.release().await;
+            return Ok(failed("the response could not be produced"));
+        }
+        Err(_panic) => {
+            tracing::error!(%key, "idempotency: the response body panicked; record released");
+            running.release().await;
+            return Ok(failed("the response could not be produced"));
+        }
+    };
+    let stored_body = match &buffered {
+        Buffered::Complete { data, .. } => data.clone(),
+        Buffered::Partial { .. } => {
+            tracing::warn!(%key, limit = max_response_body,
+                "idempotency: response larger than the storage limit; replays get status and headers only");
+            Bytes::new()
+        }
+    };
+    let stored = StoredResponse {
+        status: head.status.as_u16(),
+        headers: encode_headers(&head.headers, &config.stored_headers),
+        body: stored_body,
+    };
+    running.complete(&stored, config.retention).await;
     let body = match buffered {
         Buffered::Complete { data, trailers } => {
             Body::new(Rebuilt::<Pin<Box<ResB>>>::new(data, trailers, None))
@@ -330,11 +330,6 @@ where
             ))
         }
     }
-}
-
-enum Failure<E> {
-    Service(E),
-    Body(BoxError),
 }
 
 /// A response body as read for storage.

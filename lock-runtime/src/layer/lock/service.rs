@@ -112,7 +112,7 @@ where
     let lost = guard.lost();
     // Inside the scope the handler sees `current_lock()`, and a nested lock of
     // the same key (a `#[distributed_lock]` function) re-enters.
-    let call = context::scope(guard.held().clone(), inner.call(req));
+    let call = context::scope(guard.held().clone(), async move { inner.call(req).await });
     let outcome = tokio::select! {
         biased;
         () = lost => None,
