@@ -188,17 +188,26 @@ pub fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
 
 // ---- tracing capture -----------------------------------------------------
 
-/// One `WARN` (or `ERROR`) event the library emitted.
+/// One event the library emitted: every `WARN`/`ERROR`, and events of any
+/// level for the keys passed to [`watch_events`].
 #[derive(Clone, Debug)]
-pub struct Warning {
+pub struct Captured {
+    pub level: tracing::Level,
     pub message: String,
     pub key: Option<String>,
+    /// The names of the event's fields (`waited_us`, `fencing`, ...).
+    pub fields: Vec<&'static str>,
 }
 
-static WARNINGS: Mutex<Vec<Warning>> = Mutex::new(Vec::new());
+/// The `WARN`-or-worse events, kept for the tests that look for them.
+pub type Warning = Captured;
 
-/// Installs (once per process) a global subscriber that records warnings.
-/// Set `CORE_TEST_LOG=debug` to also print the library's events.
+static EVENTS: Mutex<Vec<Captured>> = Mutex::new(Vec::new());
+static WATCHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Installs (once per process) a global subscriber that records warnings,
+/// and every event (down to `TRACE`) of watched keys.
+/// Set `CORE_TEST_LOG=debug` (an `EnvFilter`) to also print the library's events.
 pub fn capture_warnings() {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     INSTALLED.get_or_init(|| {
@@ -211,21 +220,37 @@ pub fn capture_warnings() {
                 .with_filter(tracing_subscriber::EnvFilter::new(filter))
         });
         let _ = tracing_subscriber::registry()
-            .with(Capture.with_filter(LevelFilter::WARN))
+            .with(Capture.with_filter(LevelFilter::TRACE))
             .with(print)
             .try_init();
     });
 }
 
-/// The warnings recorded so far whose `key` field is `key`.
-pub fn warnings_for(key: &str) -> Vec<Warning> {
-    WARNINGS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+/// Records every event whose `key` field is `key` from now on.
+pub fn watch_events(key: &str) {
+    capture_warnings();
+    lock(&WATCHED).push(key.to_owned());
+}
+
+/// The events recorded so far whose `key` field is `key`.
+pub fn events_for(key: &str) -> Vec<Captured> {
+    lock(&EVENTS)
         .iter()
-        .filter(|w| w.key.as_deref() == Some(key))
+        .filter(|e| e.key.as_deref() == Some(key))
         .cloned()
         .collect()
+}
+
+/// The `WARN`-or-worse events recorded so far whose `key` field is `key`.
+pub fn warnings_for(key: &str) -> Vec<Warning> {
+    events_for(key)
+        .into_iter()
+        .filter(|e| e.level <= tracing::Level::WARN)
+        .collect()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 struct Capture;
@@ -234,10 +259,12 @@ struct Capture;
 struct Fields {
     message: String,
     key: Option<String>,
+    names: Vec<&'static str>,
 }
 
 impl tracing::field::Visit for Fields {
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.names.push(field.name());
         match field.name() {
             "message" => self.message = value.to_owned(),
             "key" => self.key = Some(value.to_owned()),
@@ -246,6 +273,7 @@ impl tracing::field::Visit for Fields {
     }
 
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.names.push(field.name());
         match field.name() {
             "message" => self.message = format!("{value:?}"),
             "key" => self.key = Some(format!("{value:?}")),
@@ -260,14 +288,21 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
         event: &tracing::Event<'_>,
         _ctx: tracing_subscriber::layer::Context<'_, S>,
     ) {
+        let level = *event.metadata().level();
         let mut fields = Fields::default();
         event.record(&mut fields);
-        WARNINGS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Warning {
+        let keep = level <= tracing::Level::WARN
+            || fields
+                .key
+                .as_ref()
+                .is_some_and(|k| lock(&WATCHED).iter().any(|w| w == k));
+        if keep {
+            lock(&EVENTS).push(Captured {
+                level,
                 message: fields.message,
                 key: fields.key,
+                fields: fields.names,
             });
+        }
     }
 }

@@ -48,6 +48,7 @@ both_backends!(
     bad_leases_are_config_errors_and_the_limits_themselves_work,
     cancelling_a_with_lock_future_releases_its_lock,
     waiters_cancelled_around_a_release_never_strand_the_others,
+    acquire_renewal_release_and_loss_are_traced,
     #[ignore = "bug: `started + self.wait` overflows (client.rs, LockRequest::acquire) and panics"]
     a_wait_of_duration_max_waits_without_panicking,
 );
@@ -1320,6 +1321,61 @@ async fn waiters_cancelled_around_a_release_never_strand_the_others(env: Env) {
     println!(
         "[{:?}] 20 rounds of 3 live and 3 abandoned waiters: slowest round {slowest:?} from release to the last live waiter done",
         env.kind
+    );
+}
+
+async fn acquire_renewal_release_and_loss_are_traced(env: Env) {
+    let key = key("traced");
+    core_support::watch_events(&key);
+    let other = env.other().await;
+    let holder = env.client.lock(&key).ttl(secs(10)).acquire().await.unwrap();
+    let waiter = {
+        let (other, key) = (other.clone(), key.clone());
+        tokio::spawn(async move { other.lock(&key).wait(secs(5)).acquire().await })
+    };
+    tokio::time::sleep(ms(50)).await;
+    holder.release().await.unwrap();
+    let guard = within(secs(5), "the waiter", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+    assert!(warnings_for(&key).is_empty(), "{:?}", warnings_for(&key));
+    let guard = env.client.lock(&key).ttl(ms(300)).acquire().await.unwrap();
+    tokio::time::sleep(ms(200)).await; // at least one renewal
+    env.client.force_delete(&key).await.unwrap();
+    within(secs(2), "the loss", guard.lost()).await;
+    drop(guard);
+    tokio::time::sleep(ms(20)).await;
+
+    let events = core_support::events_for(&key);
+    for e in &events {
+        println!(
+            "[{:?}] {:>5} {} {:?}",
+            env.kind, e.level, e.message, e.fields
+        );
+    }
+    let with_wait_time = events
+        .iter()
+        .filter(|e| e.message.contains("acquired") && e.fields.iter().any(|f| f.contains("wait")))
+        .count();
+    assert!(
+        with_wait_time >= 3,
+        "3 acquisitions, {with_wait_time} traced with their wait time"
+    );
+    assert!(
+        events.iter().any(|e| e.message.contains("renew")),
+        "no renewal event"
+    );
+    assert!(
+        events.iter().any(|e| e.message.contains("released")),
+        "no release event"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.level == tracing::Level::WARN && e.message.contains("lost")),
+        "no warning for the loss"
     );
 }
 
