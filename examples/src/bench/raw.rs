@@ -1,0 +1,119 @@
+//! The raw redis-rs baseline: what a careful user would write by hand with no
+//! lock library, on one multiplexed connection.
+//!
+//! Acquire is `SET key value NX PX 30000`; release is an `EVALSHA` of a
+//! compare-and-delete script (loaded once with `SCRIPT LOAD`). Values are
+//! 32 hex digits, like the library's 128-bit tokens.
+
+use redis::aio::MultiplexedConnection;
+
+/// Deletes `KEYS[1]` only if it still holds `ARGV[1]`.
+const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     return redis.call('DEL', KEYS[1]) end return 0";
+
+/// The same, then publishes a release notice on `ARGV[2]` (the pub/sub handoff
+/// baseline).
+const COMPARE_DELETE_PUBLISH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '1') return 1 end return 0";
+
+/// A multiplexed connection and the scripts' SHA1s. Clones share the connection.
+#[derive(Clone)]
+pub(crate) struct Raw {
+    conn: MultiplexedConnection,
+    del_sha: String,
+    del_pub_sha: String,
+    /// Prepended to every key, so runs against a shared server do not collide.
+    pub(crate) prefix: String,
+}
+
+impl Raw {
+    pub(crate) async fn connect(client: &redis::Client, prefix: &str) -> Result<Self, String> {
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| format!("raw connection: {e}"))?;
+        let mut load = async |src: &str| -> Result<String, String> {
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(src)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| format!("SCRIPT LOAD: {e}"))
+        };
+        let del_sha = load(COMPARE_AND_DELETE).await?;
+        let del_pub_sha = load(COMPARE_DELETE_PUBLISH).await?;
+        Ok(Self {
+            conn,
+            del_sha,
+            del_pub_sha,
+            prefix: prefix.to_string(),
+        })
+    }
+
+    /// The full key for `name`.
+    pub(crate) fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// `SET key value NX PX 30000`: `true` when taken.
+    pub(crate) async fn try_set(&mut self, key: &str, value: &str) -> Result<bool, String> {
+        let reply: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|e| format!("raw SET: {e}"))?;
+        Ok(reply.is_some())
+    }
+
+    /// `EVALSHA` compare-and-delete: `true` when it was ours.
+    pub(crate) async fn release(&mut self, key: &str, value: &str) -> Result<bool, String> {
+        let n: i64 = redis::cmd("EVALSHA")
+            .arg(&self.del_sha)
+            .arg(1)
+            .arg(key)
+            .arg(value)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|e| format!("raw EVALSHA: {e}"))?;
+        Ok(n == 1)
+    }
+
+    /// Compare-and-delete, then `PUBLISH channel`.
+    pub(crate) async fn release_publish(
+        &mut self,
+        key: &str,
+        value: &str,
+        channel: &str,
+    ) -> Result<bool, String> {
+        let n: i64 = redis::cmd("EVALSHA")
+            .arg(&self.del_pub_sha)
+            .arg(1)
+            .arg(key)
+            .arg(value)
+            .arg(channel)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|e| format!("raw EVALSHA: {e}"))?;
+        Ok(n == 1)
+    }
+
+    /// One uncontended acquire + release; an error if the key was not free.
+    pub(crate) async fn pair(&mut self, key: &str, value: &str) -> Result<(), String> {
+        if !self.try_set(key, value).await? {
+            return Err(format!("raw baseline: {key} was unexpectedly held"));
+        }
+        if !self.release(key, value).await? {
+            return Err(format!("raw baseline: {key} was not ours at release"));
+        }
+        Ok(())
+    }
+}
+
+/// A 32-hex-digit value unique to `(task, n)`, like a 128-bit token.
+pub(crate) fn value(task: u64, n: u64) -> String {
+    format!("{task:016x}{n:016x}")
+}
