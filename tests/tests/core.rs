@@ -17,7 +17,8 @@ use lock_runtime::{LockClient, LockError, LockInfo, MAX_KEY_LEN, MAX_TTL, MIN_TT
 mod core_support;
 use core_support::{Env, eventually, is_held, key, remaining, summary, warnings_for, within};
 
-both_backends!(
+// Braces: rustfmt leaves the list (and its attributes) alone.
+both_backends! {
     sixty_four_tasks_doing_read_modify_write_under_one_lock_end_with_the_exact_count,
     a_forgotten_fixed_lease_guard_frees_the_key_after_its_ttl,
     a_forgotten_renewing_guard_keeps_the_key_while_its_client_lives,
@@ -51,7 +52,7 @@ both_backends!(
     acquire_renewal_release_and_loss_are_traced,
     #[ignore = "bug: `started + self.wait` overflows (client.rs, LockRequest::acquire) and panics"]
     a_wait_of_duration_max_waits_without_panicking,
-);
+}
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -1408,6 +1409,31 @@ async fn the_embedded_backend_follows_tokios_paused_clock() {
     assert!(next.fencing_token() > fixed.fencing_token());
     next.release().await.unwrap();
     kept.release().await.unwrap();
+}
+
+#[test]
+fn the_public_types_can_cross_tasks_and_threads() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    fn send_static<T: Send + 'static>(_: &T) {}
+    send_sync::<LockClient>();
+    send_sync::<lock_runtime::LockRequest>();
+    send_sync::<lock_runtime::LockGuard>();
+    send_sync::<LockError>();
+    send_sync::<LockInfo>();
+    fn error<E: std::error::Error + Send + Sync + 'static>() {}
+    error::<LockError>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = LockClient::builder().memory().build().await.unwrap();
+        let guard = client.lock("k").acquire().await.unwrap();
+        send_static(&guard.lost());
+        send_static(&client.lock("k").acquire());
+        send_static(&client.lock("k").run(async {}));
+        guard.release().await.unwrap();
+    });
 }
 
 // ---- The builder: no backend needed ---------------------------------------

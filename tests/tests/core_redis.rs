@@ -731,3 +731,57 @@ async fn a_waiter_of_a_crashed_process_does_not_keep_a_live_waiter_from_the_lock
         "the crashed waiter kept the lock for {took:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_loses_the_lock_tells_the_holder() {
+    let mut server = RedisServer::start();
+    let client = client(&server).await;
+    let key = key("restart");
+    let guard = client.lock(&key).ttl(ms(600)).acquire().await.unwrap();
+    let lost = guard.lost();
+    tokio::time::sleep(ms(100)).await;
+    // As after a failover to a replica that never saw the lock.
+    server.restart();
+    let restarted = Instant::now();
+    within(secs(3), "the holder learns its lock is gone", lost).await;
+    let told = restarted.elapsed();
+    println!("after a restart the holder knew its lock was gone {told:?} later");
+    assert!(told < ms(1500), "the holder learned it only after {told:?}");
+    assert!(guard.release().await.unwrap_err().is_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug (robustness): the first command on the connection after the restart fails (`broken pipe`, the connection manager reconnects only then) and the waiting acquire returns that error at once instead of retrying until its deadline"]
+async fn a_waiter_keeps_waiting_through_a_restart_and_gets_the_lock() {
+    let mut server = RedisServer::start();
+    let holder_client = client(&server).await;
+    let waiter_client = client(&server).await;
+    let holder = holder_client
+        .lock("k")
+        .ttl(secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = waiter_client
+            .lock("k")
+            .ttl(secs(10))
+            .wait(secs(8))
+            .acquire()
+            .await;
+        (Instant::now(), guard)
+    });
+    tokio::time::sleep(ms(200)).await;
+    server.restart(); // the holder's lock is gone with it
+    let restarted = Instant::now();
+    let (at, taken) = within(secs(9), "the waiter", waiter).await.unwrap();
+    let taken = taken.expect("the waiter gets the lock after the restart");
+    let took = at.saturating_duration_since(restarted);
+    println!("after a restart the waiter held the lock {took:?} later");
+    assert!(
+        took < secs(3),
+        "the waiter got the lock only after {took:?}"
+    );
+    taken.release().await.unwrap();
+    drop(holder);
+}
