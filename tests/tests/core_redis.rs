@@ -167,6 +167,30 @@ async fn scripts_are_loaded_again_when_the_server_forgets_them() {
     assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
     guard.release().await.expect("release after SCRIPT FLUSH");
     assert!(calls(&server, "evalsha") >= 3);
+    // The hot path is EVALSHA; after NOSCRIPT the script is loaded again
+    // (SCRIPT LOAD), never sent in full with EVAL.
+    assert_eq!(calls(&server, "eval"), 0);
+    assert!(
+        calls(&server, "script|load") >= 4,
+        "{}",
+        server.cli(&["INFO", "commandstats"])
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn dropping_a_guard_never_blocks_even_when_the_server_hangs() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let guard = client.lock("k").ttl(ms(500)).acquire().await.unwrap();
+    server.pause();
+    let started = Instant::now();
+    drop(guard);
+    let took = started.elapsed();
+    server.resume();
+    assert!(took < ms(20), "drop took {took:?} on a paused server");
+    // The background release still happens once the server answers.
+    let next = client.lock("k").wait(secs(2)).acquire().await.unwrap();
+    next.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
