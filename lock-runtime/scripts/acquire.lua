@@ -20,7 +20,10 @@ if owner == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
 local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then ttl = 0 end
+if ttl < 0 then
+  -- Set without an expiry by someone else: report our own lease as the wait.
+  ttl = tonumber(ARGV[2])
+end
 if ARGV[3] ~= '0' then
   if not redis.call('LPOS', KEYS[3], member) then
     redis.call('RPUSH', KEYS[3], member)

@@ -19,8 +19,10 @@ if entry then
   local lease = math.min(tonumber(string.sub(entry, sep + 1)), tonumber(ARGV[3]))
   local fence = redis.call('INCR', KEYS[2])
   redis.call('SET', KEYS[1], token, 'PX', lease)
-  redis.call('PUBLISH', ARGV[2], token .. ':' .. fence)
+  -- pcall: a notice refused by an ACL must not undo the release; waiters
+  -- then wake at their lease timers instead.
+  redis.pcall('PUBLISH', ARGV[2], token .. ':' .. fence)
   return {1, token, fence}
 end
-redis.call('PUBLISH', ARGV[2], '')
+redis.pcall('PUBLISH', ARGV[2], '')
 return {1}

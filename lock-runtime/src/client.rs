@@ -29,6 +29,10 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// How often one acquire re-tries after a broken connection (within its wait;
+/// a try-once acquire re-tries once, at once).
+const MAX_CONNECTION_RETRIES: u32 = 8;
+
 /// A handle on a lock backend. Cheap to clone (an `Arc`); clones share the
 /// connections, the notice subscriber and the watchdogs.
 ///
@@ -250,8 +254,10 @@ impl LockClientBuilder {
             ("connect_timeout", self.connect_timeout),
             ("response_timeout", self.response_timeout),
         ] {
-            if t.is_zero() {
-                return Err(LockError::Config(format!("{name} must be above zero")));
+            if t.is_zero() || t > Duration::from_secs(3600) {
+                return Err(LockError::Config(format!(
+                    "{name} must be above zero and at most one hour"
+                )));
             }
         }
         let backend = match self.target {
@@ -353,7 +359,10 @@ impl LockRequest {
             return Ok(LockGuard::reentered(held));
         }
         let started = Instant::now();
-        let deadline = started + self.wait;
+        // A wait too long to represent (`Duration::MAX`) means "wait forever".
+        let deadline = started
+            .checked_add(self.wait)
+            .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
         let names = KeyNames::new(&inner.prefix, &self.key);
         let token = Token::random()?;
         let attempt = Attempt {
@@ -373,6 +382,7 @@ impl LockRequest {
         // Send time of the last attempt that found the lock busy: a hand-over
         // to us happened after it.
         let mut last_busy = started;
+        let mut retries = 0u32;
         loop {
             let names = attempt.names.as_ref().expect("set until the end");
             let sent = Instant::now();
@@ -392,6 +402,22 @@ impl LockRequest {
                     return Ok(self.hold(attempt, fencing, sent, ttl, started));
                 }
                 Ok(AcquireOutcome::Busy { remaining }) => remaining,
+                Err(LockError::Backend(e))
+                    if e.is_connection() && retries < MAX_CONNECTION_RETRIES && {
+                        let pause = Duration::from_millis(10 << retries.min(4));
+                        Instant::now() + pause < deadline || (retries == 0 && !e.is_timeout())
+                    } =>
+                {
+                    // A broken connection is re-established by the driver;
+                    // the same token makes a retry safe even if the first
+                    // attempt took the lock.
+                    tracing::debug!(key = %self.key, error = %e, "lock acquire: connection failed; retrying");
+                    if retries > 0 {
+                        tokio::time::sleep(Duration::from_millis(10 << retries.min(4))).await;
+                    }
+                    retries += 1;
+                    continue;
+                }
                 Err(e) => {
                     // The script may have run even if the reply was lost:
                     // `attempt` releases with our token on the way out.
@@ -415,13 +441,23 @@ impl LockRequest {
                 if now >= deadline {
                     return Err(self.busy(attempt, remaining, started));
                 }
-                // Notices are at most once: also wake when the holder's lease ends.
-                let fallback = (now + remaining + Duration::from_millis(1)).min(deadline);
-                tokio::select! {
-                    _ = handle.waiter.notify.notified() => {}
-                    _ = tokio::time::sleep_until(fallback) => {}
+                // Notices are at most once: also re-try when the holder's
+                // lease ends.
+                let mut retry_at = (now + remaining + Duration::from_millis(1)).min(deadline);
+                loop {
+                    tokio::select! {
+                        _ = handle.waiter.notify.notified() => {}
+                        _ = tokio::time::sleep_until(retry_at) => break,
+                    }
+                    fencing = handle.waiter.take_grant();
+                    if fencing.is_some() || !handle.waiter.take_handoff_seen() {
+                        break; // ours, or the key was freed: act now
+                    }
+                    // The lock went to another waiter with a short lease: if
+                    // that waiter is dead, the key is free when it runs out.
+                    let free_by = Instant::now() + HANDOFF_LEASE + Duration::from_millis(5);
+                    retry_at = retry_at.min(free_by);
                 }
-                fencing = handle.waiter.take_grant();
             }
             let Some(fencing) = fencing else {
                 continue;
@@ -462,7 +498,7 @@ impl LockRequest {
             fencing,
             ttl: attempt.ttl,
             lost: CancellationToken::new(),
-            client: Arc::downgrade(inner),
+            client: inner.clone(),
         });
         inner
             .watchdog
@@ -554,7 +590,7 @@ impl Drop for Attempt {
                 fencing: 0,
                 ttl: self.ttl,
                 lost: CancellationToken::new(),
-                client: Arc::downgrade(&self.inner),
+                client: self.inner.clone(),
             });
             release_in_background(self.inner.clone(), held, self.queued);
         }

@@ -142,6 +142,24 @@ impl BackendError {
     }
 }
 
+impl BackendError {
+    /// `true` if the connection failed (dropped, refused, timed out) rather
+    /// than the server answering with an error: worth retrying.
+    pub(crate) fn is_connection(&self) -> bool {
+        self.timeout
+            || self
+                .source
+                .as_ref()
+                .and_then(|e| e.downcast_ref::<redis::RedisError>())
+                .is_some_and(|e| {
+                    e.is_io_error()
+                        || e.is_timeout()
+                        || e.is_connection_dropped()
+                        || e.is_connection_refusal()
+                })
+    }
+}
+
 impl From<redis::RedisError> for BackendError {
     fn from(e: redis::RedisError) -> Self {
         Self::with_source("redis", e)

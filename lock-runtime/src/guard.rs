@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -25,7 +25,9 @@ pub(crate) struct Held {
     pub(crate) ttl: Duration,
     /// Cancelled when the lease is lost.
     pub(crate) lost: CancellationToken,
-    pub(crate) client: Weak<Inner>,
+    /// Guards keep their client alive: dropping every other handle on it
+    /// does not stop the renewals of a held lock.
+    pub(crate) client: Arc<Inner>,
 }
 
 impl fmt::Debug for Held {
@@ -43,8 +45,11 @@ impl fmt::Debug for Held {
 ///
 /// Dropping a guard without `release` releases the lock in the background on
 /// the current tokio runtime (outside a runtime the lease simply runs out).
-/// A guard leaked with `std::mem::forget` stops nothing: its watchdog keeps the
-/// lease alive until the client is dropped, then the lease runs out.
+/// A guard keeps its [`LockClient`](crate::LockClient) alive, so it may outlive
+/// every other handle on the client. A guard leaked with `std::mem::forget`
+/// stops nothing: its lease is renewed for as long as the process lives (use
+/// `.renew(false)` for a lease that must end on its own); when the process
+/// dies, the lease runs out after at most one TTL.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -148,9 +153,7 @@ impl LockGuard {
                 Ok(())
             };
         }
-        let Some(inner) = self.held.client.upgrade() else {
-            return Err(LockError::Config("the lock client was dropped".into()));
-        };
+        let inner = &self.held.client;
         inner.watchdog.unwatch(self.held.id);
         let started = tokio::time::Instant::now();
         let result = inner
@@ -183,9 +186,7 @@ impl Drop for LockGuard {
         if self.done || !self.owner {
             return;
         }
-        let Some(inner) = self.held.client.upgrade() else {
-            return;
-        };
+        let inner = self.held.client.clone();
         inner.watchdog.unwatch(self.held.id);
         release_in_background(inner, self.held.clone(), false);
     }

@@ -112,6 +112,8 @@ async fn run(backend: Backend, mut rx: mpsc::UnboundedReceiver<Msg>) {
         let next = timers.first().map(|(due, _)| *due);
         tokio::select! {
             msg = rx.recv() => match msg {
+                // The client is gone, and with it every guard (guards keep
+                // their client alive).
                 None => return,
                 Some(Msg::Watch { held, ttl, renew, sent, granted }) => {
                     let valid_until = sent + granted;

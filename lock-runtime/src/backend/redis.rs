@@ -72,7 +72,9 @@ impl RedisBackend {
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
         let mut conn = tokio::time::timeout(
-            options.connect_timeout + Duration::from_millis(100),
+            options
+                .connect_timeout
+                .saturating_add(Duration::from_millis(100)),
             ConnectionManager::new_with_config(client.clone(), config),
         )
         .await
@@ -295,15 +297,19 @@ async fn notifier(
         // Re-subscribe whatever is waited on (after a reconnect), then wake all.
         let mut ok = true;
         for channel in waiters.channel_names() {
-            if subscribe(&mut sink, &channel, &options).await {
-                waiters.set_subscribed(&channel);
-            } else {
-                ok = false;
-                break;
+            match subscribe(&mut sink, &channel, &options).await {
+                Ok(()) => waiters.set_subscribed(&channel),
+                Err(SubscribeFailure::Refused(e)) => warn_refused(&channel, &e),
+                Err(SubscribeFailure::Connection) => {
+                    ok = false;
+                    break;
+                }
             }
         }
         waiters.wake_all();
         if !ok {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
             continue;
         }
         backoff = Duration::from_millis(20);
@@ -341,11 +347,14 @@ async fn notifier(
             match command {
                 Command::Subscribe(channel, ack) => {
                     if !channel.is_empty() && !waiters.is_subscribed(&channel) {
-                        if !subscribe(&mut sink, &channel, &options).await {
-                            let _ = ack.send(());
-                            break;
+                        match subscribe(&mut sink, &channel, &options).await {
+                            Ok(()) => waiters.set_subscribed(&channel),
+                            Err(SubscribeFailure::Refused(e)) => warn_refused(&channel, &e),
+                            Err(SubscribeFailure::Connection) => {
+                                let _ = ack.send(());
+                                break;
+                            }
                         }
-                        waiters.set_subscribed(&channel);
                     }
                     let _ = ack.send(());
                 }
@@ -370,18 +379,52 @@ async fn notifier(
     }
 }
 
+/// Why a subscription did not happen.
+enum SubscribeFailure {
+    /// The server answered with an error (an ACL without this channel, say):
+    /// the connection is fine; waiters of this key fall back to timers.
+    Refused(redis::RedisError),
+    /// The connection failed or timed out: reconnect.
+    Connection,
+}
+
 async fn subscribe(
     sink: &mut redis::aio::PubSubSink,
     channel: &str,
     options: &RedisOptions,
-) -> bool {
+) -> Result<(), SubscribeFailure> {
     if channel.is_empty() {
-        return true;
+        return Ok(());
     }
-    matches!(
-        tokio::time::timeout(options.response_timeout, sink.subscribe(channel)).await,
-        Ok(Ok(()))
-    )
+    match tokio::time::timeout(options.response_timeout, sink.subscribe(channel)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) if is_refusal(&e) => Err(SubscribeFailure::Refused(e)),
+        _ => Err(SubscribeFailure::Connection),
+    }
+}
+
+/// A reply the server sent on purpose, not a broken connection.
+fn is_refusal(e: &redis::RedisError) -> bool {
+    !(e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error())
+}
+
+fn warn_refused(channel: &str, e: &redis::RedisError) {
+    // Once per process at warn level: it is a configuration problem.
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::debug!(channel, error = %e, "lock notices: SUBSCRIBE refused");
+        return;
+    }
+    tracing::warn!(
+        channel,
+        error = %e,
+        "lock notices: the server refused SUBSCRIBE (check the ACL's channel permissions, \
+         e.g. `&lock:*`); waiters of this key wake only when the holder's lease ends"
+    );
 }
 
 /// Answers `pending` (the waiter falls back to its timer), backs off, and takes

@@ -9,7 +9,7 @@
 //! queue was lost (a restarted server, say).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -20,6 +20,8 @@ pub(crate) struct Waiter {
     pub(crate) notify: Notify,
     /// The fencing token of a hand-over to us; 0 when none arrived.
     granted: AtomicU64,
+    /// A hand-over to another waiter of this key was seen.
+    handoff_seen: AtomicBool,
 }
 
 impl Waiter {
@@ -29,6 +31,11 @@ impl Waiter {
             0 => None,
             fencing => Some(fencing),
         }
+    }
+
+    /// Whether a hand-over to another waiter was seen since the last call.
+    pub(crate) fn take_handoff_seen(&self) -> bool {
+        self.handoff_seen.swap(false, Ordering::AcqRel)
     }
 
     fn grant(&self, fencing: u64) {
@@ -78,25 +85,32 @@ impl Registry {
     /// Routes a notice: `token:fencing` goes to that waiter only; anything else
     /// ("free") wakes every waiter of the channel.
     pub(crate) fn deliver(&self, channel: &str, payload: &[u8]) {
+        match parse_grant(payload) {
+            Some((token, fencing)) => self.grant(channel, token, fencing),
+            None => {
+                if let Some(waiters) = self.channels().get(channel) {
+                    for waiter in waiters.values() {
+                        waiter.notify.notify_one();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands over to `token`. One other waiter of the key (if any) learns of
+    /// the hand-over, so that if the new owner is dead, somebody re-tries when
+    /// its short hand-over lease runs out rather than at the old holder's.
+    pub(crate) fn grant(&self, channel: &str, token: &str, fencing: u64) {
         let channels = self.channels();
         let Some(waiters) = channels.get(channel) else {
             return;
         };
-        if let Some((token, fencing)) = parse_grant(payload) {
-            if let Some(waiter) = waiters.get(token) {
-                waiter.grant(fencing);
-            }
-            return;
-        }
-        for waiter in waiters.values() {
-            waiter.notify.notify_one();
-        }
-    }
-
-    /// Hands over to `token` directly (the embedded backend).
-    pub(crate) fn grant(&self, channel: &str, token: &str, fencing: u64) {
-        if let Some(waiter) = self.channels().get(channel).and_then(|w| w.get(token)) {
+        if let Some(waiter) = waiters.get(token) {
             waiter.grant(fencing);
+        }
+        if let Some((_, watcher)) = waiters.iter().find(|(t, _)| t.as_str() != token) {
+            watcher.handoff_seen.store(true, Ordering::Release);
+            watcher.notify.notify_one();
         }
     }
 
