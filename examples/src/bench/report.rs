@@ -65,6 +65,9 @@ impl Unit {
             Unit::Micros | Unit::Millis => format!("{} {}", sig(v), self.name()),
             Unit::PerSec => format!("{}/s", thousands(v)),
             Unit::Factor => format!("{:.2}x", v),
+            // Three decimals near the small targets (row 7's 1.0), so a
+            // value just above the target does not print as equal to it.
+            Unit::Count if v.abs() < 10.0 => format!("{v:.3}"),
             Unit::Count => sig(v),
             Unit::KiB => format!("{} KiB", thousands(v)),
             Unit::Percent => format!("{:.1} %", v),

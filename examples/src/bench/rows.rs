@@ -183,15 +183,38 @@ pub(crate) struct Hot {
 }
 
 impl Hot {
-    pub(crate) fn per_sec(&self) -> f64 {
-        self.grants.iter().sum::<u64>() as f64 / self.window.as_secs_f64()
-    }
-
     /// Most grants of one task over fewest (infinite if a task got none).
     pub(crate) fn fairness(&self) -> f64 {
         let max = self.grants.iter().copied().max().unwrap_or(0) as f64;
         let min = self.grants.iter().copied().min().unwrap_or(0) as f64;
         if min == 0.0 { f64::INFINITY } else { max / min }
+    }
+
+    /// Grants per second over several slices (the windows add up).
+    pub(crate) fn rate_of(slices: &[Hot]) -> f64 {
+        let grants: u64 = slices.iter().flat_map(|h| &h.grants).sum();
+        let secs: f64 = slices.iter().map(|h| h.window.as_secs_f64()).sum();
+        grants as f64 / secs
+    }
+
+    /// The worst slice's max/min grants per task: fairness is judged within
+    /// one contention period, never averaged away across slices.
+    pub(crate) fn fairness_of(slices: &[Hot]) -> f64 {
+        slices.iter().map(Hot::fairness).fold(0.0, f64::max)
+    }
+
+    /// Every slice's waits (or holds), pooled.
+    pub(crate) fn pooled(slices: &[Hot], pick: fn(&Hot) -> &Vec<f64>) -> Vec<f64> {
+        slices
+            .iter()
+            .flat_map(|h| pick(h).iter().copied())
+            .collect()
+    }
+
+    /// Fewest and most grants of one task in one slice.
+    pub(crate) fn grant_range(slices: &[Hot]) -> (u64, u64) {
+        let all = slices.iter().flat_map(|h| h.grants.iter().copied());
+        (all.clone().min().unwrap_or(0), all.max().unwrap_or(0))
     }
 
     fn merge(&mut self, task: HotTask) {
@@ -468,6 +491,8 @@ pub(crate) struct HeldRun {
     pub(crate) per_100_per_period: f64,
     /// The same, counting only `EVALSHA`/`EVAL`/`FCALL` calls.
     pub(crate) scripts_per_100_per_period: f64,
+    /// How many keys those script calls carried: (min, median, max).
+    pub(crate) keys_per_script: (f64, f64, f64),
     /// `total_commands_processed` per 100 locks per period: includes every
     /// command run inside scripts (GET + PEXPIRE per lock for a renewal).
     pub(crate) server_per_100_per_period: f64,
@@ -535,6 +560,11 @@ pub(crate) async fn held_under_watchdog(
     Ok(HeldRun {
         per_100_per_period: per(seen.client),
         scripts_per_100_per_period: per(seen.scripts),
+        keys_per_script: (
+            percentile(&seen.keys_per_script, 0.0),
+            median(&seen.keys_per_script),
+            percentile(&seen.keys_per_script, 100.0),
+        ),
         server_per_100_per_period: per(server),
         cpu_percent,
         lost,
@@ -546,6 +576,7 @@ pub(crate) async fn held_under_watchdog(
 struct Seen {
     client: u64,
     scripts: u64,
+    keys_per_script: Vec<f64>,
 }
 
 /// Counts the commands `MONITOR` shows between the start and end markers.
@@ -575,9 +606,14 @@ async fn count_commands(monitor: redis::aio::Monitor) -> Result<Seen, String> {
             continue;
         }
         seen.client += 1;
-        let name = command.split('"').nth(1).unwrap_or("").to_ascii_uppercase();
+        // `"EVALSHA" "<sha>" "<numkeys>" ...`: quoted tokens at 1, 3, 5.
+        let mut tokens = command.split('"').skip(1).step_by(2);
+        let name = tokens.next().unwrap_or("").to_ascii_uppercase();
         if name.starts_with("EVAL") || name.starts_with("FCALL") {
             seen.scripts += 1;
+            if let Some(keys) = tokens.nth(1).and_then(|n| n.parse::<f64>().ok()) {
+                seen.keys_per_script.push(keys);
+            }
         }
     }
     Err("MONITOR connection closed".into())

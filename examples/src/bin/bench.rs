@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bench::raw::Raw;
 use bench::report::{self, Metric, Target, Unit, median};
-use bench::rows::{self, p50, p99_ms, us};
+use bench::rows::{self, Hot, p50, p99_ms, us};
 use bench::server::{RedisProcess, check_loopback};
 use lock_runtime::{LockClient, LockError, LockInfo};
 
@@ -130,7 +130,12 @@ struct Plan {
     ceiling_window: Duration,
     hot_zero_tasks: usize,
     hot_zero_window: Duration,
+    /// Windowed rows (2, 3, 4) alternate this many library and baseline
+    /// slices per repetition (A B A B ...), each of the window above.
+    slices: usize,
+    /// Handoff samples per slice, and slices per side (alternating).
     handoff_samples: usize,
+    handoff_slices: usize,
     held_locks: usize,
     held_ttl: Duration,
     held_periods: u32,
@@ -142,14 +147,16 @@ impl Plan {
             serial_iters: 2000,
             attr_iters: 1000,
             par_tasks: 32,
-            par_window: Duration::from_millis(600),
+            par_window: Duration::from_millis(300),
             hot_hold_tasks: 16,
             hold: Duration::from_millis(1),
-            hot_hold_window: Duration::from_millis(1000),
-            ceiling_window: Duration::from_millis(300),
+            hot_hold_window: Duration::from_millis(500),
+            ceiling_window: Duration::from_millis(150),
             hot_zero_tasks: 32,
-            hot_zero_window: Duration::from_millis(600),
-            handoff_samples: 100,
+            hot_zero_window: Duration::from_millis(300),
+            slices: 2,
+            handoff_samples: 25,
+            handoff_slices: 4,
             held_locks: 10_000,
             held_ttl: Duration::from_secs(3),
             held_periods: 3,
@@ -164,7 +171,9 @@ impl Plan {
             hot_hold_window: Duration::from_millis(400),
             ceiling_window: Duration::from_millis(150),
             hot_zero_window: Duration::from_millis(250),
+            slices: 1,
             handoff_samples: 20,
+            handoff_slices: 1,
             held_ttl: Duration::from_millis(1500),
             held_periods: 2,
             ..full
@@ -374,19 +383,30 @@ async fn serial_attr(
 
 // ---- The run. ----
 
-/// Runs `a` and `b` in the order `a_first` says; returns (a, b).
-async fn in_order<A, B>(
+/// Runs `slices` rounds of `a` and `b`, alternating (A B A B ..., or B A B A
+/// ... when `a_first` is false), so slow moments of a shared machine hit
+/// both sides. Returns every round's results.
+async fn alternate<A, B>(
     a_first: bool,
-    a: impl AsyncFnOnce() -> Result<A, String>,
-    b: impl AsyncFnOnce() -> Result<B, String>,
-) -> Result<(A, B), String> {
-    if a_first {
-        let x = a().await?;
-        Ok((x, b().await?))
-    } else {
-        let y = b().await?;
-        Ok((a().await?, y))
+    slices: usize,
+    mut a: impl AsyncFnMut() -> Result<A, String>,
+    mut b: impl AsyncFnMut() -> Result<B, String>,
+) -> Result<(Vec<A>, Vec<B>), String> {
+    let (mut xs, mut ys) = (Vec::with_capacity(slices), Vec::with_capacity(slices));
+    for _ in 0..slices {
+        if a_first {
+            xs.push(a().await?);
+            ys.push(b().await?);
+        } else {
+            ys.push(b().await?);
+            xs.push(a().await?);
+        }
     }
+    Ok((xs, ys))
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
 struct Prefixes {
@@ -487,79 +507,85 @@ async fn measure(
         if opts.wants('5') {
             eprint!(" 5");
             let n = plan.handoff_samples;
-            let (l, r) = in_order(
+            let (l, r) = alternate(
                 lib_first,
+                plan.handoff_slices,
                 async || rows::handoff_lib(&lib, "handoff", n).await,
                 async || rows::handoff_raw(&raw, &redis_client, "handoff", n).await,
             )
             .await?;
-            metrics[M5].values.push(p50(&l));
-            metrics[M5].baselines.push(p50(&r));
+            metrics[M5].values.push(p50(&l.concat()));
+            metrics[M5].baselines.push(p50(&r.concat()));
         }
         if opts.wants('2') {
             eprint!(" 2");
             let (tasks, window) = (plan.par_tasks, plan.par_window);
-            let (l, r) = in_order(
+            let (l, r) = alternate(
                 lib_first,
+                plan.slices,
                 async || rows::parallel_lib(&lib, tasks, window).await,
                 async || rows::parallel_raw(&raw, tasks, window).await,
             )
             .await?;
-            metrics[M2].values.push(l);
-            metrics[M2].baselines.push(r);
+            metrics[M2].values.push(mean(&l));
+            metrics[M2].baselines.push(mean(&r));
         }
         if opts.wants('4') {
             eprint!(" 4");
             let (tasks, window) = (plan.hot_zero_tasks, plan.hot_zero_window);
-            let (l, r) = in_order(
+            let (l, r) = alternate(
                 lib_first,
+                plan.slices,
                 async || rows::hot_lib(&lib, "hot0", tasks, Duration::ZERO, window).await,
                 async || rows::hot_raw_spin(&raw, "hot0", tasks, Duration::ZERO, window).await,
             )
             .await?;
-            metrics[M4_GRANTS].values.push(l.per_sec());
-            metrics[M4_GRANTS].baselines.push(r.per_sec());
-            metrics[M4_FAIR].values.push(l.fairness());
-            metrics[M4_FAIR].baselines.push(r.fairness());
+            metrics[M4_GRANTS].values.push(Hot::rate_of(&l));
+            metrics[M4_GRANTS].baselines.push(Hot::rate_of(&r));
+            metrics[M4_FAIR].values.push(Hot::fairness_of(&l));
+            metrics[M4_FAIR].baselines.push(Hot::fairness_of(&r));
+            let (l_min, l_max) = Hot::grant_range(&l);
+            let (r_min, r_max) = Hot::grant_range(&r);
             metrics[M4_FAIR].notes.push(format!(
-                "rep {}: library grants per task min {} max {}; raw spin min {} max {}; \
-                 library wait p99 {:.2} ms, raw spin wait p99 {:.2} ms",
+                "rep {}: grants per task in a {} ms slice: library {l_min}-{l_max}, raw spin \
+                 {r_min}-{r_max}; wait p99: library {:.2} ms, raw spin {:.2} ms",
                 rep + 1,
-                l.grants.iter().min().unwrap_or(&0),
-                l.grants.iter().max().unwrap_or(&0),
-                r.grants.iter().min().unwrap_or(&0),
-                r.grants.iter().max().unwrap_or(&0),
-                p99_ms(&l.waits),
-                p99_ms(&r.waits),
+                window.as_millis(),
+                p99_ms(&Hot::pooled(&l, |h| &h.waits)),
+                p99_ms(&Hot::pooled(&r, |h| &h.waits)),
             ));
         }
         if opts.wants('3') {
             eprint!(" 3");
             let (tasks, hold, window) = (plan.hot_hold_tasks, plan.hold, plan.hot_hold_window);
             let ceiling_window = plan.ceiling_window;
-            let (l, (ceiling, ceiling_hold)) = in_order(
+            let (l, ceilings) = alternate(
                 lib_first,
+                plan.slices,
                 async || rows::hot_lib(&lib, "hot1", tasks, hold, window).await,
                 async || rows::hold_ceiling(hold, ceiling_window).await,
             )
             .await?;
-            let mean_hold = l.holds.iter().sum::<f64>() / l.holds.len().max(1) as f64;
-            metrics[M3_GRANTS].values.push(l.per_sec());
+            let waits = Hot::pooled(&l, |h| &h.waits);
+            let mean_hold = mean(&Hot::pooled(&l, |h| &h.holds));
+            let ceiling = mean(&ceilings.iter().map(|c| c.0).collect::<Vec<_>>());
+            let ceiling_hold = mean(&ceilings.iter().map(|c| c.1).collect::<Vec<_>>());
+            metrics[M3_GRANTS].values.push(Hot::rate_of(&l));
             metrics[M3_GRANTS].baselines.push(ceiling);
-            metrics[M3_WAIT].values.push(p99_ms(&l.waits));
+            metrics[M3_WAIT].values.push(p99_ms(&waits));
             metrics[M3_WAIT]
                 .baselines
                 .push((tasks - 1) as f64 * mean_hold / 1e3);
+            let (min, max) = Hot::grant_range(&l);
             metrics[M3_GRANTS].notes.push(format!(
                 "rep {}: mean hold {:.0} us under the lock, {:.0} us in the ceiling loop; \
-                 grants per task min {} max {}; wait p50 {:.2} ms max {:.2} ms",
+                 grants per task in a {} ms slice {min}-{max}; wait p50 {:.2} ms, max {:.2} ms",
                 rep + 1,
                 mean_hold,
                 ceiling_hold,
-                l.grants.iter().min().unwrap_or(&0),
-                l.grants.iter().max().unwrap_or(&0),
-                median(&l.waits) / 1e3,
-                report::percentile(&l.waits, 100.0) / 1e3,
+                window.as_millis(),
+                median(&waits) / 1e3,
+                report::percentile(&waits, 100.0) / 1e3,
             ));
         }
         if opts.wants('7') {
@@ -578,13 +604,17 @@ async fn measure(
             metrics[M7].notes.push(format!(
                 "rep {}: {} locks, ttl {} ms, taken in {:.0} ms; per 100 locks per period: \
                  {:.2} script calls, {:.1} server-side commands (INFO total_commands_processed, \
-                 counts the GET/PEXPIRE inside scripts); lost at the end: {}",
+                 counts the GET/PEXPIRE inside scripts); keys per script call min {} median {} \
+                 max {}; lost at the end: {}",
                 rep + 1,
                 plan.held_locks,
                 plan.held_ttl.as_millis(),
                 run.acquire_ms,
                 run.scripts_per_100_per_period,
                 run.server_per_100_per_period,
+                run.keys_per_script.0,
+                run.keys_per_script.1,
+                run.keys_per_script.2,
                 run.lost,
             ));
             if run.lost > 0 {
