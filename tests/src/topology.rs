@@ -407,6 +407,15 @@ impl SentinelSetup {
 
 // ---- Cluster ---------------------------------------------------------------
 
+/// A slot on its way from node `from` to node `to` (see
+/// [`Cluster::begin_migration`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Migration {
+    pub slot: u16,
+    pub from: usize,
+    pub to: usize,
+}
+
 /// The number of hash slots of Redis Cluster.
 pub const SLOTS: u16 = 16384;
 
@@ -589,32 +598,46 @@ impl Cluster {
     }
 
     /// Moves `slot` (with its keys) from its owner to node `to`, as
-    /// `redis-cli --cluster reshard` does: `SETSLOT IMPORTING` on the target,
-    /// `SETSLOT MIGRATING` on the source, `MIGRATE` the keys in batches, then
-    /// `SETSLOT NODE` on the target, the source and every other node. Returns
-    /// the source node's index. Keys written to the slot during the move are
-    /// migrated too (the loop runs until the source has none left).
+    /// `redis-cli --cluster reshard` does: [`Cluster::begin_migration`],
+    /// [`Cluster::move_keys`], [`Cluster::finish_migration`]. Returns the
+    /// source node's index.
     pub fn migrate_slot(&self, slot: u16, to: usize) -> usize {
+        let migration = self.begin_migration(slot, to);
+        self.move_keys(&migration);
+        let from = migration.from;
+        self.finish_migration(migration);
+        from
+    }
+
+    /// Starts moving `slot` from its owner to node `to`: `SETSLOT IMPORTING`
+    /// on the target, then `SETSLOT MIGRATING` on the source. From now on the
+    /// source answers `ASK` for keys of the slot it does not have.
+    pub fn begin_migration(&self, slot: u16, to: usize) -> Migration {
         let from = self.owner_of(slot);
         assert_ne!(from, to, "slot {slot} already lives on node {to}");
         let slot_s = slot.to_string();
-        let expect_ok = |i: usize, args: &[&str]| {
-            let answer = self.cli(i, args);
-            assert_eq!(answer, "OK", "node {i}: {args:?}");
-        };
-        expect_ok(
+        self.expect_ok(
             to,
             &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &self.ids[from]],
         );
-        expect_ok(
+        self.expect_ok(
             from,
             &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &self.ids[to]],
         );
+        Migration { slot, from, to }
+    }
+
+    /// `MIGRATE`s every key of the slot from the source to the target, in
+    /// batches, until the source has none left (keys written meanwhile go
+    /// too). Returns how many keys moved.
+    pub fn move_keys(&self, migration: &Migration) -> usize {
+        let Migration { slot, from, to } = *migration;
         let to_port = self.nodes[to].port.to_string();
+        let mut moved = 0;
         loop {
             let keys = self.keys_in_slot(from, slot);
             if keys.is_empty() {
-                break;
+                return moved;
             }
             let mut args: Vec<&str> =
                 vec!["MIGRATE", "127.0.0.1", &to_port, "", "0", "5000", "KEYS"];
@@ -625,31 +648,45 @@ impl Cluster {
                 answer == "OK" || answer == "NOKEY",
                 "MIGRATE of slot {slot} from node {from} to node {to}: {answer}"
             );
+            moved += keys.len();
         }
-        expect_ok(to, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &self.ids[to]]);
-        expect_ok(
+    }
+
+    /// Ends a migration: moves any keys left, then `SETSLOT NODE` on the
+    /// target, the source and every other node, and waits until all agree.
+    pub fn finish_migration(&self, migration: Migration) {
+        self.move_keys(&migration);
+        let Migration { slot, from, to } = migration;
+        let slot_s = slot.to_string();
+        self.expect_ok(to, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &self.ids[to]]);
+        self.expect_ok(
             from,
             &["CLUSTER", "SETSLOT", &slot_s, "NODE", &self.ids[to]],
         );
         for i in (0..self.nodes.len()).filter(|&i| i != from && i != to) {
-            expect_ok(i, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &self.ids[to]]);
+            self.expect_ok(i, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &self.ids[to]]);
         }
         self.wait_consistent(Duration::from_secs(10));
         assert_eq!(self.owner_of(slot), to, "slot {slot} moved");
-        from
     }
 
-    /// A key (built by `make` from a counter) whose slot, as hashed by
-    /// `slot_key` of the key, is owned by node `node`.
-    pub fn key_on(
-        &self,
-        node: usize,
-        make: impl Fn(u32) -> String,
-        slot_key: impl Fn(&str) -> String,
-    ) -> String {
+    fn expect_ok(&self, i: usize, args: &[&str]) {
+        let answer = self.cli(i, args);
+        assert_eq!(answer, "OK", "node {i}: {args:?}");
+    }
+
+    /// A key `<prefix>-<n>` (the first such `n`) whose hash slot is owned by
+    /// node `node`. The slot of a key without braces is also the slot of any
+    /// name that hash-tags it (`lock:L{<key>}`).
+    pub fn key_on(&self, node: usize, prefix: &str) -> String {
+        let map = self.slot_map(0);
         (0..10_000)
-            .map(&make)
-            .find(|k| self.owner_of(self.slot_of(&slot_key(k))) == node)
+            .map(|n| format!("{prefix}-{n}"))
+            .find(|k| {
+                let slot = self.slot_of(k);
+                map.iter()
+                    .any(|&(first, last, owner)| first <= slot && slot <= last && owner == node)
+            })
             .unwrap_or_else(|| panic!("no key for node {node} in 10000 tries"))
     }
 }
