@@ -1,10 +1,12 @@
 -- Release a lock we hold and hand it to the first waiter in line.
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] waiter queue (one hash slot)
 -- ARGV[1] owner token, ARGV[2] notice channel, ARGV[3] hand-over lease cap (ms),
--- ARGV[4] our own queue entry to drop first ('' when we never queued)
+-- ARGV[4] our own queue entry to drop first ('' when we never queued),
+-- ARGV[5] 'PUBLISH', or 'SPUBLISH' on a cluster (chosen by the library)
 -- Returns 0 when the key is absent or held by another owner; when released,
--- {1, new_owner_token, fencing} after a hand-over, else {1}.
--- Notice payload: '<token>:<fencing>' naming the new owner, or '' (free).
+-- {1, sha1hex(new_owner_token), fencing} after a hand-over, else {1}.
+-- Notice payload: '<sha1hex(token)>:<fencing>' naming the new owner without
+-- revealing its token, or '' (free).
 if ARGV[4] ~= '' then
   redis.call('LREM', KEYS[3], 1, ARGV[4])
 end
@@ -21,8 +23,9 @@ if entry then
   redis.call('SET', KEYS[1], token, 'PX', lease)
   -- pcall: a notice refused by an ACL must not undo the release; waiters
   -- then wake at their lease timers instead.
-  redis.pcall('PUBLISH', ARGV[2], token .. ':' .. fence)
-  return {1, token, fence}
+  local id = redis.sha1hex(token)
+  redis.pcall(ARGV[5], ARGV[2], id .. ':' .. fence)
+  return {1, id, fence}
 end
-redis.pcall('PUBLISH', ARGV[2], '')
+redis.pcall(ARGV[5], ARGV[2], '')
 return {1}

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::redlock::RedlockBackend;
 use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE};
 use crate::backend::{memory::MemoryBackend, redis::RedisBackend, redis::RedisOptions};
 use crate::guard::{Held, LockGuard, release_in_background};
@@ -162,12 +163,16 @@ pub struct LockClientBuilder {
     default_ttl: Duration,
     connect_timeout: Duration,
     response_timeout: Duration,
+    replica_acks: Option<(u32, Duration)>,
 }
 
 #[derive(Clone)]
 enum Target {
     Unset,
     Redis(String),
+    Redlock(Vec<String>),
+    Sentinel(String, Vec<String>),
+    Cluster(Vec<String>),
     Memory,
 }
 
@@ -179,6 +184,7 @@ impl Default for LockClientBuilder {
             default_ttl: DEFAULT_TTL,
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(1),
+            replica_acks: None,
         }
     }
 }
@@ -189,6 +195,9 @@ impl fmt::Debug for LockClientBuilder {
         let target = match &self.target {
             Target::Unset => "unset",
             Target::Redis(_) => "redis",
+            Target::Redlock(_) => "redlock",
+            Target::Sentinel(..) => "sentinel",
+            Target::Cluster(_) => "cluster",
             Target::Memory => "memory",
         };
         f.debug_struct("LockClientBuilder")
@@ -197,6 +206,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("default_ttl", &self.default_ttl)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("replica_acks", &self.replica_acks)
             .finish()
     }
 }
@@ -207,6 +217,60 @@ impl LockClientBuilder {
     /// URL.
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.target = Target::Redis(url.into());
+        self
+    }
+
+    /// Redlock over independent masters (an odd number, at least 3): a lock is
+    /// held while a majority grants it. See the README's scale-out section for
+    /// what it needs from the servers (delayed restarts or `appendfsync always`).
+    pub fn redlock<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Target::Redlock(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The master of a Redis Sentinel group, discovered through the sentinels
+    /// (`redis://host:26379` URLs) and re-discovered after a failover. Combine
+    /// with [`min_replica_acks`](Self::min_replica_acks) to make a lock
+    /// survive the failover.
+    pub fn sentinel<I, S>(mut self, master_name: impl Into<String>, sentinel_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Target::Sentinel(
+            master_name.into(),
+            sentinel_urls.into_iter().map(Into::into).collect(),
+        );
+        self
+    }
+
+    /// A Redis Cluster, reached through any of `seed_urls`. Keys are
+    /// hash-tagged, so a lock, its fencing counter, its waiter queue and its
+    /// notice channel live in one slot; notices use sharded pub/sub.
+    pub fn cluster<I, S>(mut self, seed_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Target::Cluster(seed_urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// After every acquire and renewal, `WAIT` until `replicas` replicas
+    /// acknowledged the write, at most `timeout`. With fewer, an acquire
+    /// releases the lock and fails with `LockError::Backend` (saying how many
+    /// acknowledged), and a renewal counts as unconfirmed. For `.redis(..)`
+    /// and `.sentinel(..)`.
+    ///
+    /// This narrows the failover window; it does not close it: `WAIT` makes a
+    /// write reach replicas, not a promoted replica be one of them, and it
+    /// does not make writes durable on disk.
+    pub fn min_replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_acks = Some((replicas, timeout));
         self
     }
 
@@ -260,6 +324,19 @@ impl LockClientBuilder {
                 )));
             }
         }
+        if let Some((_, timeout)) = self.replica_acks
+            && (timeout.is_zero() || timeout > Duration::from_secs(3600))
+        {
+            return Err(LockError::Config(
+                "the replica acknowledgement timeout must be above zero and at most one hour"
+                    .into(),
+            ));
+        }
+        let options = RedisOptions {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            replica_acks: self.replica_acks,
+        };
         let backend = match self.target {
             Target::Unset => {
                 return Err(LockError::Config(
@@ -268,11 +345,18 @@ impl LockClientBuilder {
             }
             Target::Memory => Backend::Memory(Arc::new(MemoryBackend::default())),
             Target::Redis(url) => {
-                let options = RedisOptions {
-                    connect_timeout: self.connect_timeout,
-                    response_timeout: self.response_timeout,
-                };
                 Backend::Redis(Arc::new(RedisBackend::connect(&url, &options).await?))
+            }
+            Target::Sentinel(master, sentinels) => Backend::Redis(Arc::new(
+                RedisBackend::sentinel(&master, &sentinels, &options).await?,
+            )),
+            Target::Cluster(seeds) => {
+                only_single_or_sentinel(self.replica_acks)?;
+                Backend::Redis(Arc::new(RedisBackend::cluster(&seeds, &options).await?))
+            }
+            Target::Redlock(urls) => {
+                only_single_or_sentinel(self.replica_acks)?;
+                Backend::Redlock(Arc::new(RedlockBackend::connect(&urls, &options).await?))
             }
         };
         tracing::debug!(backend = backend.describe(), prefix = %self.prefix, "lock client ready");
@@ -284,6 +368,15 @@ impl LockClientBuilder {
             default_ttl: self.default_ttl,
             next_lock_id: AtomicU64::new(1),
         })))
+    }
+}
+
+fn only_single_or_sentinel(replica_acks: Option<(u32, Duration)>) -> Result<(), LockError> {
+    match replica_acks {
+        Some(_) => Err(LockError::Config(
+            "min_replica_acks is for `.redis(..)` and `.sentinel(..)`".into(),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -466,7 +559,10 @@ impl LockRequest {
             // after `last_busy`. Trust it while a third of it is left;
             // otherwise (or for a fixed lease) confirm and re-arm it first.
             let granted = ttl.min(HANDOFF_LEASE);
-            if self.renew && Instant::now() + granted / 3 < last_busy + granted {
+            if self.renew
+                && !inner.backend.needs_confirmation()
+                && Instant::now() + granted / 3 < last_busy + granted
+            {
                 return Ok(self.hold(attempt, fencing, last_busy, granted, started));
             }
             let sent = Instant::now();

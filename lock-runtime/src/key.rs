@@ -68,6 +68,34 @@ pub(crate) fn has_hash_tag(key: &str) -> bool {
     }
 }
 
+/// The Redis Cluster slot of a name: CRC16 (XMODEM) of its hash tag, mod 16384.
+pub(crate) fn slot(name: &str) -> u16 {
+    let bytes = name.as_bytes();
+    let tagged = name.find('{').and_then(|open| {
+        let rest = &bytes[open + 1..];
+        rest.iter()
+            .position(|b| *b == b'}')
+            .filter(|close| *close > 0)
+            .map(|close| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(bytes)) % 16384
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for byte in bytes {
+        crc ^= u16::from(*byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 /// What a derived name is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -165,6 +193,18 @@ mod tests {
         assert!(!has_hash_tag("plain"));
         // Redis looks only at the first `}` after the first `{`.
         assert!(!has_hash_tag("{}}"));
+    }
+
+    #[test]
+    fn slots_match_redis_cluster() {
+        // Values from `CLUSTER KEYSLOT`.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("123456789"), 0x31C3); // the CRC16 check value
+        let n = KeyNames::new("lock:", "order:42");
+        assert_eq!(slot(&n.lock), slot(&n.fence));
+        assert_eq!(slot(&n.lock), slot(&n.queue));
+        assert_eq!(slot(&n.lock), slot(&n.notice));
     }
 
     #[test]

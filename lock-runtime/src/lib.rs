@@ -105,8 +105,9 @@ pub mod layer;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use client::{LockClient, LockClientBuilder, LockRequest, DEFAULT_TTL, MAX_TTL, MIN_TTL};
-pub use context::{current_lock, LockInfo};
+pub use backend::HANDOFF_LEASE;
+pub use client::{DEFAULT_TTL, LockClient, LockClientBuilder, LockRequest, MAX_TTL, MIN_TTL};
+pub use context::{LockInfo, current_lock};
 pub use error::{BackendError, LockError};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;

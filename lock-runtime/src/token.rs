@@ -20,6 +20,14 @@ impl Token {
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// SHA-1 of the token, in hex: how release notices name a new owner, so
+    /// that subscribers to a notice channel never learn a token.
+    pub(crate) fn digest(&self) -> String {
+        sha1_smol::Sha1::from(self.0.as_bytes())
+            .digest()
+            .to_string()
+    }
 }
 
 impl fmt::Debug for Token {
@@ -40,5 +48,8 @@ mod tests {
         assert_eq!(a.as_str().len(), 32);
         assert_ne!(a, b);
         assert!(!format!("{a:?}").contains(a.as_str()));
+        // The same digest as Lua's `redis.sha1hex`.
+        let known = Token("abc".into());
+        assert_eq!(known.digest(), "a9993e364706816aba3e25717850c26c9cd0d89d");
     }
 }

@@ -90,6 +90,8 @@ impl Watchdog {
 struct Entry {
     held: Arc<Held>,
     ttl: Duration,
+    /// Held back from each lease for clock drift between servers (Redlock).
+    drift: Duration,
     renew: bool,
     valid_until: Instant,
     due: Instant,
@@ -116,10 +118,11 @@ async fn run(backend: Backend, mut rx: mpsc::UnboundedReceiver<Msg>) {
                 // their client alive).
                 None => return,
                 Some(Msg::Watch { held, ttl, renew, sent, granted }) => {
-                    let valid_until = sent + granted;
+                    let drift = backend.drift(ttl);
+                    let valid_until = sent + granted.saturating_sub(drift);
                     let due = if renew { sent + granted / 3 } else { valid_until };
                     timers.insert((due, held.id));
-                    entries.insert(held.id, Entry { held, ttl, renew, valid_until, due, busy: false });
+                    entries.insert(held.id, Entry { held, ttl, drift, renew, valid_until, due, busy: false });
                 }
                 Some(Msg::Unwatch(id)) => {
                     if let Some(entry) = entries.remove(&id)
@@ -175,7 +178,7 @@ async fn run(backend: Backend, mut rx: mpsc::UnboundedReceiver<Msg>) {
                     entry.busy = false;
                     match extended {
                         Some(true) => {
-                            entry.valid_until = sent + entry.ttl;
+                            entry.valid_until = sent + entry.ttl.saturating_sub(entry.drift);
                             entry.due = sent + entry.ttl / 3;
                             tracing::trace!(key = %entry.held.key, "lease renewed");
                         }

@@ -134,7 +134,7 @@ impl MemoryBackend {
             Some((next, ttl)) => {
                 let fencing = grant(&mut state, names, next.clone(), ttl.min(HANDOFF_LEASE), now);
                 drop(state);
-                self.waiters.grant(&names.notice, next.as_str(), fencing);
+                self.waiters.grant(&names.notice, &next.digest(), fencing);
             }
             None => {
                 drop(state);
@@ -150,7 +150,7 @@ impl MemoryBackend {
     }
 
     pub(crate) fn register(&self, names: &KeyNames, token: &Token) -> WaitHandle {
-        WaitHandle::new(&self.waiters, &names.notice, token.as_str()).0
+        WaitHandle::new(&self.waiters, &names.notice, &token.digest()).0
     }
 }
 

@@ -7,9 +7,11 @@ use crate::LockError;
 use crate::key::KeyNames;
 use crate::token::Token;
 
+pub(crate) mod conn;
 pub(crate) mod memory;
 pub(crate) mod records;
 pub(crate) mod redis;
+pub(crate) mod redlock;
 pub(crate) mod waiters;
 
 pub(crate) use waiters::WaitHandle;
@@ -31,10 +33,18 @@ pub(crate) enum AcquireOutcome {
     Busy { remaining: Duration },
 }
 
+/// The store behind idempotency records.
+#[cfg_attr(not(feature = "axum"), allow(dead_code))]
+pub(crate) enum RecordsAt<'a> {
+    Redis(&'a redis::RedisBackend),
+    Memory(&'a memory::MemoryBackend),
+}
+
 #[derive(Clone, Debug)]
 pub(crate) enum Backend {
     Redis(Arc<redis::RedisBackend>),
     Memory(Arc<memory::MemoryBackend>),
+    Redlock(Arc<redlock::RedlockBackend>),
 }
 
 impl Backend {
@@ -47,6 +57,7 @@ impl Backend {
     ) -> Result<AcquireOutcome, LockError> {
         match self {
             Backend::Redis(b) => b.acquire(names, token, ttl, wait).await,
+            Backend::Redlock(b) => b.acquire(names, token, ttl).await,
             Backend::Memory(b) => Ok(b.acquire(names, token, ttl, wait)),
         }
     }
@@ -59,6 +70,7 @@ impl Backend {
     ) -> Result<bool, LockError> {
         match self {
             Backend::Redis(b) => b.extend(names, token, ttl).await,
+            Backend::Redlock(b) => b.extend(names, token, ttl).await,
             Backend::Memory(b) => Ok(b.extend(names, token, ttl)),
         }
     }
@@ -74,6 +86,7 @@ impl Backend {
     ) -> Result<bool, LockError> {
         match self {
             Backend::Redis(b) => b.release(names, token, ttl, dequeue).await,
+            Backend::Redlock(b) => b.release(names, token, ttl).await,
             Backend::Memory(b) => Ok(b.release(names, token, dequeue)),
         }
     }
@@ -85,6 +98,7 @@ impl Backend {
     ) -> Result<Vec<bool>, LockError> {
         match self {
             Backend::Redis(b) => b.extend_many(leases).await,
+            Backend::Redlock(b) => b.extend_many(leases).await,
             Backend::Memory(b) => Ok(leases
                 .iter()
                 .map(|(names, token, ttl)| b.extend(names, token, *ttl))
@@ -98,7 +112,27 @@ impl Backend {
     pub(crate) fn notices_ready(&self, names: &KeyNames) -> bool {
         match self {
             Backend::Redis(b) => b.is_subscribed(names),
+            Backend::Redlock(b) => b.is_subscribed(names),
             Backend::Memory(_) => true,
+        }
+    }
+
+    /// How much of a lease of `ttl` to hold back for clock drift between the
+    /// servers (Redlock); a lease is trusted for `ttl - drift` after its
+    /// request was sent.
+    pub(crate) fn drift(&self, ttl: Duration) -> Duration {
+        match self {
+            Backend::Redlock(_) => redlock::drift(ttl),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// `true` when a hand-over must be confirmed (and replicated) before the
+    /// new owner may use it.
+    pub(crate) fn needs_confirmation(&self) -> bool {
+        match self {
+            Backend::Redis(b) => b.needs_confirmation(),
+            _ => false,
         }
     }
 
@@ -106,6 +140,7 @@ impl Backend {
     pub(crate) async fn register(&self, names: &KeyNames, token: &Token) -> WaitHandle {
         match self {
             Backend::Redis(b) => b.register(names, token).await,
+            Backend::Redlock(b) => b.register(names, token).await,
             Backend::Memory(b) => b.register(names, token),
         }
     }
@@ -113,6 +148,7 @@ impl Backend {
     pub(crate) async fn delete(&self, names: &KeyNames) -> Result<(), LockError> {
         match self {
             Backend::Redis(b) => b.delete(names).await,
+            Backend::Redlock(b) => b.delete(names).await,
             Backend::Memory(b) => {
                 b.delete(names);
                 Ok(())
@@ -120,10 +156,22 @@ impl Backend {
         }
     }
 
+    /// Where idempotency records live: on the server, or (Redlock) on the
+    /// first node only; records are not locks and need no majority.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn records_at(&self) -> RecordsAt<'_> {
+        match self {
+            Backend::Redis(b) => RecordsAt::Redis(b),
+            Backend::Redlock(b) => RecordsAt::Redis(b.first_node()),
+            Backend::Memory(b) => RecordsAt::Memory(b),
+        }
+    }
+
     pub(crate) fn describe(&self) -> &'static str {
         match self {
             Backend::Redis(_) => "redis",
             Backend::Memory(_) => "memory",
+            Backend::Redlock(_) => "redlock",
         }
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::Backend;
+use super::{Backend, RecordsAt};
 use crate::LockError;
 use crate::error::BackendError;
 use crate::token::Token;
@@ -66,8 +66,8 @@ impl Backend {
         fingerprint: &str,
         lease: Duration,
     ) -> Result<Claim, LockError> {
-        match self {
-            Backend::Redis(b) => {
+        match self.records_at() {
+            RecordsAt::Redis(b) => {
                 let (code, remaining, status, headers, body): (i64, i64, i64, Vec<u8>, Vec<u8>) =
                     CLAIM
                         .key(record)
@@ -96,7 +96,7 @@ impl Backend {
                     }
                 })
             }
-            Backend::Memory(b) => Ok(b.records.claim(record, token, fingerprint, lease)),
+            RecordsAt::Memory(b) => Ok(b.records.claim(record, token, fingerprint, lease)),
         }
     }
 
@@ -107,8 +107,8 @@ impl Backend {
         token: &Token,
         lease: Duration,
     ) -> Result<bool, LockError> {
-        match self {
-            Backend::Redis(b) => {
+        match self.records_at() {
+            RecordsAt::Redis(b) => {
                 let renewed: i64 = RENEW
                     .key(record)
                     .arg(token.as_str())
@@ -118,7 +118,7 @@ impl Backend {
                     .map_err(|e| BackendError::with_source("idempotency renewal failed", e))?;
                 Ok(renewed == 1)
             }
-            Backend::Memory(b) => Ok(b.records.renew(record, token, lease)),
+            RecordsAt::Memory(b) => Ok(b.records.renew(record, token, lease)),
         }
     }
 
@@ -131,8 +131,8 @@ impl Backend {
         response: &StoredResponse,
         retention: Duration,
     ) -> Result<bool, LockError> {
-        match self {
-            Backend::Redis(b) => {
+        match self.records_at() {
+            RecordsAt::Redis(b) => {
                 let stored: i64 = COMPLETE
                     .key(record)
                     .arg(token.as_str())
@@ -145,7 +145,7 @@ impl Backend {
                     .map_err(|e| BackendError::with_source("idempotency completion failed", e))?;
                 Ok(stored == 1)
             }
-            Backend::Memory(b) => Ok(b.records.complete(record, token, response, retention)),
+            RecordsAt::Memory(b) => Ok(b.records.complete(record, token, response, retention)),
         }
     }
 
@@ -156,8 +156,8 @@ impl Backend {
         record: &str,
         token: &Token,
     ) -> Result<bool, LockError> {
-        match self {
-            Backend::Redis(b) => {
+        match self.records_at() {
+            RecordsAt::Redis(b) => {
                 let released: i64 = RELEASE
                     .key(record)
                     .arg(token.as_str())
@@ -166,7 +166,7 @@ impl Backend {
                     .map_err(|e| BackendError::with_source("idempotency release failed", e))?;
                 Ok(released == 1)
             }
-            Backend::Memory(b) => Ok(b.records.release(record, token)),
+            RecordsAt::Memory(b) => Ok(b.records.release(record, token)),
         }
     }
 }

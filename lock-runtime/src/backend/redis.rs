@@ -5,8 +5,10 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 use tokio::sync::{mpsc, oneshot};
+
+use super::conn::{Conn, SentinelConn, connect_manager};
 
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE};
@@ -24,17 +26,47 @@ static RELEASE: LazyLock<redis::Script> =
 static EXTEND_MANY: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/extend_many.lua")));
 
-/// How the client talks to one server.
+/// How the client talks to its servers.
 #[derive(Clone, Debug)]
 pub(crate) struct RedisOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// `WAIT n timeout` after acquire and extend (Sentinel, single server).
+    pub(crate) replica_acks: Option<(u32, Duration)>,
+}
+
+/// Where release notices come from.
+enum Notices {
+    /// A pub/sub connection owned by the notifier task (single server, Sentinel).
+    PubSub(mpsc::UnboundedSender<Command>),
+    /// Sharded pub/sub (`SSUBSCRIBE`) on the cluster connection; pushes are
+    /// dispatched by a task of their own.
+    Cluster(ClusterConnection),
+}
+
+/// Where the notifier finds the server to subscribe on.
+#[derive(Clone)]
+enum Source {
+    Fixed(Box<redis::Client>),
+    Sentinel(Arc<SentinelConn>),
+}
+
+impl Source {
+    async fn client(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            Source::Fixed(client) => Ok((**client).clone()),
+            Source::Sentinel(sentinel) => sentinel.client().await,
+        }
+    }
 }
 
 pub(crate) struct RedisBackend {
-    conn: ConnectionManager,
+    conn: Conn,
     waiters: Arc<Registry>,
-    notifier: mpsc::UnboundedSender<Command>,
+    notices: Notices,
+    /// `PUBLISH`, or `SPUBLISH` on a cluster.
+    publish: &'static str,
+    replica_acks: Option<(u32, Duration)>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -55,47 +87,162 @@ pub(crate) fn open_client(url: &str) -> Result<redis::Client, LockError> {
             "`rediss://` needs the `tls` feature of lock-runtime".into(),
         ));
     }
+    #[cfg(feature = "tls")]
+    {
+        // rustls needs a process-wide crypto provider; keep the user's if set.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
     Ok(client)
 }
 
+/// Loads the scripts once, so the hot path is a plain EVALSHA (which still
+/// falls back to loading after a failover or restart).
+async fn load_scripts(conn: &mut Conn) -> Result<(), LockError> {
+    for script in [&*ACQUIRE, &*EXTEND, &*RELEASE, &*EXTEND_MANY] {
+        script
+            .prepare_invoke()
+            .load_async(conn)
+            .await
+            .map_err(|e| BackendError::with_source("cannot load the lock scripts", e))?;
+    }
+    Ok(())
+}
+
 impl RedisBackend {
+    /// One server.
     pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<Self, LockError> {
+        Self::connect_shared(url, options, Arc::new(Registry::default())).await
+    }
+
+    /// One server whose waiters live in `waiters` (shared by Redlock's nodes).
+    pub(crate) async fn connect_shared(
+        url: &str,
+        options: &RedisOptions,
+        waiters: Arc<Registry>,
+    ) -> Result<Self, LockError> {
         let client = open_client(url)?;
-        #[cfg(feature = "tls")]
-        {
-            // rustls needs a process-wide crypto provider; keep the user's if set.
-            let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut conn = Conn::Single(connect_manager(client.clone(), options).await?);
+        load_scripts(&mut conn).await?;
+        Ok(Self::with_pubsub(
+            conn,
+            Source::Fixed(Box::new(client)),
+            options,
+            waiters,
+        ))
+    }
+
+    /// The master of the Sentinel group `master`.
+    pub(crate) async fn sentinel(
+        master: &str,
+        sentinels: &[String],
+        options: &RedisOptions,
+    ) -> Result<Self, LockError> {
+        if sentinels.is_empty() {
+            return Err(LockError::Config(
+                "`.sentinel(..)` needs at least one sentinel URL".into(),
+            ));
         }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.response_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let mut conn = tokio::time::timeout(
+        let sentinel = Arc::new(SentinelConn::new(master, sentinels, options)?);
+        sentinel
+            .current()
+            .await
+            .map_err(|e| BackendError::with_source("cannot reach the Sentinel master", e))?;
+        let mut conn = Conn::Sentinel(sentinel.clone());
+        load_scripts(&mut conn).await?;
+        Ok(Self::with_pubsub(
+            conn,
+            Source::Sentinel(sentinel),
+            options,
+            Arc::new(Registry::default()),
+        ))
+    }
+
+    /// A Redis Cluster reached through `seeds`.
+    pub(crate) async fn cluster(
+        seeds: &[String],
+        options: &RedisOptions,
+    ) -> Result<Self, LockError> {
+        if seeds.is_empty() {
+            return Err(LockError::Config(
+                "`.cluster(..)` needs at least one seed URL".into(),
+            ));
+        }
+        for url in seeds {
+            open_client(url)?;
+        }
+        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let client = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.response_timeout)
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(push_tx)
+            .build()
+            .map_err(|e| LockError::Config(format!("invalid cluster configuration: {e}")))?;
+        let cluster = tokio::time::timeout(
             options
                 .connect_timeout
                 .saturating_add(Duration::from_millis(100)),
-            ConnectionManager::new_with_config(client.clone(), config),
+            client.get_async_connection(),
         )
         .await
-        .map_err(|_| BackendError::timeout("connecting to Redis timed out"))?
-        .map_err(|e| BackendError::with_source("cannot connect to Redis", e))?;
-        // Load the scripts once, so the hot path is a plain EVALSHA.
-        for script in [&*ACQUIRE, &*EXTEND, &*RELEASE, &*EXTEND_MANY] {
-            script
-                .prepare_invoke()
-                .load_async(&mut conn)
-                .await
-                .map_err(|e| BackendError::with_source("cannot load the lock scripts", e))?;
-        }
+        .map_err(|_| BackendError::timeout("connecting to the cluster timed out"))?
+        .map_err(|e| BackendError::with_source("cannot connect to the cluster", e))?;
         let waiters = Arc::new(Registry::default());
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(notifier(client, options.clone(), waiters.clone(), rx));
+        tokio::spawn(dispatch_cluster_pushes(push_rx, waiters.clone()));
+        // Scripts are loaded on each node by EVALSHA's fallback on first use.
         Ok(Self {
+            conn: Conn::Cluster(cluster.clone()),
+            waiters,
+            notices: Notices::Cluster(cluster),
+            publish: "SPUBLISH",
+            replica_acks: None,
+        })
+    }
+
+    fn with_pubsub(
+        conn: Conn,
+        source: Source,
+        options: &RedisOptions,
+        waiters: Arc<Registry>,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(notifier(source, options.clone(), waiters.clone(), rx));
+        Self {
             conn,
             waiters,
-            notifier: tx,
-        })
+            notices: Notices::PubSub(tx),
+            publish: "PUBLISH",
+            replica_acks: options.replica_acks,
+        }
+    }
+
+    /// Waits for `n` replicas to acknowledge this connection's writes.
+    /// `Ok(())` when they did (or none are asked for).
+    async fn replicated(&self) -> Result<(), LockError> {
+        let Some((wanted, timeout)) = self.replica_acks else {
+            return Ok(());
+        };
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(millis(timeout))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| {
+                BackendError::with_source("WAIT for replica acknowledgements failed", e)
+            })?;
+        if acked < i64::from(wanted) {
+            return Err(BackendError::new(format!(
+                "the lock was not replicated: {acked} of {wanted} required replicas acknowledged within {}",
+                humantime::format_duration(timeout)
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// `true` when hand-overs must be confirmed before use (replica acks).
+    pub(crate) fn needs_confirmation(&self) -> bool {
+        self.replica_acks.is_some()
     }
 
     pub(crate) async fn acquire(
@@ -117,6 +264,14 @@ impl RedisBackend {
             .await
             .map_err(|e| BackendError::with_source("acquire failed", e))?;
         let value = u64::try_from(value).unwrap_or(0);
+        if acquired == 1
+            && self.replica_acks.is_some()
+            && let Err(e) = self.replicated().await
+        {
+            // Not durable enough: give it back before saying no.
+            let _ = self.release(names, token, ttl, !wait.is_zero()).await;
+            return Err(e);
+        }
         Ok(if acquired == 1 {
             AcquireOutcome::Acquired { fencing: value }
         } else {
@@ -139,6 +294,9 @@ impl RedisBackend {
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| BackendError::with_source("extend failed", e))?;
+        if extended == 1 {
+            self.replicated().await?;
+        }
         Ok(extended == 1)
     }
 
@@ -162,6 +320,7 @@ impl RedisBackend {
             .arg(&names.notice)
             .arg(millis(HANDOFF_LEASE))
             .arg(member)
+            .arg(self.publish)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| BackendError::with_source("release failed", e))?;
@@ -189,6 +348,35 @@ impl RedisBackend {
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
     ) -> Result<Vec<bool>, LockError> {
+        if !matches!(self.conn, Conn::Cluster(_)) {
+            return self.extend_batch(leases).await;
+        }
+        // A cluster runs a script only on keys of one slot: one call per slot.
+        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (i, (names, ..)) in leases.iter().enumerate() {
+            by_slot
+                .entry(crate::key::slot(&names.lock))
+                .or_default()
+                .push(i);
+        }
+        let answers = futures_util::future::join_all(by_slot.values().map(|indices| {
+            let group: Vec<_> = indices.iter().map(|i| leases[*i]).collect();
+            async move { self.extend_batch(&group).await }
+        }))
+        .await;
+        let mut extended = vec![false; leases.len()];
+        for (indices, answer) in by_slot.values().zip(answers) {
+            for (i, e) in indices.iter().zip(answer?) {
+                extended[*i] = e;
+            }
+        }
+        Ok(extended)
+    }
+
+    async fn extend_batch(
+        &self,
+        leases: &[(&KeyNames, &Token, Duration)],
+    ) -> Result<Vec<bool>, LockError> {
         let mut invocation = EXTEND_MANY.prepare_invoke();
         for (names, token, ttl) in leases {
             invocation
@@ -200,6 +388,13 @@ impl RedisBackend {
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| BackendError::with_source("batched extend failed", e))?;
+        if extended.len() != leases.len() {
+            return Err(BackendError::new("batched extend: wrong number of answers").into());
+        }
+        if extended.contains(&1) {
+            // Unconfirmed by replicas: the watchdog retries until the lease ends.
+            self.replicated().await?;
+        }
         Ok(extended.into_iter().map(|e| e == 1).collect())
     }
 
@@ -220,7 +415,7 @@ impl RedisBackend {
 
     /// A plain connection handle, for the other modules' scripts.
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
-    pub(crate) fn connection(&self) -> ConnectionManager {
+    pub(crate) fn connection(&self) -> Conn {
         self.conn.clone()
     }
 
@@ -228,19 +423,41 @@ impl RedisBackend {
     /// confirmed the subscription, or once subscribing failed: then the waiter
     /// still wakes at the holder's lease end (notices are best effort).
     pub(crate) async fn register(&self, names: &KeyNames, token: &Token) -> WaitHandle {
-        let (handle, _) = WaitHandle::new(&self.waiters, &names.notice, token.as_str());
-        if self.waiters.is_subscribed(&names.notice) {
-            return handle;
-        }
-        let (ack, acked) = oneshot::channel();
-        if self
-            .notifier
-            .send(Command::Subscribe(names.notice.clone(), ack))
-            .is_ok()
-        {
-            let _ = acked.await;
-        }
+        let (handle, _) = WaitHandle::new(&self.waiters, &names.notice, &token.digest());
+        self.subscribe(names).await;
         handle
+    }
+
+    /// Makes sure `names`' notices reach this process (see [`Self::register`]).
+    pub(crate) async fn subscribe(&self, names: &KeyNames) {
+        if self.waiters.is_subscribed(&names.notice) {
+            return;
+        }
+        match &self.notices {
+            Notices::PubSub(notifier) => {
+                let (ack, acked) = oneshot::channel();
+                if notifier
+                    .send(Command::Subscribe(names.notice.clone(), ack))
+                    .is_ok()
+                {
+                    let _ = acked.await;
+                }
+            }
+            Notices::Cluster(cluster) => {
+                let subscribed = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    cluster.clone().ssubscribe(&names.notice),
+                )
+                .await;
+                match subscribed {
+                    Ok(Ok(())) => self.waiters.set_subscribed(&names.notice),
+                    Ok(Err(e)) if is_refusal(&e) => warn_refused(&names.notice, &e),
+                    _ => tracing::debug!(
+                        "lock notices: SSUBSCRIBE failed; waiters fall back to lease timers"
+                    ),
+                }
+            }
+        }
     }
 }
 
@@ -260,7 +477,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// since notices may have been missed), and unsubscribes idle channels.
 /// Ends when the backend is dropped.
 async fn notifier(
-    client: redis::Client,
+    source: Source,
     options: RedisOptions,
     waiters: Arc<Registry>,
     mut commands: mpsc::UnboundedReceiver<Command>,
@@ -271,8 +488,10 @@ async fn notifier(
         return;
     };
     loop {
-        let connected =
-            tokio::time::timeout(options.connect_timeout, client.get_async_pubsub()).await;
+        let connected = tokio::time::timeout(options.connect_timeout, async {
+            source.client().await?.get_async_pubsub().await
+        })
+        .await;
         let pubsub = match connected {
             Ok(Ok(pubsub)) => pubsub,
             Ok(Err(e)) => {
@@ -456,5 +675,31 @@ async fn fail_and_wait(
             true
         }
         None => false,
+    }
+}
+
+/// Routes the cluster's sharded notices to the waiters; after a disconnection
+/// (the driver re-subscribes on its own) wakes every waiter, since notices may
+/// have been missed.
+async fn dispatch_cluster_pushes(
+    mut pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
+    waiters: Arc<Registry>,
+) {
+    while let Some(push) = pushes.recv().await {
+        match push.kind {
+            redis::PushKind::SMessage | redis::PushKind::Message => {
+                if let [redis::Value::BulkString(channel), payload, ..] = &push.data[..]
+                    && let Ok(channel) = std::str::from_utf8(channel)
+                {
+                    let payload: &[u8] = match payload {
+                        redis::Value::BulkString(bytes) => bytes,
+                        _ => b"",
+                    };
+                    waiters.deliver(channel, payload);
+                }
+            }
+            redis::PushKind::Disconnection => waiters.wake_all(),
+            _ => {}
+        }
     }
 }

@@ -44,7 +44,7 @@ impl Waiter {
     }
 }
 
-/// Notice channel -> (owner token -> waiter), and which channels the server
+/// Notice channel -> (digest of the owner token -> waiter), and which channels the server
 /// confirmed we are subscribed to.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {

@@ -1,0 +1,194 @@
+//! The connection under a Redis backend: one server, the master a Sentinel
+//! group names (re-discovered after a failover), or a Redis Cluster.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::SentinelClient;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use super::redis::RedisOptions;
+use crate::LockError;
+use crate::error::BackendError;
+
+/// A cheap-to-clone connection handle for scripts and commands.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Sentinel(Arc<SentinelConn>),
+    Cluster(ClusterConnection),
+}
+
+pub(crate) fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.connect_timeout))
+        .set_response_timeout(Some(options.response_timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500))
+}
+
+/// Connects a manager, bounded by the connect timeout.
+pub(crate) async fn connect_manager(
+    client: redis::Client,
+    options: &RedisOptions,
+) -> Result<ConnectionManager, LockError> {
+    tokio::time::timeout(
+        options
+            .connect_timeout
+            .saturating_add(Duration::from_millis(100)),
+        ConnectionManager::new_with_config(client, manager_config(options)),
+    )
+    .await
+    .map_err(|_| BackendError::timeout("connecting to Redis timed out"))?
+    .map_err(|e| BackendError::with_source("cannot connect to Redis", e).into())
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(s) => {
+                let s = s.clone();
+                Box::pin(async move {
+                    let mut conn = s.current().await?;
+                    let answer = conn.req_packed_command(cmd).await;
+                    s.check(&answer);
+                    answer
+                })
+            }
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(s) => {
+                let s = s.clone();
+                Box::pin(async move {
+                    let mut conn = s.current().await?;
+                    let answer = conn.req_packed_commands(pipeline, offset, count).await;
+                    s.check(&answer);
+                    answer
+                })
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(_) => 0,
+        }
+    }
+}
+
+/// The master of a Sentinel group: asked of the sentinels on first use and
+/// again after any error that may mean a failover (connection errors,
+/// `READONLY` from a demoted master).
+pub(crate) struct SentinelConn {
+    sentinel: tokio::sync::Mutex<SentinelClient>,
+    current: Mutex<Option<(ConnectionManager, redis::Client)>>,
+    options: RedisOptions,
+}
+
+impl SentinelConn {
+    pub(crate) fn new(
+        master: &str,
+        sentinels: &[String],
+        options: &RedisOptions,
+    ) -> Result<Self, LockError> {
+        let infos = sentinels
+            .iter()
+            .map(|url| super::redis::open_client(url).map(|c| c.get_connection_info().clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        // `build` takes a `String` without redis' TLS feature and `impl AsRef<str>`
+        // with it; an owned string fits both.
+        #[allow(clippy::unnecessary_to_owned)]
+        let sentinel = SentinelClient::build(
+            infos,
+            master.to_owned(),
+            None,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(|e| LockError::Config(format!("invalid Sentinel configuration: {e}")))?;
+        Ok(Self {
+            sentinel: tokio::sync::Mutex::new(sentinel),
+            current: Mutex::new(None),
+            options: options.clone(),
+        })
+    }
+
+    fn cached(&self) -> Option<(ConnectionManager, redis::Client)> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The connection to the current master, discovering it if needed.
+    pub(crate) async fn current(&self) -> redis::RedisResult<ConnectionManager> {
+        Ok(self.discover().await?.0)
+    }
+
+    /// The current master's client (for the notice subscriber).
+    pub(crate) async fn client(&self) -> redis::RedisResult<redis::Client> {
+        Ok(self.discover().await?.1)
+    }
+
+    async fn discover(&self) -> redis::RedisResult<(ConnectionManager, redis::Client)> {
+        if let Some(found) = self.cached() {
+            return Ok(found);
+        }
+        let mut sentinel = self.sentinel.lock().await;
+        if let Some(found) = self.cached() {
+            return Ok(found);
+        }
+        let client =
+            tokio::time::timeout(self.options.connect_timeout, sentinel.async_get_client())
+                .await
+                .map_err(|_| {
+                    redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "asking the sentinels for the master timed out",
+                    ))
+                })??;
+        let manager = tokio::time::timeout(
+            self.options.connect_timeout,
+            ConnectionManager::new_with_config(client.clone(), manager_config(&self.options)),
+        )
+        .await
+        .map_err(|_| {
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connecting to the master timed out",
+            ))
+        })??;
+        tracing::debug!(master = ?client.get_connection_info().addr(), "sentinel: master discovered");
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((manager.clone(), client.clone()));
+        Ok((manager, client))
+    }
+
+    /// Forgets the master after an error that may mean it changed.
+    fn check<T>(&self, answer: &redis::RedisResult<T>) {
+        if let Err(e) = answer
+            && (e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+                || e.is_timeout()
+                || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly))
+        {
+            *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+}
