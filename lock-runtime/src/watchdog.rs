@@ -159,6 +159,28 @@ async fn run(backend: Backend, mut rx: mpsc::UnboundedReceiver<Msg>) {
                         entries.remove(&id);
                     }
                 }
+                // Top a partial last call up with leases due soon after (up to
+                // one period early), so calls carry full batches.
+                if !batch.is_empty() && !batch.len().is_multiple_of(RENEW_BATCH) {
+                    let missing = RENEW_BATCH - batch.len() % RENEW_BATCH;
+                    let extra: Vec<(Instant, u64)> = timers
+                        .iter()
+                        .filter(|(due, id)| {
+                            entries
+                                .get(id)
+                                .is_some_and(|e| e.renew && *due <= now + e.ttl / 3 && now < e.valid_until)
+                        })
+                        .take(missing)
+                        .copied()
+                        .collect();
+                    for (due, id) in extra {
+                        timers.remove(&(due, id));
+                        if let Some(entry) = entries.get_mut(&id) {
+                            entry.busy = true;
+                            batch.push((id, entry.held.clone(), entry.ttl, entry.valid_until));
+                        }
+                    }
+                }
                 for chunk in batch.chunks(RENEW_BATCH) {
                     calls.push(renew_call(backend.clone(), chunk.to_vec()));
                 }
