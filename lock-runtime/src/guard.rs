@@ -142,7 +142,8 @@ impl LockGuard {
     /// Releases the lock and wakes its waiters.
     ///
     /// `Err(LockError::Lost)` if it was no longer ours (the lease ran out, or the
-    /// key was deleted or taken over); `Err(LockError::Backend)` if the server
+    /// key was deleted or taken over), or had already been reported lost (the
+    /// key is still deleted if it was ours); `Err(LockError::Backend)` if the server
     /// could not be reached (the lease then runs out by itself).
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
@@ -153,6 +154,7 @@ impl LockGuard {
                 Ok(())
             };
         }
+        let was_lost = self.is_lost();
         let inner = &self.held.client;
         inner.watchdog.unwatch(self.held.id);
         let started = tokio::time::Instant::now();
@@ -161,6 +163,9 @@ impl LockGuard {
             .release(&self.held.names, &self.held.token, self.held.ttl, false)
             .await;
         match result {
+            // Released, but the lease had been given up for lost before: the
+            // work done under it may have overlapped with another holder.
+            Ok(true) if was_lost => Err(LockError::lost(&self.held.key)),
             Ok(true) => {
                 tracing::debug!(key = %self.held.key, fencing = self.held.fencing,
                     elapsed_us = started.elapsed().as_micros() as u64, "lock released");
