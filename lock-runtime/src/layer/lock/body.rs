@@ -23,7 +23,9 @@ pin_project! {
     /// without the lock.
     pub(crate) struct LockedBody<B> {
         #[pin]
-        inner: B,
+        inner: Option<B>,
+        // A frame read before the body was handed on, sent first.
+        first: Option<Frame<Bytes>>,
         state: State,
     }
 }
@@ -45,10 +47,21 @@ fn release(guard: LockGuard) -> Release {
 }
 
 impl<B> LockedBody<B> {
-    pub(crate) fn new(inner: B, guard: LockGuard) -> Self {
+    /// `inner` (after `first`, if some) under the lock of `guard`.
+    pub(crate) fn new(inner: B, guard: LockGuard, first: Option<Frame<Bytes>>) -> Self {
         Self {
-            inner,
+            inner: Some(inner),
+            first,
             state: State::Streaming(guard),
+        }
+    }
+
+    /// A body of one frame whose lock was already released.
+    pub(crate) fn done(frame: Frame<Bytes>) -> Self {
+        Self {
+            inner: None,
+            first: None,
+            state: State::Releasing(Box::pin(std::future::ready(())), Some(frame)),
         }
     }
 }
@@ -75,8 +88,16 @@ where
                         *this.state = State::Done;
                         return Poll::Ready(Some(Err(Box::new(LockError::Lost { key }))));
                     }
-                    let frame = match ready!(this.inner.as_mut().poll_frame(cx)) {
-                        Some(Ok(frame)) if !this.inner.is_end_stream() => {
+                    let Some(mut inner) = this.inner.as_mut().as_pin_mut() else {
+                        *this.state = State::Done;
+                        continue;
+                    };
+                    let polled = match this.first.take() {
+                        Some(frame) => Some(Ok(frame)),
+                        None => ready!(inner.as_mut().poll_frame(cx)),
+                    };
+                    let frame = match polled {
+                        Some(Ok(frame)) if !inner.is_end_stream() => {
                             return Poll::Ready(Some(Ok(frame)));
                         }
                         Some(Ok(frame)) => Some(frame),
@@ -108,7 +129,23 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.state {
-            State::Streaming(_) => self.inner.size_hint(),
+            State::Streaming(_) => {
+                let first = self
+                    .first
+                    .as_ref()
+                    .and_then(Frame::data_ref)
+                    .map_or(0, |d| d.len() as u64);
+                let rest = self
+                    .inner
+                    .as_ref()
+                    .map_or(SizeHint::with_exact(0), B::size_hint);
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower() + first);
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper + first);
+                }
+                hint
+            }
             State::Releasing(_, Some(frame)) => {
                 SizeHint::with_exact(frame.data_ref().map_or(0, |d| d.len() as u64))
             }

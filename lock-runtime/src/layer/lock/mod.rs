@@ -6,7 +6,7 @@
 //!
 //! | outcome | response |
 //! | --- | --- |
-//! | lock taken | the inner service's response; the lock is held until its body has been sent in full or dropped, renewed by the watchdog meanwhile |
+//! | lock taken | the inner service's response; the lock is held, renewed by the watchdog, until the body has produced its last frame (released just before that frame is written, so the client's next request finds it free) or is dropped |
 //! | busy after the configured wait | `409 Conflict` (or the [configured status](LockLayer::busy_status)) with `Retry-After` = the holder's remaining lease, rounded up |
 //! | no key can be built for the request | `400 Bad Request` |
 //! | backend unreachable | `503 Service Unavailable` with `Retry-After` (fail closed), or the handler without the lock if [`fail_open`](LockLayer::fail_open) |

@@ -1,4 +1,5 @@
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -6,7 +7,10 @@ use std::time::Duration;
 use axum::BoxError;
 use axum::body::Body;
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::{Request, Response, StatusCode};
+use http_body::Body as _;
+use http_body_util::BodyExt;
 use tower_service::Service;
 
 use super::ResponseFuture;
@@ -14,7 +18,7 @@ use super::body::LockedBody;
 use super::key::KeyError;
 use super::layer::Config;
 use crate::layer::problem::{problem, problem_retry};
-use crate::{LockError, LockInfo, context};
+use crate::{LockError, LockGuard, LockInfo, context};
 
 /// The service made by [`LockLayer`](super::LockLayer): takes the request's
 /// lock, runs the inner service under it, and keeps it until the response
@@ -119,15 +123,7 @@ where
         response = call => Some(response),
     };
     match outcome {
-        Some(Ok(response)) if response.body().is_end_stream() => {
-            // Nothing left to send: release before answering, so the client's
-            // next request finds the lock free.
-            if let Err(e) = guard.release().await {
-                tracing::debug!(error = %e, "lock layer: release after the response failed");
-            }
-            Ok(response.map(Body::new))
-        }
-        Some(Ok(response)) => Ok(response.map(|body| Body::new(LockedBody::new(body, guard)))),
+        Some(Ok(response)) => Ok(hand_over(response, guard).await),
         Some(Err(e)) => Err(e),
         None => {
             tracing::warn!(key = %guard.key(), "lock lost while the request ran; the request was cancelled");
@@ -140,6 +136,60 @@ where
                 ),
                 Duration::from_secs(1),
             ))
+        }
+    }
+}
+
+/// Attaches the lock to the response body, or releases it first if the body
+/// is already complete.
+///
+/// Most handlers return a body that is fully produced (`Json`, `String`,
+/// `Bytes`, empty): its first frame is ready at once and is its last. The lock
+/// is then released *before* the response is handed on, so the response goes
+/// out in one write (no head-then-body split to stall on Nagle's algorithm
+/// and delayed ACKs) and a client's next request finds the lock free. Only
+/// a body still being produced keeps the lock while it streams.
+async fn hand_over<ResB>(response: Response<ResB>, guard: LockGuard) -> Response<Body>
+where
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    let (head, body) = response.into_parts();
+    let mut body = Box::pin(body);
+    let release = |guard: LockGuard| async move {
+        if let Err(e) = guard.release().await {
+            tracing::debug!(error = %e, "lock layer: release after the response failed");
+        }
+    };
+    let first = if body.is_end_stream() {
+        Some(None)
+    } else {
+        body.frame()
+            .now_or_never()
+            .map(|frame| frame.map(|r| r.map_err(Into::<BoxError>::into)))
+    };
+    match first {
+        // Complete: release, then answer.
+        Some(None) => {
+            release(guard).await;
+            Response::from_parts(head, Body::empty())
+        }
+        Some(Some(Ok(frame))) if body.is_end_stream() => {
+            release(guard).await;
+            Response::from_parts(head, Body::new(LockedBody::<Pin<Box<ResB>>>::done(frame)))
+        }
+        // More to come: the body holds the lock.
+        Some(Some(Ok(frame))) => {
+            Response::from_parts(head, Body::new(LockedBody::new(body, guard, Some(frame))))
+        }
+        None => Response::from_parts(head, Body::new(LockedBody::new(body, guard, None))),
+        Some(Some(Err(e))) => {
+            tracing::error!(key = %guard.key(), error = %e, "lock layer: the response body failed at once");
+            release(guard).await;
+            problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the response could not be produced",
+            )
         }
     }
 }
