@@ -596,9 +596,14 @@ impl LockRequest {
             lost: CancellationToken::new(),
             client: inner.clone(),
         });
-        inner
-            .watchdog
-            .watch(held.clone(), attempt.ttl, self.renew, sent, granted);
+        inner.watchdog.watch(
+            held.clone(),
+            attempt.ttl,
+            self.renew,
+            sent,
+            granted,
+            inner.backend.drift(attempt.ttl),
+        );
         tracing::debug!(key = %held.key, fencing,
             waited_us = started.elapsed().as_micros() as u64, "lock acquired");
         LockGuard::owner(held)
