@@ -67,6 +67,7 @@ impl Unit {
             Unit::Factor => format!("{:.2}x", v),
             // Three decimals near the small targets (row 7's 1.0), so a
             // value just above the target does not print as equal to it.
+            Unit::Count if v.fract() == 0.0 => format!("{v:.0}"),
             Unit::Count if v.abs() < 10.0 => format!("{v:.3}"),
             Unit::Count => sig(v),
             Unit::KiB => format!("{} KiB", thousands(v)),

@@ -500,6 +500,9 @@ pub(crate) struct HeldRun {
     pub(crate) cpu_percent: f64,
     /// Guards found lost at the end of the window (should be 0).
     pub(crate) lost: usize,
+    /// Locks another client could take at the end of the window although
+    /// their guards were held (should be 0: the renewals kept them alive).
+    pub(crate) takeable: usize,
     /// How long taking the locks took, in ms.
     pub(crate) acquire_ms: f64,
 }
@@ -515,6 +518,7 @@ const WINDOW_END: &str = "bench:window:end";
 /// `INFO`'s counters mix.
 pub(crate) async fn held_under_watchdog(
     client: &LockClient,
+    rival: &LockClient,
     redis: &redis::Client,
     n: usize,
     ttl: Duration,
@@ -547,6 +551,7 @@ pub(crate) async fn held_under_watchdog(
         .map_err(|_| "MONITOR: the end marker never arrived")?
         .map_err(|e| format!("MONITOR task: {e}"))??;
     let lost = guards.iter().filter(|g| g.is_lost()).count();
+    let takeable = try_take_all(rival, "held", n).await?;
     release_many(guards).await?;
     let measured_periods = elapsed.as_secs_f64() / period.as_secs_f64();
     let hundreds = n as f64 / 100.0;
@@ -568,8 +573,33 @@ pub(crate) async fn held_under_watchdog(
         server_per_100_per_period: per(server),
         cpu_percent,
         lost,
+        takeable,
         acquire_ms,
     })
+}
+
+/// Tries once to take each of the `n` locks `"{name}:{i}"` with `rival` (a
+/// second client: no reentrancy); returns how many it got (and releases them).
+async fn try_take_all(rival: &LockClient, name: &str, n: usize) -> Result<usize, String> {
+    let results: Vec<_> = futures_util::stream::iter(0..n)
+        .map(|i| {
+            let request = rival.lock(format!("{name}:{i}"));
+            async move { request.acquire().await }
+        })
+        .buffer_unordered(FAN_OUT)
+        .collect()
+        .await;
+    let mut taken = Vec::new();
+    for result in results {
+        match result {
+            Ok(guard) => taken.push(guard),
+            Err(e) if e.is_busy() => {}
+            Err(e) => return Err(format!("rival acquire: {e}")),
+        }
+    }
+    let count = taken.len();
+    release_many(taken).await?;
+    Ok(count)
 }
 
 #[derive(Debug, Default)]

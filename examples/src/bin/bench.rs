@@ -192,9 +192,10 @@ const M5: usize = 6;
 const M6: usize = 7;
 const M7: usize = 8;
 const M7_CPU: usize = 9;
-const M8: usize = 10;
-const M8_RSS_REDIS: usize = 11;
-const M8_RSS_MEMORY: usize = 12;
+const M7_SAFE: usize = 10;
+const M8: usize = 11;
+const M8_RSS_REDIS: usize = 12;
+const M8_RSS_MEMORY: usize = 13;
 
 fn definitions(plan: &Plan) -> Vec<Metric> {
     let _ = plan;
@@ -268,6 +269,13 @@ fn definitions(plan: &Plan) -> Vec<Metric> {
             Unit::Percent,
             "",
             Target::Info,
+        ),
+        Metric::new(
+            "7",
+            "10,000 held locks: lost, or taken by a second client, at the end",
+            Unit::Count,
+            "",
+            Target::AtMost(0.0),
         ),
         Metric::new(
             "8",
@@ -438,6 +446,14 @@ async fn measure(
         .build()
         .await
         .map_err(|e| format!("memory client: {e}"))?;
+    // A second client on the same keys, for row 7's check that held locks
+    // really stay held.
+    let rival = LockClient::builder()
+        .redis(url)
+        .key_prefix(prefixes.lib.as_str())
+        .build()
+        .await
+        .map_err(|e| format!("second lock client: {e}"))?;
     let mut raw = Raw::connect(&redis_client, &prefixes.raw).await?;
     let _ = ATTR_CLIENT.set(lib.clone());
     let redis_version = redis_version(&redis_client).await.unwrap_or_default();
@@ -592,6 +608,7 @@ async fn measure(
             eprint!(" 7");
             let run = rows::held_under_watchdog(
                 &lib,
+                &rival,
                 &redis_client,
                 plan.held_locks,
                 plan.held_ttl,
@@ -617,10 +634,16 @@ async fn measure(
                 run.keys_per_script.2,
                 run.lost,
             ));
-            if run.lost > 0 {
-                return Err(format!(
-                    "row 7: {} of {} locks were lost while held: the watchdog did not keep up",
-                    run.lost, plan.held_locks
+            metrics[M7_SAFE]
+                .values
+                .push((run.lost + run.takeable) as f64);
+            if run.lost + run.takeable > 0 {
+                metrics[M7_SAFE].notes.push(format!(
+                    "rep {}: {} guards reported lost, {} locks taken by a second client while \
+                     their guards were held",
+                    rep + 1,
+                    run.lost,
+                    run.takeable
                 ));
             }
         }
