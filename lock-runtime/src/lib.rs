@@ -79,10 +79,17 @@
 //! until the first lease ends. Fencing tokens still order them as long as the
 //! counter survived; see the README for the scale-out options.
 //!
+//! # Scale-out
+//!
+//! The same API runs on Redis Sentinel ([`LockClientBuilder::sentinel`], with
+//! [`LockClientBuilder::min_replica_acks`] for `WAIT`), Redis Cluster
+//! ([`LockClientBuilder::cluster`]) and Redlock over independent masters
+//! ([`LockClientBuilder::redlock`]); the README says what each guarantees.
+//!
 //! # Features
 //!
 //! * `macros` (default): re-exports `#[distributed_lock]`.
-//! * `axum`: tower layers for axum.
+//! * `axum`: tower layers for axum, [`LockLayer`] and [`IdempotencyLayer`].
 //! * `tls`: `rediss://` URLs.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -112,6 +119,11 @@ pub use error::{BackendError, LockError};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, MAX_PREFIX_LEN};
+
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+#[doc(inline)]
+pub use layer::{IdempotencyLayer, LockLayer};
 
 #[cfg(feature = "macros")]
 #[doc(inline)]
