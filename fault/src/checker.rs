@@ -1,0 +1,716 @@
+//! The mutual-exclusion checker: reads every worker's log, the harness's fault
+//! log and the store's final state, and counts violations.
+//!
+//! What it checks, and from which evidence:
+//!
+//! | check | evidence | violation when |
+//! | --- | --- | --- |
+//! | overlapping holds as seen by the store | the store's write log (serial order) | an accepted write read a version other than the one just before it: another write was accepted between its read and its write |
+//! | writes accepted from a lower token | the store's write log | an accepted write carried a token lower than one the store had already seen |
+//! | lost / duplicated updates | final counter vs accepted writes; `(worker, op)` pairs | the counter is below (lost) or above (duplicated) the number of accepted writes, or one operation's write was applied twice |
+//! | log and store agree | worker logs vs store log | a worker says "accepted as seq N" and the store's N-th write is another's (a killed worker may miss its last line) |
+//! | fencing tokens are unique and increase | worker logs | two acquisitions of a key got one token; or (with persistence) a token not above one acquired before the attempt began |
+//! | overlapping holds as seen by clients | worker logs | two holds that both ended in a successful release overlap, using `[acquired, release sent]`, which lies inside the true hold, so an overlap is real |
+//! | waiters that never got the lock | worker logs | an operation ended without the lock although its wait was long (the scenarios use long waits) |
+//! | locks held past their TTL after the holder died | worker logs + faults | after a holder was stopped past its lease or killed, nobody else got the key within TTL + slack; or waiters waited with no reported holder for longer than TTL + slack outside server faults (an orphaned lock: a cancelled acquire, a leaked watchdog) |
+//! | cancelled acquires are never held | worker logs | a cancelled acquire left a guard being renewed (`active_watchdogs() > 0`) |
+//! | blocked runtimes (scenario 7) | worker logs | blocked below the TTL and lost it, or blocked past it and not told (`lost()` not resolved within 2 s, or `release` returned `Ok`) |
+//! | stopped holders (scenario 2) | worker logs + faults | stopped past the lease and `release` still said `Ok` |
+//! | nothing hangs | the harness | a worker did not finish before the run's deadline |
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+
+use crate::log::{Event, Fault, ReleaseOutcome, WriteOutcome};
+use crate::store::Record;
+
+/// One worker's log.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerLog {
+    /// Worker number.
+    pub id: u32,
+    /// Its events, in order.
+    pub events: Vec<Event>,
+}
+
+/// What the checker is given.
+#[derive(Clone, Debug, Default)]
+pub struct RunData {
+    /// The lease the workers used, ms.
+    pub ttl_ms: u64,
+    /// Extra time allowed beyond a lease before a takeover or a stall counts as
+    /// "held past the TTL", ms.
+    pub slack_ms: u64,
+    /// Fencing tokens must never repeat or decrease (a persistent or never
+    /// restarted lock server).
+    pub expect_monotonic_fences: bool,
+    /// Worker logs.
+    pub workers: Vec<WorkerLog>,
+    /// The harness's faults.
+    pub faults: Vec<Fault>,
+    /// The store's final state per key.
+    pub records: BTreeMap<String, Record>,
+    /// Workers that had not finished at the deadline.
+    pub hung: Vec<u32>,
+}
+
+/// Violations by kind; [`Violations::total`] adds them up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Violations {
+    /// Accepted writes interleaved with another holder's read-modify-write.
+    pub store_overlaps: u64,
+    /// Accepted writes from a token lower than one seen before.
+    pub lower_token_accepted: u64,
+    /// Accepted writes missing from the counter.
+    pub lost_updates: u64,
+    /// Writes applied twice, or a counter above the accepted writes.
+    pub duplicated_updates: u64,
+    /// Worker logs and the store disagree.
+    pub log_mismatches: u64,
+    /// One token given to two acquisitions of a key.
+    pub duplicate_fences: u64,
+    /// Tokens not above an earlier acquisition's (only when monotonic
+    /// tokens are expected; see [`Report::fence_regressions`]).
+    pub fence_regressions: u64,
+    /// Overlapping holds that both released successfully.
+    pub client_overlaps: u64,
+    /// Operations that never got the lock.
+    pub waiters_never_acquired: u64,
+    /// Keys held past TTL + slack after a holder died, or orphaned.
+    pub held_past_ttl: u64,
+    /// Cancelled acquires that left a renewed guard.
+    pub leaked_watchdogs: u64,
+    /// Scenario 7 expectations not met.
+    pub blocked_wrong: u64,
+    /// Holders stopped past their lease whose release said `Ok`.
+    pub stale_release_ok: u64,
+    /// Workers that did not finish.
+    pub hung_workers: u64,
+}
+
+impl Violations {
+    /// All violations.
+    pub fn total(&self) -> u64 {
+        self.store_overlaps
+            + self.lower_token_accepted
+            + self.lost_updates
+            + self.duplicated_updates
+            + self.log_mismatches
+            + self.duplicate_fences
+            + self.fence_regressions
+            + self.client_overlaps
+            + self.waiters_never_acquired
+            + self.held_past_ttl
+            + self.leaked_watchdogs
+            + self.blocked_wrong
+            + self.stale_release_ok
+            + self.hung_workers
+    }
+
+    /// The non-zero kinds, as `name=count` pairs.
+    pub fn nonzero(&self) -> Vec<(&'static str, u64)> {
+        [
+            ("store_overlaps", self.store_overlaps),
+            ("lower_token_accepted", self.lower_token_accepted),
+            ("lost_updates", self.lost_updates),
+            ("duplicated_updates", self.duplicated_updates),
+            ("log_mismatches", self.log_mismatches),
+            ("duplicate_fences", self.duplicate_fences),
+            ("fence_regressions", self.fence_regressions),
+            ("client_overlaps", self.client_overlaps),
+            ("waiters_never_acquired", self.waiters_never_acquired),
+            ("held_past_ttl", self.held_past_ttl),
+            ("leaked_watchdogs", self.leaked_watchdogs),
+            ("blocked_wrong", self.blocked_wrong),
+            ("stale_release_ok", self.stale_release_ok),
+            ("hung_workers", self.hung_workers),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect()
+    }
+}
+
+/// The checker's findings for one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Lock operations (attempts to take a lock).
+    pub operations: u64,
+    /// Operations that got the lock.
+    pub acquired: u64,
+    /// Acquire calls that failed with a backend error (retried).
+    pub acquire_errors: u64,
+    /// Acquires cancelled by a timeout.
+    pub cancelled: u64,
+    /// Writes the store accepted.
+    pub writes_accepted: u64,
+    /// Reads and writes the store rejected by fencing.
+    pub fenced_out: u64,
+    /// Tokens that repeated or went down (counted as violations only when
+    /// monotonic tokens are expected).
+    pub fence_regressions: u64,
+    /// Stopped holders whose write came after the stop ...
+    pub stale_writes: u64,
+    /// ... of which the store rejected.
+    pub stale_writes_rejected: u64,
+    /// Stopped holders whose release said "not owner".
+    pub stale_release_lost: u64,
+    /// Blocked below the TTL (scenario 7) ...
+    pub blocked_keep: u64,
+    /// ... and past it.
+    pub blocked_lose: u64,
+    /// Longest wait for a lock that was acquired, ms.
+    pub max_wait_ms: u64,
+    /// Longest time some operation waited while no holder was reported, ms
+    /// (fault windows included).
+    pub max_stall_ms: u64,
+    /// When that stall began, µs since the epoch, and on which key.
+    pub max_stall_at: (u64, String),
+    /// Longest time from stopping or killing a holder to another client
+    /// holding its key, ms.
+    pub max_takeover_ms: u64,
+    /// Violations.
+    pub violations: Violations,
+    /// Up to 20 human-readable examples of violations.
+    pub examples: Vec<String>,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} operations, {} acquired, {} violations {:?}; max stall {} ms (at {} µs on {}), max wait {} ms",
+            self.operations,
+            self.acquired,
+            self.violations.total(),
+            self.violations.nonzero(),
+            self.max_stall_ms,
+            self.max_stall_at.0,
+            self.max_stall_at.1,
+            self.max_wait_ms
+        )
+    }
+}
+
+/// One lock operation, rebuilt from a worker's log.
+#[derive(Clone, Debug, Default)]
+struct Op {
+    worker: u32,
+    op: u64,
+    key: String,
+    attempt: u64,
+    acquired: Option<(u64, u64)>,
+    /// When it stopped waiting without the lock.
+    gave_up: Option<u64>,
+    cancelled: Option<usize>,
+    cancelled_at: Option<u64>,
+    write: Option<(WriteOutcome, u64, u64)>,
+    blocked: Option<(u64, u64, Option<u64>)>,
+    release_sent: Option<u64>,
+    released: Option<(ReleaseOutcome, u64)>,
+}
+
+impl Op {
+    /// The end of the hold as far as logs tell (release returned, or the
+    /// last thing the worker did).
+    fn hold_end(&self, death: Option<u64>, end_of_log: u64) -> u64 {
+        if let Some((_, t)) = self.released {
+            return t;
+        }
+        death.unwrap_or(end_of_log)
+    }
+
+    fn wait_end(&self) -> Option<u64> {
+        self.acquired
+            .map(|(_, t)| t)
+            .or(self.gave_up)
+            .or(self.cancelled_at)
+    }
+}
+
+fn ms(us: u64) -> u64 {
+    us / 1000
+}
+
+/// Checks one run.
+pub fn check(run: &RunData) -> Report {
+    let mut r = Report::default();
+    let mut examples = Vec::new();
+    let note = |examples: &mut Vec<String>, s: String| {
+        if examples.len() < 20 {
+            examples.push(s);
+        }
+    };
+    let slack_us = run.slack_ms * 1000;
+    let ttl_us = run.ttl_ms * 1000;
+
+    // Rebuild operations.
+    let killed: HashMap<u32, u64> = run
+        .faults
+        .iter()
+        .filter_map(|f| match f {
+            Fault::KillWorker { worker, t } => Some((*worker, *t)),
+            _ => None,
+        })
+        .collect();
+    let mut ops: Vec<Op> = Vec::new();
+    let mut end_of_log: HashMap<u32, u64> = HashMap::new();
+    for w in &run.workers {
+        let mut current: HashMap<u64, usize> = HashMap::new();
+        for e in &w.events {
+            end_of_log.insert(w.id, e.t());
+            let at = |op: u64| current.get(&op).copied();
+            match e {
+                Event::Attempt { op, key, t } => {
+                    r.operations += 1;
+                    current.insert(*op, ops.len());
+                    ops.push(Op {
+                        worker: w.id,
+                        op: *op,
+                        key: key.clone(),
+                        attempt: *t,
+                        ..Op::default()
+                    });
+                }
+                Event::AcquireError { .. } => r.acquire_errors += 1,
+                Event::Acquired { op, fence, t } => {
+                    if let Some(i) = at(*op) {
+                        ops[i].acquired = Some((*fence, *t));
+                        r.acquired += 1;
+                    }
+                }
+                Event::GaveUp { op, error, t } => {
+                    if let Some(i) = at(*op) {
+                        ops[i].gave_up = Some(*t);
+                        r.violations.waiters_never_acquired += 1;
+                        note(
+                            &mut examples,
+                            format!("worker {} op {op} never got the lock: {error}", w.id),
+                        );
+                    }
+                }
+                Event::Cancelled { op, watched, t } => {
+                    if let Some(i) = at(*op) {
+                        ops[i].cancelled = Some(*watched);
+                        ops[i].cancelled_at = Some(*t);
+                        r.cancelled += 1;
+                        if *watched > 0 {
+                            r.violations.leaked_watchdogs += 1;
+                            note(
+                                &mut examples,
+                                format!(
+                                    "worker {} op {op}: a cancelled acquire left {watched} lease(s) renewed",
+                                    w.id
+                                ),
+                            );
+                        }
+                    }
+                }
+                Event::Write {
+                    op,
+                    outcome,
+                    seq,
+                    t,
+                    ..
+                } => {
+                    if let Some(i) = at(*op) {
+                        ops[i].write = Some((*outcome, *seq, *t));
+                    }
+                }
+                Event::Blocked {
+                    op,
+                    ms,
+                    lost_after_ms,
+                    t,
+                    ..
+                } => {
+                    if let Some(i) = at(*op) {
+                        ops[i].blocked = Some((*ms, *t, *lost_after_ms));
+                    }
+                }
+                Event::ReleaseSent { op, t } => {
+                    if let Some(i) = at(*op) {
+                        ops[i].release_sent = Some(*t);
+                    }
+                }
+                Event::Released { op, outcome, t } => {
+                    if let Some(i) = at(*op) {
+                        ops[i].released = Some((*outcome, *t));
+                    }
+                }
+                Event::Start { .. } | Event::Read { .. } | Event::Done { .. } => {}
+            }
+        }
+    }
+    let max_wait = ops
+        .iter()
+        .filter_map(|o| o.acquired.map(|(_, t)| t.saturating_sub(o.attempt)))
+        .max()
+        .unwrap_or(0);
+    r.max_wait_ms = ms(max_wait);
+
+    // The store.
+    let mut claimed: HashMap<(String, u64), (u32, u64)> = HashMap::new();
+    for o in &ops {
+        if let Some((WriteOutcome::Accepted, seq, _)) = o.write {
+            claimed.insert((o.key.clone(), seq), (o.worker, o.op));
+        }
+    }
+    for (key, record) in &run.records {
+        r.writes_accepted += record.writes.len() as u64;
+        r.fenced_out += record.rejected;
+        let mut seen = HashSet::new();
+        for (i, w) in record.writes.iter().enumerate() {
+            if w.seq != i as u64 + 1 {
+                r.violations.log_mismatches += 1;
+                note(
+                    &mut examples,
+                    format!("{key}: store write #{} numbered {}", i + 1, w.seq),
+                );
+            }
+            if w.read_version + 1 != w.seq {
+                r.violations.store_overlaps += 1;
+                note(
+                    &mut examples,
+                    format!(
+                        "{key}: write {} (worker {} op {}, token {}) read version {}: {} other write(s) came between its read and its write",
+                        w.seq,
+                        w.worker,
+                        w.op,
+                        w.fence,
+                        w.read_version,
+                        w.seq.saturating_sub(w.read_version + 1)
+                    ),
+                );
+            }
+            if w.fence < w.max_before {
+                r.violations.lower_token_accepted += 1;
+                note(
+                    &mut examples,
+                    format!(
+                        "{key}: write {} accepted with token {} after token {} was seen",
+                        w.seq, w.fence, w.max_before
+                    ),
+                );
+            }
+            if !seen.insert((w.worker, w.op)) {
+                r.violations.duplicated_updates += 1;
+                note(
+                    &mut examples,
+                    format!("{key}: worker {} op {} applied twice", w.worker, w.op),
+                );
+            }
+            match claimed.get(&(key.clone(), w.seq)) {
+                Some(&(worker, op)) if worker == w.worker && op == w.op => {}
+                Some(&(worker, op)) => {
+                    r.violations.log_mismatches += 1;
+                    note(
+                        &mut examples,
+                        format!(
+                            "{key}: store write {} is worker {} op {}, but worker {worker} op {op} claims it",
+                            w.seq, w.worker, w.op
+                        ),
+                    );
+                }
+                // A worker killed before it logged the answer.
+                None if killed.contains_key(&w.worker) => {}
+                None => {
+                    r.violations.log_mismatches += 1;
+                    note(
+                        &mut examples,
+                        format!(
+                            "{key}: store write {} (worker {} op {}) is in no worker's log",
+                            w.seq, w.worker, w.op
+                        ),
+                    );
+                }
+            }
+        }
+        let accepted = record.writes.len() as u64;
+        if record.counter < accepted {
+            r.violations.lost_updates += accepted - record.counter;
+            note(
+                &mut examples,
+                format!(
+                    "{key}: {accepted} accepted writes but the counter is {}",
+                    record.counter
+                ),
+            );
+        } else if record.counter > accepted {
+            r.violations.duplicated_updates += record.counter - accepted;
+        }
+    }
+    for ((key, seq), (worker, op)) in &claimed {
+        let present = run
+            .records
+            .get(key)
+            .and_then(|rec| rec.writes.get((*seq as usize).wrapping_sub(1)))
+            .is_some();
+        if !present {
+            r.violations.log_mismatches += 1;
+            note(
+                &mut examples,
+                format!(
+                    "{key}: worker {worker} op {op} says write {seq} was accepted; the store has no such write"
+                ),
+            );
+        }
+    }
+
+    // Fencing tokens per key.
+    let mut by_key: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    for o in &ops {
+        by_key.entry(o.key.as_str()).or_default().push(o);
+    }
+    for (key, key_ops) in &by_key {
+        let mut fences: HashMap<u64, u32> = HashMap::new();
+        for o in key_ops {
+            if let Some((fence, _)) = o.acquired {
+                let n = fences.entry(fence).or_default();
+                *n += 1;
+                if *n == 2 {
+                    r.fence_regressions += 1;
+                    if run.expect_monotonic_fences {
+                        r.violations.duplicate_fences += 1;
+                        note(
+                            &mut examples,
+                            format!("{key}: token {fence} given to two acquisitions"),
+                        );
+                    }
+                }
+            }
+        }
+        // A token must exceed every token acquired (by anyone) before this
+        // attempt began; 1 ms of margin covers cross-process clock error.
+        let mut acquired: Vec<(u64, u64)> = key_ops
+            .iter()
+            .filter_map(|o| o.acquired.map(|(fence, t)| (t, fence)))
+            .collect();
+        acquired.sort_unstable();
+        let mut attempts: Vec<(u64, u64)> = key_ops
+            .iter()
+            .filter_map(|o| o.acquired.map(|(fence, _)| (o.attempt, fence)))
+            .collect();
+        attempts.sort_unstable();
+        let (mut i, mut highest) = (0, 0);
+        for (start, fence) in attempts {
+            while i < acquired.len() && acquired[i].0 + 1000 < start {
+                highest = highest.max(acquired[i].1);
+                i += 1;
+            }
+            if fence < highest {
+                r.fence_regressions += 1;
+                if run.expect_monotonic_fences {
+                    r.violations.fence_regressions += 1;
+                    note(
+                        &mut examples,
+                        format!("{key}: token {fence} issued after token {highest} had been"),
+                    );
+                }
+            }
+        }
+
+        // Overlaps of holds that released successfully.
+        let mut holds: Vec<(u64, u64, u32, u64)> = key_ops
+            .iter()
+            .filter(|o| matches!(o.released, Some((ReleaseOutcome::Ok, _))))
+            .filter_map(|o| Some((o.acquired?.1, o.release_sent?, o.worker, o.op)))
+            .collect();
+        holds.sort_unstable();
+        let mut latest: Option<(u64, u32, u64)> = None;
+        for (start, end, worker, op) in holds {
+            if let Some((prev_end, pw, pop)) = latest
+                && start < prev_end
+            {
+                r.violations.client_overlaps += 1;
+                note(
+                    &mut examples,
+                    format!(
+                        "{key}: worker {worker} op {op} held from {start} µs while worker {pw} op {pop} held until {prev_end} µs; both released successfully"
+                    ),
+                );
+            }
+            if latest.is_none_or(|(e, ..)| end > e) {
+                latest = Some((end, worker, op));
+            }
+        }
+    }
+
+    // Stalls: some operation waits while no holder is reported.
+    let server_faults: Vec<(u64, u64)> = run
+        .faults
+        .iter()
+        .filter_map(|f| match f {
+            Fault::Server { start, end, .. } => Some((*start, *end)),
+            _ => None,
+        })
+        .collect();
+    for (key, key_ops) in &by_key {
+        let mut edges: Vec<(u64, i32, i32)> = Vec::new(); // (t, waiting delta, holding delta)
+        for o in key_ops {
+            let eol = end_of_log.get(&o.worker).copied().unwrap_or(0);
+            let death = killed.get(&o.worker).copied();
+            let wait_end = o.wait_end().unwrap_or_else(|| death.unwrap_or(eol));
+            edges.push((o.attempt, 1, 0));
+            edges.push((wait_end.max(o.attempt), -1, 0));
+            if let Some((_, t)) = o.acquired {
+                edges.push((t, 0, 1));
+                edges.push((o.hold_end(death, eol).max(t), 0, -1));
+            }
+        }
+        // At one instant, starts of holds before ends of waits.
+        edges.sort_unstable_by_key(|&(t, w, h)| (t, -h, w));
+        let (mut waiting, mut holding) = (0i32, 0i32);
+        let mut since: Option<u64> = None;
+        for (t, dw, dh) in edges {
+            waiting += dw;
+            holding += dh;
+            let stalled = waiting > 0 && holding == 0;
+            match (since, stalled) {
+                (None, true) => since = Some(t),
+                (Some(s), false) => {
+                    since = None;
+                    let stall = t - s;
+                    if ms(stall) > r.max_stall_ms {
+                        r.max_stall_ms = ms(stall);
+                        r.max_stall_at = (s, key.to_string());
+                    }
+                    // Server faults (and one lease after) explain stalls.
+                    let explained = server_faults
+                        .iter()
+                        .any(|&(fs, fe)| s <= fe + ttl_us + slack_us && t >= fs);
+                    if stall > ttl_us + slack_us && !explained {
+                        r.violations.held_past_ttl += 1;
+                        note(
+                            &mut examples,
+                            format!(
+                                "{key}: waiters waited {} ms with no holder reported (from {s} µs): a lock held past its TTL by nobody alive",
+                                ms(stall)
+                            ),
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // Stopped and killed holders.
+    for f in &run.faults {
+        let (victim, start, end) = match f {
+            Fault::StopWorker { worker, start, end } => (*worker, *start, Some(*end)),
+            Fault::KillWorker { worker, t } => (*worker, *t, None),
+            _ => continue,
+        };
+        if end.is_some_and(|e| e - start <= ttl_us) {
+            continue; // a short stop: the lease may survive it
+        }
+        let held = ops.iter().find(|o| {
+            o.worker == victim
+                && o.acquired.is_some_and(|(_, t)| t <= start)
+                && o.release_sent.is_none_or(|t| t >= start)
+        });
+        let Some(held) = held else { continue };
+        let next = ops
+            .iter()
+            .filter(|o| o.key == held.key && o.worker != victim)
+            .filter_map(|o| o.acquired.map(|(_, t)| t))
+            .filter(|&t| t >= start)
+            .min();
+        let pending = ops
+            .iter()
+            .any(|o| o.key == held.key && o.worker != victim && o.attempt <= start + ttl_us);
+        match next {
+            Some(t) => {
+                let takeover = t - start;
+                r.max_takeover_ms = r.max_takeover_ms.max(ms(takeover));
+                if takeover > ttl_us + slack_us {
+                    r.violations.held_past_ttl += 1;
+                    note(
+                        &mut examples,
+                        format!(
+                            "{}: worker {victim} {} at {start} µs holding it; the next holder got it {} ms later (TTL {} ms)",
+                            held.key,
+                            if end.is_some() { "stopped" } else { "killed" },
+                            ms(takeover),
+                            run.ttl_ms
+                        ),
+                    );
+                }
+            }
+            None if pending => {
+                r.violations.held_past_ttl += 1;
+                note(
+                    &mut examples,
+                    format!(
+                        "{}: nobody got the key after worker {victim}'s fault at {start} µs",
+                        held.key
+                    ),
+                );
+            }
+            None => {}
+        }
+        if let Some(end) = end {
+            if let Some((outcome, _, t)) = held.write
+                && t >= end
+            {
+                r.stale_writes += 1;
+                if outcome == WriteOutcome::Rejected {
+                    r.stale_writes_rejected += 1;
+                }
+            }
+            match held.released {
+                Some((ReleaseOutcome::Lost, _)) => r.stale_release_lost += 1,
+                Some((ReleaseOutcome::Ok, _)) => {
+                    r.violations.stale_release_ok += 1;
+                    note(
+                        &mut examples,
+                        format!(
+                            "{}: worker {victim} op {} was stopped {} ms (TTL {} ms) and its release still said Ok",
+                            held.key,
+                            held.op,
+                            ms(end - start),
+                            run.ttl_ms
+                        ),
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // Blocked runtimes.
+    for o in &ops {
+        let Some((block, _, lost_after)) = o.blocked else {
+            continue;
+        };
+        let released = o.released.map(|(outcome, _)| outcome);
+        let wrong = if block < run.ttl_ms {
+            r.blocked_keep += 1;
+            lost_after.is_some() || released != Some(ReleaseOutcome::Ok)
+        } else {
+            r.blocked_lose += 1;
+            lost_after.is_none() || released == Some(ReleaseOutcome::Ok)
+        };
+        if wrong {
+            r.violations.blocked_wrong += 1;
+            note(
+                &mut examples,
+                format!(
+                    "{}: worker {} op {} blocked {block} ms with a {} ms lease: lost after {:?} ms, release {:?}",
+                    o.key, o.worker, o.op, run.ttl_ms, lost_after, released
+                ),
+            );
+        }
+    }
+
+    r.violations.hung_workers = run.hung.len() as u64;
+    for w in &run.hung {
+        note(
+            &mut examples,
+            format!("worker {w} did not finish before the deadline"),
+        );
+    }
+    r.examples = examples;
+    r
+}

@@ -1,0 +1,24 @@
+//! A Jepsen-style fault-injection harness for `lock_runtime`, with a
+//! mutual-exclusion checker.
+//!
+//! * [`worker`]: a client process that repeatedly takes a lock and does a slow
+//!   read-modify-write of a shared record, logging every step ([`log`]).
+//! * [`store`]: the record, on a redis-server of its own, behind a Lua script
+//!   that rejects fencing tokens lower than the highest it has seen (or, to
+//!   prove the checker, does not).
+//! * [`scenario`]: the scenarios and the harness that runs one: it starts the
+//!   servers, re-executes the `fault` binary as the workers, injects the fault
+//!   (SIGSTOP/SIGKILL of a holder, SIGSTOP/kill -9 of redis-server,
+//!   `CLIENT KILL`), then runs the checker.
+//! * [`checker`]: reads the logs and the store and counts violations.
+//!
+//! Run everything with `cargo run --release -p fault -- all --ops 10000`
+//! (see FAULTS.md at the repository root); CI runs short versions as tests.
+
+pub mod checker;
+pub mod log;
+pub mod rng;
+pub mod scenario;
+pub mod server;
+pub mod store;
+pub mod worker;

@@ -1,0 +1,360 @@
+//! The operation log: one JSON object per line, per worker process, plus the
+//! harness's own log of the faults it injected.
+//!
+//! # Timestamps
+//!
+//! Every event carries `t`, microseconds since the run's *epoch*: a wall-clock
+//! instant (`SystemTime`, µs since the Unix epoch) that the harness picks and
+//! passes to every worker on its command line. A worker samples the wall clock
+//! once at start, and from then on adds `std::time::Instant` (CLOCK_MONOTONIC
+//! on Linux) elapsed time to that sample:
+//!
+//! ```text
+//! t = (SystemTime at worker start - epoch) + Instant elapsed since worker start
+//! ```
+//!
+//! So within a process timestamps are monotonic (no jumps if NTP steps the
+//! clock mid-run), and across processes on one machine they are comparable to
+//! the precision of the one wall-clock sample each process took (the kernel's
+//! single realtime clock; microseconds). Durations (waits, stalls) are
+//! differences of these timestamps. The checker never orders two processes'
+//! events by less than a millisecond: where it compares across processes it
+//! uses intervals that are sound under that error (see [`crate::checker`]).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, LineWriter, Write};
+use std::path::Path;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Microseconds since the Unix epoch, now (wall clock).
+pub fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// A process's view of the run's shared time line.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    /// µs from the epoch to `start`.
+    base: u64,
+    start: Instant,
+}
+
+impl Clock {
+    /// A clock whose zero is `epoch` (µs since the Unix epoch, from the harness).
+    pub fn new(epoch: u64) -> Self {
+        let start = Instant::now();
+        let base = unix_micros().saturating_sub(epoch);
+        Self { base, start }
+    }
+
+    /// µs since the epoch.
+    pub fn now(&self) -> u64 {
+        self.base + self.start.elapsed().as_micros() as u64
+    }
+}
+
+/// How a store write ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteOutcome {
+    /// Accepted; the store numbered it `seq`.
+    Accepted,
+    /// Rejected: a higher fencing token was seen before.
+    Rejected,
+    /// The store did not answer (never expected: the store is not faulted).
+    Error,
+}
+
+/// How `LockGuard::release` ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseOutcome {
+    /// `Ok(())`: the server still had our token.
+    Ok,
+    /// `Err(LockError::Lost)`: "not owner".
+    Lost,
+    /// Any other error (server unreachable).
+    Error,
+}
+
+/// One line of a worker's log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum Event {
+    /// The worker started.
+    Start {
+        /// Worker number.
+        worker: u32,
+        /// OS process id.
+        pid: u32,
+        /// Time.
+        t: u64,
+    },
+    /// A lock operation begins: the worker wants `key`.
+    Attempt {
+        /// Operation number within the worker.
+        op: u64,
+        /// The lock key.
+        key: String,
+        /// Time.
+        t: u64,
+    },
+    /// One acquire call failed with a backend error (retried within the wait).
+    AcquireError {
+        /// Operation.
+        op: u64,
+        /// The error's text.
+        error: String,
+        /// Time.
+        t: u64,
+    },
+    /// Acquired, with this fencing token.
+    Acquired {
+        /// Operation.
+        op: u64,
+        /// Fencing token.
+        fence: u64,
+        /// Time (after `acquire` returned).
+        t: u64,
+    },
+    /// Not acquired within the wait (`Busy`, or errors until the deadline).
+    GaveUp {
+        /// Operation.
+        op: u64,
+        /// The last error's text.
+        error: String,
+        /// Time.
+        t: u64,
+    },
+    /// The acquire future was dropped by a timeout (scenario 6).
+    Cancelled {
+        /// Operation.
+        op: u64,
+        /// `client.active_watchdogs()` right after: must be 0 (no guard lives).
+        watched: usize,
+        /// Time.
+        t: u64,
+    },
+    /// The fenced read of the record.
+    Read {
+        /// Operation.
+        op: u64,
+        /// `false`: rejected by fencing (or the store failed).
+        ok: bool,
+        /// The record's version.
+        version: u64,
+        /// The record's counter.
+        counter: u64,
+        /// Time.
+        t: u64,
+    },
+    /// The runtime thread was blocked (`std::thread::sleep`) while holding.
+    Blocked {
+        /// Operation.
+        op: u64,
+        /// How long, in ms.
+        ms: u64,
+        /// The lease, in ms.
+        ttl_ms: u64,
+        /// ms until `lost()` resolved after the block, if it did within 2 s.
+        lost_after_ms: Option<u64>,
+        /// Time (after the block and the check).
+        t: u64,
+    },
+    /// The fenced write of `counter + 1`.
+    Write {
+        /// Operation.
+        op: u64,
+        /// Outcome.
+        outcome: WriteOutcome,
+        /// The store's sequence number when accepted.
+        seq: u64,
+        /// `guard.is_lost()` just before the write.
+        lost_before: bool,
+        /// Time.
+        t: u64,
+    },
+    /// About to call `release` (the end of the hold as far as the holder knows).
+    ReleaseSent {
+        /// Operation.
+        op: u64,
+        /// Time.
+        t: u64,
+    },
+    /// `release` returned.
+    Released {
+        /// Operation.
+        op: u64,
+        /// Outcome.
+        outcome: ReleaseOutcome,
+        /// Time.
+        t: u64,
+    },
+    /// The worker finished its share.
+    Done {
+        /// Time.
+        t: u64,
+    },
+}
+
+impl Event {
+    /// The event's time.
+    pub fn t(&self) -> u64 {
+        match self {
+            Event::Start { t, .. }
+            | Event::Attempt { t, .. }
+            | Event::AcquireError { t, .. }
+            | Event::Acquired { t, .. }
+            | Event::GaveUp { t, .. }
+            | Event::Cancelled { t, .. }
+            | Event::Read { t, .. }
+            | Event::Blocked { t, .. }
+            | Event::Write { t, .. }
+            | Event::ReleaseSent { t, .. }
+            | Event::Released { t, .. }
+            | Event::Done { t } => *t,
+        }
+    }
+}
+
+/// What the harness did, in its own log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "fault", rename_all = "snake_case")]
+pub enum Fault {
+    /// A worker was stopped (SIGSTOP) from `start` to `end` (SIGCONT).
+    StopWorker {
+        /// Worker number.
+        worker: u32,
+        /// SIGSTOP time.
+        start: u64,
+        /// SIGCONT time.
+        end: u64,
+    },
+    /// A worker was killed (SIGKILL) at `t`.
+    KillWorker {
+        /// Worker number.
+        worker: u32,
+        /// Time.
+        t: u64,
+    },
+    /// The lock server was unavailable from `start` to `end` (paused or dead).
+    Server {
+        /// `"pause"` or `"kill"`.
+        kind: String,
+        /// Start.
+        start: u64,
+        /// Back (SIGCONT sent, or the restarted server answers).
+        end: u64,
+    },
+    /// `CLIENT KILL TYPE <kind>` at `t`, closing `killed` connections.
+    ClientKill {
+        /// `normal` or `pubsub`.
+        kind: String,
+        /// Connections closed.
+        killed: u64,
+        /// Time.
+        t: u64,
+    },
+}
+
+/// Appends events to a file, one line each, written through at once (a
+/// worker killed with SIGKILL loses no line it finished).
+#[derive(Debug)]
+pub struct LogWriter {
+    out: LineWriter<File>,
+}
+
+impl LogWriter {
+    /// Creates (truncates) `path`.
+    pub fn create(path: &Path) -> std::io::Result<Self> {
+        Ok(Self {
+            out: LineWriter::new(File::create(path)?),
+        })
+    }
+
+    /// Writes one event. A full disk is reported once by the caller; the
+    /// checker then sees a truncated log.
+    pub fn write<T: Serialize>(&mut self, event: &T) -> std::io::Result<()> {
+        let line = serde_json::to_string(event).map_err(std::io::Error::other)?;
+        self.out.write_all(line.as_bytes())?;
+        self.out.write_all(b"\n")
+    }
+}
+
+/// Reads a JSON-lines file; a last line cut by a kill is ignored, any other
+/// malformed line is an error.
+pub fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path) -> std::io::Result<Vec<T>> {
+    let file = File::open(path)?;
+    let lines: Vec<String> = BufReader::new(file).lines().collect::<Result<_, _>>()?;
+    let mut out = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(event) => out.push(event),
+            Err(_) if i + 1 == lines.len() => {}
+            Err(e) => {
+                return Err(std::io::Error::other(format!(
+                    "{}:{}: {e}",
+                    path.display(),
+                    i + 1
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip_through_json_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.jsonl");
+        let events = vec![
+            Event::Attempt {
+                op: 1,
+                key: "k:{a} ü".into(),
+                t: 5,
+            },
+            Event::Write {
+                op: 1,
+                outcome: WriteOutcome::Accepted,
+                seq: 3,
+                lost_before: false,
+                t: 9,
+            },
+        ];
+        let mut w = LogWriter::create(&path).unwrap();
+        for e in &events {
+            w.write(e).unwrap();
+        }
+        drop(w);
+        // A line cut by a kill at the end is skipped.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"{\"ev\":\"acq")
+            .unwrap();
+        assert_eq!(read_lines::<Event>(&path).unwrap(), events);
+    }
+
+    #[test]
+    fn clocks_of_one_epoch_agree_across_instances() {
+        let epoch = unix_micros();
+        let a = Clock::new(epoch);
+        let b = Clock::new(epoch);
+        let (x, y) = (a.now(), b.now());
+        assert!(x.abs_diff(y) < 50_000, "{x} vs {y}");
+        assert!(a.now() >= x);
+    }
+}

@@ -1,0 +1,772 @@
+//! The scenarios and the harness that runs one: servers, worker processes,
+//! the fault injector, then the checker.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::checker::{self, Report, RunData, WorkerLog};
+use crate::log::{self, Clock, Event, Fault, LogWriter};
+use crate::server::{self, Server};
+use crate::store;
+use crate::worker::WorkerConfig;
+
+/// The fault a scenario injects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FaultPlan {
+    /// None (scenario 1; scenarios 6 and 7 are faults inside the workers).
+    None,
+    /// SIGSTOP worker 0 (which thinks `victim_think_ms` between its read and
+    /// its write) while it holds the lock, for `stop_ms`, then SIGCONT; every
+    /// `kill_every`-th time SIGKILL it instead and start a new worker.
+    StopHolder {
+        /// How long it stays stopped.
+        stop_ms: u64,
+        /// Its think time.
+        victim_think_ms: u64,
+        /// Kill instead of stop every this many cycles (0: never).
+        kill_every: u32,
+    },
+    /// SIGSTOP the lock server for `pause_ms` every `every_ms`.
+    PauseServer {
+        /// Pause.
+        pause_ms: u64,
+        /// Period.
+        every_ms: u64,
+    },
+    /// SIGKILL the lock server every `every_ms`, restart it after `down_ms`;
+    /// at most `max_kills` times.
+    KillServer {
+        /// Down time.
+        down_ms: u64,
+        /// Period.
+        every_ms: u64,
+        /// Most kills.
+        max_kills: u32,
+    },
+    /// `CLIENT KILL TYPE normal`, then `TYPE pubsub`, alternately, every
+    /// `every_ms`.
+    ClientKill {
+        /// Period.
+        every_ms: u64,
+    },
+}
+
+/// One scenario.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Short name (`fault run NAME`).
+    pub name: &'static str,
+    /// What the table calls it.
+    pub title: &'static str,
+    /// Lock operations (the budget shared by the workers).
+    pub ops: u64,
+    /// Worker processes.
+    pub workers: u32,
+    /// Keys, chosen uniformly.
+    pub keys: usize,
+    /// Lease, ms.
+    pub ttl_ms: u64,
+    /// Wait per operation, ms.
+    pub wait_ms: u64,
+    /// Think time, ms.
+    pub think_ms: (u64, u64),
+    /// The store checks fencing tokens.
+    pub fencing: bool,
+    /// Client response timeout, ms.
+    pub response_timeout_ms: u64,
+    /// Scenario 6: cancel rate per mille and the latest cancel point, ms.
+    pub cancel: (u64, u64),
+    /// Scenario 7: block rate per mille, keep-length and lose-length, ms.
+    pub block: (u64, u64, u64),
+    /// The lock server persists with `appendfsync always`.
+    pub aof: bool,
+    /// The fault.
+    pub fault: FaultPlan,
+    /// Fencing tokens must never repeat or go down.
+    pub expect_monotonic_fences: bool,
+    /// The checker must find violations (the run without fencing).
+    pub expect_violations: bool,
+    /// Slack beyond a lease, ms.
+    pub slack_ms: u64,
+}
+
+impl Scenario {
+    fn base(name: &'static str, title: &'static str, ops: u64) -> Self {
+        Self {
+            name,
+            title,
+            ops,
+            workers: 32,
+            keys: 1,
+            ttl_ms: 2000,
+            wait_ms: 60_000,
+            think_ms: (0, 2),
+            fencing: true,
+            response_timeout_ms: 500,
+            cancel: (0, 0),
+            block: (0, 0, 0),
+            aof: false,
+            fault: FaultPlan::None,
+            expect_monotonic_fences: true,
+            expect_violations: false,
+            slack_ms: 1000,
+        }
+    }
+
+    /// Every scenario, with `ops` operations each. `short`: fewer workers and
+    /// shorter fault cycles, for CI.
+    pub fn all(ops: u64, short: bool) -> Vec<Scenario> {
+        let small = |n: u32| if short { n.min(8) } else { n };
+        let stop = |name, title, fencing| Scenario {
+            workers: small(32),
+            ttl_ms: 500,
+            fencing,
+            fault: FaultPlan::StopHolder {
+                stop_ms: 1500,
+                victim_think_ms: 300,
+                kill_every: 3,
+            },
+            expect_violations: !fencing,
+            ..Scenario::base(name, title, ops)
+        };
+        vec![
+            Scenario {
+                workers: 32,
+                ..Scenario::base("no-faults-1-key", "1. no faults, 32 clients, 1 key", ops)
+            },
+            Scenario {
+                workers: 32,
+                keys: 100,
+                ..Scenario::base(
+                    "no-faults-100-keys",
+                    "1. no faults, 32 clients, 100 keys",
+                    ops,
+                )
+            },
+            stop(
+                "stop-holder",
+                "2. SIGSTOP holder > TTL (every 3rd: kill -9), fencing on",
+                true,
+            ),
+            stop(
+                "stop-holder-unfenced",
+                "2. same, store WITHOUT fencing (checker must object)",
+                false,
+            ),
+            Scenario {
+                workers: small(16),
+                keys: 4,
+                response_timeout_ms: 200,
+                fault: FaultPlan::PauseServer {
+                    pause_ms: 1000,
+                    every_ms: if short { 1500 } else { 3000 },
+                },
+                ..Scenario::base(
+                    "pause-server",
+                    "3. SIGSTOP redis-server 1 s (> 200 ms response timeout), TTL 2 s",
+                    ops,
+                )
+            },
+            Scenario {
+                workers: small(16),
+                keys: 4,
+                ttl_ms: 1000,
+                response_timeout_ms: 300,
+                aof: true,
+                fault: FaultPlan::KillServer {
+                    down_ms: 500,
+                    every_ms: if short { 2000 } else { 3000 },
+                    max_kills: u32::MAX,
+                },
+                ..Scenario::base(
+                    "kill-server-aof",
+                    "4. kill -9 redis-server + restart, AOF appendfsync always",
+                    ops,
+                )
+            },
+            Scenario {
+                workers: small(16),
+                keys: 4,
+                ttl_ms: 1000,
+                response_timeout_ms: 300,
+                fault: FaultPlan::KillServer {
+                    down_ms: 500,
+                    every_ms: if short { 1000 } else { 3000 },
+                    max_kills: 1,
+                },
+                expect_monotonic_fences: false,
+                ..Scenario::base(
+                    "kill-server-no-persistence",
+                    "4. kill -9 redis-server + restart, no persistence (once)",
+                    ops,
+                )
+            },
+            Scenario {
+                workers: small(32),
+                ttl_ms: 1000,
+                fault: FaultPlan::ClientKill { every_ms: 1000 },
+                ..Scenario::base(
+                    "client-kill",
+                    "5. CLIENT KILL normal / pubsub, alternately every 1 s, TTL 1 s",
+                    ops,
+                )
+            },
+            Scenario {
+                workers: small(32),
+                ttl_ms: 1000,
+                cancel: (500, 20),
+                ..Scenario::base(
+                    "cancel-acquire",
+                    "6. half the acquires cancelled at a random point (0-20 ms)",
+                    ops,
+                )
+            },
+            Scenario {
+                workers: small(16),
+                keys: 8,
+                ttl_ms: 600,
+                block: (if short { 100 } else { 50 }, 300, 900),
+                ..Scenario::base(
+                    "blocked-runtime",
+                    "7. runtime thread blocked 300 ms / 900 ms, TTL 600 ms",
+                    ops,
+                )
+            },
+        ]
+    }
+
+    /// The scenario called `name`.
+    pub fn by_name(name: &str, ops: u64, short: bool) -> Option<Scenario> {
+        Self::all(ops, short).into_iter().find(|s| s.name == name)
+    }
+}
+
+/// A finished run.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The scenario's name.
+    pub name: &'static str,
+    /// Its title.
+    pub title: &'static str,
+    /// The checker's report.
+    pub report: Report,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Faults injected.
+    pub faults: usize,
+    /// Whether violations were expected.
+    pub expect_violations: bool,
+}
+
+impl Outcome {
+    /// `true` when the run came out as it should: no violation, or (the run
+    /// without fencing) at least one.
+    pub fn as_expected(&self) -> bool {
+        (self.report.violations.total() > 0) == self.expect_violations && self.report.operations > 0
+    }
+}
+
+struct Running {
+    id: u32,
+    child: Child,
+    log: PathBuf,
+    done: bool,
+}
+
+/// Runs `scenario`, re-executing `exe` (the `fault` binary) as the workers;
+/// logs and server files go to a temporary directory, kept when `keep` is set.
+pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outcome, String> {
+    let started = Instant::now();
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir: PathBuf = match keep {
+        Some(d) => {
+            let d = d.join(scenario.name);
+            std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
+            d
+        }
+        None => tmp.path().to_path_buf(),
+    };
+    let lock_args: &[&str] = if scenario.aof {
+        &["--appendonly", "yes", "--appendfsync", "always"]
+    } else {
+        &[]
+    };
+    let mut lock_server = Server::start(lock_args)?;
+    let store_server = Server::start(&[])?;
+    let store_client = redis::Client::open(store_server.url()).map_err(|e| e.to_string())?;
+    let mut store_conn = store_client.get_connection().map_err(|e| e.to_string())?;
+    let lock_client = redis::Client::open(lock_server.url()).map_err(|e| e.to_string())?;
+
+    let epoch = log::unix_micros();
+    let clock = Clock::new(epoch);
+    let keys: Vec<String> = (0..scenario.keys).map(|i| format!("k{i}")).collect();
+    let (lock_url, store_url) = (lock_server.url(), store_server.url());
+    let worker = |id: u32| WorkerConfig {
+        id,
+        lock_url: lock_url.clone(),
+        store_url: store_url.clone(),
+        epoch,
+        log: dir.join(format!("worker-{id}.jsonl")),
+        keys: keys.clone(),
+        budget: scenario.ops,
+        ttl_ms: scenario.ttl_ms,
+        wait_ms: scenario.wait_ms,
+        think_ms: match scenario.fault {
+            FaultPlan::StopHolder {
+                victim_think_ms, ..
+            } if id == 0 || id >= scenario.workers => (victim_think_ms, victim_think_ms),
+            _ => scenario.think_ms,
+        },
+        fencing: scenario.fencing,
+        response_timeout_ms: scenario.response_timeout_ms,
+        cancel_per_mille: scenario.cancel.0,
+        cancel_max_ms: scenario.cancel.1,
+        block_per_mille: scenario.block.0,
+        block_keep_ms: scenario.block.1,
+        block_lose_ms: scenario.block.2,
+        seed: u64::from(id) * 7919 + epoch,
+    };
+    let spawn = |config: &WorkerConfig| -> Result<Running, String> {
+        let stderr = std::fs::File::create(dir.join(format!("worker-{}.stderr", config.id)))
+            .map_err(|e| e.to_string())?;
+        let child = Command::new(exe)
+            .args(config.to_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("cannot start a worker ({}): {e}", exe.display()))?;
+        Ok(Running {
+            id: config.id,
+            child,
+            log: config.log.clone(),
+            done: false,
+        })
+    };
+    let mut running = Vec::new();
+    for id in 0..scenario.workers {
+        running.push(spawn(&worker(id))?);
+    }
+
+    let mut faults: Vec<Fault> = Vec::new();
+    let mut fault_log = LogWriter::create(&dir.join("faults.jsonl")).map_err(|e| e.to_string())?;
+    let deadline = started + Duration::from_secs(60) + Duration::from_millis(scenario.ops * 30);
+    let mut injector = Injector::new(&scenario.fault);
+    let mut next_victim = scenario.workers;
+    loop {
+        let mut all_done = true;
+        for r in running.iter_mut().filter(|r| !r.done) {
+            match r.child.try_wait() {
+                Ok(Some(_)) => r.done = true,
+                _ => all_done = false,
+            }
+        }
+        if all_done || Instant::now() > deadline {
+            break;
+        }
+        let step = injector.tick(InjectCtx {
+            scenario,
+            clock: &clock,
+            lock_server: &mut lock_server,
+            lock_client: &lock_client,
+            store: &mut store_conn,
+            keys: &keys,
+            running: &running,
+        })?;
+        match step {
+            Some(Step::Fault(f)) => {
+                let _ = fault_log.write(&f);
+                faults.push(f);
+            }
+            Some(Step::KilledVictim(f)) => {
+                let _ = fault_log.write(&f);
+                faults.push(f);
+                // A new victim takes over its role.
+                let config = worker(next_victim);
+                next_victim += 1;
+                running.push(spawn(&config)?);
+            }
+            None => {}
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    injector.finish(&mut lock_server, &running, &clock, &mut faults)?;
+    let mut hung = Vec::new();
+    for r in running.iter_mut() {
+        if !r.done {
+            // Not finished by the deadline, or a victim stopped at the end.
+            match r.child.try_wait() {
+                Ok(Some(_)) => {}
+                _ => {
+                    hung.push(r.id);
+                    let _ = r.child.kill();
+                    let _ = r.child.wait();
+                }
+            }
+        }
+    }
+
+    let mut workers = Vec::new();
+    for r in &running {
+        let events: Vec<Event> = match log::read_lines(&r.log) {
+            Ok(events) => events,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e.to_string()),
+        };
+        workers.push(WorkerLog { id: r.id, events });
+    }
+    let mut records = BTreeMap::new();
+    for key in &keys {
+        records.insert(key.clone(), store::fetch_record(&mut store_conn, key)?);
+    }
+    let data = RunData {
+        ttl_ms: scenario.ttl_ms,
+        slack_ms: scenario.slack_ms,
+        expect_monotonic_fences: scenario.expect_monotonic_fences,
+        workers,
+        faults: faults.clone(),
+        records,
+        hung,
+    };
+    let report = checker::check(&data);
+    drop(lock_server);
+    drop(store_server);
+    Ok(Outcome {
+        name: scenario.name,
+        title: scenario.title,
+        report,
+        elapsed: started.elapsed(),
+        faults: faults.len(),
+        expect_violations: scenario.expect_violations,
+    })
+}
+
+enum Step {
+    Fault(Fault),
+    KilledVictim(Fault),
+}
+
+struct InjectCtx<'a> {
+    scenario: &'a Scenario,
+    clock: &'a Clock,
+    lock_server: &'a mut Server,
+    lock_client: &'a redis::Client,
+    store: &'a mut redis::Connection,
+    keys: &'a [String],
+    running: &'a [Running],
+}
+
+enum Phase {
+    Idle {
+        next: Instant,
+    },
+    /// A worker (index into `running`) stopped since `t` (clock), until `until`.
+    Stopped {
+        index: usize,
+        t: u64,
+        until: Instant,
+    },
+    /// The server is paused or dead since `t`, until `until`.
+    Down {
+        t: u64,
+        until: Instant,
+        killed: bool,
+    },
+}
+
+struct Injector {
+    plan: FaultPlan,
+    phase: Phase,
+    cycles: u32,
+    kills: u32,
+    pubsub_next: bool,
+}
+
+impl Injector {
+    fn new(plan: &FaultPlan) -> Self {
+        Self {
+            plan: plan.clone(),
+            phase: Phase::Idle {
+                next: Instant::now() + Duration::from_millis(300),
+            },
+            cycles: 0,
+            kills: 0,
+            pubsub_next: false,
+        }
+    }
+
+    fn tick(&mut self, cx: InjectCtx<'_>) -> Result<Option<Step>, String> {
+        let now = Instant::now();
+        match (&self.plan, &self.phase) {
+            (FaultPlan::None, _) => Ok(None),
+            (
+                FaultPlan::StopHolder {
+                    stop_ms,
+                    kill_every,
+                    ..
+                },
+                Phase::Idle { next },
+            ) => {
+                if now < *next {
+                    return Ok(None);
+                }
+                // The current victim: the newest live worker in the role.
+                let Some(index) = cx
+                    .running
+                    .iter()
+                    .rposition(|r| (r.id == 0 || r.id >= cx.scenario.workers) && !r.done)
+                else {
+                    return Ok(None);
+                };
+                let victim = &cx.running[index];
+                let reader: Option<String> = redis::cmd("HGET")
+                    .arg(store::record_key(&cx.keys[0]))
+                    .arg("reader")
+                    .query(cx.store)
+                    .map_err(|e| e.to_string())?;
+                if reader.as_deref() != Some(victim.id.to_string().as_str()) {
+                    return Ok(None);
+                }
+                // It read and now thinks, holding the lock: strike.
+                self.cycles += 1;
+                let t = cx.clock.now();
+                if *kill_every > 0 && self.cycles.is_multiple_of(*kill_every) {
+                    server::signal(victim.child.id(), "KILL")?;
+                    self.phase = Phase::Idle {
+                        next: now + Duration::from_millis(300),
+                    };
+                    // Forget the dead victim's read so the new one is awaited.
+                    let _: () = redis::cmd("HDEL")
+                        .arg(store::record_key(&cx.keys[0]))
+                        .arg("reader")
+                        .query(cx.store)
+                        .map_err(|e| e.to_string())?;
+                    return Ok(Some(Step::KilledVictim(Fault::KillWorker {
+                        worker: victim.id,
+                        t,
+                    })));
+                }
+                server::signal(victim.child.id(), "STOP")?;
+                self.phase = Phase::Stopped {
+                    index,
+                    t,
+                    until: now + Duration::from_millis(*stop_ms),
+                };
+                Ok(None)
+            }
+            (FaultPlan::StopHolder { .. }, Phase::Stopped { index, t, until }) => {
+                if now < *until {
+                    return Ok(None);
+                }
+                let victim = &cx.running[*index];
+                server::signal(victim.child.id(), "CONT")?;
+                let fault = Fault::StopWorker {
+                    worker: victim.id,
+                    start: *t,
+                    end: cx.clock.now(),
+                };
+                self.phase = Phase::Idle {
+                    next: now + Duration::from_millis(300),
+                };
+                Ok(Some(Step::Fault(fault)))
+            }
+            (FaultPlan::PauseServer { pause_ms, every_ms }, Phase::Idle { next }) => {
+                if now < *next {
+                    return Ok(None);
+                }
+                let _ = every_ms;
+                cx.lock_server.pause()?;
+                self.phase = Phase::Down {
+                    t: cx.clock.now(),
+                    until: now + Duration::from_millis(*pause_ms),
+                    killed: false,
+                };
+                Ok(None)
+            }
+            (
+                FaultPlan::KillServer {
+                    down_ms, max_kills, ..
+                },
+                Phase::Idle { next },
+            ) => {
+                if now < *next || self.kills >= *max_kills {
+                    return Ok(None);
+                }
+                self.kills += 1;
+                let t = cx.clock.now();
+                cx.lock_server.kill();
+                self.phase = Phase::Down {
+                    t,
+                    until: now + Duration::from_millis(*down_ms),
+                    killed: true,
+                };
+                Ok(None)
+            }
+            (
+                FaultPlan::PauseServer { every_ms, .. } | FaultPlan::KillServer { every_ms, .. },
+                Phase::Down { t, until, killed },
+            ) => {
+                if now < *until {
+                    return Ok(None);
+                }
+                let (t, killed) = (*t, *killed);
+                if killed {
+                    cx.lock_server.restart()?;
+                } else {
+                    cx.lock_server.resume()?;
+                }
+                self.phase = Phase::Idle {
+                    next: Instant::now() + Duration::from_millis(*every_ms),
+                };
+                Ok(Some(Step::Fault(Fault::Server {
+                    kind: if killed { "kill" } else { "pause" }.into(),
+                    start: t,
+                    end: cx.clock.now(),
+                })))
+            }
+            (FaultPlan::ClientKill { every_ms }, Phase::Idle { next }) => {
+                if now < *next {
+                    return Ok(None);
+                }
+                let kind = if self.pubsub_next { "pubsub" } else { "normal" };
+                self.pubsub_next = !self.pubsub_next;
+                let mut conn = cx.lock_client.get_connection().map_err(|e| e.to_string())?;
+                let killed: u64 = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("TYPE")
+                    .arg(kind)
+                    .query(&mut conn)
+                    .map_err(|e| e.to_string())?;
+                self.phase = Phase::Idle {
+                    next: now + Duration::from_millis(*every_ms),
+                };
+                Ok(Some(Step::Fault(Fault::ClientKill {
+                    kind: kind.into(),
+                    killed,
+                    t: cx.clock.now(),
+                })))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Ends a fault still in progress (the run is over).
+    fn finish(
+        &mut self,
+        lock_server: &mut Server,
+        running: &[Running],
+        clock: &Clock,
+        faults: &mut Vec<Fault>,
+    ) -> Result<(), String> {
+        match std::mem::replace(
+            &mut self.phase,
+            Phase::Idle {
+                next: Instant::now(),
+            },
+        ) {
+            Phase::Idle { .. } => {}
+            Phase::Stopped { index, t, .. } => {
+                let victim = &running[index];
+                let _ = server::signal(victim.child.id(), "CONT");
+                faults.push(Fault::StopWorker {
+                    worker: victim.id,
+                    start: t,
+                    end: clock.now(),
+                });
+            }
+            Phase::Down { t, killed, .. } => {
+                if killed {
+                    lock_server.restart()?;
+                } else {
+                    lock_server.resume()?;
+                }
+                faults.push(Fault::Server {
+                    kind: if killed { "kill" } else { "pause" }.into(),
+                    start: t,
+                    end: clock.now(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The table: scenario, operations, violations, max stall, and what else
+/// each run showed.
+pub fn table(outcomes: &[Outcome]) -> String {
+    let mut s = String::new();
+    s.push_str("| scenario | operations | violations | max stall | notes |\n");
+    s.push_str("| --- | ---: | ---: | ---: | --- |\n");
+    for o in outcomes {
+        let r = &o.report;
+        let mut notes = vec![format!(
+            "{} acquired, {} writes accepted, max wait {} ms",
+            r.acquired, r.writes_accepted, r.max_wait_ms
+        )];
+        if r.fenced_out > 0 {
+            notes.push(format!("{} rejected by fencing", r.fenced_out));
+        }
+        if r.acquire_errors > 0 {
+            notes.push(format!("{} acquire errors retried", r.acquire_errors));
+        }
+        if r.cancelled > 0 {
+            notes.push(format!("{} cancelled", r.cancelled));
+        }
+        if r.stale_writes > 0 || r.stale_release_lost > 0 {
+            notes.push(format!(
+                "stale writes {} ({} rejected), stale releases \"not owner\" {}",
+                r.stale_writes, r.stale_writes_rejected, r.stale_release_lost
+            ));
+        }
+        if r.max_takeover_ms > 0 {
+            notes.push(format!(
+                "max takeover after stop/kill {} ms",
+                r.max_takeover_ms
+            ));
+        }
+        if r.fence_regressions > 0 {
+            notes.push(format!("{} token repeats/regressions", r.fence_regressions));
+        }
+        if r.blocked_keep + r.blocked_lose > 0 {
+            notes.push(format!(
+                "blocked {} x keep, {} x lose",
+                r.blocked_keep, r.blocked_lose
+            ));
+        }
+        if o.faults > 0 {
+            notes.push(format!("{} faults", o.faults));
+        }
+        let violations = if r.violations.total() == 0 {
+            "0".to_string()
+        } else {
+            let kinds: Vec<String> = r
+                .violations
+                .nonzero()
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            format!(
+                "{}{} ({})",
+                r.violations.total(),
+                if o.expect_violations {
+                    " (expected)"
+                } else {
+                    ""
+                },
+                kinds.join(", ")
+            )
+        };
+        s.push_str(&format!(
+            "| {} | {} | {} | {} ms | {} ({:.0} s) |\n",
+            o.title,
+            r.operations,
+            violations,
+            r.max_stall_ms,
+            notes.join("; "),
+            o.elapsed.as_secs_f64()
+        ));
+    }
+    s
+}

@@ -1,0 +1,224 @@
+//! The shared record the workers update, on a redis-server of its own (never
+//! faulted): a hash per lock key, changed only through one Lua script that
+//! can reject a fencing token lower than the highest it has seen, and a list
+//! recording every accepted write in the store's own (serial) order.
+//!
+//! Both the read and the write of a read-modify-write carry the token, and
+//! both raise the record's highest token: a holder paused between its read and
+//! its write finds its write rejected once a newer holder has *read*, so the
+//! newer holder's read-modify-write cannot be interleaved. With the check off
+//! (`fencing = false`) the same store accepts everything, which is how the
+//! checker is shown to catch overlaps.
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionManager;
+
+static SCRIPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("store.lua")));
+
+/// The record's name for a lock key.
+pub fn record_key(key: &str) -> String {
+    format!("rec:{{{key}}}")
+}
+
+/// The write log's name for a lock key.
+pub fn log_key(key: &str) -> String {
+    format!("wlog:{{{key}}}")
+}
+
+/// The global operation counter the workers draw from.
+pub const OPS_KEY: &str = "ops";
+
+/// A worker's handle on the store.
+#[derive(Clone)]
+pub struct Store {
+    conn: ConnectionManager,
+    fencing: bool,
+    worker: u32,
+}
+
+/// A read's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadResult {
+    /// The record's version and counter.
+    Ok {
+        /// Version (the number of accepted writes so far).
+        version: u64,
+        /// Counter.
+        counter: u64,
+    },
+    /// A higher token was seen.
+    Rejected,
+}
+
+/// A write's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteResult {
+    /// Accepted as the `seq`-th write.
+    Accepted(u64),
+    /// A higher token was seen.
+    Rejected,
+}
+
+impl Store {
+    /// Connects to the store at `url`.
+    pub async fn connect(url: &str, fencing: bool, worker: u32) -> redis::RedisResult<Self> {
+        let client = redis::Client::open(url)?;
+        let conn = ConnectionManager::new(client).await?;
+        Ok(Self {
+            conn,
+            fencing,
+            worker,
+        })
+    }
+
+    /// Takes the next operation number from the run's budget.
+    pub async fn next_op(&self) -> redis::RedisResult<u64> {
+        redis::cmd("INCR")
+            .arg(OPS_KEY)
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// The fenced read.
+    pub async fn read(&self, key: &str, fence: u64, op: u64) -> redis::RedisResult<ReadResult> {
+        let answer: Vec<u64> = self.invoke(key, "r", fence, op, 0, 0).await?;
+        Ok(match answer[..] {
+            [1, version, counter] => ReadResult::Ok { version, counter },
+            _ => ReadResult::Rejected,
+        })
+    }
+
+    /// The fenced write of `counter` after reading `version`.
+    pub async fn write(
+        &self,
+        key: &str,
+        fence: u64,
+        op: u64,
+        version: u64,
+        counter: u64,
+    ) -> redis::RedisResult<WriteResult> {
+        let answer: Vec<u64> = self.invoke(key, "w", fence, op, version, counter).await?;
+        Ok(match answer[..] {
+            [1, seq] => WriteResult::Accepted(seq),
+            _ => WriteResult::Rejected,
+        })
+    }
+
+    async fn invoke(
+        &self,
+        key: &str,
+        kind: &str,
+        fence: u64,
+        op: u64,
+        version: u64,
+        counter: u64,
+    ) -> redis::RedisResult<Vec<u64>> {
+        SCRIPT
+            .key(record_key(key))
+            .key(log_key(key))
+            .arg(kind)
+            .arg(fence)
+            .arg(if self.fencing { "1" } else { "0" })
+            .arg(self.worker)
+            .arg(op)
+            .arg(version)
+            .arg(counter)
+            .invoke_async(&mut self.conn.clone())
+            .await
+    }
+}
+
+/// One accepted write, as the store logged it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredWrite {
+    /// The store's sequence number (the record's version after it).
+    pub seq: u64,
+    /// The writer's fencing token.
+    pub fence: u64,
+    /// The highest token the store had seen before this write.
+    pub max_before: u64,
+    /// The version the writer had read.
+    pub read_version: u64,
+    /// Worker.
+    pub worker: u32,
+    /// The worker's operation.
+    pub op: u64,
+}
+
+impl StoredWrite {
+    /// Parses a log entry (`seq fence max read_version worker op`).
+    pub fn parse(entry: &str) -> Option<Self> {
+        let mut it = entry.split(' ').map(str::parse::<u64>);
+        let mut next = || it.next()?.ok();
+        Some(Self {
+            seq: next()?,
+            fence: next()?,
+            max_before: next()?,
+            read_version: next()?,
+            worker: u32::try_from(next()?).ok()?,
+            op: next()?,
+        })
+    }
+}
+
+/// Everything the store holds about one key at the end of a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    /// The final counter.
+    pub counter: u64,
+    /// The final version.
+    pub version: u64,
+    /// Accepted writes in store order.
+    pub writes: Vec<StoredWrite>,
+    /// Operations rejected by fencing (reads and writes).
+    pub rejected: u64,
+}
+
+/// Reads the final state of `key` (a plain connection: the run is over).
+pub fn fetch_record(conn: &mut redis::Connection, key: &str) -> Result<Record, String> {
+    let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(record_key(key))
+        .query(conn)
+        .map_err(|e| e.to_string())?;
+    let num = |f: &str| fields.get(f).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let entries: Vec<String> = redis::cmd("LRANGE")
+        .arg(log_key(key))
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .map_err(|e| e.to_string())?;
+    let writes = entries
+        .iter()
+        .map(|e| StoredWrite::parse(e).ok_or_else(|| format!("malformed store log entry {e:?}")))
+        .collect::<Result<_, _>>()?;
+    Ok(Record {
+        counter: num("counter"),
+        version: num("version"),
+        writes,
+        rejected: num("rejected"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_entries_parse_and_garbage_does_not() {
+        assert_eq!(
+            StoredWrite::parse("3 7 6 2 11 40"),
+            Some(StoredWrite {
+                seq: 3,
+                fence: 7,
+                max_before: 6,
+                read_version: 2,
+                worker: 11,
+                op: 40
+            })
+        );
+        assert_eq!(StoredWrite::parse("3 7"), None);
+        assert_eq!(StoredWrite::parse("a b c d e f"), None);
+    }
+}

@@ -1,0 +1,437 @@
+//! One client process: takes the lock, does a slow fenced read-modify-write of
+//! the record in the store, releases, and logs every step (see [`crate::log`]).
+//!
+//! Run by the harness as `fault worker --id N --lock URL --store URL ...`; see
+//! [`WorkerConfig::to_args`] for the flags. It draws operations from the
+//! store's global counter until the run's budget is spent, so a paused or
+//! killed worker does not make the run shorter or longer.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError, LockGuard};
+
+use crate::log::{Clock, Event, LogWriter, ReleaseOutcome, WriteOutcome};
+use crate::rng::Rng;
+use crate::store::{ReadResult, Store, WriteResult};
+
+/// What one worker does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// Worker number (unique in the run).
+    pub id: u32,
+    /// The lock server's URL.
+    pub lock_url: String,
+    /// The store's URL.
+    pub store_url: String,
+    /// The run's epoch (µs since the Unix epoch).
+    pub epoch: u64,
+    /// Where the log goes.
+    pub log: PathBuf,
+    /// The lock keys to choose from (uniformly).
+    pub keys: Vec<String>,
+    /// The run's operation budget (shared by all workers).
+    pub budget: u64,
+    /// The lease, ms.
+    pub ttl_ms: u64,
+    /// How long one operation may wait for the lock, ms.
+    pub wait_ms: u64,
+    /// Think time between the read and the write, ms (uniform in the range).
+    pub think_ms: (u64, u64),
+    /// Whether the store checks fencing tokens.
+    pub fencing: bool,
+    /// The client's response timeout, ms.
+    pub response_timeout_ms: u64,
+    /// Scenario 6: cancel this many acquires per mille ...
+    pub cancel_per_mille: u64,
+    /// ... after a uniform delay up to this, ms.
+    pub cancel_max_ms: u64,
+    /// Scenario 7: block the runtime thread on this many operations per mille,
+    pub block_per_mille: u64,
+    /// alternately for this long (less than the TTL, more than a third) ...
+    pub block_keep_ms: u64,
+    /// ... and this long (more than the TTL).
+    pub block_lose_ms: u64,
+    /// Seed of the worker's choices.
+    pub seed: u64,
+}
+
+impl WorkerConfig {
+    /// The command-line flags that [`WorkerConfig::from_args`] reads back.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = vec!["worker".to_string()];
+        let mut put = |k: &str, v: String| {
+            a.push(format!("--{k}"));
+            a.push(v);
+        };
+        put("id", self.id.to_string());
+        put("lock", self.lock_url.clone());
+        put("store", self.store_url.clone());
+        put("epoch", self.epoch.to_string());
+        put("log", self.log.display().to_string());
+        put("keys", self.keys.join(","));
+        put("budget", self.budget.to_string());
+        put("ttl-ms", self.ttl_ms.to_string());
+        put("wait-ms", self.wait_ms.to_string());
+        put(
+            "think-ms",
+            format!("{}..{}", self.think_ms.0, self.think_ms.1),
+        );
+        put("fencing", self.fencing.to_string());
+        put("response-timeout-ms", self.response_timeout_ms.to_string());
+        put("cancel-per-mille", self.cancel_per_mille.to_string());
+        put("cancel-max-ms", self.cancel_max_ms.to_string());
+        put("block-per-mille", self.block_per_mille.to_string());
+        put("block-keep-ms", self.block_keep_ms.to_string());
+        put("block-lose-ms", self.block_lose_ms.to_string());
+        put("seed", self.seed.to_string());
+        a
+    }
+
+    /// Parses the flags after `worker`.
+    pub fn from_args(args: &[String]) -> Result<Self, String> {
+        let mut map = std::collections::HashMap::new();
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            let name = flag
+                .strip_prefix("--")
+                .ok_or_else(|| format!("unexpected argument {flag:?}"))?;
+            let value = it.next().ok_or_else(|| format!("--{name} needs a value"))?;
+            map.insert(name.to_string(), value.clone());
+        }
+        let get = |k: &str| -> Result<&String, String> {
+            map.get(k).ok_or_else(|| format!("missing --{k}"))
+        };
+        let num =
+            |k: &str| -> Result<u64, String> { get(k)?.parse().map_err(|e| format!("--{k}: {e}")) };
+        let think = get("think-ms")?;
+        let (lo, hi) = think
+            .split_once("..")
+            .ok_or_else(|| format!("--think-ms {think:?}: expected LO..HI"))?;
+        let range = |s: &str| s.parse::<u64>().map_err(|e| format!("--think-ms: {e}"));
+        Ok(Self {
+            id: u32::try_from(num("id")?).map_err(|e| e.to_string())?,
+            lock_url: get("lock")?.clone(),
+            store_url: get("store")?.clone(),
+            epoch: num("epoch")?,
+            log: PathBuf::from(get("log")?),
+            keys: get("keys")?.split(',').map(str::to_string).collect(),
+            budget: num("budget")?,
+            ttl_ms: num("ttl-ms")?,
+            wait_ms: num("wait-ms")?,
+            think_ms: (range(lo)?, range(hi)?),
+            fencing: get("fencing")? == "true",
+            response_timeout_ms: num("response-timeout-ms")?,
+            cancel_per_mille: num("cancel-per-mille")?,
+            cancel_max_ms: num("cancel-max-ms")?,
+            block_per_mille: num("block-per-mille")?,
+            block_keep_ms: num("block-keep-ms")?,
+            block_lose_ms: num("block-lose-ms")?,
+            seed: num("seed")?,
+        })
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Runs the worker to the end of the budget on a current-thread runtime (so
+/// that blocking it in scenario 7 blocks its watchdog too).
+pub fn run(config: WorkerConfig) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    runtime.block_on(run_async(config))
+}
+
+struct Worker {
+    config: WorkerConfig,
+    client: LockClient,
+    store: Store,
+    clock: Clock,
+    log: LogWriter,
+    rng: Rng,
+    blocks: u64,
+}
+
+impl Worker {
+    fn log(&mut self, event: Event) {
+        if let Err(e) = self.log.write(&event) {
+            eprintln!("worker {}: cannot write the log: {e}", self.config.id);
+        }
+    }
+}
+
+async fn run_async(config: WorkerConfig) -> Result<(), String> {
+    let clock = Clock::new(config.epoch);
+    let log = LogWriter::create(&config.log).map_err(|e| format!("log file: {e}"))?;
+    let store = Store::connect(&config.store_url, config.fencing, config.id)
+        .await
+        .map_err(|e| format!("store: {e}"))?;
+    // The lock server may be down (scenario 4): retry for a while.
+    let mut tries = 0;
+    let client = loop {
+        let built = LockClient::builder()
+            .redis(&config.lock_url)
+            .response_timeout(ms(config.response_timeout_ms))
+            .connect_timeout(ms(config.response_timeout_ms.max(500)))
+            .build()
+            .await;
+        match built {
+            Ok(client) => break client,
+            Err(e) if tries < 100 => {
+                tries += 1;
+                eprintln!("worker {}: lock client: {e}; retrying", config.id);
+                tokio::time::sleep(ms(100)).await;
+            }
+            Err(e) => return Err(format!("lock client: {e}")),
+        }
+    };
+    let rng = Rng::new(config.seed);
+    let mut w = Worker {
+        config,
+        client,
+        store,
+        clock,
+        log,
+        rng,
+        blocks: 0,
+    };
+    w.log(Event::Start {
+        worker: w.config.id,
+        pid: std::process::id(),
+        t: w.clock.now(),
+    });
+    let mut op = 0;
+    loop {
+        let n = match w.store.next_op().await {
+            Ok(n) => n,
+            Err(e) => return Err(format!("store: {e}")),
+        };
+        if n > w.config.budget {
+            break;
+        }
+        op += 1;
+        one_operation(&mut w, op).await;
+    }
+    let t = w.clock.now();
+    w.log(Event::Done { t });
+    Ok(())
+}
+
+async fn one_operation(w: &mut Worker, op: u64) {
+    let key = w.config.keys[w.rng.range(0, w.config.keys.len() as u64 - 1) as usize].clone();
+    let started = w.clock.now();
+    w.log(Event::Attempt {
+        op,
+        key: key.clone(),
+        t: started,
+    });
+    let Some(guard) = acquire(w, op, &key, started).await else {
+        return;
+    };
+    let fence = guard.fencing_token();
+    let t = w.clock.now();
+    w.log(Event::Acquired { op, fence, t });
+    let read = w.store.read(&key, fence, op).await;
+    let t = w.clock.now();
+    let (version, counter) = match read {
+        Ok(ReadResult::Ok { version, counter }) => {
+            w.log(Event::Read {
+                op,
+                ok: true,
+                version,
+                counter,
+                t,
+            });
+            (version, counter)
+        }
+        other => {
+            if let Err(e) = other {
+                eprintln!("worker {}: store read: {e}", w.config.id);
+            }
+            w.log(Event::Read {
+                op,
+                ok: false,
+                version: 0,
+                counter: 0,
+                t,
+            });
+            release(w, op, guard).await;
+            return;
+        }
+    };
+    think(w, op, &guard).await;
+    // Write whatever `lost()` says: a real process may have been paused right
+    // after checking it. Fencing has to make this harmless.
+    let lost_before = guard.is_lost();
+    let write = w.store.write(&key, fence, op, version, counter + 1).await;
+    let t = w.clock.now();
+    let (outcome, seq) = match write {
+        Ok(WriteResult::Accepted(seq)) => (WriteOutcome::Accepted, seq),
+        Ok(WriteResult::Rejected) => (WriteOutcome::Rejected, 0),
+        Err(e) => {
+            eprintln!("worker {}: store write: {e}", w.config.id);
+            (WriteOutcome::Error, 0)
+        }
+    };
+    w.log(Event::Write {
+        op,
+        outcome,
+        seq,
+        lost_before,
+        t,
+    });
+    release(w, op, guard).await;
+}
+
+/// Acquires within the wait, retrying backend errors; `None` (logged) when not.
+async fn acquire(w: &mut Worker, op: u64, key: &str, started: u64) -> Option<LockGuard> {
+    let deadline = started + w.config.wait_ms * 1000;
+    let cancel = w.config.cancel_per_mille > 0 && w.rng.chance(w.config.cancel_per_mille);
+    let cancel_after = ms(w.rng.range(0, w.config.cancel_max_ms));
+    let cancel_at = tokio::time::Instant::now() + cancel_after;
+    loop {
+        let now = w.clock.now();
+        let left = Duration::from_micros(deadline.saturating_sub(now));
+        if left.is_zero() {
+            w.log(Event::GaveUp {
+                op,
+                error: "wait exhausted after errors".into(),
+                t: now,
+            });
+            return None;
+        }
+        let request = w
+            .client
+            .lock(key)
+            .ttl(ms(w.config.ttl_ms))
+            .wait(left)
+            .acquire();
+        let result = if cancel {
+            match tokio::time::timeout_at(cancel_at, request).await {
+                Ok(result) => result,
+                Err(_) => {
+                    let watched = w.client.active_watchdogs();
+                    let t = w.clock.now();
+                    w.log(Event::Cancelled { op, watched, t });
+                    return None;
+                }
+            }
+        } else {
+            request.await
+        };
+        match result {
+            Ok(guard) => return Some(guard),
+            Err(e @ LockError::Busy { .. }) => {
+                let t = w.clock.now();
+                w.log(Event::GaveUp {
+                    op,
+                    error: e.to_string(),
+                    t,
+                });
+                return None;
+            }
+            Err(e) => {
+                let t = w.clock.now();
+                w.log(Event::AcquireError {
+                    op,
+                    error: e.to_string(),
+                    t,
+                });
+                let pause = ms(20).min(left);
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
+
+/// The slow part of the read-modify-write: sleep, or (scenario 7) block the
+/// runtime thread.
+async fn think(w: &mut Worker, op: u64, guard: &LockGuard) {
+    if w.config.block_per_mille > 0 && w.rng.chance(w.config.block_per_mille) {
+        w.blocks += 1;
+        let block = if w.blocks % 2 == 1 {
+            w.config.block_keep_ms
+        } else {
+            w.config.block_lose_ms
+        };
+        // Blocks the only runtime thread: the watchdog cannot run either.
+        std::thread::sleep(ms(block));
+        let after = tokio::time::Instant::now();
+        let lost_after_ms = if block > w.config.ttl_ms {
+            match tokio::time::timeout(ms(2000), guard.lost()).await {
+                Ok(()) => Some(after.elapsed().as_millis() as u64),
+                Err(_) => None,
+            }
+        } else {
+            // Let the watchdog catch up (a renewal round trip), then look.
+            tokio::time::sleep(ms(w.config.ttl_ms / 10)).await;
+            guard.is_lost().then(|| after.elapsed().as_millis() as u64)
+        };
+        let t = w.clock.now();
+        w.log(Event::Blocked {
+            op,
+            ms: block,
+            ttl_ms: w.config.ttl_ms,
+            lost_after_ms,
+            t,
+        });
+        return;
+    }
+    let (lo, hi) = w.config.think_ms;
+    let think = w.rng.range(lo, hi);
+    if think > 0 {
+        tokio::time::sleep(ms(think)).await;
+    }
+}
+
+async fn release(w: &mut Worker, op: u64, guard: LockGuard) {
+    let t = w.clock.now();
+    w.log(Event::ReleaseSent { op, t });
+    let outcome = match guard.release().await {
+        Ok(()) => ReleaseOutcome::Ok,
+        Err(LockError::Lost { .. }) => ReleaseOutcome::Lost,
+        Err(e) => {
+            eprintln!("worker {}: release: {e}", w.config.id);
+            ReleaseOutcome::Error
+        }
+    };
+    let t = w.clock.now();
+    w.log(Event::Released { op, outcome, t });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_flags_round_trip() {
+        let c = WorkerConfig {
+            id: 3,
+            lock_url: "redis://127.0.0.1:1".into(),
+            store_url: "redis://127.0.0.1:2".into(),
+            epoch: 99,
+            log: "/tmp/w3.jsonl".into(),
+            keys: vec!["a".into(), "b:c".into()],
+            budget: 500,
+            ttl_ms: 1000,
+            wait_ms: 5000,
+            think_ms: (0, 2),
+            fencing: true,
+            response_timeout_ms: 250,
+            cancel_per_mille: 500,
+            cancel_max_ms: 20,
+            block_per_mille: 0,
+            block_keep_ms: 0,
+            block_lose_ms: 0,
+            seed: 42,
+        };
+        let args = c.to_args();
+        assert_eq!(args[0], "worker");
+        assert_eq!(WorkerConfig::from_args(&args[1..]).unwrap(), c);
+        assert!(WorkerConfig::from_args(&["--id".into()]).is_err());
+    }
+}

@@ -1,0 +1,138 @@
+//! Short versions of every fault scenario (500 lock operations each, a few
+//! seconds): the `fault` binary re-executed as worker processes, real
+//! redis-servers, real faults, and the checker's verdict.
+//!
+//! The long run is `cargo run --release -p fault -- all --ops 10000` (FAULTS.md).
+//! These tests run one at a time (they share two cores with everything else),
+//! and each asserts both "no violation" and that the fault really happened.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use fault::scenario::{self, Outcome, Scenario};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const OPS: u64 = 500;
+
+fn run(name: &str) -> Outcome {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let scenario = Scenario::by_name(name, OPS, true).expect("a scenario");
+    let exe = Path::new(env!("CARGO_BIN_EXE_fault"));
+    let outcome = scenario::run(&scenario, exe, None).expect("the run");
+    println!("{}", scenario::table(std::slice::from_ref(&outcome)));
+    for example in &outcome.report.examples {
+        println!("  {example}");
+    }
+    assert_eq!(outcome.report.operations, OPS, "{}", outcome.report);
+    outcome
+}
+
+fn assert_clean(o: &Outcome) {
+    assert_eq!(
+        o.report.violations.total(),
+        0,
+        "{}\n{:#?}",
+        o.report,
+        o.report.examples
+    );
+    assert!(o.as_expected());
+}
+
+#[test]
+fn thirty_two_clients_on_one_key_never_overlap() {
+    let o = run("no-faults-1-key");
+    assert_clean(&o);
+    assert_eq!(o.report.acquired, OPS);
+    assert_eq!(o.report.writes_accepted, OPS);
+}
+
+#[test]
+fn thirty_two_clients_on_a_hundred_keys_never_overlap() {
+    let o = run("no-faults-100-keys");
+    assert_clean(&o);
+    assert_eq!(o.report.writes_accepted, OPS);
+}
+
+#[test]
+fn a_holder_stopped_past_its_lease_is_fenced_out_and_told_it_lost() {
+    let o = run("stop-holder");
+    assert_clean(&o);
+    let r = &o.report;
+    assert!(r.stale_writes >= 1, "no stop hit a holder mid-write: {r:?}");
+    assert_eq!(
+        r.stale_writes_rejected, r.stale_writes,
+        "a stale write was accepted"
+    );
+    assert!(r.stale_release_lost >= 1, "{r:?}");
+    // At least one holder was killed, and another client took over.
+    assert!(r.max_takeover_ms > 0, "{r:?}");
+}
+
+#[test]
+fn without_fencing_the_checker_reports_the_stopped_holders_writes() {
+    let o = run("stop-holder-unfenced");
+    let v = &o.report.violations;
+    assert!(
+        v.store_overlaps > 0 && v.lower_token_accepted > 0 && v.lost_updates > 0,
+        "the checker missed the stale writes: {}",
+        o.report
+    );
+    assert!(o.as_expected());
+}
+
+#[test]
+fn a_paused_server_loses_no_exclusion_and_progress_resumes() {
+    let o = run("pause-server");
+    assert_clean(&o);
+    assert!(o.faults >= 1, "the server was never paused");
+    assert_eq!(o.report.acquired, OPS);
+}
+
+#[test]
+fn a_killed_server_with_aof_keeps_tokens_increasing() {
+    let o = run("kill-server-aof");
+    assert_clean(&o);
+    assert!(o.faults >= 1, "the server was never killed");
+    assert_eq!(o.report.fence_regressions, 0);
+    assert_eq!(o.report.acquired, OPS);
+}
+
+/// Documents the case without persistence: the counter restarts, tokens
+/// repeat, and a fenced store rejects the new holders until the counter
+/// passes the highest token it saw. Safe (no violation), not available.
+#[test]
+fn a_killed_server_without_persistence_repeats_tokens_and_the_store_refuses_them() {
+    let o = run("kill-server-no-persistence");
+    assert_clean(&o);
+    assert_eq!(o.faults, 1);
+    assert!(o.report.fence_regressions > 0, "{}", o.report);
+    assert!(o.report.fenced_out > 0, "{}", o.report);
+}
+
+#[test]
+fn killed_connections_never_strand_a_waiter() {
+    let o = run("client-kill");
+    assert_clean(&o);
+    assert!(o.faults >= 2, "both kinds of connection were to be killed");
+    assert_eq!(o.report.acquired, OPS);
+}
+
+#[test]
+fn cancelled_acquires_leave_no_lock_behind() {
+    let o = run("cancel-acquire");
+    assert_clean(&o);
+    assert!(o.report.cancelled >= 50, "{}", o.report);
+    assert_eq!(o.report.acquired + o.report.cancelled, OPS);
+}
+
+#[test]
+fn a_blocked_runtime_keeps_its_lock_below_the_ttl_and_is_told_above() {
+    let o = run("blocked-runtime");
+    assert_clean(&o);
+    assert!(
+        o.report.blocked_keep >= 1 && o.report.blocked_lose >= 1,
+        "{}",
+        o.report
+    );
+}
