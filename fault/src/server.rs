@@ -41,39 +41,99 @@ pub fn signal(pid: u32, sig: &str) -> Result<()> {
 /// TLS files for `redis-server --tls-port`.
 #[derive(Clone, Debug)]
 pub struct TlsFiles {
-    /// The self-signed certificate (also the CA clients must trust).
+    /// The self-signed CA certificate clients must trust.
+    pub ca: PathBuf,
+    /// The server's certificate (for `127.0.0.1`, signed by the CA).
     pub cert: PathBuf,
     /// Its key.
     pub key: PathBuf,
 }
 
-/// Generates a self-signed certificate for `127.0.0.1` with `openssl` in `dir`.
-pub fn self_signed_cert(dir: &Path) -> Result<TlsFiles> {
-    let cert = dir.join("redis.crt");
-    let key = dir.join("redis.key");
+fn openssl(args: &[&str], dir: &Path) -> Result<()> {
     let out = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        ])
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
+        .args(args)
+        .current_dir(dir)
         .output()
         .map_err(|e| format!("openssl: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "openssl req failed: {}",
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "openssl {} failed: {}",
+            args.first().copied().unwrap_or_default(),
             String::from_utf8_lossy(&out.stderr)
-        ));
+        ))
     }
-    Ok(TlsFiles { cert, key })
+}
+
+/// Generates with `openssl`, in `dir`, a self-signed CA (`openssl req -x509`)
+/// and a server certificate for `127.0.0.1` signed by it. (rustls refuses a
+/// self-signed CA certificate presented as the server's own:
+/// `CaUsedAsEndEntity`; so the server gets a leaf.)
+pub fn self_signed_cert(dir: &Path) -> Result<TlsFiles> {
+    openssl(
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=fault test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ],
+        dir,
+    )?;
+    openssl(
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "redis.key",
+            "-out",
+            "redis.csr",
+        ],
+        dir,
+    )?;
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "basicConstraints=critical,CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .map_err(|e| e.to_string())?;
+    openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "redis.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "leaf.ext",
+            "-out",
+            "redis.crt",
+        ],
+        dir,
+    )?;
+    Ok(TlsFiles {
+        ca: dir.join("ca.crt"),
+        cert: dir.join("redis.crt"),
+        key: dir.join("redis.key"),
+    })
 }
 
 /// A `redis-server` on `127.0.0.1:<free port>` with its own directory; killed
@@ -127,7 +187,7 @@ impl Server {
                 "--tls-key-file".into(),
                 files.key.display().to_string(),
                 "--tls-ca-cert-file".into(),
-                files.cert.display().to_string(),
+                files.ca.display().to_string(),
                 "--tls-auth-clients".into(),
                 "no".into(),
             ]);
@@ -145,7 +205,7 @@ impl Server {
             child: None,
             dir,
             args,
-            tls: tls.map(|f| f.cert.clone()),
+            tls: tls.map(|f| f.ca.clone()),
             password,
         };
         server.spawn()?;
