@@ -178,6 +178,55 @@ impl Redlock {
 
 // ---- Sentinel --------------------------------------------------------------
 
+/// Waits (up to 10 s) until `replica` has synced with `master` and really
+/// acknowledges writes: a probe write followed by `WAIT 1` on the same
+/// connection counts it. (The replica's link is up and the master lists it
+/// online a little before its first acknowledgements arrive: a `WAIT` in
+/// that gap returns 0.) The probe key is deleted afterwards.
+pub fn wait_replica_online(master: &RedisServer, replica: &RedisServer) {
+    poll(
+        Duration::from_secs(10),
+        "the replica is in sync and acknowledges writes",
+        || {
+            let replica_info = replica.cli(&["INFO", "replication"]);
+            if info_field(&replica_info, "master_link_status").as_deref() != Some("up") {
+                return Err(format!("replica: {replica_info}"));
+            }
+            let acked = pipeline(master.port, "SET topology:probe 1\nWAIT 1 200\n");
+            if acked.lines().nth(1).map(str::trim) == Some("1") {
+                Ok(())
+            } else {
+                Err(format!("SET + WAIT 1 answered {acked:?}"))
+            }
+        },
+    );
+    master.cli(&["DEL", "topology:probe"]);
+}
+
+/// Sends `commands` (one per line) to `redis-cli` on one connection, in
+/// order, and returns the answers, one per line.
+fn pipeline(port: u16, commands: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("redis-cli")
+        .arg("-h")
+        .arg("127.0.0.1")
+        .arg("-p")
+        .arg(port.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot run redis-cli; install redis-tools");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(commands.as_bytes())
+        .expect("write to redis-cli");
+    let out = child.wait_with_output().expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// The name the sentinels monitor the master under.
 pub const MASTER_NAME: &str = "mymaster";
 
@@ -282,7 +331,7 @@ impl SentinelSetup {
             replica,
             sentinels,
         };
-        setup.wait_replica_in_sync(&setup.replica, Duration::from_secs(10));
+        wait_replica_online(&setup.master, &setup.replica);
         for (i, sentinel) in setup.sentinels.iter().enumerate() {
             poll(
                 Duration::from_secs(15),
@@ -305,17 +354,6 @@ impl SentinelSetup {
             );
         }
         setup
-    }
-
-    fn wait_replica_in_sync(&self, replica: &RedisServer, limit: Duration) {
-        poll(limit, "the replica is connected to its master", || {
-            let info = replica.cli(&["INFO", "replication"]);
-            if info_field(&info, "master_link_status").as_deref() == Some("up") {
-                Ok(())
-            } else {
-                Err(info)
-            }
-        });
     }
 
     /// `redis://127.0.0.1:<port>` of the three sentinels.
@@ -557,6 +595,20 @@ impl Cluster {
     /// Runs a command on node `i`.
     pub fn cli(&self, i: usize, args: &[&str]) -> String {
         cli_port(self.nodes[i].port, args)
+    }
+
+    /// Runs a command on node `i` after `ASKING` on the same connection: how
+    /// the target of a migration in progress answers for keys it is
+    /// importing. Arguments may not contain spaces or quotes.
+    pub fn cli_asking(&self, i: usize, args: &[&str]) -> String {
+        assert!(
+            args.iter().all(|a| !a.contains([' ', '"', '\'', '\n'])),
+            "plain arguments only: {args:?}"
+        );
+        let answers = pipeline(self.nodes[i].port, &format!("ASKING\n{}\n", args.join(" ")));
+        let mut lines = answers.lines();
+        assert_eq!(lines.next(), Some("OK"), "ASKING on node {i}");
+        lines.collect::<Vec<_>>().join("\n")
     }
 
     /// The hash slot of `key` (`CLUSTER KEYSLOT`).

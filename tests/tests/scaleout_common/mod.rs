@@ -1,0 +1,383 @@
+//! The semantic suite every scale-out backend must pass, as the single-node
+//! backend does (`core.rs`): mutual exclusion, expiry of a forgotten fixed
+//! lease, monotonic fencing, lost detection, wake-up on release.
+//!
+//! Each check is an `async fn` taking a [`LockClientBuilder`] already pointed
+//! at a topology; it builds as many independent clients from it as it needs.
+//! `semantic_suite!(setup)` (include this module with `#[macro_use]`)
+//! generates one test per check, in a module `semantics`, where `setup()`
+//! returns `(topology, builder)`; the topology lives until the test ends.
+//! Also small helpers shared by the scale-out test files.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockClientBuilder, LockError, current_lock};
+
+/// Generates the semantic suite for one topology: `$setup` names a
+/// `fn() -> (Topology, LockClientBuilder)`.
+macro_rules! semantic_suite {
+    ($setup:ident) => {
+        mod semantics {
+            semantic_suite!(@tests $setup;
+                tasks_doing_read_modify_write_under_one_lock_end_with_the_exact_count,
+                a_try_once_on_a_held_lock_is_busy_with_the_holders_remaining_lease,
+                a_forgotten_fixed_lease_frees_the_key_after_its_ttl,
+                fencing_tokens_strictly_increase_across_clients_releases_expiry_and_deletes,
+                an_external_delete_makes_the_holder_lost_and_cancels_its_with_lock_future,
+                a_waiter_wakes_within_milliseconds_of_a_release,
+            );
+        }
+    };
+    (@tests $setup:ident; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let started = std::time::Instant::now();
+                let (topology, builder) = super::$setup();
+                let ready = started.elapsed();
+                crate::scaleout_common::$name(builder).await;
+                println!(
+                    "{}: topology up in {ready:?}, whole test {:?}",
+                    stringify!($name),
+                    started.elapsed()
+                );
+                drop(topology);
+            }
+        )*
+    };
+}
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A key no other test of this process uses.
+pub fn key(name: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("{name}:{}", NEXT.fetch_add(1, SeqCst))
+}
+
+/// The Redis name of the lock `key` under the default prefix `lock:`
+/// (`prefix + 'L' + '{key}'` for a key without a hash tag of its own).
+pub fn lock_name(key: &str) -> String {
+    format!("lock:L{{{key}}}")
+}
+
+/// The Redis name of the fencing counter of `key` under the default prefix.
+pub fn fence_name(key: &str) -> String {
+    format!("lock:F{{{key}}}")
+}
+
+/// Builds an independent client (own connections, own subscriber).
+pub async fn client(builder: &LockClientBuilder) -> LockClient {
+    builder.clone().build().await.expect("a client")
+}
+
+/// Awaits `fut`, failing the test if it takes longer than `limit`.
+pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(output) => output,
+        Err(_) => panic!("{what}: did not finish within {limit:?}"),
+    }
+}
+
+/// Median and maximum of some durations.
+pub fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    (
+        samples[samples.len() / 2],
+        *samples.last().expect("samples"),
+    )
+}
+
+/// `true` if `key` is held by someone: a try-once probe that, if it happens
+/// to get the lock, gives it back at once.
+pub async fn is_held(client: &LockClient, key: &str) -> bool {
+    match client.lock(key).acquire().await {
+        Ok(guard) => {
+            guard.release().await.expect("release the probe");
+            false
+        }
+        Err(LockError::Busy { .. }) => true,
+        Err(e) => panic!("probe of `{key}` failed: {e}"),
+    }
+}
+
+/// A deliberately unprotected read-modify-write with a yield in the middle:
+/// concurrent callers lose updates unless something serializes them.
+async fn read_modify_write(value: &AtomicU64) {
+    let read = value.load(SeqCst);
+    tokio::task::yield_now().await;
+    tokio::time::sleep(ms(1)).await;
+    value.store(read + 1, SeqCst);
+}
+
+// ---- the suite -------------------------------------------------------------
+
+pub async fn tasks_doing_read_modify_write_under_one_lock_end_with_the_exact_count(
+    builder: LockClientBuilder,
+) {
+    const TASKS: u64 = 24;
+    let key = key("counter");
+    let clients = [
+        client(&builder).await,
+        client(&builder).await,
+        client(&builder).await,
+    ];
+
+    // Control: without the lock the same read-modify-write loses updates.
+    let value = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let value = value.clone();
+            tokio::spawn(async move { read_modify_write(&value).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let unlocked = value.load(SeqCst);
+    assert!(
+        unlocked < TASKS,
+        "the control run without the lock counted {unlocked}"
+    );
+
+    let value = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most_inside = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS as usize)
+        .map(|i| {
+            let client = clients[i % clients.len()].clone();
+            let (key, value, inside, most_inside) = (
+                key.clone(),
+                value.clone(),
+                inside.clone(),
+                most_inside.clone(),
+            );
+            tokio::spawn(async move {
+                client
+                    .lock(&key)
+                    .ttl(secs(5))
+                    .wait(secs(30))
+                    .run(async {
+                        let now_inside = inside.fetch_add(1, SeqCst) + 1;
+                        most_inside.fetch_max(now_inside, SeqCst);
+                        read_modify_write(&value).await;
+                        inside.fetch_sub(1, SeqCst);
+                        current_lock().expect("inside the lock").fencing_token
+                    })
+                    .await
+                    .expect("every task gets the lock")
+            })
+        })
+        .collect();
+    let mut fences = Vec::new();
+    for task in tasks {
+        fences.push(within(secs(30), "a locked increment", task).await.unwrap());
+    }
+    println!(
+        "{TASKS} locked increments from 3 clients in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(value.load(SeqCst), TASKS, "no update lost");
+    assert_eq!(most_inside.load(SeqCst), 1, "never two tasks inside");
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(
+        fences.len(),
+        TASKS as usize,
+        "one distinct fencing token per holder"
+    );
+}
+
+pub async fn a_try_once_on_a_held_lock_is_busy_with_the_holders_remaining_lease(
+    builder: LockClientBuilder,
+) {
+    let key = key("busy");
+    let (a, b) = (client(&builder).await, client(&builder).await);
+    let guard = a.lock(&key).ttl(secs(5)).acquire().await.unwrap();
+    match b.lock(&key).acquire().await {
+        Err(LockError::Busy {
+            key: busy_key,
+            retry_after,
+        }) => {
+            assert_eq!(busy_key, key);
+            assert!(
+                retry_after > Duration::ZERO && retry_after <= secs(5),
+                "retry_after {retry_after:?} for a 5 s lease"
+            );
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    // Waiting does not help while the holder holds.
+    let started = Instant::now();
+    let busy = b.lock(&key).wait(ms(300)).acquire().await;
+    assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
+    assert!(
+        started.elapsed() >= ms(250),
+        "gave up early: {:?}",
+        started.elapsed()
+    );
+    guard.release().await.unwrap();
+    assert!(!is_held(&b, &key).await, "free after the release");
+}
+
+pub async fn a_forgotten_fixed_lease_frees_the_key_after_its_ttl(builder: LockClientBuilder) {
+    let key = key("forgotten");
+    let (a, b) = (client(&builder).await, client(&builder).await);
+    let taken = Instant::now();
+    let guard = a
+        .lock(&key)
+        .ttl(ms(400))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let lost = guard.lost();
+    // Forgotten: never released, never dropped.
+    std::mem::forget(guard);
+    let second = within(
+        secs(5),
+        "the second client gets the lock",
+        b.lock(&key).ttl(secs(5)).wait(secs(4)).acquire(),
+    )
+    .await
+    .expect("the lock frees itself when the lease runs out");
+    let after = taken.elapsed();
+    println!("a forgotten 400 ms lease was taken over after {after:?}");
+    assert!(
+        after >= ms(350),
+        "taken over after {after:?}, before the lease ran out"
+    );
+    assert!(after < secs(4), "taken over only after {after:?}");
+    within(secs(1), "the forgotten guard reports its loss", lost).await;
+    second.release().await.unwrap();
+}
+
+pub async fn fencing_tokens_strictly_increase_across_clients_releases_expiry_and_deletes(
+    builder: LockClientBuilder,
+) {
+    let key = key("fence");
+    let (a, b) = (client(&builder).await, client(&builder).await);
+    let mut tokens = Vec::new();
+    for round in 0..12 {
+        let client = if round % 2 == 0 { &a } else { &b };
+        let guard = client
+            .lock(&key)
+            .ttl(ms(300))
+            .renew(false)
+            .wait(secs(3))
+            .acquire()
+            .await
+            .unwrap();
+        tokens.push(guard.fencing_token());
+        match round % 4 {
+            // Released.
+            0 | 1 => guard.release().await.unwrap(),
+            // Deleted by an operator.
+            2 => {
+                b.force_delete(&key).await.unwrap();
+                drop(guard);
+            }
+            // Left to expire: the next acquire waits it out.
+            _ => std::mem::forget(guard),
+        }
+    }
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens not strictly increasing: {tokens:?}"
+    );
+}
+
+pub async fn an_external_delete_makes_the_holder_lost_and_cancels_its_with_lock_future(
+    builder: LockClientBuilder,
+) {
+    let key = key("deleted");
+    let (a, b) = (client(&builder).await, client(&builder).await);
+    let guard = a.lock(&key).ttl(ms(600)).acquire().await.unwrap();
+    let lost = guard.lost();
+    assert!(!guard.is_lost());
+    let deleted = Instant::now();
+    b.force_delete(&key).await.unwrap();
+    within(secs(3), "the holder notices the delete", lost).await;
+    println!(
+        "lost() resolved {:?} after the delete (600 ms lease)",
+        deleted.elapsed()
+    );
+    assert!(guard.is_lost());
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+
+    // The same through with_lock: the body is cancelled, the call says Lost.
+    let finished = Arc::new(AtomicUsize::new(0));
+    let run = {
+        let (a, key, finished) = (a.clone(), key.clone(), finished.clone());
+        tokio::spawn(async move {
+            // (Waiting: the probe below may hold it for a moment.)
+            a.lock(&key)
+                .ttl(ms(600))
+                .wait(secs(3))
+                .run(async move {
+                    tokio::time::sleep(secs(10)).await;
+                    finished.fetch_add(1, SeqCst);
+                })
+                .await
+        })
+    };
+    // Wait until the body runs under the lock, then delete it.
+    let started = Instant::now();
+    while !is_held(&b, &key).await {
+        assert!(started.elapsed() < secs(3), "with_lock never took the lock");
+        tokio::time::sleep(ms(5)).await;
+    }
+    b.force_delete(&key).await.unwrap();
+    let result = within(secs(3), "with_lock returns after the delete", run)
+        .await
+        .unwrap();
+    assert!(matches!(result, Err(LockError::Lost { .. })), "{result:?}");
+    assert_eq!(finished.load(SeqCst), 0, "the body was cancelled");
+}
+
+pub async fn a_waiter_wakes_within_milliseconds_of_a_release(builder: LockClientBuilder) {
+    let key = key("handoff");
+    let (a, b) = (client(&builder).await, client(&builder).await);
+    let mut latencies = Vec::new();
+    for round in 0..8 {
+        // A long lease: only the release notice can wake the waiter in time.
+        let holder = a.lock(&key).ttl(secs(10)).acquire().await.unwrap();
+        let waiter = {
+            let (b, key) = (b.clone(), key.clone());
+            tokio::spawn(async move {
+                let guard = b.lock(&key).ttl(secs(10)).wait(secs(8)).acquire().await;
+                let at = Instant::now();
+                guard
+                    .expect("the waiter gets the lock")
+                    .release()
+                    .await
+                    .unwrap();
+                at
+            })
+        };
+        tokio::time::sleep(if round == 0 { ms(150) } else { ms(40) }).await;
+        assert!(!waiter.is_finished(), "the waiter got a held lock");
+        let released = Instant::now();
+        holder.release().await.unwrap();
+        let woke = within(secs(6), "the waiter wakes", waiter).await.unwrap();
+        latencies.push(woke.saturating_duration_since(released));
+    }
+    let (median, max) = summary(latencies);
+    println!("release -> waiter holds the lock: median {median:?}, max {max:?} over 8 handoffs");
+    assert!(median < ms(200), "median handoff {median:?}");
+    assert!(
+        max < secs(2),
+        "a waiter slept {max:?}: it missed the notice"
+    );
+}

@@ -1,0 +1,232 @@
+//! Redis Sentinel on loopback (one master, one replica, three sentinels):
+//! the shared semantic suite through master discovery, a lock acknowledged
+//! by the replica surviving a failover, the documented loss window without
+//! replica acknowledgements (asserted to exist), and `min_replica_acks`
+//! refusing a lock no replica acknowledged, with Sentinel and with one URL.
+
+use std::time::Instant;
+
+use lock_runtime::{LockClient, LockClientBuilder, LockError};
+#[allow(unused_imports)]
+use tests::{RedisServer, free_port};
+
+#[path = "../src/topology.rs"]
+mod topology;
+use topology::{MASTER_NAME, SentinelSetup};
+
+#[macro_use]
+mod scaleout_common;
+use scaleout_common::{client, is_held, key, lock_name, ms, secs, within};
+
+fn sentinel_setup() -> (SentinelSetup, LockClientBuilder) {
+    let setup = SentinelSetup::start();
+    let builder = LockClient::builder().sentinel(MASTER_NAME, setup.sentinel_urls());
+    (setup, builder)
+}
+
+semantic_suite!(sentinel_setup);
+
+/// A master and its replica, without sentinels (clients use the master's URL).
+fn master_and_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    topology::wait_replica_online(&master, &replica);
+    (master, replica)
+}
+
+/// `EXISTS` of the lock `key` on a server, as a bool.
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.cli(&["EXISTS", &lock_name(key)]) == "1"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_acknowledged_by_a_replica_is_still_held_after_a_failover() {
+    let (mut setup, builder) = sentinel_setup();
+    let a = client(&builder.clone().min_replica_acks(1, ms(500))).await;
+    let key = key("acked");
+    // A fixed lease longer than the failover: no renewal (and its own
+    // `WAIT`) runs in between, so what is tested is the acquire's ack alone.
+    let guard = a
+        .lock(&key)
+        .ttl(secs(20))
+        .renew(false)
+        .acquire()
+        .await
+        .expect("the replica acknowledges");
+    assert!(
+        exists(setup.replica(), &key),
+        "acknowledged means replicated"
+    );
+
+    let killed = Instant::now();
+    setup.kill_master();
+    let failover = tokio::task::block_in_place(|| setup.wait_for_failover());
+    println!(
+        "failover: the sentinels named the new master {failover:?} after the kill ({:?} in all)",
+        killed.elapsed()
+    );
+    assert!(exists(setup.replica(), &key), "the new master has the lock");
+
+    // A client that discovers the new master cannot take the lock.
+    let b = client(&builder).await;
+    assert!(matches!(
+        b.lock(&key).acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    let waited = b.lock(&key).wait(ms(300)).acquire().await;
+    assert!(matches!(waited, Err(LockError::Busy { .. })), "{waited:?}");
+    // Neither can the first client's other requests.
+    assert!(is_held(&a, &key).await);
+
+    // The holder re-discovers the master and releases there.
+    within(secs(10), "release after the failover", guard.release())
+        .await
+        .expect("the holder's release reaches the new master");
+    assert!(!exists(setup.replica(), &key));
+    let second = b
+        .lock(&key)
+        .acquire()
+        .await
+        .expect("free after the release");
+    second.release().await.unwrap();
+}
+
+/// The documented window: without replica acknowledgements, a lock written
+/// to the master but not yet to the replica disappears when the replica is
+/// promoted, and a second client takes it while the first still holds a
+/// valid lease. (Asserted to happen, so the docs stay true.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_replica_acks_a_failover_can_lose_a_lock_to_a_second_holder() {
+    let (mut setup, builder) = sentinel_setup();
+    let a = client(&builder).await;
+    let key = key("unacked");
+    // Replication stalls (a partition between master and replica) ...
+    setup.cut_replication();
+    // ... the acquire succeeds on the master alone ...
+    let first = a
+        .lock(&key)
+        .ttl(secs(20))
+        .renew(false)
+        .acquire()
+        .await
+        .expect("without acks the master alone decides");
+    assert!(exists(setup.master(), &key));
+    assert!(
+        !exists(setup.replica(), &key),
+        "the write did not replicate"
+    );
+    // ... and the master dies before the write reaches the replica.
+    setup.kill_master();
+    let failover = tokio::task::block_in_place(|| setup.wait_for_failover());
+    println!("failover took {failover:?} after the kill");
+
+    let b = client(&builder).await;
+    let second = b
+        .lock(&key)
+        .acquire()
+        .await
+        .expect("the promoted replica never saw the first lock");
+    assert!(
+        !first.is_lost(),
+        "the first holder still believes it holds the lock"
+    );
+    // The fencing counter's increment was lost with the lock: the tokens
+    // need not differ either.
+    println!(
+        "two holders at once: tokens {} and {}",
+        first.fencing_token(),
+        second.fencing_token()
+    );
+    second.release().await.unwrap();
+    drop(first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_acks_an_unreplicated_acquire_fails_and_leaves_the_lock_free() {
+    let (setup, builder) = sentinel_setup();
+    let a = client(&builder.clone().min_replica_acks(1, ms(300))).await;
+    let b = client(&builder).await;
+    let key = key("unreplicated");
+
+    // With the replica in sync the acquire is acknowledged.
+    let guard = a.lock(&key).ttl(secs(5)).acquire().await.unwrap();
+    assert!(exists(setup.replica(), &key));
+    guard.release().await.unwrap();
+
+    setup.cut_replication();
+    let started = Instant::now();
+    let refused = a.lock(&key).ttl(secs(5)).acquire().await;
+    let took = started.elapsed();
+    let message = match refused {
+        Err(LockError::Backend(e)) => e.to_string(),
+        other => panic!("expected a backend error, got {other:?}"),
+    };
+    println!("refused after {took:?}: {message}");
+    assert!(took >= ms(250), "did not wait for the acks: {took:?}");
+    assert!(
+        message.contains("0 of 1 required replicas acknowledged"),
+        "the error says how many replicas acknowledged: {message}"
+    );
+    assert!(
+        !exists(setup.master(), &key),
+        "the unacknowledged lock was released"
+    );
+    assert!(!is_held(&b, &key).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replica_acks_also_works_with_a_single_redis_url() {
+    let (master, replica) = master_and_replica();
+    let builder = LockClient::builder().redis(master.url());
+    let a = client(&builder.clone().min_replica_acks(1, ms(300))).await;
+    let key = key("single-url");
+    let guard = a.lock(&key).ttl(secs(5)).acquire().await.unwrap();
+    assert!(exists(&replica, &key), "acknowledged means replicated");
+    guard.release().await.unwrap();
+
+    // Two acks from one replica: never.
+    let two = client(&builder.clone().min_replica_acks(2, ms(200))).await;
+    let message = match two.lock(&key).acquire().await {
+        Err(LockError::Backend(e)) => e.to_string(),
+        other => panic!("expected a backend error, got {other:?}"),
+    };
+    assert!(
+        message.contains("1 of 2 required replicas acknowledged"),
+        "the error says 1 of 2 replicas acknowledged: {message}"
+    );
+    assert!(!exists(&master, &key));
+
+    // A hung replica acknowledges nothing.
+    replica.pause();
+    let refused = a.lock(&key).ttl(secs(5)).acquire().await;
+    replica.resume();
+    assert!(matches!(refused, Err(LockError::Backend(_))), "{refused:?}");
+    assert!(!exists(&master, &key));
+    let plain = client(&builder).await;
+    assert!(!is_held(&plain, &key).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_acks_renewals_that_no_replica_confirms_end_in_a_lost_lease() {
+    let (master, replica) = master_and_replica();
+    let a = client(
+        &LockClient::builder()
+            .redis(master.url())
+            .min_replica_acks(1, ms(100)),
+    )
+    .await;
+    let key = key("unconfirmed-renewals");
+    let guard = a.lock(&key).ttl(ms(900)).acquire().await.unwrap();
+    let lost = guard.lost();
+    // Confirmed renewals keep it for several leases.
+    tokio::time::sleep(ms(2000)).await;
+    assert!(!guard.is_lost(), "lost while the replica acknowledged");
+    let paused = Instant::now();
+    replica.pause();
+    within(secs(5), "unconfirmed renewals end the lease", lost).await;
+    let after = paused.elapsed();
+    replica.resume();
+    println!("lost() resolved {after:?} after the replica stopped acknowledging (900 ms lease)");
+    assert!(guard.is_lost());
+}
