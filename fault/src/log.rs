@@ -251,6 +251,16 @@ pub enum Fault {
         /// Back (SIGCONT sent, or the restarted server answers).
         end: u64,
     },
+    /// Redlock nodes `nodes` were dead (SIGKILL) from `start` until restarted
+    /// empty at `end` (a minority: the lock must keep working).
+    Nodes {
+        /// Node numbers.
+        nodes: Vec<u32>,
+        /// Kill time.
+        start: u64,
+        /// Restart time.
+        end: u64,
+    },
     /// `CLIENT KILL TYPE <kind>` at `t`, closing `killed` connections.
     ClientKill {
         /// `normal` or `pubsub`.

@@ -22,7 +22,8 @@ fn main() -> ExitCode {
             .and_then(worker::run)
             .map(|()| true),
         Some("all") => options(&args[1..]).and_then(|o| {
-            let scenarios = Scenario::all(o.ops, o.short);
+            let mut scenarios = Scenario::all(o.ops, o.short);
+            scenarios.extend(Scenario::scale_out(o.ops, o.short));
             run_all(&scenarios, &o)
         }),
         Some("run") => match args.get(1) {
@@ -35,7 +36,10 @@ fn main() -> ExitCode {
             None => Err("usage: fault run NAME [--ops N]".into()),
         },
         Some("list") => {
-            for s in Scenario::all(0, false) {
+            for s in Scenario::all(0, false)
+                .into_iter()
+                .chain(Scenario::scale_out(0, false))
+            {
                 println!("{:28} {}", s.name, s.title);
             }
             Ok(true)

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::checker::{self, Report, RunData, WorkerLog};
 use crate::log::{self, Clock, Event, Fault, LogWriter};
-use crate::server::{self, Server};
+use crate::server::{self, SentinelGroup, Server};
 use crate::store;
 use crate::worker::WorkerConfig;
 
@@ -51,6 +51,40 @@ pub enum FaultPlan {
         /// Period.
         every_ms: u64,
     },
+    /// Redlock: every `every_ms`, SIGKILL a minority of the nodes (a
+    /// different one each time) and restart them empty after `down_ms` (more
+    /// than a lease: the "delayed restart" Redlock needs without
+    /// persistence).
+    KillMinority {
+        /// Period.
+        every_ms: u64,
+        /// Down time.
+        down_ms: u64,
+    },
+    /// Sentinel: every `every_ms`, SIGKILL the master, wait for the
+    /// sentinels to promote the replica, restart the old master (it becomes
+    /// the new replica) and wait for it to acknowledge writes.
+    Failover {
+        /// Period.
+        every_ms: u64,
+    },
+}
+
+/// Where the locks live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    /// One redis-server.
+    Single,
+    /// Redlock over this many independent redis-servers.
+    Redlock(usize),
+    /// A master, a replica and three sentinels; clients use
+    /// `.sentinel(..)` with `.min_replica_acks(replicas, timeout_ms)`.
+    Sentinel {
+        /// Replicas that must acknowledge.
+        replicas: u32,
+        /// `WAIT` timeout, ms.
+        timeout_ms: u64,
+    },
 }
 
 /// One scenario.
@@ -90,6 +124,8 @@ pub struct Scenario {
     pub expect_violations: bool,
     /// Slack beyond a lease, ms.
     pub slack_ms: u64,
+    /// Where the locks live.
+    pub topology: Topology,
 }
 
 impl Scenario {
@@ -112,6 +148,7 @@ impl Scenario {
             expect_monotonic_fences: true,
             expect_violations: false,
             slack_ms: 1000,
+            topology: Topology::Single,
         }
     }
 
@@ -237,9 +274,53 @@ impl Scenario {
         ]
     }
 
+    /// Scenario 8: the scale-out backends.
+    pub fn scale_out(ops: u64, short: bool) -> Vec<Scenario> {
+        let small = |n: u32| if short { n.min(8) } else { n };
+        vec![
+            Scenario {
+                workers: small(16),
+                keys: 4,
+                ttl_ms: 1000,
+                response_timeout_ms: 300,
+                topology: Topology::Redlock(5),
+                fault: FaultPlan::KillMinority {
+                    every_ms: if short { 1500 } else { 4000 },
+                    down_ms: 2500,
+                },
+                ..Scenario::base(
+                    "redlock-minority",
+                    "8. Redlock, 5 masters: 2 killed, restarted empty after 2.5 s, in turn",
+                    ops,
+                )
+            },
+            Scenario {
+                workers: small(16),
+                keys: 4,
+                ttl_ms: 2000,
+                response_timeout_ms: 500,
+                topology: Topology::Sentinel {
+                    replicas: 1,
+                    timeout_ms: 500,
+                },
+                fault: FaultPlan::Failover {
+                    every_ms: if short { 1000 } else { 8000 },
+                },
+                ..Scenario::base(
+                    "sentinel-failover",
+                    "8. Sentinel failover (kill -9 master), min_replica_acks(1, 500 ms)",
+                    ops,
+                )
+            },
+        ]
+    }
+
     /// The scenario called `name`.
     pub fn by_name(name: &str, ops: u64, short: bool) -> Option<Scenario> {
-        Self::all(ops, short).into_iter().find(|s| s.name == name)
+        Self::all(ops, short)
+            .into_iter()
+            .chain(Self::scale_out(ops, short))
+            .find(|s| s.name == name)
     }
 }
 
@@ -288,25 +369,22 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         }
         None => tmp.path().to_path_buf(),
     };
-    let lock_args: &[&str] = if scenario.aof {
-        &["--appendonly", "yes", "--appendfsync", "always"]
-    } else {
-        &[]
-    };
-    let mut lock_server = Server::start(lock_args)?;
+    let mut lock = LockSide::start(scenario)?;
     let store_server = Server::start(&[])?;
     let store_client = redis::Client::open(store_server.url()).map_err(|e| e.to_string())?;
     let mut store_conn = store_client.get_connection().map_err(|e| e.to_string())?;
-    let lock_client = redis::Client::open(lock_server.url()).map_err(|e| e.to_string())?;
 
     let epoch = log::unix_micros();
     let clock = Clock::new(epoch);
     let keys: Vec<String> = (0..scenario.keys).map(|i| format!("k{i}")).collect();
-    let (lock_url, store_url) = (lock_server.url(), store_server.url());
+    let (lock_url, store_url) = (lock.urls(), store_server.url());
+    let (topology, replica_acks) = (lock.topology(), lock.replica_acks(scenario));
     let worker = |id: u32| WorkerConfig {
         id,
         lock_url: lock_url.clone(),
         store_url: store_url.clone(),
+        topology: topology.clone(),
+        replica_acks,
         epoch,
         log: dir.join(format!("worker-{id}.jsonl")),
         keys: keys.clone(),
@@ -369,8 +447,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         let step = injector.tick(InjectCtx {
             scenario,
             clock: &clock,
-            lock_server: &mut lock_server,
-            lock_client: &lock_client,
+            lock: &mut lock,
             store: &mut store_conn,
             keys: &keys,
             running: &running,
@@ -392,7 +469,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    injector.finish(&mut lock_server, &running, &clock, &mut faults)?;
+    injector.finish(&mut lock, &running, &clock, &mut faults)?;
     let mut hung = Vec::new();
     for r in running.iter_mut() {
         if !r.done {
@@ -431,7 +508,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         hung,
     };
     let report = checker::check(&data);
-    drop(lock_server);
+    drop(lock);
     drop(store_server);
     Ok(Outcome {
         name: scenario.name,
@@ -443,6 +520,77 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
     })
 }
 
+/// The lock servers of a run.
+enum LockSide {
+    Single(Server),
+    Redlock(Vec<Server>),
+    Sentinel(Box<SentinelGroup>),
+}
+
+impl LockSide {
+    fn start(scenario: &Scenario) -> Result<Self, String> {
+        Ok(match scenario.topology {
+            Topology::Single => {
+                let args: &[&str] = if scenario.aof {
+                    &["--appendonly", "yes", "--appendfsync", "always"]
+                } else {
+                    &[]
+                };
+                LockSide::Single(Server::start(args)?)
+            }
+            Topology::Redlock(n) => LockSide::Redlock(
+                (0..n)
+                    .map(|_| Server::start(&[]))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Topology::Sentinel { .. } => LockSide::Sentinel(Box::new(SentinelGroup::start()?)),
+        })
+    }
+
+    /// The URLs workers get, comma-separated.
+    fn urls(&self) -> String {
+        match self {
+            LockSide::Single(s) => s.url(),
+            LockSide::Redlock(servers) => servers
+                .iter()
+                .map(Server::url)
+                .collect::<Vec<_>>()
+                .join(","),
+            LockSide::Sentinel(g) => g.sentinel_urls().join(","),
+        }
+    }
+
+    fn topology(&self) -> String {
+        match self {
+            LockSide::Single(_) => "single".into(),
+            LockSide::Redlock(_) => "redlock".into(),
+            LockSide::Sentinel(_) => format!("sentinel:{}", server::MASTER_NAME),
+        }
+    }
+
+    fn replica_acks(&self, scenario: &Scenario) -> (u32, u64) {
+        match scenario.topology {
+            Topology::Sentinel {
+                replicas,
+                timeout_ms,
+            } => (replicas, timeout_ms),
+            _ => (0, 0),
+        }
+    }
+
+    /// The server single-server faults act on (the master).
+    fn primary(&mut self) -> &mut Server {
+        match self {
+            LockSide::Single(s) => s,
+            LockSide::Redlock(servers) => &mut servers[0],
+            LockSide::Sentinel(g) => {
+                let i = g.master_index().unwrap_or(0);
+                &mut g.servers[i]
+            }
+        }
+    }
+}
+
 enum Step {
     Fault(Fault),
     KilledVictim(Fault),
@@ -451,8 +599,7 @@ enum Step {
 struct InjectCtx<'a> {
     scenario: &'a Scenario,
     clock: &'a Clock,
-    lock_server: &'a mut Server,
-    lock_client: &'a redis::Client,
+    lock: &'a mut LockSide,
     store: &'a mut redis::Connection,
     keys: &'a [String],
     running: &'a [Running],
@@ -473,6 +620,12 @@ enum Phase {
         t: u64,
         until: Instant,
         killed: bool,
+    },
+    /// Redlock nodes dead since `t`, until `until`.
+    NodesDown {
+        nodes: Vec<usize>,
+        t: u64,
+        until: Instant,
     },
 }
 
@@ -577,7 +730,7 @@ impl Injector {
                     return Ok(None);
                 }
                 let _ = every_ms;
-                cx.lock_server.pause()?;
+                cx.lock.primary().pause()?;
                 self.phase = Phase::Down {
                     t: cx.clock.now(),
                     until: now + Duration::from_millis(*pause_ms),
@@ -596,7 +749,7 @@ impl Injector {
                 }
                 self.kills += 1;
                 let t = cx.clock.now();
-                cx.lock_server.kill();
+                cx.lock.primary().kill();
                 self.phase = Phase::Down {
                     t,
                     until: now + Duration::from_millis(*down_ms),
@@ -613,9 +766,9 @@ impl Injector {
                 }
                 let (t, killed) = (*t, *killed);
                 if killed {
-                    cx.lock_server.restart()?;
+                    cx.lock.primary().restart()?;
                 } else {
-                    cx.lock_server.resume()?;
+                    cx.lock.primary().resume()?;
                 }
                 self.phase = Phase::Idle {
                     next: Instant::now() + Duration::from_millis(*every_ms),
@@ -632,7 +785,9 @@ impl Injector {
                 }
                 let kind = if self.pubsub_next { "pubsub" } else { "normal" };
                 self.pubsub_next = !self.pubsub_next;
-                let mut conn = cx.lock_client.get_connection().map_err(|e| e.to_string())?;
+                let url = cx.lock.primary().url();
+                let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+                let mut conn = client.get_connection().map_err(|e| e.to_string())?;
                 let killed: u64 = redis::cmd("CLIENT")
                     .arg("KILL")
                     .arg("TYPE")
@@ -648,6 +803,68 @@ impl Injector {
                     t: cx.clock.now(),
                 })))
             }
+            (FaultPlan::KillMinority { down_ms, .. }, Phase::Idle { next }) => {
+                if now < *next {
+                    return Ok(None);
+                }
+                let LockSide::Redlock(servers) = &mut *cx.lock else {
+                    return Err("KillMinority needs Redlock".into());
+                };
+                let n = servers.len();
+                let minority = (n - 1) / 2;
+                let nodes: Vec<usize> = (0..minority)
+                    .map(|i| (self.cycles as usize * minority + i) % n)
+                    .collect();
+                self.cycles += 1;
+                let t = cx.clock.now();
+                for &i in &nodes {
+                    servers[i].kill();
+                }
+                self.phase = Phase::NodesDown {
+                    nodes,
+                    t,
+                    until: now + Duration::from_millis(*down_ms),
+                };
+                Ok(None)
+            }
+            (FaultPlan::KillMinority { every_ms, .. }, Phase::NodesDown { nodes, t, until }) => {
+                if now < *until {
+                    return Ok(None);
+                }
+                let LockSide::Redlock(servers) = &mut *cx.lock else {
+                    return Err("KillMinority needs Redlock".into());
+                };
+                for &i in nodes {
+                    servers[i].restart()?;
+                }
+                let fault = Fault::Nodes {
+                    nodes: nodes.iter().map(|&i| i as u32).collect(),
+                    start: *t,
+                    end: cx.clock.now(),
+                };
+                self.phase = Phase::Idle {
+                    next: Instant::now() + Duration::from_millis(*every_ms),
+                };
+                Ok(Some(Step::Fault(fault)))
+            }
+            (FaultPlan::Failover { every_ms }, Phase::Idle { next }) => {
+                if now < *next {
+                    return Ok(None);
+                }
+                let LockSide::Sentinel(group) = &mut *cx.lock else {
+                    return Err("Failover needs Sentinel".into());
+                };
+                let t = cx.clock.now();
+                group.failover()?;
+                self.phase = Phase::Idle {
+                    next: Instant::now() + Duration::from_millis(*every_ms),
+                };
+                Ok(Some(Step::Fault(Fault::Server {
+                    kind: "failover".into(),
+                    start: t,
+                    end: cx.clock.now(),
+                })))
+            }
             _ => Ok(None),
         }
     }
@@ -655,7 +872,7 @@ impl Injector {
     /// Ends a fault still in progress (the run is over).
     fn finish(
         &mut self,
-        lock_server: &mut Server,
+        lock: &mut LockSide,
         running: &[Running],
         clock: &Clock,
         faults: &mut Vec<Fault>,
@@ -676,11 +893,23 @@ impl Injector {
                     end: clock.now(),
                 });
             }
+            Phase::NodesDown { nodes, t, .. } => {
+                if let LockSide::Redlock(servers) = lock {
+                    for &i in &nodes {
+                        servers[i].restart()?;
+                    }
+                }
+                faults.push(Fault::Nodes {
+                    nodes: nodes.iter().map(|&i| i as u32).collect(),
+                    start: t,
+                    end: clock.now(),
+                });
+            }
             Phase::Down { t, killed, .. } => {
                 if killed {
-                    lock_server.restart()?;
+                    lock.primary().restart()?;
                 } else {
-                    lock_server.resume()?;
+                    lock.primary().resume()?;
                 }
                 faults.push(Fault::Server {
                     kind: if killed { "kill" } else { "pause" }.into(),

@@ -315,3 +315,224 @@ impl Drop for Server {
         self.kill();
     }
 }
+
+/// Polls `check` every 20 ms for up to `limit`; the last observation on
+/// failure.
+pub fn poll<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Result<T>) -> Result<T> {
+    let started = Instant::now();
+    loop {
+        match check() {
+            Ok(value) => return Ok(value),
+            Err(last) if started.elapsed() > limit => {
+                return Err(format!("{what}: not within {limit:?}; last seen: {last}"));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// A `field:value` line of an `INFO` answer.
+pub fn info_field(info: &str, field: &str) -> Option<String> {
+    let prefix = format!("{field}:");
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix(&prefix))
+        .map(|v| v.trim().to_owned())
+}
+
+/// The name the sentinels monitor the master under.
+pub const MASTER_NAME: &str = "faultmaster";
+
+/// One `redis-sentinel` with its own config file.
+#[derive(Debug)]
+struct Sentinel {
+    port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Sentinel {
+    fn start(master_port: u16) -> Result<Self> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let port = free_port()?;
+        let config = format!(
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\nlogfile \"\"\n\
+             sentinel resolve-hostnames no\nsentinel announce-ip 127.0.0.1\n\
+             sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+             sentinel failover-timeout {MASTER_NAME} 3000\n\
+             sentinel parallel-syncs {MASTER_NAME} 1\n",
+            dir = dir.path().display(),
+        );
+        let path = dir.path().join("sentinel.conf");
+        std::fs::write(&path, config).map_err(|e| e.to_string())?;
+        let child = Command::new("redis-sentinel")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!("cannot start redis-sentinel ({e}); apt-get install redis-sentinel")
+            })?;
+        let sentinel = Self {
+            port,
+            child,
+            _dir: dir,
+        };
+        poll(
+            Duration::from_secs(10),
+            "a sentinel answers PING",
+            || match sentinel.cli(&["PING"]) {
+                Ok(a) if a == "PONG" => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        )?;
+        Ok(sentinel)
+    }
+
+    fn cli(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("redis-cli: {e}"))?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// The master's port according to this sentinel.
+    fn master_port(&self) -> Option<u16> {
+        let answer = self
+            .cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])
+            .ok()?;
+        answer.lines().nth(1).and_then(|p| p.trim().parse().ok())
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A master, one replica and three sentinels (quorum 2, down-after 1 s).
+#[derive(Debug)]
+pub struct SentinelGroup {
+    /// The two data servers; which one is master changes with failovers.
+    pub servers: [Server; 2],
+    sentinels: Vec<Sentinel>,
+}
+
+impl SentinelGroup {
+    /// Starts everything and waits until the replica acknowledges writes and
+    /// every sentinel knows the replica and the other sentinels.
+    pub fn start() -> Result<Self> {
+        let master = Server::start(&["--repl-diskless-sync-delay", "0"])?;
+        let port = master.port.to_string();
+        let replica = Server::start(&[
+            "--replicaof",
+            "127.0.0.1",
+            &port,
+            "--repl-diskless-sync-delay",
+            "0",
+        ])?;
+        let sentinels = (0..3)
+            .map(|_| Sentinel::start(master.port))
+            .collect::<Result<Vec<_>>>()?;
+        let group = Self {
+            servers: [master, replica],
+            sentinels,
+        };
+        group.wait_replicated(0)?;
+        for (i, s) in group.sentinels.iter().enumerate() {
+            poll(
+                Duration::from_secs(15),
+                &format!("sentinel {i} knows the replica and 2 other sentinels"),
+                || {
+                    let master = s.cli(&["SENTINEL", "MASTER", MASTER_NAME])?;
+                    let fields: Vec<&str> = master.lines().map(str::trim).collect();
+                    let get = |name: &str| {
+                        fields
+                            .chunks(2)
+                            .find(|c| c.len() == 2 && c[0] == name)
+                            .map(|c| c[1])
+                    };
+                    if get("num-slaves") == Some("1") && get("num-other-sentinels") == Some("2") {
+                        Ok(())
+                    } else {
+                        Err(master)
+                    }
+                },
+            )?;
+        }
+        Ok(group)
+    }
+
+    /// The sentinels' URLs.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|s| format!("redis://127.0.0.1:{}", s.port))
+            .collect()
+    }
+
+    /// Which of [`Self::servers`] the sentinels name as master.
+    pub fn master_index(&self) -> Option<usize> {
+        let port = self.sentinels[0].master_port()?;
+        self.servers.iter().position(|s| s.port == port)
+    }
+
+    /// Waits until `servers[master]` has a replica that acknowledges writes.
+    pub fn wait_replicated(&self, master: usize) -> Result<()> {
+        let m = &self.servers[master];
+        poll(
+            Duration::from_secs(30),
+            "the replica acknowledges writes",
+            || {
+                let info = m.cli(&["INFO", "replication"])?;
+                if info_field(&info, "role").as_deref() != Some("master")
+                    || info_field(&info, "connected_slaves").as_deref() != Some("1")
+                {
+                    return Err(info);
+                }
+                match m.cli(&["WAIT", "1", "200"])?.as_str() {
+                    "1" => Ok(()),
+                    other => Err(format!("WAIT 1 answered {other}")),
+                }
+            },
+        )
+    }
+
+    /// SIGKILLs the master, waits until every sentinel names the other
+    /// server, restarts the old master empty (the sentinels make it a
+    /// replica of the new one) and waits until it acknowledges writes.
+    /// Returns when the group is whole again.
+    pub fn failover(&mut self) -> Result<()> {
+        let old = self
+            .master_index()
+            .ok_or("no master known to the sentinels")?;
+        let new = 1 - old;
+        self.servers[old].kill();
+        let new_port = self.servers[new].port;
+        poll(
+            Duration::from_secs(30),
+            "every sentinel names the new master",
+            || {
+                let seen: Vec<Option<u16>> =
+                    self.sentinels.iter().map(Sentinel::master_port).collect();
+                let role = self.servers[new]
+                    .cli(&["INFO", "replication"])
+                    .ok()
+                    .and_then(|i| info_field(&i, "role"));
+                if seen.iter().all(|p| *p == Some(new_port)) && role.as_deref() == Some("master") {
+                    Ok(())
+                } else {
+                    Err(format!("{seen:?}, role {role:?}"))
+                }
+            },
+        )?;
+        self.servers[old].restart()?;
+        self.wait_replicated(new)
+    }
+}

@@ -20,8 +20,12 @@ use crate::store::{ReadResult, Store, WriteResult};
 pub struct WorkerConfig {
     /// Worker number (unique in the run).
     pub id: u32,
-    /// The lock server's URL.
+    /// The lock servers' URLs, comma-separated (one for `single`).
     pub lock_url: String,
+    /// `single`, `redlock` or `sentinel:<master name>`.
+    pub topology: String,
+    /// `min_replica_acks`: replicas (0: not set) and timeout, ms.
+    pub replica_acks: (u32, u64),
     /// The store's URL.
     pub store_url: String,
     /// The run's epoch (µs since the Unix epoch).
@@ -67,6 +71,11 @@ impl WorkerConfig {
         put("id", self.id.to_string());
         put("lock", self.lock_url.clone());
         put("store", self.store_url.clone());
+        put("topology", self.topology.clone());
+        put(
+            "replica-acks",
+            format!("{}/{}", self.replica_acks.0, self.replica_acks.1),
+        );
         put("epoch", self.epoch.to_string());
         put("log", self.log.display().to_string());
         put("keys", self.keys.join(","));
@@ -109,9 +118,22 @@ impl WorkerConfig {
             .split_once("..")
             .ok_or_else(|| format!("--think-ms {think:?}: expected LO..HI"))?;
         let range = |s: &str| s.parse::<u64>().map_err(|e| format!("--think-ms: {e}"));
+        let acks = get("replica-acks")?;
+        let (replicas, acks_ms) = acks
+            .split_once('/')
+            .ok_or_else(|| format!("--replica-acks {acks:?}: expected N/MS"))?;
         Ok(Self {
             id: u32::try_from(num("id")?).map_err(|e| e.to_string())?,
             lock_url: get("lock")?.clone(),
+            topology: get("topology")?.clone(),
+            replica_acks: (
+                replicas
+                    .parse()
+                    .map_err(|e| format!("--replica-acks: {e}"))?,
+                acks_ms
+                    .parse()
+                    .map_err(|e| format!("--replica-acks: {e}"))?,
+            ),
             store_url: get("store")?.clone(),
             epoch: num("epoch")?,
             log: PathBuf::from(get("log")?),
@@ -134,6 +156,23 @@ impl WorkerConfig {
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
+}
+
+/// A client builder for the configured topology.
+fn builder(config: &WorkerConfig) -> lock_runtime::LockClientBuilder {
+    let urls: Vec<String> = config.lock_url.split(',').map(str::to_string).collect();
+    let mut b = LockClient::builder();
+    b = match config.topology.as_str() {
+        "redlock" => b.redlock(urls),
+        t => match t.strip_prefix("sentinel:") {
+            Some(master) => b.sentinel(master, urls),
+            None => b.redis(&urls[0]),
+        },
+    };
+    if config.replica_acks.0 > 0 {
+        b = b.min_replica_acks(config.replica_acks.0, ms(config.replica_acks.1));
+    }
+    b
 }
 
 /// Runs the worker to the end of the budget on a current-thread runtime (so
@@ -173,8 +212,7 @@ async fn run_async(config: WorkerConfig) -> Result<(), String> {
     // The lock server may be down (scenario 4): retry for a while.
     let mut tries = 0;
     let client = loop {
-        let built = LockClient::builder()
-            .redis(&config.lock_url)
+        let built = builder(&config)
             .response_timeout(ms(config.response_timeout_ms))
             .connect_timeout(ms(config.response_timeout_ms.max(500)))
             .build()
@@ -413,6 +451,8 @@ mod tests {
             id: 3,
             lock_url: "redis://127.0.0.1:1".into(),
             store_url: "redis://127.0.0.1:2".into(),
+            topology: "sentinel:m".into(),
+            replica_acks: (1, 300),
             epoch: 99,
             log: "/tmp/w3.jsonl".into(),
             keys: vec!["a".into(), "b:c".into()],

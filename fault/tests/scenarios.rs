@@ -1,4 +1,4 @@
-//! Short versions of every fault scenario (500 lock operations each, a few
+//! Short versions of every fault scenario (1-8) (500 lock operations each, a few
 //! seconds): the `fault` binary re-executed as worker processes, real
 //! redis-servers, real faults, and the checker's verdict.
 //!
@@ -135,4 +135,22 @@ fn a_blocked_runtime_keeps_its_lock_below_the_ttl_and_is_told_above() {
         "{}",
         o.report
     );
+}
+
+#[test]
+fn redlock_keeps_exclusion_and_increasing_tokens_with_a_minority_of_masters_killed() {
+    let o = run("redlock-minority");
+    assert_clean(&o);
+    assert!(o.faults >= 1, "no minority was killed");
+    assert_eq!(o.report.fence_regressions, 0);
+    assert_eq!(o.report.acquired, OPS);
+}
+
+#[test]
+fn a_sentinel_failover_with_replica_acks_keeps_exclusion_and_tokens() {
+    let o = run("sentinel-failover");
+    assert_clean(&o);
+    assert!(o.faults >= 1, "no failover happened");
+    assert_eq!(o.report.fence_regressions, 0);
+    assert_eq!(o.report.acquired, OPS);
 }
