@@ -349,7 +349,6 @@ async fn renewals_follow_ask_redirects_while_a_slot_is_half_migrated() {
 /// transit should go through once the migration ends (here 0.1-0.3 s later),
 /// within the lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: redis-rs cluster retries wait at least 1.28 s (default min_retry_wait), longer than the 1 s response timeout and than short leases; set min/max_retry_wait on the ClusterClientBuilder"]
 async fn a_release_started_during_a_slot_migration_completes_once_the_migration_ends() {
     let (cluster, builder) = three_masters();
     let (a, b) = (client(&builder).await, client(&builder).await);
@@ -393,7 +392,6 @@ async fn a_waiter_that_starts_after_a_slot_migration_is_woken_by_the_release() {
 /// Redis sends `sunsubscribe` to the shard subscribers of a slot that moves
 /// away; a waiter's client must subscribe again on the new owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the notice subscription is not renewed on the new owner after Redis sends `sunsubscribe` for a migrated slot; the waiter sleeps until its lease timer"]
 async fn a_waiter_subscribed_before_a_slot_migration_is_woken_by_the_release_after_it() {
     let (cluster, builder) = three_masters();
     let (a, b) = (client(&builder).await, client(&builder).await);

@@ -176,6 +176,12 @@ impl RedisBackend {
             .response_timeout(options.response_timeout)
             .use_protocol(redis::ProtocolVersion::RESP3)
             .push_sender(push_tx)
+            // Retry MOVED/ASK/TRYAGAIN in milliseconds, not the driver's
+            // default seconds: a lease is measured in seconds.
+            .retries(8)
+            .min_retry_wait(2)
+            .max_retry_wait(100)
+            .retry_wait_formula(2, 2)
             .build()
             .map_err(|e| LockError::Config(format!("invalid cluster configuration: {e}")))?;
         let cluster = tokio::time::timeout(
@@ -188,7 +194,11 @@ impl RedisBackend {
         .map_err(|_| BackendError::timeout("connecting to the cluster timed out"))?
         .map_err(|e| BackendError::with_source("cannot connect to the cluster", e))?;
         let waiters = Arc::new(Registry::default());
-        tokio::spawn(dispatch_cluster_pushes(push_rx, waiters.clone()));
+        tokio::spawn(dispatch_cluster_pushes(
+            push_rx,
+            waiters.clone(),
+            cluster.clone(),
+        ));
         // Scripts are loaded on each node by EVALSHA's fallback on first use.
         Ok(Self {
             conn: Conn::Cluster(cluster.clone()),
@@ -680,10 +690,13 @@ async fn fail_and_wait(
 
 /// Routes the cluster's sharded notices to the waiters; after a disconnection
 /// (the driver re-subscribes on its own) wakes every waiter, since notices may
-/// have been missed.
+/// have been missed. When a slot moves, the server drops its shard channels'
+/// subscribers (`sunsubscribe`): subscribe again where the slot lives now and
+/// wake that channel's waiters.
 async fn dispatch_cluster_pushes(
     mut pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
     waiters: Arc<Registry>,
+    cluster: ClusterConnection,
 ) {
     while let Some(push) = pushes.recv().await {
         match push.kind {
@@ -696,6 +709,30 @@ async fn dispatch_cluster_pushes(
                         _ => b"",
                     };
                     waiters.deliver(channel, payload);
+                }
+            }
+            redis::PushKind::SUnsubscribe => {
+                if let [redis::Value::BulkString(channel), ..] = &push.data[..]
+                    && let Ok(channel) = std::str::from_utf8(channel)
+                {
+                    let channel = channel.to_owned();
+                    waiters.forget_subscribed(&channel);
+                    if waiters.has_waiters(&channel) {
+                        let waiters = waiters.clone();
+                        let mut cluster = cluster.clone();
+                        tokio::spawn(async move {
+                            if let Ok(Ok(())) = tokio::time::timeout(
+                                Duration::from_secs(1),
+                                cluster.ssubscribe(&channel),
+                            )
+                            .await
+                            {
+                                waiters.set_subscribed(&channel);
+                            }
+                            // A release may have happened in between.
+                            waiters.deliver(&channel, b"");
+                        });
+                    }
                 }
             }
             redis::PushKind::Disconnection => waiters.wake_all(),

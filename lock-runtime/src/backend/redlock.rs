@@ -25,6 +25,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::{Instant, timeout};
 
 use super::AcquireOutcome;
@@ -103,23 +104,38 @@ impl RedlockBackend {
     ) -> Result<AcquireOutcome, LockError> {
         let started = Instant::now();
         let per_node = self.per_node(ttl);
-        let answers = join_all(
-            self.nodes
-                .iter()
-                .map(|node| timeout(per_node, node.acquire(names, token, ttl, Duration::ZERO))),
-        )
-        .await;
+        let quorum = self.quorum();
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| async move {
+                let answer =
+                    timeout(per_node, node.acquire(names, token, ttl, Duration::ZERO)).await;
+                (i, answer)
+            })
+            .collect();
         let mut acquired = Vec::new();
         let mut busy = Vec::new();
         let mut failed = 0;
-        for (i, answer) in answers.into_iter().enumerate() {
+        // Decide as soon as the outcome is known: a dead node must not make
+        // every acquire wait for its timeout.
+        while let Some((i, answer)) = pending.next().await {
             match answer {
                 Ok(Ok(AcquireOutcome::Acquired { fencing })) => acquired.push((i, fencing)),
                 Ok(Ok(AcquireOutcome::Busy { remaining })) => busy.push(remaining),
                 _ => failed += 1,
             }
+            let minority = self.nodes.len() - quorum;
+            if acquired.len() >= quorum || busy.len() > minority || failed > minority {
+                break;
+            }
         }
-        let quorum = self.quorum();
+        // Requests still in flight are dropped: if one took the lock on its
+        // node anyway, the release below (failure) or the lease (success: that
+        // copy is ours and renewed with the rest) takes care of it.
+        let undecided = pending.len();
+        drop(pending);
         let valid = |now: Instant| {
             ttl.checked_sub(now - started + drift(ttl))
                 .is_some_and(|v| !v.is_zero())
@@ -159,6 +175,7 @@ impl RedlockBackend {
                 .unwrap_or_default();
             return Ok(AcquireOutcome::Busy { remaining });
         }
+        let failed = failed + undecided;
         if failed > self.nodes.len() - quorum {
             return Err(BackendError::new(format!(
                 "Redlock: only {} of {} nodes answered; a majority of {quorum} is needed",
@@ -238,18 +255,34 @@ impl RedlockBackend {
         ttl: Duration,
     ) -> Result<bool, LockError> {
         let per_node = self.per_node(ttl).max(Duration::from_millis(50));
-        let answers = join_all(
-            self.nodes
-                .iter()
-                .map(|node| timeout(per_node, node.release(names, token, ttl, false))),
-        )
-        .await;
-        let answered = answers.iter().filter(|a| matches!(a, Ok(Ok(_)))).count();
-        let released = answers.iter().filter(|a| matches!(a, Ok(Ok(true)))).count();
-        if released >= self.quorum() {
-            return Ok(true);
+        // Every node gets the release, in a task of its own; the answer is
+        // given as soon as a majority decided it, so a dead node does not
+        // delay it.
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let (node, names, token) = (node.clone(), names.clone(), token.clone());
+                tokio::spawn(async move {
+                    timeout(per_node, node.release(&names, &token, ttl, false)).await
+                })
+            })
+            .collect();
+        let quorum = self.quorum();
+        let (mut answered, mut released) = (0, 0);
+        while let Some(answer) = pending.next().await {
+            if let Ok(Ok(Ok(was_ours))) = answer {
+                answered += 1;
+                released += usize::from(was_ours);
+            }
+            if released >= quorum {
+                return Ok(true);
+            }
+            if answered - released >= quorum {
+                return Ok(false);
+            }
         }
-        if answered < self.quorum() {
+        if answered < quorum {
             return Err(BackendError::new(format!(
                 "Redlock: only {answered} of {} nodes answered the release",
                 self.nodes.len()

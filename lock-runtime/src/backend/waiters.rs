@@ -141,6 +141,16 @@ impl Registry {
         self.subscribed().insert(channel.to_owned(), false);
     }
 
+    /// Forgets one subscription (the server dropped it).
+    pub(crate) fn forget_subscribed(&self, channel: &str) {
+        self.subscribed().remove(channel);
+    }
+
+    /// `true` when somebody waits on `channel`.
+    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
+        self.channels().contains_key(channel)
+    }
+
     /// Forgets every subscription (the connection dropped).
     pub(crate) fn clear_subscribed(&self) {
         self.subscribed().clear();
