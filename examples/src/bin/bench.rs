@@ -712,7 +712,7 @@ async fn cleanup(url: &str, prefixes: &Prefixes) -> Result<usize, String> {
 const RSS_LOCKS: usize = 10_000;
 
 /// Child mode: `bench --rss-probe <memory|redis> <n> <prefix> [url]`. Prints
-/// "<rss before KiB> <rss with n held KiB>".
+/// `"<rss before KiB> <rss with n held KiB>"`.
 fn rss_probe_main(args: &[String]) -> ExitCode {
     let result = (|| -> Result<(f64, f64), String> {
         let [backend, n, prefix, rest @ ..] = args else {
