@@ -12,7 +12,8 @@
 //! | fencing tokens are unique and increase | worker logs | two acquisitions of a key got one token; or (with persistence) a token not above one acquired before the attempt began |
 //! | overlapping holds as seen by clients | worker logs | two holds that both ended in a successful release overlap, using `[acquired, release sent]`, which lies inside the true hold, so an overlap is real |
 //! | waiters that never got the lock | worker logs | an operation ended without the lock although its wait was long (the scenarios use long waits) |
-//! | locks held past their TTL after the holder died | worker logs + faults | after a holder was stopped past its lease or killed, nobody else got the key within TTL + slack; or waiters waited with no reported holder for longer than TTL + slack outside server faults (an orphaned lock: a cancelled acquire, a leaked watchdog) |
+//! | locks held past their TTL after the holder died | worker logs + faults | after a holder was stopped past its lease or killed, nobody else got the key within TTL + slack |
+//! | stalls | worker logs + faults | waiters waited with no reported holder for longer than TTL + slack outside server outages (an orphaned lock: a cancelled acquire, a leaked watchdog; or waiters that missed a free lock) |
 //! | cancelled acquires are never held | worker logs | a cancelled acquire left a guard being renewed (`active_watchdogs() > 0`) |
 //! | blocked runtimes (scenario 7) | worker logs | blocked below the TTL and lost it, or blocked past it and not told (`lost()` not resolved within 2 s, or `release` returned `Ok`) |
 //! | stopped holders (scenario 2) | worker logs + faults | stopped past the lease and `release` still said `Ok` |
@@ -76,8 +77,13 @@ pub struct Violations {
     pub client_overlaps: u64,
     /// Operations that never got the lock.
     pub waiters_never_acquired: u64,
-    /// Keys held past TTL + slack after a holder died, or orphaned.
+    /// Keys taken over later than TTL + slack after their holder was stopped
+    /// past its lease or killed.
     pub held_past_ttl: u64,
+    /// Waiters waited longer than TTL + slack with no holder reported,
+    /// outside server outages: an orphaned lock (a cancelled acquire, a
+    /// leaked renewal) or waiters that missed a free lock.
+    pub stalled: u64,
     /// Cancelled acquires that left a renewed guard.
     pub leaked_watchdogs: u64,
     /// Scenario 7 expectations not met.
@@ -101,6 +107,7 @@ impl Violations {
             + self.client_overlaps
             + self.waiters_never_acquired
             + self.held_past_ttl
+            + self.stalled
             + self.leaked_watchdogs
             + self.blocked_wrong
             + self.stale_release_ok
@@ -120,6 +127,7 @@ impl Violations {
             ("client_overlaps", self.client_overlaps),
             ("waiters_never_acquired", self.waiters_never_acquired),
             ("held_past_ttl", self.held_past_ttl),
+            ("stalled", self.stalled),
             ("leaked_watchdogs", self.leaked_watchdogs),
             ("blocked_wrong", self.blocked_wrong),
             ("stale_release_ok", self.stale_release_ok),
@@ -580,12 +588,13 @@ pub fn check(run: &RunData) -> Report {
                         .iter()
                         .any(|&(fs, fe)| s <= fe + ttl_us + slack_us && t >= fs);
                     if stall > ttl_us + slack_us && !explained {
-                        r.violations.held_past_ttl += 1;
+                        r.violations.stalled += 1;
                         note(
                             &mut examples,
                             format!(
-                                "{key}: waiters waited {} ms with no holder reported (from {s} µs): a lock held past its TTL by nobody alive",
-                                ms(stall)
+                                "{key}: waiters waited {} ms with no holder reported (from {s} µs; TTL {} ms)",
+                                ms(stall),
+                                run.ttl_ms
                             ),
                         );
                     }
@@ -713,4 +722,195 @@ pub fn check(run: &RunData) -> Report {
     }
     r.examples = examples;
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoredWrite;
+
+    fn op(
+        w: &mut Vec<Event>,
+        op: u64,
+        key: &str,
+        fence: u64,
+        t0: u64,
+        seq: u64,
+        released: ReleaseOutcome,
+    ) {
+        w.extend([
+            Event::Attempt {
+                op,
+                key: key.into(),
+                t: t0,
+            },
+            Event::Acquired {
+                op,
+                fence,
+                t: t0 + 10,
+            },
+            Event::Write {
+                op,
+                outcome: WriteOutcome::Accepted,
+                seq,
+                lost_before: false,
+                t: t0 + 20,
+            },
+            Event::ReleaseSent { op, t: t0 + 30 },
+            Event::Released {
+                op,
+                outcome: released,
+                t: t0 + 40,
+            },
+        ]);
+    }
+
+    fn write(
+        seq: u64,
+        fence: u64,
+        max_before: u64,
+        read_version: u64,
+        worker: u32,
+        op: u64,
+    ) -> StoredWrite {
+        StoredWrite {
+            seq,
+            fence,
+            max_before,
+            read_version,
+            worker,
+            op,
+        }
+    }
+
+    fn run(workers: Vec<WorkerLog>, writes: Vec<StoredWrite>, counter: u64) -> RunData {
+        let mut records = BTreeMap::new();
+        records.insert(
+            "k".to_string(),
+            Record {
+                counter,
+                version: writes.len() as u64,
+                writes,
+                rejected: 0,
+            },
+        );
+        RunData {
+            ttl_ms: 100,
+            slack_ms: 100,
+            expect_monotonic_fences: true,
+            workers,
+            records,
+            ..RunData::default()
+        }
+    }
+
+    #[test]
+    fn a_clean_history_has_no_violation() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        op(&mut a, 1, "k", 1, 0, 1, ReleaseOutcome::Ok);
+        op(&mut b, 1, "k", 2, 1000, 2, ReleaseOutcome::Ok);
+        let data = run(
+            vec![
+                WorkerLog { id: 0, events: a },
+                WorkerLog { id: 1, events: b },
+            ],
+            vec![write(1, 1, 0, 0, 0, 1), write(2, 2, 1, 1, 1, 1)],
+            2,
+        );
+        let r = check(&data);
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        assert_eq!((r.operations, r.acquired, r.writes_accepted), (2, 2, 2));
+    }
+
+    #[test]
+    fn overlaps_stale_tokens_lost_updates_and_repeated_tokens_are_found() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        // Both "hold" from 0 to 30 µs, both release Ok; same token.
+        op(&mut a, 1, "k", 5, 0, 2, ReleaseOutcome::Ok);
+        op(&mut b, 1, "k", 5, 5, 1, ReleaseOutcome::Ok);
+        let data = run(
+            vec![
+                WorkerLog { id: 0, events: a },
+                WorkerLog { id: 1, events: b },
+            ],
+            // Write 2 read version 0 (write 1 came between) with a token
+            // below the one seen.
+            vec![write(1, 5, 0, 0, 1, 1), write(2, 4, 5, 0, 0, 1)],
+            1,
+        );
+        let v = check(&data).violations;
+        assert_eq!(v.store_overlaps, 1);
+        assert_eq!(v.lower_token_accepted, 1);
+        assert_eq!(v.lost_updates, 1);
+        assert_eq!(v.duplicate_fences, 1);
+        assert_eq!(v.client_overlaps, 1);
+    }
+
+    #[test]
+    fn a_waiter_left_without_a_holder_for_longer_than_a_lease_is_a_stall() {
+        let mut a = Vec::new();
+        op(&mut a, 1, "k", 1, 0, 1, ReleaseOutcome::Ok);
+        // Waits from 100 µs to 400 ms with nobody holding: TTL 100 ms + 100 ms slack.
+        a.extend([
+            Event::Attempt {
+                op: 2,
+                key: "k".into(),
+                t: 100,
+            },
+            Event::GaveUp {
+                op: 2,
+                error: "busy".into(),
+                t: 400_000,
+            },
+        ]);
+        let data = run(
+            vec![WorkerLog { id: 0, events: a }],
+            vec![write(1, 1, 0, 0, 0, 1)],
+            1,
+        );
+        let r = check(&data);
+        assert_eq!(r.violations.stalled, 1, "{:?}", r.examples);
+        assert_eq!(r.violations.waiters_never_acquired, 1);
+        assert!(r.max_stall_ms >= 399);
+    }
+
+    #[test]
+    fn a_killed_holders_key_taken_over_late_is_held_past_its_ttl() {
+        let a = vec![
+            Event::Attempt {
+                op: 1,
+                key: "k".into(),
+                t: 0,
+            },
+            Event::Acquired {
+                op: 1,
+                fence: 1,
+                t: 10,
+            },
+        ];
+        let b = vec![
+            Event::Attempt {
+                op: 1,
+                key: "k".into(),
+                t: 20,
+            },
+            Event::Acquired {
+                op: 1,
+                fence: 2,
+                t: 500_000,
+            },
+        ];
+        let mut data = run(
+            vec![
+                WorkerLog { id: 0, events: a },
+                WorkerLog { id: 1, events: b },
+            ],
+            vec![],
+            0,
+        );
+        data.faults = vec![Fault::KillWorker { worker: 0, t: 50 }];
+        let r = check(&data);
+        assert_eq!(r.violations.held_past_ttl, 1, "{:?}", r.examples);
+        assert_eq!(r.max_takeover_ms, 499);
+    }
 }

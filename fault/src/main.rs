@@ -97,7 +97,21 @@ fn run_all(scenarios: &[Scenario], o: &Options) -> Result<bool, String> {
     let mut outcomes: Vec<Outcome> = Vec::new();
     for s in scenarios {
         eprintln!("running {} ({} operations) ...", s.name, s.ops);
-        let outcome = scenario::run(s, &exe, o.keep.as_deref())?;
+        let outcome = match scenario::run(s, &exe, o.keep.as_deref()) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                eprintln!("  {}: harness error: {e}", s.name);
+                Outcome {
+                    name: s.name,
+                    title: s.title,
+                    report: Default::default(),
+                    elapsed: Default::default(),
+                    faults: 0,
+                    expect_violations: s.expect_violations,
+                    error: Some(e),
+                }
+            }
+        };
         eprintln!("  {}: {}", s.name, outcome.report);
         for example in &outcome.report.examples {
             eprintln!("    {example}");

@@ -61,12 +61,14 @@ pub enum FaultPlan {
         /// Down time.
         down_ms: u64,
     },
-    /// Sentinel: every `every_ms`, SIGKILL the master, wait for the
+    /// Sentinel: every `every_ms` (at most `max` times), SIGKILL the master, wait for the
     /// sentinels to promote the replica, restart the old master (it becomes
     /// the new replica) and wait for it to acknowledge writes.
     Failover {
         /// Period.
         every_ms: u64,
+        /// Most failovers.
+        max: u32,
     },
 }
 
@@ -304,7 +306,8 @@ impl Scenario {
                     timeout_ms: 500,
                 },
                 fault: FaultPlan::Failover {
-                    every_ms: if short { 1000 } else { 8000 },
+                    every_ms: if short { 1000 } else { 5000 },
+                    max: 1,
                 },
                 ..Scenario::base(
                     "sentinel-failover",
@@ -339,6 +342,9 @@ pub struct Outcome {
     pub faults: usize,
     /// Whether violations were expected.
     pub expect_violations: bool,
+    /// The harness itself failed (a server did not come back, ...): the
+    /// report is empty.
+    pub error: Option<String>,
 }
 
 impl Outcome {
@@ -354,6 +360,15 @@ struct Running {
     child: Child,
     log: PathBuf,
     done: bool,
+}
+
+impl Drop for Running {
+    /// No worker outlives its run, even when the harness fails mid-way.
+    fn drop(&mut self) {
+        let _ = server::signal(self.child.id(), "CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Runs `scenario`, re-executing `exe` (the `fault` binary) as the workers;
@@ -517,6 +532,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         elapsed: started.elapsed(),
         faults: faults.len(),
         expect_violations: scenario.expect_violations,
+        error: None,
     })
 }
 
@@ -847,10 +863,11 @@ impl Injector {
                 };
                 Ok(Some(Step::Fault(fault)))
             }
-            (FaultPlan::Failover { every_ms }, Phase::Idle { next }) => {
-                if now < *next {
+            (FaultPlan::Failover { every_ms, max }, Phase::Idle { next }) => {
+                if now < *next || self.kills >= *max {
                     return Ok(None);
                 }
+                self.kills += 1;
                 let LockSide::Sentinel(group) = &mut *cx.lock else {
                     return Err("Failover needs Sentinel".into());
                 };
@@ -967,6 +984,14 @@ pub fn table(outcomes: &[Outcome]) -> String {
         if o.faults > 0 {
             notes.push(format!("{} faults", o.faults));
         }
+        if let Some(e) = &o.error {
+            let first = e.lines().next().unwrap_or_default();
+            s.push_str(&format!(
+                "| {} | - | harness error | - | {first} |\n",
+                o.title
+            ));
+            continue;
+        }
         let violations = if r.violations.total() == 0 {
             "0".to_string()
         } else {
@@ -988,7 +1013,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
             )
         };
         s.push_str(&format!(
-            "| {} | {} | {} | {} ms | {} ({:.0} s) |\n",
+            "| {} | {} | {} | {} ms | {}; {:.0} s |\n",
             o.title,
             r.operations,
             violations,
