@@ -306,13 +306,21 @@ impl RedlockBackend {
     /// Registers on every node's notices (one registry for all of them).
     pub(crate) async fn register(&self, names: &KeyNames, token: &Token) -> WaitHandle {
         let (handle, _) = WaitHandle::new(&self.waiters, &names.notice, &token.digest());
+        // Subscribe everywhere, but wait only for a majority: a dead node's
+        // subscriber is reconnecting and must not hold the waiter up.
         let per_node = self.node_timeout;
-        join_all(
-            self.nodes
-                .iter()
-                .map(|node| timeout(per_node, node.subscribe(names))),
-        )
-        .await;
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| timeout(per_node, node.subscribe(names)))
+            .collect();
+        let mut done = 0;
+        while pending.next().await.is_some() {
+            done += 1;
+            if done >= self.quorum() {
+                break;
+            }
+        }
         handle
     }
 
