@@ -159,7 +159,7 @@ fn a_sentinel_failover_with_replica_acks_keeps_exclusion_and_tokens() {
 }
 
 #[test]
-#[ignore = "known issue: with 2 of 5 Redlock masters down, every acquire and release waits out the per-node timeout on the dead ones (no early return once a majority answered, no fail-fast for refused connections): throughput drops ~10x and right after the kill no client gets the lock for 1.5-2.5 s (TTL 1 s), which the checker counts as a stall"]
+#[ignore = "known issue: with 2 of 5 Redlock masters down, a contended key can go 2-3 s (TTL 1 s) with nobody getting it until the dead masters are back: waiters never win all 3 live masters (FAULTS.md, scenario 8)"]
 fn redlock_with_a_minority_of_masters_killed_never_stalls_past_a_lease() {
     let o = run("redlock-minority");
     assert_eq!(o.report.violations.stalled, 0, "{}", o.report);
