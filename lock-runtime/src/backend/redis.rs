@@ -322,7 +322,8 @@ impl RedisBackend {
         } else {
             String::new()
         };
-        let answer: redis::Value = RELEASE
+        let mut invocation = RELEASE.prepare_invoke();
+        invocation
             .key(&names.lock)
             .key(&names.fence)
             .key(&names.queue)
@@ -330,10 +331,19 @@ impl RedisBackend {
             .arg(&names.notice)
             .arg(millis(HANDOFF_LEASE))
             .arg(member)
-            .arg(self.publish)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| BackendError::with_source("release failed", e))?;
+            .arg(self.publish);
+        let mut answer = invocation.invoke_async(&mut self.conn.clone()).await;
+        if let Err(e) = &answer
+            && (e.is_io_error() || e.is_connection_dropped())
+            && !e.is_timeout()
+        {
+            // The connection broke before the script was sent (a killed
+            // connection fails its next command): the driver reconnects, and
+            // one more try keeps the key from waiting out its lease.
+            answer = invocation.invoke_async(&mut self.conn.clone()).await;
+        }
+        let answer: redis::Value =
+            answer.map_err(|e| BackendError::with_source("release failed", e))?;
         match answer {
             redis::Value::Array(items) if !items.is_empty() => {
                 // Handed over: if the new owner waits in this process, wake it
