@@ -2,7 +2,7 @@
 //! (and run), and one file per diagnostic with its expected `.stderr`.
 //!
 //! Regenerate the `.stderr` files after a deliberate change with
-//! `TRYBUILD=overwrite cargo test -p tests --test macros_ui`, then read the diff.
+//! `TRYBUILD=overwrite cargo test -p lock-macros --test ui`, then read the diff.
 
 #[test]
 fn attribute_forms_compile_and_diagnostics_point_at_the_mistake() {
