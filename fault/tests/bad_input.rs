@@ -194,12 +194,11 @@ proptest! {
     }
 }
 
-/// The limit of the rule above, pinned down: the runtime does not escape
-/// template values, so a value that may contain the literal text that follows
-/// its placeholder (here `}`) can forge another value's key. Tenant ids must
-/// exclude it (or come from the authenticated principal, not the request).
+/// Template values are escaped (`%`, `:`, `{`, `}`): a tenant value that
+/// contains the literal text following its placeholder (here `}:order:`)
+/// cannot forge another tenant's key.
 #[test]
-fn a_tenant_value_containing_the_closing_brace_could_forge_keys_so_tenant_ids_must_exclude_it() {
+fn a_tenant_value_containing_separators_cannot_forge_another_tenants_key() {
     runtime().block_on(async {
         let client = memory().await;
         let app: Router = Router::new()
@@ -216,10 +215,12 @@ fn a_tenant_value_containing_the_closing_brace_could_forge_keys_so_tenant_ids_mu
             assert_eq!(response.status(), StatusCode::OK);
             keys.push(body_text(response).await);
         }
-        assert_eq!(
+        assert_ne!(
             keys[0], keys[1],
-            "documented in FAULTS.md: ids must not contain `}}`"
+            "one tenant's values spelled another's key"
         );
+        assert_eq!(keys[0], "{tenant:acme}:order:1%7D%3Aorder%3A2");
+        assert_eq!(keys[1], "{tenant:acme%7D%3Aorder%3A1}:order:2");
     });
 }
 

@@ -20,16 +20,13 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
     let args = errors.check(args);
     let key = args
         .as_ref()
-        .and_then(|args| errors.check(key_expr(&args.key, &func.sig)));
+        .and_then(|args| errors.check(key_expr(&args.key, &func.sig, &crate_path(args))));
     let (Some(ret), Some(args), Some(key)) = (ret, args, key) else {
         return Err(errors.into_error());
     };
     let ret_span = ret.span();
 
-    let krate = match &args.krate {
-        Some(path) => quote!(#path),
-        None => quote!(::lock_runtime),
-    };
+    let krate = crate_path(&args);
     // Our locals are invisible to the body (and never shadow its names).
     let client_var = Ident::new("__lock_client", Span::mixed_site());
     let key_var = Ident::new("__lock_key", Span::mixed_site());
@@ -156,9 +153,18 @@ fn result_like(ty: &Type) -> syn::Result<()> {
     }
 }
 
-/// `::std::format!("order:{}", order_id)` for `"order:<order_id>"`, spanned at
-/// the template.
-fn key_expr(lit: &LitStr, sig: &Signature) -> syn::Result<TokenStream> {
+/// The path of the runtime crate: `::lock_runtime`, or `crate = path`.
+fn crate_path(args: &Args) -> TokenStream {
+    match &args.krate {
+        Some(path) => quote!(#path),
+        None => quote!(::lock_runtime),
+    }
+}
+
+/// `::std::format!("order:{}", key_part(&order_id))` for `"order:<order_id>"`,
+/// spanned at the template. `KeyPart` escapes the value (`%`, `:`, `{`, `}`),
+/// so a value can never spell another key's structure.
+fn key_expr(lit: &LitStr, sig: &Signature, krate: &TokenStream) -> syn::Result<TokenStream> {
     let span = lit.span();
     let segments = template::parse(&lit.value()).map_err(|msg| syn::Error::new(span, msg))?;
     let params = Params::of(sig);
@@ -171,7 +177,7 @@ fn key_expr(lit: &LitStr, sig: &Signature) -> syn::Result<TokenStream> {
             Segment::Placeholder { root, fields } => {
                 format.push_str("{}");
                 if let Some(value) = errors.check(params.value(&root, &fields, span)) {
-                    values.push(value);
+                    values.push(quote_spanned!(span=> #krate::__private::key_part(&#value)));
                 }
             }
         }
@@ -355,9 +361,13 @@ mod tests {
     }
 
     fn key(template: &str, signature: &str) -> Result<String, String> {
-        key_expr(&LitStr::new(template, Span::call_site()), &sig(signature))
-            .map(|t| t.to_string())
-            .map_err(|e| e.to_string())
+        key_expr(
+            &LitStr::new(template, Span::call_site()),
+            &sig(signature),
+            &quote!(::lock_runtime),
+        )
+        .map(|t| t.to_string())
+        .map_err(|e| e.to_string())
     }
 
     #[test]

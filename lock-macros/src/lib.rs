@@ -61,7 +61,7 @@ use proc_macro::TokenStream;
 /// # impl From<LockError> for AppError { fn from(e: LockError) -> Self { AppError::Lock(e) } }
 /// async fn pay(order_id: u64, amount: u64) -> Result<u64, AppError> {
 ///     let client = lock_runtime::global_client().ok_or(LockError::NoClient)?;
-///     let key = format!("order:{}", order_id); // before the body moves the arguments
+///     let key = format!("order:{}", lock_runtime::escape_key_part(&order_id.to_string())); // before the body runs
 ///     client
 ///         .lock(key)
 ///         .ttl(Duration::from_secs(30))
@@ -108,12 +108,12 @@ use proc_macro::TokenStream;
 /// contains control characters is refused then, with `LockError::InvalidKey`,
 /// and the body does not run.
 ///
-/// **Values are rendered as-is, not escaped.** If a value can contain the
-/// separators of your template, two different argument lists can render the
-/// same key and share a lock: with `"<tenant>:<order>"`, tenant `"a:b"` order
-/// `"c"` and tenant `"a"` order `"b:c"` both give `"a:b:c"`. Keep tenants apart
-/// by rendering values that cannot contain the separator (numeric ids, UUIDs,
-/// validated slugs) or by a `Display` wrapper of your own that escapes them.
+/// **Values are escaped.** Each value is rendered with `Display`, then `%`,
+/// `:`, `{` and `}` in it become `%25`, `%3A`, `%7B` and `%7D` (as by
+/// `lock_runtime::escape_key_part`), so a value can never write a separator or
+/// close a hash tag: with `"<tenant>:<order>"`, tenant `"a:b"` order `"c"`
+/// renders `"a%3Ab:c"` and tenant `"a"` order `"b:c"` renders `"a:b%3Ac"`, two
+/// different locks. Separate placeholders with literal text.
 ///
 /// # Options
 ///

@@ -118,7 +118,7 @@ pub use context::{LockInfo, current_lock};
 pub use error::{BackendError, LockError};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
-pub use key::{MAX_KEY_LEN, MAX_PREFIX_LEN};
+pub use key::{MAX_KEY_LEN, MAX_PREFIX_LEN, escape_key_part};
 
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]

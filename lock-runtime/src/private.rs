@@ -128,9 +128,38 @@ where
     }
 }
 
+/// A placeholder value in a key, rendered with `Display` and escaped as by
+/// [`crate::escape_key_part`].
+pub struct KeyPart<'a>(&'a dyn std::fmt::Display);
+
+/// Wraps a placeholder value; the bound makes a value that is not `Display` an
+/// error at the key template.
+pub fn key_part<T: std::fmt::Display>(value: &T) -> KeyPart<'_> {
+    KeyPart(value)
+}
+
+impl std::fmt::Display for KeyPart<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        struct Escaping<'a, 'b>(&'a mut std::fmt::Formatter<'b>);
+        impl std::fmt::Write for Escaping<'_, '_> {
+            fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                crate::key::push_escaped(self.0, s);
+                Ok(())
+            }
+        }
+        std::fmt::Write::write_fmt(&mut Escaping(f), format_args!("{}", self.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_parts_are_escaped() {
+        assert_eq!(key_part(&"a:{b}%").to_string(), "a%3A%7Bb%7D%25");
+        assert_eq!(format!("x:{}", key_part(&42)), "x:42");
+    }
 
     #[derive(Debug)]
     enum AppError {

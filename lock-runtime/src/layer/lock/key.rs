@@ -143,7 +143,9 @@ impl KeySource {
                                 .as_ref()
                                 .and_then(|p| p.iter().find(|(k, _)| k == name).map(|(_, v)| v));
                             match value {
-                                Some(v) => key.push_str(v),
+                                // Escaped: a path value cannot spell a separator
+                                // or a hash tag of another resource's key.
+                                Some(v) => crate::key::push_escaped(&mut key, v),
                                 None => {
                                     return Err(KeyError::Request(format!(
                                         "the route has no path parameter `{name}` for the lock key"
