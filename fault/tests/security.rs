@@ -173,11 +173,12 @@ async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
         .arg(2000)
         .arg("")
         .arg("PUBLISH")
+        .arg("0")
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!(released, redis::Value::Int(0));
-    let taken: Vec<i64> = script("acquire")
+    let taken: i64 = script("acquire")
         .key("lock:L{k}")
         .key("lock:F{k}")
         .key("lock:Q{k}")
@@ -187,7 +188,7 @@ async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(taken[0], 0, "a forged token took the lock");
+    assert!(taken <= 0, "a forged token took the lock: {taken}");
     assert_eq!(server.cli(&["GET", "lock:L{k}"]).unwrap(), owner);
     let after: i64 = server.cli(&["PTTL", "lock:L{k}"]).unwrap().parse().unwrap();
     assert!(after <= before && after > 0, "{before} -> {after}");

@@ -2,22 +2,25 @@
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] waiter queue (one hash slot)
 -- ARGV[1] owner token (128 random bits, hex), ARGV[2] lease in milliseconds,
 -- ARGV[3] how long the caller will wait, in milliseconds ('0': try once, do not queue)
--- Returns {1, fencing_token} when acquired (also when the lock was handed over
---         to this token, or an earlier attempt's reply was lost),
---         {0, remaining_lease_ms} when held by another owner.
-local owner = redis.call('GET', KEYS[1])
-local member = ARGV[1] .. ':' .. ARGV[2]
-if not owner then
-  local fence = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+-- Returns the fencing token (> 0) when acquired (also when the lock was handed
+-- over to this token, or an earlier attempt's reply was lost), or
+-- -remaining_lease_ms (<= 0) when held by another owner.
+-- The lock's value is its owner's token, followed by '+' once somebody may be
+-- queued behind it: only then does a release look at the queue.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] ~= '0' then
-    redis.call('LREM', KEYS[3], 1, member)
+    redis.call('LREM', KEYS[3], 1, ARGV[1] .. ':' .. ARGV[2])
   end
-  return {1, fence}
+  return redis.call('INCR', KEYS[2])
 end
-if owner == ARGV[1] then
+local owner = redis.call('GET', KEYS[1])
+if owner == ARGV[1] or owner == ARGV[1] .. '+' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  local fence = redis.call('GET', KEYS[2])
+  if fence then
+    return tonumber(fence)
+  end
+  return redis.call('INCR', KEYS[2])
 end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then
@@ -25,8 +28,12 @@ if ttl < 0 then
   ttl = tonumber(ARGV[2])
 end
 if ARGV[3] ~= '0' then
+  local member = ARGV[1] .. ':' .. ARGV[2]
   if not redis.call('LPOS', KEYS[3], member) then
     redis.call('RPUSH', KEYS[3], member)
+  end
+  if string.sub(owner, -1) ~= '+' then
+    redis.call('SET', KEYS[1], owner .. '+', 'KEEPTTL')
   end
   -- The queue outlives the longest wait in it plus one lease, then goes.
   local keep = tonumber(ARGV[3]) + tonumber(ARGV[2])
@@ -34,4 +41,4 @@ if ARGV[3] ~= '0' then
     redis.call('PEXPIRE', KEYS[3], keep)
   end
 end
-return {0, ttl}
+return -ttl

@@ -1,7 +1,9 @@
 -- Extend a lease we hold.
 -- KEYS[1] lock key; ARGV[1] owner token, ARGV[2] lease in milliseconds
 -- Returns 1 when re-armed, 0 when the key is absent or held by another owner.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- (The value may carry a '+': somebody queued; see acquire.lua.)
+local owner = redis.call('GET', KEYS[1])
+if owner == ARGV[1] or owner == ARGV[1] .. '+' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end

@@ -2,30 +2,44 @@
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] waiter queue (one hash slot)
 -- ARGV[1] owner token, ARGV[2] notice channel, ARGV[3] hand-over lease cap (ms),
 -- ARGV[4] our own queue entry to drop first ('' when we never queued),
--- ARGV[5] 'PUBLISH', or 'SPUBLISH' on a cluster (chosen by the library)
+-- ARGV[5] 'PUBLISH', or 'SPUBLISH' on a cluster (chosen by the library),
+-- ARGV[6] '1' to announce a release that hands over to nobody (Redlock,
+-- whose waiters do not queue), '0' when every waiter queues
 -- Returns 0 when the key is absent or held by another owner; when released,
--- {1, sha1hex(new_owner_token), fencing} after a hand-over, else {1}.
+-- {1, sha1hex(new_owner_token), fencing} after a hand-over, else 1.
 -- Notice payload: '<sha1hex(token)>:<fencing>' naming the new owner without
 -- revealing its token, or '' (free).
+-- A value without the '+' mark (see acquire.lua) means nobody queued behind
+-- this owner, so the queue is not even looked at.
 if ARGV[4] ~= '' then
   redis.call('LREM', KEYS[3], 1, ARGV[4])
 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
+local owner = redis.call('GET', KEYS[1])
+local queued = false
+if owner ~= ARGV[1] then
+  if owner ~= ARGV[1] .. '+' then
+    return 0
+  end
+  queued = true
 end
 redis.call('DEL', KEYS[1])
-local entry = redis.call('LPOP', KEYS[3])
-if entry then
-  local sep = string.find(entry, ':', 1, true)
-  local token = string.sub(entry, 1, sep - 1)
-  local lease = math.min(tonumber(string.sub(entry, sep + 1)), tonumber(ARGV[3]))
-  local fence = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[1], token, 'PX', lease)
-  -- pcall: a notice refused by an ACL must not undo the release; waiters
-  -- then wake at their lease timers instead.
-  local id = redis.sha1hex(token)
-  redis.pcall(ARGV[5], ARGV[2], id .. ':' .. fence)
-  return {1, id, fence}
+if queued then
+  local entry = redis.call('LPOP', KEYS[3])
+  if entry then
+    local sep = string.find(entry, ':', 1, true)
+    local token = string.sub(entry, 1, sep - 1)
+    local lease = math.min(tonumber(string.sub(entry, sep + 1)), tonumber(ARGV[3]))
+    local fence = redis.call('INCR', KEYS[2])
+    -- Marked: more waiters may stand behind the new owner.
+    redis.call('SET', KEYS[1], token .. '+', 'PX', lease)
+    -- pcall: a notice refused by an ACL must not undo the release; waiters
+    -- then wake at their lease timers instead.
+    local id = redis.sha1hex(token)
+    redis.pcall(ARGV[5], ARGV[2], id .. ':' .. fence)
+    return {1, id, fence}
+  end
 end
-redis.pcall(ARGV[5], ARGV[2], '')
-return {1}
+if ARGV[6] == '1' then
+  redis.pcall(ARGV[5], ARGV[2], '')
+end
+return 1

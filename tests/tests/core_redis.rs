@@ -154,6 +154,59 @@ async fn a_lock_is_a_key_with_a_lease_and_a_fresh_128_bit_token_beside_its_fenci
     guard.release().await.unwrap();
 }
 
+/// The hot path stays cheap: with nobody queued, a release neither looks at
+/// the queue nor publishes; a waiter that queues marks the holder's value
+/// (`token+`), and only then does the release pop the queue and hand over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_touches_the_queue_and_publishes_only_when_somebody_queued() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..20 {
+        client
+            .lock("calm")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    assert_eq!(calls(&server, "evalsha"), 40);
+    for command in ["lpop", "lpos", "rpush", "publish"] {
+        assert_eq!(
+            calls(&server, command),
+            0,
+            "{command} on an uncontended key"
+        );
+    }
+
+    let holder = client.lock("busy").ttl(secs(10)).acquire().await.unwrap();
+    let token = server.cli(&["GET", "lock:L{busy}"]);
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let guard = client.lock("busy").wait(secs(5)).acquire().await.unwrap();
+            let fencing = guard.fencing_token();
+            guard.release().await.unwrap();
+            fencing
+        })
+    };
+    eventually(secs(5), "the waiter queued", || {
+        last_number(&server.cli(&["LLEN", "lock:Q{busy}"])) == 1
+    })
+    .await;
+    assert_eq!(server.cli(&["GET", "lock:L{busy}"]), format!("{token}+"));
+    let pttl = last_number(&server.cli(&["PTTL", "lock:L{busy}"]));
+    assert!(pttl > 9_000, "marking kept the lease: PTTL {pttl}");
+    holder.release().await.unwrap();
+    assert_eq!(within(secs(5), "the waiter", waiter).await.unwrap(), 2);
+    // The holder's release pops the waiter; a hand-over always marks the new
+    // owner (more may stand behind it), so its release looks once more.
+    assert_eq!(calls(&server, "lpop"), 2);
+    assert_eq!(calls(&server, "publish"), 1, "one notice: the hand-over");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_are_loaded_again_when_the_server_forgets_them() {
     let server = RedisServer::start();

@@ -81,7 +81,7 @@ impl MemoryBackend {
                     queue.entries.clear();
                 }
                 if !queue.entries.iter().any(|(t, _)| t == token) {
-                    queue.entries.push_back((token.clone(), ttl));
+                    queue.entries.push_back((*token, ttl));
                 }
                 queue.expires = queue.expires.max(now + wait + ttl);
             }
@@ -92,7 +92,7 @@ impl MemoryBackend {
         {
             queue.entries.retain(|(t, _)| t != token);
         }
-        let fencing = grant(&mut state, names, token.clone(), ttl, now);
+        let fencing = grant(&mut state, names, *token, ttl, now);
         AcquireOutcome::Acquired { fencing }
     }
 
@@ -132,7 +132,7 @@ impl MemoryBackend {
             .and_then(|queue| queue.entries.pop_front());
         match next {
             Some((next, ttl)) => {
-                let fencing = grant(&mut state, names, next.clone(), ttl.min(HANDOFF_LEASE), now);
+                let fencing = grant(&mut state, names, next, ttl.min(HANDOFF_LEASE), now);
                 drop(state);
                 self.waiters.grant(&names.notice, &next.digest(), fencing);
             }

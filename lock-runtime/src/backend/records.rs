@@ -227,9 +227,7 @@ impl MemoryRecords {
                 records.insert(
                     name.to_owned(),
                     Record {
-                        state: State::Run {
-                            owner: token.clone(),
-                        },
+                        state: State::Run { owner: *token },
                         fingerprint: fingerprint.to_owned(),
                         expires: now + lease,
                     },

@@ -66,6 +66,9 @@ pub(crate) struct RedisBackend {
     notices: Notices,
     /// `PUBLISH`, or `SPUBLISH` on a cluster.
     publish: &'static str,
+    /// Announce a release that hands over to nobody (Redlock, whose waiters
+    /// do not queue); otherwise only hand-overs are published.
+    announce_free: bool,
     replica_acks: Option<(u32, Duration)>,
 }
 
@@ -111,24 +114,31 @@ async fn load_scripts(conn: &mut Conn) -> Result<(), LockError> {
 impl RedisBackend {
     /// One server.
     pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<Self, LockError> {
-        Self::connect_shared(url, options, Arc::new(Registry::default())).await
+        Self::node(url, options, Arc::new(Registry::default()), false).await
     }
 
-    /// One server whose waiters live in `waiters` (shared by Redlock's nodes).
-    pub(crate) async fn connect_shared(
+    /// One Redlock node, whose waiters live in `waiters` (shared by the
+    /// nodes). Its waiters do not queue, so every release is announced.
+    pub(crate) async fn redlock_node(
         url: &str,
         options: &RedisOptions,
         waiters: Arc<Registry>,
     ) -> Result<Self, LockError> {
+        Self::node(url, options, waiters, true).await
+    }
+
+    async fn node(
+        url: &str,
+        options: &RedisOptions,
+        waiters: Arc<Registry>,
+        announce_free: bool,
+    ) -> Result<Self, LockError> {
         let client = open_client(url)?;
         let mut conn = Conn::Single(connect_manager(client.clone(), options).await?);
         load_scripts(&mut conn).await?;
-        Ok(Self::with_pubsub(
-            conn,
-            Source::Fixed(Box::new(client)),
-            options,
-            waiters,
-        ))
+        let mut node = Self::with_pubsub(conn, Source::Fixed(Box::new(client)), options, waiters);
+        node.announce_free = announce_free;
+        Ok(node)
     }
 
     /// The master of the Sentinel group `master`.
@@ -205,6 +215,7 @@ impl RedisBackend {
             waiters,
             notices: Notices::Cluster(cluster),
             publish: "SPUBLISH",
+            announce_free: false,
             replica_acks: None,
         })
     }
@@ -222,6 +233,7 @@ impl RedisBackend {
             waiters,
             notices: Notices::PubSub(tx),
             publish: "PUBLISH",
+            announce_free: false,
             replica_acks: options.replica_acks,
         }
     }
@@ -263,31 +275,31 @@ impl RedisBackend {
         wait: Duration,
     ) -> Result<AcquireOutcome, LockError> {
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
-        let (acquired, value): (i64, i64) = ACQUIRE
-            .key(&names.lock)
-            .key(&names.fence)
-            .key(&names.queue)
+        // > 0: ours, with this fencing token; <= 0: busy for -answer ms.
+        let mut cmd = evalsha(&ACQUIRE, 3);
+        cmd.arg(&names.lock)
+            .arg(&names.fence)
+            .arg(&names.queue)
             .arg(token.as_str())
             .arg(millis(ttl))
-            .arg(wait_ms)
-            .invoke_async(&mut self.conn.clone())
+            .arg(wait_ms);
+        let answer: i64 = run_script(&mut self.conn.clone(), &ACQUIRE, &cmd)
             .await
             .map_err(|e| BackendError::with_source("acquire failed", e))?;
-        let value = u64::try_from(value).unwrap_or(0);
-        if acquired == 1
-            && self.replica_acks.is_some()
+        if answer <= 0 {
+            return Ok(AcquireOutcome::Busy {
+                remaining: Duration::from_millis(answer.unsigned_abs()),
+            });
+        }
+        if self.replica_acks.is_some()
             && let Err(e) = self.replicated().await
         {
             // Not durable enough: give it back before saying no.
             let _ = self.release(names, token, ttl, !wait.is_zero()).await;
             return Err(e);
         }
-        Ok(if acquired == 1 {
-            AcquireOutcome::Acquired { fencing: value }
-        } else {
-            AcquireOutcome::Busy {
-                remaining: Duration::from_millis(value),
-            }
+        Ok(AcquireOutcome::Acquired {
+            fencing: answer.unsigned_abs(),
         })
     }
 
@@ -297,11 +309,9 @@ impl RedisBackend {
         token: &Token,
         ttl: Duration,
     ) -> Result<bool, LockError> {
-        let extended: i64 = EXTEND
-            .key(&names.lock)
-            .arg(token.as_str())
-            .arg(millis(ttl))
-            .invoke_async(&mut self.conn.clone())
+        let mut cmd = evalsha(&EXTEND, 1);
+        cmd.arg(&names.lock).arg(token.as_str()).arg(millis(ttl));
+        let extended: i64 = run_script(&mut self.conn.clone(), &EXTEND, &cmd)
             .await
             .map_err(|e| BackendError::with_source("extend failed", e))?;
         if extended == 1 {
@@ -322,17 +332,17 @@ impl RedisBackend {
         } else {
             String::new()
         };
-        let mut invocation = RELEASE.prepare_invoke();
-        invocation
-            .key(&names.lock)
-            .key(&names.fence)
-            .key(&names.queue)
+        let mut cmd = evalsha(&RELEASE, 3);
+        cmd.arg(&names.lock)
+            .arg(&names.fence)
+            .arg(&names.queue)
             .arg(token.as_str())
             .arg(&names.notice)
             .arg(millis(HANDOFF_LEASE))
             .arg(member)
-            .arg(self.publish);
-        let mut answer = invocation.invoke_async(&mut self.conn.clone()).await;
+            .arg(self.publish)
+            .arg(if self.announce_free { "1" } else { "0" });
+        let mut answer = run_script(&mut self.conn.clone(), &RELEASE, &cmd).await;
         if let Err(e) = &answer
             && (e.is_io_error() || e.is_connection_dropped())
             && !e.is_timeout()
@@ -340,11 +350,12 @@ impl RedisBackend {
             // The connection broke before the script was sent (a killed
             // connection fails its next command): the driver reconnects, and
             // one more try keeps the key from waiting out its lease.
-            answer = invocation.invoke_async(&mut self.conn.clone()).await;
+            answer = run_script(&mut self.conn.clone(), &RELEASE, &cmd).await;
         }
         let answer: redis::Value =
             answer.map_err(|e| BackendError::with_source("release failed", e))?;
         match answer {
+            redis::Value::Int(1) => Ok(true),
             redis::Value::Array(items) if !items.is_empty() => {
                 // Handed over: if the new owner waits in this process, wake it
                 // now instead of after the notice's trip through pub/sub.
@@ -397,15 +408,14 @@ impl RedisBackend {
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
     ) -> Result<Vec<bool>, LockError> {
-        let mut invocation = EXTEND_MANY.prepare_invoke();
-        for (names, token, ttl) in leases {
-            invocation
-                .key(&names.lock)
-                .arg(token.as_str())
-                .arg(millis(*ttl));
+        let mut cmd = evalsha(&EXTEND_MANY, leases.len());
+        for (names, ..) in leases {
+            cmd.arg(&names.lock);
         }
-        let extended: Vec<i64> = invocation
-            .invoke_async(&mut self.conn.clone())
+        for (_, token, ttl) in leases {
+            cmd.arg(token.as_str()).arg(millis(*ttl));
+        }
+        let extended: Vec<i64> = run_script(&mut self.conn.clone(), &EXTEND_MANY, &cmd)
             .await
             .map_err(|e| BackendError::with_source("batched extend failed", e))?;
         if extended.len() != leases.len() {
@@ -478,6 +488,31 @@ impl RedisBackend {
                 }
             }
         }
+    }
+}
+
+/// `EVALSHA` of `script` with `keys` keys; the caller appends the keys, then
+/// the arguments. Built as one command: the driver's `ScriptInvocation` would
+/// copy every argument twice on each call, and these calls are the hot path.
+fn evalsha(script: &redis::Script, keys: usize) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// Runs an [`evalsha`] command; if the server lost the script (a restart or a
+/// failover), loads it and tries once more.
+async fn run_script<T: redis::FromRedisValue>(
+    conn: &mut Conn,
+    script: &redis::Script,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        answer => answer,
     }
 }
 

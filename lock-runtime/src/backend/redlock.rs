@@ -67,7 +67,7 @@ impl RedlockBackend {
         let waiters = Arc::new(Registry::default());
         let connected = join_all(
             urls.iter()
-                .map(|url| RedisBackend::connect_shared(url, options, waiters.clone())),
+                .map(|url| RedisBackend::redlock_node(url, options, waiters.clone())),
         )
         .await;
         let mut nodes = Vec::with_capacity(urls.len());
@@ -262,7 +262,7 @@ impl RedlockBackend {
             .nodes
             .iter()
             .map(|node| {
-                let (node, names, token) = (node.clone(), names.clone(), token.clone());
+                let (node, names, token) = (node.clone(), names.clone(), *token);
                 tokio::spawn(async move {
                     timeout(per_node, node.release(&names, &token, ttl, false)).await
                 })

@@ -396,7 +396,7 @@ impl Running {
         tokio::spawn(renew(
             client.clone(),
             record.clone(),
-            token.clone(),
+            token,
             lease,
             stop.clone(),
         ));
@@ -471,7 +471,7 @@ impl Drop for Running {
             Running::settle_in_background(
                 self.client.clone(),
                 std::mem::take(&mut self.record),
-                self.token.clone(),
+                self.token,
                 true,
             );
         }
