@@ -1,14 +1,15 @@
 -- Acquire a lock, or join its queue of waiters.
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] waiter queue (one hash slot)
 -- ARGV[1] owner token (128 random bits, hex), ARGV[2] lease in milliseconds,
--- ARGV[3] how long the caller will wait, in milliseconds ('0': try once, do not queue)
+-- ARGV[3] how long the caller will wait, in milliseconds ('0': try once, do not queue),
+-- ARGV[4] '1' when an earlier attempt of this token may have queued it
 -- Returns the fencing token (> 0) when acquired (also when the lock was handed
 -- over to this token, or an earlier attempt's reply was lost), or
 -- -remaining_lease_ms (<= 0) when held by another owner.
 -- The lock's value is its owner's token, followed by '+' once somebody may be
 -- queued behind it: only then does a release look at the queue.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[3] ~= '0' then
+  if ARGV[4] == '1' then
     redis.call('LREM', KEYS[3], 1, ARGV[1] .. ':' .. ARGV[2])
   end
   return redis.call('INCR', KEYS[2])

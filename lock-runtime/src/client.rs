@@ -476,6 +476,8 @@ impl LockRequest {
         // to us happened after it.
         let mut last_busy = started;
         let mut retries = 0u32;
+        // Only an attempt after the first can find itself already queued.
+        let mut maybe_queued = false;
         loop {
             let names = attempt.names.as_ref().expect("set until the end");
             let sent = Instant::now();
@@ -486,9 +488,10 @@ impl LockRequest {
                     .saturating_duration_since(sent)
                     .max(Duration::from_millis(1))
             };
+            let queued_before = std::mem::replace(&mut maybe_queued, !wait.is_zero());
             let remaining = match inner
                 .backend
-                .acquire(names, &attempt.token, ttl, wait)
+                .acquire(names, &attempt.token, ttl, wait, queued_before)
                 .await
             {
                 Ok(AcquireOutcome::Acquired { fencing }) => {

@@ -48,15 +48,18 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
+    /// One attempt; `maybe_queued` when an earlier attempt with a wait may
+    /// have queued `token`.
     pub(crate) async fn acquire(
         &self,
         names: &KeyNames,
         token: &Token,
         ttl: Duration,
         wait: Duration,
+        maybe_queued: bool,
     ) -> Result<AcquireOutcome, LockError> {
         match self {
-            Backend::Redis(b) => b.acquire(names, token, ttl, wait).await,
+            Backend::Redis(b) => b.acquire(names, token, ttl, wait, maybe_queued).await,
             Backend::Redlock(b) => b.acquire(names, token, ttl).await,
             Backend::Memory(b) => Ok(b.acquire(names, token, ttl, wait)),
         }

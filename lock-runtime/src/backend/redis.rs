@@ -267,12 +267,15 @@ impl RedisBackend {
         self.replica_acks.is_some()
     }
 
+    /// One attempt; `maybe_queued` when an earlier attempt may have queued
+    /// `token` (the entry then goes if this one takes the lock).
     pub(crate) async fn acquire(
         &self,
         names: &KeyNames,
         token: &Token,
         ttl: Duration,
         wait: Duration,
+        maybe_queued: bool,
     ) -> Result<AcquireOutcome, LockError> {
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
         // > 0: ours, with this fencing token; <= 0: busy for -answer ms.
@@ -282,7 +285,8 @@ impl RedisBackend {
             .arg(&names.queue)
             .arg(token.as_str())
             .arg(millis(ttl))
-            .arg(wait_ms);
+            .arg(wait_ms)
+            .arg(if maybe_queued { "1" } else { "0" });
         let answer: i64 = run_script(&mut self.conn.clone(), &ACQUIRE, &cmd)
             .await
             .map_err(|e| BackendError::with_source("acquire failed", e))?;

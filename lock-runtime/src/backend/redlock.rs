@@ -110,8 +110,11 @@ impl RedlockBackend {
             .iter()
             .enumerate()
             .map(|(i, node)| async move {
-                let answer =
-                    timeout(per_node, node.acquire(names, token, ttl, Duration::ZERO)).await;
+                let answer = timeout(
+                    per_node,
+                    node.acquire(names, token, ttl, Duration::ZERO, false),
+                )
+                .await;
                 (i, answer)
             })
             .collect();
