@@ -359,9 +359,18 @@ pub fn check(run: &RunData) -> Report {
 
     // The store.
     let mut claimed: HashMap<(String, u64), (u32, u64)> = HashMap::new();
+    // Writes whose answer never arrived (an error, say a response timeout
+    // right after a SIGCONT): the store may have applied them.
+    let mut unanswered: HashSet<(u32, u64)> = HashSet::new();
     for o in &ops {
-        if let Some((WriteOutcome::Accepted, seq, _)) = o.write {
-            claimed.insert((o.key.clone(), seq), (o.worker, o.op));
+        match o.write {
+            Some((WriteOutcome::Accepted, seq, _)) => {
+                claimed.insert((o.key.clone(), seq), (o.worker, o.op));
+            }
+            Some((WriteOutcome::Error, ..)) => {
+                unanswered.insert((o.worker, o.op));
+            }
+            _ => {}
         }
     }
     for (key, record) in &run.records {
@@ -420,8 +429,10 @@ pub fn check(run: &RunData) -> Report {
                         ),
                     );
                 }
-                // A worker killed before it logged the answer.
-                None if killed.contains_key(&w.worker) => {}
+                // A worker killed before it logged the answer, or one whose
+                // answer was lost.
+                None if killed.contains_key(&w.worker)
+                    || unanswered.contains(&(w.worker, w.op)) => {}
                 None => {
                     r.violations.log_mismatches += 1;
                     note(

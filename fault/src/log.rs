@@ -66,7 +66,8 @@ pub enum WriteOutcome {
     Accepted,
     /// Rejected: a higher fencing token was seen before.
     Rejected,
-    /// The store did not answer (never expected: the store is not faulted).
+    /// The store did not answer (the store is not faulted, but a worker
+    /// stopped mid-write can time out on a reply that already arrived).
     Error,
 }
 

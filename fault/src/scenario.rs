@@ -730,11 +730,14 @@ impl Injector {
                     return Ok(None);
                 }
                 let victim = &cx.running[*index];
+                // Read the clock before the signal: the victim may run, and
+                // even finish its write, before this thread runs again.
+                let end = cx.clock.now();
                 server::signal(victim.child.id(), "CONT")?;
                 let fault = Fault::StopWorker {
                     worker: victim.id,
                     start: *t,
-                    end: cx.clock.now(),
+                    end,
                 };
                 self.phase = Phase::Idle {
                     next: now + Duration::from_millis(300),

@@ -8,13 +8,14 @@
 -- -remaining_lease_ms (<= 0) when held by another owner.
 -- The lock's value is its owner's token, followed by '+' once somebody may be
 -- queued behind it: only then does a release look at the queue.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local owner = redis.call('GET', KEYS[1])
+if not owner then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if ARGV[4] == '1' then
     redis.call('LREM', KEYS[3], 1, ARGV[1] .. ':' .. ARGV[2])
   end
   return redis.call('INCR', KEYS[2])
 end
-local owner = redis.call('GET', KEYS[1])
 if owner == ARGV[1] or owner == ARGV[1] .. '+' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local fence = redis.call('GET', KEYS[2])

@@ -482,6 +482,32 @@ pub(crate) async fn handoff_raw(
     Ok(out)
 }
 
+/// The floor under any hand-over on this machine: one raw compare-and-delete
+/// round trip, sent after the same idle pause as a handoff's release (a
+/// sleeping core takes a while to wake). In us.
+pub(crate) async fn idle_round_trip(
+    raw: &Raw,
+    name: &str,
+    samples: usize,
+) -> Result<Vec<f64>, String> {
+    let key = raw.key(name);
+    let mut raw = raw.clone();
+    let mut out = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let v = value(3, i as u64);
+        if !raw.try_set(&key, &v).await? {
+            return Err("idle round trip: the key was unexpectedly held".into());
+        }
+        tokio::time::sleep(WAITER_HEAD_START).await;
+        let started = Instant::now();
+        if !raw.release(&key, &v).await? {
+            return Err("idle round trip: not ours at release".into());
+        }
+        out.push(us(started.elapsed()));
+    }
+    Ok(out)
+}
+
 /// What holding many locks under the watchdog cost.
 #[derive(Debug)]
 pub(crate) struct HeldRun {

@@ -189,13 +189,14 @@ const M3_WAIT: usize = 3;
 const M4_GRANTS: usize = 4;
 const M4_FAIR: usize = 5;
 const M5: usize = 6;
-const M6: usize = 7;
-const M7: usize = 8;
-const M7_CPU: usize = 9;
-const M7_SAFE: usize = 10;
-const M8: usize = 11;
-const M8_RSS_REDIS: usize = 12;
-const M8_RSS_MEMORY: usize = 13;
+const M5_FLOOR: usize = 7;
+const M6: usize = 8;
+const M7: usize = 9;
+const M7_CPU: usize = 10;
+const M7_SAFE: usize = 11;
+const M8: usize = 12;
+const M8_RSS_REDIS: usize = 13;
+const M8_RSS_MEMORY: usize = 14;
 
 fn definitions(plan: &Plan) -> Vec<Metric> {
     let _ = plan;
@@ -248,6 +249,13 @@ fn definitions(plan: &Plan) -> Vec<Metric> {
             Unit::Micros,
             "raw DEL+PUBLISH -> SET NX",
             Target::AtMost(150.0),
+        ),
+        Metric::new(
+            "5",
+            "floor: one raw round trip after the same 3 ms idle: p50",
+            Unit::Micros,
+            "",
+            Target::Info,
         ),
         Metric::new(
             "6",
@@ -532,6 +540,9 @@ async fn measure(
             .await?;
             metrics[M5].values.push(p50(&l.concat()));
             metrics[M5].baselines.push(p50(&r.concat()));
+            // Any hand-over needs the release's round trip, started from idle.
+            let floor = rows::idle_round_trip(&raw, "floor", n).await?;
+            metrics[M5_FLOOR].values.push(p50(&floor));
         }
         if opts.wants('2') {
             eprint!(" 2");

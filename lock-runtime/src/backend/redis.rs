@@ -60,8 +60,16 @@ impl Source {
     }
 }
 
+/// Command connections to one server (`.redis(..)`, Redlock nodes). Two
+/// multiplexed connections keep the server and the client busy at once:
+/// while the server runs one connection's batch of scripts, the client reads
+/// the other's replies and writes its next batch.
+const CONNECTIONS: usize = 2;
+
 pub(crate) struct RedisBackend {
-    conn: Conn,
+    /// One or [`CONNECTIONS`] handles; a key always uses the same one, so
+    /// one key's commands stay in order and `WAIT` follows its writes.
+    conns: Vec<Conn>,
     waiters: Arc<Registry>,
     notices: Notices,
     /// `PUBLISH`, or `SPUBLISH` on a cluster.
@@ -134,9 +142,15 @@ impl RedisBackend {
         announce_free: bool,
     ) -> Result<Self, LockError> {
         let client = open_client(url)?;
-        let mut conn = Conn::Single(connect_manager(client.clone(), options).await?);
-        load_scripts(&mut conn).await?;
-        let mut node = Self::with_pubsub(conn, Source::Fixed(Box::new(client)), options, waiters);
+        let mut conns = Vec::with_capacity(CONNECTIONS);
+        for _ in 0..CONNECTIONS {
+            conns.push(Conn::Single(
+                connect_manager(client.clone(), options).await?,
+            ));
+        }
+        // The script cache is per server: loading through one connection does.
+        load_scripts(&mut conns[0]).await?;
+        let mut node = Self::with_pubsub(conns, Source::Fixed(Box::new(client)), options, waiters);
         node.announce_free = announce_free;
         Ok(node)
     }
@@ -160,7 +174,7 @@ impl RedisBackend {
         let mut conn = Conn::Sentinel(sentinel.clone());
         load_scripts(&mut conn).await?;
         Ok(Self::with_pubsub(
-            conn,
+            vec![conn],
             Source::Sentinel(sentinel),
             options,
             Arc::new(Registry::default()),
@@ -211,7 +225,7 @@ impl RedisBackend {
         ));
         // Scripts are loaded on each node by EVALSHA's fallback on first use.
         Ok(Self {
-            conn: Conn::Cluster(cluster.clone()),
+            conns: vec![Conn::Cluster(cluster.clone())],
             waiters,
             notices: Notices::Cluster(cluster),
             publish: "SPUBLISH",
@@ -221,7 +235,7 @@ impl RedisBackend {
     }
 
     fn with_pubsub(
-        conn: Conn,
+        conns: Vec<Conn>,
         source: Source,
         options: &RedisOptions,
         waiters: Arc<Registry>,
@@ -229,7 +243,7 @@ impl RedisBackend {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(notifier(source, options.clone(), waiters.clone(), rx));
         Self {
-            conn,
+            conns,
             waiters,
             notices: Notices::PubSub(tx),
             publish: "PUBLISH",
@@ -238,16 +252,26 @@ impl RedisBackend {
         }
     }
 
-    /// Waits for `n` replicas to acknowledge this connection's writes.
-    /// `Ok(())` when they did (or none are asked for).
-    async fn replicated(&self) -> Result<(), LockError> {
+    /// The connection for `names`' commands.
+    fn conn(&self, names: &KeyNames) -> Conn {
+        let i = match self.conns.len() {
+            1 => 0,
+            n => usize::from(crate::key::slot(&names.lock)) % n,
+        };
+        self.conns[i].clone()
+    }
+
+    /// Waits for `n` replicas to acknowledge the writes made through `conn`
+    /// (`WAIT` counts per connection). `Ok(())` when they did (or none are
+    /// asked for).
+    async fn replicated(&self, conn: &mut Conn) -> Result<(), LockError> {
         let Some((wanted, timeout)) = self.replica_acks else {
             return Ok(());
         };
         let acked: i64 = redis::cmd("WAIT")
             .arg(wanted)
             .arg(millis(timeout))
-            .query_async(&mut self.conn.clone())
+            .query_async(conn)
             .await
             .map_err(|e| {
                 BackendError::with_source("WAIT for replica acknowledgements failed", e)
@@ -287,7 +311,8 @@ impl RedisBackend {
             .arg(millis(ttl))
             .arg(wait_ms)
             .arg(if maybe_queued { "1" } else { "0" });
-        let answer: i64 = run_script(&mut self.conn.clone(), &ACQUIRE, &cmd)
+        let mut conn = self.conn(names);
+        let answer: i64 = run_script(&mut conn, &ACQUIRE, &cmd)
             .await
             .map_err(|e| BackendError::with_source("acquire failed", e))?;
         if answer <= 0 {
@@ -296,7 +321,7 @@ impl RedisBackend {
             });
         }
         if self.replica_acks.is_some()
-            && let Err(e) = self.replicated().await
+            && let Err(e) = self.replicated(&mut conn).await
         {
             // Not durable enough: give it back before saying no.
             let _ = self.release(names, token, ttl, !wait.is_zero()).await;
@@ -315,11 +340,12 @@ impl RedisBackend {
     ) -> Result<bool, LockError> {
         let mut cmd = evalsha(&EXTEND, 1);
         cmd.arg(&names.lock).arg(token.as_str()).arg(millis(ttl));
-        let extended: i64 = run_script(&mut self.conn.clone(), &EXTEND, &cmd)
+        let mut conn = self.conn(names);
+        let extended: i64 = run_script(&mut conn, &EXTEND, &cmd)
             .await
             .map_err(|e| BackendError::with_source("extend failed", e))?;
         if extended == 1 {
-            self.replicated().await?;
+            self.replicated(&mut conn).await?;
         }
         Ok(extended == 1)
     }
@@ -346,7 +372,8 @@ impl RedisBackend {
             .arg(member)
             .arg(self.publish)
             .arg(if self.announce_free { "1" } else { "0" });
-        let mut answer = run_script(&mut self.conn.clone(), &RELEASE, &cmd).await;
+        let mut conn = self.conn(names);
+        let mut answer = run_script(&mut conn, &RELEASE, &cmd).await;
         if let Err(e) = &answer
             && (e.is_io_error() || e.is_connection_dropped())
             && !e.is_timeout()
@@ -354,7 +381,7 @@ impl RedisBackend {
             // The connection broke before the script was sent (a killed
             // connection fails its next command): the driver reconnects, and
             // one more try keeps the key from waiting out its lease.
-            answer = run_script(&mut self.conn.clone(), &RELEASE, &cmd).await;
+            answer = run_script(&mut conn, &RELEASE, &cmd).await;
         }
         let answer: redis::Value =
             answer.map_err(|e| BackendError::with_source("release failed", e))?;
@@ -383,7 +410,7 @@ impl RedisBackend {
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
     ) -> Result<Vec<bool>, LockError> {
-        if !matches!(self.conn, Conn::Cluster(_)) {
+        if !matches!(self.conns[0], Conn::Cluster(_)) {
             return self.extend_batch(leases).await;
         }
         // A cluster runs a script only on keys of one slot: one call per slot.
@@ -412,6 +439,9 @@ impl RedisBackend {
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
     ) -> Result<Vec<bool>, LockError> {
+        let Some((first, ..)) = leases.first() else {
+            return Ok(Vec::new());
+        };
         let mut cmd = evalsha(&EXTEND_MANY, leases.len());
         for (names, ..) in leases {
             cmd.arg(&names.lock);
@@ -419,7 +449,8 @@ impl RedisBackend {
         for (_, token, ttl) in leases {
             cmd.arg(token.as_str()).arg(millis(*ttl));
         }
-        let extended: Vec<i64> = run_script(&mut self.conn.clone(), &EXTEND_MANY, &cmd)
+        let mut conn = self.conn(first);
+        let extended: Vec<i64> = run_script(&mut conn, &EXTEND_MANY, &cmd)
             .await
             .map_err(|e| BackendError::with_source("batched extend failed", e))?;
         if extended.len() != leases.len() {
@@ -427,7 +458,7 @@ impl RedisBackend {
         }
         if extended.contains(&1) {
             // Unconfirmed by replicas: the watchdog retries until the lease ends.
-            self.replicated().await?;
+            self.replicated(&mut conn).await?;
         }
         Ok(extended.into_iter().map(|e| e == 1).collect())
     }
@@ -436,7 +467,7 @@ impl RedisBackend {
     pub(crate) async fn delete(&self, names: &KeyNames) -> Result<(), LockError> {
         redis::cmd("DEL")
             .arg(&names.lock)
-            .exec_async(&mut self.conn.clone())
+            .exec_async(&mut self.conn(names))
             .await?;
         Ok(())
     }
@@ -450,7 +481,7 @@ impl RedisBackend {
     /// A plain connection handle, for the other modules' scripts.
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn connection(&self) -> Conn {
-        self.conn.clone()
+        self.conns[0].clone()
     }
 
     /// Registers a waiter for `names`' notices. Returns once the server
