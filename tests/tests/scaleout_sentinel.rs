@@ -197,14 +197,30 @@ async fn min_replica_acks_also_works_with_a_single_redis_url() {
     );
     assert!(!exists(&master, &key));
 
-    // A hung replica acknowledges nothing.
+    // A hung replica acknowledges nothing: on any key, whichever of the
+    // client's connections it uses (`WAIT` must follow the lock's own write,
+    // not another connection's, whose acknowledged past would pass).
+    let keys: Vec<String> = (0..8)
+        .map(|i| scaleout_common::key(&format!("hung-{i}")))
+        .collect();
+    for k in &keys {
+        a.lock(k).acquire().await.unwrap().release().await.unwrap();
+    }
     replica.pause();
-    let refused = a.lock(&key).ttl(secs(5)).acquire().await;
+    let mut refused = Vec::new();
+    for k in &keys {
+        refused.push(a.lock(k).ttl(secs(5)).acquire().await);
+    }
     replica.resume();
-    assert!(matches!(refused, Err(LockError::Backend(_))), "{refused:?}");
-    assert!(!exists(&master, &key));
     let plain = client(&builder).await;
-    assert!(!is_held(&plain, &key).await);
+    for (k, refused) in keys.iter().zip(refused) {
+        assert!(
+            matches!(refused, Err(LockError::Backend(_))),
+            "{k}: {refused:?}"
+        );
+        assert!(!exists(&master, k));
+        assert!(!is_held(&plain, k).await);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
