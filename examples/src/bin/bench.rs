@@ -633,7 +633,7 @@ async fn measure(
                 "rep {}: {} locks, ttl {} ms, taken in {:.0} ms; per 100 locks per period: \
                  {:.2} script calls, {:.1} server-side commands (INFO total_commands_processed, \
                  counts the GET/PEXPIRE inside scripts); keys per script call min {} median {} \
-                 max {}; lost at the end: {}",
+                 max {}; lost at the end: {}; pub/sub (UN)SUBSCRIBE not counted: {}",
                 rep + 1,
                 plan.held_locks,
                 plan.held_ttl.as_millis(),
@@ -644,6 +644,7 @@ async fn measure(
                 run.keys_per_script.1,
                 run.keys_per_script.2,
                 run.lost,
+                run.pubsub,
             ));
             metrics[M7_SAFE]
                 .values

@@ -1,5 +1,5 @@
-//! One Redis (or Valkey) server: scripts on a multiplexed, self-reconnecting
-//! connection, and one shared pub/sub connection for release notices.
+//! One Redis (or Valkey) server: scripts on two multiplexed, self-reconnecting
+//! connections, and one shared pub/sub connection for release notices.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
