@@ -176,15 +176,20 @@ pub(crate) struct KeyNames {
     pub(crate) fence: String,
     pub(crate) queue: String,
     pub(crate) notice: String,
+    /// The Redis Cluster slot all four names share: picks the cluster
+    /// node's batch and, on one server, the command connection.
+    pub(crate) slot: u16,
 }
 
 impl KeyNames {
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
+        let lock = name(prefix, Kind::Lock, key);
         Self {
-            lock: name(prefix, Kind::Lock, key),
+            slot: slot(&lock),
             fence: name(prefix, Kind::Fence, key),
             queue: name(prefix, Kind::Queue, key),
             notice: name(prefix, Kind::Notice, key),
+            lock,
         }
     }
 }
@@ -236,6 +241,7 @@ mod tests {
         assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
         assert_eq!(slot("123456789"), 0x31C3); // the CRC16 check value
         let n = KeyNames::new("lock:", "order:42");
+        assert_eq!(n.slot, slot(&n.lock));
         assert_eq!(slot(&n.lock), slot(&n.fence));
         assert_eq!(slot(&n.lock), slot(&n.queue));
         assert_eq!(slot(&n.lock), slot(&n.notice));

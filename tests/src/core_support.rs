@@ -105,7 +105,7 @@ impl Env {
 /// Generates, for each named `async fn name(env: Env)`, a test
 /// `memory::name` and a test `redis::name` on a multi-thread runtime.
 /// (Textual scope: include this module with `#[macro_use]`.)
-/// Attributes written before a name (`#[ignore = "bug: ..."]`) go on both tests.
+/// Attributes written before a name (`#[cfg(unix)]`, say) go on both tests.
 macro_rules! both_backends {
     ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
         mod memory {

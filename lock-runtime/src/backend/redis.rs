@@ -256,7 +256,7 @@ impl RedisBackend {
     fn conn(&self, names: &KeyNames) -> Conn {
         let i = match self.conns.len() {
             1 => 0,
-            n => usize::from(crate::key::slot(&names.lock)) % n,
+            n => usize::from(names.slot) % n,
         };
         self.conns[i].clone()
     }
@@ -416,10 +416,7 @@ impl RedisBackend {
         // A cluster runs a script only on keys of one slot: one call per slot.
         let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
         for (i, (names, ..)) in leases.iter().enumerate() {
-            by_slot
-                .entry(crate::key::slot(&names.lock))
-                .or_default()
-                .push(i);
+            by_slot.entry(names.slot).or_default().push(i);
         }
         let answers = futures_util::future::join_all(by_slot.values().map(|indices| {
             let group: Vec<_> = indices.iter().map(|i| leases[*i]).collect();
