@@ -157,7 +157,8 @@ pub struct Report {
     /// Tokens that repeated or went down (counted as violations only when
     /// monotonic tokens are expected).
     pub fence_regressions: u64,
-    /// Stopped holders whose write came after the stop ...
+    /// Stopped holders whose write came after the stop, once another worker
+    /// had taken the key ...
     pub stale_writes: u64,
     /// ... of which the store rejected.
     pub stale_writes_rejected: u64,
@@ -671,8 +672,12 @@ pub fn check(run: &RunData) -> Report {
             None => {}
         }
         if let Some(end) = end {
+            // Stale: written after the stop, once another worker had taken
+            // the key (only then must fencing refuse it; with nobody in
+            // between, the store rightly takes it).
             if let Some((outcome, _, t)) = held.write
                 && t >= end
+                && next.is_some_and(|taken| taken <= t)
             {
                 r.stale_writes += 1;
                 if outcome == WriteOutcome::Rejected {

@@ -60,10 +60,12 @@ impl Source {
     }
 }
 
-/// Command connections to one server (`.redis(..)`, Redlock nodes). Two
-/// multiplexed connections keep the server and the client busy at once:
-/// while the server runs one connection's batch of scripts, the client reads
-/// the other's replies and writes its next batch.
+/// Command connections to one server (`.redis(..)`). Two multiplexed
+/// connections keep the server and the client busy at once: while the server
+/// runs one connection's batch of scripts, the client reads the other's
+/// replies and writes its next batch. A Redlock node keeps one: Redlock is
+/// bound by its slowest majority, not by one server's throughput, and each
+/// extra connection is one more to re-establish after a node restarts.
 const CONNECTIONS: usize = 2;
 
 pub(crate) struct RedisBackend {
@@ -122,7 +124,14 @@ async fn load_scripts(conn: &mut Conn) -> Result<(), LockError> {
 impl RedisBackend {
     /// One server.
     pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<Self, LockError> {
-        Self::node(url, options, Arc::new(Registry::default()), false).await
+        Self::node(
+            url,
+            options,
+            Arc::new(Registry::default()),
+            false,
+            CONNECTIONS,
+        )
+        .await
     }
 
     /// One Redlock node, whose waiters live in `waiters` (shared by the
@@ -132,7 +141,7 @@ impl RedisBackend {
         options: &RedisOptions,
         waiters: Arc<Registry>,
     ) -> Result<Self, LockError> {
-        Self::node(url, options, waiters, true).await
+        Self::node(url, options, waiters, true, 1).await
     }
 
     async fn node(
@@ -140,10 +149,11 @@ impl RedisBackend {
         options: &RedisOptions,
         waiters: Arc<Registry>,
         announce_free: bool,
+        connections: usize,
     ) -> Result<Self, LockError> {
         let client = open_client(url)?;
-        let mut conns = Vec::with_capacity(CONNECTIONS);
-        for _ in 0..CONNECTIONS {
+        let mut conns = Vec::with_capacity(connections);
+        for _ in 0..connections {
             conns.push(Conn::Single(
                 connect_manager(client.clone(), options).await?,
             ));
