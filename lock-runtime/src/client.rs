@@ -419,7 +419,9 @@ impl LockRequest {
     }
 
     /// How long to wait for a busy lock (default `Duration::ZERO`: try once).
-    /// Waiting sleeps on release notices, not polling.
+    /// Waiting sleeps on release notices, not polling. A wait that ends in
+    /// [`LockError::Busy`] has left the key's line of waiters by the time it
+    /// answers, so a release after that never hands the lock to it.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -524,7 +526,7 @@ impl LockRequest {
             last_busy = last_busy.max(sent);
             let Some(handle) = waiter.as_ref() else {
                 if Instant::now() >= deadline {
-                    return Err(self.busy(attempt, remaining, started));
+                    return Err(self.busy(attempt, remaining, started).await);
                 }
                 // Register for notices, then try again at once: a hand-over
                 // between the attempt and the registration is seen that way.
@@ -535,7 +537,7 @@ impl LockRequest {
             if fencing.is_none() {
                 let now = Instant::now();
                 if now >= deadline {
-                    return Err(self.busy(attempt, remaining, started));
+                    return Err(self.busy(attempt, remaining, started).await);
                 }
                 // Notices are at most once: also re-try when the holder's
                 // lease ends.
@@ -612,10 +614,24 @@ impl LockRequest {
         LockGuard::owner(held)
     }
 
-    fn busy(&self, mut attempt: Attempt, remaining: Duration, started: Instant) -> LockError {
+    /// Gives up. A wait that may have queued leaves the line before `Busy` is
+    /// answered (in the background only if that fails), so a release right
+    /// after our `Busy` cannot hand the lock to us.
+    async fn busy(&self, mut attempt: Attempt, remaining: Duration, started: Instant) -> LockError {
         tracing::debug!(key = %self.key,
             waited_us = started.elapsed().as_micros() as u64, "lock busy");
-        if !attempt.queued {
+        if let Some(names) = attempt.names.as_ref().filter(|_| attempt.queued) {
+            // `Ok(true)`: the lock had just been handed to us; releasing it
+            // hands it on.
+            let left = attempt
+                .inner
+                .backend
+                .release(names, &attempt.token, attempt.ttl, true)
+                .await;
+            if left.is_ok() {
+                attempt.names = None;
+            }
+        } else {
             attempt.names = None; // never ours, never queued: nothing to clean up
         }
         LockError::Busy {

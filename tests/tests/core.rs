@@ -44,6 +44,7 @@ both_backends! {
     nested_locking_of_the_same_key_reenters_and_the_outer_scope_keeps_ownership,
     current_lock_gives_the_innermost_key_and_fence,
     a_timed_out_waiting_acquire_leaves_nothing_held,
+    a_wait_that_ended_busy_is_out_of_the_line_when_it_answers,
     acquires_dropped_at_any_point_never_leave_a_lock_held,
     bad_keys_are_invalid_key_errors_everywhere,
     bad_leases_are_config_errors_and_the_limits_themselves_work,
@@ -1063,6 +1064,24 @@ async fn a_timed_out_waiting_acquire_leaves_nothing_held(env: Env) {
         env.client.active_watchdogs() == 0 && other.active_watchdogs() == 0
     })
     .await;
+}
+
+/// A wait that ends `Busy` has left the line by the time it answers: the
+/// holder's release right after it frees the key instead of handing it to
+/// the waiter that gave up.
+async fn a_wait_that_ended_busy_is_out_of_the_line_when_it_answers(env: Env) {
+    let key = key("gave-up");
+    let other = env.other().await;
+    for round in 0..20 {
+        let holder = env.client.lock(&key).ttl(secs(10)).acquire().await.unwrap();
+        let busy = other.lock(&key).ttl(secs(30)).wait(ms(20)).acquire().await;
+        assert!(busy.unwrap_err().is_busy(), "round {round}");
+        holder.release().await.unwrap();
+        assert!(
+            !is_held(&env.client, &key).await,
+            "round {round}: the waiter that gave up got the lock"
+        );
+    }
 }
 
 async fn acquires_dropped_at_any_point_never_leave_a_lock_held(env: Env) {
