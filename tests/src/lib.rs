@@ -2,6 +2,8 @@
 //! by the tests and stopped on drop.
 #![allow(missing_docs)]
 
+pub mod topology;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -8,12 +8,6 @@
 //! sleeps); from a multi-thread tokio test, wrap the slow ones (start-up,
 //! failover) in `tokio::task::block_in_place` so the runtime keeps going.
 //! Every wait has a deadline and panics with what it was waiting for.
-//!
-//! Meant to be `pub mod topology;` of the `tests` library. Until then a test
-//! file includes it with `#[path = "../src/topology.rs"] mod topology;` and
-//! `use tests::{RedisServer, free_port};` at its root (this module takes both
-//! from its parent, which is the library root in the first case).
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};

@@ -6,12 +6,8 @@
 use std::time::Instant;
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
-#[allow(unused_imports)]
-use tests::{RedisServer, free_port};
 
-#[path = "../src/topology.rs"]
-mod topology;
-use topology::Cluster;
+use tests::topology::Cluster;
 
 #[macro_use]
 mod scaleout_common;
@@ -288,7 +284,7 @@ async fn hold_through_a_half_migration(
     cluster: &Cluster,
     a: &LockClient,
     key: &str,
-) -> (lock_runtime::LockGuard, topology::Migration) {
+) -> (lock_runtime::LockGuard, tests::topology::Migration) {
     let name = lock_name(key);
     let slot = cluster.slot_of(key);
     let ttl = ms(900);

@@ -7,12 +7,8 @@
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
-#[allow(unused_imports)]
-use tests::{RedisServer, free_port};
 
-#[path = "../src/topology.rs"]
-mod topology;
-use topology::Redlock;
+use tests::topology::Redlock;
 
 #[macro_use]
 mod scaleout_common;

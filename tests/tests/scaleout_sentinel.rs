@@ -7,12 +7,9 @@
 use std::time::Instant;
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
-#[allow(unused_imports)]
-use tests::{RedisServer, free_port};
 
-#[path = "../src/topology.rs"]
-mod topology;
-use topology::{MASTER_NAME, SentinelSetup};
+use tests::RedisServer;
+use tests::topology::{self, MASTER_NAME, SentinelSetup};
 
 #[macro_use]
 mod scaleout_common;

@@ -37,6 +37,7 @@ pub(crate) enum AcquireOutcome {
 #[cfg_attr(not(feature = "axum"), allow(dead_code))]
 pub(crate) enum RecordsAt<'a> {
     Redis(&'a redis::RedisBackend),
+    Redlock(&'a redlock::RedlockBackend),
     Memory(&'a memory::MemoryBackend),
 }
 
@@ -159,13 +160,13 @@ impl Backend {
         }
     }
 
-    /// Where idempotency records live: on the server, or (Redlock) on the
-    /// first node only; records are not locks and need no majority.
+    /// Where idempotency records live: on the server, or (Redlock) on every
+    /// node, decided by a majority like a lock.
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn records_at(&self) -> RecordsAt<'_> {
         match self {
             Backend::Redis(b) => RecordsAt::Redis(b),
-            Backend::Redlock(b) => RecordsAt::Redis(b.first_node()),
+            Backend::Redlock(b) => RecordsAt::Redlock(b),
             Backend::Memory(b) => RecordsAt::Memory(b),
         }
     }

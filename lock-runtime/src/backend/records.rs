@@ -11,6 +11,10 @@
 //! Both carry the request fingerprint, so a reuse of the key for another
 //! request is told apart from a retry. Claim, renew, complete and release are
 //! each one script (or one critical section of the embedded backend).
+//!
+//! On Redlock every node keeps a copy and a majority decides, as for a lock:
+//! a master that dies or comes back empty neither stops the layer nor lets a
+//! completed request run again.
 #![cfg(feature = "axum")]
 
 use std::collections::HashMap;
@@ -21,6 +25,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use futures_util::future::join_all;
+
+use super::redis::RedisBackend;
+use super::redlock::RedlockBackend;
 use super::{Backend, RecordsAt};
 use crate::LockError;
 use crate::error::BackendError;
@@ -67,35 +75,8 @@ impl Backend {
         lease: Duration,
     ) -> Result<Claim, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => {
-                let (code, remaining, status, headers, body): (i64, i64, i64, Vec<u8>, Vec<u8>) =
-                    CLAIM
-                        .key(record)
-                        .arg(token.as_str())
-                        .arg(fingerprint)
-                        .arg(millis(lease))
-                        .invoke_async(&mut b.connection())
-                        .await
-                        .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
-                Ok(match code {
-                    0 => Claim::Claimed,
-                    1 => Claim::InFlight {
-                        remaining: Duration::from_millis(u64::try_from(remaining).unwrap_or(0)),
-                    },
-                    2 => Claim::Done(StoredResponse {
-                        status: u16::try_from(status).unwrap_or(0),
-                        headers: headers.into(),
-                        body: body.into(),
-                    }),
-                    3 => Claim::Mismatch,
-                    other => {
-                        return Err(BackendError::new(format!(
-                            "idempotency claim: unexpected reply code {other}"
-                        ))
-                        .into());
-                    }
-                })
-            }
+            RecordsAt::Redis(b) => claim_on(b, record, token, fingerprint, lease).await,
+            RecordsAt::Redlock(b) => claim_on_majority(b, record, token, fingerprint, lease).await,
             RecordsAt::Memory(b) => Ok(b.records.claim(record, token, fingerprint, lease)),
         }
     }
@@ -108,15 +89,10 @@ impl Backend {
         lease: Duration,
     ) -> Result<bool, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => {
-                let renewed: i64 = RENEW
-                    .key(record)
-                    .arg(token.as_str())
-                    .arg(millis(lease))
-                    .invoke_async(&mut b.connection())
-                    .await
-                    .map_err(|e| BackendError::with_source("idempotency renewal failed", e))?;
-                Ok(renewed == 1)
+            RecordsAt::Redis(b) => renew_on(b, record, token, lease).await,
+            RecordsAt::Redlock(b) => {
+                let answers = on_every_node(b, |n| renew_on(n, record, token, lease)).await;
+                majority_says(b, &answers, "renewal")
             }
             RecordsAt::Memory(b) => Ok(b.records.renew(record, token, lease)),
         }
@@ -132,18 +108,11 @@ impl Backend {
         retention: Duration,
     ) -> Result<bool, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => {
-                let stored: i64 = COMPLETE
-                    .key(record)
-                    .arg(token.as_str())
-                    .arg(millis(retention))
-                    .arg(response.status)
-                    .arg(&response.headers[..])
-                    .arg(&response.body[..])
-                    .invoke_async(&mut b.connection())
-                    .await
-                    .map_err(|e| BackendError::with_source("idempotency completion failed", e))?;
-                Ok(stored == 1)
+            RecordsAt::Redis(b) => complete_on(b, record, token, response, retention).await,
+            RecordsAt::Redlock(b) => {
+                let answers =
+                    on_every_node(b, |n| complete_on(n, record, token, response, retention)).await;
+                majority_says(b, &answers, "completion")
             }
             RecordsAt::Memory(b) => Ok(b.records.complete(record, token, response, retention)),
         }
@@ -157,18 +126,199 @@ impl Backend {
         token: &Token,
     ) -> Result<bool, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => {
-                let released: i64 = RELEASE
-                    .key(record)
-                    .arg(token.as_str())
-                    .invoke_async(&mut b.connection())
-                    .await
-                    .map_err(|e| BackendError::with_source("idempotency release failed", e))?;
-                Ok(released == 1)
+            RecordsAt::Redis(b) => release_on(b, record, token).await,
+            RecordsAt::Redlock(b) => {
+                let answers = on_every_node(b, |n| release_on(n, record, token)).await;
+                majority_says(b, &answers, "release")
             }
             RecordsAt::Memory(b) => Ok(b.records.release(record, token)),
         }
     }
+}
+
+async fn claim_on(
+    node: &RedisBackend,
+    record: &str,
+    token: &Token,
+    fingerprint: &str,
+    lease: Duration,
+) -> Result<Claim, LockError> {
+    let (code, remaining, status, headers, body): (i64, i64, i64, Vec<u8>, Vec<u8>) = CLAIM
+        .key(record)
+        .arg(token.as_str())
+        .arg(fingerprint)
+        .arg(millis(lease))
+        .invoke_async(&mut node.connection())
+        .await
+        .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
+    Ok(match code {
+        0 => Claim::Claimed,
+        1 => Claim::InFlight {
+            remaining: Duration::from_millis(u64::try_from(remaining).unwrap_or(0)),
+        },
+        2 => Claim::Done(StoredResponse {
+            status: u16::try_from(status).unwrap_or(0),
+            headers: headers.into(),
+            body: body.into(),
+        }),
+        3 => Claim::Mismatch,
+        other => {
+            return Err(BackendError::new(format!(
+                "idempotency claim: unexpected reply code {other}"
+            ))
+            .into());
+        }
+    })
+}
+
+async fn renew_on(
+    node: &RedisBackend,
+    record: &str,
+    token: &Token,
+    lease: Duration,
+) -> Result<bool, LockError> {
+    let renewed: i64 = RENEW
+        .key(record)
+        .arg(token.as_str())
+        .arg(millis(lease))
+        .invoke_async(&mut node.connection())
+        .await
+        .map_err(|e| BackendError::with_source("idempotency renewal failed", e))?;
+    Ok(renewed == 1)
+}
+
+async fn complete_on(
+    node: &RedisBackend,
+    record: &str,
+    token: &Token,
+    response: &StoredResponse,
+    retention: Duration,
+) -> Result<bool, LockError> {
+    let stored: i64 = COMPLETE
+        .key(record)
+        .arg(token.as_str())
+        .arg(millis(retention))
+        .arg(response.status)
+        .arg(&response.headers[..])
+        .arg(&response.body[..])
+        .invoke_async(&mut node.connection())
+        .await
+        .map_err(|e| BackendError::with_source("idempotency completion failed", e))?;
+    Ok(stored == 1)
+}
+
+async fn release_on(node: &RedisBackend, record: &str, token: &Token) -> Result<bool, LockError> {
+    let released: i64 = RELEASE
+        .key(record)
+        .arg(token.as_str())
+        .invoke_async(&mut node.connection())
+        .await
+        .map_err(|e| BackendError::with_source("idempotency release failed", e))?;
+    Ok(released == 1)
+}
+
+/// Runs `op` on every Redlock node at once, each bounded by the node timeout:
+/// one answer per node, `None` where it failed or was too slow.
+async fn on_every_node<'a, T, F, Fut>(redlock: &'a RedlockBackend, op: F) -> Vec<Option<T>>
+where
+    F: Fn(&'a RedisBackend) -> Fut,
+    Fut: Future<Output = Result<T, LockError>>,
+{
+    let per_node = redlock.node_timeout();
+    join_all(
+        redlock
+            .nodes()
+            .iter()
+            .map(|node| tokio::time::timeout(per_node, op(node))),
+    )
+    .await
+    .into_iter()
+    .map(|answer| match answer {
+        Ok(Ok(value)) => Some(value),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "idempotency: a Redlock node failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("idempotency: a Redlock node did not answer in time");
+            None
+        }
+    })
+    .collect()
+}
+
+/// `true` when a majority of nodes said `true`; an error when fewer than a
+/// majority answered at all.
+fn majority_says(
+    redlock: &RedlockBackend,
+    answers: &[Option<bool>],
+    what: &str,
+) -> Result<bool, LockError> {
+    let quorum = redlock.quorum();
+    if answers.iter().filter(|a| **a == Some(true)).count() >= quorum {
+        return Ok(true);
+    }
+    let answered = answers.iter().flatten().count();
+    if answered < quorum {
+        return Err(no_majority(redlock, answered, what));
+    }
+    Ok(false)
+}
+
+fn no_majority(redlock: &RedlockBackend, answered: usize, what: &str) -> LockError {
+    BackendError::new(format!(
+        "Redlock: only {answered} of {} nodes answered the idempotency {what}; \
+         a majority of {} is needed",
+        redlock.nodes().len(),
+        redlock.quorum()
+    ))
+    .into()
+}
+
+/// A claim on Redlock: the record is ours only with a majority of nodes, and
+/// a stored response (or another request's fingerprint) on any node wins over
+/// that, so a response stored on a majority is found by any later majority,
+/// and one that reached only a minority is still replayed rather than run
+/// again. A claim that is not ours is undone on every node before answering.
+async fn claim_on_majority(
+    redlock: &RedlockBackend,
+    record: &str,
+    token: &Token,
+    fingerprint: &str,
+    lease: Duration,
+) -> Result<Claim, LockError> {
+    let answers = on_every_node(redlock, |n| claim_on(n, record, token, fingerprint, lease)).await;
+    let quorum = redlock.quorum();
+    let mut claimed = 0;
+    let mut in_flight: Option<Duration> = None;
+    let mut decided = None;
+    for answer in answers.iter().flatten() {
+        match answer {
+            Claim::Claimed => claimed += 1,
+            Claim::InFlight { remaining } => {
+                in_flight = Some(in_flight.map_or(*remaining, |r| r.min(*remaining)));
+            }
+            // A stored response outranks another request's fingerprint.
+            Claim::Done(_) => decided = Some(answer.clone()),
+            Claim::Mismatch => decided = decided.or(Some(Claim::Mismatch)),
+        }
+    }
+    let answered = answers.iter().flatten().count();
+    let outcome = match decided {
+        Some(claim) => Ok(claim),
+        None if claimed >= quorum => return Ok(Claim::Claimed),
+        None if answered < quorum => Err(no_majority(redlock, answered, "claim")),
+        // A majority answered and not all of it is ours: someone else holds
+        // the rest.
+        None => Ok(Claim::InFlight {
+            remaining: in_flight.unwrap_or(Duration::from_millis(1)),
+        }),
+    };
+    if claimed > 0 {
+        // Best effort: a copy left behind only blocks its node for a lease.
+        on_every_node(redlock, |n| release_on(n, record, token)).await;
+    }
+    outcome
 }
 
 fn millis(d: Duration) -> u64 {

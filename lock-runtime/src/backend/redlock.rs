@@ -86,7 +86,8 @@ impl RedlockBackend {
         })
     }
 
-    fn quorum(&self) -> usize {
+    /// How many nodes make a majority.
+    pub(crate) fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
 
@@ -327,9 +328,15 @@ impl RedlockBackend {
         handle
     }
 
-    /// The first node, for data that lives on one node (idempotency records).
+    /// Every node, in configuration order.
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
-    pub(crate) fn first_node(&self) -> &RedisBackend {
-        &self.nodes[0]
+    pub(crate) fn nodes(&self) -> &[Arc<RedisBackend>] {
+        &self.nodes
+    }
+
+    /// How long one node may take to answer one request.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn node_timeout(&self) -> Duration {
+        self.node_timeout
     }
 }

@@ -44,6 +44,15 @@
 //! SHA-256 of the body). Claim, renew, complete and release are each one
 //! atomic script; while the handler runs the record has a lease renewed every
 //! `lease / 3`, so a crashed process frees the key after at most one lease.
+//!
+//! On [Redlock](crate::LockClientBuilder::redlock) every master keeps a copy
+//! and a majority decides, as for a lock: a request runs only when it claimed
+//! a majority, and a stored response found on any master is replayed. A
+//! master that dies, or comes back empty, therefore neither stops the layer
+//! nor lets a completed request run again; without a majority the answer is
+//! `503`. Identical requests racing over three or more masters can split the
+//! claims so that none has a majority: each then gets `409` and the retry
+//! decides (the partial claims are undone at once).
 
 mod future;
 mod key;
