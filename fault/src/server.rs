@@ -444,7 +444,7 @@ impl SentinelGroup {
             servers: [master, replica],
             sentinels,
         };
-        group.wait_replicated(0)?;
+        group.wait_replicated()?;
         for (i, s) in group.sentinels.iter().enumerate() {
             poll(
                 Duration::from_secs(15),
@@ -483,22 +483,29 @@ impl SentinelGroup {
         self.servers.iter().position(|s| s.port == port)
     }
 
-    /// Waits until `servers[master]` has a replica that acknowledges writes.
-    pub fn wait_replicated(&self, master: usize) -> Result<()> {
-        let m = &self.servers[master];
+    /// Waits until the server the sentinels name as master has a replica that
+    /// acknowledges writes. The name is read again on every try: on a loaded
+    /// machine the sentinels may fail over once more (a master that answers
+    /// nothing for `down-after-milliseconds`), and then the group is whole
+    /// again the other way round.
+    pub fn wait_replicated(&self) -> Result<()> {
         poll(
             Duration::from_secs(30),
-            "the replica acknowledges writes",
+            "the master the sentinels name has a replica that acknowledges writes",
             || {
+                let master = self
+                    .master_index()
+                    .ok_or_else(|| "the sentinels name no master of the group".to_owned())?;
+                let m = &self.servers[master];
                 let info = m.cli(&["INFO", "replication"])?;
                 if info_field(&info, "role").as_deref() != Some("master")
                     || info_field(&info, "connected_slaves").as_deref() != Some("1")
                 {
-                    return Err(info);
+                    return Err(format!("server {master}: {info}"));
                 }
                 match m.cli(&["WAIT", "1", "200"])?.as_str() {
                     "1" => Ok(()),
-                    other => Err(format!("WAIT 1 answered {other}")),
+                    other => Err(format!("server {master}: WAIT 1 answered {other}")),
                 }
             },
         )
@@ -533,6 +540,6 @@ impl SentinelGroup {
             },
         )?;
         self.servers[old].restart()?;
-        self.wait_replicated(new)
+        self.wait_replicated()
     }
 }
