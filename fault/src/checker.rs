@@ -213,6 +213,9 @@ struct Op {
     gave_up: Option<u64>,
     cancelled: Option<usize>,
     cancelled_at: Option<u64>,
+    /// When a read the store accepted returned.
+    read: Option<u64>,
+    /// (outcome, sequence number, sent).
     write: Option<(WriteOutcome, u64, u64)>,
     blocked: Option<(u64, u64, Option<u64>)>,
     release_sent: Option<u64>,
@@ -315,15 +318,22 @@ pub fn check(run: &RunData) -> Report {
                         }
                     }
                 }
+                Event::Read {
+                    op, ok: true, t, ..
+                } => {
+                    if let Some(i) = at(*op) {
+                        ops[i].read = Some(*t);
+                    }
+                }
                 Event::Write {
                     op,
                     outcome,
                     seq,
-                    t,
+                    sent,
                     ..
                 } => {
                     if let Some(i) = at(*op) {
-                        ops[i].write = Some((*outcome, *seq, *t));
+                        ops[i].write = Some((*outcome, *seq, *sent));
                     }
                 }
                 Event::Blocked {
@@ -347,7 +357,7 @@ pub fn check(run: &RunData) -> Report {
                         ops[i].released = Some((*outcome, *t));
                     }
                 }
-                Event::Start { .. } | Event::Read { .. } | Event::Done { .. } => {}
+                Event::Start { .. } | Event::Read { ok: false, .. } | Event::Done { .. } => {}
             }
         }
     }
@@ -672,12 +682,19 @@ pub fn check(run: &RunData) -> Report {
             None => {}
         }
         if let Some(end) = end {
-            // Stale: written after the stop, once another worker had taken
-            // the key (only then must fencing refuse it; with nobody in
-            // between, the store rightly takes it).
-            if let Some((outcome, _, t)) = held.write
-                && t >= end
-                && next.is_some_and(|taken| taken <= t)
+            // Stale: sent once the store had seen the next holder's token
+            // (its read had returned). Only then must fencing refuse it: a
+            // write in flight when the stop came, or one that reaches the
+            // store before any higher token, is rightly taken.
+            let next_read = ops
+                .iter()
+                .filter(|o| o.key == held.key && o.worker != victim)
+                .filter(|o| o.acquired.is_some_and(|(_, t)| t >= start))
+                .filter_map(|o| o.read)
+                .min();
+            if let Some((outcome, _, sent)) = held.write
+                && sent >= end
+                && next_read.is_some_and(|read| read <= sent)
             {
                 r.stale_writes += 1;
                 if outcome == WriteOutcome::Rejected {
@@ -770,6 +787,7 @@ mod tests {
                 outcome: WriteOutcome::Accepted,
                 seq,
                 lost_before: false,
+                sent: t0 + 19,
                 t: t0 + 20,
             },
             Event::ReleaseSent { op, t: t0 + 30 },
@@ -860,6 +878,123 @@ mod tests {
         assert_eq!(v.lost_updates, 1);
         assert_eq!(v.duplicate_fences, 1);
         assert_eq!(v.client_overlaps, 1);
+    }
+
+    /// Worker 0 holds `k` (token 1) and is stopped from 30 µs to 300 ms with
+    /// its write sent at `sent`; worker 1 takes over at 150 ms (token 2) and
+    /// reads at 150.01 ms.
+    fn stopped_writer(sent: u64, outcome: WriteOutcome) -> Report {
+        let victim = vec![
+            Event::Attempt {
+                op: 1,
+                key: "k".into(),
+                t: 0,
+            },
+            Event::Acquired {
+                op: 1,
+                fence: 1,
+                t: 10,
+            },
+            Event::Read {
+                op: 1,
+                ok: true,
+                version: 0,
+                counter: 0,
+                t: 15,
+            },
+            Event::Write {
+                op: 1,
+                outcome,
+                seq: u64::from(outcome == WriteOutcome::Accepted),
+                lost_before: false,
+                sent,
+                t: 300_100,
+            },
+            Event::ReleaseSent { op: 1, t: 300_200 },
+            Event::Released {
+                op: 1,
+                outcome: ReleaseOutcome::Lost,
+                t: 300_300,
+            },
+        ];
+        let mut next = vec![Event::Attempt {
+            op: 1,
+            key: "k".into(),
+            t: 50,
+        }];
+        let seq = if outcome == WriteOutcome::Accepted {
+            2
+        } else {
+            1
+        };
+        next.extend([
+            Event::Acquired {
+                op: 1,
+                fence: 2,
+                t: 150_000,
+            },
+            Event::Read {
+                op: 1,
+                ok: true,
+                version: seq - 1,
+                counter: seq - 1,
+                t: 150_010,
+            },
+            Event::Write {
+                op: 1,
+                outcome: WriteOutcome::Accepted,
+                seq,
+                lost_before: false,
+                sent: 150_020,
+                t: 150_030,
+            },
+            Event::ReleaseSent { op: 1, t: 150_040 },
+            Event::Released {
+                op: 1,
+                outcome: ReleaseOutcome::Ok,
+                t: 150_050,
+            },
+        ]);
+        let writes = if outcome == WriteOutcome::Accepted {
+            vec![write(1, 1, 0, 0, 0, 1), write(2, 2, 1, 1, 1, 1)]
+        } else {
+            vec![write(1, 2, 0, 0, 1, 1)]
+        };
+        let mut data = run(
+            vec![
+                WorkerLog {
+                    id: 0,
+                    events: victim,
+                },
+                WorkerLog {
+                    id: 1,
+                    events: next,
+                },
+            ],
+            writes,
+            seq,
+        );
+        data.faults = vec![Fault::StopWorker {
+            worker: 0,
+            start: 30,
+            end: 300_000,
+        }];
+        check(&data)
+    }
+
+    #[test]
+    fn a_stopped_holders_write_is_stale_only_if_sent_after_the_next_holders_read() {
+        // In flight when the stop came: the store took it before any higher
+        // token, rightly; its answer arrives after the SIGCONT.
+        let r = stopped_writer(20, WriteOutcome::Accepted);
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        assert_eq!((r.stale_writes, r.stale_writes_rejected), (0, 0));
+        assert_eq!(r.stale_release_lost, 1);
+        // Sent after the SIGCONT, so after the next holder's read: stale, and
+        // fencing refused it.
+        let r = stopped_writer(300_050, WriteOutcome::Rejected);
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        assert_eq!((r.stale_writes, r.stale_writes_rejected), (1, 1));
     }
 
     #[test]

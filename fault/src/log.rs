@@ -177,7 +177,10 @@ pub enum Event {
         seq: u64,
         /// `guard.is_lost()` just before the write.
         lost_before: bool,
-        /// Time.
+        /// Time just before the write was sent.
+        #[serde(default)]
+        sent: u64,
+        /// Time (its answer).
         t: u64,
     },
     /// About to call `release` (the end of the hold as far as the holder knows).
@@ -341,6 +344,7 @@ mod tests {
                 outcome: WriteOutcome::Accepted,
                 seq: 3,
                 lost_before: false,
+                sent: 8,
                 t: 9,
             },
         ];

@@ -305,6 +305,7 @@ async fn one_operation(w: &mut Worker, op: u64) {
     // Write whatever `lost()` says: a real process may have been paused right
     // after checking it. Fencing has to make this harmless.
     let lost_before = guard.is_lost();
+    let sent = w.clock.now();
     let write = w.store.write(&key, fence, op, version, counter + 1).await;
     let t = w.clock.now();
     let (outcome, seq) = match write {
@@ -320,6 +321,7 @@ async fn one_operation(w: &mut Worker, op: u64) {
         outcome,
         seq,
         lost_before,
+        sent,
         t,
     });
     release(w, op, guard).await;
