@@ -389,7 +389,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
     let store_client = redis::Client::open(store_server.url()).map_err(|e| e.to_string())?;
     let mut store_conn = store_client.get_connection().map_err(|e| e.to_string())?;
 
-    let epoch = log::unix_micros();
+    let epoch = log::monotonic_micros();
     let clock = Clock::new(epoch);
     let keys: Vec<String> = (0..scenario.keys).map(|i| format!("k{i}")).collect();
     let (lock_url, store_url) = (lock.urls(), store_server.url());

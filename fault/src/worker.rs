@@ -28,7 +28,7 @@ pub struct WorkerConfig {
     pub replica_acks: (u32, u64),
     /// The store's URL.
     pub store_url: String,
-    /// The run's epoch (µs since the Unix epoch).
+    /// The run's epoch (a `CLOCK_MONOTONIC` reading in µs, see [`crate::log`]).
     pub epoch: u64,
     /// Where the log goes.
     pub log: PathBuf,
