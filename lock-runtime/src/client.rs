@@ -462,6 +462,7 @@ impl LockRequest {
         let token = Token::random()?;
         let attempt = Attempt {
             inner: inner.clone(),
+            key: self.key.clone(),
             names: Some(names),
             token,
             ttl,
@@ -593,12 +594,14 @@ impl LockRequest {
         let held = Arc::new(Held {
             id: inner.next_lock_id.fetch_add(1, Ordering::Relaxed),
             client_id: inner.id,
-            key: self.key.clone(),
+            key: std::mem::take(&mut attempt.key),
             names,
             token: attempt.token,
             fencing,
             ttl: attempt.ttl,
             lost: CancellationToken::new(),
+            // Set by the watchdog as it takes the lease under watch.
+            valid_until: std::sync::Mutex::new(sent),
             client: inner.clone(),
         });
         inner.watchdog.watch(
@@ -669,17 +672,32 @@ impl LockRequest {
             }
         })
         .await;
-        match outcome {
-            Some(output) => match guard.release().await {
-                Ok(()) => Ok(output),
-                Err(e @ LockError::Lost { .. }) => Err(e),
-                // Unreachable server at release: the lease was valid throughout
-                // (the watchdog did not report it lost) and will run out.
-                Err(_) => Ok(output),
-            },
-            None => {
-                let key = guard.key().to_owned();
-                drop(guard);
+        let Some(output) = outcome else {
+            let key = guard.key().to_owned();
+            drop(guard);
+            return Err(LockError::Lost { key });
+        };
+        // The work is done. If the lease was valid at this moment, the output
+        // is the caller's whatever the release answers: a lost reply, a
+        // server that went away, even a key deleted behind our back cannot
+        // undo work that finished under a valid lease.
+        let key = guard.key().to_owned();
+        if guard.held().valid_at(Instant::now()) {
+            if let Err(e) = guard.release().await {
+                tracing::warn!(key = %key, error = %e,
+                    "the work finished under a valid lease; releasing the lock afterwards failed");
+            }
+            return Ok(output);
+        }
+        // The last confirmed lease ran out before the work ended. Only the
+        // server can still prove it never did: our token still on the key.
+        match guard.release().await {
+            Ok(()) => Ok(output),
+            Err(e) => {
+                if !e.is_lost() {
+                    tracing::warn!(key = %key, error = %e,
+                        "the lease may have run out before the work finished, and the release failed");
+                }
                 Err(LockError::Lost { key })
             }
         }
@@ -692,6 +710,8 @@ impl LockRequest {
 /// lock on if it had been handed to us).
 struct Attempt {
     inner: Arc<Inner>,
+    /// The key as the caller gave it, for the logs.
+    key: String,
     names: Option<KeyNames>,
     token: Token,
     ttl: Duration,
@@ -701,18 +721,14 @@ struct Attempt {
 impl Drop for Attempt {
     fn drop(&mut self) {
         if let Some(names) = self.names.take() {
-            let held = Arc::new(Held {
-                id: 0,
-                client_id: self.inner.id,
-                key: String::new(),
+            release_in_background(
+                self.inner.clone(),
+                std::mem::take(&mut self.key),
                 names,
-                token: self.token,
-                fencing: 0,
-                ttl: self.ttl,
-                lost: CancellationToken::new(),
-                client: self.inner.clone(),
-            });
-            release_in_background(self.inner.clone(), held, self.queued);
+                self.token,
+                self.ttl,
+                self.queued,
+            );
         }
     }
 }

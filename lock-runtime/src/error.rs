@@ -18,8 +18,13 @@ pub enum LockError {
         /// retry can succeed without the holder releasing first.
         retry_after: Duration,
     },
-    /// The lease was lost (expired, deleted or taken over) while we believed we
-    /// held it, or `release` found it no longer ours.
+    /// The lease may have ended before the work under it finished: it expired,
+    /// or was deleted or taken over, while we believed we held it, or
+    /// `release` found it no longer ours although nothing we sent could have
+    /// released it. Never reported for a lease that was still valid when its
+    /// release was sent and whose release reply was merely lost (that is
+    /// `Ok`, or [`LockError::Backend`] with
+    /// [`BackendError::is_outcome_unknown`]).
     #[error("lock `{key}` was lost: the lease expired or is no longer ours")]
     Lost {
         /// The key as given by the caller (without the client's prefix).
@@ -99,6 +104,7 @@ impl LockError {
 pub struct BackendError {
     context: String,
     timeout: bool,
+    outcome_unknown: bool,
     #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
@@ -108,7 +114,22 @@ impl BackendError {
         Self {
             context: context.into(),
             timeout: false,
+            outcome_unknown: false,
             source: None,
+        }
+    }
+
+    /// A request that may or may not have taken effect on the server: it was
+    /// sent, and no answer came back.
+    pub(crate) fn outcome_unknown(
+        context: impl Into<String>,
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Self {
+            context: context.into(),
+            timeout: false,
+            outcome_unknown: true,
+            source,
         }
     }
 
@@ -119,6 +140,7 @@ impl BackendError {
         Self {
             context: context.into(),
             timeout: false,
+            outcome_unknown: false,
             source: Some(Box::new(source)),
         }
     }
@@ -127,6 +149,7 @@ impl BackendError {
         Self {
             context: context.into(),
             timeout: true,
+            outcome_unknown: false,
             source: None,
         }
     }
@@ -139,6 +162,15 @@ impl BackendError {
                 .as_ref()
                 .and_then(|e| e.downcast_ref::<redis::RedisError>())
                 .is_some_and(|e| e.is_timeout())
+    }
+
+    /// `true` when the request may or may not have taken effect: it was sent,
+    /// and its answer was lost (a dropped connection, a timeout). A release
+    /// with an unknown outcome either released the lock or leaves it to run
+    /// out with its lease; either way no other holder can have had it while
+    /// the lease was valid.
+    pub fn is_outcome_unknown(&self) -> bool {
+        self.outcome_unknown
     }
 }
 

@@ -2,12 +2,14 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::LockError;
+use crate::backend::Released;
 use crate::client::Inner;
 use crate::key::KeyNames;
 use crate::token::Token;
@@ -25,9 +27,29 @@ pub(crate) struct Held {
     pub(crate) ttl: Duration,
     /// Cancelled when the lease is lost.
     pub(crate) lost: CancellationToken,
+    /// Until when the lease is surely ours, on the monotonic clock: the send
+    /// time of the last confirmed acquire or renewal plus its lease (less
+    /// drift). Kept by the watchdog; read at release and when work ends.
+    pub(crate) valid_until: Mutex<Instant>,
     /// Guards keep their client alive: dropping every other handle on it
     /// does not stop the renewals of a held lock.
     pub(crate) client: Arc<Inner>,
+}
+
+impl Held {
+    /// `true` while the lease is surely ours: not reported lost, and `at`
+    /// before the end of the last confirmed lease.
+    pub(crate) fn valid_at(&self, at: Instant) -> bool {
+        !self.lost.is_cancelled() && at < self.valid_until()
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn set_valid_until(&self, at: Instant) {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = at;
+    }
 }
 
 impl fmt::Debug for Held {
@@ -141,10 +163,20 @@ impl LockGuard {
 
     /// Releases the lock and wakes its waiters.
     ///
-    /// `Err(LockError::Lost)` if it was no longer ours (the lease ran out, or the
-    /// key was deleted or taken over), or had already been reported lost (the
-    /// key is still deleted if it was ours); `Err(LockError::Backend)` if the server
-    /// could not be reached (the lease then runs out by itself).
+    /// * `Ok(())`: released. Also when the server's answer was lost and a
+    ///   re-sent release found the key gone while the lease was still valid:
+    ///   nobody else can take a key during our lease, so the first release
+    ///   removed it.
+    /// * `Err(LockError::Lost)`: the lease may have ended before the release:
+    ///   the guard had been reported lost, or its lease ran out before the
+    ///   release was sent and the key was no longer ours, or the server says
+    ///   the key is not ours although nothing we sent could have released it
+    ///   (an operator's `DEL`, data lost in a failover). Never for a valid
+    ///   lease whose release reply was lost.
+    /// * `Err(LockError::Backend)`: the server could not be reached or did not
+    ///   answer; when the release was sent and its answer lost,
+    ///   [`BackendError::is_outcome_unknown`](crate::BackendError::is_outcome_unknown)
+    ///   is `true`: it either ran or the lease runs out by itself.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
         if !self.owner {
@@ -157,29 +189,44 @@ impl LockGuard {
         let was_lost = self.is_lost();
         let inner = &self.held.client;
         inner.watchdog.unwatch(self.held.id);
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
+        let valid = self.held.valid_at(started);
         let result = inner
             .backend
             .release(&self.held.names, &self.held.token, self.held.ttl, false)
             .await;
+        let key = &self.held.key;
         match result {
             // Released, but the lease had been given up for lost before: the
             // work done under it may have overlapped with another holder.
-            Ok(true) if was_lost => Err(LockError::lost(&self.held.key)),
-            Ok(true) => {
-                tracing::debug!(key = %self.held.key, fencing = self.held.fencing,
+            Ok(Released::Yes) if was_lost => Err(LockError::lost(key)),
+            // Our token was still on the key: it never ran out, even if the
+            // watchdog's last confirmation is older than a lease.
+            Ok(Released::Yes) => {
+                tracing::debug!(key = %key, fencing = self.held.fencing,
                     elapsed_us = started.elapsed().as_micros() as u64, "lock released");
                 Ok(())
             }
-            Ok(false) => {
+            Ok(Released::Gone) if valid => {
+                tracing::debug!(key = %key, fencing = self.held.fencing,
+                    "lock released (the first answer was lost; a re-sent release found the key gone)");
+                Ok(())
+            }
+            Ok(Released::Gone | Released::NotOurs) => {
                 self.held.lost.cancel();
-                tracing::warn!(key = %self.held.key, fencing = self.held.fencing,
-                    "lock release: not the owner any more (the lease was lost)");
-                Err(LockError::lost(&self.held.key))
+                if valid {
+                    tracing::warn!(key = %key, fencing = self.held.fencing,
+                        "lock release: the key is not ours although the lease was valid \
+                         (deleted by someone else, or lost in a failover)");
+                } else {
+                    tracing::warn!(key = %key, fencing = self.held.fencing,
+                        "lock release: not the owner any more (the lease had run out)");
+                }
+                Err(LockError::lost(key))
             }
             Err(e) => {
-                tracing::warn!(key = %self.held.key, error = %e,
-                    "lock release failed; the lease will run out by itself");
+                tracing::warn!(key = %key, error = %e,
+                    "lock release failed; if it did not run, the lease will run out by itself");
                 Err(e)
             }
         }
@@ -191,28 +238,44 @@ impl Drop for LockGuard {
         if self.done || !self.owner {
             return;
         }
-        let inner = self.held.client.clone();
-        inner.watchdog.unwatch(self.held.id);
-        release_in_background(inner, self.held.clone(), false);
+        let held = &self.held;
+        held.client.watchdog.unwatch(held.id);
+        release_in_background(
+            held.client.clone(),
+            held.key.clone(),
+            held.names.clone(),
+            held.token,
+            held.ttl,
+            false,
+        );
     }
 }
 
-/// Releases `held` on the current runtime without blocking; outside a runtime
-/// the lease runs out by itself. `dequeue`: also leave the key's waiter queue.
-pub(crate) fn release_in_background(inner: Arc<Inner>, held: Arc<Held>, dequeue: bool) {
+/// Releases the lock `key` (named `names`, owned by `token`) on the current
+/// runtime without blocking; outside a runtime the lease runs out by itself.
+/// `dequeue`: also leave the key's waiter queue.
+pub(crate) fn release_in_background(
+    inner: Arc<Inner>,
+    key: String,
+    names: KeyNames,
+    token: Token,
+    ttl: Duration,
+    dequeue: bool,
+) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::debug!(key = %held.key, "lock guard dropped outside a tokio runtime; the lease will run out");
+        tracing::debug!(key = %key, "lock dropped outside a tokio runtime; the lease will run out");
         return;
     };
     runtime.spawn(async move {
-        match inner
-            .backend
-            .release(&held.names, &held.token, held.ttl, dequeue)
-            .await
-        {
-            Ok(true) => tracing::debug!(key = %held.key, "lock released in the background"),
-            Ok(false) => tracing::debug!(key = %held.key, "background release: the lease had already run out"),
-            Err(e) => tracing::warn!(key = %held.key, error = %e, "background release failed; the lease will run out"),
+        match inner.backend.release(&names, &token, ttl, dequeue).await {
+            Ok(Released::Yes | Released::Gone) => {
+                tracing::debug!(key = %key, "lock released in the background");
+            }
+            Ok(Released::NotOurs) => {
+                tracing::debug!(key = %key, "background release: the lock was not ours (any more)");
+            }
+            Err(e) => tracing::warn!(key = %key, error = %e,
+                "background release failed; if it did not run, the lease will run out"),
         }
     });
 }

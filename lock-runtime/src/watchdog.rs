@@ -82,6 +82,7 @@ impl Watchdog {
     ) {
         self.live.fetch_add(1, Ordering::Relaxed);
         let valid_until = sent + granted.saturating_sub(drift);
+        held.set_valid_until(valid_until);
         let due = if renew {
             sent + granted / 3
         } else {
@@ -265,6 +266,7 @@ fn settle(
         match extended {
             Some(true) => {
                 entry.valid_until = sent + entry.ttl.saturating_sub(entry.drift);
+                entry.held.set_valid_until(entry.valid_until);
                 entry.due = sent + entry.ttl / 3;
                 tracing::trace!(key = %entry.held.key, "lease renewed");
             }

@@ -37,6 +37,7 @@ both_backends! {
     dropping_a_guard_releases_the_lock_in_the_background,
     dropping_a_guard_outside_a_runtime_stops_its_watchdog_and_the_lease_runs_out,
     with_lock_releases_the_lock_when_the_future_completes,
+    work_that_finished_under_a_valid_lease_keeps_its_output_whatever_the_release_answers,
     with_lock_releases_the_lock_when_the_future_returns_an_error,
     with_lock_releases_the_lock_when_the_future_panics_in_a_spawned_task,
     with_lock_releases_the_lock_when_the_future_panics_in_the_caller,
@@ -794,6 +795,38 @@ async fn with_lock_releases_the_lock_when_the_future_completes(env: Env) {
         env.client.active_watchdogs() == 0
     })
     .await;
+}
+
+/// `Lost` from `run` means the lease may have ended before the work finished.
+/// Here the work finishes under a valid lease, and only then does the key
+/// vanish (an operator's `DEL`, standing in for any release that goes wrong):
+/// the output is the caller's, and the failed release is a warning naming
+/// the key. (It used to be `Err(Lost)`, inviting a retry of work that ran.)
+async fn work_that_finished_under_a_valid_lease_keeps_its_output_whatever_the_release_answers(
+    env: Env,
+) {
+    let key = key("run-then-vanish");
+    let answer = env
+        .client
+        .lock(&key)
+        .ttl(secs(30))
+        .run(async {
+            let paid = "paid";
+            env.client.force_delete(&key).await.unwrap();
+            paid
+        })
+        .await;
+    assert_eq!(answer.unwrap(), "paid");
+    let warnings = warnings_for(&key);
+    assert!(
+        warnings.iter().any(|w| w.message.contains("valid lease")),
+        "no warning names the key of the failed release: {warnings:?}"
+    );
+    // A guard released by hand still says what the server says: the key was
+    // not ours (someone else deleted it), so the lease did end early.
+    let guard = env.client.lock(&key).ttl(secs(30)).acquire().await.unwrap();
+    env.client.force_delete(&key).await.unwrap();
+    assert!(guard.release().await.unwrap_err().is_lost());
 }
 
 async fn with_lock_releases_the_lock_when_the_future_returns_an_error(env: Env) {

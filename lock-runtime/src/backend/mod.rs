@@ -33,6 +33,22 @@ pub(crate) enum AcquireOutcome {
     Busy { remaining: Duration },
 }
 
+/// The answer of one release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// It was ours; it is released (and handed to the next waiter).
+    Yes,
+    /// It was not ours when the release ran, and no earlier copy of this
+    /// release can have run: someone else deleted or took the key.
+    NotOurs,
+    /// It was not ours when the release ran, but an earlier copy of it was
+    /// sent and its answer lost (a dropped connection, or a driver that
+    /// re-sends by itself), so that copy may have released it. If the lease
+    /// was still valid when the release was sent, nobody else can have taken
+    /// the key: the release is what removed it.
+    Gone,
+}
+
 /// The store behind idempotency records.
 #[cfg_attr(not(feature = "axum"), allow(dead_code))]
 pub(crate) enum RecordsAt<'a> {
@@ -81,17 +97,23 @@ impl Backend {
 
     /// Releases if `token` holds the lock and hands it to the next waiter.
     /// `dequeue`: the caller may have queued (an abandoned wait): leave the line.
+    /// An error whose outcome is unknown (the request went out, no answer came
+    /// back) is [`crate::BackendError::is_outcome_unknown`].
     pub(crate) async fn release(
         &self,
         names: &KeyNames,
         token: &Token,
         ttl: Duration,
         dequeue: bool,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Released, LockError> {
         match self {
             Backend::Redis(b) => b.release(names, token, ttl, dequeue).await,
             Backend::Redlock(b) => b.release(names, token, ttl).await,
-            Backend::Memory(b) => Ok(b.release(names, token, dequeue)),
+            Backend::Memory(b) => Ok(if b.release(names, token, dequeue) {
+                Released::Yes
+            } else {
+                Released::NotOurs
+            }),
         }
     }
 

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::conn::{Conn, SentinelConn, connect_manager};
 
 use super::waiters::{Registry, WaitHandle};
-use super::{AcquireOutcome, HANDOFF_LEASE};
+use super::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::LockError;
 use crate::error::BackendError;
 use crate::key::KeyNames;
@@ -366,7 +366,7 @@ impl RedisBackend {
         token: &Token,
         ttl: Duration,
         dequeue: bool,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Released, LockError> {
         let member = if dequeue {
             format!("{}:{}", token.as_str(), millis(ttl))
         } else {
@@ -383,20 +383,35 @@ impl RedisBackend {
             .arg(self.publish)
             .arg(if self.announce_free { "1" } else { "0" });
         let mut conn = self.conn(names);
+        // The cluster driver re-sends a request whose connection broke by
+        // itself, so there a "not ours" may always follow a lost copy.
+        let mut resent = matches!(conn, Conn::Cluster(_));
         let mut answer = run_script(&mut conn, &RELEASE, &cmd).await;
         if let Err(e) = &answer
             && (e.is_io_error() || e.is_connection_dropped())
             && !e.is_timeout()
         {
-            // The connection broke before the script was sent (a killed
-            // connection fails its next command): the driver reconnects, and
-            // one more try keeps the key from waiting out its lease.
+            // The connection broke: before the script was sent (a killed
+            // connection fails its next command), or after it ran and before
+            // its answer came back. The driver reconnects; one more try keeps
+            // the key from waiting out its lease, and its "not ours" may be
+            // the first copy's doing.
+            resent = true;
             answer = run_script(&mut conn, &RELEASE, &cmd).await;
         }
-        let answer: redis::Value =
-            answer.map_err(|e| BackendError::with_source("release failed", e))?;
+        let answer: redis::Value = answer.map_err(|e| {
+            if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+                BackendError::outcome_unknown(
+                    "the release was sent and no answer came back: its outcome is unknown \
+                     (if it did not run, the lease runs out by itself)",
+                    Some(Box::new(e)),
+                )
+            } else {
+                BackendError::with_source("release failed", e)
+            }
+        })?;
         match answer {
-            redis::Value::Int(1) => Ok(true),
+            redis::Value::Int(1) => Ok(Released::Yes),
             redis::Value::Array(items) if !items.is_empty() => {
                 // Handed over: if the new owner waits in this process, wake it
                 // now instead of after the notice's trip through pub/sub.
@@ -410,9 +425,10 @@ impl RedisBackend {
                 {
                     self.waiters.grant(&names.notice, next, fencing);
                 }
-                Ok(true)
+                Ok(Released::Yes)
             }
-            _ => Ok(false),
+            _ if resent => Ok(Released::Gone),
+            _ => Ok(Released::NotOurs),
         }
     }
 

@@ -28,9 +28,9 @@ use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::{Instant, timeout};
 
-use super::AcquireOutcome;
 use super::redis::{RedisBackend, RedisOptions};
 use super::waiters::{Registry, WaitHandle};
+use super::{AcquireOutcome, Released};
 use crate::LockError;
 use crate::error::BackendError;
 use crate::key::KeyNames;
@@ -203,7 +203,7 @@ impl RedlockBackend {
         )
         .await
         .into_iter()
-        .filter(|r| matches!(r, Ok(Ok(true))))
+        .filter(|r| matches!(r, Ok(Ok(Released::Yes))))
         .count()
     }
 
@@ -250,14 +250,17 @@ impl RedlockBackend {
             .collect())
     }
 
-    /// Releases on every node: `true` when a majority released it (it was
-    /// ours), `false` when it was not ours on a majority.
+    /// Releases on every node. [`Released::Yes`] when a majority released it;
+    /// [`Released::Gone`] when a majority released it or answered "not ours"
+    /// after a lost copy of the release (a node that answered neither way
+    /// cannot make it [`Released::NotOurs`]); an error whose outcome is unknown
+    /// when too few nodes answered to tell.
     pub(crate) async fn release(
         &self,
         names: &KeyNames,
         token: &Token,
         ttl: Duration,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Released, LockError> {
         let per_node = self.per_node(ttl).max(Duration::from_millis(50));
         // Every node gets the release, in a task of its own; the answer is
         // given as soon as a majority decided it, so a dead node does not
@@ -272,28 +275,26 @@ impl RedlockBackend {
                 })
             })
             .collect();
-        let quorum = self.quorum();
-        let (mut answered, mut released) = (0, 0);
+        let mut tally = ReleaseTally::new(self.nodes.len());
         while let Some(answer) = pending.next().await {
-            if let Ok(Ok(Ok(was_ours))) = answer {
-                answered += 1;
-                released += usize::from(was_ours);
-            }
-            if released >= quorum {
-                return Ok(true);
-            }
-            if answered - released >= quorum {
-                return Ok(false);
+            tally.add(match answer {
+                Ok(Ok(Ok(released))) => Some(released),
+                _ => None,
+            });
+            if let Some(decided) = tally.decided() {
+                return Ok(decided);
             }
         }
-        if answered < quorum {
-            return Err(BackendError::new(format!(
-                "Redlock: only {answered} of {} nodes answered the release",
+        Err(BackendError::outcome_unknown(
+            format!(
+                "Redlock: {} of {} nodes answered the release, too few to tell its outcome \
+                 (where it did not run, the lease runs out by itself)",
+                tally.answered(),
                 self.nodes.len()
-            ))
-            .into());
-        }
-        Ok(false)
+            ),
+            None,
+        )
+        .into())
     }
 
     pub(crate) async fn delete(&self, names: &KeyNames) -> Result<(), LockError> {
@@ -338,5 +339,125 @@ impl RedlockBackend {
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn node_timeout(&self) -> Duration {
         self.node_timeout
+    }
+}
+
+/// Combines the nodes' answers to one release, as they come in.
+#[derive(Debug)]
+struct ReleaseTally {
+    nodes: usize,
+    yes: usize,
+    gone: usize,
+    not_ours: usize,
+    failed: usize,
+}
+
+impl ReleaseTally {
+    fn new(nodes: usize) -> Self {
+        Self {
+            nodes,
+            yes: 0,
+            gone: 0,
+            not_ours: 0,
+            failed: 0,
+        }
+    }
+
+    /// One node's answer; `None`: it failed or did not answer in time.
+    fn add(&mut self, answer: Option<Released>) {
+        match answer {
+            Some(Released::Yes) => self.yes += 1,
+            Some(Released::Gone) => self.gone += 1,
+            Some(Released::NotOurs) => self.not_ours += 1,
+            None => self.failed += 1,
+        }
+    }
+
+    fn answered(&self) -> usize {
+        self.yes + self.gone + self.not_ours
+    }
+
+    /// The outcome, once the answers so far decide it whatever the rest say.
+    fn decided(&self) -> Option<Released> {
+        let quorum = self.nodes / 2 + 1;
+        let open = self.nodes - self.yes - self.gone - self.not_ours - self.failed;
+        if self.yes >= quorum {
+            return Some(Released::Yes);
+        }
+        // A majority released it or may have (a lost copy), and the nodes
+        // still out cannot make it a plain `Yes` any more.
+        if self.yes + self.gone >= quorum && self.yes + open < quorum {
+            return Some(Released::Gone);
+        }
+        // Not ours on so many nodes that no majority can have released it,
+        // whatever the nodes still out or failed did.
+        if self.nodes - self.not_ours < quorum {
+            return Some(Released::NotOurs);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod release_tally_tests {
+    use super::*;
+
+    fn tally(nodes: usize, answers: &[Option<Released>]) -> Option<Released> {
+        let mut t = ReleaseTally::new(nodes);
+        let mut decided = None;
+        for a in answers {
+            t.add(*a);
+            decided = decided.or(t.decided());
+        }
+        decided
+    }
+
+    use Released::{Gone, NotOurs, Yes};
+
+    #[test]
+    fn a_majority_of_releases_decides_at_once() {
+        assert_eq!(tally(3, &[Some(Yes), Some(Yes)]), Some(Yes));
+        assert_eq!(tally(5, &[Some(Yes), Some(Yes)]), None);
+        assert_eq!(
+            tally(5, &[Some(Yes), None, Some(Yes), Some(Yes)]),
+            Some(Yes)
+        );
+    }
+
+    #[test]
+    fn lost_copies_count_towards_a_majority_once_yes_is_out_of_reach() {
+        // 1 yes + 1 gone of 3: the third could still say yes; wait for it.
+        assert_eq!(tally(3, &[Some(Yes), Some(Gone)]), None);
+        assert_eq!(
+            tally(3, &[Some(Yes), Some(Gone), Some(NotOurs)]),
+            Some(Gone)
+        );
+        assert_eq!(tally(3, &[Some(Gone), Some(Gone)]), Some(Gone));
+        assert_eq!(tally(3, &[Some(Yes), Some(Gone), None]), Some(Gone));
+    }
+
+    #[test]
+    fn not_ours_on_a_blocking_minority_or_more_is_not_ours() {
+        assert_eq!(tally(3, &[Some(NotOurs), Some(NotOurs)]), Some(NotOurs));
+        assert_eq!(tally(5, &[Some(NotOurs), Some(NotOurs)]), None);
+        assert_eq!(
+            tally(5, &[Some(NotOurs), Some(NotOurs), Some(NotOurs)]),
+            Some(NotOurs)
+        );
+        assert_eq!(
+            tally(3, &[Some(Yes), Some(NotOurs), Some(NotOurs)]),
+            Some(NotOurs)
+        );
+    }
+
+    #[test]
+    fn failed_nodes_leave_the_outcome_unknown() {
+        // A node that did not answer may have released: neither way is proven.
+        assert_eq!(tally(3, &[Some(Yes), None, Some(NotOurs)]), None);
+        assert_eq!(tally(3, &[None, None, Some(Yes)]), None);
+        assert_eq!(
+            tally(5, &[Some(Gone), Some(Yes), None, None, Some(NotOurs)]),
+            None
+        );
     }
 }
