@@ -108,7 +108,12 @@ impl LockClient {
     ///
     /// The lock is released when `fut` completes, returns an error or panics.
     /// If the lease is lost mid-way, `fut` is dropped (cancelled) and
-    /// `Err(LockError::Lost)` is returned. Inside `fut`, [`crate::current_lock`]
+    /// `Err(LockError::Lost)` is returned: `Lost` means the lease may have
+    /// ended before the work finished. Once `fut` has completed while the
+    /// lease was valid, its output is returned whatever the release answers
+    /// (a failed release is a `tracing` warning naming the key; the lease then
+    /// runs out by itself), so a caller is never told "lost" about work that
+    /// ran under the lock. Inside `fut`, [`crate::current_lock`]
     /// gives the fencing token, and locking `key` again re-enters instead of
     /// deadlocking. Use [`LockRequest::run`] to set the lease or the wait.
     pub async fn with_lock<F: Future>(

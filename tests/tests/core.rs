@@ -47,6 +47,7 @@ both_backends! {
     a_timed_out_waiting_acquire_leaves_nothing_held,
     a_wait_that_ended_busy_is_out_of_the_line_when_it_answers,
     acquires_dropped_at_any_point_never_leave_a_lock_held,
+    an_abandoned_waiting_acquire_is_cleaned_up_under_its_own_key_in_the_logs,
     bad_keys_are_invalid_key_errors_everywhere,
     bad_leases_are_config_errors_and_the_limits_themselves_work,
     cancelling_a_with_lock_future_releases_its_lock,
@@ -1115,6 +1116,25 @@ async fn a_wait_that_ended_busy_is_out_of_the_line_when_it_answers(env: Env) {
             "round {round}: the waiter that gave up got the lock"
         );
     }
+}
+
+/// A waiting acquire that is dropped leaves the line in the background; what
+/// that clean-up logs names the key (it used to log `key=`).
+async fn an_abandoned_waiting_acquire_is_cleaned_up_under_its_own_key_in_the_logs(env: Env) {
+    let key = key("abandoned");
+    core_support::watch_events(&key);
+    let other = env.other().await;
+    let holder = env.client.lock(&key).ttl(secs(30)).acquire().await.unwrap();
+    let waiting = other.lock(&key).ttl(secs(30)).wait(secs(10)).acquire();
+    // Long enough to queue behind the holder, far shorter than the wait.
+    assert!(tokio::time::timeout(ms(300), waiting).await.is_err());
+    eventually(secs(2), "the background clean-up is logged", || {
+        core_support::events_for(&key)
+            .iter()
+            .any(|e| e.message.contains("background"))
+    })
+    .await;
+    holder.release().await.unwrap();
 }
 
 async fn acquires_dropped_at_any_point_never_leave_a_lock_held(env: Env) {
