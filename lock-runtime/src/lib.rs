@@ -89,7 +89,7 @@
 //! # Features
 //!
 //! * `macros` (default): re-exports `#[distributed_lock]`.
-//! * `axum`: tower layers for axum, [`LockLayer`] and [`IdempotencyLayer`].
+//! * `axum`: tower layers for axum, `LockLayer` and `IdempotencyLayer` (module `layer`).
 //! * `tls`: `rediss://` URLs.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
