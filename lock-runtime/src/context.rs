@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::guard::Held;
+use crate::held::Held;
 
 tokio::task_local! {
     static HELD: Stack;

@@ -2,65 +2,17 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::LockError;
 use crate::backend::Released;
-use crate::client::Inner;
+use crate::held::Held;
+use crate::inner::Inner;
 use crate::key::KeyNames;
 use crate::token::Token;
-
-/// What is shared between a guard, its watchdog and the task's reentrancy stack.
-pub(crate) struct Held {
-    /// Unique within the client: the watchdog's handle on it.
-    pub(crate) id: u64,
-    pub(crate) client_id: u64,
-    pub(crate) key: String,
-    pub(crate) names: KeyNames,
-    pub(crate) token: Token,
-    pub(crate) fencing: u64,
-    /// The lease asked for (and renewed to).
-    pub(crate) ttl: Duration,
-    /// Cancelled when the lease is lost.
-    pub(crate) lost: CancellationToken,
-    /// Until when the lease is surely ours, on the monotonic clock: the send
-    /// time of the last confirmed acquire or renewal plus its lease (less
-    /// drift). Kept by the watchdog; read at release and when work ends.
-    pub(crate) valid_until: Mutex<Instant>,
-    /// Guards keep their client alive: dropping every other handle on it
-    /// does not stop the renewals of a held lock.
-    pub(crate) client: Arc<Inner>,
-}
-
-impl Held {
-    /// `true` while the lease is surely ours: not reported lost, and `at`
-    /// before the end of the last confirmed lease.
-    pub(crate) fn valid_at(&self, at: Instant) -> bool {
-        !self.lost.is_cancelled() && at < self.valid_until()
-    }
-
-    pub(crate) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn set_valid_until(&self, at: Instant) {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = at;
-    }
-}
-
-impl fmt::Debug for Held {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Held")
-            .field("key", &self.key)
-            .field("fencing", &self.fencing)
-            .field("lost", &self.lost.is_cancelled())
-            .finish_non_exhaustive()
-    }
-}
 
 /// A held lock. Renewed in the background (unless acquired with
 /// `.renew(false)`) until [`release`](LockGuard::release)d or dropped.
@@ -88,23 +40,28 @@ impl fmt::Debug for Held {
 #[must_use = "the lock is released when the guard is dropped"]
 pub struct LockGuard {
     held: Arc<Held>,
+    /// Guards keep their client alive: dropping every other handle on it
+    /// does not stop the renewals of a held lock.
+    inner: Arc<Inner>,
     /// `false` for a re-entered guard: the outer scope keeps ownership.
     owner: bool,
     done: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn owner(held: Arc<Held>) -> Self {
+    pub(crate) fn owner(held: Arc<Held>, inner: Arc<Inner>) -> Self {
         Self {
             held,
+            inner,
             owner: true,
             done: false,
         }
     }
 
-    pub(crate) fn reentered(held: Arc<Held>) -> Self {
+    pub(crate) fn reentered(held: Arc<Held>, inner: Arc<Inner>) -> Self {
         Self {
             held,
+            inner,
             owner: false,
             done: false,
         }
@@ -187,7 +144,7 @@ impl LockGuard {
             };
         }
         let was_lost = self.is_lost();
-        let inner = &self.held.client;
+        let inner = &self.inner;
         inner.watchdog.unwatch(self.held.id);
         let started = Instant::now();
         let valid = self.held.valid_at(started);
@@ -239,9 +196,9 @@ impl Drop for LockGuard {
             return;
         }
         let held = &self.held;
-        held.client.watchdog.unwatch(held.id);
+        self.inner.watchdog.unwatch(held.id);
         release_in_background(
-            held.client.clone(),
+            self.inner.clone(),
             held.key.clone(),
             held.names.clone(),
             held.token,

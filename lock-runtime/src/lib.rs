@@ -100,6 +100,8 @@ mod context;
 mod error;
 mod global;
 mod guard;
+mod held;
+mod inner;
 mod key;
 mod token;
 mod watchdog;

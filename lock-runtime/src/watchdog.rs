@@ -24,7 +24,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::LockError;
 use crate::backend::{Backend, RENEW_BATCH};
-use crate::guard::Held;
+use crate::held::Held;
 
 /// A handle on the scheduler; the task ends when this is dropped.
 ///

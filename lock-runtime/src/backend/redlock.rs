@@ -287,7 +287,7 @@ impl RedlockBackend {
         }
         Err(BackendError::outcome_unknown(
             format!(
-                "Redlock: {} of {} nodes answered the release, too few to tell its outcome \
+                "Redlock: {} of {} nodes answered the release, too few to tell: its outcome is unknown \
                  (where it did not run, the lease runs out by itself)",
                 tally.answered(),
                 self.nodes.len()

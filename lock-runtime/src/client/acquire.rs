@@ -1,0 +1,354 @@
+//! The acquire algorithm, as named steps.
+//!
+//! ```text
+//! start ─► attempt ─► acquired ─────────────────────────────► hold
+//!            ▲   │
+//!            │   └─► busy ─► queue (first time: register for notices)
+//!            │                 │
+//!            │                 ▼
+//!            ├───────────── wait (a notice, the holder's lease, or the deadline ─► give up)
+//!            │                 │
+//!            │                 ▼ handed over by a release
+//!            └── expired ◄─ confirm ─────────────────────────────► hold
+//! ```
+//!
+//! An [`Attempt`] is the clean-up duty: until the lock is held or given up
+//! cleanly, dropping it releases with our token in the background (leaving
+//! the queue, and handing on a lock that was handed to us).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::LockError;
+use crate::backend::{AcquireOutcome, HANDOFF_LEASE, WaitHandle};
+use crate::guard::{LockGuard, release_in_background};
+use crate::held::Held;
+use crate::inner::Inner;
+use crate::key::KeyNames;
+use crate::token::Token;
+
+/// How often one acquire re-tries after a broken connection (within its wait;
+/// a try-once acquire re-tries once, at once).
+const MAX_CONNECTION_RETRIES: u32 = 8;
+
+/// One acquire in progress.
+pub(super) struct Acquisition {
+    attempt: Attempt,
+    renew: bool,
+    /// `Duration::ZERO`: try once.
+    wait: Duration,
+    started: Instant,
+    deadline: Instant,
+    /// Registered for hand-overs and notices, once the key was found busy
+    /// (or at once where registering costs nothing).
+    waiter: Option<WaitHandle>,
+    /// Send time of the last attempt that found the lock busy: a hand-over
+    /// to us happened after it.
+    last_busy: Instant,
+    /// Whether an earlier attempt with a wait may have queued our token.
+    maybe_queued: bool,
+    /// Connection retries so far, over the whole acquisition.
+    retries: u32,
+}
+
+/// What one attempt found.
+enum Attempted {
+    Acquired { fencing: u64, sent: Instant },
+    Busy { remaining: Duration },
+}
+
+/// How a wait ended.
+enum Woken {
+    /// A release handed the lock to us, with this fencing token.
+    Granted(u64),
+    /// Notified that the key is free, or the holder's lease ran out: try again.
+    Retry,
+    /// The deadline passed.
+    TimedOut,
+}
+
+impl Acquisition {
+    pub(super) async fn start(
+        inner: Arc<Inner>,
+        key: String,
+        ttl: Duration,
+        wait: Duration,
+        renew: bool,
+    ) -> Result<Self, LockError> {
+        let started = Instant::now();
+        // A wait too long to represent (`Duration::MAX`) means "wait forever".
+        let deadline = started
+            .checked_add(wait)
+            .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
+        let names = KeyNames::new(&inner.prefix, &key);
+        let token = Token::random()?;
+        let mut waiter = None;
+        if !wait.is_zero() && inner.backend.notices_ready(&names) {
+            waiter = Some(inner.backend.register(&names, &token).await);
+        }
+        Ok(Self {
+            attempt: Attempt {
+                inner,
+                key,
+                names: Some(names),
+                token,
+                ttl,
+                queued: !wait.is_zero(),
+            },
+            renew,
+            wait,
+            started,
+            deadline,
+            waiter,
+            last_busy: started,
+            maybe_queued: false,
+            retries: 0,
+        })
+    }
+
+    /// Runs the steps until the lock is held or given up.
+    pub(super) async fn finish(mut self) -> Result<LockGuard, LockError> {
+        loop {
+            let remaining = match self.attempt().await? {
+                Attempted::Acquired { fencing, sent } => {
+                    let ttl = self.attempt.ttl;
+                    return Ok(self.hold(fencing, sent, ttl));
+                }
+                Attempted::Busy { remaining } => remaining,
+            };
+            if self.waiter.is_none() {
+                if Instant::now() >= self.deadline {
+                    return Err(self.give_up(remaining).await);
+                }
+                self.queue().await;
+                continue;
+            }
+            match self.wait_for_turn(remaining).await {
+                Woken::Granted(fencing) => {
+                    if let Some((sent, granted)) = self.confirm().await? {
+                        return Ok(self.hold(fencing, sent, granted));
+                    }
+                }
+                Woken::Retry => {}
+                Woken::TimedOut => return Err(self.give_up(remaining).await),
+            }
+        }
+    }
+
+    /// One script call (re-sent after a broken connection, with the same
+    /// token, so a re-send is safe even if the first one took the lock).
+    async fn attempt(&mut self) -> Result<Attempted, LockError> {
+        let inner = self.attempt.inner.clone();
+        let names = self.attempt.names.as_ref().expect("set until the end");
+        loop {
+            let sent = Instant::now();
+            let wait = if self.wait.is_zero() {
+                Duration::ZERO
+            } else {
+                self.deadline
+                    .saturating_duration_since(sent)
+                    .max(Duration::from_millis(1))
+            };
+            // Only an attempt after the first can find itself already queued.
+            let queued_before = std::mem::replace(&mut self.maybe_queued, !wait.is_zero());
+            let answer = inner
+                .backend
+                .acquire(
+                    names,
+                    &self.attempt.token,
+                    self.attempt.ttl,
+                    wait,
+                    queued_before,
+                )
+                .await;
+            match answer {
+                Ok(AcquireOutcome::Acquired { fencing }) => {
+                    return Ok(Attempted::Acquired { fencing, sent });
+                }
+                Ok(AcquireOutcome::Busy { remaining }) => {
+                    self.last_busy = self.last_busy.max(sent);
+                    return Ok(Attempted::Busy { remaining });
+                }
+                Err(LockError::Backend(e))
+                    if e.is_connection() && self.retries < MAX_CONNECTION_RETRIES && {
+                        let pause = Duration::from_millis(10 << self.retries.min(4));
+                        Instant::now() + pause < self.deadline
+                            || (self.retries == 0 && !e.is_timeout())
+                    } =>
+                {
+                    // The driver re-establishes a broken connection.
+                    tracing::debug!(key = %self.attempt.key, error = %e,
+                        "lock acquire: connection failed; retrying");
+                    if self.retries > 0 {
+                        let pause = Duration::from_millis(10 << self.retries.min(4));
+                        tokio::time::sleep(pause).await;
+                    }
+                    self.retries += 1;
+                }
+                Err(e) => {
+                    // The script may have run even if the reply was lost: the
+                    // attempt releases with our token on the way out.
+                    tracing::debug!(key = %self.attempt.key, error = %e, "lock acquire failed");
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Registers for notices after the key was found busy; the caller tries
+    /// again at once, so a hand-over between the attempt and the
+    /// registration is seen that way.
+    async fn queue(&mut self) {
+        let names = self.attempt.names.as_ref().expect("set until the end");
+        let inner = &self.attempt.inner;
+        self.waiter = Some(inner.backend.register(names, &self.attempt.token).await);
+    }
+
+    /// Sleeps until a release hands the lock to us, a notice says it is free,
+    /// the holder's lease (`remaining`) runs out, or the deadline passes.
+    /// Notices are at most once, hence the lease timer.
+    async fn wait_for_turn(&mut self, remaining: Duration) -> Woken {
+        let handle = self.waiter.as_ref().expect("registered before waiting");
+        if let Some(fencing) = handle.waiter.take_grant() {
+            return Woken::Granted(fencing);
+        }
+        let now = Instant::now();
+        if now >= self.deadline {
+            return Woken::TimedOut;
+        }
+        let mut retry_at = (now + remaining + Duration::from_millis(1)).min(self.deadline);
+        loop {
+            tokio::select! {
+                _ = handle.waiter.notify.notified() => {}
+                _ = tokio::time::sleep_until(retry_at) => return Woken::Retry,
+            }
+            if let Some(fencing) = handle.waiter.take_grant() {
+                return Woken::Granted(fencing);
+            }
+            if !handle.waiter.take_handoff_seen() {
+                return Woken::Retry; // the key was freed: act now
+            }
+            // The lock went to another waiter with a short lease: if that
+            // waiter is dead, the key is free when it runs out.
+            let free_by = Instant::now() + HANDOFF_LEASE + Duration::from_millis(5);
+            retry_at = retry_at.min(free_by);
+        }
+    }
+
+    /// A release handed the lock over with a lease of `min(ttl, HANDOFF_LEASE)`
+    /// that started after `last_busy`. Trusted as it is while a third of it
+    /// is left; otherwise (or for a fixed lease, or where hand-overs must be
+    /// replicated first) re-armed to the full lease before use. `None`: the
+    /// hand-over ran out before we saw it.
+    async fn confirm(&mut self) -> Result<Option<(Instant, Duration)>, LockError> {
+        let inner = self.attempt.inner.clone();
+        let ttl = self.attempt.ttl;
+        let granted = ttl.min(HANDOFF_LEASE);
+        if self.renew
+            && !inner.backend.needs_confirmation()
+            && Instant::now() + granted / 3 < self.last_busy + granted
+        {
+            return Ok(Some((self.last_busy, granted)));
+        }
+        let names = self.attempt.names.as_ref().expect("set until the end");
+        let sent = Instant::now();
+        match inner.backend.extend(names, &self.attempt.token, ttl).await {
+            Ok(true) => Ok(Some((sent, ttl))),
+            Ok(false) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Turns the acquisition into a watched guard: a lease of `granted` set
+    /// by a request sent at `sent`.
+    fn hold(mut self, fencing: u64, sent: Instant, granted: Duration) -> LockGuard {
+        let attempt = &mut self.attempt;
+        let inner = attempt.inner.clone();
+        let names = attempt.names.take().expect("set until the end");
+        let ttl = attempt.ttl;
+        let held = Arc::new(Held {
+            id: inner.next_lock_id.fetch_add(1, Ordering::Relaxed),
+            client_id: inner.id,
+            key: std::mem::take(&mut attempt.key),
+            names,
+            token: attempt.token,
+            fencing,
+            ttl,
+            lost: CancellationToken::new(),
+            // Set by the watchdog as it takes the lease under watch.
+            valid_until: std::sync::Mutex::new(sent),
+        });
+        inner.watchdog.watch(
+            held.clone(),
+            ttl,
+            self.renew,
+            sent,
+            granted,
+            inner.backend.drift(ttl),
+        );
+        tracing::debug!(key = %held.key, fencing,
+            waited_us = self.started.elapsed().as_micros() as u64, "lock acquired");
+        LockGuard::owner(held, inner)
+    }
+
+    /// Gives up. A wait that may have queued leaves the line before `Busy` is
+    /// answered (in the background only if that fails), so a release right
+    /// after our `Busy` cannot hand the lock to us.
+    async fn give_up(mut self, remaining: Duration) -> LockError {
+        let attempt = &mut self.attempt;
+        tracing::debug!(key = %attempt.key,
+            waited_us = self.started.elapsed().as_micros() as u64, "lock busy");
+        if let Some(names) = attempt.names.as_ref().filter(|_| attempt.queued) {
+            // A release that finds the lock ours (it had just been handed to
+            // us) hands it on.
+            let left = attempt
+                .inner
+                .backend
+                .release(names, &attempt.token, attempt.ttl, true)
+                .await;
+            if left.is_ok() {
+                attempt.names = None;
+            }
+        } else {
+            attempt.names = None; // never ours, never queued: nothing to clean up
+        }
+        LockError::Busy {
+            key: attempt.key.clone(),
+            retry_after: remaining,
+        }
+    }
+}
+
+/// The clean-up duty of an acquisition: if it is abandoned (busy after a
+/// wait, error, cancellation) after a script may have queued us or taken the
+/// lock, leave the queue and release with our token in the background (which
+/// hands the lock on if it had been handed to us).
+struct Attempt {
+    inner: Arc<Inner>,
+    /// The key as the caller gave it.
+    key: String,
+    /// `None` once nothing is left to clean up.
+    names: Option<KeyNames>,
+    token: Token,
+    ttl: Duration,
+    queued: bool,
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if let Some(names) = self.names.take() {
+            release_in_background(
+                self.inner.clone(),
+                std::mem::take(&mut self.key),
+                names,
+                self.token,
+                self.ttl,
+                self.queued,
+            );
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! [`LockClientBuilder`]: checks a configuration, connects, loads the scripts.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::{DEFAULT_TTL, LockClient, validate_ttl};
+use crate::LockError;
+use crate::backend::Backend;
+use crate::backend::redlock::RedlockBackend;
+use crate::backend::{memory::MemoryBackend, redis::RedisBackend, redis::RedisOptions};
+use crate::inner::Inner;
+use crate::key::validate_prefix;
+use crate::watchdog::Watchdog;
+
+static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Configures a [`LockClient`]; finish with [`build`](LockClientBuilder::build).
+#[derive(Clone)]
+pub struct LockClientBuilder {
+    target: Target,
+    prefix: String,
+    default_ttl: Duration,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    replica_acks: Option<(u32, Duration)>,
+}
+
+#[derive(Clone)]
+enum Target {
+    Unset,
+    Redis(String),
+    Redlock(Vec<String>),
+    Sentinel(String, Vec<String>),
+    Cluster(Vec<String>),
+    Memory,
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        Self {
+            target: Target::Unset,
+            prefix: "lock:".into(),
+            default_ttl: DEFAULT_TTL,
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(1),
+            replica_acks: None,
+        }
+    }
+}
+
+impl fmt::Debug for LockClientBuilder {
+    // By hand: a Redis URL may carry a password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = match &self.target {
+            Target::Unset => "unset",
+            Target::Redis(_) => "redis",
+            Target::Redlock(_) => "redlock",
+            Target::Sentinel(..) => "sentinel",
+            Target::Cluster(_) => "cluster",
+            Target::Memory => "memory",
+        };
+        f.debug_struct("LockClientBuilder")
+            .field("target", &target)
+            .field("prefix", &self.prefix)
+            .field("default_ttl", &self.default_ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("replica_acks", &self.replica_acks)
+            .finish()
+    }
+}
+
+impl LockClientBuilder {
+    /// One Redis or Valkey server: `redis://[user:password@]host:port[/db]`, or
+    /// `rediss://` with the `tls` feature. ACL users and passwords come from the
+    /// URL.
+    pub fn redis(mut self, url: impl Into<String>) -> Self {
+        self.target = Target::Redis(url.into());
+        self
+    }
+
+    /// Redlock over independent masters (an odd number, at least 3): a lock is
+    /// held while a majority grants it. See the README's scale-out section for
+    /// what it needs from the servers (delayed restarts or `appendfsync always`).
+    pub fn redlock<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Target::Redlock(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The master of a Redis Sentinel group, discovered through the sentinels
+    /// (`redis://host:26379` URLs) and re-discovered after a failover. Combine
+    /// with [`min_replica_acks`](Self::min_replica_acks) to make a lock
+    /// survive the failover.
+    pub fn sentinel<I, S>(mut self, master_name: impl Into<String>, sentinel_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Target::Sentinel(
+            master_name.into(),
+            sentinel_urls.into_iter().map(Into::into).collect(),
+        );
+        self
+    }
+
+    /// A Redis Cluster, reached through any of `seed_urls`. Keys are
+    /// hash-tagged, so a lock, its fencing counter, its waiter queue and its
+    /// notice channel live in one slot; notices use sharded pub/sub.
+    pub fn cluster<I, S>(mut self, seed_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Target::Cluster(seed_urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// After every acquire and renewal, `WAIT` until `replicas` replicas
+    /// acknowledged the write, at most `timeout`. With fewer, an acquire
+    /// releases the lock and fails with `LockError::Backend` (saying how many
+    /// acknowledged), and a renewal counts as unconfirmed. For `.redis(..)`
+    /// and `.sentinel(..)`.
+    ///
+    /// This narrows the failover window; it does not close it: `WAIT` makes a
+    /// write reach replicas, not a promoted replica be one of them, and it
+    /// does not make writes durable on disk.
+    pub fn min_replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_acks = Some((replicas, timeout));
+        self
+    }
+
+    /// The embedded in-process backend: the same semantics, but only within
+    /// this process (not distributed). For examples and unit tests.
+    pub fn memory(mut self) -> Self {
+        self.target = Target::Memory;
+        self
+    }
+
+    /// The namespace every name of this client starts with (default `"lock:"`).
+    /// At most 128 bytes; no braces (the key's own hash tag decides the slot).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of requests that set none (default 30 s).
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// How long `build` and reconnects wait for a connection (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one command may take before it fails with a timeout (default 1 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Checks the configuration, connects and loads the scripts.
+    ///
+    /// `LockError::Config` for a missing backend, a malformed URL or a bad
+    /// prefix or TTL; `LockError::Backend` when the server cannot be reached or
+    /// refuses the credentials.
+    pub async fn build(self) -> Result<LockClient, LockError> {
+        validate_prefix(&self.prefix)?;
+        validate_ttl(self.default_ttl)?;
+        for (name, t) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+        ] {
+            if t.is_zero() || t > Duration::from_secs(3600) {
+                return Err(LockError::Config(format!(
+                    "{name} must be above zero and at most one hour"
+                )));
+            }
+        }
+        if let Some((_, timeout)) = self.replica_acks
+            && (timeout.is_zero() || timeout > Duration::from_secs(3600))
+        {
+            return Err(LockError::Config(
+                "the replica acknowledgement timeout must be above zero and at most one hour"
+                    .into(),
+            ));
+        }
+        let options = RedisOptions {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            replica_acks: self.replica_acks,
+        };
+        let backend = match self.target {
+            Target::Unset => {
+                return Err(LockError::Config(
+                    "no backend chosen: call `.redis(url)` or `.memory()` on the builder".into(),
+                ));
+            }
+            Target::Memory => Backend::Memory(Arc::new(MemoryBackend::default())),
+            Target::Redis(url) => {
+                Backend::Redis(Arc::new(RedisBackend::connect(&url, &options).await?))
+            }
+            Target::Sentinel(master, sentinels) => Backend::Redis(Arc::new(
+                RedisBackend::sentinel(&master, &sentinels, &options).await?,
+            )),
+            Target::Cluster(seeds) => {
+                only_single_or_sentinel(self.replica_acks)?;
+                Backend::Redis(Arc::new(RedisBackend::cluster(&seeds, &options).await?))
+            }
+            Target::Redlock(urls) => {
+                only_single_or_sentinel(self.replica_acks)?;
+                Backend::Redlock(Arc::new(RedlockBackend::connect(&urls, &options).await?))
+            }
+        };
+        tracing::debug!(backend = backend.describe(), prefix = %self.prefix, "lock client ready");
+        Ok(LockClient(Arc::new(Inner {
+            id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+            watchdog: Watchdog::start(backend.clone()),
+            backend,
+            prefix: self.prefix,
+            default_ttl: self.default_ttl,
+            next_lock_id: AtomicU64::new(1),
+        })))
+    }
+}
+
+fn only_single_or_sentinel(replica_acks: Option<(u32, Duration)>) -> Result<(), LockError> {
+    match replica_acks {
+        Some(_) => Err(LockError::Config(
+            "min_replica_acks is for `.redis(..)` and `.sentinel(..)`".into(),
+        )),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,161 @@
+//! [`LockClient`], its [builder](LockClientBuilder), and [`LockRequest`].
+//!
+//! `builder` checks a configuration and connects; `request` is what a caller
+//! configures and runs; `acquire` is the acquire algorithm as named steps
+//! (attempt, queue, wait, confirm, then hold or give up).
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::LockError;
+use crate::backend::Backend;
+use crate::inner::Inner;
+use crate::key::{KeyNames, validate_key};
+
+mod acquire;
+mod builder;
+mod request;
+
+pub use builder::LockClientBuilder;
+pub use request::LockRequest;
+
+/// The shortest lease accepted. Shorter leases cannot be renewed reliably
+/// across a network round trip and a busy scheduler.
+pub const MIN_TTL: Duration = Duration::from_millis(50);
+
+/// The longest lease accepted (one week).
+pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The lease used when neither the client nor the request sets one.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {
+    if ttl < MIN_TTL {
+        return Err(LockError::Config(format!(
+            "the lease {} is below the minimum of {}",
+            humantime::format_duration(ttl),
+            humantime::format_duration(MIN_TTL)
+        )));
+    }
+    if ttl > MAX_TTL {
+        return Err(LockError::Config(format!(
+            "the lease {} is above the maximum of {}",
+            humantime::format_duration(ttl),
+            humantime::format_duration(MAX_TTL)
+        )));
+    }
+    Ok(())
+}
+
+/// A handle on a lock backend. Cheap to clone (an `Arc`); clones share the
+/// connections, the notice subscriber and the watchdogs.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_runtime::LockClient;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// let client = LockClient::builder()
+///     .memory() // or .redis("redis://127.0.0.1:6379")
+///     .key_prefix("lock:")
+///     .default_ttl(Duration::from_secs(30))
+///     .build()
+///     .await?;
+///
+/// let guard = client
+///     .lock("order:42")
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_secs(2))
+///     .acquire()
+///     .await?;
+/// println!("fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+///
+/// let total = client.with_lock("order:42", async { 40 + 2 }).await?;
+/// assert_eq!(total, 42);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LockClient(pub(crate) Arc<Inner>);
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("backend", &self.0.backend.describe())
+            .field("prefix", &self.0.prefix)
+            .field("default_ttl", &self.0.default_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    /// Starts configuring a client.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+
+    /// Starts a request for the lock named `key` (without the prefix). Nothing
+    /// happens until [`LockRequest::acquire`] or [`LockRequest::run`].
+    pub fn lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest::new(self.clone(), key.into())
+    }
+
+    /// Runs `fut` while holding the lock `key` (default lease, trying once).
+    ///
+    /// The lock is released when `fut` completes, returns an error or panics.
+    /// If the lease is lost mid-way, `fut` is dropped (cancelled) and
+    /// `Err(LockError::Lost)` is returned: `Lost` means the lease may have
+    /// ended before the work finished. Once `fut` has completed while the
+    /// lease was valid, its output is returned whatever the release answers
+    /// (a failed release is a `tracing` warning naming the key; the lease then
+    /// runs out by itself), so a caller is never told "lost" about work that
+    /// ran under the lock. Inside `fut`, [`crate::current_lock`]
+    /// gives the fencing token, and locking `key` again re-enters instead of
+    /// deadlocking. Use [`LockRequest::run`] to set the lease or the wait.
+    pub async fn with_lock<F: Future>(
+        &self,
+        key: impl Into<String>,
+        fut: F,
+    ) -> Result<F::Output, LockError> {
+        self.lock(key).run(fut).await
+    }
+
+    /// The key prefix every name of this client starts with.
+    pub fn key_prefix(&self) -> &str {
+        &self.0.prefix
+    }
+
+    /// The lease used when a request sets none.
+    pub fn default_ttl(&self) -> Duration {
+        self.0.default_ttl
+    }
+
+    /// How many leases the watchdog keeps alive: one per held guard (re-entered
+    /// guards share their owner's). A diagnostic: it returns to zero when every
+    /// guard is released or dropped. All leases of a client are renewed by one
+    /// background task, in batches.
+    pub fn active_watchdogs(&self) -> usize {
+        self.0.watchdog.live()
+    }
+
+    /// Deletes the lock `key` regardless of its owner, as an operator's `DEL`
+    /// would. The holder finds out at its next renewal. For tests and
+    /// emergencies; not part of normal operation.
+    #[doc(hidden)]
+    pub async fn force_delete(&self, key: &str) -> Result<(), LockError> {
+        validate_key(key)?;
+        self.0
+            .backend
+            .delete(&KeyNames::new(&self.0.prefix, key))
+            .await
+    }
+
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.0.backend
+    }
+}

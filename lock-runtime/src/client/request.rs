@@ -1,0 +1,145 @@
+//! [`LockRequest`]: what a caller configures, then acquires or runs.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::acquire::Acquisition;
+use super::{LockClient, validate_ttl};
+use crate::guard::LockGuard;
+use crate::key::validate_key;
+use crate::{LockError, context};
+
+/// A request for one lock, from [`LockClient::lock`]. Configure, then
+/// [`acquire`](LockRequest::acquire) a guard or [`run`](LockRequest::run) a future.
+#[derive(Clone, Debug)]
+#[must_use = "a lock request does nothing until `.acquire()` or `.run(fut)`"]
+pub struct LockRequest {
+    client: LockClient,
+    key: String,
+    ttl: Option<Duration>,
+    wait: Duration,
+    renew: bool,
+}
+
+impl LockRequest {
+    pub(super) fn new(client: LockClient, key: String) -> Self {
+        Self {
+            client,
+            key,
+            ttl: None,
+            wait: Duration::ZERO,
+            renew: true,
+        }
+    }
+
+    /// The lease (default: the client's). Renewed every `ttl / 3` while held,
+    /// unless [`renew(false)`](LockRequest::renew).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long to wait for a busy lock (default `Duration::ZERO`: try once).
+    /// Waiting sleeps on release notices, not polling. A wait that ends in
+    /// [`LockError::Busy`] has left the key's line of waiters by the time it
+    /// answers, so a release after that never hands the lock to it.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Whether the watchdog renews the lease (default `true`). With `false` the
+    /// lease is fixed: the guard is lost when it runs out.
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.renew = renew;
+        self
+    }
+
+    /// Takes the lock, waiting up to the configured wait.
+    ///
+    /// `Err(LockError::Busy)` when still held by another owner at the deadline,
+    /// with the holder's remaining lease as `retry_after`. If the current task
+    /// already holds this key through [`LockRequest::run`] or
+    /// [`LockClient::with_lock`], returns a re-entered guard at once.
+    ///
+    /// Cancel-safe: dropping the future never leaves the lock held for longer
+    /// than one lease, and a lock it may have taken is released in the
+    /// background.
+    pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        let inner = &self.client.0;
+        validate_key(&self.key)?;
+        let ttl = self.ttl.unwrap_or(inner.default_ttl);
+        validate_ttl(ttl)?;
+        if let Some(held) = context::find(inner.id, &self.key) {
+            tracing::trace!(key = %self.key, "lock re-entered by the holding task");
+            return Ok(LockGuard::reentered(held, inner.clone()));
+        }
+        // Boxed: the steps' state (script futures of every backend) would
+        // otherwise sit inline in every caller's future, and nested locked
+        // scopes would stack it up.
+        let acquisition = Acquisition::start(inner.clone(), self.key, ttl, self.wait, self.renew);
+        Box::pin(async move { acquisition.await?.finish().await }).await
+    }
+
+    /// Runs `fut` while holding the lock; see [`LockClient::with_lock`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+    /// let receipt = client
+    ///     .lock("order:42")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .wait(Duration::from_secs(2))
+    ///     .run(async { "paid" })
+    ///     .await?;
+    /// assert_eq!(receipt, "paid");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run<F: Future>(self, fut: F) -> Result<F::Output, LockError> {
+        let guard = self.acquire().await?;
+        let held = guard.held().clone();
+        let lost = guard.lost();
+        let outcome = context::scope(held, async move {
+            tokio::select! {
+                biased;
+                _ = lost => None,
+                output = fut => Some(output),
+            }
+        })
+        .await;
+        let Some(output) = outcome else {
+            let key = guard.key().to_owned();
+            drop(guard);
+            return Err(LockError::Lost { key });
+        };
+        // The work is done. If the lease was valid at this moment, the output
+        // is the caller's whatever the release answers: a lost reply, a
+        // server that went away, even a key deleted behind our back cannot
+        // undo work that finished under a valid lease.
+        let key = guard.key().to_owned();
+        if guard.held().valid_at(Instant::now()) {
+            if let Err(e) = guard.release().await {
+                tracing::warn!(key = %key, error = %e,
+                    "the work finished under a valid lease; releasing the lock afterwards failed");
+            }
+            return Ok(output);
+        }
+        // The last confirmed lease ran out before the work ended. Only the
+        // server can still prove it never did: our token still on the key.
+        match guard.release().await {
+            Ok(()) => Ok(output),
+            Err(e) => {
+                if !e.is_lost() {
+                    tracing::warn!(key = %key, error = %e,
+                        "the lease may have run out before the work finished, and the release failed");
+                }
+                Err(LockError::Lost { key })
+            }
+        }
+    }
+}

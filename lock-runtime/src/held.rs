@@ -1,0 +1,57 @@
+//! One acquisition's lease, as the guard, the watchdog and the task's
+//! reentrancy stack share it: [`Held`].
+
+use std::fmt;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::key::KeyNames;
+use crate::token::Token;
+
+/// What is shared between a guard, its watchdog and the task's reentrancy stack.
+pub(crate) struct Held {
+    /// Unique within the client: the watchdog's handle on it.
+    pub(crate) id: u64,
+    pub(crate) client_id: u64,
+    pub(crate) key: String,
+    pub(crate) names: KeyNames,
+    pub(crate) token: Token,
+    pub(crate) fencing: u64,
+    /// The lease asked for (and renewed to).
+    pub(crate) ttl: Duration,
+    /// Cancelled when the lease is lost.
+    pub(crate) lost: CancellationToken,
+    /// Until when the lease is surely ours, on the monotonic clock: the send
+    /// time of the last confirmed acquire or renewal plus its lease (less
+    /// drift). Kept by the watchdog; read at release and when work ends.
+    pub(crate) valid_until: Mutex<Instant>,
+}
+
+impl Held {
+    /// `true` while the lease is surely ours: not reported lost, and `at`
+    /// before the end of the last confirmed lease.
+    pub(crate) fn valid_at(&self, at: Instant) -> bool {
+        !self.lost.is_cancelled() && at < self.valid_until()
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn set_valid_until(&self, at: Instant) {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = at;
+    }
+}
+
+impl fmt::Debug for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Held")
+            .field("key", &self.key)
+            .field("fencing", &self.fencing)
+            .field("lost", &self.lost.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}

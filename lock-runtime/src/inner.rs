@@ -1,0 +1,18 @@
+//! What every handle on one client shares: [`Inner`].
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::watchdog::Watchdog;
+
+/// One client's backend, watchdog and settings, behind the `Arc` of
+/// [`LockClient`](crate::LockClient) and of every guard it gave out.
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    pub(crate) backend: Backend,
+    pub(crate) prefix: String,
+    pub(crate) default_ttl: Duration,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) next_lock_id: AtomicU64,
+}
