@@ -157,7 +157,7 @@ impl RedisServer {
         // Opened (and answered) before the freeze: a connection accepted
         // after it would be read after the clients' commands.
         let mut killer = RawConnection::connect(self.port);
-        signal(pid, "STOP");
+        stop_while_waiting(pid);
         let thread = std::thread::spawn(move || {
             std::thread::sleep(window);
             killer.send(KILL_OTHER_CLIENTS);
@@ -195,6 +195,33 @@ pub fn signal(pid: u32, sig: &str) {
         .arg(format!("-{sig}"))
         .arg(pid.to_string())
         .status();
+}
+
+/// SIGSTOPs a server while it sleeps in `epoll_wait`. Level-triggered epoll
+/// puts a socket it just reported back on its ready list until the next
+/// `epoll_wait` finds it drained: a server stopped between handling a
+/// command (the `PING` of [`RawConnection::connect`]) and that next wait
+/// would, on resuming, read that socket first, ahead of the sockets that
+/// became readable while it was stopped. (Without `/proc/<pid>/wchan`,
+/// gives it 20 ms to get there.)
+fn stop_while_waiting(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        if wchan.is_empty() || wchan == "0" {
+            std::thread::sleep(Duration::from_millis(20));
+            break;
+        }
+        if wchan.contains("epoll") || wchan.contains("ep_poll") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redis-server {pid} never waited in epoll_wait (wchan {wchan:?})"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    signal(pid, "STOP");
 }
 
 /// A window of lost replies opened by [`RedisServer::lose_replies`].

@@ -279,9 +279,10 @@ fn redlock() -> (Redlock, LockClientBuilder) {
     (nodes, builder)
 }
 
-/// One node in three loses the reply: the majority proves the release
-/// (this one passes today too; it keeps a fix from turning a minority's
-/// unknown into an error).
+/// One node in three loses the reply: the other two prove the release.
+/// (Today this fails only when the acquire had set the key on just two
+/// nodes: the frozen node's re-sent script and the third node then make a
+/// majority of "not ours".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redlock_a_release_whose_reply_was_lost_on_one_node_is_not_reported_lost() {
     let (nodes, builder) = redlock();
@@ -381,7 +382,9 @@ const CLIENTS: usize = 4;
 /// lease 10 s, a millisecond of work), every other time with `release()` and
 /// with `run`, for `span`, while a thread closes every client connection of
 /// every server in `ports` each `kill_every`. A valid lease released is
-/// never `Lost`.
+/// never `Lost`. (One Redis: kills every 300 ms show false `Lost`s in most
+/// runs today; Redlock needs a majority of lost replies, so its kills come
+/// every 100 ms.)
 async fn churn_under_kills(
     builder: &LockClientBuilder,
     ports: Vec<u16>,
@@ -492,6 +495,6 @@ async fn releases_and_runs_are_never_reported_lost_while_connections_are_killed(
 async fn on_redlock_releases_and_runs_are_never_reported_lost_while_connections_are_killed() {
     let (nodes, builder) = redlock();
     let ports = (0..nodes.size()).map(|i| nodes.server(i).port).collect();
-    let tally = churn_under_kills(&builder, ports, secs(3), ms(300)).await;
+    let tally = churn_under_kills(&builder, ports, secs(3), ms(100)).await;
     assert_never_lost(&tally);
 }
