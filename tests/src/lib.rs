@@ -203,7 +203,7 @@ pub fn signal(pid: u32, sig: &str) {
 /// command (the `PING` of [`RawConnection::connect`]) and that next wait
 /// would, on resuming, read that socket first, ahead of the sockets that
 /// became readable while it was stopped. (Without `/proc/<pid>/wchan`,
-/// gives it 20 ms to get there.)
+/// gives it 20 ms to get there.) Returns once the server is stopped.
 fn stop_while_waiting(pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -222,6 +222,24 @@ fn stop_while_waiting(pid: u32) {
         std::thread::sleep(Duration::from_millis(1));
     }
     signal(pid, "STOP");
+    // `kill` returns when the signal is sent, not when the server stops: a
+    // server woken for it but not yet run would still take what arrives
+    // meanwhile from epoll_wait (which hands out ready events before it
+    // looks at signals) and answer it after SIGCONT, ahead of the kill.
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if state.is_none_or(|s| s == 'T' || s == 't') {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redis-server {pid} did not stop (stat {stat:?})"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// A window of lost replies opened by [`RedisServer::lose_replies`].
