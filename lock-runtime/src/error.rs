@@ -183,12 +183,34 @@ impl BackendError {
                 .source
                 .as_ref()
                 .and_then(|e| e.downcast_ref::<redis::RedisError>())
-                .is_some_and(|e| {
-                    e.is_io_error()
-                        || e.is_timeout()
-                        || e.is_connection_dropped()
-                        || e.is_connection_refusal()
-                })
+                .is_some_and(|e| connection_failure(e).is_some())
+    }
+}
+
+/// How a driver error bears on its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConnectionFailure {
+    /// No answer in time; the request may still run.
+    TimedOut,
+    /// Refused, dropped or otherwise unusable: the connection must be (and
+    /// is, by the driver) re-established.
+    Broken,
+}
+
+/// The one place that decides whether a driver error is the connection's
+/// fault (`Some`) or an answer the server sent on purpose (`None`: a script
+/// error, an ACL refusal, `READONLY`, ...).
+pub(crate) fn connection_failure(e: &redis::RedisError) -> Option<ConnectionFailure> {
+    if e.is_timeout() {
+        Some(ConnectionFailure::TimedOut)
+    } else if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+    {
+        Some(ConnectionFailure::Broken)
+    } else {
+        None
     }
 }
 

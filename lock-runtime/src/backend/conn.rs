@@ -9,9 +9,37 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use super::redis::RedisOptions;
 use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, connection_failure};
+
+/// How the client talks to its servers.
+#[derive(Clone, Debug)]
+pub(crate) struct RedisOptions {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    /// `WAIT n timeout` after acquire and extend (Sentinel, single server).
+    pub(crate) replica_acks: Option<(u32, Duration)>,
+}
+
+/// Parses a URL into a driver client, as a configuration error when malformed.
+pub(crate) fn open_client(url: &str) -> Result<redis::Client, LockError> {
+    let client = redis::Client::open(url).map_err(|e| {
+        // Never echo the URL: it may carry a password.
+        LockError::Config(format!("invalid Redis URL: {e}"))
+    })?;
+    #[cfg(not(feature = "tls"))]
+    if url.starts_with("rediss://") {
+        return Err(LockError::Config(
+            "`rediss://` needs the `tls` feature of lock-runtime".into(),
+        ));
+    }
+    #[cfg(feature = "tls")]
+    {
+        // rustls needs a process-wide crypto provider; keep the user's if set.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    Ok(client)
+}
 
 /// A cheap-to-clone connection handle for scripts and commands.
 #[derive(Clone)]
@@ -109,7 +137,7 @@ impl SentinelConn {
     ) -> Result<Self, LockError> {
         let infos = sentinels
             .iter()
-            .map(|url| super::redis::open_client(url).map(|c| c.get_connection_info().clone()))
+            .map(|url| open_client(url).map(|c| c.get_connection_info().clone()))
             .collect::<Result<Vec<_>, _>>()?;
         // `build` takes a `String` without redis' TLS feature and `impl AsRef<str>`
         // with it; an owned string fits both.
@@ -182,10 +210,7 @@ impl SentinelConn {
     /// Forgets the master after an error that may mean it changed.
     fn check<T>(&self, answer: &redis::RedisResult<T>) {
         if let Err(e) = answer
-            && (e.is_io_error()
-                || e.is_connection_dropped()
-                || e.is_connection_refusal()
-                || e.is_timeout()
+            && (connection_failure(e).is_some()
                 || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly))
         {
             *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;

@@ -9,6 +9,7 @@ use crate::token::Token;
 
 pub(crate) mod conn;
 pub(crate) mod memory;
+mod notifier;
 pub(crate) mod records;
 pub(crate) mod redis;
 pub(crate) mod redlock;

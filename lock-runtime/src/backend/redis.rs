@@ -4,16 +4,15 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use redis::cluster_async::ClusterConnection;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::conn::{Conn, SentinelConn, connect_manager};
-
+pub(crate) use super::conn::RedisOptions;
+use super::conn::{Conn, SentinelConn, connect_manager, open_client};
+use super::notifier::{Notices, Source};
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, ConnectionFailure, connection_failure};
 use crate::key::KeyNames;
 use crate::token::Token;
 
@@ -25,40 +24,6 @@ static RELEASE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/release.lua")));
 static EXTEND_MANY: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/extend_many.lua")));
-
-/// How the client talks to its servers.
-#[derive(Clone, Debug)]
-pub(crate) struct RedisOptions {
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    /// `WAIT n timeout` after acquire and extend (Sentinel, single server).
-    pub(crate) replica_acks: Option<(u32, Duration)>,
-}
-
-/// Where release notices come from.
-enum Notices {
-    /// A pub/sub connection owned by the notifier task (single server, Sentinel).
-    PubSub(mpsc::UnboundedSender<Command>),
-    /// Sharded pub/sub (`SSUBSCRIBE`) on the cluster connection; pushes are
-    /// dispatched by a task of their own.
-    Cluster(ClusterConnection),
-}
-
-/// Where the notifier finds the server to subscribe on.
-#[derive(Clone)]
-enum Source {
-    Fixed(Box<redis::Client>),
-    Sentinel(Arc<SentinelConn>),
-}
-
-impl Source {
-    async fn client(&self) -> redis::RedisResult<redis::Client> {
-        match self {
-            Source::Fixed(client) => Ok((**client).clone()),
-            Source::Sentinel(sentinel) => sentinel.client().await,
-        }
-    }
-}
 
 /// Command connections to one server (`.redis(..)`). Two multiplexed
 /// connections keep the server and the client busy at once: while the server
@@ -86,26 +51,6 @@ impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackend").finish_non_exhaustive()
     }
-}
-
-/// Parses a URL into a driver client, as a configuration error when malformed.
-pub(crate) fn open_client(url: &str) -> Result<redis::Client, LockError> {
-    let client = redis::Client::open(url).map_err(|e| {
-        // Never echo the URL: it may carry a password.
-        LockError::Config(format!("invalid Redis URL: {e}"))
-    })?;
-    #[cfg(not(feature = "tls"))]
-    if url.starts_with("rediss://") {
-        return Err(LockError::Config(
-            "`rediss://` needs the `tls` feature of lock-runtime".into(),
-        ));
-    }
-    #[cfg(feature = "tls")]
-    {
-        // rustls needs a process-wide crypto provider; keep the user's if set.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    Ok(client)
 }
 
 /// Loads the scripts once, so the hot path is a plain EVALSHA (which still
@@ -228,16 +173,11 @@ impl RedisBackend {
         .map_err(|_| BackendError::timeout("connecting to the cluster timed out"))?
         .map_err(|e| BackendError::with_source("cannot connect to the cluster", e))?;
         let waiters = Arc::new(Registry::default());
-        tokio::spawn(dispatch_cluster_pushes(
-            push_rx,
-            waiters.clone(),
-            cluster.clone(),
-        ));
         // Scripts are loaded on each node by EVALSHA's fallback on first use.
         Ok(Self {
             conns: vec![Conn::Cluster(cluster.clone())],
+            notices: Notices::cluster(cluster, push_rx, waiters.clone()),
             waiters,
-            notices: Notices::Cluster(cluster),
             publish: "SPUBLISH",
             announce_free: false,
             replica_acks: None,
@@ -250,12 +190,10 @@ impl RedisBackend {
         options: &RedisOptions,
         waiters: Arc<Registry>,
     ) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(notifier(source, options.clone(), waiters.clone(), rx));
         Self {
             conns,
+            notices: Notices::pubsub(source, options, waiters.clone()),
             waiters,
-            notices: Notices::PubSub(tx),
             publish: "PUBLISH",
             announce_free: false,
             replica_acks: options.replica_acks,
@@ -388,8 +326,7 @@ impl RedisBackend {
         let mut resent = matches!(conn, Conn::Cluster(_));
         let mut answer = run_script(&mut conn, &RELEASE, &cmd).await;
         if let Err(e) = &answer
-            && (e.is_io_error() || e.is_connection_dropped())
-            && !e.is_timeout()
+            && connection_failure(e) == Some(ConnectionFailure::Broken)
         {
             // The connection broke: before the script was sent (a killed
             // connection fails its next command), or after it ran and before
@@ -400,7 +337,7 @@ impl RedisBackend {
             answer = run_script(&mut conn, &RELEASE, &cmd).await;
         }
         let answer: redis::Value = answer.map_err(|e| {
-            if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+            if connection_failure(&e).is_some() {
                 BackendError::outcome_unknown(
                     "the release was sent and no answer came back: its outcome is unknown \
                      (if it did not run, the lease runs out by itself)",
@@ -518,34 +455,7 @@ impl RedisBackend {
 
     /// Makes sure `names`' notices reach this process (see [`Self::register`]).
     pub(crate) async fn subscribe(&self, names: &KeyNames) {
-        if self.waiters.is_subscribed(&names.notice) {
-            return;
-        }
-        match &self.notices {
-            Notices::PubSub(notifier) => {
-                let (ack, acked) = oneshot::channel();
-                if notifier
-                    .send(Command::Subscribe(names.notice.clone(), ack))
-                    .is_ok()
-                {
-                    let _ = acked.await;
-                }
-            }
-            Notices::Cluster(cluster) => {
-                let subscribed = tokio::time::timeout(
-                    Duration::from_secs(1),
-                    cluster.clone().ssubscribe(&names.notice),
-                )
-                .await;
-                match subscribed {
-                    Ok(Ok(())) => self.waiters.set_subscribed(&names.notice),
-                    Ok(Err(e)) if is_refusal(&e) => warn_refused(&names.notice, &e),
-                    _ => tracing::debug!(
-                        "lock notices: SSUBSCRIBE failed; waiters fall back to lease timers"
-                    ),
-                }
-            }
-        }
+        self.notices.subscribe(&self.waiters, &names.notice).await;
     }
 }
 
@@ -576,270 +486,4 @@ async fn run_script<T: redis::FromRedisValue>(
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-pub(crate) enum Command {
-    Subscribe(String, oneshot::Sender<()>),
-}
-
-/// How often channels nobody waited on during a whole period are unsubscribed.
-const SWEEP_EVERY: Duration = Duration::from_secs(5);
-
-/// Owns the pub/sub connection: subscribes on request, dispatches notices to
-/// the registry, reconnects and re-subscribes after a drop (waking every waiter,
-/// since notices may have been missed), and unsubscribes idle channels.
-/// Ends when the backend is dropped.
-async fn notifier(
-    source: Source,
-    options: RedisOptions,
-    waiters: Arc<Registry>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-) {
-    let mut backoff = Duration::from_millis(20);
-    // Wait for the first request before opening a connection.
-    let Some(mut pending) = commands.recv().await else {
-        return;
-    };
-    loop {
-        let connected = tokio::time::timeout(options.connect_timeout, async {
-            source.client().await?.get_async_pubsub().await
-        })
-        .await;
-        let pubsub = match connected {
-            Ok(Ok(pubsub)) => pubsub,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "lock notices: cannot connect; waiters fall back to lease timers");
-                if !fail_and_wait(&mut pending, &mut commands, &mut backoff, &waiters).await {
-                    return;
-                }
-                continue;
-            }
-            Err(_) => {
-                tracing::debug!(
-                    "lock notices: connect timed out; waiters fall back to lease timers"
-                );
-                if !fail_and_wait(&mut pending, &mut commands, &mut backoff, &waiters).await {
-                    return;
-                }
-                continue;
-            }
-        };
-        let (mut sink, mut stream) = pubsub.split();
-        waiters.clear_subscribed();
-        // Re-subscribe whatever is waited on (after a reconnect), then wake all.
-        let mut ok = true;
-        for channel in waiters.channel_names() {
-            match subscribe(&mut sink, &channel, &options).await {
-                Ok(()) => waiters.set_subscribed(&channel),
-                Err(SubscribeFailure::Refused(e)) => warn_refused(&channel, &e),
-                Err(SubscribeFailure::Connection) => {
-                    ok = false;
-                    break;
-                }
-            }
-        }
-        waiters.wake_all();
-        if !ok {
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-            continue;
-        }
-        backoff = Duration::from_millis(20);
-        let mut sweep = tokio::time::interval(SWEEP_EVERY);
-        sweep.tick().await;
-        let mut next = Some(pending);
-        loop {
-            let command = match next.take() {
-                Some(command) => command,
-                None => tokio::select! {
-                    command = commands.recv() => match command {
-                        Some(command) => command,
-                        None => return,
-                    },
-                    message = stream.next() => match message {
-                        Some(message) => {
-                            waiters.deliver(message.get_channel_name(), message.get_payload_bytes());
-                            continue;
-                        }
-                        None => {
-                            tracing::debug!("lock notices: connection dropped; re-subscribing");
-                            waiters.clear_subscribed();
-                            break;
-                        }
-                    },
-                    _ = sweep.tick() => {
-                        let unused = waiters.take_idle();
-                        if !unused.is_empty() && sink.unsubscribe(&unused).await.is_err() {
-                            break;
-                        }
-                        continue;
-                    }
-                },
-            };
-            match command {
-                Command::Subscribe(channel, ack) => {
-                    if !channel.is_empty() && !waiters.is_subscribed(&channel) {
-                        match subscribe(&mut sink, &channel, &options).await {
-                            Ok(()) => waiters.set_subscribed(&channel),
-                            Err(SubscribeFailure::Refused(e)) => warn_refused(&channel, &e),
-                            Err(SubscribeFailure::Connection) => {
-                                let _ = ack.send(());
-                                break;
-                            }
-                        }
-                    }
-                    let _ = ack.send(());
-                }
-            }
-        }
-        // Reconnect: wait for the next request only if nobody is waiting now.
-        pending = match commands.try_recv() {
-            Ok(command) => command,
-            Err(mpsc::error::TryRecvError::Disconnected) => return,
-            Err(mpsc::error::TryRecvError::Empty) if !waiters.channel_names().is_empty() => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                // A harmless no-op request that re-runs the loop.
-                let (ack, _) = oneshot::channel();
-                Command::Subscribe(String::new(), ack)
-            }
-            Err(mpsc::error::TryRecvError::Empty) => match commands.recv().await {
-                Some(command) => command,
-                None => return,
-            },
-        };
-    }
-}
-
-/// Why a subscription did not happen.
-enum SubscribeFailure {
-    /// The server answered with an error (an ACL without this channel, say):
-    /// the connection is fine; waiters of this key fall back to timers.
-    Refused(redis::RedisError),
-    /// The connection failed or timed out: reconnect.
-    Connection,
-}
-
-async fn subscribe(
-    sink: &mut redis::aio::PubSubSink,
-    channel: &str,
-    options: &RedisOptions,
-) -> Result<(), SubscribeFailure> {
-    if channel.is_empty() {
-        return Ok(());
-    }
-    match tokio::time::timeout(options.response_timeout, sink.subscribe(channel)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) if is_refusal(&e) => Err(SubscribeFailure::Refused(e)),
-        _ => Err(SubscribeFailure::Connection),
-    }
-}
-
-/// A reply the server sent on purpose, not a broken connection.
-fn is_refusal(e: &redis::RedisError) -> bool {
-    !(e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_unrecoverable_error())
-}
-
-fn warn_refused(channel: &str, e: &redis::RedisError) {
-    // Once per process at warn level: it is a configuration problem.
-    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        tracing::debug!(channel, error = %e, "lock notices: SUBSCRIBE refused");
-        return;
-    }
-    tracing::warn!(
-        channel,
-        error = %e,
-        "lock notices: the server refused SUBSCRIBE (check the ACL's channel permissions, \
-         e.g. `&lock:*`); waiters of this key wake only when the holder's lease ends"
-    );
-}
-
-/// Answers `pending` (the waiter falls back to its timer), backs off, and takes
-/// the next request. `false` when the backend is gone.
-async fn fail_and_wait(
-    pending: &mut Command,
-    commands: &mut mpsc::UnboundedReceiver<Command>,
-    backoff: &mut Duration,
-    waiters: &Registry,
-) -> bool {
-    let Command::Subscribe(_, ack) = std::mem::replace(
-        pending,
-        Command::Subscribe(String::new(), oneshot::channel().0),
-    );
-    let _ = ack.send(());
-    while let Ok(Command::Subscribe(_, ack)) = commands.try_recv() {
-        let _ = ack.send(());
-    }
-    tokio::time::sleep(*backoff).await;
-    *backoff = (*backoff * 2).min(Duration::from_secs(1));
-    if !waiters.channel_names().is_empty() {
-        // Somebody waits: keep trying to reconnect on our own.
-        *pending = Command::Subscribe(String::new(), oneshot::channel().0);
-        return true;
-    }
-    match commands.recv().await {
-        Some(command) => {
-            *pending = command;
-            true
-        }
-        None => false,
-    }
-}
-
-/// Routes the cluster's sharded notices to the waiters; after a disconnection
-/// (the driver re-subscribes on its own) wakes every waiter, since notices may
-/// have been missed. When a slot moves, the server drops its shard channels'
-/// subscribers (`sunsubscribe`): subscribe again where the slot lives now and
-/// wake that channel's waiters.
-async fn dispatch_cluster_pushes(
-    mut pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
-    waiters: Arc<Registry>,
-    cluster: ClusterConnection,
-) {
-    while let Some(push) = pushes.recv().await {
-        match push.kind {
-            redis::PushKind::SMessage | redis::PushKind::Message => {
-                if let [redis::Value::BulkString(channel), payload, ..] = &push.data[..]
-                    && let Ok(channel) = std::str::from_utf8(channel)
-                {
-                    let payload: &[u8] = match payload {
-                        redis::Value::BulkString(bytes) => bytes,
-                        _ => b"",
-                    };
-                    waiters.deliver(channel, payload);
-                }
-            }
-            redis::PushKind::SUnsubscribe => {
-                if let [redis::Value::BulkString(channel), ..] = &push.data[..]
-                    && let Ok(channel) = std::str::from_utf8(channel)
-                {
-                    let channel = channel.to_owned();
-                    waiters.forget_subscribed(&channel);
-                    if waiters.has_waiters(&channel) {
-                        let waiters = waiters.clone();
-                        let mut cluster = cluster.clone();
-                        tokio::spawn(async move {
-                            if let Ok(Ok(())) = tokio::time::timeout(
-                                Duration::from_secs(1),
-                                cluster.ssubscribe(&channel),
-                            )
-                            .await
-                            {
-                                waiters.set_subscribed(&channel);
-                            }
-                            // A release may have happened in between.
-                            waiters.deliver(&channel, b"");
-                        });
-                    }
-                }
-            }
-            redis::PushKind::Disconnection => waiters.wake_all(),
-            _ => {}
-        }
-    }
 }

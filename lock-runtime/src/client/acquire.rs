@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::LockError;
 use crate::backend::{AcquireOutcome, HANDOFF_LEASE, WaitHandle};
+use crate::backoff::Backoff;
 use crate::guard::{LockGuard, release_in_background};
 use crate::held::Held;
 use crate::inner::Inner;
@@ -34,6 +35,9 @@ use crate::token::Token;
 /// How often one acquire re-tries after a broken connection (within its wait;
 /// a try-once acquire re-tries once, at once).
 const MAX_CONNECTION_RETRIES: u32 = 8;
+
+/// Between those re-tries.
+const RETRY_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(160));
 
 /// One acquire in progress.
 pub(super) struct Acquisition {
@@ -51,8 +55,10 @@ pub(super) struct Acquisition {
     last_busy: Instant,
     /// Whether an earlier attempt with a wait may have queued our token.
     maybe_queued: bool,
-    /// Connection retries so far, over the whole acquisition.
+    /// Connection retries so far, over the whole acquisition, and the pause
+    /// before the next (the first retry goes at once).
     retries: u32,
+    backoff: Backoff,
 }
 
 /// What one attempt found.
@@ -107,6 +113,7 @@ impl Acquisition {
             last_busy: started,
             maybe_queued: false,
             retries: 0,
+            backoff: RETRY_BACKOFF,
         })
     }
 
@@ -174,18 +181,16 @@ impl Acquisition {
                     return Ok(Attempted::Busy { remaining });
                 }
                 Err(LockError::Backend(e))
-                    if e.is_connection() && self.retries < MAX_CONNECTION_RETRIES && {
-                        let pause = Duration::from_millis(10 << self.retries.min(4));
-                        Instant::now() + pause < self.deadline
-                            || (self.retries == 0 && !e.is_timeout())
-                    } =>
+                    if e.is_connection()
+                        && self.retries < MAX_CONNECTION_RETRIES
+                        && (Instant::now() + self.backoff.peek() < self.deadline
+                            || (self.retries == 0 && !e.is_timeout())) =>
                 {
                     // The driver re-establishes a broken connection.
                     tracing::debug!(key = %self.attempt.key, error = %e,
                         "lock acquire: connection failed; retrying");
                     if self.retries > 0 {
-                        let pause = Duration::from_millis(10 << self.retries.min(4));
-                        tokio::time::sleep(pause).await;
+                        self.backoff.wait().await;
                     }
                     self.retries += 1;
                 }
