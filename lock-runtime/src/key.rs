@@ -5,14 +5,27 @@
 //! * `kind` is one letter naming what the name is for (`L` the lock, `F` the
 //!   fencing counter, `Q` the waiter queue, `N` the release-notice channel, `I`
 //!   an idempotency record);
-//! * `body` is `{key}` when the key carries no Redis Cluster hash tag of its own,
-//!   and `:key` when it does (`{tenant:7}:order:1`), so the caller's tag decides
-//!   the slot.
+//! * `body` is one of three forms, chosen from the key alone:
+//!   - `:key` when the key carries a Redis Cluster hash tag of its own
+//!     (`{tenant:7}:order:1`), so the caller's tag decides the slot;
+//!   - `%{escaped}` when the key has no tag and starts with `}` (`}`, `}x`,
+//!     `}}{{`), with the key escaped as by [`escape_key_part`]: wrapped as
+//!     `{key}` such a key would make an empty tag, which Redis ignores, and
+//!     each kind's name would hash to a slot of its own;
+//!   - `{key}` for every other key (all keys without braces among them).
 //!
-//! The kind letter is followed by `{` or `:`, which tells the two body forms
-//! apart, so the mapping from `(kind, key)` to a name is injective: no key can
-//! name another key's lock, counter or channel, and every name of one key lands
-//! in one hash slot (the prefix may not contain braces).
+//! Redis hashes the bytes between the first `{` and the first `}` after it
+//! when there are any. The prefix and the kind letter contain no braces, so
+//! the first `{` of a name is the key's own (`:key`) or the one this module
+//! adds, and in each form the tag it opens is non-empty and the same for
+//! every kind: all names of one key land in one hash slot. In `{key}` the tag
+//! ends at the key's first `}` if it has one (`a}b` hashes as `a`), which is
+//! never its first byte in this form.
+//!
+//! The byte after the kind letter (`:`, `%` or `{`) tells the three forms
+//! apart, and each form can be read back to its key, so the mapping from
+//! `(kind, key)` to a name is injective: no key can name another key's lock,
+//! counter, queue or channel.
 
 use crate::LockError;
 
@@ -153,14 +166,21 @@ impl Kind {
     }
 }
 
-/// Builds the full Redis name of `kind` for `key` under `prefix`.
+/// Builds the full Redis name of `kind` for `key` under `prefix` (see the
+/// module docs for the three body forms).
 pub(crate) fn name(prefix: &str, kind: Kind, key: &str) -> String {
-    let mut s = String::with_capacity(prefix.len() + key.len() + 3);
+    let mut s = String::with_capacity(prefix.len() + key.len() + 4);
     s.push_str(prefix);
     s.push(kind.letter());
     if has_hash_tag(key) {
         s.push(':');
         s.push_str(key);
+    } else if key.starts_with('}') {
+        // `{key}` would be an empty tag: hash the escaped key instead, which
+        // has no `}` to end the tag early and is never empty.
+        s.push_str("%{");
+        push_escaped(&mut s, key);
+        s.push('}');
     } else {
         s.push('{');
         s.push_str(key);
@@ -176,8 +196,9 @@ pub(crate) struct KeyNames {
     pub(crate) fence: String,
     pub(crate) queue: String,
     pub(crate) notice: String,
-    /// The Redis Cluster slot all four names share: picks the cluster
-    /// node's batch and, on one server, the command connection.
+    /// The Redis Cluster slot all four names share (`CLUSTER KEYSLOT` of
+    /// each): picks the cluster node's batch and, on one server, the
+    /// command connection.
     pub(crate) slot: u16,
 }
 
@@ -197,12 +218,93 @@ impl KeyNames {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    const KINDS: [Kind; 5] = [
+        Kind::Lock,
+        Kind::Fence,
+        Kind::Queue,
+        Kind::Notice,
+        Kind::Idempotency,
+    ];
+
+    /// Redis's `keyHashSlot` (cluster.c), written the way Redis does, as a
+    /// second opinion on [`slot`]: the first `{`, then the first `}` after
+    /// it; an empty or unterminated tag means the whole name.
+    fn redis_key_hash_slot(name: &str) -> u16 {
+        let key = name.as_bytes();
+        let Some(s) = key.iter().position(|b| *b == b'{') else {
+            return crc16(key) & 0x3FFF;
+        };
+        match key[s + 1..].iter().position(|b| *b == b'}') {
+            Some(len) if len > 0 => crc16(&key[s + 1..s + 1 + len]) & 0x3FFF,
+            _ => crc16(key) & 0x3FFF,
+        }
+    }
+
+    /// The tag Redis hashes in `name`, if any.
+    fn hash_tag(name: &str) -> Option<&str> {
+        let open = name.find('{')?;
+        let rest = &name[open + 1..];
+        let close = rest.find('}')?;
+        (close > 0).then(|| &rest[..close])
+    }
+
+    /// Reads a name back to its kind letter and key: every name has exactly
+    /// one reading, which is what makes the mapping injective.
+    fn parse(prefix: &str, name: &str) -> Option<(char, String)> {
+        let rest = name.strip_prefix(prefix)?;
+        let letter = rest.chars().next()?;
+        let body = &rest[1..];
+        let key = if let Some(key) = body.strip_prefix(':') {
+            has_hash_tag(key).then(|| key.to_owned())?
+        } else if let Some(escaped) = body.strip_prefix("%{") {
+            let key = unescape(escaped.strip_suffix('}')?)?;
+            (!has_hash_tag(&key) && key.starts_with('}')).then_some(key)?
+        } else {
+            let key = body.strip_prefix('{')?.strip_suffix('}')?;
+            (!has_hash_tag(key) && !key.starts_with('}')).then(|| key.to_owned())?
+        };
+        Some((letter, key))
+    }
+
+    fn unescape(s: &str) -> Option<String> {
+        let mut out = String::new();
+        let mut rest = s;
+        while let Some(i) = rest.find('%') {
+            out.push_str(&rest[..i]);
+            out.push(match rest.get(i + 1..i + 3)? {
+                "25" => '%',
+                "3A" => ':',
+                "7B" => '{',
+                "7D" => '}',
+                _ => return None,
+            });
+            rest = &rest[i + 3..];
+        }
+        out.push_str(rest);
+        // Escaping has one output per input: anything else is not a name.
+        (escape_key_part(&out) == s).then_some(out)
+    }
+
+    /// Keys as a caller might write them, heavy in braces and the escape
+    /// and separator characters.
+    fn keys() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[{}]{1,6}",
+            "[{}a:%]{1,12}",
+            "[{}%:a-cé ]{1,24}",
+            any::<String>(),
+        ]
+        .prop_filter("a valid key", |k| validate_key(k).is_ok())
+    }
 
     #[test]
     fn untagged_keys_are_wrapped_in_a_hash_tag() {
         let n = KeyNames::new("lock:", "order:42");
         assert_eq!(n.lock, "lock:L{order:42}");
         assert_eq!(n.fence, "lock:F{order:42}");
+        assert_eq!(n.queue, "lock:Q{order:42}");
         assert_eq!(n.notice, "lock:N{order:42}");
     }
 
@@ -211,6 +313,31 @@ mod tests {
         let n = KeyNames::new("lock:", "{tenant:7}:order:1");
         assert_eq!(n.lock, "lock:L:{tenant:7}:order:1");
         assert_eq!(n.fence, "lock:F:{tenant:7}:order:1");
+        assert_eq!(n.slot, slot("tenant:7"));
+    }
+
+    #[test]
+    fn untagged_keys_with_braces_elsewhere_keep_the_names_they_had() {
+        // These hashed to one slot before the `%{..}` form existed; their
+        // names stay, so running deployments keep their locks and counters.
+        assert_eq!(name("lock:", Kind::Lock, "a}b"), "lock:L{a}b}");
+        assert_eq!(name("lock:", Kind::Lock, "{}x"), "lock:L{{}x}");
+        assert_eq!(name("lock:", Kind::Lock, "x{}y"), "lock:L{x{}y}");
+        assert_eq!(name("lock:", Kind::Lock, "{"), "lock:L{{}");
+        assert_eq!(name("lock:", Kind::Fence, "a}b{c}"), "lock:F:a}b{c}");
+    }
+
+    #[test]
+    fn a_key_that_starts_with_a_closing_brace_is_hashed_by_its_escaped_form() {
+        let n = KeyNames::new("lock:", "}x");
+        assert_eq!(n.lock, "lock:L%{%7Dx}");
+        assert_eq!(n.fence, "lock:F%{%7Dx}");
+        assert_eq!(n.queue, "lock:Q%{%7Dx}");
+        assert_eq!(n.notice, "lock:N%{%7Dx}");
+        assert_eq!(n.slot, slot("%7Dx"));
+        assert_eq!(name("lock:", Kind::Lock, "}}{{"), "lock:L%{%7D%7D%7B%7B}");
+        // A tag of its own still wins over the leading `}`.
+        assert_eq!(name("lock:", Kind::Lock, "}{a}"), "lock:L:}{a}");
     }
 
     #[test]
@@ -221,12 +348,27 @@ mod tests {
             name("p:", Kind::Fence, "{t}:a"),
             name("p:", Kind::Lock, "{t}:a:fence")
         );
+        // The escaped form of `}x` is not the wrapped form of its escape.
+        assert_ne!(name("p:", Kind::Lock, "}x"), name("p:", Kind::Lock, "%7Dx"));
+        assert_ne!(
+            name("p:", Kind::Lock, "}x"),
+            name("p:", Kind::Lock, "%{%7Dx}")
+        );
+        for (kind, key) in [
+            (Kind::Lock, "}x"),
+            (Kind::Lock, "%7Dx"),
+            (Kind::Queue, "{a}"),
+        ] {
+            let n = name("p:", kind, key);
+            assert_eq!(parse("p:", &n), Some((kind.letter(), key.to_owned())));
+        }
     }
 
     #[test]
     fn hash_tags_follow_redis_rules() {
         assert!(has_hash_tag("{a}"));
         assert!(has_hash_tag("x{a}y{b}"));
+        assert!(has_hash_tag("}{a}"));
         assert!(!has_hash_tag("{}a"));
         assert!(!has_hash_tag("a}b{"));
         assert!(!has_hash_tag("plain"));
@@ -236,15 +378,83 @@ mod tests {
 
     #[test]
     fn slots_match_redis_cluster() {
-        // Values from `CLUSTER KEYSLOT`.
+        // Values from `CLUSTER KEYSLOT` of Redis 7.0.
         assert_eq!(slot("foo"), 12182);
         assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
         assert_eq!(slot("123456789"), 0x31C3); // the CRC16 check value
-        let n = KeyNames::new("lock:", "order:42");
-        assert_eq!(n.slot, slot(&n.lock));
-        assert_eq!(slot(&n.lock), slot(&n.fence));
-        assert_eq!(slot(&n.lock), slot(&n.queue));
-        assert_eq!(slot(&n.lock), slot(&n.notice));
+        for (name, keyslot) in [
+            ("lock:L{order:42}", 8691),
+            ("lock:L:{tenant:7}:order:1", 2624),
+            ("lock:L:a}b{c}", 7365),
+            ("lock:L{a}b}", 15495),
+            ("lock:L{{}}}", 4092),
+            ("lock:L{x{}y}", 3596),
+            ("lock:I{0123abcd}", 2550),
+            ("lock:L%{%7Dx}", 13737),
+            ("lock:F%{%7Dx}", 13737),
+            ("lock:L%{%7D}", 14708),
+            ("lock:N%{%7D%7D%7B%7B}", 9087),
+            // The names `}x` had before: an empty tag, one slot per kind.
+            ("lock:L{}x}", 10964),
+            ("lock:F{}x}", 11386),
+        ] {
+            assert_eq!(slot(name), keyslot, "CLUSTER KEYSLOT {name}");
+            assert_eq!(redis_key_hash_slot(name), keyslot, "{name}");
+        }
+    }
+
+    #[test]
+    fn every_name_of_a_key_with_odd_braces_shares_the_slot_of_its_lock() {
+        for key in [
+            "}", "}x", "}{", "{}", "{}}", "x{}y", "{", "}}{{", "a}b{c}", "}{a}", "%7D",
+        ] {
+            let n = KeyNames::new("lock:", key);
+            for kind in KINDS {
+                let name = name("lock:", kind, key);
+                assert!(hash_tag(&name).is_some(), "{name} has a non-empty tag");
+                assert_eq!(slot(&name), n.slot, "{name} is in the slot of `{key}`");
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_kind_of_name_of_any_key_hashes_to_the_slot_the_key_names_carry(
+            prefix in "[a-z:]{0,6}",
+            key in keys(),
+        ) {
+            let n = KeyNames::new(&prefix, &key);
+            prop_assert_eq!(n.slot, redis_key_hash_slot(&n.lock));
+            for kind in KINDS {
+                let name = name(&prefix, kind, &key);
+                // A tag, not a coincidence of whole-name hashes.
+                prop_assert!(hash_tag(&name).is_some(), "{} has no tag", name);
+                prop_assert_eq!(slot(&name), redis_key_hash_slot(&name));
+                prop_assert_eq!(slot(&name), n.slot, "{} vs {}", name, n.lock);
+            }
+            if has_hash_tag(&key) {
+                prop_assert_eq!(hash_tag(&n.lock), hash_tag(&key));
+            }
+            if !key.contains(['{', '}']) {
+                prop_assert_eq!(n.lock, format!("{prefix}L{{{key}}}"));
+            }
+        }
+
+        #[test]
+        fn every_name_reads_back_to_its_own_kind_and_key(
+            prefix in "[a-z:%]{0,6}",
+            key in keys(),
+        ) {
+            for kind in KINDS {
+                let name = name(&prefix, kind, &key);
+                prop_assert_eq!(parse(&prefix, &name), Some((kind.letter(), key.clone())));
+            }
+        }
+
+        #[test]
+        fn slot_agrees_with_the_redis_rule_on_any_string(name in "[{}a-c]{0,10}|\\PC{0,20}") {
+            prop_assert_eq!(slot(&name), redis_key_hash_slot(&name));
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Redis Cluster on loopback (three masters, no replicas): the shared
 //! semantic suite, locks whose names all live in their key's slot on
-//! different nodes, release notices across shards (sharded pub/sub), and a
-//! slot migrating while its lock is held (`MOVED` after it, `ASK` during it).
+//! different nodes (also for keys with braces in odd places), release
+//! notices across shards (sharded pub/sub), and a slot migrating while its
+//! lock is held (`MOVED` after it, `ASK` during it).
 
 use std::time::Instant;
 
@@ -398,4 +399,192 @@ async fn a_waiter_subscribed_before_a_slot_migration_is_woken_by_the_release_aft
         latency < secs(2),
         "the waiter slept {latency:?} on a 10 s lease ({subscribers} subscriber(s) on the new owner)"
     );
+}
+
+/// Keys with braces in odd places, which a key without a hash tag of its own
+/// must survive (`}` first made an empty tag once): fixed shapes, then
+/// `random` more from a seeded generator over an alphabet heavy in braces.
+fn keys_with_odd_braces(random: usize) -> Vec<String> {
+    let mut keys: Vec<String> = [
+        "}", "}x", "}{", "{}", "{}}", "x{}y", "{", "}}{{", "a}b{c}", "}{a}", "{a}}", "%7D", "}%",
+    ]
+    .map(String::from)
+    .into();
+    let alphabet = ['{', '}', '{', '}', 'a', 'b', ':', '%', 'é'];
+    // xorshift64: the same keys every run, so a failure can be replayed.
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    while keys.len() < 13 + random {
+        let len = 1 + next() % 8;
+        let key: String = (0..len)
+            .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+            .collect();
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    keys
+}
+
+/// Every name on every node, with the node that holds it.
+fn all_names(cluster: &Cluster) -> Vec<(usize, String)> {
+    on_every_node(cluster, |node| cluster.keys(node))
+}
+
+/// Every shard channel someone subscribes to, with the node that serves it.
+fn all_shard_channels(cluster: &Cluster) -> Vec<(usize, String)> {
+    on_every_node(cluster, |node| {
+        cluster
+            .cli(node, &["PUBSUB", "SHARDCHANNELS"])
+            .lines()
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .collect()
+    })
+}
+
+fn on_every_node(cluster: &Cluster, list: impl Fn(usize) -> Vec<String>) -> Vec<(usize, String)> {
+    (0..cluster.size())
+        .flat_map(|node| list(node).into_iter().map(move |n| (node, n)))
+        .collect()
+}
+
+/// The entries of `now` not in `before`, checked to be `expected` many, on
+/// one node and in one slot (by `CLUSTER KEYSLOT`); returns that slot.
+fn new_ones_share_one_slot(
+    cluster: &Cluster,
+    before: &[(usize, String)],
+    now: Vec<(usize, String)>,
+    expected: usize,
+    what: &str,
+) -> u16 {
+    let new: Vec<(usize, String)> = now.into_iter().filter(|n| !before.contains(n)).collect();
+    assert_eq!(new.len(), expected, "{what}: {new:?}");
+    let (node, first) = &new[0];
+    let slot = cluster.slot_of(first);
+    for (n, name) in &new {
+        assert_eq!(n, node, "{what}: {new:?} on one node");
+        assert_eq!(cluster.slot_of(name), slot, "{what}: {new:?} in one slot");
+    }
+    slot
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_with_braces_in_any_place_lock_exclude_release_and_fence_on_a_cluster() {
+    let (cluster, builder) = three_masters();
+    let (a, b) = (client(&builder).await, client(&builder).await);
+    let keys = keys_with_odd_braces(24);
+    let mut slots = Vec::new();
+    for key in &keys {
+        let before = all_names(&cluster);
+        let first = a
+            .lock(key)
+            .ttl(secs(10))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("acquire `{key}`: {e}"));
+        match b.lock(key).acquire().await {
+            Err(LockError::Busy { .. }) => {}
+            other => panic!("a second client on `{key}` held by another: {other:?}"),
+        }
+        let what = format!("lock and fencing counter of `{key}`");
+        slots.push(new_ones_share_one_slot(
+            &cluster,
+            &before,
+            all_names(&cluster),
+            2,
+            &what,
+        ));
+        let token = first.fencing_token();
+        first
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("release `{key}`: {e}"));
+        let second = b
+            .lock(key)
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("acquire `{key}` after its release: {e}"));
+        assert!(
+            second.fencing_token() > token,
+            "`{key}`: token {} after {token}",
+            second.fencing_token()
+        );
+        second.release().await.unwrap();
+    }
+    slots.sort_unstable();
+    slots.dedup();
+    assert!(
+        slots.len() > keys.len() / 2,
+        "keys spread over slots: {slots:?}"
+    );
+
+    // All held at once with short leases: the watchdog's per-slot renewal
+    // batches must group names by the slot Redis gives them.
+    let ttl = ms(450);
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(a.lock(key).ttl(ttl).acquire().await.unwrap());
+    }
+    tokio::time::sleep(ttl * 3).await;
+    for (key, guard) in keys.iter().zip(guards) {
+        assert!(!guard.is_lost(), "`{key}` lost while held through renewals");
+        assert!(is_held(&b, key).await, "`{key}` still held");
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_key_with_odd_braces_is_woken_by_the_release() {
+    let (cluster, builder) = three_masters();
+    let (a, b) = (client(&builder).await, client(&builder).await);
+    // Some fixed shapes and the two random keys.
+    let mut keys: Vec<String> = ["}", "}{", "{}", "}}{{", "a}b{c}"].map(String::from).into();
+    keys.extend(keys_with_odd_braces(2).split_off(13));
+    assert_eq!(keys.len(), 7);
+    for key in &keys {
+        let before = all_names(&cluster);
+        let holder = a
+            .lock(key)
+            .ttl(secs(10))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("acquire `{key}`: {e}"));
+        let what = format!("lock and fencing counter of `{key}`");
+        let slot = new_ones_share_one_slot(&cluster, &before, all_names(&cluster), 2, &what);
+        let (held, channels) = (all_names(&cluster), all_shard_channels(&cluster));
+        let waiter = {
+            let (b, key) = (b.clone(), key.clone());
+            tokio::spawn(async move {
+                let guard = b.lock(&key).ttl(secs(10)).wait(secs(8)).acquire().await;
+                (Instant::now(), guard)
+            })
+        };
+        tokio::time::sleep(ms(200)).await;
+        assert!(!waiter.is_finished(), "the waiter got `{key}` while held");
+        let what = format!("waiter queue of `{key}`");
+        let queue = new_ones_share_one_slot(&cluster, &held, all_names(&cluster), 1, &what);
+        assert_eq!(queue, slot, "{what}");
+        let what = format!("release-notice channel of `{key}`");
+        let now = all_shard_channels(&cluster);
+        let notice = new_ones_share_one_slot(&cluster, &channels, now, 1, &what);
+        assert_eq!(notice, slot, "{what}");
+        let token = holder.fencing_token();
+        let released = Instant::now();
+        holder.release().await.unwrap();
+        let (woke, second) = within(secs(9), "the waiter wakes", waiter).await.unwrap();
+        let second = second.unwrap_or_else(|e| panic!("the waiter gets `{key}`: {e}"));
+        assert!(second.fencing_token() > token, "`{key}` fenced higher");
+        second.release().await.unwrap();
+        let latency = woke.saturating_duration_since(released);
+        assert!(
+            latency < secs(2),
+            "a waiter on `{key}` slept {latency:?} on a 10 s lease: it missed the notice"
+        );
+    }
 }
