@@ -1,20 +1,45 @@
-//! An order service: idempotent creation, payments locked per order.
+//! An order service: idempotent creation, payments locked per order, and
+//! as many instances as you like behind one Redis.
 //!
 //! * `POST /orders` (`IdempotencyLayer`): a retried creation with the same
-//!   `Idempotency-Key` gets the stored response, not a second order.
-//! * `POST /orders/{id}/pay` (`LockLayer`, key `order:<id>`): one payment per
-//!   order at a time; a concurrent one gets `409 Conflict` with `Retry-After`.
-//!   The charge itself is a `#[distributed_lock]` function on the same key,
-//!   which re-enters the request's lock (and locks on its own when called
-//!   from elsewhere, e.g. a job).
+//!   `Idempotency-Key` gets the stored response, not a second order, from
+//!   whichever instance it reaches.
+//! * `POST /orders/{id}/pay` (`LockLayer`, key `order:{id}` built from the
+//!   parsed `Path<u64>`, so `/orders/015/pay` and `/orders/+15/pay` are the
+//!   same lock as `/orders/15/pay`): one payment per order at a time; a
+//!   concurrent one gets `409 Conflict` with `Retry-After`. The charge itself
+//!   is a `#[distributed_lock]` function on the same key, which re-enters the
+//!   request's lock (and locks on its own when called from elsewhere, e.g. a
+//!   job). The store refuses a payment whose fencing token is older than one
+//!   it already accepted.
 //! * `GET /orders/{id}`.
 //!
-//! Runs on the embedded backend by default, on Redis when `REDIS_URL` is set;
-//! listens on `127.0.0.1:3000` (or `PORT`). `PAYMENT_DELAY_MS` (default 1000)
-//! is how long the fake payment provider takes.
+//! Settings (environment):
+//!
+//! * `REDIS_URL`: locks, idempotency records and orders on this Redis, shared
+//!   by every instance that uses it. Unset: the embedded lock backend and an
+//!   in-memory order store, for this process only.
+//! * `NAMESPACE` (default `orders`): every Redis name starts with
+//!   `<namespace>:`; instances with the same one share orders, a new one starts
+//!   afresh (the demo below picks a new one per session, so it can be run
+//!   again against the same Redis with the same answers).
+//! * `PORT` (default 3000), on 127.0.0.1. `PAYMENT_DELAY_MS` (default 1000):
+//!   how long the fake payment provider takes.
+//!
+//! A startup failure (bad URL, unreachable server, refused password) prints
+//! one line with the error and its causes and exits with status 1:
 //!
 //! ```text
-//! $ cargo run -p examples --bin order-service     # REDIS_URL=redis://127.0.0.1:6379 for Redis
+//! $ REDIS_URL=redis://:wrong@127.0.0.1:6379 cargo run -p examples --bin order-service
+//! order-service: cannot start: cannot use Redis at redis://:***@127.0.0.1:6379 (REDIS_URL) for locks: lock backend error: cannot connect to Redis: Password authentication failed - AuthenticationFailed
+//! $ echo $?
+//! 1
+//! ```
+//!
+//! One instance, embedded backend:
+//!
+//! ```text
+//! $ cargo run -p examples --bin order-service
 //!
 //! $ curl -si localhost:3000/orders -H 'Idempotency-Key: "order-1"' -H 'content-type: application/json' -d '{"item":"book","amount_cents":1250}' -w '\n'
 //! HTTP/1.1 201 Created
@@ -34,8 +59,8 @@
 //!
 //! {"id":1,"item":"book","amount_cents":1250,"status":"created","paid_with_fencing_token":null}
 //!
-//! # Two payments of one order at once: one runs, the other is refused.
-//! $ curl -s -X POST localhost:3000/orders/1/pay -w '\n' & sleep 0.2; curl -si -X POST localhost:3000/orders/1/pay -w '\n'; wait
+//! # Two payments of one order at once, spelled two ways: one runs, the other is refused.
+//! $ curl -s -X POST localhost:3000/orders/1/pay -w '\n' & sleep 0.2; curl -si -X POST localhost:3000/orders/01/pay -w '\n'; wait
 //! HTTP/1.1 409 Conflict
 //! content-type: application/problem+json
 //! retry-after: 10
@@ -47,6 +72,14 @@
 //! $ curl -s localhost:3000/orders/1 -w '\n'
 //! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
 //!
+//! # Not an order id: the extractor's own rejection, before any lock is taken.
+//! $ curl -si -X POST localhost:3000/orders/one/pay -w '\n'
+//! HTTP/1.1 400 Bad Request
+//! content-type: text/plain; charset=utf-8
+//! content-length: 42
+//!
+//! Invalid URL: Cannot parse `one` to a `u64`
+//!
 //! # The same key for another order: refused.
 //! $ curl -si localhost:3000/orders -H 'Idempotency-Key: "order-1"' -H 'content-type: application/json' -d '{"item":"pen","amount_cents":990}' -w '\n'
 //! HTTP/1.1 422 Unprocessable Entity
@@ -54,6 +87,48 @@
 //! content-length: 202
 //!
 //! {"type":"about:blank","title":"Unprocessable Entity","status":422,"detail":"this Idempotency-Key was already used for a different request (method, path, query or body); use a new key for a new request"}
+//! ```
+//!
+//! Two instances behind one Redis:
+//!
+//! ```text
+//! $ export REDIS_URL=redis://127.0.0.1:6379 NAMESPACE=demo-$(date +%s)
+//! $ PORT=3001 cargo run -p examples --bin order-service &   # instance A
+//! $ PORT=3002 cargo run -p examples --bin order-service &   # instance B
+//!
+//! $ curl -si localhost:3001/orders -H 'Idempotency-Key: "order-1"' -H 'content-type: application/json' -d '{"item":"book","amount_cents":1250}' -w '\n'
+//! HTTP/1.1 201 Created
+//! content-type: application/json
+//! location: /orders/1
+//! content-length: 92
+//!
+//! {"id":1,"item":"book","amount_cents":1250,"status":"created","paid_with_fencing_token":null}
+//!
+//! # The retry reaches instance B: A's stored response.
+//! $ curl -si localhost:3002/orders -H 'Idempotency-Key: "order-1"' -H 'content-type: application/json' -d '{"item":"book","amount_cents":1250}' -w '\n'
+//! HTTP/1.1 201 Created
+//! content-type: application/json
+//! location: /orders/1
+//! idempotent-replayed: true
+//! content-length: 92
+//!
+//! {"id":1,"item":"book","amount_cents":1250,"status":"created","paid_with_fencing_token":null}
+//!
+//! $ curl -s localhost:3002/orders/1 -w '\n'
+//! {"id":1,"item":"book","amount_cents":1250,"status":"created","paid_with_fencing_token":null}
+//!
+//! # A pays the order while B pays it too (spelled +1): B is refused.
+//! $ curl -s -X POST localhost:3001/orders/1/pay -w '\n' & sleep 0.2; curl -si -X POST localhost:3002/orders/+1/pay -w '\n'; wait
+//! HTTP/1.1 409 Conflict
+//! content-type: application/problem+json
+//! retry-after: 10
+//! content-length: 117
+//!
+//! {"type":"about:blank","title":"Conflict","status":409,"detail":"`order:1` is locked by another request; retry later"}
+//! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
+//!
+//! $ curl -s localhost:3002/orders/1 -w '\n'
+//! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
 //! ```
 //!
 //! (`date` headers left out; `retry-after` is the holder's remaining lease,
