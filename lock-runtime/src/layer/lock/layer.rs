@@ -111,7 +111,7 @@ impl LockLayer {
     /// handler sees, so every spelling of one resource takes one lock.
     ///
     /// `E` is any extractor that needs no state: [`Path<T>`](axum::extract::Path),
-    /// [`Query<T>`](axum::extract::Query), your own
+    /// `Query<T>` (with axum's `query` feature), your own
     /// [`FromRequestParts`](axum::extract::FromRequestParts) types (a header
     /// parsed into a type, say), or a tuple of them. It runs before the lock is
     /// taken and again when the handler extracts it. A request it rejects gets
