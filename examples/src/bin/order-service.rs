@@ -1,20 +1,45 @@
-//! An order service: idempotent creation, payments locked per order.
+//! An order service: idempotent creation, payments locked per order, and
+//! as many instances as you like behind one Redis.
 //!
 //! * `POST /orders` (`IdempotencyLayer`): a retried creation with the same
-//!   `Idempotency-Key` gets the stored response, not a second order.
-//! * `POST /orders/{id}/pay` (`LockLayer`, key `order:<id>`): one payment per
-//!   order at a time; a concurrent one gets `409 Conflict` with `Retry-After`.
-//!   The charge itself is a `#[distributed_lock]` function on the same key,
-//!   which re-enters the request's lock (and locks on its own when called
-//!   from elsewhere, e.g. a job).
+//!   `Idempotency-Key` gets the stored response, not a second order, from
+//!   whichever instance it reaches.
+//! * `POST /orders/{id}/pay` (`LockLayer`, key `order:{id}` built from the
+//!   parsed `Path<u64>`, so `/orders/015/pay` and `/orders/+15/pay` are the
+//!   same lock as `/orders/15/pay`): one payment per order at a time; a
+//!   concurrent one gets `409 Conflict` with `Retry-After`. The charge itself
+//!   is a `#[distributed_lock]` function on the same key, which re-enters the
+//!   request's lock (and locks on its own when called from elsewhere, e.g. a
+//!   job). The store refuses a payment whose fencing token is older than one
+//!   it already accepted.
 //! * `GET /orders/{id}`.
 //!
-//! Runs on the embedded backend by default, on Redis when `REDIS_URL` is set;
-//! listens on `127.0.0.1:3000` (or `PORT`). `PAYMENT_DELAY_MS` (default 1000)
-//! is how long the fake payment provider takes.
+//! Settings (environment):
+//!
+//! * `REDIS_URL`: locks, idempotency records and orders on this Redis, shared
+//!   by every instance that uses it. Unset: the embedded lock backend and an
+//!   in-memory order store, for this process only.
+//! * `NAMESPACE` (default `orders`): every Redis name starts with
+//!   `<namespace>:`; instances with the same one share orders, a new one starts
+//!   afresh (the demo below picks a new one per session, so it can be run
+//!   again against the same Redis with the same answers).
+//! * `PORT` (default 3000), on 127.0.0.1. `PAYMENT_DELAY_MS` (default 1000):
+//!   how long the fake payment provider takes.
+//!
+//! A startup failure (bad URL, unreachable server, refused password) prints
+//! one line with the error and its causes and exits with status 1:
 //!
 //! ```text
-//! $ cargo run -p examples --bin order-service     # REDIS_URL=redis://127.0.0.1:6379 for Redis
+//! $ REDIS_URL=redis://:wrong@127.0.0.1:6379 cargo run -p examples --bin order-service
+//! order-service: cannot start: cannot use Redis at redis://:***@127.0.0.1:6379 (REDIS_URL) for locks: lock backend error: cannot connect to Redis: Password authentication failed - AuthenticationFailed
+//! $ echo $?
+//! 1
+//! ```
+//!
+//! One instance, embedded backend:
+//!
+//! ```text
+//! $ cargo run -p examples --bin order-service
 //!
 //! $ curl -si localhost:3000/orders -H 'Idempotency-Key: "order-1"' -H 'content-type: application/json' -d '{"item":"book","amount_cents":1250}' -w '\n'
 //! HTTP/1.1 201 Created
@@ -34,8 +59,8 @@
 //!
 //! {"id":1,"item":"book","amount_cents":1250,"status":"created","paid_with_fencing_token":null}
 //!
-//! # Two payments of one order at once: one runs, the other is refused.
-//! $ curl -s -X POST localhost:3000/orders/1/pay -w '\n' & sleep 0.2; curl -si -X POST localhost:3000/orders/1/pay -w '\n'; wait
+//! # Two payments of one order at once, spelled two ways: one runs, the other is refused.
+//! $ curl -s -X POST localhost:3000/orders/1/pay -w '\n' & sleep 0.2; curl -si -X POST localhost:3000/orders/01/pay -w '\n'; wait
 //! HTTP/1.1 409 Conflict
 //! content-type: application/problem+json
 //! retry-after: 10
@@ -47,6 +72,14 @@
 //! $ curl -s localhost:3000/orders/1 -w '\n'
 //! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
 //!
+//! # Not an order id: the extractor's own rejection, before any lock is taken.
+//! $ curl -si -X POST localhost:3000/orders/one/pay -w '\n'
+//! HTTP/1.1 400 Bad Request
+//! content-type: text/plain; charset=utf-8
+//! content-length: 42
+//!
+//! Invalid URL: Cannot parse `one` to a `u64`
+//!
 //! # The same key for another order: refused.
 //! $ curl -si localhost:3000/orders -H 'Idempotency-Key: "order-1"' -H 'content-type: application/json' -d '{"item":"pen","amount_cents":990}' -w '\n'
 //! HTTP/1.1 422 Unprocessable Entity
@@ -56,12 +89,58 @@
 //! {"type":"about:blank","title":"Unprocessable Entity","status":422,"detail":"this Idempotency-Key was already used for a different request (method, path, query or body); use a new key for a new request"}
 //! ```
 //!
+//! Two instances behind one Redis:
+//!
+//! ```text
+//! $ export REDIS_URL=redis://127.0.0.1:6379 NAMESPACE=demo-$(date +%s)
+//! $ PORT=3001 cargo run -p examples --bin order-service &   # instance A
+//! $ PORT=3002 cargo run -p examples --bin order-service &   # instance B
+//!
+//! $ curl -si localhost:3001/orders -H 'Idempotency-Key: "order-1"' -H 'content-type: application/json' -d '{"item":"book","amount_cents":1250}' -w '\n'
+//! HTTP/1.1 201 Created
+//! content-type: application/json
+//! location: /orders/1
+//! content-length: 92
+//!
+//! {"id":1,"item":"book","amount_cents":1250,"status":"created","paid_with_fencing_token":null}
+//!
+//! # The retry reaches instance B: A's stored response.
+//! $ curl -si localhost:3002/orders -H 'Idempotency-Key: "order-1"' -H 'content-type: application/json' -d '{"item":"book","amount_cents":1250}' -w '\n'
+//! HTTP/1.1 201 Created
+//! content-type: application/json
+//! location: /orders/1
+//! idempotent-replayed: true
+//! content-length: 92
+//!
+//! {"id":1,"item":"book","amount_cents":1250,"status":"created","paid_with_fencing_token":null}
+//!
+//! $ curl -s localhost:3002/orders/1 -w '\n'
+//! {"id":1,"item":"book","amount_cents":1250,"status":"created","paid_with_fencing_token":null}
+//!
+//! # A pays the order while B pays it too (spelled +1): B is refused.
+//! $ curl -s -X POST localhost:3001/orders/1/pay -w '\n' & sleep 0.2; curl -si -X POST localhost:3002/orders/+1/pay -w '\n'; wait
+//! HTTP/1.1 409 Conflict
+//! content-type: application/problem+json
+//! retry-after: 10
+//! content-length: 117
+//!
+//! {"type":"about:blank","title":"Conflict","status":409,"detail":"`order:1` is locked by another request; retry later"}
+//! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
+//!
+//! $ curl -s localhost:3002/orders/1 -w '\n'
+//! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
+//! ```
+//!
 //! (`date` headers left out; `retry-after` is the holder's remaining lease,
 //! rounded up.)
 
-use std::collections::HashMap;
+#[path = "../order_service/startup.rs"]
+mod startup;
+#[path = "../order_service/store.rs"]
+mod store;
+
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
@@ -71,24 +150,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use lock_runtime::layer::{IdempotencyLayer, LockLayer};
 use lock_runtime::{LockClient, LockError, LockInfo};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-#[derive(Clone, Debug, Serialize)]
-struct Order {
-    id: u64,
-    item: String,
-    amount_cents: u64,
-    status: OrderStatus,
-    /// The fencing token of the lock the payment was recorded under.
-    paid_with_fencing_token: Option<u64>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-enum OrderStatus {
-    Created,
-    Paid,
-}
+use startup::{Settings, Startup, redact, report};
+use store::{Order, OrderStatus, Orders, Payment, StoreError};
 
 #[derive(Debug, Deserialize)]
 struct NewOrder {
@@ -96,26 +161,10 @@ struct NewOrder {
     amount_cents: u64,
 }
 
-/// The "database": orders, and per order the highest fencing token a write
-/// was accepted with. A write carrying a lower token comes from a holder
-/// whose lease ran out, and is refused.
-#[derive(Default)]
-struct Db {
-    next_id: u64,
-    orders: HashMap<u64, Order>,
-    fences: HashMap<u64, u64>,
-}
-
 #[derive(Clone)]
 struct AppState {
-    db: Arc<Mutex<Db>>,
+    orders: Orders,
     payment_delay: Duration,
-}
-
-impl AppState {
-    fn db(&self) -> std::sync::MutexGuard<'_, Db> {
-        self.db.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 #[derive(Debug)]
@@ -125,11 +174,20 @@ enum AppError {
     /// A write carried a fencing token older than one already accepted.
     StaleFence(u64),
     Lock(LockError),
+    Store(StoreError),
+    /// The charge found no lock around it (cannot happen under the attribute).
+    Unlocked,
 }
 
 impl From<LockError> for AppError {
     fn from(e: LockError) -> Self {
         AppError::Lock(e)
+    }
+}
+
+impl From<StoreError> for AppError {
+    fn from(e: StoreError) -> Self {
+        AppError::Store(e)
     }
 }
 
@@ -144,6 +202,17 @@ impl IntoResponse for AppError {
             ),
             AppError::Lock(e) if e.is_busy() => (StatusCode::CONFLICT, e.to_string()),
             AppError::Lock(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            AppError::Unlocked => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the payment ran without its lock".to_owned(),
+            ),
+            AppError::Store(e) => {
+                tracing::warn!(error = %e, "order store failed");
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the order store is unavailable; retry later".to_owned(),
+                )
+            }
         };
         let body = serde_json::json!({
             "type": "about:blank",
@@ -168,19 +237,7 @@ async fn create_order(
     if new.amount_cents == 0 {
         return Err(AppError::Invalid("amount_cents must be above zero"));
     }
-    let order = {
-        let mut db = state.db();
-        db.next_id += 1;
-        let order = Order {
-            id: db.next_id,
-            item: new.item,
-            amount_cents: new.amount_cents,
-            status: OrderStatus::Created,
-            paid_with_fencing_token: None,
-        };
-        db.orders.insert(order.id, order.clone());
-        order
-    };
+    let order = state.orders.create(new.item, new.amount_cents).await?;
     tracing::info!(order = order.id, "order created");
     Ok((
         StatusCode::CREATED,
@@ -209,33 +266,28 @@ async fn pay(
 #[lock_runtime::distributed_lock(key = "order:<order_id>", ttl = "30s", wait = "2s")]
 async fn charge(state: &AppState, order_id: u64) -> Result<Order, AppError> {
     let order = state
-        .db()
         .orders
-        .get(&order_id)
-        .cloned()
+        .get(order_id)
+        .await?
         .ok_or(AppError::NotFound(order_id))?;
     if order.status == OrderStatus::Paid {
         return Ok(order); // checked under the lock: never charged twice
     }
     // The payment provider is slow.
     tokio::time::sleep(state.payment_delay).await;
-    let fence = lock_runtime::current_lock().map(|l| l.fencing_token);
-    let mut db = state.db();
-    if let Some(fence) = fence {
-        let highest = db.fences.entry(order_id).or_default();
-        if fence < *highest {
-            return Err(AppError::StaleFence(order_id));
+    // Inside the attribute's scope there is always a lock; its token goes
+    // with the write, and the store refuses it if a newer holder wrote first.
+    let fence = lock_runtime::current_lock()
+        .ok_or(AppError::Unlocked)?
+        .fencing_token;
+    match state.orders.pay(order_id, fence).await? {
+        Payment::Recorded(order) => {
+            tracing::info!(order = order_id, fence, "order paid");
+            Ok(order)
         }
-        *highest = fence;
+        Payment::NoSuchOrder => Err(AppError::NotFound(order_id)),
+        Payment::StaleFence => Err(AppError::StaleFence(order_id)),
     }
-    let order = db
-        .orders
-        .get_mut(&order_id)
-        .ok_or(AppError::NotFound(order_id))?;
-    order.status = OrderStatus::Paid;
-    order.paid_with_fencing_token = fence;
-    tracing::info!(order = order_id, ?fence, "order paid");
-    Ok(order.clone())
 }
 
 /// `GET /orders/{id}`.
@@ -244,10 +296,9 @@ async fn get_order(
     Path(id): Path<u64>,
 ) -> Result<Json<Order>, AppError> {
     state
-        .db()
         .orders
-        .get(&id)
-        .cloned()
+        .get(id)
+        .await?
         .map(Json)
         .ok_or(AppError::NotFound(id))
 }
@@ -262,7 +313,9 @@ fn app(client: &LockClient, state: AppState) -> Router {
             "/orders/{id}/pay",
             post(pay).route_layer(
                 LockLayer::new(client.clone())
-                    .key("order:<id>")
+                    // The id the handler parses, not the path text:
+                    // `/orders/015/pay` and `/orders/+15/pay` lock `order:15`.
+                    .key_from(|Path(id): Path<u64>| format!("order:{id}"))
                     .ttl(Duration::from_secs(10)),
             ),
         )
@@ -270,33 +323,59 @@ fn app(client: &LockClient, state: AppState) -> Router {
         .with_state(state)
 }
 
-fn env_number(name: &str, default: u64) -> Result<u64, String> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .map_err(|_| format!("{name}={v:?} is not a number")),
-        Err(_) => Ok(default),
-    }
-}
-
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,lock_runtime=info".into()),
         )
         .init();
-
-    let builder = LockClient::builder().key_prefix("orders:");
-    let client = match std::env::var("REDIS_URL") {
-        Ok(url) => {
-            tracing::info!("locks and idempotency records on Redis");
-            builder.redis(url).build().await?
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("order-service: {}", report(&e));
+            ExitCode::FAILURE
         }
-        Err(_) => {
-            tracing::info!("locks and idempotency records in memory (set REDIS_URL for Redis)");
-            builder.memory().build().await?
+    }
+}
+
+async fn run() -> Result<(), Startup> {
+    let settings = Settings::from_env()?;
+    let builder = LockClient::builder().key_prefix(format!("{}:", settings.namespace));
+    let (client, orders) = match &settings.redis_url {
+        Some(url) => {
+            let shown = redact(url);
+            let client = builder.redis(url).build().await.map_err(|e| {
+                let doing = match e {
+                    LockError::Config(_) => {
+                        format!("cannot start: REDIS_URL={shown} is not usable")
+                    }
+                    _ => format!("cannot start: cannot use Redis at {shown} (REDIS_URL) for locks"),
+                };
+                Startup::because(doing, e)
+            })?;
+            let orders = Orders::redis(url, &settings.namespace).await.map_err(|e| {
+                Startup::because(
+                    format!("cannot start: cannot use Redis at {shown} (REDIS_URL) for orders"),
+                    e,
+                )
+            })?;
+            tracing::info!(
+                redis = %shown,
+                namespace = %settings.namespace,
+                "locks, idempotency records and orders on Redis"
+            );
+            (client, orders)
+        }
+        None => {
+            let client = builder.memory().build().await.map_err(|e| {
+                Startup::because("cannot start: the embedded lock backend failed", e)
+            })?;
+            tracing::info!(
+                "locks, idempotency records and orders in this process (set REDIS_URL for Redis)"
+            );
+            (client, Orders::memory())
         }
     };
     // What `#[distributed_lock]` uses; the same client as the layers, so the
@@ -304,17 +383,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     lock_runtime::set_global_client(client.clone());
 
     let state = AppState {
-        db: Arc::default(),
-        payment_delay: Duration::from_millis(env_number("PAYMENT_DELAY_MS", 1000)?),
+        orders,
+        payment_delay: settings.payment_delay,
     };
-    let port = u16::try_from(env_number("PORT", 3000)?)?;
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, settings.port));
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        Startup::because(format!("cannot start: cannot listen on {addr} (PORT)"), e)
+    })?;
     tracing::info!("order service on http://{addr}");
     axum::serve(listener, app(&client, state))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
-        .await?;
-    Ok(())
+        .await
+        .map_err(|e| Startup::because("the server failed", e))
 }

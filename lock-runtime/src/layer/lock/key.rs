@@ -4,13 +4,24 @@ use std::fmt;
 use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, RawPathParams};
+use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 use http::HeaderName;
 use http::request::Parts;
 
 /// A closure that names the lock of a request; `None`: the request cannot be
 /// served (400).
 pub(crate) type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync + 'static>;
+
+/// Runs an extractor on the request head and names the lock from its value;
+/// `Err` is the extractor's rejection, answered as it is.
+pub(crate) type KeyExtractor = Arc<
+    dyn for<'a> Fn(&'a mut Parts) -> BoxFuture<'a, Result<String, Response>>
+        + Send
+        + Sync
+        + 'static,
+>;
 
 #[derive(Clone)]
 pub(crate) enum KeySource {
@@ -22,6 +33,11 @@ pub(crate) enum KeySource {
     Header(HeaderName),
     /// A closure over the request.
     Fn(KeyFn),
+    /// A closure over an extractor's value; `extractor` is its type name.
+    Extract {
+        extract: KeyExtractor,
+        extractor: &'static str,
+    },
     /// A configuration mistake, reported on every request (500).
     Invalid(String),
 }
@@ -33,6 +49,7 @@ impl fmt::Debug for KeySource {
             KeySource::Template(t) => f.debug_tuple("Template").field(t).finish(),
             KeySource::Header(h) => f.debug_tuple("Header").field(h).finish(),
             KeySource::Fn(_) => f.write_str("Fn(..)"),
+            KeySource::Extract { extractor, .. } => write!(f, "Extract({extractor})"),
             KeySource::Invalid(e) => f.debug_tuple("Invalid").field(e).finish(),
         }
     }
@@ -113,7 +130,29 @@ pub(crate) fn parse_template(template: &str) -> Result<Vec<Segment>, String> {
 }
 
 impl KeySource {
-    /// The lock key of the request whose head is `parts`.
+    /// A source that runs the extractor `E` and names the lock with `f`.
+    pub(crate) fn extract<E, F>(f: F) -> Self
+    where
+        E: FromRequestParts<()> + Send + 'static,
+        F: Fn(E) -> String + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        KeySource::Extract {
+            extract: Arc::new(move |parts: &mut Parts| {
+                let f = f.clone();
+                Box::pin(async move {
+                    match E::from_request_parts(parts, &()).await {
+                        Ok(value) => Ok(f(value)),
+                        Err(rejection) => Err(rejection.into_response()),
+                    }
+                })
+            }),
+            extractor: std::any::type_name::<E>(),
+        }
+    }
+
+    /// The lock key of the request whose head is `parts`, for every source
+    /// but [`KeySource::Extract`] (which is async: the service runs it).
     pub(crate) fn build(&self, parts: &mut Parts) -> Result<String, KeyError> {
         match self {
             KeySource::Path => Ok(parts.uri.path().to_owned()),
@@ -176,6 +215,9 @@ impl KeySource {
             KeySource::Fn(f) => f(parts).ok_or_else(|| {
                 KeyError::Request("the request does not name a resource to lock".into())
             }),
+            KeySource::Extract { extractor, .. } => Err(KeyError::Config(format!(
+                "the key extractor `{extractor}` runs in the service, not in `build`"
+            ))),
             KeySource::Invalid(e) => Err(KeyError::Config(e.clone())),
         }
     }
@@ -251,5 +293,54 @@ mod tests {
         ));
         let fixed = KeySource::Template(parse_template("global").unwrap());
         assert_eq!(fixed.build(&mut parts(&[])).unwrap(), "global");
+    }
+
+    /// A header parsed into a number, for the extractor tests.
+    struct Account(u32);
+
+    impl<S: Sync> FromRequestParts<S> for Account {
+        type Rejection = (http::StatusCode, &'static str);
+
+        async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+            let value = parts.headers.get("x-account").and_then(|v| v.to_str().ok());
+            match value.and_then(|v| v.trim().parse().ok()) {
+                Some(n) => Ok(Account(n)),
+                None => Err((
+                    http::StatusCode::UNPROCESSABLE_ENTITY,
+                    "x-account: a number",
+                )),
+            }
+        }
+    }
+
+    /// The key, or the rejection's status.
+    fn run_extractor(source: &KeySource, p: &mut Parts) -> Result<String, http::StatusCode> {
+        let KeySource::Extract { extract, .. } = source else {
+            panic!("not an extractor source: {source:?}");
+        };
+        extract(p)
+            .now_or_never()
+            .expect("a header extractor is ready at once")
+            .map_err(|rejection| rejection.status())
+    }
+
+    #[test]
+    fn extractor_keys_name_the_parsed_value_and_pass_rejections_through() {
+        let source = KeySource::extract(|Account(n): Account| format!("account:{n}"));
+        assert!(format!("{source:?}").contains("Account"), "{source:?}");
+        for spelling in ["7", "007", "+7", " 7 "] {
+            assert_eq!(
+                run_extractor(&source, &mut parts(&[("x-account", spelling)])).unwrap(),
+                "account:7",
+                "{spelling:?}"
+            );
+        }
+        let rejection = run_extractor(&source, &mut parts(&[("x-account", "seven")])).unwrap_err();
+        assert_eq!(rejection, http::StatusCode::UNPROCESSABLE_ENTITY);
+        // `build` is for the synchronous sources; it refuses instead of panicking.
+        assert!(matches!(
+            source.build(&mut parts(&[])),
+            Err(KeyError::Config(_))
+        ));
     }
 }

@@ -2,6 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::FromRequestParts;
 use http::request::Parts;
 use http::{HeaderName, StatusCode};
 use tower_layer::Layer;
@@ -15,11 +16,12 @@ use crate::LockClient;
 ///
 /// ```
 /// use std::time::Duration;
+/// use axum::extract::Path;
 /// use axum::{routing::post, Router};
 /// use lock_runtime::{layer::LockLayer, LockClient, LockInfo};
 ///
-/// async fn pay(lock: LockInfo) -> String {
-///     format!("fencing token {}", lock.fencing_token)
+/// async fn pay(Path(id): Path<u64>, lock: LockInfo) -> String {
+///     format!("order {id} paid under fencing token {}", lock.fencing_token)
 /// }
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -29,7 +31,8 @@ use crate::LockClient;
 ///     .route("/orders/{id}/pay", post(pay))
 ///     .route_layer(
 ///         LockLayer::new(client)
-///             .key("order:<id>")              // <id>: the path parameter
+///             // The id the handler sees: `/orders/015/pay` is `order:15` too.
+///             .key_from(|Path(id): Path<u64>| format!("order:{id}"))
 ///             .ttl(Duration::from_secs(10))   // renewed while the request runs
 ///             .wait(Duration::from_millis(200)),
 ///     );
@@ -55,7 +58,9 @@ pub(super) struct Config {
 
 impl LockLayer {
     /// A layer taking its locks from `client`. The key defaults to the request
-    /// path; set it with [`key`](Self::key), [`key_from_header`](Self::key_from_header)
+    /// path (its text: see [`key`](Self::key) for when that is not enough);
+    /// set it with [`key_from`](Self::key_from) (an extractor's typed value),
+    /// [`key`](Self::key) (a template), [`key_from_header`](Self::key_from_header)
     /// or [`key_fn`](Self::key_fn).
     pub fn new(client: LockClient) -> Self {
         Self {
@@ -77,16 +82,98 @@ impl LockLayer {
     /// The key as a template over path parameters: `"order:<id>"` locks
     /// `order:42` for `/orders/42/pay` on the route `/orders/{id}/pay`.
     /// `<<` and `>>` write a literal `<` and `>`; braces are literal (Redis
-    /// Cluster hash tags).
+    /// Cluster hash tags). Values are escaped as by
+    /// [`escape_key_part`](crate::escape_key_part).
     ///
     /// A request whose route lacks a named parameter gets `400`. A malformed
     /// template makes every request fail with `500` and an error log naming
     /// the mistake.
+    ///
+    /// # When a template is not enough
+    ///
+    /// A template renders the parameter's *text*. When the handler parses it
+    /// (`Path<u64>`, a UUID, a case-insensitive name), several texts are one
+    /// resource: `/orders/15/pay`, `/orders/015/pay` and `/orders/+15/pay`
+    /// all pay order 15, but take the locks `order:15`, `order:015` and
+    /// `order:+15`, so they run at once. Build the key from the parsed value
+    /// with [`key_from`](Self::key_from) instead. A template is enough when
+    /// the text is the identity: a parameter the handler uses as a string,
+    /// unchanged.
     pub fn key(mut self, template: &str) -> Self {
         self.config().key = match parse_template(template) {
             Ok(segments) => KeySource::Template(segments),
             Err(e) => KeySource::Invalid(e),
         };
+        self
+    }
+
+    /// The key is computed from an axum extractor: the same typed value the
+    /// handler sees, so every spelling of one resource takes one lock.
+    ///
+    /// `E` is any extractor that needs no state: [`Path<T>`](axum::extract::Path),
+    /// `Query<T>` (with axum's `query` feature), your own
+    /// [`FromRequestParts`](axum::extract::FromRequestParts) types (a header
+    /// parsed into a type, say), or a tuple of them. It runs before the lock is
+    /// taken and again when the handler extracts it. A request it rejects gets
+    /// the extractor's own rejection (for `Path<u64>` and `/orders/abc/pay`:
+    /// `400` "Cannot parse `abc` to a `u64`"), and the handler does not run.
+    ///
+    /// Path parameters are there only for layers added with
+    /// [`route_layer`](axum::Router::route_layer) (or on a
+    /// [`MethodRouter`](axum::routing::MethodRouter)); under
+    /// [`Router::layer`](axum::Router::layer), `Path` rejects with `500`.
+    ///
+    /// ```
+    /// use axum::extract::Path;
+    /// use axum::{routing::post, Router};
+    /// use lock_runtime::{layer::LockLayer, LockClient, LockInfo};
+    ///
+    /// async fn pay(Path(id): Path<u64>, lock: LockInfo) -> String {
+    ///     format!("order {id} paid under {}", lock.key)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// let client = LockClient::builder().memory().build().await?;
+    /// let app: Router = Router::new().route(
+    ///     "/orders/{id}/pay",
+    ///     // `/orders/15/pay`, `/orders/015/pay` and `/orders/+15/pay`: all `order:15`.
+    ///     post(pay).route_layer(
+    ///         LockLayer::new(client).key_from(|Path(id): Path<u64>| format!("order:{id}")),
+    ///     ),
+    /// );
+    /// # let _ = app;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Escaping
+    ///
+    /// The closure writes the whole key, separators included, so the layer
+    /// cannot escape the values in it. Numbers, UUIDs and other parsed values
+    /// whose text has no `%`, `:`, `{` or `}` need no escaping. Text taken
+    /// from the request does: pass it through
+    /// [`escape_key_part`](crate::escape_key_part), as templates do, so that
+    /// one caller's value cannot spell another resource's key or close a hash
+    /// tag.
+    ///
+    /// ```
+    /// use axum::extract::Path;
+    /// use lock_runtime::{escape_key_part, layer::LockLayer, LockClient};
+    ///
+    /// # fn f(client: LockClient) -> LockLayer {
+    /// // Route `/tenants/{tenant}/orders/{id}/pay`.
+    /// LockLayer::new(client).key_from(|Path((tenant, id)): Path<(String, u64)>| {
+    ///     format!("{{tenant:{}}}:order:{id}", escape_key_part(&tenant))
+    /// })
+    /// # }
+    /// ```
+    pub fn key_from<E, F>(mut self, f: F) -> Self
+    where
+        E: FromRequestParts<()> + Send + 'static,
+        F: Fn(E) -> String + Send + Sync + 'static,
+    {
+        self.config().key = KeySource::extract(f);
         self
     }
 
@@ -105,6 +192,7 @@ impl LockLayer {
     }
 
     /// The key is computed from the request head; `None` answers `400`.
+    /// [`key_from`](Self::key_from) is the typed alternative.
     ///
     /// ```
     /// # use lock_runtime::{layer::LockLayer, LockClient};

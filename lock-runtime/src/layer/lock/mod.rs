@@ -1,14 +1,15 @@
 //! [`LockLayer`]: one request at a time per resource.
 //!
-//! For each request the layer builds a key (from path parameters, a header or
-//! a closure), takes the lock `key` on its [`LockClient`](crate::LockClient),
-//! and runs the inner service under it:
+//! For each request the layer builds a key (from an extractor's typed value,
+//! a template over path parameters, a header or a closure), takes the lock
+//! `key` on its [`LockClient`](crate::LockClient), and runs the inner service
+//! under it:
 //!
 //! | outcome | response |
 //! | --- | --- |
 //! | lock taken | the inner service's response; the lock is held, renewed by the watchdog, until the body has produced its last frame (released just before that frame is written, so the client's next request finds it free) or is dropped |
 //! | busy after the configured wait | `409 Conflict` (or the [configured status](LockLayer::busy_status)) with `Retry-After` = the holder's remaining lease, rounded up |
-//! | no key can be built for the request | `400 Bad Request` |
+//! | no key can be built for the request | `400 Bad Request`; with [`key_from`](LockLayer::key_from), the extractor's own rejection |
 //! | backend unreachable | `503 Service Unavailable` with `Retry-After` (fail closed), or the handler without the lock if [`fail_open`](LockLayer::fail_open) |
 //! | lease lost while the handler runs | the handler is cancelled; `503` |
 //!

@@ -15,9 +15,9 @@ use tower_service::Service;
 
 use super::ResponseFuture;
 use super::body::LockedBody;
-use super::key::KeyError;
+use super::key::{KeyError, KeySource};
 use super::layer::Config;
-use crate::layer::problem::{problem, problem_retry};
+use crate::layer::problem::{Refusal, problem, problem_retry};
 use crate::{LockError, LockGuard, LockInfo, context};
 
 /// The service made by [`LockLayer`](super::LockLayer): takes the request's
@@ -32,6 +32,21 @@ pub struct Lock<S> {
 impl<S> Lock<S> {
     pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
         Self { inner, config }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 }
 
@@ -63,6 +78,28 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let (mut parts, body) = req.into_parts();
+        if let KeySource::Extract { extract, .. } = &self.config.key {
+            // An extractor may await: it runs inside the response future.
+            let extract = extract.clone();
+            let config = self.config.clone();
+            let inner = self.take_ready_inner();
+            return ResponseFuture::running(Box::pin(async move {
+                match extract(&mut parts).await {
+                    Ok(key) => locked(config, inner, Request::from_parts(parts, body), key).await,
+                    Err(mut rejection) => {
+                        tracing::debug!(
+                            path = %parts.uri.path(),
+                            status = %rejection.status(),
+                            "lock layer: the key extractor rejected the request"
+                        );
+                        // The request did not run: an outer IdempotencyLayer
+                        // must not store this answer.
+                        rejection.extensions_mut().insert(Refusal);
+                        Ok(rejection)
+                    }
+                }
+            }));
+        }
         let key = match self.config.key.build(&mut parts) {
             Ok(key) => key,
             Err(KeyError::Request(why)) => {
@@ -78,11 +115,17 @@ where
             }
         };
         let req = Request::from_parts(parts, body);
-        // The clone takes our place; the instance `poll_ready` prepared serves
-        // this request.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        let inner = self.take_ready_inner();
         ResponseFuture::running(Box::pin(locked(self.config.clone(), inner, req, key)))
+    }
+}
+
+impl<S: Clone> Lock<S> {
+    /// The instance `poll_ready` prepared, to serve this request; a clone
+    /// takes its place.
+    fn take_ready_inner(&mut self) -> S {
+        let clone = self.inner.clone();
+        std::mem::replace(&mut self.inner, clone)
     }
 }
 
