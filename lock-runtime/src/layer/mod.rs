@@ -1,8 +1,10 @@
 //! Tower layers for axum (feature `axum`): per-resource locks for routes and
 //! the `Idempotency-Key` header.
 //!
-//! * [`LockLayer`]: one request at a time per resource. The key comes from a
-//!   template over path parameters (`"order:<id>"`), a header or a closure;
+//! * [`LockLayer`]: one request at a time per resource. The key comes from the
+//!   typed value of an axum extractor (`Path<u64>`: `/orders/015` and
+//!   `/orders/15` are one order, one lock), a template over the raw path text
+//!   (`"order:<id>"`), a header or a closure;
 //!   a busy resource answers `409 Conflict` with `Retry-After`. The lock is held
 //!   until the response body has been sent (or dropped), and the handler can
 //!   read the fencing token through the [`LockInfo`](crate::LockInfo) extractor.
@@ -17,7 +19,7 @@
 //! (RFC 9457).
 //!
 //! ```
-//! use axum::{routing::post, Router};
+//! use axum::{extract::Path, routing::post, Router};
 //! use lock_runtime::layer::{IdempotencyLayer, LockLayer};
 //! use lock_runtime::{LockClient, LockInfo};
 //!
@@ -34,7 +36,9 @@
 //! let app: Router = Router::new()
 //!     .route(
 //!         "/orders/{id}/pay",
-//!         post(pay).route_layer(LockLayer::new(client.clone()).key("order:<id>")),
+//!         post(pay).route_layer(
+//!             LockLayer::new(client.clone()).key_from(|Path(id): Path<u64>| format!("order:{id}")),
+//!         ),
 //!     )
 //!     .route(
 //!         "/orders",
