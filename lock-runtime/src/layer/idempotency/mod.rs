@@ -65,7 +65,7 @@ use std::convert::Infallible;
 use axum::response::{IntoResponseParts, ResponseParts};
 
 pub use self::future::ResponseFuture;
-pub use self::key::MAX_IDEMPOTENCY_KEY_LEN;
+pub use self::key::{BodyFingerprint, MAX_IDEMPOTENCY_KEY_LEN};
 pub use self::layer::{DEFAULT_MAX_BODY, DEFAULT_RETENTION, IdempotencyLayer};
 pub use self::service::Idempotency;
 
