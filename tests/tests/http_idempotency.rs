@@ -1099,67 +1099,105 @@ impl Killer {
     }
 }
 
-/// The command connection dies while the completion is in flight: either
-/// before the server read it (the completion never ran) or after it ran
-/// (the reply was lost). Either way the client gets the handler's response,
-/// and a retry gets it replayed: the handler ran once.
+/// Where [`a_lost_reply_never_turns_a_success_into_an_error_nor_reruns_a_request`]
+/// freezes the server.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stage {
+    /// Before the layer sends its claim (a middleware outside the layer).
+    Claim,
+    /// When the handler is done, before the layer sends the completion.
+    Completion,
+}
+
+/// The command connection dies while a claim or a completion is in flight:
+/// with `CLIENT KILL` queued before the command (it never runs) or after it
+/// (it runs and its reply is lost). Each time the client gets the handler's
+/// response (not 409/503), and a retry gets it replayed: the handler ran
+/// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_completion_whose_connection_dies_still_answers_with_the_handlers_response_and_replays() {
+async fn a_lost_reply_never_turns_a_success_into_an_error_nor_reruns_a_request() {
+    use std::sync::Mutex;
     let server = RedisServer::start();
     let pid = server.pid().unwrap();
-    // (kill queued before the completion is sent, label)
-    for (kill_first, key, case) in [
-        (
-            true,
-            "\"lost-completion\"",
-            "connection killed before the server read the completion",
-        ),
-        (
-            false,
-            "\"lost-reply\"",
-            "connection killed after the completion ran, before its reply",
-        ),
-    ] {
-        let client = redis_client(&server).await;
-        let killer = Arc::new(std::sync::Mutex::new(Killer::connect(server.port)));
-        let frozen = Arc::new(Notify::new());
-        let runs = Arc::new(AtomicUsize::new(0));
-        let handler = {
-            let (killer, frozen, runs) = (killer.clone(), frozen.clone(), runs.clone());
-            move || {
-                let (killer, frozen, runs) = (killer.clone(), frozen.clone(), runs.clone());
-                async move {
-                    let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
-                    if n == 1 {
-                        // The handler's work is done; freeze the server so the
-                        // completion waits in its socket.
-                        signal(pid, "STOP");
-                        if kill_first {
-                            killer.lock().unwrap().queue();
-                        }
-                        frozen.notify_one();
-                    }
-                    (StatusCode::CREATED, format!("order {n}"))
+    let client = redis_client(&server).await;
+    // The plan of the next request: where to freeze, and whether the kill is
+    // queued before the command (else after it).
+    let plan: Arc<Mutex<Option<(Stage, bool)>>> = Arc::default();
+    let killer = Arc::new(Mutex::new(Killer::connect(server.port)));
+    let frozen = Arc::new(Notify::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let freeze = {
+        let (plan, killer, frozen) = (plan.clone(), killer.clone(), frozen.clone());
+        move |stage: Stage| {
+            let mut plan = plan.lock().unwrap();
+            if let Some((at, kill_first)) = *plan
+                && at == stage
+            {
+                *plan = None;
+                signal(pid, "STOP");
+                if kill_first {
+                    killer.lock().unwrap().queue();
                 }
+                frozen.notify_one();
             }
-        };
-        let app = Router::new().route(
+        }
+    };
+    let handler = {
+        let (freeze, runs) = (freeze.clone(), runs.clone());
+        move || {
+            let (freeze, runs) = (freeze.clone(), runs.clone());
+            async move {
+                let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                // The handler's work is done: the completion comes next.
+                freeze(Stage::Completion);
+                (StatusCode::CREATED, format!("order {n}"))
+            }
+        }
+    };
+    let before_claim = move |req: axum::extract::Request, next: axum::middleware::Next| {
+        freeze(Stage::Claim);
+        next.run(req)
+    };
+    let app = Router::new()
+        .route(
             "/orders",
             post(handler).route_layer(IdempotencyLayer::new(client)),
-        );
-        let base = serve(app).await;
-        let http = reqwest::Client::new();
-        let send = || {
-            http.post(format!("{base}/orders"))
-                .header("idempotency-key", key)
-                .send()
-        };
-        let first = tokio::spawn(send());
+        )
+        .layer(axum::middleware::from_fn(before_claim));
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+    let send = |key: &str| {
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", format!("\"{key}\""))
+            .send()
+    };
+    // Loads the scripts, so a frozen command is the script itself and not a
+    // NOSCRIPT answer followed by a load.
+    assert_eq!(send("warm-up").await.unwrap().status(), StatusCode::CREATED);
+
+    for (stage, kill_first, case) in [
+        (
+            Stage::Completion,
+            true,
+            "connection killed before the server read the completion",
+        ),
+        (Stage::Completion, false, "completion ran, its reply lost"),
+        (
+            Stage::Claim,
+            true,
+            "connection killed before the server read the claim",
+        ),
+        (Stage::Claim, false, "claim ran, its reply lost"),
+    ] {
+        let key = format!("{stage:?}-{kill_first}");
+        let runs_before = runs.load(Ordering::SeqCst);
+        *plan.lock().unwrap() = Some((stage, kill_first));
+        let first = tokio::spawn(send(&key));
         tokio::time::timeout(Duration::from_secs(5), frozen.notified())
             .await
-            .unwrap_or_else(|_| panic!("{case}: the handler did not run"));
-        // The completion is sent (to a frozen server) within this pause; the
-        // whole freeze stays under the client's 500 ms response timeout.
+            .unwrap_or_else(|_| panic!("{case}: the server was not frozen"));
+        // The command reaches the frozen server within this pause; the whole
+        // freeze stays under the client's 500 ms response timeout.
         tokio::time::sleep(Duration::from_millis(150)).await;
         if !kill_first {
             killer.lock().unwrap().queue();
@@ -1172,17 +1210,17 @@ async fn a_completion_whose_connection_dies_still_answers_with_the_handlers_resp
         let first = first.await.unwrap().unwrap();
         assert_eq!(first.status(), StatusCode::CREATED, "{case}");
         assert!(!is_replay(first.headers()), "{case}");
-        assert_eq!(first.text().await.unwrap(), "order 1", "{case}");
-        let again = send().await.unwrap();
+        let body = first.text().await.unwrap();
+        let again = send(&key).await.unwrap();
         assert_eq!(
             (again.status(), is_replay(again.headers())),
             (StatusCode::CREATED, true),
             "{case}: the retry was not a replay"
         );
-        assert_eq!(again.text().await.unwrap(), "order 1", "{case}");
+        assert_eq!(again.text().await.unwrap(), body, "{case}");
         assert_eq!(
             runs.load(Ordering::SeqCst),
-            1,
+            runs_before + 1,
             "{case}: the handler ran twice"
         );
     }
