@@ -1397,3 +1397,39 @@ async fn on_redlock_killed_connections_neither_run_a_handler_twice_nor_answer_5x
         hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("redlock", &ran, &logs, killed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sentinel_killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_succeeded()
+ {
+    use tests::topology::{MASTER_NAME, SentinelSetup};
+    let setup = tokio::task::block_in_place(SentinelSetup::start);
+    let client = LockClient::builder()
+        .sentinel(MASTER_NAME, setup.sentinel_urls())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let ports = vec![setup.master().port];
+    let (ran, logs, killed) =
+        hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
+    check_no_double_runs_and_no_5xx_after_success("sentinel", &ran, &logs, killed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cluster_killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_succeeded()
+ {
+    use tests::topology::Cluster;
+    let cluster = tokio::task::block_in_place(|| Cluster::start(3));
+    let client = LockClient::builder()
+        .cluster(cluster.seed_urls())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let ports = (0..cluster.size()).map(|i| cluster.node(i).port).collect();
+    let (ran, logs, killed) =
+        hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
+    check_no_double_runs_and_no_5xx_after_success("cluster", &ran, &logs, killed);
+}
