@@ -1,12 +1,21 @@
--- Store the response of an in-flight idempotency record we own.
+-- Store the response of an idempotency record we ran.
 -- KEYS[1] record; ARGV[1] owner token, ARGV[2] retention in milliseconds,
--- ARGV[3] status, ARGV[4] headers (encoded), ARGV[5] body
--- Returns 1 when stored, 0 when the record is gone, completed or not ours
--- (its lease ran out and another request may have claimed it).
+-- ARGV[3] status, ARGV[4] headers (encoded), ARGV[5] body, ARGV[6] request
+-- fingerprint, ARGV[7] '1' when the body was over the storage limit, else ''
+-- Returns 1 when the record now holds our response: stored now, or already
+-- stored by an earlier try whose reply was lost (the owner is kept in the
+-- completed record to tell), or written into an absent record (our lease ran
+-- out, or this Redlock node missed the claim: the handler did run, so the
+-- response must be kept rather than let the request run again).
+-- Returns 0 when another request's claim or response is there.
 local r = redis.call('HMGET', KEYS[1], 'state', 'owner')
-if r[1] == 'run' and r[2] == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'state', 'done', 'status', ARGV[3], 'headers', ARGV[4], 'body', ARGV[5])
-  redis.call('HDEL', KEYS[1], 'owner')
+if r[2] == ARGV[1] and r[1] == 'done' then
+  return 1
+end
+if (r[1] == 'run' and r[2] == ARGV[1]) or not r[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'state', 'done', 'owner', ARGV[1], 'fp', ARGV[6],
+    'status', ARGV[3], 'headers', ARGV[4], 'body', ARGV[5], 'big', ARGV[7])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end

@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::{Json, Router};
+use futures_util::StreamExt;
 use lock_runtime::LockClient;
 use lock_runtime::layer::IdempotencyLayer;
 use lock_runtime::layer::idempotency::StoreResponse;
@@ -800,41 +801,147 @@ async fn a_refusal_by_an_inner_lock_layer_is_not_stored() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_response_over_the_storage_limit_is_sent_whole_but_replayed_without_body() {
-    let client = memory_client().await;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let runs = runs.clone();
-        move || {
+async fn a_response_over_the_storage_limit_is_sent_whole_and_retries_get_410_not_an_empty_body() {
+    let server = RedisServer::start();
+    for (backend, client) in clients(&server).await {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let handler = {
             let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                (
-                    StatusCode::CREATED,
-                    [(header::LOCATION, "/reports/1")],
-                    "r".repeat(5000),
-                )
+            move |body: String| {
+                let runs = runs.clone();
+                async move {
+                    let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    let size: usize = body.parse().unwrap();
+                    (
+                        StatusCode::CREATED,
+                        [(header::LOCATION, format!("/reports/{n}"))],
+                        "r".repeat(size),
+                    )
+                }
             }
-        }
-    };
-    let layer = IdempotencyLayer::new(client).max_response_body(1000);
-    let app = Router::new().route("/reports", post(handler).route_layer(layer));
-    let base = serve(app).await;
-    let http = reqwest::Client::new();
-    let send = || {
-        http.post(format!("{base}/reports"))
-            .header("idempotency-key", "\"r\"")
-            .send()
-    };
-    let first = send().await.unwrap();
-    assert_eq!(first.status(), StatusCode::CREATED);
-    assert_eq!(first.text().await.unwrap(), "r".repeat(5000));
-    let again = send().await.unwrap();
-    assert_eq!(again.status(), StatusCode::CREATED);
-    assert!(is_replay(again.headers()));
-    assert_eq!(again.headers()["location"], "/reports/1");
-    assert_eq!(again.text().await.unwrap(), "");
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran twice");
+        };
+        let layer = IdempotencyLayer::new(client).max_response_body(1000);
+        let app = Router::new().route("/reports", post(handler).route_layer(layer));
+        let base = serve(app).await;
+        let http = reqwest::Client::new();
+        let send = |key: &'static str, size: usize| {
+            http.post(format!("{base}/reports"))
+                .header("idempotency-key", key)
+                .body(size.to_string())
+                .send()
+        };
+        let first = send("\"big\"", 5000).await.unwrap();
+        assert_eq!(first.status(), StatusCode::CREATED, "{backend}");
+        assert_eq!(first.text().await.unwrap(), "r".repeat(5000), "{backend}");
+        // Not a `201` with an empty body: an explicit answer that the request
+        // completed and cannot be replayed.
+        let again = send("\"big\"", 5000).await.unwrap();
+        assert_eq!(again.status(), StatusCode::GONE, "{backend}");
+        assert!(is_replay(again.headers()), "{backend}");
+        assert_eq!(again.headers()["content-type"], "application/problem+json");
+        let problem: Value = again.json().await.unwrap();
+        assert_eq!(problem["status"], 410, "{backend}");
+        assert_eq!(problem["original_status"], 201, "{backend}");
+        assert_eq!(problem["location"], "/reports/1", "{backend}");
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "{backend}: the handler ran twice"
+        );
+
+        // At the limit: replayed byte for byte.
+        let first = send("\"fits\"", 1000).await.unwrap();
+        let first_body = first.bytes().await.unwrap();
+        let again = send("\"fits\"", 1000).await.unwrap();
+        assert_eq!(again.status(), StatusCode::CREATED, "{backend}");
+        assert!(is_replay(again.headers()), "{backend}");
+        assert_eq!(again.headers()["location"], "/reports/2", "{backend}");
+        assert_eq!(again.bytes().await.unwrap(), first_body, "{backend}");
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "{backend}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_json_fingerprint_reordered_members_and_whitespace_are_the_same_request() {
+    use lock_runtime::layer::idempotency::BodyFingerprint;
+    let server = RedisServer::start();
+    for (backend, client) in clients(&server).await {
+        let orders = Orders::default();
+        let app = Router::new()
+            .route(
+                "/json",
+                post(create_order).route_layer(
+                    IdempotencyLayer::new(client.clone()).body_fingerprint(BodyFingerprint::Json),
+                ),
+            )
+            .route(
+                "/bytes",
+                post(create_order).route_layer(IdempotencyLayer::new(client)),
+            )
+            .with_state(orders.clone());
+        let base = serve(app).await;
+        let http = reqwest::Client::new();
+        let send = |path: &'static str, key: &'static str, body: &'static str| {
+            http.post(format!("{base}{path}"))
+                .header("idempotency-key", key)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+        };
+        let first = send("/json", "\"j\"", r#"{"item":"pen","qty":1}"#)
+            .await
+            .unwrap();
+        assert_eq!(first.status(), StatusCode::CREATED, "{backend}");
+        let first_body = first.text().await.unwrap();
+        let again = send("/json", "\"j\"", "{ \"qty\": 1,\n  \"item\": \"pen\" }\n")
+            .await
+            .unwrap();
+        assert_eq!(again.status(), StatusCode::CREATED, "{backend}");
+        assert!(is_replay(again.headers()), "{backend}");
+        assert_eq!(again.text().await.unwrap(), first_body, "{backend}");
+        let other = send("/json", "\"j\"", r#"{"qty":2,"item":"pen"}"#)
+            .await
+            .unwrap();
+        assert_eq!(
+            other.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{backend}"
+        );
+        assert_eq!(orders.runs.load(Ordering::SeqCst), 1, "{backend}");
+
+        // Not JSON under the JSON fingerprint: a clear 400, nothing claimed,
+        // so the corrected request runs with the same key.
+        let bad = send("/json", "\"bad\"", "{ not json").await.unwrap();
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST, "{backend}");
+        assert_eq!(bad.headers()["content-type"], "application/problem+json");
+        let problem: Value = bad.json().await.unwrap();
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("not valid JSON"),
+            "{backend}: {problem}"
+        );
+        assert_eq!(orders.runs.load(Ordering::SeqCst), 1, "{backend}");
+        let fixed = send("/json", "\"bad\"", r#"{"item":"cup"}"#).await.unwrap();
+        assert_eq!(fixed.status(), StatusCode::CREATED, "{backend}");
+        assert!(!is_replay(fixed.headers()), "{backend}");
+
+        // Bytes stay the default: the reordered body is another request.
+        let first = send("/bytes", "\"b\"", r#"{"item":"pen","qty":1}"#)
+            .await
+            .unwrap();
+        assert_eq!(first.status(), StatusCode::CREATED, "{backend}");
+        let reordered = send("/bytes", "\"b\"", r#"{"qty":1,"item":"pen"}"#)
+            .await
+            .unwrap();
+        assert_eq!(
+            reordered.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{backend}"
+        );
+        assert_eq!(orders.runs.load(Ordering::SeqCst), 3, "{backend}");
+    }
 }
 
 async fn redlock_client(masters: &Redlock) -> LockClient {
@@ -942,4 +1049,387 @@ async fn on_redlock_concurrent_identical_posts_run_the_handler_at_most_once() {
     let r = send().await.unwrap();
     assert!(is_replay(r.headers()));
     assert_eq!(orders.runs.load(Ordering::SeqCst), 1);
+}
+
+// ---- Lost replies ------------------------------------------------------------
+
+/// Sends `SIGSTOP`/`SIGCONT` to a process, from anywhere (the handlers below
+/// freeze the server they are served from).
+fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{sig} {pid}");
+}
+
+/// A plain connection to `port`, opened before any freeze, that queues
+/// `CLIENT KILL TYPE normal` (which spares the connection that sends it).
+struct Killer(std::net::TcpStream);
+
+impl Killer {
+    fn connect(port: u16) -> Self {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        Self(stream)
+    }
+
+    /// Queues the command; the server runs it when it can (now, or when it
+    /// is resumed).
+    fn queue(&mut self) {
+        std::io::Write::write_all(&mut self.0, b"CLIENT KILL TYPE normal SKIPME yes\r\n").unwrap();
+    }
+
+    /// How many connections the queued command killed.
+    fn killed(&mut self) -> u64 {
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while !line.ends_with(b"\r\n") {
+            std::io::Read::read_exact(&mut self.0, &mut byte).unwrap();
+            line.push(byte[0]);
+        }
+        let line = String::from_utf8(line).unwrap();
+        line.trim()
+            .strip_prefix(':')
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected CLIENT KILL reply {line:?}"))
+    }
+}
+
+/// Where [`a_lost_reply_never_turns_a_success_into_an_error_nor_reruns_a_request`]
+/// freezes the server.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stage {
+    /// Before the layer sends its claim (a middleware outside the layer).
+    Claim,
+    /// When the handler is done, before the layer sends the completion.
+    Completion,
+}
+
+/// The command connection dies while a claim or a completion is in flight:
+/// with `CLIENT KILL` queued before the command (it never runs) or after it
+/// (it runs and its reply is lost). Each time the client gets the handler's
+/// response (not 409/503), and a retry gets it replayed: the handler ran
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_never_turns_a_success_into_an_error_nor_reruns_a_request() {
+    use std::sync::Mutex;
+    let server = RedisServer::start();
+    let pid = server.pid().unwrap();
+    let client = redis_client(&server).await;
+    // The plan of the next request: where to freeze, and whether the kill is
+    // queued before the command (else after it).
+    let plan: Arc<Mutex<Option<(Stage, bool)>>> = Arc::default();
+    let killer = Arc::new(Mutex::new(Killer::connect(server.port)));
+    let frozen = Arc::new(Notify::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let freeze = {
+        let (plan, killer, frozen) = (plan.clone(), killer.clone(), frozen.clone());
+        move |stage: Stage| {
+            let mut plan = plan.lock().unwrap();
+            if let Some((at, kill_first)) = *plan
+                && at == stage
+            {
+                *plan = None;
+                signal(pid, "STOP");
+                if kill_first {
+                    killer.lock().unwrap().queue();
+                }
+                frozen.notify_one();
+            }
+        }
+    };
+    let handler = {
+        let (freeze, runs) = (freeze.clone(), runs.clone());
+        move || {
+            let (freeze, runs) = (freeze.clone(), runs.clone());
+            async move {
+                let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                // The handler's work is done: the completion comes next.
+                freeze(Stage::Completion);
+                (StatusCode::CREATED, format!("order {n}"))
+            }
+        }
+    };
+    let before_claim = move |req: axum::extract::Request, next: axum::middleware::Next| {
+        freeze(Stage::Claim);
+        next.run(req)
+    };
+    let app = Router::new()
+        .route(
+            "/orders",
+            post(handler).route_layer(IdempotencyLayer::new(client)),
+        )
+        .layer(axum::middleware::from_fn(before_claim));
+    let base = serve(app).await;
+    let http = reqwest::Client::new();
+    let send = |key: &str| {
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", format!("\"{key}\""))
+            .send()
+    };
+    // Loads the scripts, so a frozen command is the script itself and not a
+    // NOSCRIPT answer followed by a load.
+    assert_eq!(send("warm-up").await.unwrap().status(), StatusCode::CREATED);
+
+    for (stage, kill_first, case) in [
+        (
+            Stage::Completion,
+            true,
+            "connection killed before the server read the completion",
+        ),
+        (Stage::Completion, false, "completion ran, its reply lost"),
+        (
+            Stage::Claim,
+            true,
+            "connection killed before the server read the claim",
+        ),
+        (Stage::Claim, false, "claim ran, its reply lost"),
+    ] {
+        let key = format!("{stage:?}-{kill_first}");
+        let runs_before = runs.load(Ordering::SeqCst);
+        *plan.lock().unwrap() = Some((stage, kill_first));
+        let first = tokio::spawn(send(&key));
+        tokio::time::timeout(Duration::from_secs(5), frozen.notified())
+            .await
+            .unwrap_or_else(|_| panic!("{case}: the server was not frozen"));
+        // The command reaches the frozen server within this pause; the whole
+        // freeze stays under the client's 500 ms response timeout.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        if !kill_first {
+            killer.lock().unwrap().queue();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        signal(pid, "CONT");
+        let killed = tokio::task::block_in_place(|| killer.lock().unwrap().killed());
+        assert!(killed >= 1, "{case}: CLIENT KILL killed nothing");
+
+        let first = first.await.unwrap().unwrap();
+        assert_eq!(first.status(), StatusCode::CREATED, "{case}");
+        assert!(!is_replay(first.headers()), "{case}");
+        let body = first.text().await.unwrap();
+        let again = send(&key).await.unwrap();
+        assert_eq!(
+            (again.status(), is_replay(again.headers())),
+            (StatusCode::CREATED, true),
+            "{case}: the retry was not a replay"
+        );
+        assert_eq!(again.text().await.unwrap(), body, "{case}");
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            runs_before + 1,
+            "{case}: the handler ran twice"
+        );
+    }
+}
+
+/// What one key saw in [`hammer_while_killing_connections`].
+#[derive(Debug, Default)]
+struct KeyLog {
+    /// (request id, status) of every attempt.
+    answers: Vec<(usize, StatusCode)>,
+    replayed: bool,
+}
+
+/// For `run_for`, sends new keys (8 at a time), each until it gets a `2xx`
+/// and then until a retry is a replay, while `CLIENT KILL TYPE normal` runs
+/// on every server in `ports` every 300 ms. Returns, per key, the handler's
+/// runs (request ids) and what the client saw, and how many connections
+/// were killed.
+async fn hammer_while_killing_connections(
+    client: LockClient,
+    ports: Vec<u16>,
+    run_for: Duration,
+) -> (Vec<Vec<usize>>, Vec<KeyLog>, u64) {
+    use std::sync::Mutex;
+    const MAX_KEYS: usize = 100_000;
+    let ran: Arc<Mutex<Vec<Vec<usize>>>> = Arc::new(Mutex::new(vec![Vec::new(); MAX_KEYS]));
+    let handler = {
+        let ran = ran.clone();
+        move |headers: HeaderMap| {
+            let ran = ran.clone();
+            async move {
+                let key: usize = headers["x-key"].to_str().unwrap().parse().unwrap();
+                let id: usize = headers["x-request"].to_str().unwrap().parse().unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                ran.lock().unwrap()[key].push(id);
+                (StatusCode::CREATED, format!("key {key} by request {id}"))
+            }
+        }
+    };
+    let layer = IdempotencyLayer::new(client).lease(Duration::from_secs(1));
+    let base = serve(Router::new().route("/orders", post(handler).route_layer(layer))).await;
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let stop = stop.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut killers: Vec<Killer> = ports.iter().map(|p| Killer::connect(*p)).collect();
+            let mut killed = 0;
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(300));
+                for k in &mut killers {
+                    k.queue();
+                    killed += k.killed();
+                }
+            }
+            killed
+        })
+    };
+
+    let next_id = Arc::new(AtomicUsize::new(0));
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let logs = futures_util::stream::iter(0..MAX_KEYS)
+        .take_while(|_| std::future::ready(started.elapsed() < run_for))
+        .map(|key| {
+            let (http, base, next_id) = (http.clone(), base.clone(), next_id.clone());
+            async move {
+                let mut log = KeyLog::default();
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let mut done = false;
+                while Instant::now() < deadline {
+                    let id = next_id.fetch_add(1, Ordering::SeqCst);
+                    let r = http
+                        .post(format!("{base}/orders"))
+                        .header("idempotency-key", format!("\"key-{key}\""))
+                        .header("x-key", key.to_string())
+                        .header("x-request", id.to_string())
+                        .send()
+                        .await
+                        .unwrap();
+                    let (status, replayed) = (r.status(), is_replay(r.headers()));
+                    log.answers.push((id, status));
+                    if status.is_success() {
+                        if done && replayed {
+                            log.replayed = true;
+                            break;
+                        }
+                        done = true;
+                    }
+                    // A refusal (409 in flight, 503 store unreachable) or the
+                    // first answer: ask again.
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                }
+                log
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+    stop.store(true, Ordering::SeqCst);
+    let killed = killer.await.unwrap();
+    let mut ran = ran.lock().unwrap().clone();
+    ran.truncate(logs.len());
+    (ran, logs, killed)
+}
+
+/// Checks [`hammer_while_killing_connections`]' outcome: no key ran twice,
+/// no request whose handler ran got a `5xx`, every key ended replayed.
+fn check_no_double_runs_and_no_5xx_after_success(
+    backend: &str,
+    ran: &[Vec<usize>],
+    logs: &[KeyLog],
+    killed: u64,
+) {
+    let runs_twice: Vec<_> = ran
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.len() > 1)
+        .collect();
+    let ran_ids: std::collections::HashSet<usize> = ran.iter().flatten().copied().collect();
+    let errors_after_success: Vec<_> = logs
+        .iter()
+        .flat_map(|l| &l.answers)
+        .filter(|(id, status)| ran_ids.contains(id) && !status.is_success())
+        .collect();
+    let refusals = logs
+        .iter()
+        .flat_map(|l| &l.answers)
+        .filter(|(_, s)| !s.is_success())
+        .count();
+    println!(
+        "{backend}: {} keys, {killed} connections killed, {refusals} refusals (409/503) \
+         of requests whose handler did not run",
+        logs.len()
+    );
+    assert!(killed > 0, "{backend}: no connection was killed");
+    assert!(
+        runs_twice.is_empty(),
+        "{backend}: keys whose handler ran more than once (key, request ids): {runs_twice:?}"
+    );
+    assert!(
+        errors_after_success.is_empty(),
+        "{backend}: requests whose handler ran but got an error: {errors_after_success:?}"
+    );
+    let unfinished: Vec<_> = logs
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.replayed)
+        .collect();
+    assert!(
+        unfinished.is_empty(),
+        "{backend}: keys never replayed: {unfinished:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_succeeded() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let (ran, logs, killed) =
+        hammer_while_killing_connections(client, vec![server.port], Duration::from_secs(8)).await;
+    check_no_double_runs_and_no_5xx_after_success("redis", &ran, &logs, killed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redlock_killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_succeeded()
+ {
+    let masters = Redlock::start(3);
+    let ports = (0..masters.size())
+        .map(|i| masters.server(i).port)
+        .collect();
+    let client = redlock_client(&masters).await;
+    let (ran, logs, killed) =
+        hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
+    check_no_double_runs_and_no_5xx_after_success("redlock", &ran, &logs, killed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sentinel_killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_succeeded()
+ {
+    use tests::topology::{MASTER_NAME, SentinelSetup};
+    let setup = tokio::task::block_in_place(SentinelSetup::start);
+    let client = LockClient::builder()
+        .sentinel(MASTER_NAME, setup.sentinel_urls())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let ports = vec![setup.master().port];
+    let (ran, logs, killed) =
+        hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
+    check_no_double_runs_and_no_5xx_after_success("sentinel", &ran, &logs, killed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cluster_killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_succeeded()
+ {
+    use tests::topology::Cluster;
+    let cluster = tokio::task::block_in_place(|| Cluster::start(3));
+    let client = LockClient::builder()
+        .cluster(cluster.seed_urls())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let ports = (0..cluster.size()).map(|i| cluster.node(i).port).collect();
+    let (ran, logs, killed) =
+        hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
+    check_no_double_runs_and_no_5xx_after_success("cluster", &ran, &logs, killed);
 }

@@ -5,12 +5,17 @@
 //! * **run**: claimed by one request (an owner token, like a lock's) for a
 //!   lease that the claimer's watchdog renews; if the process dies the record
 //!   expires and the key can be used again;
-//! * **done**: the stored response (status, encoded headers, body), kept for
-//!   the retention period.
+//! * **done**: the stored response (status, encoded headers, body, or a mark
+//!   that the body was over the storage limit), kept for the retention
+//!   period, with the owner token of the request that ran it.
 //!
 //! Both carry the request fingerprint, so a reuse of the key for another
 //! request is told apart from a retry. Claim, renew, complete and release are
-//! each one script (or one critical section of the embedded backend).
+//! each one script (or one critical section of the embedded backend), and
+//! each may be sent again when its reply was lost: a repeated claim re-arms
+//! our own claim, a repeated completion finds our response already stored
+//! (the owner is kept for that), a repeated renewal or release finds nothing
+//! left to do. So an ambiguous reply is retried, never taken for a refusal.
 //!
 //! On Redlock every node keeps a copy and a majority decides, as for a lock:
 //! a master that dies or comes back empty neither stops the layer nor lets a
@@ -50,6 +55,9 @@ pub(crate) struct StoredResponse {
     pub(crate) status: u16,
     pub(crate) headers: Bytes,
     pub(crate) body: Bytes,
+    /// The body was over the storage limit: `body` is empty, and a replay
+    /// must say so rather than send an empty body.
+    pub(crate) body_too_large: bool,
 }
 
 /// The answer of one claim.
@@ -81,7 +89,9 @@ impl Backend {
         }
     }
 
-    /// Re-arms the lease of a record `token` runs. `false`: no longer ours.
+    /// Re-arms the lease of a record `token` runs (a no-op once it holds our
+    /// response). `false`: no longer ours. An error when the answer is
+    /// unknown (no reply, or no majority either way on Redlock): not a loss.
     pub(crate) async fn renew_record(
         &self,
         record: &str,
@@ -98,23 +108,35 @@ impl Backend {
         }
     }
 
-    /// Stores `response` in a record `token` runs, kept for `retention`.
-    /// `false`: no longer ours (nothing stored).
+    /// Stores `response` in a record `token` ran, kept for `retention`.
+    /// `true` also when an earlier try whose reply was lost stored it, and
+    /// when the record was gone (our lease ran out, or a Redlock node missed
+    /// the claim): the handler ran, so its response is kept. `false`: another
+    /// request's claim or response is there (nothing stored). An error when
+    /// the answer is unknown; sending it again is safe.
     pub(crate) async fn complete_record(
         &self,
         record: &str,
         token: &Token,
+        fingerprint: &str,
         response: &StoredResponse,
         retention: Duration,
     ) -> Result<bool, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => complete_on(b, record, token, response, retention).await,
+            RecordsAt::Redis(b) => {
+                complete_on(b, record, token, fingerprint, response, retention).await
+            }
             RecordsAt::Redlock(b) => {
-                let answers =
-                    on_every_node(b, |n| complete_on(n, record, token, response, retention)).await;
+                let answers = on_every_node(b, |n| {
+                    complete_on(n, record, token, fingerprint, response, retention)
+                })
+                .await;
                 majority_says(b, &answers, "completion")
             }
-            RecordsAt::Memory(b) => Ok(b.records.complete(record, token, response, retention)),
+            RecordsAt::Memory(b) => {
+                Ok(b.records
+                    .complete(record, token, fingerprint, response, retention))
+            }
         }
     }
 
@@ -143,14 +165,15 @@ async fn claim_on(
     fingerprint: &str,
     lease: Duration,
 ) -> Result<Claim, LockError> {
-    let (code, remaining, status, headers, body): (i64, i64, i64, Vec<u8>, Vec<u8>) = CLAIM
-        .key(record)
-        .arg(token.as_str())
-        .arg(fingerprint)
-        .arg(millis(lease))
-        .invoke_async(&mut node.connection())
-        .await
-        .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
+    let (code, remaining, status, headers, body, big): (i64, i64, i64, Vec<u8>, Vec<u8>, Vec<u8>) =
+        CLAIM
+            .key(record)
+            .arg(token.as_str())
+            .arg(fingerprint)
+            .arg(millis(lease))
+            .invoke_async(&mut node.connection())
+            .await
+            .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
     Ok(match code {
         0 => Claim::Claimed,
         1 => Claim::InFlight {
@@ -160,6 +183,7 @@ async fn claim_on(
             status: u16::try_from(status).unwrap_or(0),
             headers: headers.into(),
             body: body.into(),
+            body_too_large: big == b"1",
         }),
         3 => Claim::Mismatch,
         other => {
@@ -191,6 +215,7 @@ async fn complete_on(
     node: &RedisBackend,
     record: &str,
     token: &Token,
+    fingerprint: &str,
     response: &StoredResponse,
     retention: Duration,
 ) -> Result<bool, LockError> {
@@ -201,6 +226,8 @@ async fn complete_on(
         .arg(response.status)
         .arg(&response.headers[..])
         .arg(&response.body[..])
+        .arg(fingerprint)
+        .arg(if response.body_too_large { "1" } else { "" })
         .invoke_async(&mut node.connection())
         .await
         .map_err(|e| BackendError::with_source("idempotency completion failed", e))?;
@@ -247,28 +274,39 @@ where
     .collect()
 }
 
-/// `true` when a majority of nodes said `true`; an error when fewer than a
-/// majority answered at all.
+/// `true` when a majority of nodes said `true`; `false` only when so many
+/// said `false` that no majority can say `true`; otherwise (too few answers to
+/// tell: a lost reply may have been a `true`) an error, so the caller treats
+/// the outcome as unknown rather than as a refusal.
 fn majority_says(
     redlock: &RedlockBackend,
     answers: &[Option<bool>],
     what: &str,
 ) -> Result<bool, LockError> {
-    let quorum = redlock.quorum();
-    if answers.iter().filter(|a| **a == Some(true)).count() >= quorum {
-        return Ok(true);
+    match majority(answers, redlock.quorum()) {
+        Some(decided) => Ok(decided),
+        None => Err(no_majority(redlock, answers.iter().flatten().count(), what)),
     }
-    let answered = answers.iter().flatten().count();
-    if answered < quorum {
-        return Err(no_majority(redlock, answered, what));
+}
+
+/// The rule of [`majority_says`]: `None` while the unknown answers could
+/// still tip it either way.
+fn majority(answers: &[Option<bool>], quorum: usize) -> Option<bool> {
+    let yes = answers.iter().filter(|a| **a == Some(true)).count();
+    let no = answers.iter().filter(|a| **a == Some(false)).count();
+    if yes >= quorum {
+        Some(true)
+    } else if no > answers.len() - quorum {
+        Some(false)
+    } else {
+        None
     }
-    Ok(false)
 }
 
 fn no_majority(redlock: &RedlockBackend, answered: usize, what: &str) -> LockError {
     BackendError::new(format!(
-        "Redlock: only {answered} of {} nodes answered the idempotency {what}; \
-         a majority of {} is needed",
+        "Redlock: {answered} of {} nodes answered the idempotency {what}, without \
+         a majority of {} either way",
         redlock.nodes().len(),
         redlock.quorum()
     ))
@@ -327,8 +365,13 @@ fn millis(d: Duration) -> u64 {
 
 #[derive(Debug)]
 enum State {
-    Run { owner: Token },
-    Done(StoredResponse),
+    Run {
+        owner: Token,
+    },
+    Done {
+        owner: Token,
+        response: StoredResponse,
+    },
 }
 
 #[derive(Debug)]
@@ -393,7 +436,7 @@ impl MemoryRecords {
                 State::Run { .. } => Claim::InFlight {
                     remaining: record.expires - now,
                 },
-                State::Done(response) => Claim::Done(response.clone()),
+                State::Done { response, .. } => Claim::Done(response.clone()),
             },
         }
     }
@@ -412,31 +455,53 @@ impl MemoryRecords {
     fn renew(&self, name: &str, token: &Token, lease: Duration) -> bool {
         let now = Instant::now();
         let mut records = self.records();
-        match Self::owned(&mut records, name, token, now) {
-            Some(record) => {
-                record.expires = now + lease;
-                true
-            }
+        match Self::live(&mut records, name, now) {
+            Some(record) => match &record.state {
+                State::Run { owner } if owner == token => {
+                    record.expires = now + lease;
+                    true
+                }
+                // Crossed our completion: nothing to re-arm.
+                State::Done { owner, .. } => owner == token,
+                State::Run { .. } => false,
+            },
             None => false,
         }
     }
 
+    /// As the script: stored (or already ours) unless another request's
+    /// claim or response is there.
     fn complete(
         &self,
         name: &str,
         token: &Token,
+        fingerprint: &str,
         response: &StoredResponse,
         retention: Duration,
     ) -> bool {
         let now = Instant::now();
         let mut records = self.records();
-        match Self::owned(&mut records, name, token, now) {
-            Some(record) => {
-                record.state = State::Done(response.clone());
-                record.expires = now + retention;
+        let done = Record {
+            state: State::Done {
+                owner: *token,
+                response: response.clone(),
+            },
+            fingerprint: fingerprint.to_owned(),
+            expires: now + retention,
+        };
+        match Self::live(&mut records, name, now) {
+            None => {
+                records.insert(name.to_owned(), done);
                 true
             }
-            None => false,
+            Some(record) => match &record.state {
+                State::Done { owner, .. } => owner == token,
+                State::Run { owner } if owner == token => {
+                    *record = done;
+                    true
+                }
+                State::Run { .. } => false,
+            },
         }
     }
 
@@ -461,6 +526,7 @@ mod tests {
             status,
             headers: Bytes::from_static(b"content-type:text/plain\n"),
             body: Bytes::from_static(b"hello"),
+            body_too_large: false,
         }
     }
 
@@ -475,14 +541,56 @@ mod tests {
             Claim::InFlight { .. }
         ));
         assert_eq!(m.claim("r", &b, "other", lease), Claim::Mismatch);
-        assert!(!m.complete("r", &b, &response(201), Duration::from_secs(60)));
-        assert!(m.complete("r", &a, &response(201), Duration::from_secs(60)));
+        let retention = Duration::from_secs(60);
+        assert!(!m.complete("r", &b, "fp", &response(201), retention));
+        assert!(m.complete("r", &a, "fp", &response(201), retention));
         assert_eq!(m.claim("r", &b, "fp", lease), Claim::Done(response(201)));
-        // A completed record is nobody's to renew or release.
-        assert!(!m.renew("r", &a, lease));
+        // A completed record is nobody's to release; a renewal that crossed
+        // the completion is harmless, and only its owner's.
+        assert!(m.renew("r", &a, lease));
+        assert!(!m.renew("r", &b, lease));
         assert!(!m.release("r", &a));
-        tokio::time::advance(Duration::from_secs(61)).await;
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(m.claim("r", &b, "fp", lease), Claim::Done(response(201)));
+        tokio::time::advance(Duration::from_secs(31)).await;
         assert_eq!(m.claim("r", &b, "other", lease), Claim::Claimed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_completion_sent_again_after_a_lost_reply_is_still_ours() {
+        let m = MemoryRecords::default();
+        let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
+        let (lease, retention) = (Duration::from_secs(1), Duration::from_secs(60));
+        assert_eq!(m.claim("r", &a, "fp", lease), Claim::Claimed);
+        assert!(m.complete("r", &a, "fp", &response(201), retention));
+        // The same completion again (its first reply was lost): success, and
+        // the stored response is unchanged.
+        assert!(m.complete("r", &a, "fp", &response(500), retention));
+        assert_eq!(m.claim("r", &b, "fp", lease), Claim::Done(response(201)));
+        // Our lease ran out before the completion arrived and nobody claimed
+        // in between: the handler ran, so its response is kept.
+        assert_eq!(m.claim("s", &a, "fp", lease), Claim::Claimed);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(m.complete("s", &a, "fp", &response(201), retention));
+        assert_eq!(m.claim("s", &b, "fp", lease), Claim::Done(response(201)));
+        // Somebody else claimed in between: nothing of theirs is overwritten.
+        assert_eq!(m.claim("t", &a, "fp", lease), Claim::Claimed);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(m.claim("t", &b, "fp", lease), Claim::Claimed);
+        assert!(!m.complete("t", &a, "fp", &response(201), retention));
+        assert!(m.release("t", &b));
+    }
+
+    #[test]
+    fn a_redlock_answer_is_decided_only_when_the_lost_replies_cannot_change_it() {
+        let (t, f, u) = (Some(true), Some(false), None);
+        assert_eq!(majority(&[t, t, u], 2), Some(true));
+        assert_eq!(majority(&[f, f, u], 2), Some(false));
+        // One `true`, one `false`, one lost reply that may have been a `true`.
+        assert_eq!(majority(&[t, f, u], 2), None);
+        assert_eq!(majority(&[t, u, u], 2), None);
+        assert_eq!(majority(&[t, t, f, f, u], 3), None);
+        assert_eq!(majority(&[t, f, f, f, u], 3), Some(false));
     }
 
     #[tokio::test(start_paused = true)]
@@ -501,7 +609,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(101)).await;
         assert_eq!(m.claim("r", &b, "fp", lease), Claim::Claimed);
         assert!(!m.renew("r", &a, lease));
-        assert!(!m.complete("r", &a, &response(200), lease));
+        assert!(!m.complete("r", &a, "fp", &response(200), lease));
         assert!(m.release("r", &b));
         assert_eq!(m.claim("r", &a, "fp", lease), Claim::Claimed);
     }

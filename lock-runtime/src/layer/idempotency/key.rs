@@ -136,9 +136,98 @@ pub(crate) fn record_name(
     name(prefix, Kind::Idempotency, &hash)
 }
 
+/// How the request body enters the fingerprint that tells a retry (the same
+/// request) from a reuse of its key for another request (`422`); see
+/// [`IdempotencyLayer::body_fingerprint`](super::IdempotencyLayer::body_fingerprint).
+///
+/// ```
+/// use lock_runtime::layer::IdempotencyLayer;
+/// use lock_runtime::layer::idempotency::BodyFingerprint;
+///
+/// # async fn demo(client: lock_runtime::LockClient) {
+/// // `{"item":"pen","qty":1}` and `{ "qty": 1, "item": "pen" }` are one request.
+/// let layer = IdempotencyLayer::new(client).body_fingerprint(BodyFingerprint::Json);
+/// # let _ = layer;
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BodyFingerprint {
+    /// The body's bytes (the default): a retry must send the same bytes.
+    #[default]
+    Bytes,
+    /// The body's JSON value: the order of object members and whitespace
+    /// do not count; strings compare after unescaping (`"\u0041"` is `"A"`)
+    /// and numbers as parsed (integers exactly, others as `f64`, so `1.50`
+    /// and `1.5` are equal but `1` and `1.0` are not). A member name given
+    /// twice counts with its last value. An empty body is fingerprinted as
+    /// empty; any other body that is not valid JSON is refused with `400 Bad
+    /// Request` before anything is claimed (the handler could not have
+    /// accepted it either, and a guessed fingerprint could make two different
+    /// requests one).
+    Json,
+}
+
+/// Why a body could not be fingerprinted.
+#[derive(Debug)]
+pub(crate) struct NotJson(pub(crate) serde_json::Error);
+
+/// The bytes of `body` that the fingerprint covers, under `how`.
+pub(crate) fn fingerprinted_body(how: BodyFingerprint, body: &[u8]) -> Result<Vec<u8>, NotJson> {
+    match how {
+        BodyFingerprint::Bytes => Ok(body.to_vec()),
+        BodyFingerprint::Json if body.is_empty() => Ok(Vec::new()),
+        BodyFingerprint::Json => {
+            let value: serde_json::Value = serde_json::from_slice(body).map_err(NotJson)?;
+            let mut out = Vec::with_capacity(body.len());
+            canonical_json(&value, &mut out);
+            Ok(out)
+        }
+    }
+}
+
+/// `value` as compact JSON with object members sorted by name (whatever
+/// order the map keeps: serde_json's `preserve_order` may be on).
+fn canonical_json(value: &serde_json::Value, out: &mut Vec<u8>) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut members: Vec<_> = map.iter().collect();
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (name, value)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                push_json(&Value::String(name.clone()), out);
+                out.push(b':');
+                canonical_json(value, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical_json(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => push_json(scalar, out),
+    }
+}
+
+fn push_json(scalar: &serde_json::Value, out: &mut Vec<u8>) {
+    // Writing a scalar into a Vec cannot fail.
+    let _ = serde_json::to_writer(out, scalar);
+}
+
 /// What makes two requests with one key "the same request": the method, the
 /// matched route, the concrete path and query (one key on `/orders/1/pay` and
-/// `/orders/2/pay` is a mismatch, not a replay) and the SHA-256 of the body.
+/// `/orders/2/pay` is a mismatch, not a replay) and the SHA-256 of the body
+/// (as [`fingerprinted_body`] gives it).
 pub(crate) fn fingerprint(method: &str, route: &str, path_and_query: &str, body: &[u8]) -> String {
     let body_hash = Sha256::digest(body);
     digest(
@@ -228,5 +317,51 @@ mod tests {
         assert_eq!(f, fingerprint("POST", "/orders", "/orders", b"{}"));
         assert_ne!(f, fingerprint("POST", "/orders", "/orders", b"{ }"));
         assert_ne!(f, fingerprint("POST", "/orders", "/orders?x=1", b"{}"));
+    }
+
+    fn json(body: &str) -> String {
+        String::from_utf8(fingerprinted_body(BodyFingerprint::Json, body.as_bytes()).unwrap())
+            .unwrap()
+    }
+
+    #[test]
+    fn the_json_fingerprint_ignores_member_order_and_whitespace_only() {
+        let a = json(r#"{"item":"pen","qty":1,"tags":["a","b"],"x":{"b":null,"a":true}}"#);
+        assert_eq!(
+            a,
+            r#"{"item":"pen","qty":1,"tags":["a","b"],"x":{"a":true,"b":null}}"#
+        );
+        assert_eq!(
+            a,
+            json(
+                "\n{ \"x\" : {\"a\":true, \"b\":null},\t\"tags\":[\"a\",\"b\"], \"qty\":1, \"item\":\"p\\u0065n\" }  "
+            )
+        );
+        // Array order, values and number kinds still count.
+        assert_ne!(
+            a,
+            json(r#"{"item":"pen","qty":1,"tags":["b","a"],"x":{"b":null,"a":true}}"#)
+        );
+        assert_ne!(
+            a,
+            json(r#"{"item":"pen","qty":1.0,"tags":["a","b"],"x":{"b":null,"a":true}}"#)
+        );
+        assert_eq!(json("1.50"), json("1.5"));
+        assert_eq!(json(""), "");
+        // Bytes, the default, are bytes.
+        assert_eq!(
+            fingerprinted_body(BodyFingerprint::Bytes, b"{ }").unwrap(),
+            b"{ }"
+        );
+    }
+
+    #[test]
+    fn a_body_that_is_not_json_cannot_be_json_fingerprinted() {
+        for bad in ["{", "item=pen", "{\"a\":1} trailing", "\u{0}"] {
+            assert!(
+                fingerprinted_body(BodyFingerprint::Json, bad.as_bytes()).is_err(),
+                "{bad:?}"
+            );
+        }
     }
 }

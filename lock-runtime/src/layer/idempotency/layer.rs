@@ -6,7 +6,7 @@ use http::request::Parts;
 use http::{HeaderName, Method, header};
 use tower_layer::Layer;
 
-use super::Idempotency;
+use super::{BodyFingerprint, Idempotency};
 use crate::LockClient;
 
 /// A closure naming whose records a request may see (the principal).
@@ -61,6 +61,7 @@ pub(super) struct Config {
     pub(super) wait: Duration,
     pub(super) max_request_body: usize,
     pub(super) max_response_body: usize,
+    pub(super) body_fingerprint: BodyFingerprint,
     pub(super) store_server_errors: bool,
     pub(super) stored_headers: Vec<HeaderName>,
     pub(super) fail_open: bool,
@@ -79,7 +80,8 @@ impl IdempotencyLayer {
     /// with safe methods pass through untouched); records are not scoped
     /// (call [`scope`](Self::scope) when clients must not share keys); the
     /// in-flight lease is the client's default TTL; completed records are kept
-    /// 24 hours; request and stored response bodies up to 1 MiB; `5xx`
+    /// 24 hours; request and stored response bodies up to 1 MiB
+    /// ([`DEFAULT_MAX_BODY`]); the body is fingerprinted byte for byte; `5xx`
     /// responses are stored; a duplicate in flight is refused at once.
     pub fn new(client: LockClient) -> Self {
         Self {
@@ -92,6 +94,7 @@ impl IdempotencyLayer {
                 wait: Duration::ZERO,
                 max_request_body: DEFAULT_MAX_BODY,
                 max_response_body: DEFAULT_MAX_BODY,
+                body_fingerprint: BodyFingerprint::Bytes,
                 store_server_errors: true,
                 stored_headers: vec![
                     header::CONTENT_TYPE,
@@ -169,12 +172,46 @@ impl IdempotencyLayer {
         self
     }
 
-    /// The largest response body stored, in bytes (default 1 MiB). A larger
-    /// response is still sent in full to its client, but replayed with its
-    /// status and headers only (an empty body): the handler must not run
-    /// twice either way.
+    /// The largest response body stored, in bytes (default 1 MiB,
+    /// [`DEFAULT_MAX_BODY`]). A replay is always the stored response byte for
+    /// byte; a larger response is still sent in full to its own client, and
+    /// the request still counts as completed (the handler never runs again
+    /// for its key), but a retry gets `410 Gone` with `Idempotent-Replayed:
+    /// true` and a problem body naming the original status instead of a
+    /// replay: see [the module docs](super#responses-too-large-to-replay).
+    ///
+    /// ```
+    /// use lock_runtime::layer::IdempotencyLayer;
+    ///
+    /// # async fn demo(client: lock_runtime::LockClient) {
+    /// // Reports can be large: keep up to 8 MiB of each for replays.
+    /// let layer = IdempotencyLayer::new(client).max_response_body(8 << 20);
+    /// # let _ = layer;
+    /// # }
+    /// ```
     pub fn max_response_body(mut self, bytes: usize) -> Self {
         self.config().max_response_body = bytes;
+        self
+    }
+
+    /// How the request body counts in the fingerprint that tells a retry
+    /// from a reuse of its key for another request (default
+    /// [`BodyFingerprint::Bytes`]: the same bytes). With
+    /// [`BodyFingerprint::Json`], the same JSON value with members in another
+    /// order or other whitespace is the same request, and a body that is not
+    /// JSON gets `400 Bad Request`.
+    ///
+    /// ```
+    /// use lock_runtime::layer::IdempotencyLayer;
+    /// use lock_runtime::layer::idempotency::BodyFingerprint;
+    ///
+    /// # async fn demo(client: lock_runtime::LockClient) {
+    /// let layer = IdempotencyLayer::new(client).body_fingerprint(BodyFingerprint::Json);
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    pub fn body_fingerprint(mut self, how: BodyFingerprint) -> Self {
+        self.config().body_fingerprint = how;
         self
     }
 
@@ -227,6 +264,7 @@ impl fmt::Debug for IdempotencyLayer {
             .field("wait", &c.wait)
             .field("max_request_body", &c.max_request_body)
             .field("max_response_body", &c.max_response_body)
+            .field("body_fingerprint", &c.body_fingerprint)
             .field("store_server_errors", &c.store_server_errors)
             .field("stored_headers", &c.stored_headers)
             .field("fail_open", &c.fail_open)

@@ -9,9 +9,10 @@
 //! | --- | --- |
 //! | first with this key | the handler's; the response (status, [selected headers](IdempotencyLayer::store_header), body) is stored for the [retention period](IdempotencyLayer::retention) (24 h) |
 //! | duplicate, first still running | `409 Conflict` with `Retry-After: 1`, or the stored response after [waiting](IdempotencyLayer::wait) |
-//! | duplicate, first done | the stored response with `Idempotent-Replayed: true`; the handler does not run |
-//! | same key, another method/path/query/body | `422 Unprocessable Content` |
-//! | key missing on `POST` ([configurable](IdempotencyLayer::required_on)), malformed, or over 255 characters | `400 Bad Request` |
+//! | duplicate, first done | the stored response, byte for byte, with `Idempotent-Replayed: true`; the handler does not run |
+//! | duplicate, first done with a response over the [storage limit](IdempotencyLayer::max_response_body) | `410 Gone` with `Idempotent-Replayed: true` ([below](#responses-too-large-to-replay)); the handler does not run |
+//! | same key, another method/path/query/body ([bytes or JSON](IdempotencyLayer::body_fingerprint)) | `422 Unprocessable Content` |
+//! | key missing on `POST` ([configurable](IdempotencyLayer::required_on)), malformed, or over 255 characters; a body that is not JSON under [`BodyFingerprint::Json`] | `400 Bad Request` |
 //! | body over the [limit](IdempotencyLayer::max_request_body) | `413 Content Too Large` |
 //! | store unreachable | `503` with `Retry-After` (fail closed), or [fail open](IdempotencyLayer::fail_open) |
 //!
@@ -35,13 +36,63 @@
 //!   backend down, lease lost mid-way; any status): not stored, the record is
 //!   released.
 //!
+//! # Responses too large to replay
+//!
+//! A response whose body is over [`max_response_body`](IdempotencyLayer::max_response_body)
+//! (1 MiB by default) is sent in full to its own client, and the request is
+//! recorded as completed, so it never runs again for its key. A retry does
+//! not get a response that only looks like the original (its status with an
+//! empty body) but `410 Gone`, with `Idempotent-Replayed: true` and a
+//! problem body naming the original status and `Location`:
+//!
+//! ```text
+//! HTTP/1.1 410 Gone
+//! content-type: application/problem+json
+//! idempotent-replayed: true
+//!
+//! {"type":"about:blank","title":"Gone","status":410,"detail":"the request with this
+//! Idempotency-Key was completed (status 201) and will not run again, but its response
+//! was larger than the storage limit and cannot be replayed","original_status":201,
+//! "location":"/reports/7"}
+//! ```
+//!
+//! Why `410`: the draft (`draft-ietf-httpapi-idempotency-key-header`) gives
+//! `409` to a request still in flight (retry later) and `422` to a key reused
+//! for another payload; Stripe replays every stored result and has no such
+//! case. Here the outcome is final: the response is gone for good, which is
+//! what `410` says (RFC 9110, 15.5.11). As a `4xx` it stops automatic
+//! retries, where a `5xx` would invite them forever and count as an outage,
+//! and a `2xx` would pass an empty or substitute body for the original.
+//!
+//! # Lost replies
+//!
+//! A command whose connection dies (a killed connection, a failover, a
+//! timeout) may or may not have run. Every record command is safe to send
+//! again, and is sent again while its outcome is unknown: a claim with the
+//! same owner token re-arms our own claim; a completion that finds our
+//! response already stored is a success (the completed record keeps its
+//! owner); renewals and releases find nothing left to do. So:
+//!
+//! * a handler that succeeded always gets its response to the client; the
+//!   response waits at most 2 s for the record to be completed, the
+//!   completion goes on in the background (with the lease renewed) for up to
+//!   a lease, and a completion that truly fails is logged (`tracing::warn!`,
+//!   naming the record);
+//! * a completed request does not run again: a completion that reaches a
+//!   record whose lease ran out, but that nobody claimed since, still stores
+//!   the response;
+//! * an unanswered renewal is retried soon and never taken for a lost claim;
+//!   on Redlock a renewal or completion counts as refused only when so many
+//!   masters refused it that the unanswered ones could not make a majority.
+//!
 //! # Records
 //!
 //! One record per (scope, method, matched route, key), named
 //! `<prefix>I{<sha-256>}` on the client's backend; the [scope](IdempotencyLayer::scope)
 //! is the principal, so clients cannot see each other's responses. The
 //! record also holds the request fingerprint (method, route, path and query,
-//! SHA-256 of the body). Claim, renew, complete and release are each one
+//! SHA-256 of the body's bytes or, with [`BodyFingerprint::Json`], of its
+//! JSON value with members sorted and whitespace dropped). Claim, renew, complete and release are each one
 //! atomic script; while the handler runs the record has a lease renewed every
 //! `lease / 3`, so a crashed process frees the key after at most one lease.
 //!
@@ -65,7 +116,7 @@ use std::convert::Infallible;
 use axum::response::{IntoResponseParts, ResponseParts};
 
 pub use self::future::ResponseFuture;
-pub use self::key::MAX_IDEMPOTENCY_KEY_LEN;
+pub use self::key::{BodyFingerprint, MAX_IDEMPOTENCY_KEY_LEN};
 pub use self::layer::{DEFAULT_MAX_BODY, DEFAULT_RETENTION, IdempotencyLayer};
 pub use self::service::Idempotency;
 

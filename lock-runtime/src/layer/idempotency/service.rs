@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
-use super::key::{KeyHeader, fingerprint, read_key, record_name};
+use super::key::{KeyHeader, fingerprint, fingerprinted_body, read_key, record_name};
 use super::layer::Config;
 use super::stored::{Rebuilt, encode_headers, replay};
 use super::{ResponseFuture, StoreResponse};
@@ -143,7 +143,20 @@ where
     let scope = config.scope.as_ref().map(|f| f(&parts)).unwrap_or_default();
     let record = record_name(client.key_prefix(), &scope, method, route, &key);
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let fingerprint = fingerprint(method, route, path_and_query, &body);
+    let fingerprint = match fingerprinted_body(config.body_fingerprint, &body) {
+        Ok(fingerprinted) => fingerprint(method, route, path_and_query, &fingerprinted),
+        Err(not_json) => {
+            tracing::debug!(%key, error = %not_json.0, "idempotency: the body is not JSON");
+            return Ok(problem(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "the request body is not valid JSON ({}); this route compares \
+                     requests with one Idempotency-Key by their JSON body",
+                    not_json.0
+                ),
+            ));
+        }
+    };
     let lease = config
         .lease
         .unwrap_or_else(|| client.default_ttl())
@@ -159,11 +172,7 @@ where
     let deadline = Instant::now() + config.wait;
     let mut pause = Duration::from_millis(10);
     loop {
-        match client
-            .backend()
-            .claim_record(&record, &token, &fingerprint, lease)
-            .await
-        {
+        match claim(client, &record, &token, &fingerprint, lease).await {
             Ok(Claim::Claimed) => break,
             Ok(Claim::Done(stored)) => {
                 tracing::debug!(%key, status = stored.status, "idempotency: replaying the stored response");
@@ -212,6 +221,7 @@ where
     }
 
     let running = Running::start(client.clone(), record, token, lease);
+    let record = running.record.clone();
     let req = Request::from_parts(parts, Body::from(body));
     let failed = |why: &str| {
         problem(
@@ -226,7 +236,7 @@ where
             return Err(e);
         }
         Err(_panic) => {
-            tracing::error!(%key, "idempotency: the handler panicked; record released");
+            tracing::error!(%key, %record, "idempotency: the handler panicked; record released");
             running.release().await;
             return Ok(failed("the request failed"));
         }
@@ -245,30 +255,36 @@ where
     {
         Ok(Ok(buffered)) => buffered,
         Ok(Err(e)) => {
-            tracing::error!(%key, error = %e, "idempotency: the response body failed; record released");
+            tracing::error!(%key, %record, error = %e, "idempotency: the response body failed; record released");
             running.release().await;
             return Ok(failed("the response could not be produced"));
         }
         Err(_panic) => {
-            tracing::error!(%key, "idempotency: the response body panicked; record released");
+            tracing::error!(%key, %record, "idempotency: the response body panicked; record released");
             running.release().await;
             return Ok(failed("the response could not be produced"));
         }
     };
-    let stored_body = match &buffered {
-        Buffered::Complete { data, .. } => data.clone(),
+    let (stored_body, body_too_large) = match &buffered {
+        Buffered::Complete { data, .. } => (data.clone(), false),
         Buffered::Partial { .. } => {
-            tracing::warn!(%key, limit = max_response_body,
-                "idempotency: response larger than the storage limit; replays get status and headers only");
-            Bytes::new()
+            tracing::warn!(%key, %record, limit = max_response_body,
+                "idempotency: response larger than the storage limit; a retry gets 410 Gone \
+                 (the request is completed and does not run again)");
+            (Bytes::new(), true)
         }
     };
     let stored = StoredResponse {
         status: head.status.as_u16(),
         headers: encode_headers(&head.headers, &config.stored_headers),
         body: stored_body,
+        body_too_large,
     };
-    running.complete(&stored, config.retention).await;
+    // The handler succeeded: whatever happens to the record now, its
+    // response goes to the client.
+    running
+        .complete(stored, fingerprint, config.retention, lease)
+        .await;
     let body = match buffered {
         Buffered::Complete { data, trailers } => {
             Body::new(Rebuilt::<Pin<Box<ResB>>>::new(data, trailers, None))
@@ -277,6 +293,42 @@ where
     };
     Ok(Response::from_parts(head, body))
 }
+
+/// How many times a claim is sent when no answer comes back.
+const CLAIM_TRIES: u32 = 3;
+
+/// Claims `record`, sending the claim again when its reply was lost: the
+/// script re-arms a claim that is already ours, so a lost reply neither turns
+/// into `503` nor leaves the key blocked for a lease.
+async fn claim(
+    client: &LockClient,
+    record: &str,
+    token: &Token,
+    fingerprint: &str,
+    lease: Duration,
+) -> Result<Claim, LockError> {
+    let mut pause = Duration::from_millis(20);
+    let mut tries = 1;
+    loop {
+        match client
+            .backend()
+            .claim_record(record, token, fingerprint, lease)
+            .await
+        {
+            Err(e) if tries < CLAIM_TRIES => {
+                tracing::debug!(%record, error = %e, "idempotency: claim unanswered; sending it again");
+                tokio::time::sleep(pause).await;
+                pause *= 4;
+                tries += 1;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// How long a response waits for its record to be completed before it is
+/// sent anyway (the completion goes on in the background).
+const COMPLETION_WAIT: Duration = Duration::from_secs(2);
 
 /// Whether a response is the handler's outcome, to be replayed. A response
 /// from an inner layer of this crate refusing the request is not. A `4xx` means
@@ -409,34 +461,46 @@ impl Running {
         }
     }
 
-    async fn complete(mut self, response: &StoredResponse, retention: Duration) {
-        self.stop.cancel();
+    /// Stores the handler's `response`, sending the completion again while
+    /// its outcome is unknown (a lost reply, a timeout, no majority either
+    /// way), and keeping the lease renewed meanwhile. Returns once it is
+    /// stored, or after [`COMPLETION_WAIT`]: the client's response never
+    /// waits longer, and the completion goes on in the background (also if
+    /// the client goes away) for up to a lease. A completion that truly
+    /// fails is logged with the record's name.
+    async fn complete(
+        mut self,
+        response: StoredResponse,
+        fingerprint: String,
+        retention: Duration,
+        lease: Duration,
+    ) {
         self.settled = true;
-        let stored = self
-            .client
-            .backend()
-            .complete_record(&self.record, &self.token, response, retention)
-            .await;
-        match stored {
-            Ok(true) => tracing::debug!(status = response.status, "idempotency: response stored"),
-            Ok(false) => tracing::warn!(
-                "idempotency: the record's lease ran out before the response was stored; \
-                 a duplicate may have run"
-            ),
-            Err(e) => tracing::warn!(error = %e,
-                "idempotency: cannot store the response; duplicates get 409 until the lease runs out"),
+        let finishing = tokio::spawn(finish(
+            self.client.clone(),
+            std::mem::take(&mut self.record),
+            self.token,
+            fingerprint,
+            response,
+            retention,
+            lease,
+            self.stop.clone(),
+        ));
+        if tokio::time::timeout(COMPLETION_WAIT, finishing)
+            .await
+            .is_err()
+        {
+            tracing::debug!(
+                "idempotency: the response goes out before its record is completed; \
+                 completing in the background"
+            );
         }
     }
 
     async fn release(mut self) {
         self.stop.cancel();
         self.settled = true;
-        log_release(
-            self.client
-                .backend()
-                .release_record(&self.record, &self.token)
-                .await,
-        );
+        log_release(release(&self.client, &self.record, &self.token).await);
     }
 
     /// Releases `record` for `token` on the current runtime without waiting.
@@ -445,11 +509,73 @@ impl Running {
             return; // the lease runs out by itself
         };
         runtime.spawn(async move {
-            let released = client.backend().release_record(&record, &token).await;
+            let released = release(&client, &record, &token).await;
             if log {
                 log_release(released);
             }
         });
+    }
+}
+
+/// Releases `record`, once more if no answer came back (a second release of
+/// a record already released finds nothing, harmlessly), so a lost reply
+/// does not keep the key blocked for a lease.
+async fn release(client: &LockClient, record: &str, token: &Token) -> Result<bool, LockError> {
+    match client.backend().release_record(record, token).await {
+        Err(e) => {
+            tracing::debug!(%record, error = %e, "idempotency: release unanswered; sending it again");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            client.backend().release_record(record, token).await
+        }
+        answer => answer,
+    }
+}
+
+/// The completion of [`Running::complete`]: stops the renewal when done.
+#[allow(clippy::too_many_arguments)]
+async fn finish(
+    client: LockClient,
+    record: String,
+    token: Token,
+    fingerprint: String,
+    response: StoredResponse,
+    retention: Duration,
+    lease: Duration,
+    stop_renewal: CancellationToken,
+) {
+    let _stop = stop_renewal.drop_guard();
+    let give_up = Instant::now() + lease.max(COMPLETION_WAIT);
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let stored = client
+            .backend()
+            .complete_record(&record, &token, &fingerprint, &response, retention)
+            .await;
+        match stored {
+            Ok(true) => {
+                tracing::debug!(%record, status = response.status, "idempotency: response stored");
+                return;
+            }
+            Ok(false) => {
+                tracing::warn!(%record, status = response.status,
+                    "idempotency: the record's lease ran out and another request claimed it before \
+                     this response was stored; the response was sent but not stored, and a \
+                     duplicate may have run");
+                return;
+            }
+            Err(e) if Instant::now() + pause < give_up => {
+                tracing::debug!(%record, error = %e,
+                    "idempotency: completion unanswered; sending it again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_POLL);
+            }
+            Err(e) => {
+                tracing::warn!(%record, status = response.status, error = %e,
+                    "idempotency: cannot store the response (it was sent to the client); \
+                     duplicates get 409 until the lease runs out, then the request may run again");
+                return;
+            }
+        }
     }
 }
 
@@ -465,8 +591,10 @@ fn log_release(released: Result<bool, LockError>) {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.stop.cancel();
+        // Settled: released (renewal already stopped) or completing (the
+        // completion stops the renewal when it is done).
         if !self.settled {
+            self.stop.cancel();
             tracing::debug!("idempotency: request dropped mid-way; releasing its record");
             Running::settle_in_background(
                 self.client.clone(),
@@ -487,26 +615,31 @@ async fn renew(
     stop: CancellationToken,
 ) {
     let period = lease / 3;
+    let mut next = period;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(period) => {}
+            () = tokio::time::sleep(next) => {}
         }
         let renewed = tokio::select! {
             () = stop.cancelled() => return,
             renewed = client.backend().renew_record(&record, &token, lease) => renewed,
         };
         match renewed {
-            Ok(true) => {}
+            Ok(true) => next = period,
             Ok(false) => {
-                tracing::warn!(
+                tracing::warn!(%record,
                     "idempotency: the in-flight record was lost (its lease ran out); \
                      a duplicate may run"
                 );
                 return;
             }
-            // Two more tries before the lease can run out.
-            Err(e) => tracing::debug!(error = %e, "idempotency: lease renewal failed; retrying"),
+            // An unknown outcome is not a loss (the renewal may well have
+            // happened): try again soon, well before the lease can run out.
+            Err(e) => {
+                tracing::debug!(%record, error = %e, "idempotency: lease renewal unanswered; retrying");
+                next = (period / 4).max(Duration::from_millis(10));
+            }
         }
     }
 }

@@ -7,11 +7,12 @@ use std::task::{Context, Poll};
 use axum::BoxError;
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 use http_body::{Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use crate::backend::records::StoredResponse;
+use crate::layer::problem::PROBLEM_JSON;
 
 /// `Idempotent-Replayed`, set to `true` on a replayed response.
 pub(crate) static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
@@ -49,14 +50,51 @@ pub(crate) fn decode_headers(encoded: &[u8]) -> HeaderMap {
     headers
 }
 
-/// The stored response, as sent to a duplicate request.
+/// The stored response, as sent to a duplicate request: byte for byte, or,
+/// when its body was too large to store, [`not_replayable`].
 pub(crate) fn replay(stored: StoredResponse) -> Response<Body> {
+    if stored.body_too_large {
+        return not_replayable(&stored);
+    }
     let mut response = Response::new(Body::from(stored.body));
     *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     *response.headers_mut() = decode_headers(&stored.headers);
     response
         .headers_mut()
         .insert(&IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
+}
+
+/// The answer for a completed request whose response body was over the
+/// storage limit: `410 Gone` (the response is permanently unavailable, so
+/// neither a retry nor the client's back-off helps, and a `4xx` stops
+/// automatic retries; `409` would mean "still running, retry" and `422`
+/// "another payload", both wrong here), a problem body with the original
+/// status (and `Location`, if it had one, to find what was made), and
+/// `Idempotent-Replayed: true`: it answers for the original, which is not run
+/// again.
+fn not_replayable(stored: &StoredResponse) -> Response<Body> {
+    let status = StatusCode::GONE;
+    let headers = decode_headers(&stored.headers);
+    let mut problem = serde_json::json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("Gone"),
+        "status": status.as_u16(),
+        "detail": format!(
+            "the request with this Idempotency-Key was completed (status {}) and will not run \
+             again, but its response was larger than the storage limit and cannot be replayed",
+            stored.status
+        ),
+        "original_status": stored.status,
+    });
+    if let Some(location) = headers.get(header::LOCATION).and_then(|v| v.to_str().ok()) {
+        problem["location"] = location.into();
+    }
+    let mut response = Response::new(Body::from(problem.to_string()));
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    h.insert(&IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     response
 }
 
@@ -153,6 +191,29 @@ mod tests {
         let links: Vec<_> = back.get_all(header::LINK).iter().collect();
         assert_eq!(links, ["<a>; rel=x", "<b>: rel=y"]);
         assert!(back.get(header::SET_COOKIE).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_response_too_large_to_store_is_answered_with_410_not_an_empty_replay() {
+        let mut h = HeaderMap::new();
+        h.insert(header::LOCATION, "/reports/\"1\"".parse().unwrap());
+        h.insert(header::CONTENT_TYPE, "text/csv".parse().unwrap());
+        let stored = StoredResponse {
+            status: 201,
+            headers: encode_headers(&h, &[header::LOCATION, header::CONTENT_TYPE]),
+            body: Bytes::new(),
+            body_too_large: true,
+        };
+        let r = replay(stored);
+        assert_eq!(r.status(), StatusCode::GONE);
+        assert_eq!(r.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        assert_eq!(r.headers()[&IDEMPOTENT_REPLAYED], "true");
+        assert!(r.headers().get(header::LOCATION).is_none());
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["status"], 410);
+        assert_eq!(problem["original_status"], 201);
+        assert_eq!(problem["location"], "/reports/\"1\"");
     }
 
     #[tokio::test]
