@@ -12,6 +12,7 @@ use super::notifier::{Notices, Source};
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::LockError;
+use crate::backoff::Backoff;
 use crate::error::{BackendError, ConnectionFailure, connection_failure};
 use crate::key::KeyNames;
 use crate::token::Token;
@@ -24,6 +25,11 @@ static RELEASE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/release.lua")));
 static EXTEND_MANY: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/extend_many.lua")));
+
+/// How long a release keeps trying while its slot is being migrated.
+const TRYAGAIN_FOR: Duration = Duration::from_secs(5);
+const TRYAGAIN_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(20), Duration::from_millis(250));
 
 /// Command connections to one server (`.redis(..)`). Two multiplexed
 /// connections keep the server and the client busy at once: while the server
@@ -334,6 +340,19 @@ impl RedisBackend {
             // the key from waiting out its lease, and its "not ours" may be
             // the first copy's doing.
             resent = true;
+            answer = run_script(&mut conn, &RELEASE, &cmd).await;
+        }
+        // A slot in mid-migration refuses multi-key scripts with TRYAGAIN
+        // (the script did not run) until the migration ends; the cluster
+        // driver's own retries last well under a second, a migration may take
+        // longer. Keep trying for a while, or the key waits out its lease.
+        let mut backoff = TRYAGAIN_BACKOFF;
+        let give_up = tokio::time::Instant::now() + TRYAGAIN_FOR;
+        while let Err(e) = &answer
+            && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+            && tokio::time::Instant::now() + backoff.peek() < give_up
+        {
+            backoff.wait().await;
             answer = run_script(&mut conn, &RELEASE, &cmd).await;
         }
         let answer: redis::Value = answer.map_err(|e| {
