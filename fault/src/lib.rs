@@ -20,5 +20,6 @@ pub mod log;
 pub mod rng;
 pub mod scenario;
 pub mod server;
+pub mod spread;
 pub mod store;
 pub mod worker;
