@@ -22,4 +22,5 @@ pub mod scenario;
 pub mod server;
 pub mod spread;
 pub mod store;
+pub mod timeline;
 pub mod worker;

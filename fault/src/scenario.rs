@@ -10,6 +10,7 @@ use crate::checker::{self, Report, RunData, WorkerLog};
 use crate::log::{self, Clock, Event, Fault, LogWriter};
 use crate::server::{self, SentinelGroup, Server};
 use crate::store;
+use crate::timeline::Sampler;
 use crate::worker::WorkerConfig;
 
 /// The fault a scenario injects.
@@ -351,7 +352,9 @@ impl Outcome {
     /// `true` when the run came out as it should: no violation, or (the run
     /// without fencing) at least one.
     pub fn as_expected(&self) -> bool {
-        (self.report.violations.total() > 0) == self.expect_violations && self.report.operations > 0
+        (self.report.violations.total() > 0) == self.expect_violations
+            && self.report.operations > 0
+            && self.error.is_none()
     }
 }
 
@@ -392,6 +395,25 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
     let epoch = log::monotonic_micros();
     let clock = Clock::new(epoch);
     let keys: Vec<String> = (0..scenario.keys).map(|i| format!("k{i}")).collect();
+    let sampler = match &lock {
+        LockSide::Sentinel(group) => {
+            let (servers, sentinels) = group.ports();
+            // The workers' clients use the default prefix `lock:`.
+            let fences = keys.iter().map(|k| format!("lock:F{{{k}}}")).collect();
+            Some(
+                Sampler::start(
+                    servers,
+                    sentinels,
+                    group.master_name().to_owned(),
+                    fences,
+                    clock,
+                    &dir.join("timeline.jsonl"),
+                )
+                .map_err(|e| e.to_string())?,
+            )
+        }
+        _ => None,
+    };
     let (lock_url, store_url) = (lock.urls(), store_server.url());
     let (topology, replica_acks) = (lock.topology(), lock.replica_acks(scenario));
     let worker = |id: u32| WorkerConfig {
@@ -523,6 +545,17 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         hung,
     };
     let report = checker::check(&data);
+    drop(sampler);
+    // A group that a stranger joined measured someone else's data: say so
+    // instead of charging its violations to the library.
+    let mut error = None;
+    if let LockSide::Sentinel(group) = &lock {
+        group.copy_logs(&dir);
+        error = group
+            .check_isolated()
+            .err()
+            .map(|e| format!("the Sentinel group was not isolated: {e}"));
+    }
     drop(lock);
     drop(store_server);
     Ok(Outcome {
@@ -532,7 +565,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         elapsed: started.elapsed(),
         faults: faults.len(),
         expect_violations: scenario.expect_violations,
-        error: None,
+        error,
     })
 }
 
@@ -580,7 +613,7 @@ impl LockSide {
         match self {
             LockSide::Single(_) => "single".into(),
             LockSide::Redlock(_) => "redlock".into(),
-            LockSide::Sentinel(_) => format!("sentinel:{}", server::MASTER_NAME),
+            LockSide::Sentinel(g) => format!("sentinel:{}", g.master_name()),
         }
     }
 
