@@ -47,6 +47,7 @@ fn main() -> ExitCode {
             for s in Scenario::all(0, false)
                 .into_iter()
                 .chain(Scenario::scale_out(0, false))
+                .chain(Scenario::demonstrations(0, false))
             {
                 println!("{:28} {}", s.name, s.title);
             }

@@ -287,8 +287,18 @@ impl Server {
 
     /// Starts it again on the same port and directory (AOF is reloaded).
     pub fn restart(&mut self) -> Result<()> {
+        self.restart_with(&[])
+    }
+
+    /// The same with `extra` options for this start only (later options
+    /// override earlier ones).
+    pub fn restart_with(&mut self, extra: &[&str]) -> Result<()> {
         self.kill();
-        self.spawn()
+        let base = self.args.len();
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        let started = self.spawn();
+        self.args.truncate(base);
+        started
     }
 
     /// SIGSTOP.
@@ -690,10 +700,48 @@ impl SentinelGroup {
     }
 
     /// SIGKILLs the master, waits until every sentinel names the other
-    /// server, restarts the old master empty (the sentinels make it a
-    /// replica of the new one) and waits until it acknowledges writes.
-    /// Returns when the group is whole again.
-    pub fn failover(&mut self) -> Result<()> {
+    /// server, restarts the old master (empty: no persistence), SIGSTOPs the
+    /// new master for `stall` (none when zero), and waits until the group is
+    /// whole again: a master with a replica that acknowledges writes.
+    ///
+    /// `unelectable`: the old master comes back as a replica of the new one
+    /// that the sentinels may not promote (`replica-priority 0`) until it
+    /// has synced. Otherwise it comes back as a master, and until the
+    /// sentinels notice it and make it a replica (they look at a returning
+    /// instance on their 10 s `INFO` period) it is an electable candidate
+    /// with no data: a stall of the new master longer than
+    /// `down-after-milliseconds` in that window makes the sentinels promote
+    /// it and turn the new master into its replica, which wipes every lock
+    /// and fencing counter.
+    pub fn failover(&mut self, unelectable: bool, stall: Duration) -> Result<()> {
+        let (old, new) = self.kill_master_and_wait()?;
+        let new_port = self.servers[new].port.to_string();
+        if unelectable {
+            self.servers[old].restart_with(&[
+                "--replicaof",
+                "127.0.0.1",
+                &new_port,
+                "--replica-priority",
+                "0",
+            ])?;
+        } else {
+            self.servers[old].restart()?;
+        }
+        if !stall.is_zero() {
+            self.servers[new].pause()?;
+            std::thread::sleep(stall);
+            self.servers[new].resume()?;
+        }
+        self.wait_replicated()?;
+        if unelectable {
+            self.servers[old].cli(&["CONFIG", "SET", "replica-priority", "100"])?;
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs the master and waits until every sentinel names the other
+    /// server and it says it is master: `(old, new)`.
+    fn kill_master_and_wait(&mut self) -> Result<(usize, usize)> {
         let old = self
             .master_index()
             .ok_or("no master known to the sentinels")?;
@@ -720,7 +768,6 @@ impl SentinelGroup {
                 }
             },
         )?;
-        self.servers[old].restart()?;
-        self.wait_replicated()
+        Ok((old, new))
     }
 }
