@@ -58,7 +58,7 @@ pub fn group(outcomes: &[Outcome]) -> Vec<(&'static str, Vec<&Outcome>)> {
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut s = String::new();
     s.push_str(
-        "| scenario | runs | ops/run | as expected | violations min / median / max | max stall min / median / max | max wait median | notes |\n",
+        "| scenario | runs | ops/run | as expected | violations min / median / max | max stall min / median / max | max wait min / median / max | notes |\n",
     );
     s.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
     for (_, runs) in group(outcomes) {
