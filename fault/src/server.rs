@@ -372,12 +372,14 @@ pub fn info_field(info: &str, field: &str) -> Option<String> {
 /// whatever server a new run starts there: it publishes its hello on it, and
 /// if both groups use one master name, the new group's sentinels adopt the
 /// stranger as a peer and, its configuration epoch being higher, switch the
-/// master to the stranger's (`+config-update-from`, `+switch-master`); the
-/// stranger's sentinels also send `SLAVEOF` to the new server. Either way
-/// the new group's data is replaced by another group's, whose fencing
-/// counters are lower: tokens are issued twice. Hence a master name of its
-/// own per group (hellos for other names are ignored) and a `SLAVEOF` that
-/// only this group's sentinels can call (`rename-command`).
+/// master to the stranger's (`+config-update-from`, `+switch-master`) and
+/// made both new servers its replicas: the new group's data was replaced by
+/// another group's, whose fencing counters were lower, and tokens were
+/// issued twice. (Without a shared name, a stranger's sentinel that takes the
+/// new server for its own returning replica would still send it `SLAVEOF`.)
+/// Hence a master name of its own per group (hellos for other names are
+/// ignored) and a `SLAVEOF` that only this group's sentinels can call
+/// (`rename-command`).
 #[derive(Clone, Debug)]
 struct Isolation {
     /// The master name: `fault-<pid>-<random>`.
