@@ -20,5 +20,7 @@ pub mod log;
 pub mod rng;
 pub mod scenario;
 pub mod server;
+pub mod spread;
 pub mod store;
+pub mod timeline;
 pub mod worker;

@@ -2,14 +2,18 @@
 //! table, or acts as one worker process of a run.
 //!
 //! ```text
-//! fault all [--ops N] [--short] [--keep DIR]      every scenario, then the table
-//! fault run NAME [--ops N] [--short] [--keep DIR] one scenario
+//! fault all [--ops N] [--runs R] [--short] [--keep DIR]      every scenario, then the table
+//! fault run NAME[,NAME..] [--ops N] [--runs R] [--short] [--keep DIR]  these scenarios, in this order
+//!
+//! `--runs R` repeats the whole list R times (in the same order, so each
+//! scenario runs after the same predecessor every time) and ends with the
+//! spread over the runs: violations and max stall as min / median / max.
 //! fault list                                       the scenarios' names
 //! fault probe --redis URL                          build a client, lock and release once
 //! fault worker --id N --lock URL ...               (internal) one worker process
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use fault::scenario::{self, Outcome, Scenario};
@@ -27,18 +31,23 @@ fn main() -> ExitCode {
             run_all(&scenarios, &o)
         }),
         Some("run") => match args.get(1) {
-            Some(name) => options(&args[2..]).and_then(|o| {
-                match Scenario::by_name(name, o.ops, o.short) {
-                    Some(s) => run_all(&[s], &o),
-                    None => Err(format!("no scenario {name:?}; see `fault list`")),
-                }
+            Some(names) => options(&args[2..]).and_then(|o| {
+                let scenarios = names
+                    .split(',')
+                    .map(|name| {
+                        Scenario::by_name(name, o.ops, o.short)
+                            .ok_or_else(|| format!("no scenario {name:?}; see `fault list`"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                run_all(&scenarios, &o)
             }),
-            None => Err("usage: fault run NAME [--ops N]".into()),
+            None => Err("usage: fault run NAME[,NAME...] [--ops N] [--runs R]".into()),
         },
         Some("list") => {
             for s in Scenario::all(0, false)
                 .into_iter()
                 .chain(Scenario::scale_out(0, false))
+                .chain(Scenario::demonstrations(0, false))
             {
                 println!("{:28} {}", s.name, s.title);
             }
@@ -49,7 +58,7 @@ fn main() -> ExitCode {
             _ => Err("usage: fault probe --redis URL".into()),
         },
         _ => Err(
-            "usage: fault all [--ops N] [--short] [--keep DIR] | fault run NAME [...] | fault list | fault probe --redis URL"
+            "usage: fault all [--ops N] [--runs R] [--short] [--keep DIR] | fault run NAME[,NAME...] [...] | fault list | fault probe --redis URL"
                 .into(),
         ),
     };
@@ -65,6 +74,7 @@ fn main() -> ExitCode {
 
 struct Options {
     ops: u64,
+    runs: u32,
     short: bool,
     keep: Option<PathBuf>,
 }
@@ -72,6 +82,7 @@ struct Options {
 fn options(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         ops: 10_000,
+        runs: 1,
         short: false,
         keep: None,
     };
@@ -84,6 +95,13 @@ fn options(args: &[String]) -> Result<Options, String> {
                     .and_then(|v| v.parse().ok())
                     .ok_or("--ops needs a number")?;
             }
+            "--runs" => {
+                o.runs = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|r| *r > 0)
+                    .ok_or("--runs needs a number above 0")?;
+            }
             "--short" => o.short = true,
             "--keep" => o.keep = Some(it.next().ok_or("--keep needs a directory")?.into()),
             other => return Err(format!("unknown option {other:?}")),
@@ -94,10 +112,35 @@ fn options(args: &[String]) -> Result<Options, String> {
 
 fn run_all(scenarios: &[Scenario], o: &Options) -> Result<bool, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut all: Vec<Outcome> = Vec::new();
+    for round in 1..=o.runs {
+        let keep = match (&o.keep, o.runs) {
+            (Some(dir), 1) => Some(dir.clone()),
+            (Some(dir), _) => Some(dir.join(format!("run-{round}"))),
+            (None, _) => None,
+        };
+        if o.runs > 1 {
+            eprintln!("run {round} of {}", o.runs);
+        }
+        let outcomes = run_round(scenarios, &exe, keep.as_deref());
+        println!("{}", scenario::table(&outcomes));
+        all.extend(outcomes);
+    }
+    if o.runs > 1 {
+        println!("{}", fault::spread::table(&all));
+    }
+    let ok = all.iter().all(Outcome::as_expected);
+    if !ok {
+        eprintln!("some scenario did not come out as expected");
+    }
+    Ok(ok)
+}
+
+fn run_round(scenarios: &[Scenario], exe: &Path, keep: Option<&Path>) -> Vec<Outcome> {
     let mut outcomes: Vec<Outcome> = Vec::new();
     for s in scenarios {
         eprintln!("running {} ({} operations) ...", s.name, s.ops);
-        let outcome = match scenario::run(s, &exe, o.keep.as_deref()) {
+        let outcome = match scenario::run(s, exe, keep) {
             Ok(outcome) => outcome,
             Err(e) => {
                 eprintln!("  {}: harness error: {e}", s.name);
@@ -118,12 +161,7 @@ fn run_all(scenarios: &[Scenario], o: &Options) -> Result<bool, String> {
         }
         outcomes.push(outcome);
     }
-    println!("{}", scenario::table(&outcomes));
-    let ok = outcomes.iter().all(Outcome::as_expected);
-    if !ok {
-        eprintln!("some scenario did not come out as expected");
-    }
-    Ok(ok)
+    outcomes
 }
 
 /// Connects with `url`, takes and releases a lock; prints what happened.

@@ -10,6 +10,7 @@ use crate::checker::{self, Report, RunData, WorkerLog};
 use crate::log::{self, Clock, Event, Fault, LogWriter};
 use crate::server::{self, SentinelGroup, Server};
 use crate::store;
+use crate::timeline::Sampler;
 use crate::worker::WorkerConfig;
 
 /// The fault a scenario injects.
@@ -69,7 +70,30 @@ pub enum FaultPlan {
         every_ms: u64,
         /// Most failovers.
         max: u32,
+        /// How the old master comes back.
+        restart: Restart,
+        /// Right after the old master is back, SIGSTOP the new one for this
+        /// long (ms; more than `down-after-milliseconds`, as a loaded
+        /// machine can): the sentinels try a second failover.
+        stall_ms: u64,
     },
+}
+
+/// How the harness brings a killed Sentinel master back (an operator's
+/// choice; see FAULTS.md, scenario 8). Either way it has no data (no
+/// persistence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Restart {
+    /// As a replica of the new master that the sentinels may not promote
+    /// (`--replicaof <new master> --replica-priority 0`) until it has synced;
+    /// then `replica-priority` goes back to the default.
+    SyncedReplica,
+    /// As a master, as soon as the sentinels name the new master. Until the
+    /// sentinels make it a replica (they look at a returning instance on
+    /// their 10 s `INFO` period) it is an electable candidate with no data: a
+    /// second failover in that window promotes it, and the new master becomes
+    /// its replica and loses every lock and fencing counter.
+    EmptyMaster,
 }
 
 /// Where the locks live.
@@ -308,14 +332,44 @@ impl Scenario {
                 fault: FaultPlan::Failover {
                     every_ms: if short { 1000 } else { 5000 },
                     max: 1,
+                    restart: Restart::SyncedReplica,
+                    stall_ms: 3000,
                 },
                 ..Scenario::base(
                     "sentinel-failover",
-                    "8. Sentinel failover (kill -9 master), min_replica_acks(1, 500 ms)",
+                    "8. Sentinel failover (kill -9 master), min_replica_acks(1, 500 ms); old master back as an unelectable replica, new master stalls 3 s",
                     ops,
                 )
             },
         ]
+    }
+
+    /// Demonstrations of an operator action that loses data: not part of
+    /// `all` (the checker must object; `fault run NAME`).
+    pub fn demonstrations(ops: u64, short: bool) -> Vec<Scenario> {
+        let small = |n: u32| if short { n.min(8) } else { n };
+        vec![Scenario {
+            workers: small(16),
+            keys: 4,
+            ttl_ms: 2000,
+            response_timeout_ms: 500,
+            topology: Topology::Sentinel {
+                replicas: 1,
+                timeout_ms: 500,
+            },
+            fault: FaultPlan::Failover {
+                every_ms: if short { 1000 } else { 5000 },
+                max: 1,
+                restart: Restart::EmptyMaster,
+                stall_ms: 3000,
+            },
+            expect_violations: true,
+            ..Scenario::base(
+                "sentinel-empty-restart",
+                "8. same, old master back empty as a master (checker must object)",
+                ops,
+            )
+        }]
     }
 
     /// The scenario called `name`.
@@ -323,6 +377,7 @@ impl Scenario {
         Self::all(ops, short)
             .into_iter()
             .chain(Self::scale_out(ops, short))
+            .chain(Self::demonstrations(ops, short))
             .find(|s| s.name == name)
     }
 }
@@ -351,7 +406,9 @@ impl Outcome {
     /// `true` when the run came out as it should: no violation, or (the run
     /// without fencing) at least one.
     pub fn as_expected(&self) -> bool {
-        (self.report.violations.total() > 0) == self.expect_violations && self.report.operations > 0
+        (self.report.violations.total() > 0) == self.expect_violations
+            && self.report.operations > 0
+            && self.error.is_none()
     }
 }
 
@@ -392,6 +449,25 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
     let epoch = log::monotonic_micros();
     let clock = Clock::new(epoch);
     let keys: Vec<String> = (0..scenario.keys).map(|i| format!("k{i}")).collect();
+    let sampler = match &lock {
+        LockSide::Sentinel(group) => {
+            let (servers, sentinels) = group.ports();
+            // The workers' clients use the default prefix `lock:`.
+            let fences = keys.iter().map(|k| format!("lock:F{{{k}}}")).collect();
+            Some(
+                Sampler::start(
+                    servers,
+                    sentinels,
+                    group.master_name().to_owned(),
+                    fences,
+                    clock,
+                    &dir.join("timeline.jsonl"),
+                )
+                .map_err(|e| e.to_string())?,
+            )
+        }
+        _ => None,
+    };
     let (lock_url, store_url) = (lock.urls(), store_server.url());
     let (topology, replica_acks) = (lock.topology(), lock.replica_acks(scenario));
     let worker = |id: u32| WorkerConfig {
@@ -523,6 +599,17 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         hung,
     };
     let report = checker::check(&data);
+    drop(sampler);
+    // A group that a stranger joined measured someone else's data: say so
+    // instead of charging its violations to the library.
+    let mut error = None;
+    if let LockSide::Sentinel(group) = &lock {
+        group.copy_logs(&dir);
+        error = group
+            .check_isolated()
+            .err()
+            .map(|e| format!("the Sentinel group was not isolated: {e}"));
+    }
     drop(lock);
     drop(store_server);
     Ok(Outcome {
@@ -532,7 +619,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         elapsed: started.elapsed(),
         faults: faults.len(),
         expect_violations: scenario.expect_violations,
-        error: None,
+        error,
     })
 }
 
@@ -580,7 +667,7 @@ impl LockSide {
         match self {
             LockSide::Single(_) => "single".into(),
             LockSide::Redlock(_) => "redlock".into(),
-            LockSide::Sentinel(_) => format!("sentinel:{}", server::MASTER_NAME),
+            LockSide::Sentinel(g) => format!("sentinel:{}", g.master_name()),
         }
     }
 
@@ -866,8 +953,25 @@ impl Injector {
                 };
                 Ok(Some(Step::Fault(fault)))
             }
-            (FaultPlan::Failover { every_ms, max }, Phase::Idle { next }) => {
+            (
+                FaultPlan::Failover {
+                    every_ms,
+                    max,
+                    restart,
+                    stall_ms,
+                },
+                Phase::Idle { next },
+            ) => {
                 if now < *next || self.kills >= *max {
+                    return Ok(None);
+                }
+                // The first kill once a quarter of the run is done: counters
+                // well above what the first attempts after a loss burn.
+                let drawn: Option<u64> = redis::cmd("GET")
+                    .arg(store::OPS_KEY)
+                    .query(cx.store)
+                    .map_err(|e| e.to_string())?;
+                if self.kills == 0 && drawn.unwrap_or(0) < cx.scenario.ops / 4 {
                     return Ok(None);
                 }
                 self.kills += 1;
@@ -875,7 +979,10 @@ impl Injector {
                     return Err("Failover needs Sentinel".into());
                 };
                 let t = cx.clock.now();
-                group.failover()?;
+                group.failover(
+                    *restart == Restart::SyncedReplica,
+                    Duration::from_millis(*stall_ms),
+                )?;
                 self.phase = Phase::Idle {
                     next: Instant::now() + Duration::from_millis(*every_ms),
                 };

@@ -163,9 +163,21 @@ impl Server {
         Self::start_inner(extra, Some(files))
     }
 
+    /// Starts a server with `extra` options on `port` (which must be free).
+    pub fn start_on(port: u16, extra: &[&str]) -> Result<Self> {
+        Self::start_port(Some(port), extra, None)
+    }
+
     fn start_inner(extra: &[&str], tls: Option<&TlsFiles>) -> Result<Self> {
+        Self::start_port(None, extra, tls)
+    }
+
+    fn start_port(port: Option<u16>, extra: &[&str], tls: Option<&TlsFiles>) -> Result<Self> {
         let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-        let port = free_port()?;
+        let port = match port {
+            Some(p) => p,
+            None => free_port()?,
+        };
         let mut args: Vec<String> = vec![
             "--bind".into(),
             "127.0.0.1".into(),
@@ -217,6 +229,8 @@ impl Server {
             .args(&self.args)
             .arg("--dir")
             .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -273,8 +287,18 @@ impl Server {
 
     /// Starts it again on the same port and directory (AOF is reloaded).
     pub fn restart(&mut self) -> Result<()> {
+        self.restart_with(&[])
+    }
+
+    /// The same with `extra` options for this start only (later options
+    /// override earlier ones).
+    pub fn restart_with(&mut self, extra: &[&str]) -> Result<()> {
         self.kill();
-        self.spawn()
+        let base = self.args.len();
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        let started = self.spawn();
+        self.args.truncate(base);
+        started
     }
 
     /// SIGSTOP.
@@ -339,29 +363,83 @@ pub fn info_field(info: &str, field: &str) -> Option<String> {
         .map(|v| v.trim().to_owned())
 }
 
-/// The name the sentinels monitor the master under.
-pub const MASTER_NAME: &str = "faultmaster";
+/// What keeps one Sentinel group to itself on a loopback that other runs share
+/// (other worktrees' `fault` runs and tests, or the processes of a run that
+/// was killed and never cleaned up).
+///
+/// Sentinels know instances by address only. A sentinel of another group
+/// that still knows a port (its old master, down during a failover) talks to
+/// whatever server a new run starts there: it publishes its hello on it, and
+/// if both groups use one master name, the new group's sentinels adopt the
+/// stranger as a peer and, its configuration epoch being higher, switch the
+/// master to the stranger's (`+config-update-from`, `+switch-master`) and
+/// made both new servers its replicas: the new group's data was replaced by
+/// another group's, whose fencing counters were lower, and tokens were
+/// issued twice. (Without a shared name, a stranger's sentinel that takes the
+/// new server for its own returning replica would still send it `SLAVEOF`.)
+/// Hence a master name of its own per group (hellos for other names are
+/// ignored) and a `SLAVEOF` that only this group's sentinels can call
+/// (`rename-command`).
+#[derive(Clone, Debug)]
+struct Isolation {
+    /// The master name: `fault-<pid>-<random>`.
+    name: String,
+    /// What `SLAVEOF` is renamed to on this group's servers.
+    slaveof: String,
+    /// What `REPLICAOF` is renamed to.
+    replicaof: String,
+}
+
+impl Isolation {
+    fn new() -> Result<Self> {
+        let mut bytes = [0u8; 12];
+        getrandom::fill(&mut bytes).map_err(|e| format!("getrandom: {e}"))?;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Self {
+            name: format!("fault-{}-{}", std::process::id(), &hex[..8]),
+            slaveof: format!("SLAVEOF-{}", &hex[8..]),
+            replicaof: format!("REPLICAOF-{}", &hex[8..]),
+        })
+    }
+
+    /// `redis-server` options: the renamed commands.
+    fn server_args(&self) -> Vec<String> {
+        vec![
+            "--rename-command".into(),
+            "SLAVEOF".into(),
+            self.slaveof.clone(),
+            "--rename-command".into(),
+            "REPLICAOF".into(),
+            self.replicaof.clone(),
+        ]
+    }
+}
 
 /// One `redis-sentinel` with its own config file.
 #[derive(Debug)]
 struct Sentinel {
     port: u16,
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Sentinel {
-    fn start(master_port: u16) -> Result<Self> {
+    fn start(master_port: u16, iso: &Isolation) -> Result<Self> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let port = free_port()?;
+        let name = &iso.name;
         let config = format!(
-            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\nlogfile \"\"\n\
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\nlogfile {dir}/sentinel.log\n\
              sentinel resolve-hostnames no\nsentinel announce-ip 127.0.0.1\n\
-             sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
-             sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-             sentinel failover-timeout {MASTER_NAME} 3000\n\
-             sentinel parallel-syncs {MASTER_NAME} 1\n",
+             sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds {name} 1000\n\
+             sentinel failover-timeout {name} 3000\n\
+             sentinel parallel-syncs {name} 1\n\
+             sentinel rename-command {name} SLAVEOF {slaveof}\n\
+             sentinel rename-command {name} REPLICAOF {replicaof}\n",
             dir = dir.path().display(),
+            slaveof = iso.slaveof,
+            replicaof = iso.replicaof,
         );
         let path = dir.path().join("sentinel.conf");
         std::fs::write(&path, config).map_err(|e| e.to_string())?;
@@ -374,11 +452,7 @@ impl Sentinel {
             .map_err(|e| {
                 format!("cannot start redis-sentinel ({e}); apt-get install redis-sentinel")
             })?;
-        let sentinel = Self {
-            port,
-            child,
-            _dir: dir,
-        };
+        let sentinel = Self { port, child, dir };
         poll(
             Duration::from_secs(10),
             "a sentinel answers PING",
@@ -401,11 +475,23 @@ impl Sentinel {
     }
 
     /// The master's port according to this sentinel.
-    fn master_port(&self) -> Option<u16> {
+    fn master_port(&self, name: &str) -> Option<u16> {
         let answer = self
-            .cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])
+            .cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", name])
             .ok()?;
         answer.lines().nth(1).and_then(|p| p.trim().parse().ok())
+    }
+
+    /// The ports of the instances this sentinel lists for `what`
+    /// (`REPLICAS` or `SENTINELS`).
+    fn listed_ports(&self, what: &str, name: &str) -> Result<Vec<u16>> {
+        let answer = self.cli(&["SENTINEL", what, name])?;
+        let lines: Vec<&str> = answer.lines().map(str::trim).collect();
+        Ok(lines
+            .windows(2)
+            .filter(|w| w[0] == "port")
+            .filter_map(|w| w[1].parse().ok())
+            .collect())
     }
 }
 
@@ -422,27 +508,42 @@ pub struct SentinelGroup {
     /// The two data servers; which one is master changes with failovers.
     pub servers: [Server; 2],
     sentinels: Vec<Sentinel>,
+    iso: Isolation,
 }
 
 impl SentinelGroup {
     /// Starts everything and waits until the replica acknowledges writes and
     /// every sentinel knows the replica and the other sentinels.
     pub fn start() -> Result<Self> {
-        let master = Server::start(&["--repl-diskless-sync-delay", "0"])?;
+        Self::start_inner(None)
+    }
+
+    /// The same, with the replica on `port` (a port that another group's
+    /// sentinels may still know: the test of [`Isolation`]).
+    pub fn start_with_replica_on(port: u16) -> Result<Self> {
+        Self::start_inner(Some(port))
+    }
+
+    fn start_inner(replica_port: Option<u16>) -> Result<Self> {
+        let iso = Isolation::new()?;
+        let renamed = iso.server_args();
+        let renamed: Vec<&str> = renamed.iter().map(String::as_str).collect();
+        let mut args = vec!["--repl-diskless-sync-delay", "0"];
+        args.extend(&renamed);
+        let master = Server::start(&args)?;
         let port = master.port.to_string();
-        let replica = Server::start(&[
-            "--replicaof",
-            "127.0.0.1",
-            &port,
-            "--repl-diskless-sync-delay",
-            "0",
-        ])?;
+        args.extend(["--replicaof", "127.0.0.1", &port]);
+        let replica = match replica_port {
+            Some(p) => Server::start_on(p, &args)?,
+            None => Server::start(&args)?,
+        };
         let sentinels = (0..3)
-            .map(|_| Sentinel::start(master.port))
+            .map(|_| Sentinel::start(master.port, &iso))
             .collect::<Result<Vec<_>>>()?;
         let group = Self {
             servers: [master, replica],
             sentinels,
+            iso,
         };
         group.wait_replicated()?;
         for (i, s) in group.sentinels.iter().enumerate() {
@@ -450,7 +551,7 @@ impl SentinelGroup {
                 Duration::from_secs(15),
                 &format!("sentinel {i} knows the replica and 2 other sentinels"),
                 || {
-                    let master = s.cli(&["SENTINEL", "MASTER", MASTER_NAME])?;
+                    let master = s.cli(&["SENTINEL", "MASTER", &group.iso.name])?;
                     let fields: Vec<&str> = master.lines().map(str::trim).collect();
                     let get = |name: &str| {
                         fields
@@ -469,6 +570,65 @@ impl SentinelGroup {
         Ok(group)
     }
 
+    /// The name the sentinels monitor the master under (one per group).
+    pub fn master_name(&self) -> &str {
+        &self.iso.name
+    }
+
+    /// `Err` naming the stranger if any instance outside this group takes
+    /// part in it: a master, replica or sentinel that a sentinel lists, or a
+    /// server replicating from or to a port not of the group. (A run whose
+    /// group was joined measures somebody else's data, not the library.)
+    pub fn check_isolated(&self) -> Result<()> {
+        let ours: Vec<u16> = self.servers.iter().map(|s| s.port).collect();
+        let peers: Vec<u16> = self.sentinels.iter().map(|s| s.port).collect();
+        let name = &self.iso.name;
+        for (i, s) in self.sentinels.iter().enumerate() {
+            if let Some(p) = s.master_port(name).filter(|p| !ours.contains(p)) {
+                return Err(format!(
+                    "sentinel {i} names port {p} as master, not a server of the group {ours:?}"
+                ));
+            }
+            for p in s.listed_ports("REPLICAS", name)? {
+                if !ours.contains(&p) {
+                    return Err(format!(
+                        "sentinel {i} lists a replica on port {p}, not a server of the group {ours:?}"
+                    ));
+                }
+            }
+            for p in s.listed_ports("SENTINELS", name)? {
+                if !peers.contains(&p) {
+                    return Err(format!(
+                        "sentinel {i} lists a sentinel on port {p}, not one of the group {peers:?}"
+                    ));
+                }
+            }
+        }
+        for (i, s) in self.servers.iter().enumerate() {
+            let Ok(info) = s.cli(&["INFO", "replication"]) else {
+                continue; // down (killed by the fault)
+            };
+            let master = info_field(&info, "master_port").and_then(|p| p.parse::<u16>().ok());
+            if let Some(p) = master.filter(|p| !ours.contains(p)) {
+                return Err(format!(
+                    "server {i} replicates from port {p}, not a server of the group {ours:?}"
+                ));
+            }
+            for line in info.lines().filter(|l| l.starts_with("slave")) {
+                let port = line
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("port="))
+                    .and_then(|p| p.parse::<u16>().ok());
+                if let Some(p) = port.filter(|p| !ours.contains(p)) {
+                    return Err(format!(
+                        "server {i} has a replica on port {p}, not a server of the group {ours:?}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The sentinels' URLs.
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels
@@ -479,7 +639,7 @@ impl SentinelGroup {
 
     /// Which of [`Self::servers`] the sentinels name as master.
     pub fn master_index(&self) -> Option<usize> {
-        let port = self.sentinels[0].master_port()?;
+        let port = self.sentinels[0].master_port(&self.iso.name)?;
         self.servers.iter().position(|s| s.port == port)
     }
 
@@ -511,11 +671,79 @@ impl SentinelGroup {
         )
     }
 
+    /// The ports of the data servers and of the sentinels (for a
+    /// [`Sampler`]).
+    pub fn ports(&self) -> (Vec<u16>, Vec<u16>) {
+        (
+            self.servers.iter().map(|s| s.port).collect(),
+            self.sentinels.iter().map(|s| s.port).collect(),
+        )
+    }
+
+    /// Copies every server's and sentinel's log (and the sentinels' rewritten
+    /// configs, which list the replicas and sentinels they know) into `to`.
+    pub fn copy_logs(&self, to: &Path) {
+        for (i, s) in self.servers.iter().enumerate() {
+            let _ = std::fs::copy(
+                s.dir().join("redis.log"),
+                to.join(format!("server-{i}.log")),
+            );
+        }
+        for (i, s) in self.sentinels.iter().enumerate() {
+            let _ = std::fs::copy(
+                s.dir.path().join("sentinel.log"),
+                to.join(format!("sentinel-{i}.log")),
+            );
+            let _ = std::fs::copy(
+                s.dir.path().join("sentinel.conf"),
+                to.join(format!("sentinel-{i}.conf")),
+            );
+        }
+    }
+
     /// SIGKILLs the master, waits until every sentinel names the other
-    /// server, restarts the old master empty (the sentinels make it a
-    /// replica of the new one) and waits until it acknowledges writes.
-    /// Returns when the group is whole again.
-    pub fn failover(&mut self) -> Result<()> {
+    /// server, restarts the old master (empty: no persistence), SIGSTOPs the
+    /// new master for `stall` (none when zero), and waits until the group is
+    /// whole again: a master with a replica that acknowledges writes.
+    ///
+    /// `unelectable`: the old master comes back as a replica of the new one
+    /// that the sentinels may not promote (`replica-priority 0`) until it
+    /// has synced. Otherwise it comes back as a master, and until the
+    /// sentinels notice it and make it a replica (they look at a returning
+    /// instance on their 10 s `INFO` period) it is an electable candidate
+    /// with no data: a stall of the new master longer than
+    /// `down-after-milliseconds` in that window makes the sentinels promote
+    /// it and turn the new master into its replica, which wipes every lock
+    /// and fencing counter.
+    pub fn failover(&mut self, unelectable: bool, stall: Duration) -> Result<()> {
+        let (old, new) = self.kill_master_and_wait()?;
+        let new_port = self.servers[new].port.to_string();
+        if unelectable {
+            self.servers[old].restart_with(&[
+                "--replicaof",
+                "127.0.0.1",
+                &new_port,
+                "--replica-priority",
+                "0",
+            ])?;
+        } else {
+            self.servers[old].restart()?;
+        }
+        if !stall.is_zero() {
+            self.servers[new].pause()?;
+            std::thread::sleep(stall);
+            self.servers[new].resume()?;
+        }
+        self.wait_replicated()?;
+        if unelectable {
+            self.servers[old].cli(&["CONFIG", "SET", "replica-priority", "100"])?;
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs the master and waits until every sentinel names the other
+    /// server and it says it is master: `(old, new)`.
+    fn kill_master_and_wait(&mut self) -> Result<(usize, usize)> {
         let old = self
             .master_index()
             .ok_or("no master known to the sentinels")?;
@@ -526,8 +754,11 @@ impl SentinelGroup {
             Duration::from_secs(30),
             "every sentinel names the new master",
             || {
-                let seen: Vec<Option<u16>> =
-                    self.sentinels.iter().map(Sentinel::master_port).collect();
+                let seen: Vec<Option<u16>> = self
+                    .sentinels
+                    .iter()
+                    .map(|s| s.master_port(&self.iso.name))
+                    .collect();
                 let role = self.servers[new]
                     .cli(&["INFO", "replication"])
                     .ok()
@@ -539,7 +770,6 @@ impl SentinelGroup {
                 }
             },
         )?;
-        self.servers[old].restart()?;
-        self.wait_replicated()
+        Ok((old, new))
     }
 }
