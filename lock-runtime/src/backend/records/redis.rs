@@ -1,0 +1,234 @@
+//! Records on Redis: one script per step, and on Redlock a majority of nodes.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use super::{Claim, StoredResponse};
+use crate::LockError;
+use crate::backend::redis::RedisBackend;
+use crate::backend::redlock::RedlockBackend;
+use crate::error::BackendError;
+use crate::token::Token;
+
+static CLAIM: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_claim.lua")));
+static RENEW: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_renew.lua")));
+static COMPLETE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_complete.lua")));
+static RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_release.lua")));
+
+pub(super) async fn claim_on(
+    node: &RedisBackend,
+    record: &str,
+    token: &Token,
+    fingerprint: &str,
+    lease: Duration,
+) -> Result<Claim, LockError> {
+    let (code, remaining, status, headers, body, big): (i64, i64, i64, Vec<u8>, Vec<u8>, Vec<u8>) =
+        CLAIM
+            .key(record)
+            .arg(token.as_str())
+            .arg(fingerprint)
+            .arg(millis(lease))
+            .invoke_async(&mut node.connection())
+            .await
+            .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
+    Ok(match code {
+        0 => Claim::Claimed,
+        1 => Claim::InFlight {
+            remaining: Duration::from_millis(u64::try_from(remaining).unwrap_or(0)),
+        },
+        2 => Claim::Done(StoredResponse {
+            status: u16::try_from(status).unwrap_or(0),
+            headers: headers.into(),
+            body: body.into(),
+            body_too_large: big == b"1",
+        }),
+        3 => Claim::Mismatch,
+        other => {
+            return Err(BackendError::new(format!(
+                "idempotency claim: unexpected reply code {other}"
+            ))
+            .into());
+        }
+    })
+}
+
+pub(super) async fn renew_on(
+    node: &RedisBackend,
+    record: &str,
+    token: &Token,
+    lease: Duration,
+) -> Result<bool, LockError> {
+    let renewed: i64 = RENEW
+        .key(record)
+        .arg(token.as_str())
+        .arg(millis(lease))
+        .invoke_async(&mut node.connection())
+        .await
+        .map_err(|e| BackendError::with_source("idempotency renewal failed", e))?;
+    Ok(renewed == 1)
+}
+
+pub(super) async fn complete_on(
+    node: &RedisBackend,
+    record: &str,
+    token: &Token,
+    fingerprint: &str,
+    response: &StoredResponse,
+    retention: Duration,
+) -> Result<bool, LockError> {
+    let stored: i64 = COMPLETE
+        .key(record)
+        .arg(token.as_str())
+        .arg(millis(retention))
+        .arg(response.status)
+        .arg(&response.headers[..])
+        .arg(&response.body[..])
+        .arg(fingerprint)
+        .arg(if response.body_too_large { "1" } else { "" })
+        .invoke_async(&mut node.connection())
+        .await
+        .map_err(|e| BackendError::with_source("idempotency completion failed", e))?;
+    Ok(stored == 1)
+}
+
+pub(super) async fn release_on(
+    node: &RedisBackend,
+    record: &str,
+    token: &Token,
+) -> Result<bool, LockError> {
+    let released: i64 = RELEASE
+        .key(record)
+        .arg(token.as_str())
+        .invoke_async(&mut node.connection())
+        .await
+        .map_err(|e| BackendError::with_source("idempotency release failed", e))?;
+    Ok(released == 1)
+}
+
+/// Runs `op` on every Redlock node at once, each bounded by the node timeout:
+/// one answer per node, `None` where it failed or was too slow.
+pub(super) async fn on_every_node<'a, T, F, Fut>(
+    redlock: &'a RedlockBackend,
+    op: F,
+) -> Vec<Option<T>>
+where
+    F: Fn(&'a RedisBackend) -> Fut,
+    Fut: Future<Output = Result<T, LockError>>,
+{
+    let per_node = redlock.node_timeout();
+    join_all(
+        redlock
+            .nodes()
+            .iter()
+            .map(|node| tokio::time::timeout(per_node, op(node))),
+    )
+    .await
+    .into_iter()
+    .map(|answer| match answer {
+        Ok(Ok(value)) => Some(value),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "idempotency: a Redlock node failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("idempotency: a Redlock node did not answer in time");
+            None
+        }
+    })
+    .collect()
+}
+
+/// `true` when a majority of nodes said `true`; `false` only when so many
+/// said `false` that no majority can say `true`; otherwise (too few answers to
+/// tell: a lost reply may have been a `true`) an error, so the caller treats
+/// the outcome as unknown rather than as a refusal.
+pub(super) fn majority_says(
+    redlock: &RedlockBackend,
+    answers: &[Option<bool>],
+    what: &str,
+) -> Result<bool, LockError> {
+    match majority(answers, redlock.quorum()) {
+        Some(decided) => Ok(decided),
+        None => Err(no_majority(redlock, answers.iter().flatten().count(), what)),
+    }
+}
+
+/// The rule of [`majority_says`]: `None` while the unknown answers could
+/// still tip it either way.
+pub(super) fn majority(answers: &[Option<bool>], quorum: usize) -> Option<bool> {
+    let yes = answers.iter().filter(|a| **a == Some(true)).count();
+    let no = answers.iter().filter(|a| **a == Some(false)).count();
+    if yes >= quorum {
+        Some(true)
+    } else if no > answers.len() - quorum {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+pub(super) fn no_majority(redlock: &RedlockBackend, answered: usize, what: &str) -> LockError {
+    BackendError::new(format!(
+        "Redlock: {answered} of {} nodes answered the idempotency {what}, without \
+         a majority of {} either way",
+        redlock.nodes().len(),
+        redlock.quorum()
+    ))
+    .into()
+}
+
+/// A claim on Redlock: the record is ours only with a majority of nodes, and
+/// a stored response (or another request's fingerprint) on any node wins over
+/// that, so a response stored on a majority is found by any later majority,
+/// and one that reached only a minority is still replayed rather than run
+/// again. A claim that is not ours is undone on every node before answering.
+pub(super) async fn claim_on_majority(
+    redlock: &RedlockBackend,
+    record: &str,
+    token: &Token,
+    fingerprint: &str,
+    lease: Duration,
+) -> Result<Claim, LockError> {
+    let answers = on_every_node(redlock, |n| claim_on(n, record, token, fingerprint, lease)).await;
+    let quorum = redlock.quorum();
+    let mut claimed = 0;
+    let mut in_flight: Option<Duration> = None;
+    let mut decided = None;
+    for answer in answers.iter().flatten() {
+        match answer {
+            Claim::Claimed => claimed += 1,
+            Claim::InFlight { remaining } => {
+                in_flight = Some(in_flight.map_or(*remaining, |r| r.min(*remaining)));
+            }
+            // A stored response outranks another request's fingerprint.
+            Claim::Done(_) => decided = Some(answer.clone()),
+            Claim::Mismatch => decided = decided.or(Some(Claim::Mismatch)),
+        }
+    }
+    let answered = answers.iter().flatten().count();
+    let outcome = match decided {
+        Some(claim) => Ok(claim),
+        None if claimed >= quorum => return Ok(Claim::Claimed),
+        None if answered < quorum => Err(no_majority(redlock, answered, "claim")),
+        // A majority answered and not all of it is ours: someone else holds
+        // the rest.
+        None => Ok(Claim::InFlight {
+            remaining: in_flight.unwrap_or(Duration::from_millis(1)),
+        }),
+    };
+    if claimed > 0 {
+        // Best effort: a copy left behind only blocks its node for a lease.
+        on_every_node(redlock, |n| release_on(n, record, token)).await;
+    }
+    outcome
+}
+
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
