@@ -13,6 +13,7 @@ mod notifier;
 pub(crate) mod records;
 pub(crate) mod redis;
 pub(crate) mod redlock;
+mod scripts;
 pub(crate) mod waiters;
 
 pub(crate) use waiters::WaitHandle;

@@ -1,7 +1,7 @@
 //! One Redis (or Valkey) server: scripts on two multiplexed, self-reconnecting
 //! connections, and one shared pub/sub connection for release notices.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -9,6 +9,9 @@ use tokio::sync::mpsc;
 pub(crate) use super::conn::RedisOptions;
 use super::conn::{Conn, SentinelConn, connect_manager, open_client};
 use super::notifier::{Notices, Source};
+use super::scripts::{
+    ACQUIRE, EXTEND, EXTEND_MANY, RELEASE, evalsha, load_scripts, millis, run_script,
+};
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::LockError;
@@ -16,15 +19,6 @@ use crate::backoff::Backoff;
 use crate::error::{BackendError, ConnectionFailure, connection_failure};
 use crate::key::KeyNames;
 use crate::token::Token;
-
-static ACQUIRE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/acquire.lua")));
-static EXTEND: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/extend.lua")));
-static RELEASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/release.lua")));
-static EXTEND_MANY: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/extend_many.lua")));
 
 /// How long a release keeps trying while its slot is being migrated.
 const TRYAGAIN_FOR: Duration = Duration::from_secs(5);
@@ -57,19 +51,6 @@ impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackend").finish_non_exhaustive()
     }
-}
-
-/// Loads the scripts once, so the hot path is a plain EVALSHA (which still
-/// falls back to loading after a failover or restart).
-async fn load_scripts(conn: &mut Conn) -> Result<(), LockError> {
-    for script in [&*ACQUIRE, &*EXTEND, &*RELEASE, &*EXTEND_MANY] {
-        script
-            .prepare_invoke()
-            .load_async(conn)
-            .await
-            .map_err(|e| BackendError::with_source("cannot load the lock scripts", e))?;
-    }
-    Ok(())
 }
 
 impl RedisBackend {
@@ -476,33 +457,4 @@ impl RedisBackend {
     pub(crate) async fn subscribe(&self, names: &KeyNames) {
         self.notices.subscribe(&self.waiters, &names.notice).await;
     }
-}
-
-/// `EVALSHA` of `script` with `keys` keys; the caller appends the keys, then
-/// the arguments. Built as one command: the driver's `ScriptInvocation` would
-/// copy every argument twice on each call, and these calls are the hot path.
-fn evalsha(script: &redis::Script, keys: usize) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys);
-    cmd
-}
-
-/// Runs an [`evalsha`] command; if the server lost the script (a restart or a
-/// failover), loads it and tries once more.
-async fn run_script<T: redis::FromRedisValue>(
-    conn: &mut Conn,
-    script: &redis::Script,
-    cmd: &redis::Cmd,
-) -> redis::RedisResult<T> {
-    match cmd.query_async(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(conn).await?;
-            cmd.query_async(conn).await
-        }
-        answer => answer,
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }

@@ -9,6 +9,7 @@ use super::{Claim, StoredResponse};
 use crate::LockError;
 use crate::backend::redis::RedisBackend;
 use crate::backend::redlock::RedlockBackend;
+use crate::backend::scripts::millis;
 use crate::error::BackendError;
 use crate::token::Token;
 
@@ -227,8 +228,4 @@ pub(super) async fn claim_on_majority(
         on_every_node(redlock, |n| release_on(n, record, token)).await;
     }
     outcome
-}
-
-pub(super) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }

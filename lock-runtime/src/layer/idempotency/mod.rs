@@ -105,9 +105,11 @@
 //! claims so that none has a majority: each then gets `409` and the retry
 //! decides (the partial claims are undone at once).
 
+mod body;
 mod future;
 mod key;
 mod layer;
+mod running;
 mod service;
 mod stored;
 

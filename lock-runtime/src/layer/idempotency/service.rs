@@ -8,14 +8,11 @@ use std::time::Duration;
 use axum::BoxError;
 use axum::body::Body;
 use axum::extract::MatchedPath;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::FutureExt;
-use http::request::Parts;
 use http::response;
-use http::{HeaderMap, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use super::key::{KeyHeader, fingerprint, fingerprinted_body, read_key, record_name};
@@ -27,6 +24,8 @@ use crate::layer::problem::{Refusal, problem, problem_retry};
 use crate::token::Token;
 use crate::{LockClient, LockError, MAX_TTL, MIN_TTL};
 
+use super::body::{Buffered, buffer, read_body};
+use super::running::{MAX_POLL, Running};
 /// The service made by [`IdempotencyLayer`](super::IdempotencyLayer).
 #[derive(Clone)]
 pub struct Idempotency<S> {
@@ -112,9 +111,6 @@ fn unavailable() -> Response<Body> {
         Duration::from_secs(1),
     )
 }
-
-/// The longest pause between two looks at a record in flight, when waiting.
-const MAX_POLL: Duration = Duration::from_millis(250);
 
 async fn idempotent<S, B, ResB>(
     config: Arc<Config>,
@@ -326,10 +322,6 @@ async fn claim(
     }
 }
 
-/// How long a response waits for its record to be completed before it is
-/// sent anyway (the completion goes on in the background).
-const COMPLETION_WAIT: Duration = Duration::from_secs(2);
-
 /// Whether a response is the handler's outcome, to be replayed. A response
 /// from an inner layer of this crate refusing the request is not. A `4xx` means
 /// the request was refused before doing anything (extraction, validation,
@@ -348,298 +340,5 @@ fn should_store(config: &Config, head: &response::Parts) -> bool {
         config.store_server_errors || marked
     } else {
         true
-    }
-}
-
-/// Reads the request body, up to `limit` bytes.
-async fn read_body<B>(parts: &Parts, body: B, limit: usize) -> Result<Bytes, Response<Body>>
-where
-    B: http_body::Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    let too_large = || {
-        problem(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("the request body is larger than {limit} bytes"),
-        )
-    };
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(too_large());
-    }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-        Err(e) => {
-            tracing::debug!(error = %e, "idempotency: cannot read the request body");
-            Err(problem(
-                StatusCode::BAD_REQUEST,
-                "the request body could not be read",
-            ))
-        }
-    }
-}
-
-/// A response body as read for storage.
-enum Buffered<B> {
-    /// All of it.
-    Complete {
-        data: Bytes,
-        trailers: Option<HeaderMap>,
-    },
-    /// More than the limit: what was read, and the rest.
-    Partial { data: Bytes, rest: Pin<Box<B>> },
-}
-
-async fn buffer<B>(body: B, limit: usize) -> Result<Buffered<B>, BoxError>
-where
-    B: http_body::Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    let mut body = Box::pin(body);
-    let mut data = BytesMut::new();
-    loop {
-        let Some(frame) = body.frame().await else {
-            return Ok(Buffered::Complete {
-                data: data.freeze(),
-                trailers: None,
-            });
-        };
-        match frame.map_err(Into::into)?.into_data() {
-            Ok(chunk) => {
-                data.extend_from_slice(&chunk);
-                if data.len() > limit {
-                    return Ok(Buffered::Partial {
-                        data: data.freeze(),
-                        rest: body,
-                    });
-                }
-            }
-            Err(frame) => {
-                if let Ok(trailers) = frame.into_trailers() {
-                    return Ok(Buffered::Complete {
-                        data: data.freeze(),
-                        trailers: Some(trailers),
-                    });
-                }
-            }
-        }
-    }
-}
-
-/// A record this request runs: renewed in the background until completed or
-/// released; released in the background if dropped unsettled (the request
-/// future was dropped: the client went away).
-struct Running {
-    client: LockClient,
-    record: String,
-    token: Token,
-    stop: CancellationToken,
-    settled: bool,
-}
-
-impl Running {
-    fn start(client: LockClient, record: String, token: Token, lease: Duration) -> Self {
-        let stop = CancellationToken::new();
-        tokio::spawn(renew(
-            client.clone(),
-            record.clone(),
-            token,
-            lease,
-            stop.clone(),
-        ));
-        Self {
-            client,
-            record,
-            token,
-            stop,
-            settled: false,
-        }
-    }
-
-    /// Stores the handler's `response`, sending the completion again while
-    /// its outcome is unknown (a lost reply, a timeout, no majority either
-    /// way), and keeping the lease renewed meanwhile. Returns once it is
-    /// stored, or after [`COMPLETION_WAIT`]: the client's response never
-    /// waits longer, and the completion goes on in the background (also if
-    /// the client goes away) for up to a lease. A completion that truly
-    /// fails is logged with the record's name.
-    async fn complete(
-        mut self,
-        response: StoredResponse,
-        fingerprint: String,
-        retention: Duration,
-        lease: Duration,
-    ) {
-        self.settled = true;
-        let finishing = tokio::spawn(finish(
-            self.client.clone(),
-            std::mem::take(&mut self.record),
-            self.token,
-            fingerprint,
-            response,
-            retention,
-            lease,
-            self.stop.clone(),
-        ));
-        if tokio::time::timeout(COMPLETION_WAIT, finishing)
-            .await
-            .is_err()
-        {
-            tracing::debug!(
-                "idempotency: the response goes out before its record is completed; \
-                 completing in the background"
-            );
-        }
-    }
-
-    async fn release(mut self) {
-        self.stop.cancel();
-        self.settled = true;
-        log_release(release(&self.client, &self.record, &self.token).await);
-    }
-
-    /// Releases `record` for `token` on the current runtime without waiting.
-    fn settle_in_background(client: LockClient, record: String, token: Token, log: bool) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // the lease runs out by itself
-        };
-        runtime.spawn(async move {
-            let released = release(&client, &record, &token).await;
-            if log {
-                log_release(released);
-            }
-        });
-    }
-}
-
-/// Releases `record`, once more if no answer came back (a second release of
-/// a record already released finds nothing, harmlessly), so a lost reply
-/// does not keep the key blocked for a lease.
-async fn release(client: &LockClient, record: &str, token: &Token) -> Result<bool, LockError> {
-    match client.backend().release_record(record, token).await {
-        Err(e) => {
-            tracing::debug!(%record, error = %e, "idempotency: release unanswered; sending it again");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            client.backend().release_record(record, token).await
-        }
-        answer => answer,
-    }
-}
-
-/// The completion of [`Running::complete`]: stops the renewal when done.
-#[allow(clippy::too_many_arguments)]
-async fn finish(
-    client: LockClient,
-    record: String,
-    token: Token,
-    fingerprint: String,
-    response: StoredResponse,
-    retention: Duration,
-    lease: Duration,
-    stop_renewal: CancellationToken,
-) {
-    let _stop = stop_renewal.drop_guard();
-    let give_up = Instant::now() + lease.max(COMPLETION_WAIT);
-    let mut pause = Duration::from_millis(10);
-    loop {
-        let stored = client
-            .backend()
-            .complete_record(&record, &token, &fingerprint, &response, retention)
-            .await;
-        match stored {
-            Ok(true) => {
-                tracing::debug!(%record, status = response.status, "idempotency: response stored");
-                return;
-            }
-            Ok(false) => {
-                tracing::warn!(%record, status = response.status,
-                    "idempotency: the record's lease ran out and another request claimed it before \
-                     this response was stored; the response was sent but not stored, and a \
-                     duplicate may have run");
-                return;
-            }
-            Err(e) if Instant::now() + pause < give_up => {
-                tracing::debug!(%record, error = %e,
-                    "idempotency: completion unanswered; sending it again");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(MAX_POLL);
-            }
-            Err(e) => {
-                tracing::warn!(%record, status = response.status, error = %e,
-                    "idempotency: cannot store the response (it was sent to the client); \
-                     duplicates get 409 until the lease runs out, then the request may run again");
-                return;
-            }
-        }
-    }
-}
-
-fn log_release(released: Result<bool, LockError>) {
-    match released {
-        Ok(true) => tracing::debug!("idempotency: record released"),
-        Ok(false) => tracing::debug!("idempotency: record already gone when released"),
-        Err(e) => {
-            tracing::warn!(error = %e, "idempotency: cannot release the record; it expires with its lease")
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // Settled: released (renewal already stopped) or completing (the
-        // completion stops the renewal when it is done).
-        if !self.settled {
-            self.stop.cancel();
-            tracing::debug!("idempotency: request dropped mid-way; releasing its record");
-            Running::settle_in_background(
-                self.client.clone(),
-                std::mem::take(&mut self.record),
-                self.token,
-                true,
-            );
-        }
-    }
-}
-
-/// Renews the lease of a running record every `lease / 3` until `stop`.
-async fn renew(
-    client: LockClient,
-    record: String,
-    token: Token,
-    lease: Duration,
-    stop: CancellationToken,
-) {
-    let period = lease / 3;
-    let mut next = period;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(next) => {}
-        }
-        let renewed = tokio::select! {
-            () = stop.cancelled() => return,
-            renewed = client.backend().renew_record(&record, &token, lease) => renewed,
-        };
-        match renewed {
-            Ok(true) => next = period,
-            Ok(false) => {
-                tracing::warn!(%record,
-                    "idempotency: the in-flight record was lost (its lease ran out); \
-                     a duplicate may run"
-                );
-                return;
-            }
-            // An unknown outcome is not a loss (the renewal may well have
-            // happened): try again soon, well before the lease can run out.
-            Err(e) => {
-                tracing::debug!(%record, error = %e, "idempotency: lease renewal unanswered; retrying");
-                next = (period / 4).max(Duration::from_millis(10));
-            }
-        }
     }
 }

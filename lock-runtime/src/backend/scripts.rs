@@ -1,0 +1,61 @@
+//! The lock scripts and how they are sent: `EVALSHA`, loading the script
+//! again where the server lost it.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use super::conn::Conn;
+use crate::LockError;
+use crate::error::BackendError;
+
+pub(crate) static ACQUIRE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/acquire.lua")));
+pub(crate) static EXTEND: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/extend.lua")));
+pub(crate) static RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/release.lua")));
+pub(crate) static EXTEND_MANY: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/extend_many.lua")));
+
+/// Loads the scripts once, so the hot path is a plain EVALSHA (which still
+/// falls back to loading after a failover or restart).
+pub(crate) async fn load_scripts(conn: &mut Conn) -> Result<(), LockError> {
+    for script in [&*ACQUIRE, &*EXTEND, &*RELEASE, &*EXTEND_MANY] {
+        script
+            .prepare_invoke()
+            .load_async(conn)
+            .await
+            .map_err(|e| BackendError::with_source("cannot load the lock scripts", e))?;
+    }
+    Ok(())
+}
+
+/// `EVALSHA` of `script` with `keys` keys; the caller appends the keys, then
+/// the arguments. Built as one command: the driver's `ScriptInvocation` would
+/// copy every argument twice on each call, and these calls are the hot path.
+pub(crate) fn evalsha(script: &redis::Script, keys: usize) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// Runs an [`evalsha`] command; if the server lost the script (a restart or a
+/// failover), loads it and tries once more.
+pub(crate) async fn run_script<T: redis::FromRedisValue>(
+    conn: &mut Conn,
+    script: &redis::Script,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        answer => answer,
+    }
+}
+
+/// Milliseconds for a Redis argument: at least 1 (0 often means "forever").
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

@@ -1,0 +1,236 @@
+//! A record one request runs: its lease, its completion and its release.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::records::StoredResponse;
+use crate::token::Token;
+use crate::{LockClient, LockError};
+
+/// The longest pause between two looks at a record in flight, when waiting
+/// (and between two tries of a completion whose outcome is unknown).
+pub(super) const MAX_POLL: Duration = Duration::from_millis(250);
+
+/// How long a response waits for its record to be completed before it is
+/// sent anyway (the completion goes on in the background).
+const COMPLETION_WAIT: Duration = Duration::from_secs(2);
+
+/// A record this request runs: renewed in the background until completed or
+/// released; released in the background if dropped unsettled (the request
+/// future was dropped: the client went away).
+pub(super) struct Running {
+    client: LockClient,
+    pub(super) record: String,
+    token: Token,
+    stop: CancellationToken,
+    settled: bool,
+}
+
+impl Running {
+    pub(super) fn start(client: LockClient, record: String, token: Token, lease: Duration) -> Self {
+        let stop = CancellationToken::new();
+        tokio::spawn(renew(
+            client.clone(),
+            record.clone(),
+            token,
+            lease,
+            stop.clone(),
+        ));
+        Self {
+            client,
+            record,
+            token,
+            stop,
+            settled: false,
+        }
+    }
+
+    /// Stores the handler's `response`, sending the completion again while
+    /// its outcome is unknown (a lost reply, a timeout, no majority either
+    /// way), and keeping the lease renewed meanwhile. Returns once it is
+    /// stored, or after [`COMPLETION_WAIT`]: the client's response never
+    /// waits longer, and the completion goes on in the background (also if
+    /// the client goes away) for up to a lease. A completion that truly
+    /// fails is logged with the record's name.
+    pub(super) async fn complete(
+        mut self,
+        response: StoredResponse,
+        fingerprint: String,
+        retention: Duration,
+        lease: Duration,
+    ) {
+        self.settled = true;
+        let finishing = tokio::spawn(finish(
+            self.client.clone(),
+            std::mem::take(&mut self.record),
+            self.token,
+            fingerprint,
+            response,
+            retention,
+            lease,
+            self.stop.clone(),
+        ));
+        if tokio::time::timeout(COMPLETION_WAIT, finishing)
+            .await
+            .is_err()
+        {
+            tracing::debug!(
+                "idempotency: the response goes out before its record is completed; \
+                 completing in the background"
+            );
+        }
+    }
+
+    pub(super) async fn release(mut self) {
+        self.stop.cancel();
+        self.settled = true;
+        log_release(release(&self.client, &self.record, &self.token).await);
+    }
+
+    /// Releases `record` for `token` on the current runtime without waiting.
+    pub(super) fn settle_in_background(
+        client: LockClient,
+        record: String,
+        token: Token,
+        log: bool,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the lease runs out by itself
+        };
+        runtime.spawn(async move {
+            let released = release(&client, &record, &token).await;
+            if log {
+                log_release(released);
+            }
+        });
+    }
+}
+
+/// Releases `record`, once more if no answer came back (a second release of
+/// a record already released finds nothing, harmlessly), so a lost reply
+/// does not keep the key blocked for a lease.
+async fn release(client: &LockClient, record: &str, token: &Token) -> Result<bool, LockError> {
+    match client.backend().release_record(record, token).await {
+        Err(e) => {
+            tracing::debug!(%record, error = %e, "idempotency: release unanswered; sending it again");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            client.backend().release_record(record, token).await
+        }
+        answer => answer,
+    }
+}
+
+/// The completion of [`Running::complete`]: stops the renewal when done.
+#[allow(clippy::too_many_arguments)]
+async fn finish(
+    client: LockClient,
+    record: String,
+    token: Token,
+    fingerprint: String,
+    response: StoredResponse,
+    retention: Duration,
+    lease: Duration,
+    stop_renewal: CancellationToken,
+) {
+    let _stop = stop_renewal.drop_guard();
+    let give_up = Instant::now() + lease.max(COMPLETION_WAIT);
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let stored = client
+            .backend()
+            .complete_record(&record, &token, &fingerprint, &response, retention)
+            .await;
+        match stored {
+            Ok(true) => {
+                tracing::debug!(%record, status = response.status, "idempotency: response stored");
+                return;
+            }
+            Ok(false) => {
+                tracing::warn!(%record, status = response.status,
+                    "idempotency: the record's lease ran out and another request claimed it before \
+                     this response was stored; the response was sent but not stored, and a \
+                     duplicate may have run");
+                return;
+            }
+            Err(e) if Instant::now() + pause < give_up => {
+                tracing::debug!(%record, error = %e,
+                    "idempotency: completion unanswered; sending it again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_POLL);
+            }
+            Err(e) => {
+                tracing::warn!(%record, status = response.status, error = %e,
+                    "idempotency: cannot store the response (it was sent to the client); \
+                     duplicates get 409 until the lease runs out, then the request may run again");
+                return;
+            }
+        }
+    }
+}
+
+fn log_release(released: Result<bool, LockError>) {
+    match released {
+        Ok(true) => tracing::debug!("idempotency: record released"),
+        Ok(false) => tracing::debug!("idempotency: record already gone when released"),
+        Err(e) => {
+            tracing::warn!(error = %e, "idempotency: cannot release the record; it expires with its lease")
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Settled: released (renewal already stopped) or completing (the
+        // completion stops the renewal when it is done).
+        if !self.settled {
+            self.stop.cancel();
+            tracing::debug!("idempotency: request dropped mid-way; releasing its record");
+            Running::settle_in_background(
+                self.client.clone(),
+                std::mem::take(&mut self.record),
+                self.token,
+                true,
+            );
+        }
+    }
+}
+
+/// Renews the lease of a running record every `lease / 3` until `stop`.
+async fn renew(
+    client: LockClient,
+    record: String,
+    token: Token,
+    lease: Duration,
+    stop: CancellationToken,
+) {
+    let period = lease / 3;
+    let mut next = period;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(next) => {}
+        }
+        let renewed = tokio::select! {
+            () = stop.cancelled() => return,
+            renewed = client.backend().renew_record(&record, &token, lease) => renewed,
+        };
+        match renewed {
+            Ok(true) => next = period,
+            Ok(false) => {
+                tracing::warn!(%record,
+                    "idempotency: the in-flight record was lost (its lease ran out); \
+                     a duplicate may run"
+                );
+                return;
+            }
+            // An unknown outcome is not a loss (the renewal may well have
+            // happened): try again soon, well before the lease can run out.
+            Err(e) => {
+                tracing::debug!(%record, error = %e, "idempotency: lease renewal unanswered; retrying");
+                next = (period / 4).max(Duration::from_millis(10));
+            }
+        }
+    }
+}
