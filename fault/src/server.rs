@@ -519,7 +519,7 @@ impl SentinelGroup {
     }
 
     /// The same, with the replica on `port` (a port that another group's
-    /// sentinels may still know: the test of [`Isolation`]).
+    /// sentinels may still know: the test of `Isolation`).
     pub fn start_with_replica_on(port: u16) -> Result<Self> {
         Self::start_inner(Some(port))
     }
@@ -672,7 +672,7 @@ impl SentinelGroup {
     }
 
     /// The ports of the data servers and of the sentinels (for a
-    /// [`Sampler`]).
+    /// `Sampler`).
     pub fn ports(&self) -> (Vec<u16>, Vec<u16>) {
         (
             self.servers.iter().map(|s| s.port).collect(),
