@@ -4,7 +4,6 @@
 
 mod args;
 mod expand;
-mod template;
 
 use proc_macro::TokenStream;
 
