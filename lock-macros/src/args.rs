@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use lock_keys::{MAX_TTL, MIN_TTL};
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
@@ -11,13 +12,6 @@ use syn::{
 
 /// The options, in the order the docs list them.
 const OPTIONS: &[&str] = &["key", "ttl", "wait", "renew", "client", "crate"];
-
-/// Mirrors `lock_runtime::MIN_TTL`: shorter leases are refused at run time
-/// anyway; refusing them here says so at the attribute.
-const MIN_TTL: Duration = Duration::from_millis(50);
-
-/// Mirrors `lock_runtime::MAX_TTL` (one week).
-const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// `#[distributed_lock(key = "...", ttl = "30s", wait = "2s", renew = false, client = expr, crate = path)]`.
 pub(crate) struct Args {
@@ -204,6 +198,8 @@ fn parse_duration(
             )));
         }
     };
+    // The runtime refuses such leases anyway (the same limits); refusing them
+    // here says so at the attribute.
     if option == "ttl" && !(MIN_TTL..=MAX_TTL).contains(&d) {
         return Ok(Err(syn::Error::new(
             s.span(),

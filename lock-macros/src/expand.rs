@@ -10,7 +10,7 @@ use syn::spanned::Spanned;
 use syn::{FnArg, Ident, LitStr, Pat, ReturnType, Signature, Type};
 
 use crate::args::{Args, LockedFn};
-use crate::template::{self, Segment};
+use lock_keys::template::{self, Placeholder, Segment};
 
 /// Checks the function and the arguments, reporting every error found, then
 /// writes the function back with its body run under the lock.
@@ -166,7 +166,7 @@ fn crate_path(args: &Args) -> TokenStream {
 /// so a value can never spell another key's structure.
 fn key_expr(lit: &LitStr, sig: &Signature, krate: &TokenStream) -> syn::Result<TokenStream> {
     let span = lit.span();
-    let segments = template::parse(&lit.value()).map_err(|msg| syn::Error::new(span, msg))?;
+    let segments = template::parse(&lit.value()).map_err(|e| syn::Error::new(span, e))?;
     let params = Params::of(sig);
     let mut format = String::new();
     let mut values = Vec::new();
@@ -174,9 +174,9 @@ fn key_expr(lit: &LitStr, sig: &Signature, krate: &TokenStream) -> syn::Result<T
     for segment in segments {
         match segment {
             Segment::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
-            Segment::Placeholder { root, fields } => {
+            Segment::Placeholder(placeholder) => {
                 format.push_str("{}");
-                if let Some(value) = errors.check(params.value(&root, &fields, span)) {
+                if let Some(value) = errors.check(params.value(&placeholder, span)) {
                     values.push(quote_spanned!(span=> #krate::__private::key_part(&#value)));
                 }
             }
@@ -210,15 +210,15 @@ impl Params {
     }
 
     /// The expression for `<root.fields...>`.
-    fn value(&self, root: &str, fields: &[String], span: Span) -> syn::Result<TokenStream> {
+    fn value(&self, placeholder: &Placeholder, span: Span) -> syn::Result<TokenStream> {
+        let Placeholder { root, fields } = placeholder;
         let root_tokens = if root == "self" {
             if !self.receiver {
                 return Err(syn::Error::new(
                     span,
                     format!(
-                        "the key placeholder `<{}>` uses `self`, but this function takes no \
-                         `self`; {}",
-                        placeholder(root, fields),
+                        "the key placeholder `{placeholder}` uses `self`, but this function \
+                         takes no `self`; {}",
                         self.expected()
                     ),
                 ));
@@ -229,8 +229,7 @@ impl Params {
                 return Err(syn::Error::new(
                     span,
                     format!(
-                        "no parameter named `{root}` for the key placeholder `<{}>`; {}",
-                        placeholder(root, fields),
+                        "no parameter named `{root}` for the key placeholder `{placeholder}`; {}",
                         self.expected()
                     ),
                 ));
@@ -244,10 +243,7 @@ impl Params {
             let member = member(field, span).ok_or_else(|| {
                 syn::Error::new(
                     span,
-                    format!(
-                        "invalid field `{field}` in the key placeholder `<{}>`",
-                        placeholder(root, fields)
-                    ),
+                    format!("invalid field `{field}` in the key placeholder `{placeholder}`"),
                 )
             })?;
             tokens = quote_spanned!(span=> #tokens.#member);
@@ -269,13 +265,6 @@ impl Params {
             _ => format!("expected one of {}", names.join(", ")),
         }
     }
-}
-
-fn placeholder(root: &str, fields: &[String]) -> String {
-    std::iter::once(root)
-        .chain(fields.iter().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join(".")
 }
 
 /// A field name or tuple index; keywords become raw identifiers.

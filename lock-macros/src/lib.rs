@@ -4,7 +4,6 @@
 
 mod args;
 mod expand;
-mod template;
 
 use proc_macro::TokenStream;
 
@@ -106,7 +105,10 @@ use proc_macro::TokenStream;
 /// first polled, before the body runs (and before it can move the arguments).
 /// A rendered key that is longer than `lock_runtime::MAX_KEY_LEN` bytes or
 /// contains control characters is refused then, with `LockError::InvalidKey`,
-/// and the body does not run.
+/// and the body does not run; a template that could never render a valid key
+/// (control characters, or literal text alone over the limit) is a compile
+/// error. `LockLayer::key` templates follow the same grammar, with path
+/// parameters as the only placeholders.
 ///
 /// **Values are escaped.** Each value is rendered with `Display`, then `%`,
 /// `:`, `{` and `}` in it become `%25`, `%3A`, `%7B` and `%7D` (as by

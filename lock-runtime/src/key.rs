@@ -27,6 +27,8 @@
 //! `(kind, key)` to a name is injective: no key can name another key's lock,
 //! counter, queue or channel.
 
+use lock_keys::{MAX_KEY_LEN, MAX_PREFIX_LEN};
+
 use crate::LockError;
 
 /// Escapes one value for use inside a key: `%`, `:`, `{` and `}` become
@@ -62,12 +64,6 @@ pub(crate) fn push_escaped(out: &mut impl std::fmt::Write, value: &str) {
         };
     }
 }
-
-/// The longest key accepted, in bytes (before the prefix is added).
-pub const MAX_KEY_LEN: usize = 1024;
-
-/// The longest key prefix accepted, in bytes.
-pub const MAX_PREFIX_LEN: usize = 128;
 
 /// Checks a caller's key: not empty, at most [`MAX_KEY_LEN`] bytes, no control
 /// characters (they would be invisible in logs and `redis-cli`).

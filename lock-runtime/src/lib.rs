@@ -116,12 +116,15 @@ pub mod layer;
 pub mod __private;
 
 pub use backend::HANDOFF_LEASE;
-pub use client::{DEFAULT_TTL, LockClient, LockClientBuilder, LockRequest, MAX_TTL, MIN_TTL};
+pub use client::{LockClient, LockClientBuilder, LockRequest};
 pub use context::{LockInfo, current_lock};
 pub use error::{BackendError, LockError};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
-pub use key::{MAX_KEY_LEN, MAX_PREFIX_LEN, escape_key_part};
+pub use key::escape_key_part;
+// Defined in the internal `lock-keys` crate, which the attribute reads too.
+#[doc(inline)]
+pub use lock_keys::{DEFAULT_TTL, MAX_KEY_LEN, MAX_PREFIX_LEN, MAX_TTL, MIN_TTL};
 
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]

@@ -9,6 +9,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_keys::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
+
 use crate::LockError;
 use crate::backend::Backend;
 use crate::inner::Inner;
@@ -20,16 +22,6 @@ mod request;
 
 pub use builder::LockClientBuilder;
 pub use request::LockRequest;
-
-/// The shortest lease accepted. Shorter leases cannot be renewed reliably
-/// across a network round trip and a busy scheduler.
-pub const MIN_TTL: Duration = Duration::from_millis(50);
-
-/// The longest lease accepted (one week).
-pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// The lease used when neither the client nor the request sets one.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {
     if ttl < MIN_TTL {

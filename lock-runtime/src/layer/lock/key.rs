@@ -9,6 +9,7 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use http::HeaderName;
 use http::request::Parts;
+use lock_keys::template::{self, Segment, TemplateError};
 
 /// A closure that names the lock of a request; `None`: the request cannot be
 /// served (400).
@@ -64,67 +65,29 @@ pub(crate) enum KeyError {
     Config(String),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Segment {
-    Text(String),
-    Param(String),
-}
-
-/// Parses `"order:<id>"`: `<name>` is a path parameter, `<<` and `>>` write a
-/// literal `<` and `>` (the same syntax as `#[distributed_lock]` keys).
+/// Parses `"order:<id>"` with the grammar of `#[distributed_lock]` keys
+/// (`lock_keys::template`): `<name>` is a path parameter, `<<` and `>>` write
+/// a literal `<` and `>`, braces are literal. A field path (`<order.id>`)
+/// names a Rust value the layer does not have: a configuration error.
 pub(crate) fn parse_template(template: &str) -> Result<Vec<Segment>, String> {
-    if template.is_empty() {
-        return Err("the key template is empty; name the lock, as in \"order:<id>\"".into());
-    }
-    let mut segments = Vec::new();
-    let mut text = String::new();
-    let mut rest = template;
-    while let Some(c) = rest.chars().next() {
-        match c {
-            '<' if rest.starts_with("<<") => {
-                text.push('<');
-                rest = &rest[2..];
-            }
-            '>' if rest.starts_with(">>") => {
-                text.push('>');
-                rest = &rest[2..];
-            }
-            '<' => {
-                let Some(end) = rest[1..]
-                    .find(['<', '>'])
-                    .filter(|&i| rest[1 + i..].starts_with('>'))
-                else {
-                    return Err(format!(
-                        "unclosed `<` in the key template {template:?}; close the placeholder \
-                         with `>`, or write `<<` for a literal `<`"
-                    ));
-                };
-                let name = &rest[1..1 + end];
-                if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == '/') {
-                    return Err(format!(
-                        "invalid placeholder `<{name}>` in the key template {template:?}; \
-                         expected a path parameter name, as in `<id>`"
-                    ));
-                }
-                if !text.is_empty() {
-                    segments.push(Segment::Text(std::mem::take(&mut text)));
-                }
-                segments.push(Segment::Param(name.to_owned()));
-                rest = &rest[end + 2..];
-            }
-            '>' => {
-                return Err(format!(
-                    "unmatched `>` in the key template {template:?}; write `>>` for a literal `>`"
-                ));
-            }
-            c => {
-                text.push(c);
-                rest = &rest[c.len_utf8()..];
-            }
-        }
-    }
-    if !text.is_empty() {
-        segments.push(Segment::Text(text));
+    let segments = template::parse(template).map_err(|e| match e {
+        TemplateError::InvalidPlaceholder(inner) => format!(
+            "invalid placeholder `<{inner}>` in the key template {template:?}; expected a \
+             path parameter name, as in `<id>`"
+        ),
+        e => format!("{e} (the template is {template:?})"),
+    })?;
+    let field_path = segments.iter().find_map(|segment| match segment {
+        Segment::Placeholder(p) if !p.is_simple() => Some(p),
+        _ => None,
+    });
+    if let Some(p) = field_path {
+        return Err(format!(
+            "the placeholder `{p}` in the key template {template:?} is a field path; a \
+             `LockLayer` template names path parameters only, as in `<{}>` (to build the \
+             key from a parsed value, use `key_from`)",
+            p.root
+        ));
     }
     Ok(segments)
 }
@@ -157,7 +120,9 @@ impl KeySource {
         match self {
             KeySource::Path => Ok(parts.uri.path().to_owned()),
             KeySource::Template(segments) => {
-                let needs_params = segments.iter().any(|s| matches!(s, Segment::Param(_)));
+                let needs_params = segments
+                    .iter()
+                    .any(|s| matches!(s, Segment::Placeholder(_)));
                 let params = if needs_params {
                     // Resolves at once: the router stored the parameters in the
                     // request's extensions.
@@ -177,7 +142,9 @@ impl KeySource {
                 for segment in segments {
                     match segment {
                         Segment::Text(t) => key.push_str(t),
-                        Segment::Param(name) => {
+                        // `parse_template` admits simple placeholders only.
+                        Segment::Placeholder(p) => {
+                            let name = &p.root;
                             let value = params
                                 .as_ref()
                                 .and_then(|p| p.iter().find(|(k, _)| k == name).map(|(_, v)| v));
@@ -227,34 +194,34 @@ impl KeySource {
 mod tests {
     use super::*;
 
-    fn text(s: &str) -> Segment {
-        Segment::Text(s.into())
-    }
-    fn param(s: &str) -> Segment {
-        Segment::Param(s.into())
+    #[test]
+    fn templates_name_path_parameters() {
+        let [Segment::Text(t), Segment::Placeholder(p)] =
+            &parse_template("order:<id>").unwrap()[..]
+        else {
+            panic!("text and a placeholder");
+        };
+        assert_eq!((t.as_str(), p.root.as_str()), ("order:", "id"));
     }
 
     #[test]
-    fn templates_split_into_text_and_parameters() {
-        assert_eq!(
-            parse_template("order:<id>").unwrap(),
-            vec![text("order:"), param("id")]
+    fn malformed_templates_are_refused_with_the_template_in_the_reason() {
+        // The grammar's own cases are `lock_keys::template`'s tests.
+        let e = parse_template("order:<id").unwrap_err();
+        assert!(
+            e.contains("unclosed `<`") && e.contains("\"order:<id\""),
+            "{e}"
         );
-        assert_eq!(
-            parse_template("{t:<tenant>}:<id>").unwrap(),
-            vec![text("{t:"), param("tenant"), text("}:"), param("id")]
-        );
-        assert_eq!(parse_template("a<<b>>c").unwrap(), vec![text("a<b>c")]);
-        assert_eq!(
-            parse_template("é<x>ü").unwrap(),
-            vec![text("é"), param("x"), text("ü")]
-        );
+        let e = parse_template("<a-b>").unwrap_err();
+        assert!(e.contains("expected a path parameter name"), "{e}");
+        assert!(!e.contains("self.tenant"), "{e}");
     }
 
     #[test]
-    fn malformed_templates_are_refused_with_a_reason() {
-        for bad in ["", "<", "a<b", "a>b", "<>", "< a >", "<a<b>", "<a/b>"] {
-            assert!(parse_template(bad).is_err(), "{bad:?}");
+    fn a_field_path_is_a_configuration_error() {
+        for template in ["order:<order.id>", "{t:<self.tenant>}:<id>", "<pair.0>"] {
+            let e = parse_template(template).unwrap_err();
+            assert!(e.contains("field path") && e.contains("key_from"), "{e}");
         }
     }
 
