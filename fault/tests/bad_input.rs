@@ -1,8 +1,7 @@
 //! Bad input never panics: property tests over key validation, the
-//! `Idempotency-Key` header, `LockLayer` key templates (the runtime's template
-//! parser; the `#[distributed_lock]` one lives in the proc-macro crate and runs
-//! at compile time, where the trybuild tests cover it), and keys built from
-//! tenants' values.
+//! `Idempotency-Key` header, `LockLayer` key templates (the parser of the
+//! `lock-keys` crate, which `#[distributed_lock]` also runs, at compile time,
+//! where the trybuild tests cover it), and keys built from tenants' values.
 //!
 //! All on `.memory()`: the code under test is the same for every backend.
 

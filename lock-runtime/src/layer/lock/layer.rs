@@ -85,6 +85,10 @@ impl LockLayer {
     /// Cluster hash tags). Values are escaped as by
     /// [`escape_key_part`](crate::escape_key_part).
     ///
+    /// The grammar is `#[distributed_lock]`'s (one parser serves both), except
+    /// that a placeholder names a path parameter: an identifier such as
+    /// `<id>`; field paths (`<order.id>`) are refused.
+    ///
     /// A request whose route lacks a named parameter gets `400`. A malformed
     /// template makes every request fail with `500` and an error log naming
     /// the mistake.
