@@ -212,14 +212,7 @@ async fn two_instances_behind_one_redis_share_orders_locks_and_idempotency_recor
     assert_eq!(replay.json::<Value>().await.unwrap(), first);
 
     // Visible on B; ids from one sequence whichever instance creates.
-    let on_b: Value = http
-        .get(b.url("/orders/1"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let on_b: Value = get_json(&http, b.url("/orders/1")).await;
     assert_eq!(on_b, first);
     for n in 2..=15 {
         let on = if n % 2 == 0 { &b } else { &a };
@@ -242,23 +235,9 @@ async fn two_instances_behind_one_redis_share_orders_locks_and_idempotency_recor
     assert_eq!(order_1.1["status"], "paid");
     let paid = assert_one_paid_rest_conflict(&replies);
     for on in [&a, &b] {
-        let order: Value = http
-            .get(on.url("/orders/15"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let order: Value = get_json(&http, on.url("/orders/15")).await;
         assert_eq!(order, paid);
-        let order: Value = http
-            .get(on.url("/orders/1"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let order: Value = get_json(&http, on.url("/orders/1")).await;
         assert_eq!(order, order_1.1);
     }
 
@@ -284,4 +263,9 @@ async fn without_redis_one_instance_pays_aliases_of_one_order_once() {
         .map(|path| (&one, *path))
         .collect();
     assert_one_paid_rest_conflict(&pay_all(&http, &pays).await);
+}
+
+/// `GET url`, its body as JSON.
+async fn get_json(http: &reqwest::Client, url: String) -> Value {
+    http.get(url).send().await.unwrap().json().await.unwrap()
 }
