@@ -192,5 +192,8 @@ fn redlock_with_a_minority_of_masters_killed_rarely_and_briefly_stalls_past_a_le
         assert!(o.report.max_stall_ms < 3_000, "{}", o.report);
         stalled_runs += usize::from(v.stalled > 0);
     }
-    assert!(stalled_runs <= 1, "{stalled_runs} of 3 runs stalled past a lease");
+    assert!(
+        stalled_runs <= 1,
+        "{stalled_runs} of 3 runs stalled past a lease"
+    );
 }
