@@ -320,36 +320,42 @@ impl Scenario {
                     ops,
                 )
             },
-            Scenario {
-                workers: small(16),
-                keys: 4,
-                ttl_ms: 2000,
-                response_timeout_ms: 500,
-                topology: Topology::Sentinel {
-                    replicas: 1,
-                    timeout_ms: 500,
-                },
-                fault: FaultPlan::Failover {
-                    every_ms: if short { 1000 } else { 5000 },
-                    max: 1,
-                    restart: Restart::SyncedReplica,
-                    stall_ms: 3000,
-                },
-                ..Scenario::base(
-                    "sentinel-failover",
-                    "8. Sentinel failover (kill -9 master), min_replica_acks(1, 500 ms); old master back as an unelectable replica, new master stalls 3 s",
-                    ops,
-                )
-            },
+            Self::sentinel(
+                "sentinel-failover",
+                "8. Sentinel failover (kill -9 master), min_replica_acks(1, 500 ms); old master back as an unelectable replica, new master stalls 3 s",
+                Restart::SyncedReplica,
+                ops,
+                short,
+            ),
         ]
     }
 
     /// Demonstrations of an operator action that loses data: not part of
     /// `all` (the checker must object; `fault run NAME`).
     pub fn demonstrations(ops: u64, short: bool) -> Vec<Scenario> {
-        let small = |n: u32| if short { n.min(8) } else { n };
         vec![Scenario {
-            workers: small(16),
+            expect_violations: true,
+            ..Self::sentinel(
+                "sentinel-empty-restart",
+                "8. same, old master back empty as a master (checker must object)",
+                Restart::EmptyMaster,
+                ops,
+                short,
+            )
+        }]
+    }
+
+    /// A Sentinel group whose master is killed once, brought back as
+    /// `restart` says, while the new master stalls 3 s.
+    fn sentinel(
+        name: &'static str,
+        title: &'static str,
+        restart: Restart,
+        ops: u64,
+        short: bool,
+    ) -> Scenario {
+        Scenario {
+            workers: if short { 8 } else { 16 },
             keys: 4,
             ttl_ms: 2000,
             response_timeout_ms: 500,
@@ -360,16 +366,11 @@ impl Scenario {
             fault: FaultPlan::Failover {
                 every_ms: if short { 1000 } else { 5000 },
                 max: 1,
-                restart: Restart::EmptyMaster,
+                restart,
                 stall_ms: 3000,
             },
-            expect_violations: true,
-            ..Scenario::base(
-                "sentinel-empty-restart",
-                "8. same, old master back empty as a master (checker must object)",
-                ops,
-            )
-        }]
+            ..Scenario::base(name, title, ops)
+        }
     }
 
     /// The scenario called `name`.
