@@ -102,9 +102,10 @@ impl LockRequest {
     /// ```
     pub async fn run<F: Future>(self, fut: F) -> Result<F::Output, LockError> {
         let guard = self.acquire().await?;
+        // An `Arc` clone: the key is read from it on the unhappy paths only.
         let held = guard.held().clone();
         let lost = guard.lost();
-        let outcome = context::scope(held, async move {
+        let outcome = context::scope(held.clone(), async move {
             tokio::select! {
                 biased;
                 _ = lost => None,
@@ -113,18 +114,16 @@ impl LockRequest {
         })
         .await;
         let Some(output) = outcome else {
-            let key = guard.key().to_owned();
             drop(guard);
-            return Err(LockError::Lost { key });
+            return Err(LockError::lost(&held.key));
         };
         // The work is done. If the lease was valid at this moment, the output
         // is the caller's whatever the release answers: a lost reply, a
         // server that went away, even a key deleted behind our back cannot
         // undo work that finished under a valid lease.
-        let key = guard.key().to_owned();
-        if guard.held().valid_at(Instant::now()) {
+        if held.valid_at(Instant::now()) {
             if let Err(e) = guard.release().await {
-                tracing::warn!(key = %key, error = %e,
+                tracing::warn!(key = %held.key, error = %e,
                     "the work finished under a valid lease; releasing the lock afterwards failed");
             }
             return Ok(output);
@@ -135,10 +134,10 @@ impl LockRequest {
             Ok(()) => Ok(output),
             Err(e) => {
                 if !e.is_lost() {
-                    tracing::warn!(key = %key, error = %e,
+                    tracing::warn!(key = %held.key, error = %e,
                         "the lease may have run out before the work finished, and the release failed");
                 }
-                Err(LockError::Lost { key })
+                Err(LockError::lost(&held.key))
             }
         }
     }
