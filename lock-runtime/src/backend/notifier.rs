@@ -33,8 +33,14 @@ const RECONNECT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Durat
 pub(crate) enum Notices {
     /// A pub/sub connection owned by the notifier task.
     PubSub(mpsc::UnboundedSender<Command>),
-    /// Sharded pub/sub on the cluster connection.
-    Cluster(ClusterConnection),
+    /// Sharded pub/sub on the cluster connection. Dropping `_stop` ends the
+    /// push-routing task, which holds a clone of the connection: without it,
+    /// the task (and so the connection, whose push sender keeps the task's
+    /// receiver open) would outlive the client.
+    Cluster {
+        cluster: ClusterConnection,
+        _stop: oneshot::Sender<()>,
+    },
 }
 
 impl Notices {
@@ -52,12 +58,18 @@ impl Notices {
         pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
         waiters: Arc<Registry>,
     ) -> Self {
-        tokio::spawn(dispatch_cluster_pushes(
-            pushes,
-            waiters.clone(),
-            cluster.clone(),
-        ));
-        Notices::Cluster(cluster)
+        let cluster_for_task = cluster.clone();
+        let (stop, stopped) = oneshot::channel();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = dispatch_cluster_pushes(pushes, waiters, cluster_for_task) => {}
+                _ = stopped => {}
+            }
+        });
+        Notices::Cluster {
+            cluster,
+            _stop: stop,
+        }
     }
 
     /// Makes sure notices on `channel` reach `waiters`. Returns once the
@@ -77,7 +89,7 @@ impl Notices {
                     let _ = acked.await;
                 }
             }
-            Notices::Cluster(cluster) => {
+            Notices::Cluster { cluster, .. } => {
                 let subscribed = tokio::time::timeout(
                     Duration::from_secs(1),
                     cluster.clone().ssubscribe(channel),
@@ -152,8 +164,10 @@ async fn notifier(
             Ok(Ok(pubsub)) => pubsub,
             failed => {
                 match failed {
-                    Ok(Err(e)) => tracing::debug!(error = %e,
-                        "lock notices: cannot connect; waiters fall back to lease timers"),
+                    Ok(Err(e)) => tracing::debug!(
+                        error = &e as &dyn std::error::Error,
+                        "lock notices: cannot connect; waiters fall back to lease timers"
+                    ),
                     _ => tracing::debug!(
                         "lock notices: connect timed out; waiters fall back to lease timers"
                     ),
