@@ -14,7 +14,7 @@
 //! | waiters that never got the lock | worker logs | an operation ended without the lock although its wait was long (the scenarios use long waits) |
 //! | locks held past their TTL after the holder died | worker logs + faults | after a holder was stopped past its lease or killed, nobody else got the key within TTL + slack |
 //! | stalls | worker logs + faults | waiters waited with no reported holder for longer than TTL + slack outside server outages (an orphaned lock: a cancelled acquire, a leaked watchdog; or waiters that missed a free lock) |
-//! | cancelled acquires are never held | worker logs | a cancelled acquire left a guard being renewed (`active_watchdogs() > 0`) |
+//! | cancelled acquires are never held | worker logs | a cancelled acquire left a guard being renewed (`renewed_leases() > 0`) |
 //! | blocked runtimes (scenario 7) | worker logs | blocked below the TTL and lost it, or blocked past it and not told (`lost()` not resolved within 2 s, or `release` returned `Ok`) |
 //! | stopped holders (scenario 2) | worker logs + faults | stopped past the lease and `release` still said `Ok` |
 //! | nothing hangs | the harness | a worker did not finish before the run's deadline |

@@ -127,7 +127,7 @@ pub enum Event {
     Cancelled {
         /// Operation.
         op: u64,
-        /// `client.active_watchdogs()` right after: must be 0 (no guard lives).
+        /// `client.renewed_leases()` right after: must be 0 (no guard lives).
         watched: usize,
         /// Time.
         t: u64,

@@ -354,7 +354,7 @@ async fn acquire(w: &mut Worker, op: u64, key: &str, started: u64) -> Option<Loc
             match tokio::time::timeout_at(cancel_at, request).await {
                 Ok(result) => result,
                 Err(_) => {
-                    let watched = w.client.active_watchdogs();
+                    let watched = w.client.renewed_leases();
                     let t = w.clock.now();
                     w.log(Event::Cancelled { op, watched, t });
                     return None;

@@ -31,8 +31,9 @@ pub enum LockError {
         key: String,
     },
     /// The backend failed: connection refused or dropped, response timeout, a
-    /// server error.
-    #[error("lock backend error: {0}")]
+    /// server error. Displayed as the [`BackendError`] it holds, whose
+    /// [`source`](std::error::Error::source) is the driver's error.
+    #[error(transparent)]
     Backend(#[from] BackendError),
     /// The client or request configuration is invalid (bad URL, zero TTL, ...).
     #[error("invalid lock configuration: {0}")]
@@ -75,6 +76,13 @@ impl LockError {
         matches!(self, Self::InvalidKey(_))
     }
 
+    /// `true` for a [`LockError::Backend`] error where the connection failed
+    /// (refused, dropped, timed out) rather than the server answering with an
+    /// error: see [`BackendError::is_connection`]. Usually worth a retry.
+    pub fn is_connection(&self) -> bool {
+        matches!(self, Self::Backend(e) if e.is_connection())
+    }
+
     /// `true` for [`LockError::NoClient`].
     pub fn is_no_client(&self) -> bool {
         matches!(self, Self::NoClient)
@@ -98,9 +106,10 @@ impl LockError {
 /// A failure of the storage backend (Redis or the embedded one).
 ///
 /// The message says what was being done; [`std::error::Error::source`] gives the
-/// underlying driver error when there is one.
+/// underlying driver error when there is one (it is not repeated in the
+/// message: print the chain, e.g. with `anyhow`'s `{:#}`, to see both).
 #[derive(Debug, thiserror::Error)]
-#[error("{context}{}", .source.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+#[error("{context}")]
 pub struct BackendError {
     context: String,
     timeout: bool,
@@ -154,14 +163,34 @@ impl BackendError {
         }
     }
 
+    /// `inner`, as the cause of a failure described by `context`.
+    pub(crate) fn wrap(context: impl Into<String>, inner: BackendError) -> Self {
+        Self {
+            context: context.into(),
+            timeout: inner.timeout,
+            outcome_unknown: inner.outcome_unknown,
+            source: Some(Box::new(inner)),
+        }
+    }
+
+    /// The driver's error among the causes, if any.
+    fn driver_error(&self) -> Option<&redis::RedisError> {
+        let mut next = self
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static));
+        while let Some(e) = next {
+            if let Some(driver) = e.downcast_ref::<redis::RedisError>() {
+                return Some(driver);
+            }
+            next = e.source();
+        }
+        None
+    }
+
     /// `true` if the backend did not answer in time.
     pub fn is_timeout(&self) -> bool {
-        self.timeout
-            || self
-                .source
-                .as_ref()
-                .and_then(|e| e.downcast_ref::<redis::RedisError>())
-                .is_some_and(|e| e.is_timeout())
+        self.timeout || self.driver_error().is_some_and(|e| e.is_timeout())
     }
 
     /// `true` when the request may or may not have taken effect: it was sent,
@@ -172,17 +201,14 @@ impl BackendError {
     pub fn is_outcome_unknown(&self) -> bool {
         self.outcome_unknown
     }
-}
 
-impl BackendError {
     /// `true` if the connection failed (dropped, refused, timed out) rather
-    /// than the server answering with an error: worth retrying.
-    pub(crate) fn is_connection(&self) -> bool {
+    /// than the server answering with an error (a script error, an ACL
+    /// refusal, too few replica acks): usually worth a retry.
+    pub fn is_connection(&self) -> bool {
         self.timeout
             || self
-                .source
-                .as_ref()
-                .and_then(|e| e.downcast_ref::<redis::RedisError>())
+                .driver_error()
                 .is_some_and(|e| connection_failure(e).is_some())
     }
 }
@@ -211,17 +237,5 @@ pub(crate) fn connection_failure(e: &redis::RedisError) -> Option<ConnectionFail
         Some(ConnectionFailure::Broken)
     } else {
         None
-    }
-}
-
-impl From<redis::RedisError> for BackendError {
-    fn from(e: redis::RedisError) -> Self {
-        Self::with_source("redis", e)
-    }
-}
-
-impl From<redis::RedisError> for LockError {
-    fn from(e: redis::RedisError) -> Self {
-        Self::Backend(e.into())
     }
 }

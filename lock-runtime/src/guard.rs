@@ -182,7 +182,7 @@ impl LockGuard {
                 Err(LockError::lost(key))
             }
             Err(e) => {
-                tracing::warn!(key = %key, error = %e,
+                tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
                     "lock release failed; if it did not run, the lease will run out by itself");
                 Err(e)
             }
@@ -231,7 +231,7 @@ pub(crate) fn release_in_background(
             Ok(Released::NotOurs) => {
                 tracing::debug!(key = %key, "background release: the lock was not ours (any more)");
             }
-            Err(e) => tracing::warn!(key = %key, error = %e,
+            Err(e) => tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
                 "background release failed; if it did not run, the lease will run out"),
         }
     });

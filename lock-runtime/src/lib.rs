@@ -93,6 +93,7 @@
 //! * `tls`: `rediss://` URLs.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_debug_implementations, clippy::return_self_not_must_use)]
 
 mod backend;
 mod backoff;
@@ -115,7 +116,6 @@ pub mod layer;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use backend::HANDOFF_LEASE;
 pub use client::{LockClient, LockClientBuilder, LockRequest};
 pub use context::{LockInfo, current_lock};
 pub use error::{BackendError, LockError};

@@ -1,5 +1,6 @@
-//! Support for `#[distributed_lock]`. Not a stable API: only the attribute's
-//! expansion may use it.
+//! Support for `#[distributed_lock]`, and [`testing`] hooks for this
+//! workspace's own tests. Not a stable API: only the attribute's expansion
+//! and the workspace's tests may use it.
 //!
 //! For
 //!
@@ -132,6 +133,12 @@ where
 /// [`crate::escape_key_part`].
 pub struct KeyPart<'a>(&'a dyn std::fmt::Display);
 
+impl std::fmt::Debug for KeyPart<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("KeyPart").field(&self.0.to_string()).finish()
+    }
+}
+
 /// Wraps a placeholder value; the bound makes a value that is not `Display` an
 /// error at the key template.
 pub fn key_part<T: std::fmt::Display>(value: &T) -> KeyPart<'_> {
@@ -148,6 +155,23 @@ impl std::fmt::Display for KeyPart<'_> {
             }
         }
         std::fmt::Write::write_fmt(&mut Escaping(f), format_args!("{}", self.0))
+    }
+}
+
+/// Hooks for the workspace's tests and fault suite (not a stable API).
+pub mod testing {
+    use std::time::Duration;
+
+    use crate::{LockClient, LockError};
+
+    /// The lease a waiter gets when a release hands the lock to it (capped by
+    /// the lease it asked for); its watchdog renews it to the full lease at once.
+    pub const HANDOFF_LEASE: Duration = crate::backend::HANDOFF_LEASE;
+
+    /// Deletes the lock `key` regardless of its owner, as an operator's `DEL`
+    /// would. The holder finds out at its next renewal.
+    pub async fn force_delete(client: &LockClient, key: &str) -> Result<(), LockError> {
+        client.force_delete(key).await
     }
 }
 
@@ -218,7 +242,7 @@ mod tests {
         assert!(matches!(out, Err(AppError::Own)));
         // Both guards were released: their watchdogs stop (asynchronously).
         tokio::time::timeout(Duration::from_secs(2), async {
-            while c.active_watchdogs() != 0 {
+            while c.renewed_leases() != 0 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         })

@@ -307,3 +307,15 @@ impl Drop for RedisServer {
         self.kill();
     }
 }
+
+/// An error and its causes on one line, as `anyhow` prints them with `{:#}`
+/// (a `LockError` names what failed; its source says why).
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(cause) = next {
+        text += &format!(": {cause}");
+        next = cause.source();
+    }
+    text
+}

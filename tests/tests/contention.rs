@@ -43,7 +43,7 @@ async fn a_waiter_holds_within_a_few_ms_of_the_release_while_the_watchdog_keeps_
         handoff < Duration::from_millis(200),
         "hand-over took {handoff:?}"
     );
-    println!("watchdogs {}", c.active_watchdogs());
+    println!("watchdogs {}", c.renewed_leases());
 }
 
 async fn hot_key(c: LockClient, tasks: usize, iters: usize) {
@@ -83,7 +83,7 @@ async fn hot_key(c: LockClient, tasks: usize, iters: usize) {
         n,
         start.elapsed(),
         n as f64 / start.elapsed().as_secs_f64(),
-        c.active_watchdogs()
+        c.renewed_leases()
     );
 }
 

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
+use lock_runtime::__private::testing::force_delete;
 use lock_runtime::{LockClient, LockError, LockInfo, MAX_KEY_LEN, MAX_TTL, MIN_TTL, current_lock};
 
 #[macro_use]
@@ -145,7 +146,7 @@ async fn sixty_four_tasks_doing_read_modify_write_under_one_lock_end_with_the_ex
     fences.sort_unstable();
     assert_eq!(fences, (1..=64).collect::<Vec<u64>>());
     eventually(secs(2), "watchdogs stop", || {
-        env.client.active_watchdogs() == 0 && other.active_watchdogs() == 0
+        env.client.renewed_leases() == 0 && other.renewed_leases() == 0
     })
     .await;
 }
@@ -196,7 +197,7 @@ async fn a_forgotten_renewing_guard_keeps_the_key_while_its_client_lives(env: En
         is_held(&other, &key).await,
         "the leaked renewing lease ran out"
     );
-    assert_eq!(env.client.active_watchdogs(), 1);
+    assert_eq!(env.client.renewed_leases(), 1);
     // (`core_redis.rs` checks that dropping every clone of the client frees it.)
 }
 
@@ -208,7 +209,7 @@ async fn an_external_delete_makes_lost_resolve_within_about_a_third_of_the_ttl(e
     tokio::time::sleep(ms(250)).await;
     assert!(!guard.is_lost(), "lost before anything happened");
     let deleted = Instant::now();
-    env.client.force_delete(&key).await.unwrap();
+    force_delete(&env.client, &key).await.unwrap();
     within(secs(3), "lost() after an external delete", lost).await;
     let took = deleted.elapsed();
     println!(
@@ -252,7 +253,7 @@ async fn a_holder_with_a_300ms_lease_keeps_the_lock_for_two_seconds_through_the_
     guard.release().await.expect("still ours after 2 s");
     assert!(warnings_for(&key).is_empty(), "{:?}", warnings_for(&key));
     eventually(secs(1), "watchdog stops", || {
-        env.client.active_watchdogs() == 0
+        env.client.renewed_leases() == 0
     })
     .await;
 }
@@ -394,7 +395,7 @@ async fn fencing_tokens_strictly_increase_across_releases_expiry_deletes_and_cli
     // Deleted by an operator while held.
     let deleted = env.client.lock(&key).acquire().await.unwrap();
     seen.push(deleted.fencing_token());
-    env.client.force_delete(&key).await.unwrap();
+    force_delete(&env.client, &key).await.unwrap();
     let next = other.lock(&key).acquire().await.unwrap();
     seen.push(next.fencing_token());
     assert!(deleted.release().await.unwrap_err().is_lost());
@@ -495,7 +496,7 @@ async fn a_stale_guard_cannot_extend_the_new_holders_lock(env: Env) {
     let key = key("stale-extend");
     let other = env.other().await;
     let stale = env.client.lock(&key).ttl(ms(300)).acquire().await.unwrap();
-    env.client.force_delete(&key).await.unwrap();
+    force_delete(&env.client, &key).await.unwrap();
     let holder = other
         .lock(&key)
         .ttl(secs(10))
@@ -658,7 +659,7 @@ async fn ten_thousand_acquire_release_cycles_leave_no_watchdog_and_no_task(env: 
     assert!(busy.unwrap_err().is_busy());
     holder.release().await.unwrap();
     eventually(secs(2), "warm-up watchdog ends", || {
-        env.client.active_watchdogs() == 0
+        env.client.renewed_leases() == 0
     })
     .await;
     let tasks_before = metrics.num_alive_tasks();
@@ -685,7 +686,7 @@ async fn ten_thousand_acquire_release_cycles_leave_no_watchdog_and_no_task(env: 
     }
     let took = started.elapsed();
     let settled = eventually(secs(3), "no live watchdog", || {
-        env.client.active_watchdogs() == 0
+        env.client.renewed_leases() == 0
     })
     .await;
     let deadline = Instant::now() + secs(3);
@@ -763,7 +764,7 @@ async fn dropping_a_guard_outside_a_runtime_stops_its_watchdog_and_the_lease_run
     );
     next.release().await.unwrap();
     eventually(secs(1), "watchdogs stop", || {
-        env.client.active_watchdogs() == 0
+        env.client.renewed_leases() == 0
     })
     .await;
 }
@@ -793,7 +794,7 @@ async fn with_lock_releases_the_lock_when_the_future_completes(env: Env) {
         "still held after with_lock returned"
     );
     eventually(secs(1), "watchdogs stop", || {
-        env.client.active_watchdogs() == 0
+        env.client.renewed_leases() == 0
     })
     .await;
 }
@@ -813,7 +814,7 @@ async fn work_that_finished_under_a_valid_lease_keeps_its_output_whatever_the_re
         .ttl(secs(30))
         .run(async {
             let paid = "paid";
-            env.client.force_delete(&key).await.unwrap();
+            force_delete(&env.client, &key).await.unwrap();
             paid
         })
         .await;
@@ -826,7 +827,7 @@ async fn work_that_finished_under_a_valid_lease_keeps_its_output_whatever_the_re
     // A guard released by hand still says what the server says: the key was
     // not ours (someone else deleted it), so the lease did end early.
     let guard = env.client.lock(&key).ttl(secs(30)).acquire().await.unwrap();
-    env.client.force_delete(&key).await.unwrap();
+    force_delete(&env.client, &key).await.unwrap();
     assert!(guard.release().await.unwrap_err().is_lost());
 }
 
@@ -874,7 +875,7 @@ async fn with_lock_releases_the_lock_when_the_future_panics_in_a_spawned_task(en
     assert!(started.elapsed() < secs(1));
     next.release().await.unwrap();
     eventually(secs(1), "watchdogs stop", || {
-        env.client.active_watchdogs() == 0
+        env.client.renewed_leases() == 0
     })
     .await;
 }
@@ -928,7 +929,7 @@ async fn a_lost_lease_cancels_the_with_lock_future_and_returns_lost(env: Env) {
     };
     started_rx.await.unwrap();
     let deleted = Instant::now();
-    env.client.force_delete(&key).await.unwrap();
+    force_delete(&env.client, &key).await.unwrap();
     let result = within(secs(3), "the lost scope returns", task)
         .await
         .unwrap();
@@ -944,7 +945,7 @@ async fn a_lost_lease_cancels_the_with_lock_future_and_returns_lost(env: Env) {
     assert!(dropped.load(SeqCst), "the future was not dropped");
     assert!(took < secs(1), "cancelled after {took:?}");
     eventually(secs(1), "watchdogs stop", || {
-        env.client.active_watchdogs() == 0
+        env.client.renewed_leases() == 0
     })
     .await;
 }
@@ -1095,7 +1096,7 @@ async fn a_timed_out_waiting_acquire_leaves_nothing_held(env: Env) {
         "the cancelled waiter holds the lock"
     );
     eventually(secs(1), "watchdogs stop", || {
-        env.client.active_watchdogs() == 0 && other.active_watchdogs() == 0
+        env.client.renewed_leases() == 0 && other.renewed_leases() == 0
     })
     .await;
 }
@@ -1183,7 +1184,7 @@ async fn acquires_dropped_at_any_point_never_leave_a_lock_held(env: Env) {
         assert!(cancelled > 0, "no acquire was cancelled mid-flight");
     }
     eventually(secs(2), "watchdogs stop", || {
-        env.client.active_watchdogs() == 0 && other.active_watchdogs() == 0
+        env.client.renewed_leases() == 0 && other.renewed_leases() == 0
     })
     .await;
 }
@@ -1212,7 +1213,7 @@ async fn bad_keys_are_invalid_key_errors_everywhere(env: Env) {
             .unwrap_err();
         assert!(err.is_invalid_key(), "{shown}: with_lock gave {err:?}");
         assert!(!ran.load(SeqCst));
-        let err = client.force_delete(key).await.unwrap_err();
+        let err = force_delete(client, key).await.unwrap_err();
         assert!(err.is_invalid_key(), "{shown}: force_delete gave {err:?}");
     }
     let err = client.lock("").acquire().await.unwrap_err();
@@ -1337,7 +1338,7 @@ async fn cancelling_a_with_lock_future_releases_its_lock(env: Env) {
     );
     next.release().await.unwrap();
     eventually(secs(1), "watchdogs stop", || {
-        env.client.active_watchdogs() == 0
+        env.client.renewed_leases() == 0
     })
     .await;
 }
@@ -1420,7 +1421,7 @@ async fn acquire_renewal_release_and_loss_are_traced(env: Env) {
     assert!(warnings_for(&key).is_empty(), "{:?}", warnings_for(&key));
     let guard = env.client.lock(&key).ttl(ms(300)).acquire().await.unwrap();
     tokio::time::sleep(ms(200)).await; // at least one renewal
-    env.client.force_delete(&key).await.unwrap();
+    force_delete(&env.client, &key).await.unwrap();
     within(secs(2), "the loss", guard.lost()).await;
     drop(guard);
     tokio::time::sleep(ms(20)).await;
@@ -1611,8 +1612,16 @@ async fn an_unreachable_server_at_build_is_a_backend_error() {
         .await
         .unwrap_err();
     let took = started.elapsed();
-    println!("unreachable server: {err} (after {took:?})");
+    println!(
+        "unreachable server: {} (after {took:?})",
+        tests::error_chain(&err)
+    );
     assert!(err.is_backend(), "{err:?}");
+    assert!(err.is_connection(), "{err:?}");
+    assert!(
+        !err.to_string().contains("refused"),
+        "the source is not repeated: {err}"
+    );
     assert!(took < secs(5), "took {took:?}");
 }
 

@@ -478,7 +478,7 @@ async fn a_client_disconnect_mid_handler_releases_the_record() {
         }
     };
     // A long lease: being able to retry soon proves a release, not an expiry.
-    let layer = IdempotencyLayer::new(client).lease(Duration::from_secs(30));
+    let layer = IdempotencyLayer::new(client).ttl(Duration::from_secs(30));
     let app = Router::new().route("/orders", post(handler).route_layer(layer));
     let base = serve(app).await;
     let addr = base.trim_start_matches("http://");
@@ -589,7 +589,7 @@ async fn a_handler_outliving_its_lease_keeps_the_record_in_flight() {
         work: Duration::from_millis(900),
         ..Orders::default()
     };
-    let layer = IdempotencyLayer::new(client).lease(Duration::from_millis(300));
+    let layer = IdempotencyLayer::new(client).ttl(Duration::from_millis(300));
     let base = serve(orders_app(layer, orders.clone())).await;
     let http = reqwest::Client::new();
     let send = || {
@@ -642,7 +642,7 @@ async fn a_crashed_process_frees_its_key_after_one_lease() {
             };
             let app = Router::new().route(
                 "/orders",
-                post(handler).route_layer(IdempotencyLayer::new(client).lease(lease)),
+                post(handler).route_layer(IdempotencyLayer::new(client).ttl(lease)),
             );
             let base = serve(app).await;
             let request = tokio::spawn(async move {
@@ -678,7 +678,7 @@ async fn a_crashed_process_frees_its_key_after_one_lease() {
     };
     let app = Router::new().route(
         "/orders",
-        post(handler).route_layer(IdempotencyLayer::new(client).lease(lease)),
+        post(handler).route_layer(IdempotencyLayer::new(client).ttl(lease)),
     );
     let base = serve(app).await;
     let http = reqwest::Client::new();
@@ -1260,7 +1260,7 @@ async fn hammer_while_killing_connections(
             }
         }
     };
-    let layer = IdempotencyLayer::new(client).lease(Duration::from_secs(1));
+    let layer = IdempotencyLayer::new(client).ttl(Duration::from_secs(1));
     let base = serve(Router::new().route("/orders", post(handler).route_layer(layer))).await;
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -12,6 +12,7 @@ use axum::extract::{Path, State};
 use axum::routing::post;
 use futures_util::StreamExt;
 use http::StatusCode;
+use lock_runtime::__private::testing::force_delete;
 use lock_runtime::layer::LockLayer;
 use lock_runtime::{LockClient, LockInfo};
 use tests::RedisServer;
@@ -586,7 +587,7 @@ async fn a_lease_lost_mid_handler_cancels_it_with_503() {
     });
     started.notified().await;
     // An operator deletes the lock: the next renewal finds it gone.
-    client.force_delete("order:1").await.unwrap();
+    force_delete(&client, "order:1").await.unwrap();
     let r = tokio::time::timeout(Duration::from_secs(3), request)
         .await
         .expect("the handler was not cancelled")
@@ -889,4 +890,35 @@ async fn a_key_extractor_that_rejects_answers_with_its_own_rejection_and_the_han
         .unwrap();
     assert_eq!(r.text().await.unwrap(), "order:15");
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// Both layers' services give their inner service back, and print as what
+/// they are.
+#[tokio::test]
+async fn the_layers_services_give_access_to_the_wrapped_service() {
+    use tower::Layer;
+
+    #[derive(Debug)]
+    struct Inner(u32);
+
+    let client = memory_client().await;
+    let mut lock = LockLayer::new(client.clone())
+        .key("order:{id}")
+        .layer(Inner(1));
+    lock.get_mut().0 += 1;
+    assert_eq!(lock.get_ref().0, 2);
+    assert!(
+        format!("{lock:?}").starts_with("Lock { inner: Inner(2)"),
+        "{lock:?}"
+    );
+    assert_eq!(lock.into_inner().0, 2);
+
+    let mut idempotent = lock_runtime::IdempotencyLayer::new(client).layer(Inner(1));
+    idempotent.get_mut().0 += 1;
+    assert_eq!(idempotent.get_ref().0, 2);
+    assert!(
+        format!("{idempotent:?}").starts_with("Idempotency { inner: Inner(2)"),
+        "{idempotent:?}"
+    );
+    assert_eq!(idempotent.into_inner().0, 2);
 }

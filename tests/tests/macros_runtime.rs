@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use lock_runtime::__private::testing::force_delete;
 use lock_runtime::{LockClient, LockError, distributed_lock};
 use tests::RedisServer;
 use tokio::sync::Barrier;
@@ -180,7 +181,7 @@ async fn assert_released(client: &LockClient, key: &str) {
         .await
         .unwrap_or_else(|e| panic!("`{key}` should have been released: {e}"));
     guard.release().await.unwrap();
-    until("every watchdog stopped", || client.active_watchdogs() == 0).await;
+    until("every watchdog stopped", || client.renewed_leases() == 0).await;
 }
 
 /// Runs `scenario` against a fresh `redis-server` and against the embedded
@@ -323,7 +324,7 @@ on_both_backends! {
         });
         until("the job is inside", || orders.entered.load(Ordering::SeqCst) == 1).await;
         let deleted = Instant::now();
-        client.force_delete("{acme}:job:nightly").await.unwrap();
+        force_delete(&client, "{acme}:job:nightly").await.unwrap();
         let result = tokio::time::timeout(Duration::from_secs(5), job)
             .await
             .expect("the lost lease ends the call long before the 10 s body")
@@ -336,7 +337,7 @@ on_both_backends! {
         }
         assert_eq!(orders.finished.load(Ordering::SeqCst), 0, "the body ran to its end");
         assert_eq!(orders.inside.load(Ordering::SeqCst), 1, "the body was not cancelled mid-way");
-        until("every watchdog stopped", || client.active_watchdogs() == 0).await;
+        until("every watchdog stopped", || client.renewed_leases() == 0).await;
     }
 }
 

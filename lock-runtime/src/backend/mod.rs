@@ -21,7 +21,7 @@ pub(crate) use waiters::WaitHandle;
 /// The lease a waiter gets when a release hands the lock to it (capped by the
 /// lease it asked for). Its watchdog renews it to the full lease at once; if
 /// the waiter died meanwhile, the key is free again after at most this long.
-pub const HANDOFF_LEASE: Duration = Duration::from_secs(2);
+pub(crate) const HANDOFF_LEASE: Duration = Duration::from_secs(2);
 
 /// The most leases one batched renewal call carries.
 pub(crate) const RENEW_BATCH: usize = 100;

@@ -428,7 +428,8 @@ impl RedisBackend {
         redis::cmd("DEL")
             .arg(&names.lock)
             .exec_async(&mut self.conn(names))
-            .await?;
+            .await
+            .map_err(|e| BackendError::with_source("cannot delete the lock", e))?;
         Ok(())
     }
 

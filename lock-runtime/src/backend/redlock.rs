@@ -73,9 +73,10 @@ impl RedlockBackend {
         let mut nodes = Vec::with_capacity(urls.len());
         for (i, node) in connected.into_iter().enumerate() {
             nodes.push(Arc::new(node.map_err(|e| match e {
-                LockError::Backend(b) => {
-                    LockError::Backend(BackendError::new(format!("Redlock node {i}: {b}")))
-                }
+                LockError::Backend(b) => LockError::Backend(BackendError::wrap(
+                    format!("Redlock node {i} is unavailable"),
+                    b,
+                )),
                 other => other,
             })?));
         }

@@ -187,7 +187,7 @@ impl Acquisition {
                             || (self.retries == 0 && !e.is_timeout())) =>
                 {
                     // The driver re-establishes a broken connection.
-                    tracing::debug!(key = %self.attempt.key, error = %e,
+                    tracing::debug!(key = %self.attempt.key, error = &e as &dyn std::error::Error,
                         "lock acquire: connection failed; retrying");
                     if self.retries > 0 {
                         self.backoff.wait().await;
@@ -197,7 +197,7 @@ impl Acquisition {
                 Err(e) => {
                     // The script may have run even if the reply was lost: the
                     // attempt releases with our token on the way out.
-                    tracing::debug!(key = %self.attempt.key, error = %e, "lock acquire failed");
+                    tracing::debug!(key = %self.attempt.key, error = &e as &dyn std::error::Error, "lock acquire failed");
                     return Err(e);
                 }
             }

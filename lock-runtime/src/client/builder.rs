@@ -18,6 +18,7 @@ static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Configures a [`LockClient`]; finish with [`build`](LockClientBuilder::build).
 #[derive(Clone)]
+#[must_use = "a builder does nothing until `.build()`"]
 pub struct LockClientBuilder {
     target: Target,
     prefix: String,

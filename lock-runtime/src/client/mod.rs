@@ -130,15 +130,21 @@ impl LockClient {
     /// guards share their owner's). A diagnostic: it returns to zero when every
     /// guard is released or dropped. All leases of a client are renewed by one
     /// background task, in batches.
-    pub fn active_watchdogs(&self) -> usize {
+    pub fn renewed_leases(&self) -> usize {
         self.0.watchdog.live()
     }
 
-    /// Deletes the lock `key` regardless of its owner, as an operator's `DEL`
-    /// would. The holder finds out at its next renewal. For tests and
-    /// emergencies; not part of normal operation.
+    /// The old name of [`LockClient::renewed_leases`]: it counts leases, not
+    /// watchdogs (one task renews them all).
+    #[deprecated(since = "0.1.0", note = "renamed to `renewed_leases`")]
     #[doc(hidden)]
-    pub async fn force_delete(&self, key: &str) -> Result<(), LockError> {
+    pub fn active_watchdogs(&self) -> usize {
+        self.renewed_leases()
+    }
+
+    /// Deletes the lock `key` regardless of its owner, as an operator's `DEL`
+    /// would. The holder finds out at its next renewal.
+    pub(crate) async fn force_delete(&self, key: &str) -> Result<(), LockError> {
         validate_key(key)?;
         self.0
             .backend

@@ -123,7 +123,7 @@ impl LockRequest {
         // undo work that finished under a valid lease.
         if held.valid_at(Instant::now()) {
             if let Err(e) = guard.release().await {
-                tracing::warn!(key = %held.key, error = %e,
+                tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
                     "the work finished under a valid lease; releasing the lock afterwards failed");
             }
             return Ok(output);
@@ -134,7 +134,7 @@ impl LockRequest {
             Ok(()) => Ok(output),
             Err(e) => {
                 if !e.is_lost() {
-                    tracing::warn!(key = %held.key, error = %e,
+                    tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
                         "the lease may have run out before the work finished, and the release failed");
                 }
                 Err(LockError::lost(&held.key))

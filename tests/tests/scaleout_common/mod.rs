@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
+use lock_runtime::__private::testing::force_delete;
 use lock_runtime::{LockClient, LockClientBuilder, LockError, current_lock};
 
 /// Generates the semantic suite for one topology: `$setup` names a
@@ -285,7 +286,7 @@ pub async fn fencing_tokens_strictly_increase_across_clients_releases_expiry_and
             0 | 1 => guard.release().await.unwrap(),
             // Deleted by an operator.
             2 => {
-                b.force_delete(&key).await.unwrap();
+                force_delete(&b, &key).await.unwrap();
                 drop(guard);
             }
             // Left to expire: the next acquire waits it out.
@@ -307,7 +308,7 @@ pub async fn an_external_delete_makes_the_holder_lost_and_cancels_its_with_lock_
     let lost = guard.lost();
     assert!(!guard.is_lost());
     let deleted = Instant::now();
-    b.force_delete(&key).await.unwrap();
+    force_delete(&b, &key).await.unwrap();
     within(secs(3), "the holder notices the delete", lost).await;
     println!(
         "lost() resolved {:?} after the delete (600 ms lease)",
@@ -338,7 +339,7 @@ pub async fn an_external_delete_makes_the_holder_lost_and_cancels_its_with_lock_
         assert!(started.elapsed() < secs(3), "with_lock never took the lock");
         tokio::time::sleep(ms(5)).await;
     }
-    b.force_delete(&key).await.unwrap();
+    force_delete(&b, &key).await.unwrap();
     let result = within(secs(3), "with_lock returns after the delete", run)
         .await
         .unwrap();

@@ -134,7 +134,10 @@ where
     .map(|answer| match answer {
         Ok(Ok(value)) => Some(value),
         Ok(Err(e)) => {
-            tracing::debug!(error = %e, "idempotency: a Redlock node failed");
+            tracing::debug!(
+                error = &e as &dyn std::error::Error,
+                "idempotency: a Redlock node failed"
+            );
             None
         }
         Err(_) => {

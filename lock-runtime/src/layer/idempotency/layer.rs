@@ -141,12 +141,19 @@ impl IdempotencyLayer {
     }
 
     /// The lease of an in-flight record (default: the client's default TTL,
-    /// at least [`MIN_TTL`](crate::MIN_TTL)), renewed every `lease / 3` while
+    /// at least [`MIN_TTL`](crate::MIN_TTL)), renewed every `ttl / 3` while
     /// the handler runs. If the process dies, the key is usable again after
-    /// at most this long.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.config().lease = Some(lease);
+    /// at most this long. Named like [`LockRequest::ttl`](crate::LockRequest::ttl).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.config().lease = Some(ttl);
         self
+    }
+
+    /// The old name of [`IdempotencyLayer::ttl`].
+    #[deprecated(since = "0.1.0", note = "renamed to `ttl`, like every lease length")]
+    #[doc(hidden)]
+    pub fn lease(self, lease: Duration) -> Self {
+        self.ttl(lease)
     }
 
     /// How long a completed record (the stored response) is kept (default

@@ -114,7 +114,7 @@ impl Running {
 async fn release(client: &LockClient, record: &str, token: &Token) -> Result<bool, LockError> {
     match client.backend().release_record(record, token).await {
         Err(e) => {
-            tracing::debug!(%record, error = %e, "idempotency: release unanswered; sending it again");
+            tracing::debug!(%record, error = &e as &dyn std::error::Error, "idempotency: release unanswered; sending it again");
             tokio::time::sleep(Duration::from_millis(20)).await;
             client.backend().release_record(record, token).await
         }
@@ -155,13 +155,13 @@ async fn finish(
                 return;
             }
             Err(e) if Instant::now() + pause < give_up => {
-                tracing::debug!(%record, error = %e,
+                tracing::debug!(%record, error = &e as &dyn std::error::Error,
                     "idempotency: completion unanswered; sending it again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(MAX_POLL);
             }
             Err(e) => {
-                tracing::warn!(%record, status = response.status, error = %e,
+                tracing::warn!(%record, status = response.status, error = &e as &dyn std::error::Error,
                     "idempotency: cannot store the response (it was sent to the client); \
                      duplicates get 409 until the lease runs out, then the request may run again");
                 return;
@@ -175,7 +175,10 @@ fn log_release(released: Result<bool, LockError>) {
         Ok(true) => tracing::debug!("idempotency: record released"),
         Ok(false) => tracing::debug!("idempotency: record already gone when released"),
         Err(e) => {
-            tracing::warn!(error = %e, "idempotency: cannot release the record; it expires with its lease")
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "idempotency: cannot release the record; it expires with its lease"
+            )
         }
     }
 }
@@ -228,7 +231,7 @@ async fn renew(
             // An unknown outcome is not a loss (the renewal may well have
             // happened): try again soon, well before the lease can run out.
             Err(e) => {
-                tracing::debug!(%record, error = %e, "idempotency: lease renewal unanswered; retrying");
+                tracing::debug!(%record, error = &e as &dyn std::error::Error, "idempotency: lease renewal unanswered; retrying");
                 next = (period / 4).max(Duration::from_millis(10));
             }
         }

@@ -26,6 +26,7 @@ use crate::{LockClient, LockError, MAX_TTL, MIN_TTL};
 
 use super::body::{Buffered, buffer, read_body};
 use super::running::{MAX_POLL, Running};
+
 /// The service made by [`IdempotencyLayer`](super::IdempotencyLayer).
 #[derive(Clone)]
 pub struct Idempotency<S> {
@@ -36,6 +37,21 @@ pub struct Idempotency<S> {
 impl<S> Idempotency<S> {
     pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
         Self { inner, config }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 }
 
@@ -161,7 +177,10 @@ where
     let token = match Token::random() {
         Ok(token) => token,
         Err(e) => {
-            tracing::error!(error = %e, "idempotency: no owner token");
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "idempotency: no owner token"
+            );
             return Ok(unavailable());
         }
     };
@@ -206,11 +225,11 @@ where
                 // what may be ours, so the key is not held for a whole lease.
                 Running::settle_in_background(client.clone(), record, token, false);
                 if config.fail_open {
-                    tracing::warn!(%key, error = %e, "idempotency store unreachable; serving unprotected (fail open)");
+                    tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; serving unprotected (fail open)");
                     let req = Request::from_parts(parts, Body::from(body));
                     return inner.call(req).await.map(|r| r.map(Body::new));
                 }
-                tracing::warn!(%key, error = %e, "idempotency store unreachable; request refused (fail closed)");
+                tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; request refused (fail closed)");
                 return Ok(unavailable());
             }
         }
@@ -312,7 +331,7 @@ async fn claim(
             .await
         {
             Err(e) if tries < CLAIM_TRIES => {
-                tracing::debug!(%record, error = %e, "idempotency: claim unanswered; sending it again");
+                tracing::debug!(%record, error = &e as &dyn std::error::Error, "idempotency: claim unanswered; sending it again");
                 tokio::time::sleep(pause).await;
                 pause *= 4;
                 tries += 1;

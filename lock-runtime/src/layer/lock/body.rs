@@ -41,7 +41,7 @@ fn release(guard: LockGuard) -> Release {
     Box::pin(async move {
         let key = guard.key().to_owned();
         if let Err(e) = guard.release().await {
-            tracing::debug!(%key, error = %e, "lock layer: release after the response body failed");
+            tracing::debug!(%key, error = &e as &dyn std::error::Error, "lock layer: release after the response body failed");
         }
     })
 }

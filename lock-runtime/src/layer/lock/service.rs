@@ -147,7 +147,7 @@ where
     let guard = match request.acquire().await {
         Ok(guard) => guard,
         Err(e) if e.is_backend() && config.fail_open => {
-            tracing::warn!(%key, error = %e, "lock backend unreachable; serving without the lock (fail open)");
+            tracing::warn!(%key, error = &e as &dyn std::error::Error, "lock backend unreachable; serving without the lock (fail open)");
             return inner.call(req).await.map(|r| r.map(Body::new));
         }
         Err(e) => return Ok(refusal(&config, &key, e)),
@@ -201,7 +201,10 @@ where
     let mut body = Box::pin(body);
     let release = |guard: LockGuard| async move {
         if let Err(e) = guard.release().await {
-            tracing::debug!(error = %e, "lock layer: release after the response failed");
+            tracing::debug!(
+                error = &e as &dyn std::error::Error,
+                "lock layer: release after the response failed"
+            );
         }
     };
     let first = if body.is_end_stream() {
@@ -253,7 +256,7 @@ fn refusal(config: &Config, key: &str, e: LockError) -> Response<Body> {
             problem(StatusCode::BAD_REQUEST, &format!("invalid lock key: {why}"))
         }
         LockError::Backend(e) => {
-            tracing::warn!(%key, error = %e, "lock backend unreachable; request refused (fail closed)");
+            tracing::warn!(%key, error = &e as &dyn std::error::Error, "lock backend unreachable; request refused (fail closed)");
             problem_retry(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the lock service is unavailable; retry later",
@@ -261,7 +264,7 @@ fn refusal(config: &Config, key: &str, e: LockError) -> Response<Body> {
             )
         }
         e => {
-            tracing::error!(%key, error = %e, "lock layer: cannot lock");
+            tracing::error!(%key, error = &e as &dyn std::error::Error, "lock layer: cannot lock");
             problem(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the lock layer of this route is misconfigured",
