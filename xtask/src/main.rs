@@ -1,0 +1,181 @@
+//! The workspace's tasks, run with `cargo xtask <task>` (an alias in
+//! `.cargo/config.toml`). One definition of "the tests", used by the README,
+//! by developers and by CI (`.ci/run` calls `cargo xtask ci`).
+//!
+//! * `cargo xtask test [ARGS]`: installs what the tests need when it is
+//!   missing (`redis-server`, `redis-sentinel`, `redis-cli`, `openssl`, from
+//!   Debian's packages, with `sudo` when not root), then runs
+//!   `cargo test --workspace --all-features [ARGS]`.
+//! * `cargo xtask lint`: `cargo fmt --check`; clippy with `-D warnings` on the
+//!   workspace and on every feature combination of `lock-runtime`; rustdoc
+//!   with `-D warnings` for the same combinations.
+//! * `cargo xtask ci`: `lint`, then `test`.
+//! * `cargo xtask deps`: only the installation step.
+
+use std::process::{Command, ExitCode};
+
+/// The feature combinations of `lock-runtime` that users can pick, each
+/// linted and documented on its own (`--no-default-features --features F`;
+/// `macros` alone is the default set).
+const FEATURE_SETS: &[&str] = &["", "macros", "axum", "tls", "axum,tls", "macros,axum"];
+
+/// Commands the tests run, and the Debian package that provides each.
+const TOOLS: &[(&str, &str)] = &[
+    ("redis-server", "redis-server"),
+    ("redis-sentinel", "redis-sentinel"),
+    ("redis-cli", "redis-tools"),
+    ("openssl", "openssl"),
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (task, rest) = match args.split_first() {
+        Some((task, rest)) => (task.as_str(), rest),
+        None => ("help", &[][..]),
+    };
+    let outcome = match task {
+        "test" => deps().and_then(|()| test(rest)),
+        "lint" => lint(),
+        "ci" => deps().and_then(|()| lint()).and_then(|()| test(rest)),
+        "deps" => deps(),
+        "help" | "-h" | "--help" => {
+            println!("{}", usage());
+            Ok(())
+        }
+        other => Err(format!("unknown task `{other}`\n{}", usage())),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask {task}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage() -> &'static str {
+    "usage: cargo xtask <task>\n  \
+     test [ARGS]  install what the tests need, then cargo test --workspace --all-features [ARGS]\n  \
+     lint         fmt --check, clippy -D warnings and rustdoc on every feature set\n  \
+     ci           deps, lint, then test (what .ci/run runs)\n  \
+     deps         only install what the tests need"
+}
+
+/// Runs `program args`, echoing it; an error names the command.
+fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    let shown = format!("{program} {}", args.join(" "));
+    eprintln!("+ {shown}");
+    let status = Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .status()
+        .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{shown}` failed ({status})"))
+    }
+}
+
+/// `true` when `program` is on the `PATH`.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// Installs the Debian packages of the missing tools.
+fn deps() -> Result<(), String> {
+    let missing: Vec<&str> = TOOLS
+        .iter()
+        .filter(|(tool, _)| !on_path(tool))
+        .map(|&(_, package)| package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !on_path("apt-get") {
+        return Err(format!(
+            "the tests need {}; this machine has no apt-get: install them with your package manager",
+            missing.join(", ")
+        ));
+    }
+    eprintln!("installing {}", missing.join(" "));
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let (program, prefix): (&str, &[&str]) = if root {
+        ("apt-get", &[])
+    } else if on_path("sudo") {
+        ("sudo", &["apt-get"])
+    } else {
+        return Err(format!(
+            "the tests need {} and installing them needs root: run `sudo apt-get install {}`",
+            missing.join(", "),
+            missing.join(" ")
+        ));
+    };
+    let noninteractive = [("DEBIAN_FRONTEND", "noninteractive")];
+    let mut update = prefix.to_vec();
+    update.extend(["update", "-qq"]);
+    run(program, &update, &noninteractive)?;
+    let mut install = prefix.to_vec();
+    install.extend(["install", "-y", "-qq", "--no-install-recommends"]);
+    install.extend(&missing);
+    run(program, &install, &noninteractive)?;
+    // The packages may start system services; the tests use their own servers.
+    run("redis-server", &["--version"], &[])
+}
+
+/// The test suite: every package, every feature.
+fn test(extra: &[String]) -> Result<(), String> {
+    let mut args = vec!["test", "--workspace", "--all-features"];
+    args.extend(extra.iter().map(String::as_str));
+    run("cargo", &args, &[])
+}
+
+/// Formatting, clippy and rustdoc, warning-free.
+fn lint() -> Result<(), String> {
+    let deny = [("RUSTDOCFLAGS", "-Dwarnings")];
+    run("cargo", &["fmt", "--all", "--check"], &[])?;
+    run(
+        "cargo",
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )?;
+    for features in FEATURE_SETS {
+        let common = [
+            "-p",
+            "lock-runtime",
+            "--no-default-features",
+            "--features",
+            features,
+        ];
+        let mut clippy = vec!["clippy", "--all-targets"];
+        clippy.extend(common);
+        clippy.extend(["--", "-D", "warnings"]);
+        run("cargo", &clippy, &[])?;
+        let mut doc = vec!["doc", "--no-deps", "--quiet"];
+        doc.extend(common);
+        run("cargo", &doc, &deny)?;
+    }
+    run(
+        "cargo",
+        &[
+            "doc",
+            "--workspace",
+            "--no-deps",
+            "--all-features",
+            "--quiet",
+        ],
+        &deny,
+    )
+}
