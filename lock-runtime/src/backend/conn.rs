@@ -181,26 +181,19 @@ impl SentinelConn {
         if let Some(found) = self.cached() {
             return Ok(found);
         }
-        let client =
-            tokio::time::timeout(self.options.connect_timeout, sentinel.async_get_client())
-                .await
-                .map_err(|_| {
-                    redis::RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "asking the sentinels for the master timed out",
-                    ))
-                })??;
-        let manager = tokio::time::timeout(
-            self.options.connect_timeout,
+        let limit = self.options.connect_timeout;
+        let client = within(
+            limit,
+            "asking the sentinels for the master timed out",
+            sentinel.async_get_client(),
+        )
+        .await?;
+        let manager = within(
+            limit,
+            "connecting to the master timed out",
             ConnectionManager::new_with_config(client.clone(), manager_config(&self.options)),
         )
-        .await
-        .map_err(|_| {
-            redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connecting to the master timed out",
-            ))
-        })??;
+        .await?;
         tracing::debug!(master = ?client.get_connection_info().addr(), "sentinel: master discovered");
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((manager.clone(), client.clone()));
@@ -216,4 +209,15 @@ impl SentinelConn {
             *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
+}
+
+/// `step`, or a driver timeout error saying `what` after `limit`.
+async fn within<T>(
+    limit: std::time::Duration,
+    what: &'static str,
+    step: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    tokio::time::timeout(limit, step).await.map_err(|_| {
+        redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
+    })?
 }
