@@ -170,6 +170,14 @@ impl RedlockBackend {
         }
         // Not ours: undo whatever was taken, everywhere, before answering.
         self.release_all(names, token, ttl).await;
+        if !acquired.is_empty() {
+            // A split vote: contenders each took some nodes and nobody a
+            // majority (likely while a minority is down, when a majority
+            // needs every live node). Woken by the same notices, they would
+            // all try again at once and split again; a random pause before
+            // the next attempt lets one of them win (Redlock's advice).
+            tokio::time::sleep(split_pause(per_node)).await;
+        }
         if busy.len() > self.nodes.len() - quorum {
             busy.sort();
             // The lock cannot be ours before enough holders' leases end.
@@ -397,6 +405,15 @@ impl ReleaseTally {
         }
         None
     }
+}
+
+/// A random pause in `[0, per_node)` after a split vote: an attempt that
+/// waits for a dead node lasts up to `per_node` (at most a tenth of the
+/// lease), so contenders are staggered by up to a whole attempt.
+fn split_pause(per_node: Duration) -> Duration {
+    let cap = per_node.as_micros().max(1) as u64;
+    let draw = getrandom::u64().unwrap_or(0);
+    Duration::from_micros(draw % cap)
 }
 
 #[cfg(test)]
