@@ -454,7 +454,10 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         LockSide::Sentinel(group) => {
             let (servers, sentinels) = group.ports();
             // The workers' clients use the default prefix `lock:`.
-            let fences = keys.iter().map(|k| format!("lock:F{{{k}}}")).collect();
+            let fences = keys
+                .iter()
+                .map(|k| lock_runtime::__private::testing::fence_counter("lock:", k))
+                .collect();
             Some(
                 Sampler::start(
                     servers,

@@ -1,5 +1,7 @@
 -- Acquire a lock, or join its queue of waiters.
--- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] waiter queue (one hash slot)
+-- KEYS[1] lock key, KEYS[2] fencing counter of the key's hash slot (shared by
+-- every key there), KEYS[3] waiter queue, KEYS[4] the key's own counter of
+-- earlier versions (all in one hash slot)
 -- ARGV[1] owner token (128 random bits, hex), ARGV[2] lease in milliseconds,
 -- ARGV[3] how long the caller will wait, in milliseconds ('0': try once, do not queue),
 -- ARGV[4] '1' when an earlier attempt of this token may have queued it
@@ -8,21 +10,35 @@
 -- -remaining_lease_ms (<= 0) when held by another owner.
 -- The lock's value is its owner's token, followed by '+' once somebody may be
 -- queued behind it: only then does a release look at the queue.
+-- The next fencing token: the slot counter, first raised past a per-key
+-- counter left by an earlier version (then deleted), so no token repeats.
+local function next_fence()
+  local legacy = redis.call('GET', KEYS[4])
+  if legacy then
+    if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(legacy) then
+      redis.call('SET', KEYS[2], legacy)
+    end
+    redis.call('DEL', KEYS[4])
+  end
+  return redis.call('INCR', KEYS[2])
+end
 local owner = redis.call('GET', KEYS[1])
 if not owner then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if ARGV[4] == '1' then
     redis.call('LREM', KEYS[3], 1, ARGV[1] .. ':' .. ARGV[2])
   end
-  return redis.call('INCR', KEYS[2])
+  return next_fence()
 end
 if owner == ARGV[1] or owner == ARGV[1] .. '+' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- At least the token issued to us (the counter only rises), and below
+  -- any token a later owner of this key can get.
   local fence = redis.call('GET', KEYS[2])
   if fence then
     return tonumber(fence)
   end
-  return redis.call('INCR', KEYS[2])
+  return next_fence()
 end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then

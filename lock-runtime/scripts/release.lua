@@ -1,5 +1,6 @@
 -- Release a lock we hold and hand it to the first waiter in line.
--- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] waiter queue (one hash slot)
+-- KEYS[1] lock key, KEYS[2] fencing counter of the key's slot, KEYS[3] waiter
+-- queue (one hash slot)
 -- ARGV[1] owner token, ARGV[2] notice channel, ARGV[3] hand-over lease cap (ms),
 -- ARGV[4] our own queue entry to drop first ('' when we never queued),
 -- ARGV[5] 'PUBLISH', or 'SPUBLISH' on a cluster (chosen by the library),

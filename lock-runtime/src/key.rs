@@ -26,6 +26,14 @@
 //! apart, and each form can be read back to its key, so the mapping from
 //! `(kind, key)` to a name is injective: no key can name another key's lock,
 //! counter, queue or channel.
+//!
+//! Fencing counters are not per key: every key of a hash slot shares one,
+//! `prefix + S{tag}`, where `tag` is the shortest base-36 string that
+//! hashes to that slot ([`slot_tag`]). A key's tokens still strictly increase
+//! (the counter only ever goes up), and what stays in Redis after every lock
+//! is released is at most 16,384 counters per prefix, however many names
+//! were used. `prefix + F + body` is the per-key counter of earlier versions,
+//! folded into the slot counter at the key's next acquisition.
 
 use lock_keys::{MAX_KEY_LEN, MAX_PREFIX_LEN};
 
@@ -139,6 +147,47 @@ fn crc16(bytes: &[u8]) -> u16 {
     crc
 }
 
+/// For each of the 16,384 slots, the shortest base-36 string (first in
+/// length-then-value order) whose CRC16 puts it in that slot.
+static SLOT_TAGS: std::sync::LazyLock<Box<[[u8; 4]]>> = std::sync::LazyLock::new(|| {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut tags = vec![[0u8; 4]; 16384];
+    let mut found = 0;
+    'lengths: for len in 1..=4u32 {
+        for n in 0..36u32.pow(len) {
+            let mut tag = [0u8; 4];
+            let mut rest = n;
+            for i in (0..len as usize).rev() {
+                tag[i] = DIGITS[(rest % 36) as usize];
+                rest /= 36;
+            }
+            let slot = usize::from(crc16(&tag[..len as usize]) % 16384);
+            if tags[slot][0] == 0 {
+                tags[slot] = tag;
+                found += 1;
+                if found == tags.len() {
+                    break 'lengths;
+                }
+            }
+        }
+    }
+    assert_eq!(found, tags.len(), "4 base-36 digits reach every slot");
+    tags.into_boxed_slice()
+});
+
+/// The tag of `slot`'s fencing counter: at most 4 of `[0-9a-z]`, hashing
+/// to `slot`.
+pub(crate) fn slot_tag(slot: u16) -> &'static str {
+    let tag = &SLOT_TAGS[usize::from(slot % 16384)];
+    let len = tag.iter().position(|b| *b == 0).unwrap_or(tag.len());
+    std::str::from_utf8(&tag[..len]).unwrap_or_default()
+}
+
+/// The fencing counter every key of `slot` shares.
+fn slot_counter(prefix: &str, slot: u16) -> String {
+    format!("{prefix}S{{{}}}", slot_tag(slot))
+}
+
 /// What a derived name is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -189,7 +238,11 @@ pub(crate) fn name(prefix: &str, kind: Kind, key: &str) -> String {
 #[derive(Clone, Debug)]
 pub(crate) struct KeyNames {
     pub(crate) lock: String,
+    /// The fencing counter of the key's slot (shared with every key there).
     pub(crate) fence: String,
+    /// The key's own counter in versions before slot counters: folded into
+    /// `fence` by the acquire script, then deleted.
+    pub(crate) legacy_fence: String,
     pub(crate) queue: String,
     pub(crate) notice: String,
     /// The Redis Cluster slot all four names share (`CLUSTER KEYSLOT` of
@@ -201,9 +254,11 @@ pub(crate) struct KeyNames {
 impl KeyNames {
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
         let lock = name(prefix, Kind::Lock, key);
+        let slot = slot(&lock);
         Self {
-            slot: slot(&lock),
-            fence: name(prefix, Kind::Fence, key),
+            slot,
+            fence: slot_counter(prefix, slot),
+            legacy_fence: name(prefix, Kind::Fence, key),
             queue: name(prefix, Kind::Queue, key),
             notice: name(prefix, Kind::Notice, key),
             lock,
@@ -299,7 +354,7 @@ mod tests {
     fn untagged_keys_are_wrapped_in_a_hash_tag() {
         let n = KeyNames::new("lock:", "order:42");
         assert_eq!(n.lock, "lock:L{order:42}");
-        assert_eq!(n.fence, "lock:F{order:42}");
+        assert_eq!(n.legacy_fence, "lock:F{order:42}");
         assert_eq!(n.queue, "lock:Q{order:42}");
         assert_eq!(n.notice, "lock:N{order:42}");
     }
@@ -308,7 +363,7 @@ mod tests {
     fn tagged_keys_keep_their_own_tag() {
         let n = KeyNames::new("lock:", "{tenant:7}:order:1");
         assert_eq!(n.lock, "lock:L:{tenant:7}:order:1");
-        assert_eq!(n.fence, "lock:F:{tenant:7}:order:1");
+        assert_eq!(n.legacy_fence, "lock:F:{tenant:7}:order:1");
         assert_eq!(n.slot, slot("tenant:7"));
     }
 
@@ -327,7 +382,7 @@ mod tests {
     fn a_key_that_starts_with_a_closing_brace_is_hashed_by_its_escaped_form() {
         let n = KeyNames::new("lock:", "}x");
         assert_eq!(n.lock, "lock:L%{%7Dx}");
-        assert_eq!(n.fence, "lock:F%{%7Dx}");
+        assert_eq!(n.legacy_fence, "lock:F%{%7Dx}");
         assert_eq!(n.queue, "lock:Q%{%7Dx}");
         assert_eq!(n.notice, "lock:N%{%7Dx}");
         assert_eq!(n.slot, slot("%7Dx"));
@@ -450,6 +505,38 @@ mod tests {
         #[test]
         fn slot_agrees_with_the_redis_rule_on_any_string(name in "[{}a-c]{0,10}|\\PC{0,20}") {
             prop_assert_eq!(slot(&name), redis_key_hash_slot(&name));
+        }
+    }
+
+    #[test]
+    fn every_slot_has_a_short_tag_of_its_own() {
+        let mut seen = std::collections::HashSet::new();
+        for s in 0..16384u16 {
+            let tag = slot_tag(s);
+            assert!((1..=4).contains(&tag.len()), "slot {s}: {tag:?}");
+            assert!(
+                tag.bytes()
+                    .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+            );
+            assert_eq!(slot(tag), s, "{tag}");
+            assert!(seen.insert(tag));
+        }
+        // `CLUSTER KEYSLOT` of two counters, as Redis 7 answered.
+        assert_eq!(
+            slot_counter("lock:", slot("order:42")),
+            format!("lock:S{{{}}}", slot_tag(8691))
+        );
+        assert_eq!(redis_key_hash_slot(&slot_counter("lock:", 8691)), 8691);
+        assert_eq!(redis_key_hash_slot(&slot_counter("p:", 0)), 0);
+    }
+
+    #[test]
+    fn every_name_of_a_key_shares_its_slot_counter() {
+        for key in ["order:42", "{tenant:7}:order:1", "}x", "a}b{c}"] {
+            let n = KeyNames::new("lock:", key);
+            assert_eq!(slot(&n.fence), n.slot, "{key}");
+            assert_eq!(slot(&n.legacy_fence), n.slot, "{key}");
+            assert!(n.fence.starts_with("lock:S{"), "{}", n.fence);
         }
     }
 

@@ -168,6 +168,12 @@ pub mod testing {
     /// the lease it asked for); its watchdog renews it to the full lease at once.
     pub const HANDOFF_LEASE: Duration = crate::backend::HANDOFF_LEASE;
 
+    /// The Redis name of the fencing counter `key` uses under `prefix`: the
+    /// one of its hash slot, `prefix + S{tag}`, shared with every key there.
+    pub fn fence_counter(prefix: &str, key: &str) -> String {
+        crate::key::KeyNames::new(prefix, key).fence
+    }
+
     /// Deletes the lock `key` regardless of its owner, as an operator's `DEL`
     /// would. The holder finds out at its next renewal.
     pub async fn force_delete(client: &LockClient, key: &str) -> Result<(), LockError> {

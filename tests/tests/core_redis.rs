@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use lock_runtime::__private::testing::fence_counter;
 use lock_runtime::LockClient;
 use tests::RedisServer;
 
@@ -99,6 +100,8 @@ async fn handoff(holder_client: &LockClient, waiter_client: &LockClient, key: &s
 async fn a_lock_is_a_key_with_a_lease_and_a_fresh_128_bit_token_beside_its_fencing_counter() {
     let server = RedisServer::start();
     let client = client(&server).await;
+    let fence = fence_counter("lock:", "order:42");
+    assert!(fence.starts_with("lock:S{"), "{fence}");
     let mut tokens = Vec::new();
     for round in 1..=3 {
         let guard = client
@@ -113,19 +116,20 @@ async fn a_lock_is_a_key_with_a_lease_and_a_fresh_128_bit_token_beside_its_fenci
             .map(String::from)
             .collect();
         keys.sort();
-        assert_eq!(keys, ["lock:F{order:42}", "lock:L{order:42}"]);
+        // The lock, and its slot's fencing counter.
+        assert_eq!(keys, ["lock:L{order:42}", fence.as_str()]);
         let token = server.cli(&["GET", "lock:L{order:42}"]);
         assert_eq!(token.len(), 32, "{token:?}");
         assert!(token.chars().all(|c| c.is_ascii_hexdigit()), "{token:?}");
         tokens.push(token);
         let pttl = last_number(&server.cli(&["PTTL", "lock:L{order:42}"]));
         assert!(pttl > 9_000 && pttl <= 10_000, "PTTL {pttl}");
-        assert_eq!(server.cli(&["GET", "lock:F{order:42}"]), round.to_string());
+        assert_eq!(server.cli(&["GET", &fence]), round.to_string());
         assert_eq!(guard.fencing_token(), round);
         guard.release().await.unwrap();
         // Release deletes the lock, never the counter.
         assert_eq!(last_number(&server.cli(&["EXISTS", "lock:L{order:42}"])), 0);
-        assert_eq!(last_number(&server.cli(&["EXISTS", "lock:F{order:42}"])), 1);
+        assert_eq!(last_number(&server.cli(&["EXISTS", &fence])), 1);
     }
     tokens.sort();
     tokens.dedup();
@@ -136,9 +140,12 @@ async fn a_lock_is_a_key_with_a_lease_and_a_fresh_128_bit_token_beside_its_fenci
         last_number(&server.cli(&["EXISTS", "lock:L:{tenant:7}:order:1"])),
         1
     );
+    let tenant_fence = fence_counter("lock:", "{tenant:7}:order:1");
+    assert_eq!(last_number(&server.cli(&["EXISTS", &tenant_fence])), 1);
     assert_eq!(
-        last_number(&server.cli(&["EXISTS", "lock:F:{tenant:7}:order:1"])),
-        1
+        server.cli(&["CLUSTER", "KEYSLOT", "tenant:7"]).trim(),
+        server.cli(&["CLUSTER", "KEYSLOT", &tenant_fence]).trim(),
+        "the counter is in the tag's slot"
     );
     guard.release().await.unwrap();
     // Another prefix is another namespace.
@@ -878,4 +885,85 @@ async fn a_waiter_keeps_waiting_through_a_restart_and_gets_the_lock() {
     );
     taken.release().await.unwrap();
     drop(holder);
+}
+
+/// What stays in Redis does not grow with the number of lock names: after
+/// 20,000 distinct names were locked and released (some by dropping their
+/// guard), only fencing counters remain, at most one per hash slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_thousand_names_leave_at_most_one_counter_per_hash_slot() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let names = 20_000u32;
+    let tasks: Vec<_> = (0..16u32)
+        .map(|t| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut last = std::collections::HashMap::new();
+                for i in (t..names).step_by(16) {
+                    let key = format!("order:{i}");
+                    let guard = client.lock(&key).acquire().await.unwrap();
+                    last.insert(key.clone(), guard.fencing_token());
+                    if i % 1000 == 0 {
+                        // Dropped: released in the background.
+                        drop(guard);
+                    } else {
+                        guard.release().await.unwrap();
+                    }
+                }
+                last.len()
+            })
+        })
+        .collect();
+    let mut locked = 0;
+    for task in tasks {
+        locked += task.await.unwrap();
+    }
+    assert_eq!(locked, names as usize);
+    // The dropped guards' releases run in the background.
+    let only_counters = || {
+        server
+            .cli(&["KEYS", "lock:*"])
+            .lines()
+            .all(|k| k.starts_with("lock:S{"))
+    };
+    eventually(secs(5), "only slot counters left", only_counters).await;
+    let left: Vec<String> = server
+        .cli(&["KEYS", "lock:*"])
+        .lines()
+        .map(String::from)
+        .collect();
+    println!(
+        "{names} names locked and released: {} keys left, all slot counters",
+        left.len()
+    );
+    assert!(left.len() <= 16_384, "{} keys left", left.len());
+    // Tokens keep increasing per key, on the shared counters.
+    let key = "order:7";
+    let before = client.lock(key).acquire().await.unwrap();
+    let t = before.fencing_token();
+    before.release().await.unwrap();
+    assert!(client.lock(key).acquire().await.unwrap().fencing_token() > t);
+}
+
+/// A per-key counter left by an earlier version is folded into the slot's
+/// counter at the key's next acquisition: no token is issued twice across
+/// the upgrade, and the old counter goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_key_counter_of_an_earlier_version_is_folded_into_the_slot_counter() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    server.cli(&["SET", "lock:F{order:9}", "500"]);
+    let guard = client.lock("order:9").acquire().await.unwrap();
+    assert_eq!(guard.fencing_token(), 501);
+    guard.release().await.unwrap();
+    assert_eq!(last_number(&server.cli(&["EXISTS", "lock:F{order:9}"])), 0);
+    let guard = client.lock("order:9").acquire().await.unwrap();
+    assert_eq!(guard.fencing_token(), 502);
+    guard.release().await.unwrap();
+    // A counter already above the old one keeps counting from where it is.
+    server.cli(&["SET", "lock:F{order:9}", "3"]);
+    let guard = client.lock("order:9").acquire().await.unwrap();
+    assert_eq!(guard.fencing_token(), 503);
+    guard.release().await.unwrap();
 }

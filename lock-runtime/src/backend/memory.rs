@@ -14,6 +14,7 @@ use crate::token::Token;
 #[derive(Debug)]
 struct Held {
     token: Token,
+    fencing: u64,
     expires: Instant,
 }
 
@@ -27,7 +28,10 @@ struct Queue {
 #[derive(Debug, Default)]
 struct State {
     locks: HashMap<String, Held>,
-    fences: HashMap<String, u64>,
+    /// One fencing counter for every key (as Redis keeps one per hash
+    /// slot): tokens strictly increase per key, and nothing is kept per name
+    /// once its lock and queue are gone.
+    fence: u64,
     queues: HashMap<String, Queue>,
     ops: u64,
 }
@@ -68,8 +72,9 @@ impl MemoryBackend {
         {
             if held.token == *token {
                 held.expires = now + ttl;
-                let fencing = state.fences.get(&names.fence).copied().unwrap_or(0);
-                return AcquireOutcome::Acquired { fencing };
+                return AcquireOutcome::Acquired {
+                    fencing: held.fencing,
+                };
             }
             let remaining = held.expires - now;
             if !wait.is_zero() {
@@ -91,6 +96,9 @@ impl MemoryBackend {
             && let Some(queue) = state.queues.get_mut(&names.queue)
         {
             queue.entries.retain(|(t, _)| t != token);
+            if queue.entries.is_empty() {
+                state.queues.remove(&names.queue);
+            }
         }
         let fencing = grant(&mut state, names, *token, ttl, now);
         AcquireOutcome::Acquired { fencing }
@@ -130,6 +138,14 @@ impl MemoryBackend {
             .get_mut(&names.queue)
             .filter(|queue| queue.expires > now)
             .and_then(|queue| queue.entries.pop_front());
+        if state
+            .queues
+            .get(&names.queue)
+            .is_some_and(|queue| queue.entries.is_empty() || queue.expires <= now)
+        {
+            // As in Redis, where a list goes with its last entry.
+            state.queues.remove(&names.queue);
+        }
         match next {
             Some((next, ttl)) => {
                 let fencing = grant(&mut state, names, next, ttl.min(HANDOFF_LEASE), now);
@@ -156,13 +172,13 @@ impl MemoryBackend {
 
 /// Takes the lock for `token` and returns its new fencing token.
 fn grant(state: &mut State, names: &KeyNames, token: Token, lease: Duration, now: Instant) -> u64 {
-    let fence = state.fences.entry(names.fence.clone()).or_insert(0);
-    *fence += 1;
-    let fencing = *fence;
+    state.fence += 1;
+    let fencing = state.fence;
     state.locks.insert(
         names.lock.clone(),
         Held {
             token,
+            fencing,
             expires: now + lease,
         },
     );
@@ -230,5 +246,39 @@ mod tests {
         assert!(!m.release(&names, &c, true));
         assert!(m.release(&names, &b, false));
         assert_eq!(wc.waiter.take_grant(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_is_kept_does_not_grow_with_the_number_of_names() {
+        let m = MemoryBackend::default();
+        let (ttl, wait) = (Duration::from_secs(1), Duration::from_secs(1));
+        let mut last = 0;
+        for i in 0..200_000u32 {
+            let names = KeyNames::new("t:", &format!("order:{i}"));
+            let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
+            let AcquireOutcome::Acquired { fencing } = m.acquire(&names, &a, ttl, wait) else {
+                panic!("free");
+            };
+            assert!(fencing > last, "tokens only increase");
+            last = fencing;
+            if i % 10 == 0 {
+                // Every tenth name has a waiter, handed the lock on release.
+                assert!(matches!(
+                    m.acquire(&names, &b, ttl, wait),
+                    AcquireOutcome::Busy { .. }
+                ));
+                assert!(m.release(&names, &a, false));
+                assert!(m.release(&names, &b, false));
+            } else {
+                assert!(m.release(&names, &a, false));
+            }
+            let state = m.state();
+            assert!(
+                state.locks.is_empty() && state.queues.is_empty(),
+                "name {i}: {} locks, {} queues kept",
+                state.locks.len(),
+                state.queues.len()
+            );
+        }
     }
 }

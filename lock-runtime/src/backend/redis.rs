@@ -238,10 +238,11 @@ impl RedisBackend {
     ) -> Result<AcquireOutcome, LockError> {
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
         // > 0: ours, with this fencing token; <= 0: busy for -answer ms.
-        let mut cmd = evalsha(&ACQUIRE, 3);
+        let mut cmd = evalsha(&ACQUIRE, 4);
         cmd.arg(&names.lock)
             .arg(&names.fence)
             .arg(&names.queue)
+            .arg(&names.legacy_fence)
             .arg(token.as_str())
             .arg(millis(ttl))
             .arg(wait_ms)

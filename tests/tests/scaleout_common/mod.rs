@@ -72,9 +72,10 @@ pub fn lock_name(key: &str) -> String {
     format!("lock:L{{{key}}}")
 }
 
-/// The Redis name of the fencing counter of `key` under the default prefix.
+/// The Redis name of the fencing counter of `key` under the default prefix
+/// (its hash slot's, shared with every key there).
 pub fn fence_name(key: &str) -> String {
-    format!("lock:F{{{key}}}")
+    lock_runtime::__private::testing::fence_counter("lock:", key)
 }
 
 /// Builds an independent client (own connections, own subscriber).
