@@ -22,9 +22,18 @@ fn main() {
         }
     }
     faults.total = total;
+    let mut cfg = LockConfig::new(clients, wait, faults);
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u8>().ok());
+    if let Some(v) = env("START_BY") {
+        cfg.start_by = v;
+    }
+    if let Some(v) = env("HOLD_MAX") {
+        cfg.hold_max = v;
+    }
+    cfg.confirm_every_handoff = env("FIX") == Some(1);
     let report = check(
         format!("lock, {clients} clients, {faults:?}"),
-        LockConfig::new(clients, wait, faults).into_model(),
+        cfg.into_model(),
         Run::default(),
     );
     println!("{report}");
