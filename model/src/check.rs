@@ -146,7 +146,10 @@ where
                         ));
                     }
                 }
-                trace.push_str(&format!("     then: {}\n", model.summarize(path.last_state())));
+                trace.push_str(&format!(
+                    "     then: {}\n",
+                    model.summarize(path.last_state())
+                ));
                 counterexamples.push(Counterexample {
                     property: property.name,
                     trace,

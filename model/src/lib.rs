@@ -18,6 +18,7 @@
 //! model-checked").
 
 pub mod check;
+pub mod configs;
 pub mod lock;
 pub mod records;
 pub mod redlock;

@@ -232,7 +232,9 @@ impl RecordsModel {
                         // idempotency_complete.lua:12-14
                         Some(r) if r.done && r.owner == i => 1,
                         // idempotency_complete.lua:15-20
-                        Some(Record { done: false, owner, .. }) if owner == i => {
+                        Some(Record {
+                            done: false, owner, ..
+                        }) if owner == i => {
                             s.record = Some(Record {
                                 done: true,
                                 owner: i,
@@ -290,7 +292,11 @@ impl RecordsModel {
                         say(format!(
                             "{}: {}",
                             name(i),
-                            if code == 1 { "409 in flight" } else { "stored response replayed" }
+                            if code == 1 {
+                                "409 in flight"
+                            } else {
+                                "stored response replayed"
+                            }
                         ));
                     }
                     // running.rs:141-171: sent again while unanswered.
@@ -326,11 +332,17 @@ impl RecordsModel {
                 if ok {
                     r.phase = Phase::Completing;
                     r.net = Some((Req::Complete, Stage::Sent));
-                    say(format!("{}: handler done, sends idempotency_complete.lua", name(i)));
+                    say(format!(
+                        "{}: handler done, sends idempotency_complete.lua",
+                        name(i)
+                    ));
                 } else {
                     r.phase = Phase::Releasing;
                     r.net = Some((Req::Release, Stage::Sent));
-                    say(format!("{}: handler failed, sends idempotency_release.lua", name(i)));
+                    say(format!(
+                        "{}: handler failed, sends idempotency_release.lua",
+                        name(i)
+                    ));
                 }
             }
             Action::LoseRequest(i) | Action::LoseReply(i) => {
@@ -482,7 +494,11 @@ impl Model for RecordsModel {
             Property::sometimes(
                 "a handler runs again after a record expired",
                 |_: &RecordsModel, s: &State| {
-                    s.requests.iter().filter(|r| r.phase != Phase::Idle && r.claimed_at > 0).count() >= 2
+                    s.requests
+                        .iter()
+                        .filter(|r| r.phase != Phase::Idle && r.claimed_at > 0)
+                        .count()
+                        >= 2
                 },
             ),
         ]
@@ -498,6 +514,11 @@ impl Narrate for RecordsModel {
     }
 
     fn summarize(&self, s: &State) -> String {
-        format!("t={} record {:?}; requests {:?}", s.now, s.record, s.requests.iter().map(|r| r.phase).collect::<Vec<_>>())
+        format!(
+            "t={} record {:?}; requests {:?}",
+            s.now,
+            s.record,
+            s.requests.iter().map(|r| r.phase).collect::<Vec<_>>()
+        )
     }
 }

@@ -187,12 +187,27 @@ pub enum Action {
 
 impl RedlockModel {
     fn decided(c: &Client) -> bool {
-        let acquired = c.nodes.iter().filter(|s| matches!(s, Some(Stage::Replied(Ok(_))))).count();
-        let busy = c.nodes.iter().filter(|s| matches!(s, Some(Stage::Replied(Err(()))))).count();
-        let failed = c.nodes.iter().filter(|s| matches!(s, Some(Stage::Failed))).count();
+        let acquired = c
+            .nodes
+            .iter()
+            .filter(|s| matches!(s, Some(Stage::Replied(Ok(_)))))
+            .count();
+        let busy = c
+            .nodes
+            .iter()
+            .filter(|s| matches!(s, Some(Stage::Replied(Err(())))))
+            .count();
+        let failed = c
+            .nodes
+            .iter()
+            .filter(|s| matches!(s, Some(Stage::Failed)))
+            .count();
         let minority = NODES - QUORUM;
         // redlock.rs:133-136
-        acquired >= QUORUM || busy > minority || failed > minority || acquired + busy + failed == NODES
+        acquired >= QUORUM
+            || busy > minority
+            || failed > minority
+            || acquired + busy + failed == NODES
     }
 
     fn apply(&self, s: &mut State, a: Action, log: &mut Option<String>) {
@@ -212,7 +227,10 @@ impl RedlockModel {
                 say("time passes".into());
                 for (i, n) in s.nodes.iter_mut().enumerate() {
                     if n.lock.is_some_and(|(_, e)| e <= s.now) {
-                        say(format!("node {i}: {}'s key expires", name(n.lock.unwrap().0)));
+                        say(format!(
+                            "node {i}: {}'s key expires",
+                            name(n.lock.unwrap().0)
+                        ));
                         n.lock = None;
                     }
                 }
@@ -222,7 +240,9 @@ impl RedlockModel {
                     }
                     // The watchdog's timer at the validity (watchdog/mod.rs:278-285).
                     if c.paused_until.is_none()
-                        && let Phase::Hold { valid_until, lost, .. } = &mut c.phase
+                        && let Phase::Hold {
+                            valid_until, lost, ..
+                        } = &mut c.phase
                         && s.now >= *valid_until
                     {
                         *lost = true;
@@ -248,7 +268,10 @@ impl RedlockModel {
             Action::Lose(c, n) => {
                 s.faults -= 1;
                 s.clients[c as usize].nodes[n as usize] = Some(Stage::Failed);
-                say(format!("FAULT: {}'s acquire on node {n} or its answer is lost", name(c)));
+                say(format!(
+                    "FAULT: {}'s acquire on node {n} or its answer is lost",
+                    name(c)
+                ));
             }
             Action::Pause(c) => {
                 s.pauses -= 1;
@@ -257,7 +280,9 @@ impl RedlockModel {
             }
             Action::Decide(c) => {
                 let cl = &mut s.clients[c as usize];
-                let Phase::Acquiring(started) = cl.phase else { unreachable!() };
+                let Phase::Acquiring(started) = cl.phase else {
+                    unreachable!()
+                };
                 let acquired: Vec<(usize, u8)> = cl
                     .nodes
                     .iter()
@@ -292,20 +317,34 @@ impl RedlockModel {
                         valid_until: started + ttl,
                         lost: false,
                     };
-                    say(format!("{}: a majority granted it: holds with fencing {fence}", name(c)));
+                    say(format!(
+                        "{}: a majority granted it: holds with fencing {fence}",
+                        name(c)
+                    ));
                 } else {
                     // redlock.rs:170-171: undo everywhere before answering.
                     for n in &mut s.nodes {
                         n.release(c);
                     }
                     s.clients[c as usize].phase = Phase::Done;
-                    say(format!("{}: no majority; releases everywhere, gives up", name(c)));
+                    say(format!(
+                        "{}: no majority; releases everywhere, gives up",
+                        name(c)
+                    ));
                 }
             }
             Action::Renew(c) => {
                 // redlock.rs:222-251: a lease is extended when a majority confirms.
-                let extended = s.nodes.iter_mut().map(|n| n.extend(now, c, ttl)).filter(|x| *x).count();
-                let Phase::Hold { valid_until, lost, .. } = &mut s.clients[c as usize].phase else {
+                let extended = s
+                    .nodes
+                    .iter_mut()
+                    .map(|n| n.extend(now, c, ttl))
+                    .filter(|x| *x)
+                    .count();
+                let Phase::Hold {
+                    valid_until, lost, ..
+                } = &mut s.clients[c as usize].phase
+                else {
                     unreachable!()
                 };
                 if extended >= QUORUM {
@@ -316,9 +355,17 @@ impl RedlockModel {
                 say(format!("{}: renews on {extended} nodes", name(c)));
             }
             Action::Release(c) => {
-                let released = s.nodes.iter_mut().map(|n| n.release(c)).filter(|x| *x).count();
+                let released = s
+                    .nodes
+                    .iter_mut()
+                    .map(|n| n.release(c))
+                    .filter(|x| *x)
+                    .count();
                 s.clients[c as usize].phase = Phase::Done;
-                say(format!("{}: releases on every node ({released} were its)", name(c)));
+                say(format!(
+                    "{}: releases on every node ({released} were its)",
+                    name(c)
+                ));
             }
         }
     }
@@ -387,7 +434,8 @@ impl Model for RedlockModel {
                 _ => {}
             }
         }
-        let busy = s.clients.iter().any(|c| c.phase != Phase::Done) || s.nodes.iter().any(|n| n.lock.is_some());
+        let busy = s.clients.iter().any(|c| c.phase != Phase::Done)
+            || s.nodes.iter().any(|n| n.lock.is_some());
         let tick = urgent.is_empty() && busy;
         out.extend(urgent);
         out.extend(lazy);
@@ -433,9 +481,10 @@ impl Model for RedlockModel {
                 "Redlock fencing tokens strictly increase",
                 |_: &RedlockModel, s: &State| !s.fence_repeated,
             ),
-            Property::sometimes("two clients hold one after the other", |_: &RedlockModel, s: &State| {
-                s.fence_max >= 2
-            }),
+            Property::sometimes(
+                "two clients hold one after the other",
+                |_: &RedlockModel, s: &State| s.fence_max >= 2,
+            ),
         ]
     }
 }
@@ -449,6 +498,11 @@ impl Narrate for RedlockModel {
     }
 
     fn summarize(&self, s: &State) -> String {
-        format!("t={} nodes {:?}; clients {:?}", s.now, s.nodes, s.clients.iter().map(|c| c.phase).collect::<Vec<_>>())
+        format!(
+            "t={} nodes {:?}; clients {:?}",
+            s.now,
+            s.nodes,
+            s.clients.iter().map(|c| c.phase).collect::<Vec<_>>()
+        )
     }
 }

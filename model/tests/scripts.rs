@@ -31,7 +31,9 @@ fn every_script_is_mirrored_by_the_model_as_it_is_today() {
     }
     for (file, _, _) in model::scripts::MIRRORED {
         if !seen.iter().any(|s| s == file) {
-            problems.push(format!("{file} is gone: remove it and its model from model/src"));
+            problems.push(format!(
+                "{file} is gone: remove it and its model from model/src"
+            ));
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
