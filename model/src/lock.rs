@@ -147,11 +147,11 @@ pub struct Entry {
 /// The key's slot on the server: lock, fencing counter, waiter queue.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
 pub struct Server {
-    /// KEYS[1], the lock.
+    /// `KEYS[1]`, the lock.
     pub lock: Option<Val>,
-    /// KEYS[2], the fencing counter (never expires).
+    /// `KEYS[2]`, the fencing counter (never expires).
     pub fence: u8,
-    /// KEYS[3], the waiter queue (a list; gone when empty).
+    /// `KEYS[3]`, the waiter queue (a list; gone when empty).
     pub queue: Vec<Entry>,
     /// The queue's expiry (meaningless while it is empty).
     pub queue_expires: u8,
