@@ -1,0 +1,77 @@
+//! The configurations CI checks (`cargo test -p model`) and the longer
+//! exhaustive ones (`cargo run --release -p model -- --exhaustive`).
+
+use crate::lock::{Faults, LockConfig};
+use crate::records::RecordsConfig;
+use crate::redlock::RedlockConfig;
+
+/// Two clients waiting 4 ticks; every fault kind possible, at most two in a run.
+pub fn lock_two_clients_two_faults() -> LockConfig {
+    LockConfig::new(2, 4, Faults::each_once(2))
+}
+
+/// Three clients, no faults.
+pub fn lock_three_clients_no_faults() -> LockConfig {
+    LockConfig::new(3, 4, Faults::NONE)
+}
+
+/// The smallest configuration that shows the stale hand-over grant (see
+/// FAULTS.md): three clients starting together, one pause.
+pub fn lock_three_clients_one_pause() -> LockConfig {
+    let mut cfg = LockConfig::new(
+        3,
+        4,
+        Faults {
+            pause: 1,
+            total: 1,
+            ..Faults::NONE
+        },
+    );
+    cfg.start_by = 0;
+    cfg.hold_max = 1;
+    cfg
+}
+
+/// Exhaustive: three clients, every fault kind possible, one in a run.
+pub fn lock_three_clients_one_fault() -> LockConfig {
+    LockConfig::new(3, 4, Faults::each_once(1))
+}
+
+/// Redlock: two clients, two lost messages and a pause.
+pub fn redlock_two_clients() -> RedlockConfig {
+    RedlockConfig {
+        clients: 2,
+        ttl: 3,
+        faults: 2,
+        pauses: 1,
+        pause_len: 4,
+    }
+}
+
+/// Redlock exhaustive: three clients.
+pub fn redlock_three_clients() -> RedlockConfig {
+    RedlockConfig {
+        clients: 3,
+        ..redlock_two_clients()
+    }
+}
+
+/// Idempotency records: two requests, two faults.
+pub fn records_two_requests() -> RecordsConfig {
+    RecordsConfig {
+        requests: 2,
+        lease: 2,
+        run_max: 3,
+        faults: 2,
+        pause_len: 3,
+    }
+}
+
+/// Idempotency records exhaustive: three requests, three faults.
+pub fn records_three_requests() -> RecordsConfig {
+    RecordsConfig {
+        requests: 3,
+        faults: 3,
+        ..records_two_requests()
+    }
+}

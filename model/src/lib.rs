@@ -1,0 +1,25 @@
+//! A model-checked lock protocol: the Lua scripts and the client's state
+//! machine of `lock-runtime`, explored over every interleaving of clients,
+//! Redis, expiry, crashes, pauses and lost messages with
+//! [stateright](https://docs.rs/stateright).
+//!
+//! * [`lock`]: one Redis server: acquire / extend / release scripts with the
+//!   waiter queue, the `+` mark, hand-over leases and notices; the client's
+//!   acquire steps, watchdog and release outcomes.
+//! * [`redlock`]: three masters, majority two, fencing by the quorum's highest
+//!   counter.
+//! * [`records`]: the idempotency record's claim / renew / complete / release.
+//! * [`scripts`]: the scripts mirrored, with the hash each model was written
+//!   against (a test fails when a script changes without the model).
+//! * [`check`]: running a check and printing counterexamples as traces.
+//!
+//! `cargo test -p model` runs the CI configurations; `cargo run --release
+//! -p model -- --exhaustive` the larger ones (see FAULTS.md, "What is
+//! model-checked").
+
+pub mod check;
+pub mod configs;
+pub mod lock;
+pub mod records;
+pub mod redlock;
+pub mod scripts;

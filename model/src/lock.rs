@@ -1,0 +1,1678 @@
+//! The lock protocol on one Redis server, as implemented: the acquire,
+//! extend and release scripts (waiter queue, `+` mark, hand-over leases,
+//! notices, fencing counter), the client's acquire steps, its watchdog and
+//! its release, with a model clock and faults.
+//!
+//! Each transition that mirrors code cites it (`acquire.lua:11-18`,
+//! `acquire.rs:151-205`). Time is a small integer clock: a tick is longer
+//! than a round trip, so a step that takes one round trip (a script call and
+//! its answer, a notice) happens before the next tick unless a fault delays
+//! it (a paused client does nothing until it resumes; a lost request, reply
+//! or notice never arrives). This is "urgency": [`Action::Tick`] is enabled
+//! only when no client has a step to take now. Durations are in ticks: with
+//! the defaults a lease is 3 ticks, a hand-over lease 2 and the watchdog
+//! renews every tick (`ttl / 3`).
+//!
+//! One key; each client is one process running one acquisition (one token).
+//! Tokens are the clients' indices: a fresh 128-bit token per acquisition is
+//! unique, which is all the scripts rely on.
+
+use std::fmt::Write as _;
+
+use stateright::{Model, Property};
+
+use crate::check::Narrate;
+
+/// Fault budgets: how many of each a run may inject.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Faults {
+    /// A client process dies (its in-flight requests may still run).
+    pub crash: u8,
+    /// A client process stops for [`LockConfig::pause_len`] ticks (GC,
+    /// `SIGSTOP`): nothing of it runs, its replies and notices wait.
+    pub pause: u8,
+    /// A request is lost before Redis runs it (a killed connection).
+    pub lost_request: u8,
+    /// A reply is lost after Redis ran the request (a killed connection).
+    pub lost_reply: u8,
+    /// A release notice never arrives (pub/sub is at most once).
+    pub lost_notice: u8,
+    /// At most this many faults in one run, of all kinds together.
+    pub total: u8,
+}
+
+impl Faults {
+    /// No faults.
+    pub const NONE: Faults = Faults {
+        crash: 0,
+        pause: 0,
+        lost_request: 0,
+        lost_reply: 0,
+        lost_notice: 0,
+        total: 0,
+    };
+
+    /// Every kind allowed once, at most `total` in one run.
+    pub const fn each_once(total: u8) -> Faults {
+        Faults {
+            crash: 1,
+            pause: 1,
+            lost_request: 1,
+            lost_reply: 1,
+            lost_notice: 1,
+            total,
+        }
+    }
+}
+
+/// A configuration of the lock model.
+#[derive(Clone, Debug)]
+pub struct LockConfig {
+    /// One entry per client: how long it waits, in ticks (`0`: try once).
+    pub waits: Vec<u8>,
+    /// The lease asked for (`ttl`), in ticks.
+    pub ttl: u8,
+    /// `HANDOFF_LEASE` (`backend/mod.rs:24`), in ticks.
+    pub handoff: u8,
+    /// A holder releases at most this many ticks after it acquired.
+    pub hold_max: u8,
+    /// Clients start their acquire at some tick up to this one.
+    pub start_by: u8,
+    /// How long a pause lasts, in ticks (more than a lease).
+    pub pause_len: u8,
+    /// Fault budgets.
+    pub faults: Faults,
+    /// `false`: today's `confirm` (acquire.rs:256-261) trusts a hand-over
+    /// without a round trip while a third of it is left, counted from the
+    /// last busy attempt. `true`: the proposed fix, every hand-over is
+    /// confirmed with extend.lua (see the counterexample in FAULTS.md).
+    pub confirm_every_handoff: bool,
+}
+
+impl LockConfig {
+    /// `clients` clients that all wait `wait` ticks, the default lease and
+    /// hand-over, and the given faults.
+    pub fn new(clients: usize, wait: u8, faults: Faults) -> Self {
+        Self {
+            waits: vec![wait; clients],
+            ttl: 3,
+            handoff: 2,
+            hold_max: 2,
+            start_by: 1,
+            pause_len: 4,
+            faults,
+            confirm_every_handoff: false,
+        }
+    }
+
+    /// Into a model.
+    pub fn into_model(self) -> LockModel {
+        LockModel { cfg: self }
+    }
+
+    fn granted_on_handoff(&self) -> u8 {
+        // acquire.rs:255 `ttl.min(HANDOFF_LEASE)`; release.lua:31 caps the same way.
+        self.ttl.min(self.handoff)
+    }
+}
+
+/// The lock model (see the module docs).
+#[derive(Clone, Debug)]
+pub struct LockModel {
+    /// Its configuration.
+    pub cfg: LockConfig,
+}
+
+/// The value of the lock key: its owner's token, `+` once someone may be
+/// queued behind it (acquire.lua:9-10), and its expiry.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Val {
+    /// The owner's token (a client index).
+    pub owner: u8,
+    /// The `+` mark.
+    pub marked: bool,
+    /// The key is gone once the clock reaches this.
+    pub expires: u8,
+}
+
+/// A queue entry `token:lease` (acquire.lua:33).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Entry {
+    /// The waiter's token.
+    pub token: u8,
+    /// The lease it asked for.
+    pub lease: u8,
+}
+
+/// The key's slot on the server: lock, fencing counter, waiter queue.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Server {
+    /// `KEYS[1]`, the lock.
+    pub lock: Option<Val>,
+    /// `KEYS[2]`, the fencing counter (never expires).
+    pub fence: u8,
+    /// `KEYS[3]`, the waiter queue (a list; gone when empty).
+    pub queue: Vec<Entry>,
+    /// The queue's expiry (meaningless while it is empty).
+    pub queue_expires: u8,
+}
+
+/// What the acquire script answers.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum AcqReply {
+    /// `> 0`: ours, with this fencing token.
+    Granted(u8),
+    /// `<= 0`: held by another owner for this many more ticks.
+    Busy(u8),
+}
+
+/// What the release script answers.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum RelReply {
+    /// `0`: absent or another owner's.
+    NotOurs,
+    /// `1`: released, nobody handed over to.
+    Released,
+    /// `{1, sha1(token), fence}`: released and handed to `to`.
+    Handed {
+        /// The new owner.
+        to: u8,
+        /// Its fencing token.
+        fence: u8,
+    },
+}
+
+/// A release notice on the key's channel (release.lua:10-11).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Notice {
+    /// `sha1(token):fence`: the lock was handed to `to`.
+    Grant {
+        /// The new owner.
+        to: u8,
+        /// Its fencing token.
+        fence: u8,
+    },
+}
+
+impl Server {
+    fn expire(&mut self, now: u8) -> Option<u8> {
+        let mut ended = None;
+        if let Some(v) = self.lock
+            && v.expires <= now
+        {
+            self.lock = None;
+            ended = Some(v.owner);
+        }
+        if !self.queue.is_empty() && self.queue_expires <= now {
+            self.queue.clear();
+        }
+        ended
+    }
+
+    /// acquire.lua, line by line. `wait == 0`: try once.
+    fn acquire(
+        &mut self,
+        now: u8,
+        token: u8,
+        lease: u8,
+        wait: u8,
+        queued_before: bool,
+    ) -> AcqReply {
+        let member = Entry { token, lease };
+        match self.lock {
+            // acquire.lua:11-18: absent: take it, leave the queue if an
+            // earlier attempt may have joined it, INCR the counter.
+            None => {
+                self.lock = Some(Val {
+                    owner: token,
+                    marked: false,
+                    expires: now + lease,
+                });
+                if queued_before && let Some(i) = self.queue.iter().position(|e| *e == member) {
+                    self.queue.remove(i);
+                }
+                self.fence += 1;
+                AcqReply::Granted(self.fence)
+            }
+            // acquire.lua:19-26: ours (with or without the mark): re-arm,
+            // answer the counter as it is.
+            Some(v) if v.owner == token => {
+                self.lock = Some(Val {
+                    expires: now + lease,
+                    ..v
+                });
+                AcqReply::Granted(self.fence)
+            }
+            // acquire.lua:27-46: another owner's. (27-31: a key without an
+            // expiry is never set by these scripts.)
+            Some(v) => {
+                let ttl = v.expires - now;
+                if wait != 0 {
+                    // acquire.lua:33-36: join the queue once.
+                    if !self.queue.contains(&member) {
+                        if self.queue.is_empty() {
+                            self.queue_expires = 0;
+                        }
+                        self.queue.push(member);
+                    }
+                    // acquire.lua:37-39: mark the holder, keeping its expiry.
+                    self.lock = Some(Val { marked: true, ..v });
+                    // acquire.lua:41-44: the queue outlives the longest wait
+                    // in it plus one lease.
+                    let keep = wait + lease;
+                    if self.queue_expires.saturating_sub(now) < keep {
+                        self.queue_expires = now + keep;
+                    }
+                }
+                AcqReply::Busy(ttl)
+            }
+        }
+    }
+
+    /// extend.lua and extend_many.lua (one lease): re-arm if ours.
+    fn extend(&mut self, now: u8, token: u8, lease: u8) -> bool {
+        match self.lock {
+            // extend.lua:5-9, extend_many.lua:7-11
+            Some(v) if v.owner == token => {
+                self.lock = Some(Val {
+                    expires: now + lease,
+                    ..v
+                });
+                true
+            }
+            // extend.lua:10, extend_many.lua:12-13
+            _ => false,
+        }
+    }
+
+    /// release.lua with `ARGV[6] = '0'` (single Redis: every waiter queues).
+    fn release(
+        &mut self,
+        now: u8,
+        token: u8,
+        handoff_cap: u8,
+        dequeue: Option<Entry>,
+    ) -> (RelReply, Option<Notice>) {
+        // release.lua:14-16: leave the queue first.
+        if let Some(member) = dequeue
+            && let Some(i) = self.queue.iter().position(|e| *e == member)
+        {
+            self.queue.remove(i);
+        }
+        // release.lua:17-24: ours, or ours with the mark.
+        let Some(v) = self.lock.filter(|v| v.owner == token) else {
+            return (RelReply::NotOurs, None);
+        };
+        // release.lua:25
+        self.lock = None;
+        // release.lua:26-41: marked: hand over to the head of the queue.
+        if v.marked && !self.queue.is_empty() {
+            let entry = self.queue.remove(0);
+            let lease = entry.lease.min(handoff_cap);
+            self.fence += 1;
+            self.lock = Some(Val {
+                owner: entry.token,
+                marked: true,
+                expires: now + lease,
+            });
+            let fence = self.fence;
+            return (
+                RelReply::Handed {
+                    to: entry.token,
+                    fence,
+                },
+                Some(Notice::Grant {
+                    to: entry.token,
+                    fence,
+                }),
+            );
+        }
+        // release.lua:42-45: ARGV[6] is '0' on single Redis: no notice.
+        (RelReply::Released, None)
+    }
+}
+
+/// A script call and what became of it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Req {
+    /// acquire.lua with this wait (`0`: try once) and `ARGV[4]`.
+    Acquire {
+        /// `ARGV[3]`, in ticks.
+        wait: u8,
+        /// `ARGV[4] == '1'`.
+        queued_before: bool,
+    },
+    /// extend.lua, from `confirm` (acquire.rs:252-269).
+    Confirm,
+    /// release.lua; `dequeue`: leave the queue too.
+    Release {
+        /// `ARGV[4]` is our entry.
+        dequeue: bool,
+    },
+    /// extend_many.lua, from the watchdog.
+    Renew,
+}
+
+/// The answer of a script call.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Resp {
+    /// acquire.lua's answer.
+    Acquire(AcqReply),
+    /// extend.lua's or extend_many.lua's answer.
+    Extended(bool),
+    /// release.lua's answer.
+    Release(RelReply),
+}
+
+/// Where a request is.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Stage {
+    /// On the wire, not run yet.
+    Sent,
+    /// Run; the answer is on its way.
+    Replied(Resp),
+    /// The connection broke: the client sees a connection error.
+    Failed,
+}
+
+/// One request in flight on a connection.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Net {
+    /// What was sent.
+    pub req: Req,
+    /// Where it is.
+    pub stage: Stage,
+    /// How often it will still be sent again after a broken connection.
+    pub resends: u8,
+    /// Sent by a background task (reply only logged).
+    pub background: bool,
+    /// A copy of it was sent before and its answer lost (redis.rs:313-324).
+    pub resent: bool,
+}
+
+impl Net {
+    fn new(req: Req, resends: u8, background: bool) -> Self {
+        Self {
+            req,
+            stage: Stage::Sent,
+            resends,
+            background,
+            resent: false,
+        }
+    }
+}
+
+/// A client's connection.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Conn {
+    /// The acquire / release / confirm connection.
+    App,
+    /// The watchdog's renewals.
+    Watchdog,
+}
+
+/// How an operation ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum End {
+    /// Held and released: `release()` was `Ok`.
+    ReleasedOk,
+    /// Held; `release()` said `Lost`.
+    ReleasedLost,
+    /// Held; `release()` failed (outcome unknown).
+    ReleaseError,
+    /// `Busy`: the wait ran out.
+    Busy,
+    /// The acquire failed with a backend error.
+    AcquireError,
+}
+
+/// Where a client's acquisition is (acquire.rs's named steps).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Phase {
+    /// Not started.
+    Idle,
+    /// About to send an attempt (acquire.rs:151-164).
+    Attempting,
+    /// The attempt sent at `sent` is in flight.
+    AcquireSent {
+        /// Its send time.
+        sent: u8,
+    },
+    /// `wait_for_turn` (acquire.rs:219-245), until `retry_at`.
+    Waiting {
+        /// The lease timer.
+        retry_at: u8,
+    },
+    /// `confirm` of a hand-over with this fencing token (acquire.rs:252-269).
+    Confirming {
+        /// The hand-over's fencing token.
+        fence: u8,
+        /// The confirming extend was sent at this time (`None`: not yet).
+        sent: Option<u8>,
+    },
+    /// Holding the lock (a guard).
+    Hold,
+    /// `LockGuard::release` in flight (guard.rs:137-190).
+    Releasing {
+        /// guard.rs:146
+        was_lost: bool,
+        /// guard.rs:150
+        valid: bool,
+    },
+    /// `give_up` leaving the queue (acquire.rs:306-328).
+    GivingUp,
+    /// Finished.
+    Done(End),
+    /// The process died.
+    Crashed,
+}
+
+/// The watchdog's entry for a held lease (watchdog/mod.rs:138-149).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Watch {
+    /// When the next renewal is due.
+    pub due: u8,
+    /// A renewal sent at this time is in flight.
+    pub busy: Option<u8>,
+}
+
+/// One client process with one acquisition.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Client {
+    /// Its step.
+    pub phase: Phase,
+    /// acquire.rs:48-49
+    pub deadline: u8,
+    /// acquire.rs:55
+    pub last_busy: u8,
+    /// acquire.rs:57
+    pub maybe_queued: bool,
+    /// acquire.rs:60
+    pub retries: u8,
+    /// The process is subscribed to the key's channel.
+    pub subscribed: bool,
+    /// The acquisition's `WaitHandle` is registered (waiters.rs:192-219).
+    pub registered: bool,
+    /// waiters.rs:22 (`0`: none).
+    pub granted: u8,
+    /// waiters.rs:24
+    pub handoff_seen: bool,
+    /// A `Notify` permit (waiters.rs:20).
+    pub notified: bool,
+    /// Notices on their way to this process.
+    pub inbox: Vec<Notice>,
+    /// The request on the command connection.
+    pub app: Option<Net>,
+    /// The watchdog's entry while held.
+    pub wd: Option<Watch>,
+    /// The watchdog's renewal in flight.
+    pub wd_net: Option<Net>,
+    /// The held lease's fencing token.
+    pub fencing: u8,
+    /// held.rs:276-279
+    pub valid_until: u8,
+    /// held.rs:274-275, `lost()` resolved.
+    pub lost: bool,
+    /// When it acquired.
+    pub acquired_at: u8,
+    /// It wrote to the fenced store.
+    pub wrote: bool,
+    /// Paused until this tick.
+    pub paused_until: Option<u8>,
+    /// Ghost: its lease ended on the server without its release (expired).
+    pub lease_ended: bool,
+    /// Ghost: it joined the waiter queue at some point.
+    pub queued_ever: bool,
+    /// Ghost: its process was paused.
+    pub paused_ever: bool,
+    /// Ghost: its lease had ended when it called `release()`.
+    pub ended_at_release: bool,
+}
+
+impl Client {
+    fn new() -> Self {
+        Self {
+            phase: Phase::Idle,
+            deadline: 0,
+            last_busy: 0,
+            maybe_queued: false,
+            retries: 0,
+            subscribed: false,
+            registered: false,
+            granted: 0,
+            handoff_seen: false,
+            notified: false,
+            inbox: Vec::new(),
+            app: None,
+            wd: None,
+            wd_net: None,
+            fencing: 0,
+            valid_until: 0,
+            lost: false,
+            acquired_at: 0,
+            wrote: false,
+            paused_until: None,
+            lease_ended: false,
+            queued_ever: false,
+            paused_ever: false,
+            ended_at_release: false,
+        }
+    }
+
+    fn active(&self) -> bool {
+        !matches!(self.phase, Phase::Done(_) | Phase::Crashed)
+    }
+
+    /// Believes it holds a valid lease: held.rs:285-287 `valid_at(now)`.
+    pub fn believes_valid(&self, now: u8) -> bool {
+        matches!(self.phase, Phase::Hold) && !self.lost && now < self.valid_until
+    }
+}
+
+/// A violation noted by a transition (ghost state), checked by a property.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Ghost {
+    /// A fencing token was issued that is not above every earlier one.
+    pub fence_not_increasing: bool,
+    /// The fenced store accepted a token not above the last accepted one.
+    pub store_accepted_stale: bool,
+    /// `release()` said `Lost` although the lease cannot have ended.
+    pub false_lost: bool,
+    /// `release()` said `Ok` although the lease had ended before it was called.
+    pub false_ok: bool,
+    /// A holder acted (wrote) while its lease had ended on the server and
+    /// it had not been told.
+    pub acted_past_lease: bool,
+    /// Highest fencing token issued so far.
+    pub issued_max: u8,
+    /// The key became free (absent) at this tick and still is.
+    pub free_since: Option<u8>,
+    /// Faults injected so far.
+    pub faults: u8,
+}
+
+/// The fenced store: accepts a write whose token is at least the highest seen.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Store {
+    /// The highest token it accepted.
+    pub max: u8,
+    /// Writes accepted.
+    pub accepted: u8,
+    /// Writes rejected (stale tokens).
+    pub rejected: u8,
+}
+
+/// The whole system.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct State {
+    /// The model clock.
+    pub now: u8,
+    /// The Redis server.
+    pub server: Server,
+    /// The clients.
+    pub clients: Vec<Client>,
+    /// The fenced store.
+    pub store: Store,
+    /// Fault budgets left.
+    pub budget: Faults,
+    /// Ghost variables.
+    pub ghost: Ghost,
+}
+
+/// A step of the system.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Action {
+    /// The model clock advances; keys expire.
+    Tick,
+    /// Client `c` calls `acquire()`.
+    Start(u8),
+    /// Client `c` sends an acquire attempt.
+    Attempt(u8),
+    /// Redis runs the script client `c` sent on a connection.
+    Exec(u8, Conn),
+    /// Client `c` reads the answer (or the error) on a connection.
+    Receive(u8, Conn),
+    /// A notice reaches client `c`'s process.
+    Deliver(u8),
+    /// Client `c`'s `wait_for_turn` wakes on a notice.
+    Woken(u8),
+    /// Client `c`'s `wait_for_turn` wakes on its lease timer.
+    Timer(u8),
+    /// Client `c`'s watchdog fires (renews, or finds the lease run out).
+    Renew(u8),
+    /// Client `c`'s renewal times out at its validity (watchdog/mod.rs:309).
+    RenewTimeout(u8),
+    /// Client `c`, holding and not told `lost`, writes to the fenced store.
+    Write(u8),
+    /// Client `c` calls `release()`.
+    Release(u8),
+    /// Fault: client `c` dies.
+    Crash(u8),
+    /// Fault: client `c` stops for a while.
+    Pause(u8),
+    /// Fault: client `c`'s request on a connection is lost.
+    LoseRequest(u8, Conn),
+    /// Fault: the answer to client `c`'s request on a connection is lost.
+    LoseReply(u8, Conn),
+    /// Fault: the next notice to client `c` is lost.
+    LoseNotice(u8),
+}
+
+/// Client names in traces.
+pub fn name(c: u8) -> char {
+    (b'A' + c) as char
+}
+
+struct Log(Option<String>);
+
+impl Log {
+    fn on(&self) -> bool {
+        self.0.is_some()
+    }
+    fn say(&mut self, text: impl FnOnce() -> String) {
+        if let Some(s) = &mut self.0 {
+            if !s.is_empty() {
+                s.push_str("; ");
+            }
+            s.push_str(&text());
+        }
+    }
+}
+
+impl LockModel {
+    fn client_actions(&self, s: &State, c: u8, urgent: &mut Vec<Action>, lazy: &mut Vec<Action>) {
+        let cl = &s.clients[c as usize];
+        let now = s.now;
+        // The server runs whatever is on the wire, whatever the client does.
+        for (conn, net) in [(Conn::App, &cl.app), (Conn::Watchdog, &cl.wd_net)] {
+            if let Some(net) = net
+                && net.stage == Stage::Sent
+            {
+                urgent.push(Action::Exec(c, conn));
+            }
+        }
+        if !cl.active() {
+            // Background requests of a finished client: answers are logged.
+            if cl.phase != Phase::Crashed
+                && let Some(net) = &cl.app
+                && net.stage != Stage::Sent
+            {
+                urgent.push(Action::Receive(c, Conn::App));
+            }
+            return;
+        }
+        if cl.paused_until.is_some_and(|t| now < t) {
+            return;
+        }
+        if let Some(net) = &cl.app
+            && net.stage != Stage::Sent
+        {
+            urgent.push(Action::Receive(c, Conn::App));
+        }
+        if let Some(net) = &cl.wd_net
+            && net.stage != Stage::Sent
+        {
+            urgent.push(Action::Receive(c, Conn::Watchdog));
+        }
+        if !cl.inbox.is_empty() {
+            urgent.push(Action::Deliver(c));
+        }
+        match cl.phase {
+            Phase::Idle => {
+                if now >= self.cfg.start_by {
+                    urgent.push(Action::Start(c));
+                } else {
+                    lazy.push(Action::Start(c));
+                }
+            }
+            Phase::Attempting => urgent.push(Action::Attempt(c)),
+            Phase::Waiting { retry_at } => {
+                if cl.notified {
+                    urgent.push(Action::Woken(c));
+                }
+                if now >= retry_at {
+                    urgent.push(Action::Timer(c));
+                }
+            }
+            Phase::Confirming { sent: None, .. } => urgent.push(Action::Attempt(c)),
+            Phase::Hold => {
+                if let Some(wd) = &cl.wd {
+                    if wd.busy.is_none() && wd.due <= now {
+                        urgent.push(Action::Renew(c));
+                    }
+                    if wd.busy.is_some() && now >= cl.valid_until {
+                        urgent.push(Action::RenewTimeout(c));
+                    }
+                }
+                if !cl.wrote && !cl.lost {
+                    lazy.push(Action::Write(c));
+                }
+                if now >= cl.acquired_at + self.cfg.hold_max {
+                    urgent.push(Action::Release(c));
+                } else {
+                    lazy.push(Action::Release(c));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn fault_actions(&self, s: &State, c: u8, out: &mut Vec<Action>) {
+        let b = &s.budget;
+        if b.total == 0 {
+            return;
+        }
+        let cl = &s.clients[c as usize];
+        if cl.active() && cl.phase != Phase::Idle {
+            if b.crash > 0 {
+                out.push(Action::Crash(c));
+            }
+            if b.pause > 0 && cl.paused_until.is_none() {
+                out.push(Action::Pause(c));
+            }
+        }
+        for (conn, net) in [(Conn::App, &cl.app), (Conn::Watchdog, &cl.wd_net)] {
+            if let Some(net) = net {
+                if net.stage == Stage::Sent && b.lost_request > 0 {
+                    out.push(Action::LoseRequest(c, conn));
+                }
+                if matches!(net.stage, Stage::Replied(_)) && b.lost_reply > 0 {
+                    out.push(Action::LoseReply(c, conn));
+                }
+            }
+        }
+        if !cl.inbox.is_empty() && b.lost_notice > 0 {
+            out.push(Action::LoseNotice(c));
+        }
+    }
+
+    fn needs_time(&self, s: &State) -> bool {
+        s.clients.iter().any(|c| c.active())
+            || s.server.lock.is_some()
+            || !s.server.queue.is_empty()
+    }
+
+    /// Applies `action`; `log` gets the narration when narrating.
+    fn apply(&self, s: &mut State, action: Action, log: &mut Log) {
+        let now = s.now;
+        let ttl = self.cfg.ttl;
+        match action {
+            Action::Tick => {
+                s.now += 1;
+                let now = s.now;
+                log.say(|| "time passes".into());
+                // watchdog/mod.rs:278-285 and 309: the watchdog's timer at
+                // `valid_until` fires before Redis expires the key, which it
+                // set no earlier than the request was sent (`sent + lease`
+                // is a lower bound). A paused process's timer fires only
+                // when it resumes.
+                for (i, cl) in s.clients.iter_mut().enumerate() {
+                    if cl.phase == Phase::Hold
+                        && cl.wd.is_some()
+                        && !cl.lost
+                        && cl.paused_until.is_none()
+                        && now >= cl.valid_until
+                    {
+                        cl.lost = true;
+                        cl.wd = None;
+                        cl.wd_net = None;
+                        log.say(|| {
+                            format!(
+                                "{}: watchdog: no renewal confirmed by t={}, lost()",
+                                name(i as u8),
+                                cl.valid_until
+                            )
+                        });
+                    }
+                }
+                if let Some(owner) = s.server.expire(now) {
+                    let o = owner as usize;
+                    // Ghost: the lease ended without its owner's release.
+                    s.clients[o].lease_ended = true;
+                    log.say(|| format!("{}'s key expires", name(owner)));
+                }
+                for c in &mut s.clients {
+                    if c.paused_until.is_some_and(|t| now >= t) {
+                        c.paused_until = None;
+                    }
+                }
+            }
+            Action::Start(c) => {
+                let wait = self.cfg.waits[c as usize];
+                let cl = &mut s.clients[c as usize];
+                // acquire.rs:81-118: a deadline, a token; registering first
+                // only where notices already reach us (never, for a process's
+                // first acquisition).
+                cl.deadline = now + wait;
+                cl.last_busy = now;
+                cl.phase = Phase::Attempting;
+                log.say(|| format!("{}: acquire() with a wait of {wait} ticks", name(c)));
+            }
+            Action::Attempt(c) => {
+                let ci = c as usize;
+                match s.clients[ci].phase {
+                    Phase::Confirming { fence, sent: None } => {
+                        // acquire.rs:252-268: trusted as it is while a third is left,
+                        // else re-armed to the full lease.
+                        let granted = self.cfg.granted_on_handoff();
+                        if !self.cfg.confirm_every_handoff
+                            && now + granted / 3 < s.clients[ci].last_busy + granted
+                        {
+                            log.say(|| {
+                                format!(
+                                    "{}: trusts the hand-over (fencing {fence}) as granted after its last busy answer at t={}",
+                                    name(c),
+                                    s.clients[ci].last_busy
+                                )
+                            });
+                            let last_busy = s.clients[ci].last_busy;
+                            self.hold(s, c, fence, last_busy, granted, log);
+                        } else {
+                            s.clients[ci].phase = Phase::Confirming {
+                                fence,
+                                sent: Some(now),
+                            };
+                            s.clients[ci].app = Some(Net::new(Req::Confirm, 0, false));
+                            log.say(|| {
+                                format!("{}: confirms the hand-over with extend.lua", name(c))
+                            });
+                        }
+                    }
+                    _ => {
+                        // acquire.rs:155-174
+                        let wait_arg = if self.cfg.waits[c as usize] == 0 {
+                            0
+                        } else {
+                            s.clients[ci].deadline.saturating_sub(now).max(1)
+                        };
+                        let queued_before = s.clients[ci].maybe_queued;
+                        s.clients[ci].maybe_queued = wait_arg != 0;
+                        s.clients[ci].app = Some(Net::new(
+                            Req::Acquire {
+                                wait: wait_arg,
+                                queued_before,
+                            },
+                            0,
+                            false,
+                        ));
+                        s.clients[ci].phase = Phase::AcquireSent { sent: now };
+                        log.say(|| {
+                            format!(
+                                "{}: sends acquire.lua (wait {wait_arg}, maybe queued {})",
+                                name(c),
+                                if queued_before { "yes" } else { "no" }
+                            )
+                        });
+                    }
+                }
+            }
+            Action::Exec(c, conn) => self.exec(s, c, conn, log),
+            Action::Receive(c, conn) => self.receive(s, c, conn, log),
+            Action::Deliver(c) => {
+                let cl = &mut s.clients[c as usize];
+                let notice = cl.inbox.remove(0);
+                let Notice::Grant { to, fence } = notice;
+                // waiters.rs:85-115: routed to the named waiter; one other
+                // waiter of the process learns of the hand-over.
+                if !cl.registered {
+                    log.say(|| format!("{}: a notice arrives, nobody waits for it", name(c)));
+                } else if to == c {
+                    cl.granted = fence;
+                    cl.notified = true;
+                    log.say(|| {
+                        format!(
+                            "{}: the notice says the lock was handed to it (fencing {fence})",
+                            name(c)
+                        )
+                    });
+                } else {
+                    cl.handoff_seen = true;
+                    cl.notified = true;
+                    log.say(|| {
+                        format!(
+                            "{}: the notice says the lock was handed to {}",
+                            name(c),
+                            name(to)
+                        )
+                    });
+                }
+            }
+            Action::Woken(c) => {
+                let handoff = self.cfg.handoff;
+                let cl = &mut s.clients[c as usize];
+                cl.notified = false;
+                let Phase::Waiting { retry_at } = cl.phase else {
+                    unreachable!()
+                };
+                // acquire.rs:234-243
+                if cl.granted != 0 {
+                    let fence = std::mem::take(&mut cl.granted);
+                    cl.phase = Phase::Confirming { fence, sent: None };
+                    log.say(|| format!("{}: wakes: granted, fencing {fence}", name(c)));
+                } else if std::mem::take(&mut cl.handoff_seen) {
+                    let retry_at = retry_at.min(now + handoff);
+                    cl.phase = Phase::Waiting { retry_at };
+                    log.say(|| {
+                        format!(
+                            "{}: wakes: handed to another, retries by t={retry_at}",
+                            name(c)
+                        )
+                    });
+                } else {
+                    cl.phase = Phase::Attempting;
+                    log.say(|| format!("{}: wakes: the key is free, tries again", name(c)));
+                }
+            }
+            Action::Timer(c) => {
+                // acquire.rs:232: the lease timer won the select (even if a
+                // notice is there too: select picks either).
+                let cl = &mut s.clients[c as usize];
+                cl.phase = Phase::Attempting;
+                log.say(|| format!("{}: its lease timer fires, tries again", name(c)));
+            }
+            Action::Renew(c) => {
+                let cl = &mut s.clients[c as usize];
+                // watchdog/mod.rs:200-211
+                if now >= cl.valid_until {
+                    cl.lost = true;
+                    cl.wd = None;
+                    log.say(|| {
+                        format!(
+                            "{}: watchdog: no renewal confirmed in time, lost()",
+                            name(c)
+                        )
+                    });
+                } else {
+                    cl.wd = Some(Watch {
+                        due: 0,
+                        busy: Some(now),
+                    });
+                    cl.wd_net = Some(Net::new(Req::Renew, 0, false));
+                    log.say(|| format!("{}: watchdog sends extend_many.lua", name(c)));
+                }
+            }
+            Action::RenewTimeout(c) => {
+                let cl = &mut s.clients[c as usize];
+                cl.wd_net = None;
+                // watchdog/mod.rs:278-285
+                cl.lost = true;
+                cl.wd = None;
+                log.say(|| {
+                    format!(
+                        "{}: watchdog: renewal unanswered at its validity, lost()",
+                        name(c)
+                    )
+                });
+            }
+            Action::Write(c) => {
+                let cl = &mut s.clients[c as usize];
+                cl.wrote = true;
+                let mine = s.server.lock.is_some_and(|v| v.owner == c);
+                if !mine && !cl.paused_ever {
+                    // Told lost before it could act? It was not.
+                    s.ghost.acted_past_lease = true;
+                }
+                let f = cl.fencing;
+                if f >= s.store.max {
+                    if s.store.accepted > 0 && f == s.store.max {
+                        s.ghost.store_accepted_stale = true;
+                    }
+                    s.store.max = f;
+                    s.store.accepted += 1;
+                    log.say(|| format!("{}: writes with fencing {f}: accepted", name(c)));
+                } else {
+                    s.store.rejected += 1;
+                    log.say(|| {
+                        format!(
+                            "{}: writes with fencing {f}: rejected (store has seen {})",
+                            name(c),
+                            s.store.max
+                        )
+                    });
+                }
+            }
+            Action::Release(c) => {
+                let cl = &mut s.clients[c as usize];
+                // guard.rs:146-154
+                let was_lost = cl.lost;
+                cl.wd = None;
+                cl.wd_net = None; // unwatched: a renewal in flight is ignored
+                let valid = !cl.lost && now < cl.valid_until;
+                cl.phase = Phase::Releasing { was_lost, valid };
+                cl.ended_at_release = cl.lease_ended;
+                cl.app = Some(Net::new(Req::Release { dequeue: false }, 1, false));
+                log.say(|| {
+                    format!(
+                        "{}: release() (lease valid: {})",
+                        name(c),
+                        if valid { "yes" } else { "no" }
+                    )
+                });
+            }
+            Action::Crash(c) => {
+                s.budget.crash -= 1;
+                self.spend(s);
+                let cl = &mut s.clients[c as usize];
+                cl.phase = Phase::Crashed;
+                cl.wd = None;
+                cl.registered = false;
+                cl.inbox.clear();
+                cl.paused_until = None;
+                // Requests on the wire still reach Redis; nothing is re-sent.
+                if let Some(net) = &mut cl.app {
+                    net.resends = 0;
+                }
+                log.say(|| format!("FAULT {}: the process dies", name(c)));
+            }
+            Action::Pause(c) => {
+                s.budget.pause -= 1;
+                self.spend(s);
+                let until = now + self.cfg.pause_len;
+                let cl = &mut s.clients[c as usize];
+                cl.paused_until = Some(until);
+                // A process stopped around its acquire or while it holds can
+                // act past its lease when it resumes, before its watchdog
+                // runs: only fencing stops that (README).
+                cl.paused_ever = true;
+                log.say(|| format!("FAULT {}: the process stops until t={until}", name(c)));
+            }
+            Action::LoseRequest(c, conn) => {
+                s.budget.lost_request -= 1;
+                self.spend(s);
+                let net = self.net_mut(s, c, conn);
+                net.stage = Stage::Failed;
+                log.say(|| {
+                    format!(
+                        "FAULT {}: the connection breaks before Redis runs {:?}",
+                        name(c),
+                        net.req
+                    )
+                });
+            }
+            Action::LoseReply(c, conn) => {
+                s.budget.lost_reply -= 1;
+                self.spend(s);
+                let net = self.net_mut(s, c, conn);
+                net.stage = Stage::Failed;
+                log.say(|| {
+                    format!(
+                        "FAULT {}: the answer to {:?} is lost (connection killed)",
+                        name(c),
+                        net.req
+                    )
+                });
+            }
+            Action::LoseNotice(c) => {
+                s.budget.lost_notice -= 1;
+                self.spend(s);
+                s.clients[c as usize].inbox.remove(0);
+                log.say(|| format!("FAULT {}: a notice is lost", name(c)));
+            }
+        }
+        let _ = ttl;
+        // Ghost: when did the key become free?
+        match (&s.server.lock, s.ghost.free_since) {
+            (None, None) => s.ghost.free_since = Some(s.now),
+            (Some(_), Some(_)) => s.ghost.free_since = None,
+            _ => {}
+        }
+    }
+
+    fn spend(&self, s: &mut State) {
+        s.budget.total -= 1;
+        s.ghost.faults += 1;
+    }
+
+    fn net_mut<'a>(&self, s: &'a mut State, c: u8, conn: Conn) -> &'a mut Net {
+        let cl = &mut s.clients[c as usize];
+        match conn {
+            Conn::App => cl.app.as_mut(),
+            Conn::Watchdog => cl.wd_net.as_mut(),
+        }
+        .expect("a request in flight")
+    }
+
+    /// Redis runs a request.
+    fn exec(&self, s: &mut State, c: u8, conn: Conn, log: &mut Log) {
+        let now = s.now;
+        let ttl = self.cfg.ttl;
+        let net = *self.net_mut(s, c, conn);
+        let (resp, text) = match net.req {
+            Req::Acquire {
+                wait,
+                queued_before,
+            } => {
+                let before = s.server.fence;
+                let r = s.server.acquire(now, c, ttl, wait, queued_before);
+                if let AcqReply::Granted(f) = r {
+                    if s.server.fence != before {
+                        self.issued(s, f);
+                    }
+                    // Ghost: a lease of c's starts (or is re-armed) now.
+                    s.clients[c as usize].lease_ended = false;
+                }
+                if wait != 0 && s.server.queue.iter().any(|e| e.token == c) {
+                    s.clients[c as usize].queued_ever = true;
+                }
+                let text = match r {
+                    AcqReply::Granted(f) => format!("granted, fencing {f}"),
+                    AcqReply::Busy(t) if wait != 0 => {
+                        format!(
+                            "busy for {t} more ticks; {} queued, holder marked +",
+                            name(c)
+                        )
+                    }
+                    AcqReply::Busy(t) => format!("busy for {t} more ticks"),
+                };
+                (Resp::Acquire(r), text)
+            }
+            Req::Confirm | Req::Renew => {
+                let ok = s.server.extend(now, c, ttl);
+                let script = if net.req == Req::Confirm {
+                    "extend.lua"
+                } else {
+                    "extend_many.lua"
+                };
+                (
+                    Resp::Extended(ok),
+                    format!("{script}: {}", if ok { "re-armed" } else { "not ours (0)" }),
+                )
+            }
+            Req::Release { dequeue } => {
+                let member = dequeue.then_some(Entry {
+                    token: c,
+                    lease: ttl,
+                });
+                let (r, notice) = s.server.release(now, c, self.cfg.handoff, member);
+                if let RelReply::Handed { to, fence } = r {
+                    self.issued(s, fence);
+                    s.clients[to as usize].lease_ended = false;
+                }
+                if let Some(notice) = notice {
+                    // release.lua:38: published to every subscribed process.
+                    for other in &mut s.clients {
+                        if other.subscribed && other.phase != Phase::Crashed {
+                            other.inbox.push(notice);
+                        }
+                    }
+                }
+                let text = match r {
+                    RelReply::NotOurs => "not ours (0)".to_string(),
+                    RelReply::Released => "released".to_string(),
+                    RelReply::Handed { to, fence } => format!(
+                        "released and handed to {} (fencing {fence}, lease {}), notice published",
+                        name(to),
+                        ttl.min(self.cfg.handoff)
+                    ),
+                };
+                (Resp::Release(r), text)
+            }
+        };
+        self.net_mut(s, c, conn).stage = Stage::Replied(resp);
+        log.say(|| format!("Redis runs {}'s {:?}: {text}", name(c), net.req));
+    }
+
+    fn issued(&self, s: &mut State, fence: u8) {
+        if fence <= s.ghost.issued_max {
+            s.ghost.fence_not_increasing = true;
+        }
+        s.ghost.issued_max = s.ghost.issued_max.max(fence);
+    }
+
+    /// acquire.rs:273-301 and watchdog/mod.rs:74-112.
+    fn hold(&self, s: &mut State, c: u8, fence: u8, sent: u8, granted: u8, log: &mut Log) {
+        let now = s.now;
+        let cl = &mut s.clients[c as usize];
+        cl.phase = Phase::Hold;
+        cl.fencing = fence;
+        cl.valid_until = sent + granted;
+        cl.wd = Some(Watch {
+            due: sent + granted / 3,
+            busy: None,
+        });
+        cl.acquired_at = now;
+        // The wait handle is dropped with the acquisition.
+        cl.registered = false;
+        cl.notified = false;
+        let until = cl.valid_until;
+        log.say(|| format!("{}: holds, fencing {fence}, valid until t={until}", name(c)));
+    }
+
+    /// acquire.rs:306-328: give up; leave the queue if we may have joined it.
+    fn give_up(&self, s: &mut State, c: u8, log: &mut Log) {
+        let queued = self.cfg.waits[c as usize] != 0;
+        let cl = &mut s.clients[c as usize];
+        cl.registered = false;
+        if queued {
+            cl.phase = Phase::GivingUp;
+            cl.app = Some(Net::new(Req::Release { dequeue: true }, 1, false));
+            log.say(|| {
+                format!(
+                    "{}: deadline passed, leaves the queue (release.lua)",
+                    name(c)
+                )
+            });
+        } else {
+            cl.phase = Phase::Done(End::Busy);
+            log.say(|| format!("{}: busy, gives up", name(c)));
+        }
+    }
+
+    /// The acquisition fails: the `Attempt` is dropped and releases in the
+    /// background (acquire.rs:346-358, guard.rs:214-238).
+    fn fail(&self, s: &mut State, c: u8, end: End, log: &mut Log) {
+        let queued = self.cfg.waits[c as usize] != 0;
+        let cl = &mut s.clients[c as usize];
+        cl.phase = Phase::Done(end);
+        cl.registered = false;
+        cl.app = Some(Net::new(Req::Release { dequeue: queued }, 1, true));
+        log.say(|| {
+            format!(
+                "{}: gives up ({end:?}); releases in the background",
+                name(c)
+            )
+        });
+    }
+
+    fn receive(&self, s: &mut State, c: u8, conn: Conn, log: &mut Log) {
+        let now = s.now;
+        let ttl = self.cfg.ttl;
+        let net = *self.net_mut(s, c, conn);
+        let ci = c as usize;
+        match conn {
+            Conn::App => s.clients[ci].app = None,
+            Conn::Watchdog => s.clients[ci].wd_net = None,
+        }
+        let resp = match net.stage {
+            Stage::Replied(r) => Some(r),
+            Stage::Failed => None,
+            Stage::Sent => unreachable!(),
+        };
+        // A broken connection: requests that re-send do so (redis.rs:313-324).
+        if resp.is_none() && net.resends > 0 && s.clients[ci].phase != Phase::Crashed {
+            s.clients[ci].app = Some(Net {
+                stage: Stage::Sent,
+                resends: net.resends - 1,
+                resent: true,
+                ..net
+            });
+            log.say(|| format!("{}: connection error; sends {:?} again", name(c), net.req));
+            return;
+        }
+        if net.background || !s.clients[ci].active() {
+            log.say(|| format!("{}: background {:?} ends: {resp:?}", name(c), net.req));
+            return;
+        }
+        match (conn, net.req, s.clients[ci].phase) {
+            (Conn::Watchdog, Req::Renew, _) => {
+                // watchdog/mod.rs:246-294
+                let Some(wd) = s.clients[ci].wd else {
+                    return;
+                };
+                let sent = wd.busy.expect("a renewal in flight");
+                match resp {
+                    Some(Resp::Extended(true)) => {
+                        s.clients[ci].valid_until = sent + ttl;
+                        s.clients[ci].wd = Some(Watch {
+                            due: sent + ttl / 3,
+                            busy: None,
+                        });
+                        log.say(|| {
+                            format!(
+                                "{}: watchdog: renewed, valid until t={}",
+                                name(c),
+                                sent + ttl
+                            )
+                        });
+                    }
+                    Some(_) => {
+                        s.clients[ci].lost = true;
+                        s.clients[ci].wd = None;
+                        log.say(|| format!("{}: watchdog: not ours any more, lost()", name(c)));
+                    }
+                    None if now >= s.clients[ci].valid_until => {
+                        s.clients[ci].lost = true;
+                        s.clients[ci].wd = None;
+                        log.say(|| {
+                            format!(
+                                "{}: watchdog: renewal failed past the validity, lost()",
+                                name(c)
+                            )
+                        });
+                    }
+                    None => {
+                        s.clients[ci].wd = Some(Watch {
+                            due: now.min(s.clients[ci].valid_until),
+                            busy: None,
+                        });
+                        log.say(|| format!("{}: watchdog: renewal failed, retries", name(c)));
+                    }
+                }
+            }
+            (Conn::App, Req::Acquire { .. }, Phase::AcquireSent { sent }) => match resp {
+                // acquire.rs:175-178 then 124-126
+                Some(Resp::Acquire(AcqReply::Granted(f))) => {
+                    log.say(|| format!("{}: acquire answered granted", name(c)));
+                    self.hold(s, c, f, sent, ttl, log);
+                }
+                Some(Resp::Acquire(AcqReply::Busy(remaining))) => {
+                    // acquire.rs:179-182
+                    s.clients[ci].last_busy = s.clients[ci].last_busy.max(sent);
+                    log.say(|| format!("{}: acquire answered busy ({remaining} ticks)", name(c)));
+                    if !s.clients[ci].registered {
+                        // acquire.rs:130-136
+                        if now >= s.clients[ci].deadline {
+                            self.give_up(s, c, log);
+                        } else {
+                            // acquire.rs:210-214: register (subscribe), then try again.
+                            s.clients[ci].registered = true;
+                            s.clients[ci].subscribed = true;
+                            s.clients[ci].phase = Phase::Attempting;
+                            log.say(|| format!("{}: registers for notices", name(c)));
+                        }
+                    } else {
+                        // acquire.rs:219-228
+                        if s.clients[ci].granted != 0 {
+                            let fence = std::mem::take(&mut s.clients[ci].granted);
+                            s.clients[ci].phase = Phase::Confirming { fence, sent: None };
+                            log.say(|| {
+                                format!("{}: a grant is waiting (fencing {fence})", name(c))
+                            });
+                        } else if now >= s.clients[ci].deadline {
+                            self.give_up(s, c, log);
+                        } else {
+                            let retry_at = (now + remaining).min(s.clients[ci].deadline);
+                            s.clients[ci].phase = Phase::Waiting { retry_at };
+                            log.say(|| {
+                                format!("{}: waits until a notice or t={retry_at}", name(c))
+                            });
+                        }
+                    }
+                }
+                Some(_) => unreachable!(),
+                None => {
+                    // acquire.rs:183-201 (a killed connection: not a timeout;
+                    // the back-off is far below a tick).
+                    if s.clients[ci].retries < 8
+                        && (now < s.clients[ci].deadline || s.clients[ci].retries == 0)
+                    {
+                        s.clients[ci].retries += 1;
+                        s.clients[ci].phase = Phase::Attempting;
+                        log.say(|| format!("{}: connection error; tries again", name(c)));
+                    } else {
+                        self.fail(s, c, End::AcquireError, log);
+                    }
+                }
+            },
+            (
+                Conn::App,
+                Req::Confirm,
+                Phase::Confirming {
+                    fence,
+                    sent: Some(sent),
+                },
+            ) => match resp {
+                // acquire.rs:264-268
+                Some(Resp::Extended(true)) => self.hold(s, c, fence, sent, ttl, log),
+                Some(_) => {
+                    s.clients[ci].phase = Phase::Attempting;
+                    log.say(|| {
+                        format!(
+                            "{}: the hand-over ran out before it was confirmed; tries again",
+                            name(c)
+                        )
+                    });
+                }
+                None => self.fail(s, c, End::AcquireError, log),
+            },
+            (Conn::App, Req::Release { .. }, Phase::Releasing { was_lost, valid }) => {
+                // guard.rs:156-189 with redis.rs:349-369
+                let released = match resp {
+                    Some(Resp::Release(RelReply::NotOurs)) if net.resent => Some(Released::Gone),
+                    Some(Resp::Release(RelReply::NotOurs)) => Some(Released::NotOurs),
+                    Some(Resp::Release(_)) => Some(Released::Yes),
+                    Some(_) => unreachable!(),
+                    None => None,
+                };
+                let end = match released {
+                    Some(Released::Yes) if was_lost => End::ReleasedLost,
+                    Some(Released::Yes) => End::ReleasedOk,
+                    Some(Released::Gone) if valid => End::ReleasedOk,
+                    Some(Released::Gone | Released::NotOurs) => {
+                        s.clients[ci].lost = true;
+                        End::ReleasedLost
+                    }
+                    None => End::ReleaseError,
+                };
+                // Ghost checks: `Lost` only if the lease may have ended;
+                // `Ok` only if it had not.
+                let may_have_ended = s.clients[ci].lease_ended || was_lost || !valid;
+                if end == End::ReleasedLost && !may_have_ended {
+                    s.ghost.false_lost = true;
+                }
+                if end == End::ReleasedOk && s.clients[ci].ended_at_release {
+                    s.ghost.false_ok = true;
+                }
+                s.clients[c as usize].phase = Phase::Done(end);
+                log.say(|| format!("{}: release() -> {end:?}", name(c)));
+            }
+            (Conn::App, Req::Release { .. }, Phase::GivingUp) => {
+                // acquire.rs:310-327: an error leaves the clean-up to the
+                // background release.
+                if resp.is_some() {
+                    s.clients[ci].phase = Phase::Done(End::Busy);
+                    log.say(|| format!("{}: left the queue; acquire() -> Busy", name(c)));
+                } else {
+                    self.fail(s, c, End::Busy, log);
+                }
+            }
+            (conn, req, phase) => unreachable!("{conn:?} {req:?} in {phase:?}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Released {
+    Yes,
+    NotOurs,
+    Gone,
+}
+
+impl Model for LockModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            now: 0,
+            server: Server::default(),
+            clients: vec![Client::new(); self.cfg.waits.len()],
+            store: Store::default(),
+            budget: self.cfg.faults,
+            ghost: Ghost {
+                free_since: Some(0),
+                ..Ghost::default()
+            },
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        let mut urgent = Vec::new();
+        let mut lazy = Vec::new();
+        for c in 0..s.clients.len() as u8 {
+            self.client_actions(s, c, &mut urgent, &mut lazy);
+        }
+        let mut faults = Vec::new();
+        for c in 0..s.clients.len() as u8 {
+            self.fault_actions(s, c, &mut faults);
+        }
+        let tick = urgent.is_empty() && self.needs_time(s);
+        actions.extend(urgent);
+        actions.extend(lazy);
+        actions.extend(faults);
+        if tick {
+            actions.push(Action::Tick);
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        self.apply(&mut s, action, &mut Log(None));
+        Some(s)
+    }
+
+    fn within_boundary(&self, s: &State) -> bool {
+        s.now <= 40
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(
+                "at most one holder believes its lease valid",
+                |_: &LockModel, s: &State| {
+                    s.clients.iter().filter(|c| c.believes_valid(s.now)).count() <= 1
+                },
+            ),
+            Property::always(
+                "a holder that believes its lease valid owns the key",
+                |_: &LockModel, s: &State| {
+                    s.clients.iter().enumerate().all(|(i, c)| {
+                        !c.believes_valid(s.now)
+                            || s.server.lock.is_some_and(|v| v.owner as usize == i)
+                    })
+                },
+            ),
+            Property::always(
+                "a holder not paused is told lost before it acts past its lease",
+                |_: &LockModel, s: &State| !s.ghost.acted_past_lease,
+            ),
+            Property::always(
+                "fencing tokens issued strictly increase",
+                |_: &LockModel, s: &State| !s.ghost.fence_not_increasing,
+            ),
+            Property::always(
+                "a fenced store accepts strictly increasing tokens",
+                |_: &LockModel, s: &State| !s.ghost.store_accepted_stale,
+            ),
+            Property::always(
+                "release answers Lost only when the lease may have ended",
+                |_: &LockModel, s: &State| !s.ghost.false_lost,
+            ),
+            Property::always(
+                "release answers Ok only when the lease had not ended when it was called",
+                |_: &LockModel, s: &State| !s.ghost.false_ok,
+            ),
+            Property::always(
+                "no queue entry outlives the waits that made it",
+                |m: &LockModel, s: &State| {
+                    s.server.queue.is_empty()
+                        || s.clients.iter().enumerate().any(|(i, c)| {
+                            // acquire.rs:161 sends at least 1 ms of wait: a tick here.
+                            c.queued_ever
+                                && s.now < c.deadline + m.cfg.ttl + 1
+                                && m.cfg.waits[i] != 0
+                        })
+                },
+            ),
+            Property::always(
+                "a queue entry is in the queue once",
+                |_: &LockModel, s: &State| {
+                    s.server
+                        .queue
+                        .iter()
+                        .enumerate()
+                        .all(|(i, e)| !s.server.queue[..i].iter().any(|f| f.token == e.token))
+                },
+            ),
+            Property::always(
+                "without faults no waiter waits on a free key for more than a lease",
+                |m: &LockModel, s: &State| {
+                    s.ghost.faults > 0
+                        || s.ghost.free_since.is_none_or(|t| {
+                            s.now <= t + m.cfg.ttl
+                                || !s.clients.iter().any(|c| {
+                                    matches!(
+                                        c.phase,
+                                        Phase::Attempting
+                                            | Phase::AcquireSent { .. }
+                                            | Phase::Waiting { .. }
+                                            | Phase::Confirming { .. }
+                                    ) && s.now < c.deadline
+                                })
+                        })
+                },
+            ),
+            Property::eventually(
+                "every acquire ends, and the key, queue and mark go",
+                |_: &LockModel, s: &State| {
+                    s.clients.iter().all(|c| !c.active())
+                        && s.server.lock.is_none()
+                        && s.server.queue.is_empty()
+                },
+            ),
+            // Sanity: the model reaches the situations the properties are about.
+            Property::sometimes(
+                "a release hands the lock to a waiter",
+                |_: &LockModel, s: &State| {
+                    s.clients
+                        .iter()
+                        .any(|c| matches!(c.phase, Phase::Hold) && c.fencing >= 2)
+                },
+            ),
+            // Without faults no lease is lost: then this is vacuously true.
+            Property::sometimes("a holder is told lost", |m: &LockModel, s: &State| {
+                m.cfg.faults.total == 0 || s.clients.iter().any(|c| c.lost)
+            }),
+            Property::sometimes("a waiter gives up", |_: &LockModel, s: &State| {
+                s.clients.iter().any(|c| c.phase == Phase::Done(End::Busy))
+            }),
+        ]
+    }
+}
+
+impl Narrate for LockModel {
+    fn narrate(&self, before: &State, action: &Action, _after: &State) -> String {
+        let mut s = before.clone();
+        let mut log = Log(Some(String::new()));
+        self.apply(&mut s, *action, &mut log);
+        debug_assert!(log.on());
+        format!("t={} {}", before.now, log.0.unwrap_or_default())
+    }
+
+    fn summarize(&self, s: &State) -> String {
+        let mut out = format!("t={} key ", s.now);
+        match s.server.lock {
+            Some(v) => {
+                let _ = write!(
+                    out,
+                    "held by {}{} until t={}",
+                    name(v.owner),
+                    if v.marked { "+" } else { "" },
+                    v.expires
+                );
+            }
+            None => out.push_str("free"),
+        }
+        let _ = write!(out, ", fence counter {}", s.server.fence);
+        if !s.server.queue.is_empty() {
+            let q: Vec<String> = s
+                .server
+                .queue
+                .iter()
+                .map(|e| name(e.token).to_string())
+                .collect();
+            let _ = write!(out, ", queue [{}]", q.join(", "));
+        }
+        for (i, c) in s.clients.iter().enumerate() {
+            let _ = write!(out, "; {}: {:?}", name(i as u8), c.phase);
+            if matches!(c.phase, Phase::Hold) {
+                let _ = write!(
+                    out,
+                    " (fencing {}, valid until t={}, lost {})",
+                    c.fencing, c.valid_until, c.lost
+                );
+            }
+        }
+        out
+    }
+}

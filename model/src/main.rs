@@ -1,0 +1,105 @@
+//! Runs the model checks and prints state counts, times and counterexamples.
+//!
+//! ```sh
+//! cargo run --release -p model                 # the CI configurations
+//! cargo run --release -p model -- --exhaustive # the larger ones too (minutes)
+//! ```
+
+use model::check::{Report, Run, check};
+use model::configs;
+
+fn main() {
+    let exhaustive = std::env::args().any(|a| a == "--exhaustive");
+    let run = Run::default();
+    let mut reports: Vec<Report> = vec![
+        check(
+            "lock: 2 clients, every fault kind, <= 2 faults",
+            configs::lock_two_clients_two_faults().into_model(),
+            run,
+        ),
+        check(
+            "lock: 3 clients, no faults",
+            configs::lock_three_clients_no_faults().into_model(),
+            run,
+        ),
+        check(
+            "lock: 3 clients, 1 pause, hand-overs always confirmed (the fix)",
+            {
+                let mut cfg = configs::lock_three_clients_one_pause();
+                cfg.confirm_every_handoff = true;
+                cfg.into_model()
+            },
+            run,
+        ),
+        check(
+            "lock: 3 clients, 1 pause, today's confirm (counterexample expected)",
+            configs::lock_three_clients_one_pause().into_model(),
+            run,
+        ),
+        check(
+            "redlock: 3 nodes, 2 clients, <= 2 lost messages, 1 pause",
+            configs::redlock_two_clients().into_model(),
+            run,
+        ),
+        check(
+            "records: 2 requests, <= 2 faults",
+            configs::records_two_requests().into_model(),
+            run,
+        ),
+    ];
+    if exhaustive {
+        reports.push(check(
+            "lock: 3 clients, every fault kind, <= 1 fault (today's confirm)",
+            configs::lock_three_clients_one_fault().into_model(),
+            run,
+        ));
+        reports.push(check(
+            "lock: 3 clients, every fault kind, <= 1 fault, hand-overs always confirmed",
+            {
+                let mut cfg = configs::lock_three_clients_one_fault();
+                cfg.confirm_every_handoff = true;
+                cfg.into_model()
+            },
+            run,
+        ));
+        reports.push(check(
+            "redlock: 3 nodes, 3 clients, <= 2 lost messages, 1 pause",
+            configs::redlock_three_clients().into_model(),
+            run,
+        ));
+        reports.push(check(
+            "records: 3 requests, <= 3 faults",
+            configs::records_three_requests().into_model(),
+            run,
+        ));
+    }
+    for r in &reports {
+        println!("{r}");
+    }
+    println!("summary:");
+    for r in &reports {
+        println!(
+            "  {:<75} {:>11} states {:>9.2?}  {}",
+            r.name,
+            r.unique_states,
+            r.elapsed,
+            if r.is_clean() {
+                "ok".to_string()
+            } else {
+                format!(
+                    "FAILED: {}{}",
+                    r.counterexamples
+                        .iter()
+                        .map(|c| c.property)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if r.unreached.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" unreached: {}", r.unreached.join(", "))
+                    }
+                )
+            }
+        );
+    }
+}

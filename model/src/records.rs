@@ -1,0 +1,524 @@
+//! The idempotency record (`IdempotencyLayer`) on one server: claim, run the
+//! handler, renew, complete or release, with lost requests and replies,
+//! pauses and crashes. Safety only.
+//!
+//! Mirrors idempotency_claim.lua, idempotency_renew.lua,
+//! idempotency_complete.lua, idempotency_release.lua and
+//! `layer/idempotency/{service,running}.rs`. Every request carries the same
+//! key and payload (fingerprint); a completed record is kept for longer
+//! than the model runs (retention).
+
+use stateright::{Model, Property};
+
+use crate::check::Narrate;
+use crate::lock::name;
+
+/// A configuration of the records model.
+#[derive(Clone, Debug)]
+pub struct RecordsConfig {
+    /// Requests with the same `Idempotency-Key`.
+    pub requests: u8,
+    /// The in-flight lease, in ticks.
+    pub lease: u8,
+    /// A handler finishes at most this many ticks after its claim.
+    pub run_max: u8,
+    /// Faults in one run (lost request, lost reply, pause; at most one pause).
+    pub faults: u8,
+    /// How long a pause lasts.
+    pub pause_len: u8,
+}
+
+impl RecordsConfig {
+    /// Into a model.
+    pub fn into_model(self) -> RecordsModel {
+        RecordsModel { cfg: self }
+    }
+}
+
+/// The records model.
+#[derive(Clone, Debug)]
+pub struct RecordsModel {
+    /// Its configuration.
+    pub cfg: RecordsConfig,
+}
+
+/// The record's hash.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Record {
+    /// `state = 'done'` (else `'run'`).
+    pub done: bool,
+    /// `owner`.
+    pub owner: u8,
+    /// Expiry (a completed record outlives the model).
+    pub expires: u8,
+}
+
+/// A script call.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Req {
+    /// idempotency_claim.lua
+    Claim,
+    /// idempotency_complete.lua
+    Complete,
+    /// idempotency_release.lua
+    Release,
+}
+
+/// Where a request is: sent, answered (with the script's code), or lost.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Stage {
+    /// On the wire.
+    Sent,
+    /// Answered with this code.
+    Replied(u8),
+    /// The connection broke.
+    Failed,
+}
+
+/// Where a request's handling is.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Phase {
+    /// Not arrived.
+    Idle,
+    /// Claiming (service.rs:171-190, 293-320).
+    Claiming,
+    /// The handler runs (renewed in the background, running.rs:30-46).
+    Running,
+    /// Completing (running.rs:125-175).
+    Completing,
+    /// Releasing after the handler failed (running.rs:85-89).
+    Releasing,
+    /// Answered (replayed, 409, or the handler's response).
+    Done,
+    /// The process died.
+    Crashed,
+}
+
+/// One request.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Request {
+    /// Its step.
+    pub phase: Phase,
+    /// A script call in flight.
+    pub net: Option<(Req, Stage)>,
+    /// When its claim succeeded.
+    pub claimed_at: u8,
+    /// Next renewal.
+    pub renew_due: u8,
+    /// Paused until.
+    pub paused_until: Option<u8>,
+    /// Ghost: its record expired while its handler ran.
+    pub expired: bool,
+}
+
+/// The system.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct State {
+    /// The clock.
+    pub now: u8,
+    /// The record.
+    pub record: Option<Record>,
+    /// The requests.
+    pub requests: Vec<Request>,
+    /// Faults left.
+    pub faults: u8,
+    /// Pauses left.
+    pub pauses: u8,
+    /// Ghost: a handler started while another ran on a live record.
+    pub ran_twice: bool,
+    /// Ghost: a handler started after the key's response was stored.
+    pub ran_after_done: bool,
+    /// Ghost: a completed record got another owner.
+    pub done_overwritten: bool,
+    /// Ghost: a response was stored.
+    pub done_ever: bool,
+}
+
+/// A step.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Action {
+    /// Time passes.
+    Tick,
+    /// Request `r` arrives and sends its claim.
+    Arrive(u8),
+    /// The server runs request `r`'s script.
+    Exec(u8),
+    /// Request `r` reads the answer.
+    Receive(u8),
+    /// Request `r`'s renewal runs (idempotency_renew.lua; one round trip).
+    Renew(u8),
+    /// Request `r`'s handler ends: `true` with a response, `false` failed.
+    Finish(u8, bool),
+    /// Fault: lost request.
+    LoseRequest(u8),
+    /// Fault: lost reply.
+    LoseReply(u8),
+    /// Fault: request `r`'s process stops for a while.
+    Pause(u8),
+    /// Fault: request `r`'s process dies.
+    Crash(u8),
+}
+
+impl RecordsModel {
+    fn apply(&self, s: &mut State, a: Action, log: &mut Option<String>) {
+        let now = s.now;
+        let lease = self.cfg.lease;
+        let mut say = |t: String| {
+            if let Some(l) = log {
+                if !l.is_empty() {
+                    l.push_str("; ");
+                }
+                l.push_str(&t);
+            }
+        };
+        match a {
+            Action::Tick => {
+                s.now += 1;
+                say("time passes".into());
+                if let Some(r) = s.record
+                    && r.expires <= s.now
+                {
+                    s.record = None;
+                    say(format!("{}'s record expires", name(r.owner)));
+                    let o = &mut s.requests[r.owner as usize];
+                    if o.phase == Phase::Running {
+                        o.expired = true;
+                    }
+                }
+                for r in &mut s.requests {
+                    if r.paused_until.is_some_and(|t| s.now >= t) {
+                        r.paused_until = None;
+                    }
+                }
+            }
+            Action::Arrive(i) => {
+                let r = &mut s.requests[i as usize];
+                r.phase = Phase::Claiming;
+                r.net = Some((Req::Claim, Stage::Sent));
+                say(format!("{}: arrives, sends idempotency_claim.lua", name(i)));
+            }
+            Action::Exec(i) => {
+                let (req, _) = s.requests[i as usize].net.expect("in flight");
+                let code = match req {
+                    Req::Claim => match s.record {
+                        // idempotency_claim.lua:12-17
+                        None => {
+                            s.record = Some(Record {
+                                done: false,
+                                owner: i,
+                                expires: now + lease,
+                            });
+                            let others_live = s.requests.iter().enumerate().any(|(j, o)| {
+                                j != i as usize && o.phase == Phase::Running && !o.expired
+                            });
+                            s.ran_twice |= others_live;
+                            s.ran_after_done |= s.done_ever;
+                            0
+                        }
+                        // idempotency_claim.lua:21-26: our own claim again
+                        Some(r) if !r.done && r.owner == i => {
+                            s.record = Some(Record {
+                                expires: now + lease,
+                                ..r
+                            });
+                            0
+                        }
+                        // idempotency_claim.lua:27-29
+                        Some(r) if !r.done => 1,
+                        // idempotency_claim.lua:31
+                        Some(_) => 2,
+                    },
+                    Req::Complete => match s.record {
+                        // idempotency_complete.lua:12-14
+                        Some(r) if r.done && r.owner == i => 1,
+                        // idempotency_complete.lua:15-20
+                        Some(Record {
+                            done: false, owner, ..
+                        }) if owner == i => {
+                            s.record = Some(Record {
+                                done: true,
+                                owner: i,
+                                expires: u8::MAX,
+                            });
+                            s.done_ever = true;
+                            1
+                        }
+                        None => {
+                            if s.done_ever {
+                                // Only retention could have removed it.
+                                s.done_overwritten = true;
+                            }
+                            s.record = Some(Record {
+                                done: true,
+                                owner: i,
+                                expires: u8::MAX,
+                            });
+                            s.done_ever = true;
+                            1
+                        }
+                        // idempotency_complete.lua:22
+                        Some(_) => 0,
+                    },
+                    Req::Release => match s.record {
+                        // idempotency_release.lua:4-8
+                        Some(r) if !r.done && r.owner == i => {
+                            s.record = None;
+                            1
+                        }
+                        _ => 0,
+                    },
+                };
+                s.requests[i as usize].net = Some((req, Stage::Replied(code)));
+                say(format!("server runs {}'s {req:?} -> {code}", name(i)));
+            }
+            Action::Receive(i) => {
+                let r = &mut s.requests[i as usize];
+                let (req, stage) = r.net.take().expect("answered");
+                match (req, stage) {
+                    // service.rs:299-320: a claim without an answer is sent again.
+                    (Req::Claim, Stage::Failed) => {
+                        r.net = Some((Req::Claim, Stage::Sent));
+                        say(format!("{}: claim unanswered, sent again", name(i)));
+                    }
+                    (Req::Claim, Stage::Replied(0)) => {
+                        r.phase = Phase::Running;
+                        r.claimed_at = now;
+                        r.renew_due = now + 1;
+                        say(format!("{}: claimed, runs the handler", name(i)));
+                    }
+                    (Req::Claim, Stage::Replied(code)) => {
+                        // 1: in flight elsewhere (409); 2: replayed.
+                        r.phase = Phase::Done;
+                        say(format!(
+                            "{}: {}",
+                            name(i),
+                            if code == 1 {
+                                "409 in flight"
+                            } else {
+                                "stored response replayed"
+                            }
+                        ));
+                    }
+                    // running.rs:141-171: sent again while unanswered.
+                    (Req::Complete, Stage::Failed) => {
+                        r.net = Some((Req::Complete, Stage::Sent));
+                        say(format!("{}: completion unanswered, sent again", name(i)));
+                    }
+                    (Req::Complete, _) => {
+                        r.phase = Phase::Done;
+                        say(format!("{}: completion answered", name(i)));
+                    }
+                    (Req::Release, _) => {
+                        r.phase = Phase::Done;
+                        say(format!("{}: release answered", name(i)));
+                    }
+                    (_, Stage::Sent) => unreachable!(),
+                }
+            }
+            Action::Renew(i) => {
+                // idempotency_renew.lua:7-14
+                let ok = matches!(s.record, Some(r) if r.owner == i);
+                if let Some(r) = &mut s.record
+                    && ok
+                    && !r.done
+                {
+                    r.expires = now + lease;
+                }
+                s.requests[i as usize].renew_due = now + 1;
+                say(format!("{}: renews its record -> {}", name(i), ok as u8));
+            }
+            Action::Finish(i, ok) => {
+                let r = &mut s.requests[i as usize];
+                if ok {
+                    r.phase = Phase::Completing;
+                    r.net = Some((Req::Complete, Stage::Sent));
+                    say(format!(
+                        "{}: handler done, sends idempotency_complete.lua",
+                        name(i)
+                    ));
+                } else {
+                    r.phase = Phase::Releasing;
+                    r.net = Some((Req::Release, Stage::Sent));
+                    say(format!(
+                        "{}: handler failed, sends idempotency_release.lua",
+                        name(i)
+                    ));
+                }
+            }
+            Action::LoseRequest(i) | Action::LoseReply(i) => {
+                s.faults -= 1;
+                let r = &mut s.requests[i as usize];
+                let (req, _) = r.net.expect("in flight");
+                r.net = Some((req, Stage::Failed));
+                say(format!("FAULT {}: {req:?} or its answer lost", name(i)));
+            }
+            Action::Pause(i) => {
+                s.faults -= 1;
+                s.pauses -= 1;
+                s.requests[i as usize].paused_until = Some(now + self.cfg.pause_len);
+                say(format!("FAULT {}: process stops", name(i)));
+            }
+            Action::Crash(i) => {
+                s.faults -= 1;
+                let r = &mut s.requests[i as usize];
+                r.phase = Phase::Crashed;
+                if r.net.is_some_and(|(_, st)| st != Stage::Sent) {
+                    r.net = None;
+                }
+                say(format!("FAULT {}: process dies", name(i)));
+            }
+        }
+    }
+}
+
+impl Model for RecordsModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            now: 0,
+            record: None,
+            requests: vec![
+                Request {
+                    phase: Phase::Idle,
+                    net: None,
+                    claimed_at: 0,
+                    renew_due: 0,
+                    paused_until: None,
+                    expired: false,
+                };
+                self.cfg.requests as usize
+            ],
+            faults: self.cfg.faults,
+            pauses: 1,
+            ran_twice: false,
+            ran_after_done: false,
+            done_overwritten: false,
+            done_ever: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        let mut urgent = Vec::new();
+        let mut lazy = Vec::new();
+        for (i, r) in s.requests.iter().enumerate() {
+            let i = i as u8;
+            if let Some((_, Stage::Sent)) = r.net {
+                urgent.push(Action::Exec(i));
+            }
+            if r.phase == Phase::Crashed || r.phase == Phase::Done {
+                continue;
+            }
+            if s.faults > 0 {
+                match r.net {
+                    Some((_, Stage::Sent)) => lazy.push(Action::LoseRequest(i)),
+                    Some((_, Stage::Replied(_))) => lazy.push(Action::LoseReply(i)),
+                    _ => {}
+                }
+                if r.phase != Phase::Idle {
+                    lazy.push(Action::Crash(i));
+                    if s.pauses > 0 && r.paused_until.is_none() {
+                        lazy.push(Action::Pause(i));
+                    }
+                }
+            }
+            if r.paused_until.is_some() {
+                continue;
+            }
+            if matches!(r.net, Some((_, Stage::Replied(_) | Stage::Failed))) {
+                urgent.push(Action::Receive(i));
+            }
+            match r.phase {
+                Phase::Idle => {
+                    if s.now >= 1 {
+                        urgent.push(Action::Arrive(i));
+                    } else {
+                        lazy.push(Action::Arrive(i));
+                    }
+                }
+                Phase::Running => {
+                    if r.renew_due <= s.now {
+                        urgent.push(Action::Renew(i));
+                    }
+                    let v = if s.now >= r.claimed_at + self.cfg.run_max {
+                        &mut urgent
+                    } else {
+                        &mut lazy
+                    };
+                    v.push(Action::Finish(i, true));
+                    v.push(Action::Finish(i, false));
+                }
+                _ => {}
+            }
+        }
+        let busy = s
+            .requests
+            .iter()
+            .any(|r| !matches!(r.phase, Phase::Done | Phase::Crashed) || r.net.is_some());
+        let tick = urgent.is_empty() && busy;
+        out.extend(urgent);
+        out.extend(lazy);
+        if tick {
+            out.push(Action::Tick);
+        }
+    }
+
+    fn next_state(&self, last: &State, a: Action) -> Option<State> {
+        let mut s = last.clone();
+        self.apply(&mut s, a, &mut None);
+        Some(s)
+    }
+
+    fn within_boundary(&self, s: &State) -> bool {
+        s.now <= 30
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(
+                "a handler never runs while another runs on a live record",
+                |_: &RecordsModel, s: &State| !s.ran_twice,
+            ),
+            Property::always(
+                "a completed request never runs again",
+                |_: &RecordsModel, s: &State| !s.ran_after_done,
+            ),
+            Property::always(
+                "a completed record is never overwritten by another owner",
+                |_: &RecordsModel, s: &State| !s.done_overwritten,
+            ),
+            Property::sometimes("a response is stored", |_: &RecordsModel, s: &State| {
+                s.done_ever
+            }),
+            Property::sometimes(
+                "a handler runs again after a record expired",
+                |_: &RecordsModel, s: &State| {
+                    s.requests
+                        .iter()
+                        .filter(|r| r.phase != Phase::Idle && r.claimed_at > 0)
+                        .count()
+                        >= 2
+                },
+            ),
+        ]
+    }
+}
+
+impl Narrate for RecordsModel {
+    fn narrate(&self, before: &State, action: &Action, _after: &State) -> String {
+        let mut s = before.clone();
+        let mut log = Some(String::new());
+        self.apply(&mut s, *action, &mut log);
+        format!("t={} {}", before.now, log.unwrap_or_default())
+    }
+
+    fn summarize(&self, s: &State) -> String {
+        format!(
+            "t={} record {:?}; requests {:?}",
+            s.now,
+            s.record,
+            s.requests.iter().map(|r| r.phase).collect::<Vec<_>>()
+        )
+    }
+}
