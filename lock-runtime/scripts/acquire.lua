@@ -7,7 +7,10 @@
 -- ARGV[4] '1' when an earlier attempt of this token may have queued it
 -- Returns the fencing token (> 0) when acquired (also when the lock was handed
 -- over to this token, or an earlier attempt's reply was lost), or
--- -remaining_lease_ms (<= 0) when held by another owner.
+-- -remaining_lease_ms (<= 0) when held by another owner; a waiting attempt
+-- (ARGV[3] ~= '0') gets {-remaining_lease_ms, counter}: the slot counter now,
+-- so the waiter can tell a hand-over notice sent after this attempt (a
+-- higher token) from a stale one sent before it (a token at most this).
 -- The lock's value is its owner's token, followed by '+' once somebody may be
 -- queued behind it: only then does a release look at the queue.
 -- The next fencing token: the slot counter, first raised past a per-key
@@ -58,5 +61,6 @@ if ARGV[3] ~= '0' then
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)
   end
+  return {-ttl, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
 return -ttl

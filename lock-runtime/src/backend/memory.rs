@@ -90,7 +90,10 @@ impl MemoryBackend {
                 }
                 queue.expires = queue.expires.max(now + wait + ttl);
             }
-            return AcquireOutcome::Busy { remaining };
+            return AcquireOutcome::Busy {
+                remaining,
+                fence: state.fence,
+            };
         }
         if !wait.is_zero()
             && let Some(queue) = state.queues.get_mut(&names.queue)

@@ -31,8 +31,12 @@ pub(crate) const RENEW_BATCH: usize = 100;
 pub(crate) enum AcquireOutcome {
     /// Ours, with this fencing token.
     Acquired { fencing: u64 },
-    /// Held by someone else for at most `remaining`.
-    Busy { remaining: Duration },
+    /// Held by someone else for at most `remaining`. `fence`: the fencing
+    /// counter the attempt saw (0 where not reported). A hand-over granted
+    /// after this attempt carries a higher token; one with a token at most
+    /// this was sent before the attempt, and is stale (its lease ran out
+    /// and someone else took the key).
+    Busy { remaining: Duration, fence: u64 },
 }
 
 /// The answer of one release.

@@ -248,14 +248,28 @@ impl RedisBackend {
             .arg(wait_ms)
             .arg(if maybe_queued { "1" } else { "0" });
         let mut conn = self.conn(names);
-        let answer: i64 = run_script(&mut conn, &ACQUIRE, &cmd)
+        let answer: redis::Value = run_script(&mut conn, &ACQUIRE, &cmd)
             .await
             .map_err(|e| BackendError::with_source("acquire failed", e))?;
-        if answer <= 0 {
-            return Ok(AcquireOutcome::Busy {
-                remaining: Duration::from_millis(answer.unsigned_abs()),
-            });
-        }
+        let answer = match answer {
+            redis::Value::Int(n) if n > 0 => n,
+            redis::Value::Int(n) => {
+                return Ok(AcquireOutcome::Busy {
+                    remaining: Duration::from_millis(n.unsigned_abs()),
+                    fence: 0,
+                });
+            }
+            redis::Value::Array(busy) => match busy[..] {
+                [redis::Value::Int(n), redis::Value::Int(fence)] => {
+                    return Ok(AcquireOutcome::Busy {
+                        remaining: Duration::from_millis(n.unsigned_abs()),
+                        fence: fence.unsigned_abs(),
+                    });
+                }
+                _ => return Err(BackendError::new("acquire: unexpected busy answer").into()),
+            },
+            _ => return Err(BackendError::new("acquire: unexpected answer").into()),
+        };
         if self.replica_acks.is_some()
             && let Err(e) = self.replicated(&mut conn).await
         {

@@ -128,7 +128,7 @@ impl RedlockBackend {
         while let Some((i, answer)) = pending.next().await {
             match answer {
                 Ok(Ok(AcquireOutcome::Acquired { fencing })) => acquired.push((i, fencing)),
-                Ok(Ok(AcquireOutcome::Busy { remaining })) => busy.push(remaining),
+                Ok(Ok(AcquireOutcome::Busy { remaining, .. })) => busy.push(remaining),
                 _ => failed += 1,
             }
             let minority = self.nodes.len() - quorum;
@@ -186,7 +186,11 @@ impl RedlockBackend {
                 .get(needed.saturating_sub(1))
                 .copied()
                 .unwrap_or_default();
-            return Ok(AcquireOutcome::Busy { remaining });
+            // Redlock waiters never queue, so no hand-over needs a fence.
+            return Ok(AcquireOutcome::Busy {
+                remaining,
+                fence: 0,
+            });
         }
         let failed = failed + undecided;
         if failed > self.nodes.len() - quorum {
@@ -200,6 +204,7 @@ impl RedlockBackend {
         // A majority answered, but too slowly for the lease: busy for now.
         Ok(AcquireOutcome::Busy {
             remaining: Duration::from_millis(1),
+            fence: 0,
         })
     }
 

@@ -51,8 +51,13 @@ pub(super) struct Acquisition {
     /// (or at once where registering costs nothing).
     waiter: Option<WaitHandle>,
     /// Send time of the last attempt that found the lock busy: a hand-over
-    /// to us happened after it.
+    /// to us that is not stale (see `fence_seen`) happened after it.
     last_busy: Instant,
+    /// The highest fencing counter a busy attempt saw. A hand-over whose
+    /// token is at most this was sent before that attempt ran: its lease
+    /// has ended and the key is someone else's (a waiter paused past the
+    /// hand-over lease, found by the model checker), so it is ignored.
+    fence_seen: u64,
     /// Whether an earlier attempt with a wait may have queued our token.
     maybe_queued: bool,
     /// Connection retries so far, over the whole acquisition, and the pause
@@ -111,6 +116,7 @@ impl Acquisition {
             deadline,
             waiter,
             last_busy: started,
+            fence_seen: 0,
             maybe_queued: false,
             retries: 0,
             backoff: RETRY_BACKOFF,
@@ -176,8 +182,9 @@ impl Acquisition {
                 Ok(AcquireOutcome::Acquired { fencing }) => {
                     return Ok(Attempted::Acquired { fencing, sent });
                 }
-                Ok(AcquireOutcome::Busy { remaining }) => {
+                Ok(AcquireOutcome::Busy { remaining, fence }) => {
                     self.last_busy = self.last_busy.max(sent);
+                    self.fence_seen = self.fence_seen.max(fence);
                     return Ok(Attempted::Busy { remaining });
                 }
                 Err(LockError::Backend(e))
@@ -218,8 +225,13 @@ impl Acquisition {
     /// Notices are at most once, hence the lease timer.
     async fn wait_for_turn(&mut self, remaining: Duration) -> Woken {
         let handle = self.waiter.as_ref().expect("registered before waiting");
-        if let Some(fencing) = handle.waiter.take_grant() {
-            return Woken::Granted(fencing);
+        let fence_seen = self.fence_seen;
+        // A hand-over sent before our last busy attempt ran is stale.
+        let fresh = |fencing: u64| fencing > fence_seen;
+        match handle.waiter.take_grant() {
+            Some(fencing) if fresh(fencing) => return Woken::Granted(fencing),
+            Some(_) => return Woken::Retry,
+            None => {}
         }
         let now = Instant::now();
         if now >= self.deadline {
@@ -231,8 +243,11 @@ impl Acquisition {
                 _ = handle.waiter.notify.notified() => {}
                 _ = tokio::time::sleep_until(retry_at) => return Woken::Retry,
             }
-            if let Some(fencing) = handle.waiter.take_grant() {
-                return Woken::Granted(fencing);
+            match handle.waiter.take_grant() {
+                Some(fencing) if fresh(fencing) => return Woken::Granted(fencing),
+                // Stale: the attempt that follows tells what holds now.
+                Some(_) => return Woken::Retry,
+                None => {}
             }
             if !handle.waiter.take_handoff_seen() {
                 return Woken::Retry; // the key was freed: act now
