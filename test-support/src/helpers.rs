@@ -1,0 +1,114 @@
+//! Small async helpers for tests of `lock_runtime`: unique keys, deadlines,
+//! probes of a lock, clients.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockClientBuilder, LockError};
+
+use crate::RedisServer;
+
+/// `n` milliseconds.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// `n` seconds.
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A key no other test of this process uses (`<name>:<n>`).
+pub fn key(name: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("{name}:{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The Redis name of the lock `key` under the default prefix `lock:`
+/// (`prefix + 'L' + '{key}'` for a key without a hash tag of its own).
+pub fn lock_name(key: &str) -> String {
+    format!("lock:L{{{key}}}")
+}
+
+/// The Redis name of the fencing counter of `key` under the default prefix.
+pub fn fence_name(key: &str) -> String {
+    format!("lock:F{{{key}}}")
+}
+
+/// Awaits `fut`, failing the test if it takes longer than `limit`.
+pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(output) => output,
+        Err(_) => panic!("{what}: did not finish within {limit:?}"),
+    }
+}
+
+/// Polls `check` every millisecond until it holds; fails after `limit`.
+/// Returns how long it took.
+pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !check() {
+        if started.elapsed() > limit {
+            panic!("{what}: still false after {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    started.elapsed()
+}
+
+/// Median and maximum of some durations.
+pub fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    (
+        samples[samples.len() / 2],
+        *samples.last().expect("samples"),
+    )
+}
+
+/// `true` if the lock `key` is held by someone (a try-once probe that, if it
+/// happens to get the lock, gives it back at once).
+pub async fn is_held(client: &LockClient, key: &str) -> bool {
+    match client.lock(key).acquire().await {
+        Ok(guard) => {
+            guard.release().await.expect("release the probe");
+            false
+        }
+        Err(LockError::Busy { .. }) => true,
+        Err(e) => panic!("probe of `{key}` failed: {e}"),
+    }
+}
+
+/// The remaining lease of the holder of `key`, as a try-once acquire reports it.
+pub async fn remaining(client: &LockClient, key: &str) -> Duration {
+    match client.lock(key).acquire().await {
+        Err(LockError::Busy { retry_after, .. }) => retry_after,
+        Ok(_) => panic!("`{key}` was expected to be held"),
+        Err(e) => panic!("probe of `{key}` failed: {e}"),
+    }
+}
+
+/// Builds an independent client (own connections, own subscriber).
+pub async fn client(builder: &LockClientBuilder) -> LockClient {
+    builder.clone().build().await.expect("a client")
+}
+
+/// A client of `server` with 500 ms connect and response timeouts.
+pub async fn redis_client(server: &RedisServer) -> LockClient {
+    LockClient::builder()
+        .redis(server.url())
+        .connect_timeout(ms(500))
+        .response_timeout(ms(500))
+        .build()
+        .await
+        .expect("a redis client")
+}
+
+/// A client of the embedded backend.
+pub async fn memory_client() -> LockClient {
+    LockClient::builder()
+        .memory()
+        .build()
+        .await
+        .expect("a memory client")
+}
