@@ -35,7 +35,6 @@ impl RedisServer {
         });
         LostReplies { thread }
     }
-
 }
 
 /// Closes every normal client connection but the one that sends it (pub/sub
@@ -147,4 +146,3 @@ impl RawConnection {
         self.reply()
     }
 }
-

@@ -285,9 +285,7 @@ impl RedisServer {
     /// what `redis-cli` printed on its error output when it fails (the
     /// server is down, say).
     pub fn try_cli(&self, args: &[&str]) -> Result<String> {
-        let out = self
-            .run_cli(args)
-            .map_err(|e| format!("redis-cli: {e}"))?;
+        let out = self.run_cli(args).map_err(|e| format!("redis-cli: {e}"))?;
         if !out.status.success() {
             return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
         }

@@ -16,7 +16,8 @@ use lock_runtime::{LockClient, LockError, LockInfo, MAX_KEY_LEN, MAX_TTL, MIN_TT
 #[macro_use]
 #[path = "../src/core_support.rs"]
 mod core_support;
-use core_support::{Env, eventually, is_held, key, remaining, summary, warnings_for, within};
+use core_support::{Env, warnings_for};
+use test_support::helpers::{eventually, is_held, key, remaining, summary, within};
 
 // Braces: rustfmt leaves the list (and its attributes) alone.
 both_backends! {
@@ -1590,7 +1591,7 @@ async fn malformed_urls_are_config_errors() {
 
 #[tokio::test]
 async fn a_password_in_a_url_is_never_echoed_in_errors_or_debug_output() {
-    let port = tests::free_port();
+    let port = test_support::free_port();
     let url = format!("redis://user:s3cr3t-pw@127.0.0.1:{port}/notadb");
     let err = LockClient::builder().redis(&url).build().await.unwrap_err();
     assert!(!format!("{err} {err:?}").contains("s3cr3t-pw"), "{err:?}");
@@ -1604,7 +1605,7 @@ async fn a_password_in_a_url_is_never_echoed_in_errors_or_debug_output() {
 #[tokio::test]
 async fn an_unreachable_server_at_build_is_a_backend_error() {
     // A port with nothing listening on it.
-    let port = tests::free_port();
+    let port = test_support::free_port();
     let started = Instant::now();
     let err = LockClient::builder()
         .redis(format!("redis://127.0.0.1:{port}"))
@@ -1614,7 +1615,7 @@ async fn an_unreachable_server_at_build_is_a_backend_error() {
     let took = started.elapsed();
     println!(
         "unreachable server: {} (after {took:?})",
-        tests::error_chain(&err)
+        test_support::error_chain(&err)
     );
     assert!(err.is_backend(), "{err:?}");
     assert!(err.is_connection(), "{err:?}");
@@ -1630,7 +1631,7 @@ async fn rediss_without_the_tls_feature_is_a_config_error() {
     // This package does not enable lock-runtime's `tls` feature. (If a workspace
     // build unifies it in, the URL is accepted and the TLS handshake with this
     // port fails instead: a Backend error. Never Ok, never a panic.)
-    let server = tests::RedisServer::start();
+    let server = test_support::RedisServer::start();
     let url = format!("rediss://127.0.0.1:{}", server.port);
     let err = LockClient::builder()
         .redis(url)
@@ -1672,7 +1673,7 @@ async fn build_and_lock_without_panicking(
     what: &str,
     configure: impl FnOnce(lock_runtime::LockClientBuilder) -> lock_runtime::LockClientBuilder,
 ) {
-    let server = tests::RedisServer::start();
+    let server = test_support::RedisServer::start();
     let builder = configure(LockClient::builder().redis(server.url()));
     let outcome = tokio::spawn(async move {
         let client = builder.build().await?;

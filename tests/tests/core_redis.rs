@@ -6,13 +6,14 @@
 use std::time::{Duration, Instant};
 
 use lock_runtime::LockClient;
-use tests::RedisServer;
+use test_support::RedisServer;
 
 #[allow(unused_macros)]
 #[macro_use]
 #[path = "../src/core_support.rs"]
 mod core_support;
-use core_support::{eventually, is_held, key, summary, warnings_for, within};
+use core_support::warnings_for;
+use test_support::helpers::{eventually, is_held, key, summary, within};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -235,11 +236,11 @@ async fn dropping_a_guard_never_blocks_even_when_the_server_hangs() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let guard = client.lock("k").ttl(ms(500)).acquire().await.unwrap();
-    server.pause();
+    server.pause().unwrap();
     let started = Instant::now();
     drop(guard);
     let took = started.elapsed();
-    server.resume();
+    server.resume().unwrap();
     assert!(took < ms(20), "drop took {took:?} on a paused server");
     // The background release still happens once the server answers.
     let next = client.lock("k").wait(secs(2)).acquire().await.unwrap();
@@ -375,7 +376,7 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
         .build()
         .await
         .unwrap_err();
-    let without_text = tests::error_chain(&without);
+    let without_text = test_support::error_chain(&without);
     println!("without a password: {without_text}");
     assert!(without.is_backend(), "{without:?}");
     assert!(
@@ -388,7 +389,7 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
         .await
         .unwrap_err();
     assert!(wrong.is_backend(), "{wrong:?}");
-    let text = tests::error_chain(&wrong).to_lowercase();
+    let text = test_support::error_chain(&wrong).to_lowercase();
     println!("with a wrong password: {text}");
     assert!(text.contains("auth") || text.contains("password"), "{text}");
     assert!(
@@ -610,7 +611,7 @@ async fn a_restarted_server_is_usable_again_by_old_and_new_clients() {
         .unwrap();
     // Subscribe the old client's notifier before the restart.
     let _ = handoff(&old, &old, "warm").await;
-    server.restart(); // no persistence: keys and scripts are gone
+    server.restart().unwrap(); // no persistence: keys and scripts are gone
     let restarted = Instant::now();
     let guard = loop {
         match old.lock("k").acquire().await {
@@ -644,12 +645,12 @@ async fn a_paused_server_makes_lost_resolve_within_about_the_ttl_and_the_stale_r
     let lost = guard.lost();
     tokio::time::sleep(ms(150)).await;
     let paused = Instant::now();
-    server.pause();
+    server.pause().unwrap();
     within(secs(3), "lost() while the server is paused", lost).await;
     let took = paused.elapsed();
     // Let the lease run out on the server's clock too, then resume.
     tokio::time::sleep(ms(200)).await;
-    server.resume();
+    server.resume().unwrap();
     println!("lost() resolved {took:?} after redis-server was paused (ttl 300 ms)");
     assert!(took < ms(1500), "lost after {took:?}");
     let err = guard.release().await.unwrap_err();
@@ -669,7 +670,7 @@ async fn an_acquire_that_timed_out_on_a_paused_server_leaves_no_lock_once_it_res
         .build()
         .await
         .unwrap();
-    server.pause();
+    server.pause().unwrap();
     let started = Instant::now();
     let err = client
         .lock("ghost")
@@ -683,7 +684,7 @@ async fn an_acquire_that_timed_out_on_a_paused_server_leaves_no_lock_once_it_res
     );
     assert!(err.is_backend(), "{err:?}");
     tokio::time::sleep(ms(300)).await;
-    server.resume();
+    server.resume().unwrap();
     // The request sat in the server's socket buffer and ran on resume; the
     // clean-up release must follow it, or the key stays locked for 30 s.
     let started = Instant::now();
@@ -836,7 +837,7 @@ async fn a_restart_that_loses_the_lock_tells_the_holder() {
     let lost = guard.lost();
     tokio::time::sleep(ms(100)).await;
     // As after a failover to a replica that never saw the lock.
-    server.restart();
+    server.restart().unwrap();
     let restarted = Instant::now();
     within(secs(3), "the holder learns its lock is gone", lost).await;
     let told = restarted.elapsed();
@@ -866,7 +867,7 @@ async fn a_waiter_keeps_waiting_through_a_restart_and_gets_the_lock() {
         (Instant::now(), guard)
     });
     tokio::time::sleep(ms(200)).await;
-    server.restart(); // the holder's lock is gone with it
+    server.restart().unwrap(); // the holder's lock is gone with it
     let restarted = Instant::now();
     let (at, taken) = within(secs(9), "the waiter", waiter).await.unwrap();
     let taken = taken.expect("the waiter gets the lock after the restart");

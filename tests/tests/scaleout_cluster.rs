@@ -8,11 +8,11 @@ use std::time::Instant;
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
-use tests::topology::Cluster;
+use test_support::topology::Cluster;
 
 #[macro_use]
 mod scaleout_common;
-use scaleout_common::{client, is_held, lock_name, ms, secs, summary, within};
+use test_support::helpers::{client, is_held, lock_name, ms, secs, summary, within};
 
 fn three_masters() -> (Cluster, LockClientBuilder) {
     let cluster = Cluster::start(3);
@@ -24,7 +24,7 @@ semantic_suite!(three_masters);
 
 /// A unique prefix for the keys of one test.
 fn prefix(name: &str) -> String {
-    scaleout_common::key(name)
+    test_support::helpers::key(name)
 }
 
 /// The remaining lease of `name` on node `i`, in ms (`PTTL`): -2 when the
@@ -285,7 +285,7 @@ async fn hold_through_a_half_migration(
     cluster: &Cluster,
     a: &LockClient,
     key: &str,
-) -> (lock_runtime::LockGuard, tests::topology::Migration) {
+) -> (lock_runtime::LockGuard, test_support::topology::Migration) {
     let name = lock_name(key);
     let slot = cluster.slot_of(key);
     let ttl = ms(900);

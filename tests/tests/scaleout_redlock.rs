@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
-use tests::topology::Redlock;
+use test_support::topology::Redlock;
 
 #[macro_use]
 mod scaleout_common;
-use scaleout_common::{client, key, lock_name, ms, secs, summary, within};
+use test_support::helpers::{client, key, lock_name, ms, secs, summary, within};
 
 fn five_masters() -> (Redlock, LockClientBuilder) {
     let masters = Redlock::start(5);

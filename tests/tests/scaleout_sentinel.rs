@@ -8,12 +8,12 @@ use std::time::Instant;
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
-use tests::RedisServer;
-use tests::topology::{self, MASTER_NAME, SentinelSetup};
+use test_support::RedisServer;
+use test_support::topology::{self, MASTER_NAME, SentinelSetup};
 
 #[macro_use]
 mod scaleout_common;
-use scaleout_common::{client, is_held, key, lock_name, ms, secs, within};
+use test_support::helpers::{client, is_held, key, lock_name, ms, secs, within};
 
 fn sentinel_setup() -> (SentinelSetup, LockClientBuilder) {
     let setup = SentinelSetup::start();
@@ -198,14 +198,14 @@ async fn min_replica_acks_also_works_with_a_single_redis_url() {
     // client's connections it uses. (`WAIT` must follow the lock's own
     // write: on a fresh client's other connection, which wrote nothing, it
     // would pass at once.)
-    replica.pause();
+    replica.pause().unwrap();
     let mut refused = Vec::new();
     for i in 0..8 {
-        let k = scaleout_common::key(&format!("hung-{i}"));
+        let k = test_support::helpers::key(&format!("hung-{i}"));
         let fresh = client(&builder.clone().min_replica_acks(1, ms(300))).await;
         refused.push((fresh.lock(&k).ttl(secs(5)).acquire().await, k));
     }
-    replica.resume();
+    replica.resume().unwrap();
     let plain = client(&builder).await;
     for (refused, k) in refused {
         assert!(
@@ -233,10 +233,10 @@ async fn with_replica_acks_renewals_that_no_replica_confirms_end_in_a_lost_lease
     tokio::time::sleep(ms(2000)).await;
     assert!(!guard.is_lost(), "lost while the replica acknowledged");
     let paused = Instant::now();
-    replica.pause();
+    replica.pause().unwrap();
     within(secs(5), "unconfirmed renewals end the lease", lost).await;
     let after = paused.elapsed();
-    replica.resume();
+    replica.resume().unwrap();
     println!("lost() resolved {after:?} after the replica stopped acknowledging (900 ms lease)");
     assert!(guard.is_lost());
 }

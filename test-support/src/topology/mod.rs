@@ -50,7 +50,9 @@ pub fn try_poll<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Resul
         match check() {
             Ok(value) => return Ok(value),
             Err(last) if started.elapsed() > limit => {
-                return Err(format!("{what}: not reached within {limit:?}; last seen: {last}"));
+                return Err(format!(
+                    "{what}: not reached within {limit:?}; last seen: {last}"
+                ));
             }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
@@ -104,4 +106,3 @@ pub(crate) fn pipeline(port: u16, commands: &str) -> String {
     let out = child.wait_with_output().expect("redis-cli");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
-

@@ -76,19 +76,23 @@ impl Sentinel {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| {
-                format!("cannot start redis-sentinel ({e}); install it (apt-get install redis-sentinel)")
+                format!(
+                    "cannot start redis-sentinel ({e}); install it (apt-get install redis-sentinel)"
+                )
             })?;
         let sentinel = Self {
             port,
             child: Some(child),
             dir,
         };
-        try_poll(Duration::from_secs(10), "a sentinel answers PING", || {
-            match sentinel.try_cli(&["PING"]) {
+        try_poll(
+            Duration::from_secs(10),
+            "a sentinel answers PING",
+            || match sentinel.try_cli(&["PING"]) {
                 Ok(answer) if answer == "PONG" => Ok(()),
                 other => Err(format!("{other:?}")),
-            }
-        })?;
+            },
+        )?;
         Ok(sentinel)
     }
 
@@ -196,10 +200,7 @@ impl SentinelSetup {
 
     /// `redis://127.0.0.1:<port>` of the three sentinels.
     pub fn sentinel_urls(&self) -> Vec<String> {
-        self.sentinels
-            .iter()
-            .map(Sentinel::url)
-            .collect()
+        self.sentinels.iter().map(Sentinel::url).collect()
     }
 
     /// The server that was master at start-up.
@@ -279,4 +280,3 @@ impl SentinelSetup {
         started.elapsed()
     }
 }
-

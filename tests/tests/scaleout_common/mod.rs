@@ -7,16 +7,15 @@
 //! `semantic_suite!(setup)` (include this module with `#[macro_use]`)
 //! generates one test per check, in a module `semantics`, where `setup()`
 //! returns `(topology, builder)`; the topology lives until the test ends.
-//! Also small helpers shared by the scale-out test files.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use lock_runtime::__private::testing::force_delete;
-use lock_runtime::{LockClient, LockClientBuilder, LockError, current_lock};
+use lock_runtime::{LockClientBuilder, LockError, current_lock};
+use test_support::helpers::{client, is_held, key, ms, secs, summary, within};
 
 /// Generates the semantic suite for one topology: `$setup` names a
 /// `fn() -> (Topology, LockClientBuilder)`.
@@ -50,66 +49,6 @@ macro_rules! semantic_suite {
             }
         )*
     };
-}
-
-pub fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-pub fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
-/// A key no other test of this process uses.
-pub fn key(name: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!("{name}:{}", NEXT.fetch_add(1, SeqCst))
-}
-
-/// The Redis name of the lock `key` under the default prefix `lock:`
-/// (`prefix + 'L' + '{key}'` for a key without a hash tag of its own).
-pub fn lock_name(key: &str) -> String {
-    format!("lock:L{{{key}}}")
-}
-
-/// The Redis name of the fencing counter of `key` under the default prefix.
-pub fn fence_name(key: &str) -> String {
-    format!("lock:F{{{key}}}")
-}
-
-/// Builds an independent client (own connections, own subscriber).
-pub async fn client(builder: &LockClientBuilder) -> LockClient {
-    builder.clone().build().await.expect("a client")
-}
-
-/// Awaits `fut`, failing the test if it takes longer than `limit`.
-pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(output) => output,
-        Err(_) => panic!("{what}: did not finish within {limit:?}"),
-    }
-}
-
-/// Median and maximum of some durations.
-pub fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
-    samples.sort();
-    (
-        samples[samples.len() / 2],
-        *samples.last().expect("samples"),
-    )
-}
-
-/// `true` if `key` is held by someone: a try-once probe that, if it happens
-/// to get the lock, gives it back at once.
-pub async fn is_held(client: &LockClient, key: &str) -> bool {
-    match client.lock(key).acquire().await {
-        Ok(guard) => {
-            guard.release().await.expect("release the probe");
-            false
-        }
-        Err(LockError::Busy { .. }) => true,
-        Err(e) => panic!("probe of `{key}` failed: {e}"),
-    }
 }
 
 /// A deliberately unprotected read-modify-write with a yield in the middle:
