@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockClientBuilder, LockError};
+use lock_runtime::{LockClient, LockClientBuilder, LockError, LockGuard};
+use tokio::task::JoinHandle;
 
 use crate::RedisServer;
 
@@ -111,4 +112,40 @@ pub async fn memory_client() -> LockClient {
         .build()
         .await
         .expect("a memory client")
+}
+
+/// When a waiter got the lock (`acquired`, the result of its acquire), which
+/// it then releases at once: the far end of a handoff.
+pub async fn held_at(acquired: Result<LockGuard, LockError>) -> Instant {
+    let at = Instant::now();
+    acquired
+        .expect("the waiter gets the lock")
+        .release()
+        .await
+        .expect("the waiter releases the lock");
+    at
+}
+
+/// Spawns a waiter for `key` (a 10 s lease, waiting up to `wait`); its task
+/// ends with [`held_at`].
+pub fn spawn_waiter(client: &LockClient, key: &str, wait: Duration) -> JoinHandle<Instant> {
+    let (client, key) = (client.clone(), key.to_owned());
+    tokio::spawn(async move {
+        held_at(client.lock(&key).ttl(secs(10)).wait(wait).acquire().await).await
+    })
+}
+
+/// Asserts that waiters woke promptly after the releases (`latencies`, from
+/// release to held): the median under `median_limit`, none over 2 s (a
+/// waiter that slept that long missed the release notice and waited out a
+/// poll). Prints both, labelled `what`.
+pub fn assert_prompt_handoffs(what: &str, latencies: Vec<Duration>, median_limit: Duration) {
+    let n = latencies.len();
+    let (median, max) = summary(latencies);
+    println!("{what}: median {median:?}, max {max:?} over {n} handoffs");
+    assert!(median < median_limit, "{what}: median handoff {median:?}");
+    assert!(
+        max < secs(2),
+        "{what}: a waiter slept {max:?}: it missed the notice"
+    );
 }

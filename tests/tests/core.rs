@@ -17,7 +17,7 @@ use lock_runtime::{LockClient, LockError, LockInfo, MAX_KEY_LEN, MAX_TTL, MIN_TT
 #[path = "../src/core_support.rs"]
 mod core_support;
 use core_support::{Env, warnings_for};
-use test_support::helpers::{eventually, is_held, key, remaining, summary, within};
+use test_support::helpers::*;
 
 // Braces: rustfmt leaves the list (and its attributes) alone.
 both_backends! {
@@ -56,14 +56,6 @@ both_backends! {
     waiters_cancelled_around_a_release_never_strand_the_others,
     acquire_renewal_release_and_loss_are_traced,
     a_wait_of_duration_max_waits_without_panicking,
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
 }
 
 /// A read-modify-write that loses updates unless it runs alone: read, sleep,
@@ -302,19 +294,7 @@ async fn a_waiter_wakes_within_milliseconds_of_a_release(env: Env) {
     for round in 0..15 {
         // A long lease: only the release notice can wake the waiter in time.
         let holder = env.client.lock(&key).ttl(secs(10)).acquire().await.unwrap();
-        let waiter = {
-            let (other, key) = (other.clone(), key.clone());
-            tokio::spawn(async move {
-                let guard = other.lock(&key).ttl(secs(10)).wait(secs(5)).acquire().await;
-                let at = Instant::now();
-                guard
-                    .expect("the waiter gets the lock")
-                    .release()
-                    .await
-                    .unwrap();
-                at
-            })
-        };
+        let waiter = spawn_waiter(&other, &key, secs(5));
         tokio::time::sleep(if round == 0 { ms(100) } else { ms(30) }).await;
         assert!(!waiter.is_finished(), "the waiter got a held lock");
         let released = Instant::now();
@@ -322,15 +302,13 @@ async fn a_waiter_wakes_within_milliseconds_of_a_release(env: Env) {
         let woke = within(secs(4), "the waiter wakes", waiter).await.unwrap();
         latencies.push(woke.saturating_duration_since(released));
     }
-    let (median, max) = summary(latencies);
-    println!(
-        "[{:?}] release -> waiter holds the lock (incl. the release round trip): median {median:?}, max {max:?} over 15 handoffs",
-        env.kind
-    );
-    assert!(median < ms(100), "median handoff {median:?}");
-    assert!(
-        max < secs(2),
-        "a waiter slept {max:?}: it missed the notice"
+    assert_prompt_handoffs(
+        &format!(
+            "[{:?}] release -> waiter holds the lock (incl. the release round trip)",
+            env.kind
+        ),
+        latencies,
+        ms(100),
     );
 }
 

@@ -13,15 +13,7 @@ use test_support::RedisServer;
 #[path = "../src/core_support.rs"]
 mod core_support;
 use core_support::warnings_for;
-use test_support::helpers::{eventually, is_held, key, summary, within};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+use test_support::helpers::*;
 
 async fn client(server: &RedisServer) -> LockClient {
     core_support::capture_warnings();
@@ -70,24 +62,7 @@ async fn handoff(holder_client: &LockClient, waiter_client: &LockClient, key: &s
         .acquire()
         .await
         .unwrap();
-    let waiter = {
-        let (client, key) = (waiter_client.clone(), key.to_owned());
-        tokio::spawn(async move {
-            let guard = client
-                .lock(&key)
-                .ttl(secs(10))
-                .wait(secs(5))
-                .acquire()
-                .await;
-            let at = Instant::now();
-            guard
-                .expect("the waiter gets the lock")
-                .release()
-                .await
-                .unwrap();
-            at
-        })
-    };
+    let waiter = spawn_waiter(waiter_client, key, secs(5));
     tokio::time::sleep(ms(100)).await;
     assert!(!waiter.is_finished());
     let released = Instant::now();
@@ -527,19 +502,7 @@ async fn waiters_resubscribe_after_the_pubsub_connection_is_killed_and_still_wak
         .acquire()
         .await
         .unwrap();
-    let waiter = {
-        let client = waiter_client.clone();
-        tokio::spawn(async move {
-            let guard = client.lock("a").ttl(secs(10)).wait(secs(8)).acquire().await;
-            let at = Instant::now();
-            guard
-                .expect("the waiter gets the lock")
-                .release()
-                .await
-                .unwrap();
-            at
-        })
-    };
+    let waiter = spawn_waiter(&waiter_client, "a", secs(8));
     eventually(secs(3), "subscribed", || numsub("a") == 1).await;
     let killed = Instant::now();
     assert_eq!(server.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]), "1");

@@ -30,15 +30,7 @@ use test_support::{KILL_OTHER_CLIENTS, LostReplies, RawConnection, RedisServer};
 #[path = "../src/core_support.rs"]
 mod core_support;
 use core_support::{capture_warnings, warnings_for};
-use test_support::helpers::{key, within};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+use test_support::helpers::*;
 
 /// The lease of every lock here: far longer than anything a test does, so
 /// the lease is valid whenever a release is sent.

@@ -12,7 +12,7 @@ use test_support::topology::Redlock;
 
 #[macro_use]
 mod scaleout_common;
-use test_support::helpers::{client, key, lock_name, ms, secs, summary, within};
+use test_support::helpers::*;
 
 fn five_masters() -> (Redlock, LockClientBuilder) {
     let masters = Redlock::start(5);

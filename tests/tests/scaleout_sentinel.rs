@@ -13,7 +13,7 @@ use test_support::topology::{self, MASTER_NAME, SentinelSetup};
 
 #[macro_use]
 mod scaleout_common;
-use test_support::helpers::{client, is_held, key, lock_name, ms, secs, within};
+use test_support::helpers::*;
 
 fn sentinel_setup() -> (SentinelSetup, LockClientBuilder) {
     let setup = SentinelSetup::start();

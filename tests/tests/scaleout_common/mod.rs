@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::__private::testing::force_delete;
 use lock_runtime::{LockClientBuilder, LockError, current_lock};
-use test_support::helpers::{client, is_held, key, ms, secs, summary, within};
+use test_support::helpers::*;
 
 /// Generates the semantic suite for one topology: `$setup` names a
 /// `fn() -> (Topology, LockClientBuilder)`.
@@ -293,19 +293,7 @@ pub async fn a_waiter_wakes_within_milliseconds_of_a_release(builder: LockClient
     for round in 0..8 {
         // A long lease: only the release notice can wake the waiter in time.
         let holder = a.lock(&key).ttl(secs(10)).acquire().await.unwrap();
-        let waiter = {
-            let (b, key) = (b.clone(), key.clone());
-            tokio::spawn(async move {
-                let guard = b.lock(&key).ttl(secs(10)).wait(secs(8)).acquire().await;
-                let at = Instant::now();
-                guard
-                    .expect("the waiter gets the lock")
-                    .release()
-                    .await
-                    .unwrap();
-                at
-            })
-        };
+        let waiter = spawn_waiter(&b, &key, secs(8));
         tokio::time::sleep(if round == 0 { ms(150) } else { ms(40) }).await;
         assert!(!waiter.is_finished(), "the waiter got a held lock");
         let released = Instant::now();
@@ -313,11 +301,5 @@ pub async fn a_waiter_wakes_within_milliseconds_of_a_release(builder: LockClient
         let woke = within(secs(6), "the waiter wakes", waiter).await.unwrap();
         latencies.push(woke.saturating_duration_since(released));
     }
-    let (median, max) = summary(latencies);
-    println!("release -> waiter holds the lock: median {median:?}, max {max:?} over 8 handoffs");
-    assert!(median < ms(200), "median handoff {median:?}");
-    assert!(
-        max < secs(2),
-        "a waiter slept {max:?}: it missed the notice"
-    );
+    assert_prompt_handoffs("release -> waiter holds the lock", latencies, ms(200));
 }
