@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::__private::testing::force_delete;
 use lock_runtime::LockClient;
-use test_support::RedisServer;
+use test_support::{ACL_LOCKER, RedisServer};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -211,36 +211,6 @@ async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
     fresh.release().await.unwrap();
 }
 
-/// The permissions the library needs, and no more: its prefix's keys and
-/// channels, the commands it sends and those its scripts run.
-const ACL_USER: &[&str] = &[
-    "ACL",
-    "SETUSER",
-    "locker",
-    "on",
-    ">locker-pw",
-    "resetkeys",
-    "~lock:*",
-    "resetchannels",
-    "&lock:*",
-    "-@all",
-    "+evalsha",
-    "+script|load",
-    "+subscribe",
-    "+unsubscribe",
-    "+get",
-    "+set",
-    "+incr",
-    "+pexpire",
-    "+pttl",
-    "+del",
-    "+publish",
-    "+rpush",
-    "+lpop",
-    "+lrem",
-    "+lpos",
-];
-
 /// Commands a client may send that name no key (connection set-up).
 const KEYLESS: &[&str] = &[
     "CLIENT",
@@ -288,7 +258,7 @@ fn parse_monitor(line: &str) -> Option<(String, Vec<String>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_limited_to_the_lock_prefix_works_and_the_library_touches_nothing_else() {
     let server = RedisServer::try_start(&[]).unwrap();
-    assert_eq!(server.try_cli(ACL_USER).unwrap(), "OK");
+    assert_eq!(server.try_cli(ACL_LOCKER).unwrap(), "OK");
     let monitor_file = tempfile::NamedTempFile::new().unwrap();
     let mut monitor = Command::new("redis-cli")
         .args(["-p", &server.port.to_string(), "monitor"])

@@ -149,3 +149,31 @@ pub fn assert_prompt_handoffs(what: &str, latencies: Vec<Duration>, median_limit
         "{what}: a waiter slept {max:?}: it missed the notice"
     );
 }
+
+/// A try-once acquire of `key` with a fixed lease of `ttl` (no renewal): a
+/// holder that, forgotten, lets the lease run out.
+pub async fn fixed_lease(
+    client: &LockClient,
+    key: &str,
+    ttl: Duration,
+) -> Result<LockGuard, LockError> {
+    client.lock(key).ttl(ttl).renew(false).acquire().await
+}
+
+/// Releases `holder` while `waiter` (see [`spawn_waiter`]) still waits for
+/// the same lock, and returns how long after the release the waiter held it
+/// (failing if it takes more than `limit`, or if the waiter got the lock
+/// before the release).
+pub async fn release_to_waiter(
+    holder: LockGuard,
+    waiter: JoinHandle<Instant>,
+    limit: Duration,
+) -> Duration {
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    let released = Instant::now();
+    holder.release().await.expect("the holder releases");
+    let woke = within(limit, "the waiter wakes", waiter)
+        .await
+        .expect("the waiter's task");
+    woke.saturating_duration_since(released)
+}

@@ -18,6 +18,7 @@
 //! assert_eq!(server.cli(&["PING"]), "PONG");
 //! ```
 
+mod acl;
 pub mod helpers;
 #[cfg(feature = "http")]
 pub mod http;
@@ -26,6 +27,7 @@ mod server;
 mod tls;
 pub mod topology;
 
+pub use acl::ACL_LOCKER;
 pub use replies::{KILL_OTHER_CLIENTS, LostReplies, RawConnection};
 pub use server::{RedisServer, free_port, redis_server_bin, signal, try_free_port};
 pub use tls::{TlsFiles, self_signed_cert};

@@ -148,14 +148,7 @@ async fn a_forgotten_fixed_lease_guard_frees_the_key_after_its_ttl(env: Env) {
     let key = key("forgotten-fixed");
     let other = env.other().await;
     let taken = Instant::now();
-    let guard = env
-        .client
-        .lock(&key)
-        .ttl(ms(300))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = fixed_lease(&env.client, &key, ms(300)).await.unwrap();
     std::mem::forget(guard);
     assert!(is_held(&other, &key).await, "held right after the leak");
     let next = within(
@@ -254,14 +247,7 @@ async fn a_holder_with_a_300ms_lease_keeps_the_lock_for_two_seconds_through_the_
 async fn a_fixed_lease_is_lost_at_its_end_and_run_is_cancelled_then(env: Env) {
     let key = key("fixed");
     let started = Instant::now();
-    let guard = env
-        .client
-        .lock(&key)
-        .ttl(ms(200))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = fixed_lease(&env.client, &key, ms(200)).await.unwrap();
     within(secs(2), "a fixed lease ends", guard.lost()).await;
     let at = started.elapsed();
     assert!(
@@ -296,11 +282,7 @@ async fn a_waiter_wakes_within_milliseconds_of_a_release(env: Env) {
         let holder = env.client.lock(&key).ttl(secs(10)).acquire().await.unwrap();
         let waiter = spawn_waiter(&other, &key, secs(5));
         tokio::time::sleep(if round == 0 { ms(100) } else { ms(30) }).await;
-        assert!(!waiter.is_finished(), "the waiter got a held lock");
-        let released = Instant::now();
-        holder.release().await.unwrap();
-        let woke = within(secs(4), "the waiter wakes", waiter).await.unwrap();
-        latencies.push(woke.saturating_duration_since(released));
+        latencies.push(release_to_waiter(holder, waiter, secs(4)).await);
     }
     assert_prompt_handoffs(
         &format!(
@@ -316,14 +298,7 @@ async fn a_waiter_falls_back_to_the_holders_ttl_when_the_holder_dies_without_rel
     let key = key("dead-holder");
     let other = env.other().await;
     let taken = Instant::now();
-    let holder = env
-        .client
-        .lock(&key)
-        .ttl(ms(300))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let holder = fixed_lease(&env.client, &key, ms(300)).await.unwrap();
     std::mem::forget(holder); // dies: no release, no notice
     let guard = within(
         secs(4),
@@ -357,14 +332,7 @@ async fn fencing_tokens_strictly_increase_across_releases_expiry_deletes_and_cli
         guard.release().await.unwrap();
     }
     // Expired (fixed lease), then taken by the other client.
-    let expired = env
-        .client
-        .lock(&key)
-        .ttl(ms(100))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let expired = fixed_lease(&env.client, &key, ms(100)).await.unwrap();
     seen.push(expired.fencing_token());
     within(secs(2), "the fixed lease ends", expired.lost()).await;
     let next = other.lock(&key).wait(secs(1)).acquire().await.unwrap();
@@ -440,14 +408,7 @@ async fn concurrent_acquisitions_get_distinct_consecutive_fencing_tokens(env: En
 async fn a_stale_guard_cannot_release_the_new_holders_lock(env: Env) {
     let key = key("stale-release");
     let other = env.other().await;
-    let stale = env
-        .client
-        .lock(&key)
-        .ttl(ms(100))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let stale = fixed_lease(&env.client, &key, ms(100)).await.unwrap();
     within(secs(2), "the stale lease ends", stale.lost()).await;
     let holder = other
         .lock(&key)
@@ -476,13 +437,7 @@ async fn a_stale_guard_cannot_extend_the_new_holders_lock(env: Env) {
     let other = env.other().await;
     let stale = env.client.lock(&key).ttl(ms(300)).acquire().await.unwrap();
     force_delete(&env.client, &key).await.unwrap();
-    let holder = other
-        .lock(&key)
-        .ttl(secs(10))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let holder = fixed_lease(&other, &key, secs(10)).await.unwrap();
     // The stale guard's watchdog tries to renew with its own token: refused.
     within(secs(2), "the stale guard notices", stale.lost()).await;
     tokio::time::sleep(ms(150)).await;
@@ -503,14 +458,7 @@ async fn a_stale_guard_cannot_extend_the_new_holders_lock(env: Env) {
 async fn wait_zero_tries_once_and_reports_busy_with_the_holders_remaining_lease(env: Env) {
     let key = key("busy");
     let other = env.other().await;
-    let holder = env
-        .client
-        .lock(&key)
-        .ttl(secs(2))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let holder = fixed_lease(&env.client, &key, secs(2)).await.unwrap();
     for request in [other.lock(&key), other.lock(&key).wait(Duration::ZERO)] {
         let started = Instant::now();
         let err = request.acquire().await.unwrap_err();
@@ -1448,13 +1396,7 @@ async fn the_embedded_backend_follows_tokios_paused_clock() {
     assert!(is_held(&client, "kept").await);
     // A fixed lease ends at its TTL in virtual time, and a waiter takes over.
     let started = tokio::time::Instant::now();
-    let fixed = client
-        .lock("fixed")
-        .ttl(secs(10))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let fixed = fixed_lease(&client, "fixed", secs(10)).await.unwrap();
     let next = client.lock("fixed").wait(secs(60)).acquire().await.unwrap();
     let at = started.elapsed();
     assert!(

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use lock_runtime::LockClient;
-use test_support::RedisServer;
+use test_support::{ACL_LOCKER, RedisServer};
 
 #[allow(unused_macros)]
 #[macro_use]
@@ -64,11 +64,7 @@ async fn handoff(holder_client: &LockClient, waiter_client: &LockClient, key: &s
         .unwrap();
     let waiter = spawn_waiter(waiter_client, key, secs(5));
     tokio::time::sleep(ms(100)).await;
-    assert!(!waiter.is_finished());
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let at = within(secs(6), "the waiter", waiter).await.unwrap();
-    at.saturating_duration_since(released)
+    release_to_waiter(holder, waiter, secs(6)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -374,40 +370,6 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
     assert!(started.elapsed() < secs(5));
 }
 
-/// The least an ACL user needs: the commands the client sends (`EVALSHA`,
-/// `SCRIPT LOAD` at start and after `NOSCRIPT`, `SUBSCRIBE`, `UNSUBSCRIBE`) and
-/// those the scripts run (the waiter queue's list commands included), on the
-/// prefix's keys and channels. No `EVAL`, `PING`, `CLIENT` or `HELLO` is
-/// needed; `SELECT` only with a `/db` in the URL. Found by taking each one
-/// away: the `ACL LOG` names what is missing.
-const ACL_LOCKER: &[&str] = &[
-    "ACL",
-    "SETUSER",
-    "locker",
-    "on",
-    ">locker-pw",
-    "resetkeys",
-    "~lock:*",
-    "resetchannels",
-    "&lock:*",
-    "-@all",
-    "+evalsha",
-    "+script|load",
-    "+subscribe",
-    "+unsubscribe",
-    "+get",
-    "+set",
-    "+incr",
-    "+pexpire",
-    "+pttl",
-    "+del",
-    "+publish",
-    "+rpush",
-    "+lpop",
-    "+lrem",
-    "+lpos",
-];
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_limited_to_the_lock_keys_channels_and_commands_works() {
     let server = RedisServer::start();
@@ -509,11 +471,7 @@ async fn waiters_resubscribe_after_the_pubsub_connection_is_killed_and_still_wak
     let back = eventually(secs(3), "subscribed again", || numsub("a") == 1).await;
     println!("re-subscribed {back:?} after CLIENT KILL TYPE pubsub");
     tokio::time::sleep(ms(50)).await;
-    assert!(!waiter.is_finished());
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let woke = within(secs(8), "the waiter", waiter).await.unwrap();
-    let latency = woke.saturating_duration_since(released);
+    let latency = release_to_waiter(holder, waiter, secs(8)).await;
     println!(
         "a waiter woke {latency:?} after a release that followed the kill ({:?} in all)",
         killed.elapsed()

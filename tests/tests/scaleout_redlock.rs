@@ -258,13 +258,7 @@ async fn a_master_restarted_empty_at_once_can_let_a_second_holder_in_which_is_wh
     masters.kill(3);
     masters.kill(4);
     // A fixed lease (no renewal), held on exactly three masters: 0, 1, 2.
-    let first = a
-        .lock(&key)
-        .ttl(secs(10))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let first = fixed_lease(&a, &key, secs(10)).await.unwrap();
     assert_eq!(masters.nodes_holding(&lock_name(&key)), vec![0, 1, 2]);
     // Master 0 crashes and restarts at once without its data; 3 and 4 return.
     masters.kill(0);

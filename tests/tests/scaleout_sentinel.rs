@@ -44,11 +44,7 @@ async fn a_lock_acknowledged_by_a_replica_is_still_held_after_a_failover() {
     let key = key("acked");
     // A fixed lease longer than the failover: no renewal (and its own
     // `WAIT`) runs in between, so what is tested is the acquire's ack alone.
-    let guard = a
-        .lock(&key)
-        .ttl(secs(20))
-        .renew(false)
-        .acquire()
+    let guard = fixed_lease(&a, &key, secs(20))
         .await
         .expect("the replica acknowledges");
     assert!(
@@ -101,11 +97,7 @@ async fn without_replica_acks_a_failover_can_lose_a_lock_to_a_second_holder() {
     // Replication stalls (a partition between master and replica) ...
     setup.cut_replication();
     // ... the acquire succeeds on the master alone ...
-    let first = a
-        .lock(&key)
-        .ttl(secs(20))
-        .renew(false)
-        .acquire()
+    let first = fixed_lease(&a, &key, secs(20))
         .await
         .expect("without acks the master alone decides");
     assert!(exists(setup.master(), &key));

@@ -175,13 +175,7 @@ pub async fn a_forgotten_fixed_lease_frees_the_key_after_its_ttl(builder: LockCl
     let key = key("forgotten");
     let (a, b) = (client(&builder).await, client(&builder).await);
     let taken = Instant::now();
-    let guard = a
-        .lock(&key)
-        .ttl(ms(400))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = fixed_lease(&a, &key, ms(400)).await.unwrap();
     let lost = guard.lost();
     // Forgotten: never released, never dropped.
     std::mem::forget(guard);
@@ -295,11 +289,7 @@ pub async fn a_waiter_wakes_within_milliseconds_of_a_release(builder: LockClient
         let holder = a.lock(&key).ttl(secs(10)).acquire().await.unwrap();
         let waiter = spawn_waiter(&b, &key, secs(8));
         tokio::time::sleep(if round == 0 { ms(150) } else { ms(40) }).await;
-        assert!(!waiter.is_finished(), "the waiter got a held lock");
-        let released = Instant::now();
-        holder.release().await.unwrap();
-        let woke = within(secs(6), "the waiter wakes", waiter).await.unwrap();
-        latencies.push(woke.saturating_duration_since(released));
+        latencies.push(release_to_waiter(holder, waiter, secs(6)).await);
     }
     assert_prompt_handoffs("release -> waiter holds the lock", latencies, ms(200));
 }
