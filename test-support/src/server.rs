@@ -31,17 +31,26 @@ pub fn redis_server_bin() -> PathBuf {
 /// Sends `sig` (`STOP`, `CONT`, `KILL`, ... without the `SIG`) to `pid` with
 /// kill(1).
 pub fn signal(pid: u32, sig: &str) -> Result<()> {
-    let status = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
+    let what = format!("kill -{sig} {pid}");
+    match Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
         .stderr(Stdio::null())
         .status()
-        .map_err(|e| format!("kill -{sig} {pid}: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("kill -{sig} {pid}: {status}"))
+    {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(format!("{what}: {status}")),
+        Err(e) => Err(format!("{what}: {e}")),
     }
+}
+
+/// Spawns `cmd` (a server of package `package`, as apt names it) with no
+/// standard input or output.
+pub(crate) fn spawn_quiet(mut cmd: Command, package: &str) -> Result<Child> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {cmd:?} ({e}); install {package}"))
 }
 
 /// A `redis-server` on `127.0.0.1:<free port>` with its own temporary
@@ -154,24 +163,13 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<()> {
-        let bin = redis_server_bin();
-        let child = Command::new(&bin)
-            .args(&self.args)
+        let mut cmd = Command::new(redis_server_bin());
+        cmd.args(&self.args)
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
-            .arg(self.dir.path().join("redis.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot start {bin:?} ({e}); install redis-server \
-                     (apt-get install redis-server) or set REDIS_SERVER"
-                )
-            })?;
-        self.child = Some(child);
+            .arg(self.dir.path().join("redis.log"));
+        self.child = Some(spawn_quiet(cmd, "redis-server (or set REDIS_SERVER)")?);
         self.wait_ready()
     }
 

@@ -3,7 +3,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::topology::{cli_port, info_field, pipeline, poll};
+use crate::topology::{cli_port, info_field, pipeline, poll, sorted_keys};
 use crate::{RedisServer, free_port};
 
 /// A slot on its way from node `from` to node `to` (see
@@ -195,14 +195,7 @@ impl Cluster {
 
     /// The keys node `i` holds (sorted).
     pub fn keys(&self, i: usize) -> Vec<String> {
-        let mut keys: Vec<String> = self
-            .cli(i, &["KEYS", "*"])
-            .lines()
-            .map(str::to_owned)
-            .filter(|k| !k.is_empty())
-            .collect();
-        keys.sort();
-        keys
+        sorted_keys(self.nodes[i].port)
     }
 
     /// The keys of `slot` stored on node `i`.

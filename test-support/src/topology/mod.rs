@@ -42,6 +42,17 @@ pub fn cli_port(port: u16, args: &[&str]) -> String {
     try_cli_port(port, args).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The keys of the server on `port` (`KEYS *`, sorted).
+pub fn sorted_keys(port: u16) -> Vec<String> {
+    let mut keys: Vec<String> = cli_port(port, &["KEYS", "*"])
+        .lines()
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+        .collect();
+    keys.sort();
+    keys
+}
+
 /// Polls `check` every 20 ms until it returns `Ok`; after `limit`, `Err`
 /// with `what` and the last observation.
 pub fn try_poll<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Result<T>) -> Result<T> {

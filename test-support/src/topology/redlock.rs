@@ -1,7 +1,7 @@
 //! Independent masters for Redlock.
 
 use crate::RedisServer;
-use crate::topology::cli_port;
+use crate::topology::{cli_port, sorted_keys};
 
 /// `n` independent `redis-server`s (no replication, no persistence), for
 /// Redlock. Nodes are numbered `0..n`.
@@ -90,14 +90,7 @@ impl Redlock {
         if self.down[i] {
             return Vec::new();
         }
-        let mut keys: Vec<String> = self
-            .cli(i, &["KEYS", "*"])
-            .lines()
-            .map(str::to_owned)
-            .filter(|k| !k.is_empty())
-            .collect();
-        keys.sort();
-        keys
+        sorted_keys(self.servers[i].port)
     }
 
     /// The nodes (running ones only) on which `name` exists.

@@ -1,8 +1,9 @@
 //! A Sentinel deployment: master, replica, three sentinels.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use crate::server::spawn_quiet;
 use crate::topology::{cli_port, info_field, pairs, pipeline, poll, try_cli_port, try_poll};
 use crate::{RedisServer, Result, try_free_port};
 
@@ -69,17 +70,9 @@ impl Sentinel {
         );
         let path = dir.path().join("sentinel.conf");
         std::fs::write(&path, config).map_err(|e| format!("write sentinel.conf: {e}"))?;
-        let child = Command::new("redis-sentinel")
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot start redis-sentinel ({e}); install it (apt-get install redis-sentinel)"
-                )
-            })?;
+        let mut cmd = Command::new("redis-sentinel");
+        cmd.arg(&path);
+        let child = spawn_quiet(cmd, "redis-sentinel")?;
         let sentinel = Self {
             port,
             child: Some(child),
