@@ -18,11 +18,8 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::__private::testing::force_delete;
 use lock_runtime::LockClient;
+use test_support::helpers::{fixed_lease, ms};
 use test_support::{ACL_LOCKER, RedisServer};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 async fn client(url: &str) -> LockClient {
     LockClient::builder()
@@ -115,13 +112,7 @@ async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
     let b = client(&server.url()).await;
 
     // A stale token: A's fixed lease ran out and B took the lock.
-    let stale = a
-        .lock("k")
-        .ttl(ms(100))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let stale = fixed_lease(&a, "k", ms(100)).await.unwrap();
     tokio::time::sleep(ms(250)).await;
     let fresh = b.lock("k").ttl(ms(5000)).acquire().await.unwrap();
     assert!(fresh.fencing_token() > stale.fencing_token());

@@ -177,3 +177,21 @@ pub async fn release_to_waiter(
         .expect("the waiter's task");
     woke.saturating_duration_since(released)
 }
+
+/// Checks the end of a scenario in which a second client got a lock that a
+/// first still holds (the documented limits of Redlock and of Sentinel
+/// failovers): the first holder has not noticed. Prints both fencing tokens,
+/// then releases the second lock and drops the first.
+pub async fn assert_two_holders(first: LockGuard, second: LockGuard) {
+    assert!(
+        !first.is_lost(),
+        "the first holder still believes it holds the lock"
+    );
+    println!(
+        "two holders at once: tokens {} and {}",
+        first.fencing_token(),
+        second.fencing_token()
+    );
+    second.release().await.expect("the second holder releases");
+    drop(first);
+}
