@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tests::{RedisServer, free_port};
+use test_support::{RedisServer, free_port};
 
 const BIN: &str = env!("CARGO_BIN_EXE_order-service");
 

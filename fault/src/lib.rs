@@ -24,15 +24,3 @@ pub mod spread;
 pub mod store;
 pub mod timeline;
 pub mod worker;
-
-/// An error and its causes on one line, as `anyhow` prints them with `{:#}`:
-/// `cannot connect to Redis: <the driver's reason>`.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut next = err.source();
-    while let Some(cause) = next {
-        text += &format!(": {cause}");
-        next = cause.source();
-    }
-    text
-}

@@ -174,7 +174,7 @@ fn probe(url: &str) -> Result<bool, String> {
         let client = match lock_runtime::LockClient::builder().redis(url).build().await {
             Ok(client) => client,
             Err(e) => {
-                println!("error: {}", fault::error_chain(&e));
+                println!("error: {}", test_support::error_chain(&e));
                 return Ok(false);
             }
         };
@@ -187,13 +187,13 @@ fn probe(url: &str) -> Result<bool, String> {
                         Ok(true)
                     }
                     Err(e) => {
-                        println!("error: {}", fault::error_chain(&e));
+                        println!("error: {}", test_support::error_chain(&e));
                         Ok(false)
                     }
                 }
             }
             Err(e) => {
-                println!("error: {}", fault::error_chain(&e));
+                println!("error: {}", test_support::error_chain(&e));
                 Ok(false)
             }
         }

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use crate::checker::{self, Report, RunData, WorkerLog};
 use crate::log::{self, Clock, Event, Fault, LogWriter};
-use crate::server::{self, SentinelGroup, Server};
+use crate::server::SentinelGroup;
 use crate::store;
 use crate::timeline::Sampler;
 use crate::worker::WorkerConfig;
+use test_support::{RedisServer, signal};
 
 /// The fault a scenario injects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -423,7 +424,7 @@ struct Running {
 impl Drop for Running {
     /// No worker outlives its run, even when the harness fails mid-way.
     fn drop(&mut self) {
-        let _ = server::signal(self.child.id(), "CONT");
+        let _ = signal(self.child.id(), "CONT");
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -443,7 +444,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         None => tmp.path().to_path_buf(),
     };
     let mut lock = LockSide::start(scenario)?;
-    let store_server = Server::start(&[])?;
+    let store_server = RedisServer::try_start(&[])?;
     let store_client = redis::Client::open(store_server.url()).map_err(|e| e.to_string())?;
     let mut store_conn = store_client.get_connection().map_err(|e| e.to_string())?;
 
@@ -629,8 +630,8 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
 
 /// The lock servers of a run.
 enum LockSide {
-    Single(Server),
-    Redlock(Vec<Server>),
+    Single(RedisServer),
+    Redlock(Vec<RedisServer>),
     Sentinel(Box<SentinelGroup>),
 }
 
@@ -643,11 +644,11 @@ impl LockSide {
                 } else {
                     &[]
                 };
-                LockSide::Single(Server::start(args)?)
+                LockSide::Single(RedisServer::try_start(args)?)
             }
             Topology::Redlock(n) => LockSide::Redlock(
                 (0..n)
-                    .map(|_| Server::start(&[]))
+                    .map(|_| RedisServer::try_start(&[]))
                     .collect::<Result<_, _>>()?,
             ),
             Topology::Sentinel { .. } => LockSide::Sentinel(Box::new(SentinelGroup::start()?)),
@@ -660,7 +661,7 @@ impl LockSide {
             LockSide::Single(s) => s.url(),
             LockSide::Redlock(servers) => servers
                 .iter()
-                .map(Server::url)
+                .map(RedisServer::url)
                 .collect::<Vec<_>>()
                 .join(","),
             LockSide::Sentinel(g) => g.sentinel_urls().join(","),
@@ -686,7 +687,7 @@ impl LockSide {
     }
 
     /// The server single-server faults act on (the master).
-    fn primary(&mut self) -> &mut Server {
+    fn primary(&mut self) -> &mut RedisServer {
         match self {
             LockSide::Single(s) => s,
             LockSide::Redlock(servers) => &mut servers[0],
@@ -793,7 +794,7 @@ impl Injector {
                 self.cycles += 1;
                 let t = cx.clock.now();
                 if *kill_every > 0 && self.cycles.is_multiple_of(*kill_every) {
-                    server::signal(victim.child.id(), "KILL")?;
+                    signal(victim.child.id(), "KILL")?;
                     self.phase = Phase::Idle {
                         next: now + Duration::from_millis(300),
                     };
@@ -808,7 +809,7 @@ impl Injector {
                         t,
                     })));
                 }
-                server::signal(victim.child.id(), "STOP")?;
+                signal(victim.child.id(), "STOP")?;
                 self.phase = Phase::Stopped {
                     index,
                     t,
@@ -824,7 +825,7 @@ impl Injector {
                 // Read the clock before the signal: the victim may run, and
                 // even finish its write, before this thread runs again.
                 let end = cx.clock.now();
-                server::signal(victim.child.id(), "CONT")?;
+                signal(victim.child.id(), "CONT")?;
                 let fault = Fault::StopWorker {
                     worker: victim.id,
                     start: *t,
@@ -1017,7 +1018,7 @@ impl Injector {
             Phase::Idle { .. } => {}
             Phase::Stopped { index, t, .. } => {
                 let victim = &running[index];
-                let _ = server::signal(victim.child.id(), "CONT");
+                let _ = signal(victim.child.id(), "CONT");
                 faults.push(Fault::StopWorker {
                     worker: victim.id,
                     start: t,

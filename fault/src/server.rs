@@ -1,367 +1,12 @@
-//! `redis-server` processes on free loopback ports, and signals.
-//!
-//! The harness's own copy of the test support in the `tests` package (which
-//! panics on failure; here failures are errors the program reports): options
-//! for persistence and TLS, restart on the same port and directory, and
-//! SIGSTOP/SIGCONT/SIGKILL by process id for servers and workers alike.
+//! The harness's Sentinel group: a master, one replica and three sentinels,
+//! kept to itself on a shared loopback ([`Isolation`]), with the failovers the
+//! scenarios inject. The servers and sentinels are `test_support`'s.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-/// A fallible result with a message.
-pub type Result<T> = std::result::Result<T, String>;
-
-/// A free loopback TCP port (bound, then released).
-pub fn free_port() -> Result<u16> {
-    let listener =
-        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind a loopback port: {e}"))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
-}
-
-/// Sends `sig` (`STOP`, `CONT`, `KILL`, ...) to `pid` with kill(1).
-pub fn signal(pid: u32, sig: &str) -> Result<()> {
-    let status = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|e| format!("kill -{sig} {pid}: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("kill -{sig} {pid}: {status}"))
-    }
-}
-
-/// TLS files for `redis-server --tls-port`.
-#[derive(Clone, Debug)]
-pub struct TlsFiles {
-    /// The self-signed CA certificate clients must trust.
-    pub ca: PathBuf,
-    /// The server's certificate (for `127.0.0.1`, signed by the CA).
-    pub cert: PathBuf,
-    /// Its key.
-    pub key: PathBuf,
-}
-
-fn openssl(args: &[&str], dir: &Path) -> Result<()> {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .map_err(|e| format!("openssl: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "openssl {} failed: {}",
-            args.first().copied().unwrap_or_default(),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-/// Generates with `openssl`, in `dir`, a self-signed CA (`openssl req -x509`)
-/// and a server certificate for `127.0.0.1` signed by it. (rustls refuses a
-/// self-signed CA certificate presented as the server's own:
-/// `CaUsedAsEndEntity`; so the server gets a leaf.)
-pub fn self_signed_cert(dir: &Path) -> Result<TlsFiles> {
-    openssl(
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=fault test CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-        ],
-        dir,
-    )?;
-    openssl(
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            "redis.key",
-            "-out",
-            "redis.csr",
-        ],
-        dir,
-    )?;
-    std::fs::write(
-        dir.join("leaf.ext"),
-        "basicConstraints=critical,CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    )
-    .map_err(|e| e.to_string())?;
-    openssl(
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "redis.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "leaf.ext",
-            "-out",
-            "redis.crt",
-        ],
-        dir,
-    )?;
-    Ok(TlsFiles {
-        ca: dir.join("ca.crt"),
-        cert: dir.join("redis.crt"),
-        key: dir.join("redis.key"),
-    })
-}
-
-/// A `redis-server` on `127.0.0.1:<free port>` with its own directory; killed
-/// on drop.
-#[derive(Debug)]
-pub struct Server {
-    /// The port (the TLS port when started with TLS).
-    pub port: u16,
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    args: Vec<String>,
-    /// The CA file when serving TLS.
-    tls: Option<PathBuf>,
-    password: Option<String>,
-}
-
-impl Server {
-    /// Starts a server with no persistence and `extra` options
-    /// (`["--appendonly", "yes"]`).
-    pub fn start(extra: &[&str]) -> Result<Self> {
-        Self::start_inner(extra, None)
-    }
-
-    /// Starts a TLS-only server (`--port 0 --tls-port P`) with `files`, not
-    /// asking clients for certificates.
-    pub fn start_tls(files: &TlsFiles, extra: &[&str]) -> Result<Self> {
-        Self::start_inner(extra, Some(files))
-    }
-
-    /// Starts a server with `extra` options on `port` (which must be free).
-    pub fn start_on(port: u16, extra: &[&str]) -> Result<Self> {
-        Self::start_port(Some(port), extra, None)
-    }
-
-    fn start_inner(extra: &[&str], tls: Option<&TlsFiles>) -> Result<Self> {
-        Self::start_port(None, extra, tls)
-    }
-
-    fn start_port(port: Option<u16>, extra: &[&str], tls: Option<&TlsFiles>) -> Result<Self> {
-        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-        let port = match port {
-            Some(p) => p,
-            None => free_port()?,
-        };
-        let mut args: Vec<String> = vec![
-            "--bind".into(),
-            "127.0.0.1".into(),
-            "--save".into(),
-            String::new(),
-            "--appendonly".into(),
-            "no".into(),
-            "--daemonize".into(),
-            "no".into(),
-        ];
-        if let Some(files) = tls {
-            args.extend([
-                "--port".into(),
-                "0".into(),
-                "--tls-port".into(),
-                port.to_string(),
-                "--tls-cert-file".into(),
-                files.cert.display().to_string(),
-                "--tls-key-file".into(),
-                files.key.display().to_string(),
-                "--tls-ca-cert-file".into(),
-                files.ca.display().to_string(),
-                "--tls-auth-clients".into(),
-                "no".into(),
-            ]);
-        } else {
-            args.extend(["--port".into(), port.to_string()]);
-        }
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let password = extra
-            .iter()
-            .position(|a| *a == "--requirepass")
-            .and_then(|i| extra.get(i + 1))
-            .map(|s| s.to_string());
-        let mut server = Self {
-            port,
-            child: None,
-            dir,
-            args,
-            tls: tls.map(|f| f.ca.clone()),
-            password,
-        };
-        server.spawn()?;
-        Ok(server)
-    }
-
-    fn spawn(&mut self) -> Result<()> {
-        let child = Command::new("redis-server")
-            .args(&self.args)
-            .arg("--dir")
-            .arg(self.dir.path())
-            .arg("--logfile")
-            .arg(self.dir.path().join("redis.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot start redis-server ({e}); install it (apt-get install redis-server)"
-                )
-            })?;
-        self.child = Some(child);
-        self.wait_ready()
-    }
-
-    fn wait_ready(&self) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if self.cli(&["PING"]).is_ok_and(|a| a == "PONG") {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Err(format!(
-            "redis-server on port {} did not come up",
-            self.port
-        ))
-    }
-
-    /// `redis://127.0.0.1:<port>` (or `rediss://`).
-    pub fn url(&self) -> String {
-        let scheme = if self.tls.is_some() {
-            "rediss"
-        } else {
-            "redis"
-        };
-        format!("{scheme}://127.0.0.1:{}", self.port)
-    }
-
-    /// The server's directory (AOF files live there).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// The process id, while running.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// SIGKILL: no shutdown, no save.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts it again on the same port and directory (AOF is reloaded).
-    pub fn restart(&mut self) -> Result<()> {
-        self.restart_with(&[])
-    }
-
-    /// The same with `extra` options for this start only (later options
-    /// override earlier ones).
-    pub fn restart_with(&mut self, extra: &[&str]) -> Result<()> {
-        self.kill();
-        let base = self.args.len();
-        self.args.extend(extra.iter().map(|s| s.to_string()));
-        let started = self.spawn();
-        self.args.truncate(base);
-        started
-    }
-
-    /// SIGSTOP.
-    pub fn pause(&self) -> Result<()> {
-        self.pid().map_or(Ok(()), |pid| signal(pid, "STOP"))
-    }
-
-    /// SIGCONT.
-    pub fn resume(&self) -> Result<()> {
-        self.pid().map_or(Ok(()), |pid| signal(pid, "CONT"))
-    }
-
-    /// Runs a command through `redis-cli`; the answer's text.
-    pub fn cli(&self, args: &[&str]) -> Result<String> {
-        let mut cmd = Command::new("redis-cli");
-        cmd.arg("-p").arg(self.port.to_string());
-        if let Some(ca) = &self.tls {
-            cmd.arg("--tls").arg("--cacert").arg(ca);
-        }
-        if let Some(pw) = &self.password {
-            cmd.arg("--no-auth-warning").arg("-a").arg(pw);
-        }
-        let out = cmd
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("redis-cli: {e}"))?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.resume();
-        self.kill();
-    }
-}
-
-/// Polls `check` every 20 ms for up to `limit`; the last observation on
-/// failure.
-pub fn poll<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Result<T>) -> Result<T> {
-    let started = Instant::now();
-    loop {
-        match check() {
-            Ok(value) => return Ok(value),
-            Err(last) if started.elapsed() > limit => {
-                return Err(format!("{what}: not within {limit:?}; last seen: {last}"));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-}
-
-/// A `field:value` line of an `INFO` answer.
-pub fn info_field(info: &str, field: &str) -> Option<String> {
-    let prefix = format!("{field}:");
-    info.lines()
-        .find_map(|l| l.trim().strip_prefix(&prefix))
-        .map(|v| v.trim().to_owned())
-}
+use test_support::topology::{Sentinel, info_field, pairs, try_poll};
+use test_support::{RedisServer, Result};
 
 /// What keeps one Sentinel group to itself on a loopback that other runs share
 /// (other worktrees' `fault` runs and tests, or the processes of a run that
@@ -402,6 +47,20 @@ impl Isolation {
         })
     }
 
+    /// `redis-sentinel` config lines: the renamed commands, for the master
+    /// name.
+    fn sentinel_config(&self) -> String {
+        let Self {
+            name,
+            slaveof,
+            replicaof,
+        } = self;
+        format!(
+            "sentinel rename-command {name} SLAVEOF {slaveof}\n\
+             sentinel rename-command {name} REPLICAOF {replicaof}\n"
+        )
+    }
+
     /// `redis-server` options: the renamed commands.
     fn server_args(&self) -> Vec<String> {
         vec![
@@ -415,98 +74,23 @@ impl Isolation {
     }
 }
 
-/// One `redis-sentinel` with its own config file.
-#[derive(Debug)]
-struct Sentinel {
-    port: u16,
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Sentinel {
-    fn start(master_port: u16, iso: &Isolation) -> Result<Self> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let port = free_port()?;
-        let name = &iso.name;
-        let config = format!(
-            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\nlogfile {dir}/sentinel.log\n\
-             sentinel resolve-hostnames no\nsentinel announce-ip 127.0.0.1\n\
-             sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
-             sentinel down-after-milliseconds {name} 1000\n\
-             sentinel failover-timeout {name} 3000\n\
-             sentinel parallel-syncs {name} 1\n\
-             sentinel rename-command {name} SLAVEOF {slaveof}\n\
-             sentinel rename-command {name} REPLICAOF {replicaof}\n",
-            dir = dir.path().display(),
-            slaveof = iso.slaveof,
-            replicaof = iso.replicaof,
-        );
-        let path = dir.path().join("sentinel.conf");
-        std::fs::write(&path, config).map_err(|e| e.to_string())?;
-        let child = Command::new("redis-sentinel")
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!("cannot start redis-sentinel ({e}); apt-get install redis-sentinel")
-            })?;
-        let sentinel = Self { port, child, dir };
-        poll(
-            Duration::from_secs(10),
-            "a sentinel answers PING",
-            || match sentinel.cli(&["PING"]) {
-                Ok(a) if a == "PONG" => Ok(()),
-                other => Err(format!("{other:?}")),
-            },
-        )?;
-        Ok(sentinel)
-    }
-
-    fn cli(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("redis-cli: {e}"))?;
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    }
-
-    /// The master's port according to this sentinel.
-    fn master_port(&self, name: &str) -> Option<u16> {
-        let answer = self
-            .cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", name])
-            .ok()?;
-        answer.lines().nth(1).and_then(|p| p.trim().parse().ok())
-    }
-
-    /// The ports of the instances this sentinel lists for `what`
-    /// (`REPLICAS` or `SENTINELS`).
-    fn listed_ports(&self, what: &str, name: &str) -> Result<Vec<u16>> {
-        let answer = self.cli(&["SENTINEL", what, name])?;
-        let lines: Vec<&str> = answer.lines().map(str::trim).collect();
-        Ok(lines
-            .windows(2)
-            .filter(|w| w[0] == "port")
-            .filter_map(|w| w[1].parse().ok())
-            .collect())
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The ports of the instances `sentinel` lists for `what` (`REPLICAS` or
+/// `SENTINELS`) of the master `name`.
+fn listed_ports(sentinel: &Sentinel, what: &str, name: &str) -> Result<Vec<u16>> {
+    let answer = sentinel.try_cli(&["SENTINEL", what, name])?;
+    let lines: Vec<&str> = answer.lines().map(str::trim).collect();
+    Ok(lines
+        .windows(2)
+        .filter(|w| w[0] == "port")
+        .filter_map(|w| w[1].parse().ok())
+        .collect())
 }
 
 /// A master, one replica and three sentinels (quorum 2, down-after 1 s).
 #[derive(Debug)]
 pub struct SentinelGroup {
     /// The two data servers; which one is master changes with failovers.
-    pub servers: [Server; 2],
+    pub servers: [RedisServer; 2],
     sentinels: Vec<Sentinel>,
     iso: Isolation,
 }
@@ -530,15 +114,16 @@ impl SentinelGroup {
         let renamed: Vec<&str> = renamed.iter().map(String::as_str).collect();
         let mut args = vec!["--repl-diskless-sync-delay", "0"];
         args.extend(&renamed);
-        let master = Server::start(&args)?;
+        let master = RedisServer::try_start(&args)?;
         let port = master.port.to_string();
         args.extend(["--replicaof", "127.0.0.1", &port]);
         let replica = match replica_port {
-            Some(p) => Server::start_on(p, &args)?,
-            None => Server::start(&args)?,
+            Some(p) => RedisServer::try_start_on(p, &args)?,
+            None => RedisServer::try_start(&args)?,
         };
+        let config = iso.sentinel_config();
         let sentinels = (0..3)
-            .map(|_| Sentinel::start(master.port, &iso))
+            .map(|_| Sentinel::try_start(master.port, &iso.name, &config))
             .collect::<Result<Vec<_>>>()?;
         let group = Self {
             servers: [master, replica],
@@ -547,18 +132,13 @@ impl SentinelGroup {
         };
         group.wait_replicated()?;
         for (i, s) in group.sentinels.iter().enumerate() {
-            poll(
+            try_poll(
                 Duration::from_secs(15),
                 &format!("sentinel {i} knows the replica and 2 other sentinels"),
                 || {
-                    let master = s.cli(&["SENTINEL", "MASTER", &group.iso.name])?;
-                    let fields: Vec<&str> = master.lines().map(str::trim).collect();
-                    let get = |name: &str| {
-                        fields
-                            .chunks(2)
-                            .find(|c| c.len() == 2 && c[0] == name)
-                            .map(|c| c[1])
-                    };
+                    let master = s.try_cli(&["SENTINEL", "MASTER", &group.iso.name])?;
+                    let fields = pairs(&master);
+                    let get = |name: &str| fields.get(name).map(String::as_str);
                     if get("num-slaves") == Some("1") && get("num-other-sentinels") == Some("2") {
                         Ok(())
                     } else {
@@ -581,7 +161,7 @@ impl SentinelGroup {
     /// group was joined measures somebody else's data, not the library.)
     pub fn check_isolated(&self) -> Result<()> {
         let ours: Vec<u16> = self.servers.iter().map(|s| s.port).collect();
-        let peers: Vec<u16> = self.sentinels.iter().map(|s| s.port).collect();
+        let peers: Vec<u16> = self.sentinels.iter().map(|s| s.port()).collect();
         let name = &self.iso.name;
         for (i, s) in self.sentinels.iter().enumerate() {
             if let Some(p) = s.master_port(name).filter(|p| !ours.contains(p)) {
@@ -589,14 +169,14 @@ impl SentinelGroup {
                     "sentinel {i} names port {p} as master, not a server of the group {ours:?}"
                 ));
             }
-            for p in s.listed_ports("REPLICAS", name)? {
+            for p in listed_ports(s, "REPLICAS", name)? {
                 if !ours.contains(&p) {
                     return Err(format!(
                         "sentinel {i} lists a replica on port {p}, not a server of the group {ours:?}"
                     ));
                 }
             }
-            for p in s.listed_ports("SENTINELS", name)? {
+            for p in listed_ports(s, "SENTINELS", name)? {
                 if !peers.contains(&p) {
                     return Err(format!(
                         "sentinel {i} lists a sentinel on port {p}, not one of the group {peers:?}"
@@ -605,7 +185,7 @@ impl SentinelGroup {
             }
         }
         for (i, s) in self.servers.iter().enumerate() {
-            let Ok(info) = s.cli(&["INFO", "replication"]) else {
+            let Ok(info) = s.try_cli(&["INFO", "replication"]) else {
                 continue; // down (killed by the fault)
             };
             let master = info_field(&info, "master_port").and_then(|p| p.parse::<u16>().ok());
@@ -631,10 +211,7 @@ impl SentinelGroup {
 
     /// The sentinels' URLs.
     pub fn sentinel_urls(&self) -> Vec<String> {
-        self.sentinels
-            .iter()
-            .map(|s| format!("redis://127.0.0.1:{}", s.port))
-            .collect()
+        self.sentinels.iter().map(Sentinel::url).collect()
     }
 
     /// Which of [`Self::servers`] the sentinels name as master.
@@ -649,7 +226,7 @@ impl SentinelGroup {
     /// nothing for `down-after-milliseconds`), and then the group is whole
     /// again the other way round.
     pub fn wait_replicated(&self) -> Result<()> {
-        poll(
+        try_poll(
             Duration::from_secs(30),
             "the master the sentinels name has a replica that acknowledges writes",
             || {
@@ -657,13 +234,13 @@ impl SentinelGroup {
                     .master_index()
                     .ok_or_else(|| "the sentinels name no master of the group".to_owned())?;
                 let m = &self.servers[master];
-                let info = m.cli(&["INFO", "replication"])?;
+                let info = m.try_cli(&["INFO", "replication"])?;
                 if info_field(&info, "role").as_deref() != Some("master")
                     || info_field(&info, "connected_slaves").as_deref() != Some("1")
                 {
                     return Err(format!("server {master}: {info}"));
                 }
-                match m.cli(&["WAIT", "1", "200"])?.as_str() {
+                match m.try_cli(&["WAIT", "1", "200"])?.as_str() {
                     "1" => Ok(()),
                     other => Err(format!("server {master}: WAIT 1 answered {other}")),
                 }
@@ -676,7 +253,7 @@ impl SentinelGroup {
     pub fn ports(&self) -> (Vec<u16>, Vec<u16>) {
         (
             self.servers.iter().map(|s| s.port).collect(),
-            self.sentinels.iter().map(|s| s.port).collect(),
+            self.sentinels.iter().map(Sentinel::port).collect(),
         )
     }
 
@@ -691,11 +268,11 @@ impl SentinelGroup {
         }
         for (i, s) in self.sentinels.iter().enumerate() {
             let _ = std::fs::copy(
-                s.dir.path().join("sentinel.log"),
+                s.dir().join("sentinel.log"),
                 to.join(format!("sentinel-{i}.log")),
             );
             let _ = std::fs::copy(
-                s.dir.path().join("sentinel.conf"),
+                s.dir().join("sentinel.conf"),
                 to.join(format!("sentinel-{i}.conf")),
             );
         }
@@ -736,7 +313,7 @@ impl SentinelGroup {
         }
         self.wait_replicated()?;
         if unelectable {
-            self.servers[old].cli(&["CONFIG", "SET", "replica-priority", "100"])?;
+            self.servers[old].try_cli(&["CONFIG", "SET", "replica-priority", "100"])?;
         }
         Ok(())
     }
@@ -750,7 +327,7 @@ impl SentinelGroup {
         let new = 1 - old;
         self.servers[old].kill();
         let new_port = self.servers[new].port;
-        poll(
+        try_poll(
             Duration::from_secs(30),
             "every sentinel names the new master",
             || {
@@ -760,7 +337,7 @@ impl SentinelGroup {
                     .map(|s| s.master_port(&self.iso.name))
                     .collect();
                 let role = self.servers[new]
-                    .cli(&["INFO", "replication"])
+                    .try_cli(&["INFO", "replication"])
                     .ok()
                     .and_then(|i| info_field(&i, "role"));
                 if seen.iter().all(|p| *p == Some(new_port)) && role.as_deref() == Some("master") {

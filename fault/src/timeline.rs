@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::log::Clock;
-use crate::server::info_field;
+use test_support::topology::info_field;
 
 /// A background thread that samples the group until dropped.
 #[derive(Debug)]

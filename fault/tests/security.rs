@@ -16,13 +16,10 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fault::server::{self, Server};
 use lock_runtime::__private::testing::force_delete;
 use lock_runtime::LockClient;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use test_support::helpers::{fixed_lease, ms};
+use test_support::{ACL_LOCKER, RedisServer};
 
 async fn client(url: &str) -> LockClient {
     LockClient::builder()
@@ -34,7 +31,7 @@ async fn client(url: &str) -> LockClient {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_with_separators_braces_spaces_and_unicode_are_distinct_locks() {
-    let server = Server::start(&[]).unwrap();
+    let server = RedisServer::try_start(&[]).unwrap();
     let c = client(&server.url()).await;
     let keys = [
         "a",
@@ -66,7 +63,7 @@ async fn keys_with_separators_braces_spaces_and_unicode_are_distinct_locks() {
         assert_eq!(guard.key(), key);
         guards.push(guard);
     }
-    let names = server.cli(&["--scan", "--pattern", "lock:L*"]).unwrap();
+    let names = server.try_cli(&["--scan", "--pattern", "lock:L*"]).unwrap();
     assert_eq!(names.lines().count(), keys.len(), "{names}");
     for key in keys {
         assert!(
@@ -77,10 +74,13 @@ async fn keys_with_separators_braces_spaces_and_unicode_are_distinct_locks() {
     for guard in guards {
         guard.release().await.unwrap();
     }
-    assert_eq!(server.cli(&["--scan", "--pattern", "lock:L*"]).unwrap(), "");
+    assert_eq!(
+        server.try_cli(&["--scan", "--pattern", "lock:L*"]).unwrap(),
+        ""
+    );
     // What stays: the fencing counters of the keys' hash slots (tokens must
     // keep increasing), at most one per key.
-    let left = server.cli(&["--scan"]).unwrap();
+    let left = server.try_cli(&["--scan"]).unwrap();
     assert!(left.lines().all(|n| n.starts_with("lock:S{")), "{left}");
     let mut counters: Vec<String> = keys
         .iter()
@@ -99,7 +99,10 @@ async fn keys_with_separators_braces_spaces_and_unicode_are_distinct_locks() {
             &bad[..bad.len().min(10)]
         );
     }
-    assert_eq!(server.cli(&["DBSIZE"]).unwrap(), counters.len().to_string());
+    assert_eq!(
+        server.try_cli(&["DBSIZE"]).unwrap(),
+        counters.len().to_string()
+    );
 }
 
 /// The scripts, as the library loads them.
@@ -116,18 +119,12 @@ fn script(name: &str) -> redis::Script {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
-    let server = Server::start(&[]).unwrap();
+    let server = RedisServer::try_start(&[]).unwrap();
     let a = client(&server.url()).await;
     let b = client(&server.url()).await;
 
     // A stale token: A's fixed lease ran out and B took the lock.
-    let stale = a
-        .lock("k")
-        .ttl(ms(100))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let stale = fixed_lease(&a, "k", ms(100)).await.unwrap();
     tokio::time::sleep(ms(250)).await;
     let fresh = b.lock("k").ttl(ms(5000)).acquire().await.unwrap();
     assert!(fresh.fencing_token() > stale.fencing_token());
@@ -147,14 +144,22 @@ async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
         .await
         .expect("lost() resolves");
     assert!(held.release().await.unwrap_err().is_lost());
-    let pttl: i64 = server.cli(&["PTTL", "lock:L{j}"]).unwrap().parse().unwrap();
+    let pttl: i64 = server
+        .try_cli(&["PTTL", "lock:L{j}"])
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(pttl > 3000, "the new owner's lease was touched: {pttl} ms");
     thief.release().await.unwrap();
 
     // Forged tokens against the scripts themselves.
-    let owner = server.cli(&["GET", "lock:L{k}"]).unwrap();
+    let owner = server.try_cli(&["GET", "lock:L{k}"]).unwrap();
     assert_eq!(owner.len(), 32, "a 128-bit hex token: {owner:?}");
-    let before: i64 = server.cli(&["PTTL", "lock:L{k}"]).unwrap().parse().unwrap();
+    let before: i64 = server
+        .try_cli(&["PTTL", "lock:L{k}"])
+        .unwrap()
+        .parse()
+        .unwrap();
     let redis = redis::Client::open(server.url()).unwrap();
     let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
     let forged = "0123456789abcdef0123456789abcdef";
@@ -201,41 +206,15 @@ async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
         .await
         .unwrap();
     assert!(taken <= 0, "a forged token took the lock: {taken}");
-    assert_eq!(server.cli(&["GET", "lock:L{k}"]).unwrap(), owner);
-    let after: i64 = server.cli(&["PTTL", "lock:L{k}"]).unwrap().parse().unwrap();
+    assert_eq!(server.try_cli(&["GET", "lock:L{k}"]).unwrap(), owner);
+    let after: i64 = server
+        .try_cli(&["PTTL", "lock:L{k}"])
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(after <= before && after > 0, "{before} -> {after}");
     fresh.release().await.unwrap();
 }
-
-/// The permissions the library needs, and no more: its prefix's keys and
-/// channels, the commands it sends and those its scripts run.
-const ACL_USER: &[&str] = &[
-    "ACL",
-    "SETUSER",
-    "locker",
-    "on",
-    ">locker-pw",
-    "resetkeys",
-    "~lock:*",
-    "resetchannels",
-    "&lock:*",
-    "-@all",
-    "+evalsha",
-    "+script|load",
-    "+subscribe",
-    "+unsubscribe",
-    "+get",
-    "+set",
-    "+incr",
-    "+pexpire",
-    "+pttl",
-    "+del",
-    "+publish",
-    "+rpush",
-    "+lpop",
-    "+lrem",
-    "+lpos",
-];
 
 /// Commands a client may send that name no key (connection set-up).
 const KEYLESS: &[&str] = &[
@@ -283,8 +262,8 @@ fn parse_monitor(line: &str) -> Option<(String, Vec<String>)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_limited_to_the_lock_prefix_works_and_the_library_touches_nothing_else() {
-    let server = Server::start(&[]).unwrap();
-    assert_eq!(server.cli(ACL_USER).unwrap(), "OK");
+    let server = RedisServer::try_start(&[]).unwrap();
+    assert_eq!(server.try_cli(ACL_LOCKER).unwrap(), "OK");
     let monitor_file = tempfile::NamedTempFile::new().unwrap();
     let mut monitor = Command::new("redis-cli")
         .args(["-p", &server.port.to_string(), "monitor"])
@@ -338,7 +317,7 @@ async fn an_acl_user_limited_to_the_lock_prefix_works_and_the_library_touches_no
     let _ = monitor.kill();
     let _ = monitor.wait();
 
-    let denied = server.cli(&["ACL", "LOG"]).unwrap();
+    let denied = server.try_cli(&["ACL", "LOG"]).unwrap();
     assert!(
         denied.is_empty(),
         "the ACL user was refused something:\n{denied}"
@@ -397,7 +376,7 @@ async fn an_acl_user_limited_to_the_lock_prefix_works_and_the_library_touches_no
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_without_tls_works_when_right_and_fails_clearly_when_wrong() {
-    let server = Server::start(&["--requirepass", "pw 1"]).unwrap();
+    let server = RedisServer::try_start(&["--requirepass", "pw 1"]).unwrap();
     let base = format!("127.0.0.1:{}", server.port);
     let c = client(&format!("redis://:pw%201@{base}")).await;
     c.with_lock("k", async {}).await.unwrap();
@@ -406,7 +385,7 @@ async fn a_password_without_tls_works_when_right_and_fails_clearly_when_wrong() 
         let err = LockClient::builder().redis(&url).build().await.unwrap_err();
         assert!(err.is_backend(), "{err:?}");
         // The message says what failed; its source (the driver) says why.
-        let text = fault::error_chain(&err).to_lowercase();
+        let text = test_support::error_chain(&err).to_lowercase();
         assert!(text.contains("auth") || text.contains("password"), "{text}");
         assert!(!text.contains("nope"), "the password leaked: {text}");
         assert!(started.elapsed() < Duration::from_secs(5));
@@ -439,8 +418,8 @@ fn probe(url: &str, ca: Option<&std::path::Path>) -> (bool, String) {
 #[test]
 fn tls_with_a_password_works_when_trusted_and_right_and_fails_clearly_otherwise() {
     let dir = tempfile::tempdir().unwrap();
-    let files = server::self_signed_cert(dir.path()).unwrap();
-    let server = Server::start_tls(&files, &["--requirepass", "tls-pw"]).unwrap();
+    let files = test_support::self_signed_cert(dir.path()).unwrap();
+    let server = RedisServer::try_start_tls(&files, &["--requirepass", "tls-pw"]).unwrap();
     let host = format!("127.0.0.1:{}", server.port);
     let ca = Some(files.ca.as_path());
 

@@ -1,20 +1,18 @@
 //! Support for the runtime-core suites (`tests/tests/core*.rs`): one fixture
 //! that gives the same test a `.memory()` or a real-Redis client, a macro that
-//! generates one `#[tokio::test]` per backend from one `async fn`, a capture of
-//! the library's `tracing` warnings, and small timing helpers.
+//! generates one `#[tokio::test]` per backend from one `async fn`, and a
+//! capture of the library's `tracing` warnings. (The small timing helpers are
+//! in `test_support::helpers`.)
 //!
 //! Included by the test files with
 //! `#[macro_use] #[path = "../src/core_support.rs"] mod core_support;`
-//! (it needs nothing from `lib.rs` but [`tests::RedisServer`]).
+//! (it needs [`test_support::RedisServer`]).
 #![allow(dead_code)]
 
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockClientBuilder, LockError};
-use tests::RedisServer;
+use lock_runtime::{LockClient, LockClientBuilder};
+use test_support::RedisServer;
 
 /// Which backend a fixture runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,63 +125,6 @@ macro_rules! both_backends {
             )*
         }
     };
-}
-
-/// A key no other test of this process uses (the warning capture is global).
-pub fn key(name: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!("{name}:{}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-/// Awaits `fut`, failing the test if it takes longer than `limit`.
-pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(output) => output,
-        Err(_) => panic!("{what}: did not finish within {limit:?}"),
-    }
-}
-
-/// Polls `check` every millisecond until it holds; fails after `limit`.
-pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !check() {
-        if started.elapsed() > limit {
-            panic!("{what}: still false after {limit:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    started.elapsed()
-}
-
-/// `true` if the lock `key` is held by someone (a try-once probe that, if it
-/// happens to get the lock, gives it back at once).
-pub async fn is_held(client: &LockClient, key: &str) -> bool {
-    match client.lock(key).acquire().await {
-        Ok(guard) => {
-            guard.release().await.expect("release the probe");
-            false
-        }
-        Err(LockError::Busy { .. }) => true,
-        Err(e) => panic!("probe of `{key}` failed: {e}"),
-    }
-}
-
-/// The remaining lease of the holder of `key`, as a try-once acquire reports it.
-pub async fn remaining(client: &LockClient, key: &str) -> Duration {
-    match client.lock(key).acquire().await {
-        Err(LockError::Busy { retry_after, .. }) => retry_after,
-        Ok(_) => panic!("`{key}` was expected to be held"),
-        Err(e) => panic!("probe of `{key}` failed: {e}"),
-    }
-}
-
-/// Median and maximum of some durations.
-pub fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
-    samples.sort();
-    (
-        samples[samples.len() / 2],
-        *samples.last().expect("samples"),
-    )
 }
 
 // ---- tracing capture -----------------------------------------------------

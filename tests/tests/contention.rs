@@ -2,7 +2,7 @@
 
 use lock_runtime::LockClient;
 use std::time::{Duration, Instant};
-use tests::RedisServer;
+use test_support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_holds_within_a_few_ms_of_the_release_while_the_watchdog_keeps_a_short_lease() {

@@ -16,7 +16,8 @@ use lock_runtime::{LockClient, LockError, LockInfo, MAX_KEY_LEN, MAX_TTL, MIN_TT
 #[macro_use]
 #[path = "../src/core_support.rs"]
 mod core_support;
-use core_support::{Env, eventually, is_held, key, remaining, summary, warnings_for, within};
+use core_support::{Env, warnings_for};
+use test_support::helpers::*;
 
 // Braces: rustfmt leaves the list (and its attributes) alone.
 both_backends! {
@@ -55,14 +56,6 @@ both_backends! {
     waiters_cancelled_around_a_release_never_strand_the_others,
     acquire_renewal_release_and_loss_are_traced,
     a_wait_of_duration_max_waits_without_panicking,
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
 }
 
 /// A read-modify-write that loses updates unless it runs alone: read, sleep,
@@ -155,14 +148,7 @@ async fn a_forgotten_fixed_lease_guard_frees_the_key_after_its_ttl(env: Env) {
     let key = key("forgotten-fixed");
     let other = env.other().await;
     let taken = Instant::now();
-    let guard = env
-        .client
-        .lock(&key)
-        .ttl(ms(300))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = fixed_lease(&env.client, &key, ms(300)).await.unwrap();
     std::mem::forget(guard);
     assert!(is_held(&other, &key).await, "held right after the leak");
     let next = within(
@@ -261,14 +247,7 @@ async fn a_holder_with_a_300ms_lease_keeps_the_lock_for_two_seconds_through_the_
 async fn a_fixed_lease_is_lost_at_its_end_and_run_is_cancelled_then(env: Env) {
     let key = key("fixed");
     let started = Instant::now();
-    let guard = env
-        .client
-        .lock(&key)
-        .ttl(ms(200))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = fixed_lease(&env.client, &key, ms(200)).await.unwrap();
     within(secs(2), "a fixed lease ends", guard.lost()).await;
     let at = started.elapsed();
     assert!(
@@ -301,35 +280,17 @@ async fn a_waiter_wakes_within_milliseconds_of_a_release(env: Env) {
     for round in 0..15 {
         // A long lease: only the release notice can wake the waiter in time.
         let holder = env.client.lock(&key).ttl(secs(10)).acquire().await.unwrap();
-        let waiter = {
-            let (other, key) = (other.clone(), key.clone());
-            tokio::spawn(async move {
-                let guard = other.lock(&key).ttl(secs(10)).wait(secs(5)).acquire().await;
-                let at = Instant::now();
-                guard
-                    .expect("the waiter gets the lock")
-                    .release()
-                    .await
-                    .unwrap();
-                at
-            })
-        };
+        let waiter = spawn_waiter(&other, &key, secs(5));
         tokio::time::sleep(if round == 0 { ms(100) } else { ms(30) }).await;
-        assert!(!waiter.is_finished(), "the waiter got a held lock");
-        let released = Instant::now();
-        holder.release().await.unwrap();
-        let woke = within(secs(4), "the waiter wakes", waiter).await.unwrap();
-        latencies.push(woke.saturating_duration_since(released));
+        latencies.push(release_to_waiter(holder, waiter, secs(4)).await);
     }
-    let (median, max) = summary(latencies);
-    println!(
-        "[{:?}] release -> waiter holds the lock (incl. the release round trip): median {median:?}, max {max:?} over 15 handoffs",
-        env.kind
-    );
-    assert!(median < ms(100), "median handoff {median:?}");
-    assert!(
-        max < secs(2),
-        "a waiter slept {max:?}: it missed the notice"
+    assert_prompt_handoffs(
+        &format!(
+            "[{:?}] release -> waiter holds the lock (incl. the release round trip)",
+            env.kind
+        ),
+        latencies,
+        ms(100),
     );
 }
 
@@ -337,14 +298,7 @@ async fn a_waiter_falls_back_to_the_holders_ttl_when_the_holder_dies_without_rel
     let key = key("dead-holder");
     let other = env.other().await;
     let taken = Instant::now();
-    let holder = env
-        .client
-        .lock(&key)
-        .ttl(ms(300))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let holder = fixed_lease(&env.client, &key, ms(300)).await.unwrap();
     std::mem::forget(holder); // dies: no release, no notice
     let guard = within(
         secs(4),
@@ -378,14 +332,7 @@ async fn fencing_tokens_strictly_increase_across_releases_expiry_deletes_and_cli
         guard.release().await.unwrap();
     }
     // Expired (fixed lease), then taken by the other client.
-    let expired = env
-        .client
-        .lock(&key)
-        .ttl(ms(100))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let expired = fixed_lease(&env.client, &key, ms(100)).await.unwrap();
     seen.push(expired.fencing_token());
     within(secs(2), "the fixed lease ends", expired.lost()).await;
     let next = other.lock(&key).wait(secs(1)).acquire().await.unwrap();
@@ -468,14 +415,7 @@ async fn concurrent_acquisitions_get_distinct_increasing_fencing_tokens(env: Env
 async fn a_stale_guard_cannot_release_the_new_holders_lock(env: Env) {
     let key = key("stale-release");
     let other = env.other().await;
-    let stale = env
-        .client
-        .lock(&key)
-        .ttl(ms(100))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let stale = fixed_lease(&env.client, &key, ms(100)).await.unwrap();
     within(secs(2), "the stale lease ends", stale.lost()).await;
     let holder = other
         .lock(&key)
@@ -504,13 +444,7 @@ async fn a_stale_guard_cannot_extend_the_new_holders_lock(env: Env) {
     let other = env.other().await;
     let stale = env.client.lock(&key).ttl(ms(300)).acquire().await.unwrap();
     force_delete(&env.client, &key).await.unwrap();
-    let holder = other
-        .lock(&key)
-        .ttl(secs(10))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let holder = fixed_lease(&other, &key, secs(10)).await.unwrap();
     // The stale guard's watchdog tries to renew with its own token: refused.
     within(secs(2), "the stale guard notices", stale.lost()).await;
     tokio::time::sleep(ms(150)).await;
@@ -531,14 +465,7 @@ async fn a_stale_guard_cannot_extend_the_new_holders_lock(env: Env) {
 async fn wait_zero_tries_once_and_reports_busy_with_the_holders_remaining_lease(env: Env) {
     let key = key("busy");
     let other = env.other().await;
-    let holder = env
-        .client
-        .lock(&key)
-        .ttl(secs(2))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let holder = fixed_lease(&env.client, &key, secs(2)).await.unwrap();
     for request in [other.lock(&key), other.lock(&key).wait(Duration::ZERO)] {
         let started = Instant::now();
         let err = request.acquire().await.unwrap_err();
@@ -1477,13 +1404,7 @@ async fn the_embedded_backend_follows_tokios_paused_clock() {
     assert!(is_held(&client, "kept").await);
     // A fixed lease ends at its TTL in virtual time, and a waiter takes over.
     let started = tokio::time::Instant::now();
-    let fixed = client
-        .lock("fixed")
-        .ttl(secs(10))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let fixed = fixed_lease(&client, "fixed", secs(10)).await.unwrap();
     let next = client.lock("fixed").wait(secs(60)).acquire().await.unwrap();
     let at = started.elapsed();
     assert!(
@@ -1598,7 +1519,7 @@ async fn malformed_urls_are_config_errors() {
 
 #[tokio::test]
 async fn a_password_in_a_url_is_never_echoed_in_errors_or_debug_output() {
-    let port = tests::free_port();
+    let port = test_support::free_port();
     let url = format!("redis://user:s3cr3t-pw@127.0.0.1:{port}/notadb");
     let err = LockClient::builder().redis(&url).build().await.unwrap_err();
     assert!(!format!("{err} {err:?}").contains("s3cr3t-pw"), "{err:?}");
@@ -1612,7 +1533,7 @@ async fn a_password_in_a_url_is_never_echoed_in_errors_or_debug_output() {
 #[tokio::test]
 async fn an_unreachable_server_at_build_is_a_backend_error() {
     // A port with nothing listening on it.
-    let port = tests::free_port();
+    let port = test_support::free_port();
     let started = Instant::now();
     let err = LockClient::builder()
         .redis(format!("redis://127.0.0.1:{port}"))
@@ -1622,7 +1543,7 @@ async fn an_unreachable_server_at_build_is_a_backend_error() {
     let took = started.elapsed();
     println!(
         "unreachable server: {} (after {took:?})",
-        tests::error_chain(&err)
+        test_support::error_chain(&err)
     );
     assert!(err.is_backend(), "{err:?}");
     assert!(err.is_connection(), "{err:?}");
@@ -1638,7 +1559,7 @@ async fn rediss_without_the_tls_feature_is_a_config_error() {
     // This package does not enable lock-runtime's `tls` feature. (If a workspace
     // build unifies it in, the URL is accepted and the TLS handshake with this
     // port fails instead: a Backend error. Never Ok, never a panic.)
-    let server = tests::RedisServer::start();
+    let server = test_support::RedisServer::start();
     let url = format!("rediss://127.0.0.1:{}", server.port);
     let err = LockClient::builder()
         .redis(url)
@@ -1680,7 +1601,7 @@ async fn build_and_lock_without_panicking(
     what: &str,
     configure: impl FnOnce(lock_runtime::LockClientBuilder) -> lock_runtime::LockClientBuilder,
 ) {
-    let server = tests::RedisServer::start();
+    let server = test_support::RedisServer::start();
     let builder = configure(LockClient::builder().redis(server.url()));
     let outcome = tokio::spawn(async move {
         let client = builder.build().await?;

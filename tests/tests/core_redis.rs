@@ -7,21 +7,14 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::__private::testing::fence_counter;
 use lock_runtime::LockClient;
-use tests::RedisServer;
+use test_support::{ACL_LOCKER, RedisServer};
 
 #[allow(unused_macros)]
 #[macro_use]
 #[path = "../src/core_support.rs"]
 mod core_support;
-use core_support::{eventually, is_held, key, summary, warnings_for, within};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+use core_support::warnings_for;
+use test_support::helpers::*;
 
 async fn client(server: &RedisServer) -> LockClient {
     core_support::capture_warnings();
@@ -70,30 +63,9 @@ async fn handoff(holder_client: &LockClient, waiter_client: &LockClient, key: &s
         .acquire()
         .await
         .unwrap();
-    let waiter = {
-        let (client, key) = (waiter_client.clone(), key.to_owned());
-        tokio::spawn(async move {
-            let guard = client
-                .lock(&key)
-                .ttl(secs(10))
-                .wait(secs(5))
-                .acquire()
-                .await;
-            let at = Instant::now();
-            guard
-                .expect("the waiter gets the lock")
-                .release()
-                .await
-                .unwrap();
-            at
-        })
-    };
+    let waiter = spawn_waiter(waiter_client, key, secs(5));
     tokio::time::sleep(ms(100)).await;
-    assert!(!waiter.is_finished());
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let at = within(secs(6), "the waiter", waiter).await.unwrap();
-    at.saturating_duration_since(released)
+    release_to_waiter(holder, waiter, secs(6)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -242,11 +214,11 @@ async fn dropping_a_guard_never_blocks_even_when_the_server_hangs() {
     let server = RedisServer::start();
     let client = client(&server).await;
     let guard = client.lock("k").ttl(ms(500)).acquire().await.unwrap();
-    server.pause();
+    server.pause().unwrap();
     let started = Instant::now();
     drop(guard);
     let took = started.elapsed();
-    server.resume();
+    server.resume().unwrap();
     assert!(took < ms(20), "drop took {took:?} on a paused server");
     // The background release still happens once the server answers.
     let next = client.lock("k").wait(secs(2)).acquire().await.unwrap();
@@ -382,7 +354,7 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
         .build()
         .await
         .unwrap_err();
-    let without_text = tests::error_chain(&without);
+    let without_text = test_support::error_chain(&without);
     println!("without a password: {without_text}");
     assert!(without.is_backend(), "{without:?}");
     assert!(
@@ -395,7 +367,7 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
         .await
         .unwrap_err();
     assert!(wrong.is_backend(), "{wrong:?}");
-    let text = tests::error_chain(&wrong).to_lowercase();
+    let text = test_support::error_chain(&wrong).to_lowercase();
     println!("with a wrong password: {text}");
     assert!(text.contains("auth") || text.contains("password"), "{text}");
     assert!(
@@ -404,40 +376,6 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
     );
     assert!(started.elapsed() < secs(5));
 }
-
-/// The least an ACL user needs: the commands the client sends (`EVALSHA`,
-/// `SCRIPT LOAD` at start and after `NOSCRIPT`, `SUBSCRIBE`, `UNSUBSCRIBE`) and
-/// those the scripts run (the waiter queue's list commands included), on the
-/// prefix's keys and channels. No `EVAL`, `PING`, `CLIENT` or `HELLO` is
-/// needed; `SELECT` only with a `/db` in the URL. Found by taking each one
-/// away: the `ACL LOG` names what is missing.
-const ACL_LOCKER: &[&str] = &[
-    "ACL",
-    "SETUSER",
-    "locker",
-    "on",
-    ">locker-pw",
-    "resetkeys",
-    "~lock:*",
-    "resetchannels",
-    "&lock:*",
-    "-@all",
-    "+evalsha",
-    "+script|load",
-    "+subscribe",
-    "+unsubscribe",
-    "+get",
-    "+set",
-    "+incr",
-    "+pexpire",
-    "+pttl",
-    "+del",
-    "+publish",
-    "+rpush",
-    "+lpop",
-    "+lrem",
-    "+lpos",
-];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_limited_to_the_lock_keys_channels_and_commands_works() {
@@ -533,30 +471,14 @@ async fn waiters_resubscribe_after_the_pubsub_connection_is_killed_and_still_wak
         .acquire()
         .await
         .unwrap();
-    let waiter = {
-        let client = waiter_client.clone();
-        tokio::spawn(async move {
-            let guard = client.lock("a").ttl(secs(10)).wait(secs(8)).acquire().await;
-            let at = Instant::now();
-            guard
-                .expect("the waiter gets the lock")
-                .release()
-                .await
-                .unwrap();
-            at
-        })
-    };
+    let waiter = spawn_waiter(&waiter_client, "a", secs(8));
     eventually(secs(3), "subscribed", || numsub("a") == 1).await;
     let killed = Instant::now();
     assert_eq!(server.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]), "1");
     let back = eventually(secs(3), "subscribed again", || numsub("a") == 1).await;
     println!("re-subscribed {back:?} after CLIENT KILL TYPE pubsub");
     tokio::time::sleep(ms(50)).await;
-    assert!(!waiter.is_finished());
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let woke = within(secs(8), "the waiter", waiter).await.unwrap();
-    let latency = woke.saturating_duration_since(released);
+    let latency = release_to_waiter(holder, waiter, secs(8)).await;
     println!(
         "a waiter woke {latency:?} after a release that followed the kill ({:?} in all)",
         killed.elapsed()
@@ -617,7 +539,7 @@ async fn a_restarted_server_is_usable_again_by_old_and_new_clients() {
         .unwrap();
     // Subscribe the old client's notifier before the restart.
     let _ = handoff(&old, &old, "warm").await;
-    server.restart(); // no persistence: keys and scripts are gone
+    server.restart().unwrap(); // no persistence: keys and scripts are gone
     let restarted = Instant::now();
     let guard = loop {
         match old.lock("k").acquire().await {
@@ -651,12 +573,12 @@ async fn a_paused_server_makes_lost_resolve_within_about_the_ttl_and_the_stale_r
     let lost = guard.lost();
     tokio::time::sleep(ms(150)).await;
     let paused = Instant::now();
-    server.pause();
+    server.pause().unwrap();
     within(secs(3), "lost() while the server is paused", lost).await;
     let took = paused.elapsed();
     // Let the lease run out on the server's clock too, then resume.
     tokio::time::sleep(ms(200)).await;
-    server.resume();
+    server.resume().unwrap();
     println!("lost() resolved {took:?} after redis-server was paused (ttl 300 ms)");
     assert!(took < ms(1500), "lost after {took:?}");
     let err = guard.release().await.unwrap_err();
@@ -676,7 +598,7 @@ async fn an_acquire_that_timed_out_on_a_paused_server_leaves_no_lock_once_it_res
         .build()
         .await
         .unwrap();
-    server.pause();
+    server.pause().unwrap();
     let started = Instant::now();
     let err = client
         .lock("ghost")
@@ -690,7 +612,7 @@ async fn an_acquire_that_timed_out_on_a_paused_server_leaves_no_lock_once_it_res
     );
     assert!(err.is_backend(), "{err:?}");
     tokio::time::sleep(ms(300)).await;
-    server.resume();
+    server.resume().unwrap();
     // The request sat in the server's socket buffer and ran on resume; the
     // clean-up release must follow it, or the key stays locked for 30 s.
     let started = Instant::now();
@@ -843,7 +765,7 @@ async fn a_restart_that_loses_the_lock_tells_the_holder() {
     let lost = guard.lost();
     tokio::time::sleep(ms(100)).await;
     // As after a failover to a replica that never saw the lock.
-    server.restart();
+    server.restart().unwrap();
     let restarted = Instant::now();
     within(secs(3), "the holder learns its lock is gone", lost).await;
     let told = restarted.elapsed();
@@ -873,7 +795,7 @@ async fn a_waiter_keeps_waiting_through_a_restart_and_gets_the_lock() {
         (Instant::now(), guard)
     });
     tokio::time::sleep(ms(200)).await;
-    server.restart(); // the holder's lock is gone with it
+    server.restart().unwrap(); // the holder's lock is gone with it
     let restarted = Instant::now();
     let (at, taken) = within(secs(9), "the waiter", waiter).await.unwrap();
     let taken = taken.expect("the waiter gets the lock after the restart");

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockClientBuilder};
-use tests::RedisServer;
-use tests::topology::{Cluster, Redlock, SentinelSetup, cli_port};
+use test_support::RedisServer;
+use test_support::topology::{Cluster, Redlock, SentinelSetup, cli_port};
 
 /// The clients the server on `port` lists (`CLIENT LIST`), without the
 /// topology's own links (sentinels name theirs `sentinel-…`; replication
@@ -120,7 +120,7 @@ async fn a_dropped_sentinel_client_closes_its_connections() {
     let mut ports = vec![setup.master().port, setup.replica().port];
     ports.extend(setup.sentinel_urls().iter().map(|u| port_of(u)));
     let builder =
-        LockClient::builder().sentinel(tests::topology::MASTER_NAME, setup.sentinel_urls());
+        LockClient::builder().sentinel(test_support::topology::MASTER_NAME, setup.sentinel_urls());
     every_connection_closes_after_the_clients_are_dropped(builder, &ports).await;
 }
 

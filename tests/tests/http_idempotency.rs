@@ -15,30 +15,11 @@ use lock_runtime::LockClient;
 use lock_runtime::layer::IdempotencyLayer;
 use lock_runtime::layer::idempotency::StoreResponse;
 use serde_json::{Value, json};
-use tests::RedisServer;
-use tests::topology::Redlock;
+use test_support::helpers::{memory_client, redis_client};
+use test_support::http::serve;
+use test_support::topology::Redlock;
+use test_support::{RedisServer, signal};
 use tokio::sync::Notify;
-
-async fn serve(app: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
-}
-
-async fn redis_client(server: &RedisServer) -> LockClient {
-    LockClient::builder()
-        .redis(server.url())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap()
-}
-
-async fn memory_client() -> LockClient {
-    LockClient::builder().memory().build().await.unwrap()
-}
 
 /// Both backends: the same semantics are expected of each.
 async fn clients(server: &RedisServer) -> [(&'static str, LockClient); 2] {
@@ -776,7 +757,7 @@ async fn a_refusal_by_an_inner_lock_layer_is_not_stored() {
     server.kill();
     let r = send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-    server.restart();
+    server.restart().unwrap();
     // Not a replayed 503: once the lock backend is back, the payment runs.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -1053,17 +1034,6 @@ async fn on_redlock_concurrent_identical_posts_run_the_handler_at_most_once() {
 
 // ---- Lost replies ------------------------------------------------------------
 
-/// Sends `SIGSTOP`/`SIGCONT` to a process, from anywhere (the handlers below
-/// freeze the server they are served from).
-fn signal(pid: u32, sig: &str) {
-    let status = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{sig} {pid}");
-}
-
 /// A plain connection to `port`, opened before any freeze, that queues
 /// `CLIENT KILL TYPE normal` (which spares the connection that sends it).
 struct Killer(std::net::TcpStream);
@@ -1134,7 +1104,7 @@ async fn a_lost_reply_never_turns_a_success_into_an_error_nor_reruns_a_request()
                 && at == stage
             {
                 *plan = None;
-                signal(pid, "STOP");
+                signal(pid, "STOP").unwrap();
                 if kill_first {
                     killer.lock().unwrap().queue();
                 }
@@ -1203,7 +1173,7 @@ async fn a_lost_reply_never_turns_a_success_into_an_error_nor_reruns_a_request()
             killer.lock().unwrap().queue();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        signal(pid, "CONT");
+        signal(pid, "CONT").unwrap();
         let killed = tokio::task::block_in_place(|| killer.lock().unwrap().killed());
         assert!(killed >= 1, "{case}: CLIENT KILL killed nothing");
 
@@ -1401,7 +1371,7 @@ async fn on_redlock_killed_connections_neither_run_a_handler_twice_nor_answer_5x
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sentinel_killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_succeeded()
  {
-    use tests::topology::{MASTER_NAME, SentinelSetup};
+    use test_support::topology::{MASTER_NAME, SentinelSetup};
     let setup = tokio::task::block_in_place(SentinelSetup::start);
     let client = LockClient::builder()
         .sentinel(MASTER_NAME, setup.sentinel_urls())
@@ -1419,7 +1389,7 @@ async fn on_sentinel_killed_connections_neither_run_a_handler_twice_nor_answer_5
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_cluster_killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_succeeded()
  {
-    use tests::topology::Cluster;
+    use test_support::topology::Cluster;
     let cluster = tokio::task::block_in_place(|| Cluster::start(3));
     let client = LockClient::builder()
         .cluster(cluster.seed_urls())

@@ -13,31 +13,12 @@ use axum::routing::post;
 use futures_util::StreamExt;
 use http::StatusCode;
 use lock_runtime::__private::testing::force_delete;
+use lock_runtime::LockInfo;
 use lock_runtime::layer::LockLayer;
-use lock_runtime::{LockClient, LockInfo};
-use tests::RedisServer;
+use test_support::RedisServer;
+use test_support::helpers::{memory_client, redis_client};
+use test_support::http::serve;
 use tokio::sync::{Barrier, Notify, mpsc};
-
-async fn serve(app: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
-}
-
-async fn redis_client(server: &RedisServer) -> LockClient {
-    LockClient::builder()
-        .redis(server.url())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap()
-}
-
-async fn memory_client() -> LockClient {
-    LockClient::builder().memory().build().await.unwrap()
-}
 
 /// How many handlers run at once, and the most that ever did.
 #[derive(Clone, Default)]

@@ -2,7 +2,7 @@
 //! of its own: the global client is process-wide state.
 
 use lock_runtime::{LockClient, LockError, distributed_lock};
-use tests::RedisServer;
+use test_support::RedisServer;
 
 #[distributed_lock(key = "report:<day>", wait = "1s")]
 async fn report(day: u32) -> Result<u64, LockError> {

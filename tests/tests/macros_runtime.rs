@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::__private::testing::force_delete;
 use lock_runtime::{LockClient, LockError, distributed_lock};
-use tests::RedisServer;
+use test_support::RedisServer;
 use tokio::sync::Barrier;
 
 #[derive(Debug)]

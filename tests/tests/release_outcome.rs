@@ -22,22 +22,15 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use lock_runtime::{LockClient, LockClientBuilder, LockError, current_lock, distributed_lock};
-use tests::topology::{Cluster, MASTER_NAME, Redlock, SentinelSetup};
-use tests::{KILL_OTHER_CLIENTS, LostReplies, RawConnection, RedisServer};
+use test_support::topology::{Cluster, MASTER_NAME, Redlock, SentinelSetup};
+use test_support::{KILL_OTHER_CLIENTS, LostReplies, RawConnection, RedisServer};
 
 #[allow(unused_macros)]
 #[macro_use]
 #[path = "../src/core_support.rs"]
 mod core_support;
-use core_support::{capture_warnings, key, warnings_for, within};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
+use core_support::{capture_warnings, warnings_for};
+use test_support::helpers::*;
 
 /// The lease of every lock here: far longer than anything a test does, so
 /// the lease is valid whenever a release is sent.

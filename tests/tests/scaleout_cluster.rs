@@ -8,11 +8,11 @@ use std::time::Instant;
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
-use tests::topology::Cluster;
+use test_support::topology::Cluster;
 
 #[macro_use]
 mod scaleout_common;
-use scaleout_common::{client, fence_name, is_held, lock_name, ms, secs, summary, within};
+use test_support::helpers::*;
 
 fn three_masters() -> (Cluster, LockClientBuilder) {
     let cluster = Cluster::start(3);
@@ -24,7 +24,7 @@ semantic_suite!(three_masters);
 
 /// A unique prefix for the keys of one test.
 fn prefix(name: &str) -> String {
-    scaleout_common::key(name)
+    test_support::helpers::key(name)
 }
 
 /// The remaining lease of `name` on node `i`, in ms (`PTTL`): -2 when the
@@ -196,14 +196,8 @@ async fn a_waiter_holding_a_lock_on_one_shard_is_woken_by_a_release_on_another()
                         .ttl(secs(10))
                         .wait(secs(5))
                         .run(async {
-                            let guard = b.lock(&theirs).ttl(secs(10)).wait(secs(8)).acquire().await;
-                            let at = Instant::now();
-                            guard
-                                .expect("the waiter gets the lock")
-                                .release()
+                            held_at(b.lock(&theirs).ttl(secs(10)).wait(secs(8)).acquire().await)
                                 .await
-                                .unwrap();
-                            at
                         })
                         .await
                         .expect("the waiter's own lock")
@@ -211,20 +205,10 @@ async fn a_waiter_holding_a_lock_on_one_shard_is_woken_by_a_release_on_another()
             };
             wait_held(&a, &keys[mine]).await;
             tokio::time::sleep(ms(30)).await;
-            assert!(!waiter.is_finished(), "the waiter got a held lock");
-            let released = Instant::now();
-            holder.release().await.unwrap();
-            let woke = within(secs(6), "the waiter wakes", waiter).await.unwrap();
-            latencies.push(woke.saturating_duration_since(released));
+            latencies.push(release_to_waiter(holder, waiter, secs(6)).await);
         }
     }
-    let (median, max) = summary(latencies);
-    println!("cross-shard release -> waiter holds: median {median:?}, max {max:?} over 6 pairs");
-    assert!(median < ms(200), "median {median:?}");
-    assert!(
-        max < secs(2),
-        "a waiter slept {max:?} on a 10 s lease: it missed the notice"
-    );
+    assert_prompt_handoffs("cross-shard release -> waiter holds", latencies, ms(200));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,7 +270,7 @@ async fn hold_through_a_half_migration(
     cluster: &Cluster,
     a: &LockClient,
     key: &str,
-) -> (lock_runtime::LockGuard, tests::topology::Migration) {
+) -> (lock_runtime::LockGuard, test_support::topology::Migration) {
     let name = lock_name(key);
     let slot = cluster.slot_of(key);
     let ttl = ms(900);

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
-use tests::topology::Redlock;
+use test_support::topology::Redlock;
 
 #[macro_use]
 mod scaleout_common;
-use scaleout_common::{client, key, lock_name, ms, secs, summary, within};
+use test_support::helpers::*;
 
 fn five_masters() -> (Redlock, LockClientBuilder) {
     let masters = Redlock::start(5);
@@ -258,13 +258,7 @@ async fn a_master_restarted_empty_at_once_can_let_a_second_holder_in_which_is_wh
     masters.kill(3);
     masters.kill(4);
     // A fixed lease (no renewal), held on exactly three masters: 0, 1, 2.
-    let first = a
-        .lock(&key)
-        .ttl(secs(10))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let first = fixed_lease(&a, &key, secs(10)).await.unwrap();
     assert_eq!(masters.nodes_holding(&lock_name(&key)), vec![0, 1, 2]);
     // Master 0 crashes and restarts at once without its data; 3 and 4 return.
     masters.kill(0);
@@ -280,17 +274,7 @@ async fn a_master_restarted_empty_at_once_can_let_a_second_holder_in_which_is_wh
         .acquire()
         .await
         .expect("0, 3 and 4 form a majority without the first holder's lock");
-    assert!(
-        !first.is_lost(),
-        "the first holder still believes it holds the lock"
-    );
-    println!(
-        "two holders at once: tokens {} and {}",
-        first.fencing_token(),
-        second.fencing_token()
-    );
-    second.release().await.unwrap();
-    drop(first);
+    assert_two_holders(first, second).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,12 +8,12 @@ use std::time::Instant;
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
-use tests::RedisServer;
-use tests::topology::{self, MASTER_NAME, SentinelSetup};
+use test_support::RedisServer;
+use test_support::topology::{self, MASTER_NAME, SentinelSetup};
 
 #[macro_use]
 mod scaleout_common;
-use scaleout_common::{client, is_held, key, lock_name, ms, secs, within};
+use test_support::helpers::*;
 
 fn sentinel_setup() -> (SentinelSetup, LockClientBuilder) {
     let setup = SentinelSetup::start();
@@ -44,11 +44,7 @@ async fn a_lock_acknowledged_by_a_replica_is_still_held_after_a_failover() {
     let key = key("acked");
     // A fixed lease longer than the failover: no renewal (and its own
     // `WAIT`) runs in between, so what is tested is the acquire's ack alone.
-    let guard = a
-        .lock(&key)
-        .ttl(secs(20))
-        .renew(false)
-        .acquire()
+    let guard = fixed_lease(&a, &key, secs(20))
         .await
         .expect("the replica acknowledges");
     assert!(
@@ -101,11 +97,7 @@ async fn without_replica_acks_a_failover_can_lose_a_lock_to_a_second_holder() {
     // Replication stalls (a partition between master and replica) ...
     setup.cut_replication();
     // ... the acquire succeeds on the master alone ...
-    let first = a
-        .lock(&key)
-        .ttl(secs(20))
-        .renew(false)
-        .acquire()
+    let first = fixed_lease(&a, &key, secs(20))
         .await
         .expect("without acks the master alone decides");
     assert!(exists(setup.master(), &key));
@@ -124,19 +116,9 @@ async fn without_replica_acks_a_failover_can_lose_a_lock_to_a_second_holder() {
         .acquire()
         .await
         .expect("the promoted replica never saw the first lock");
-    assert!(
-        !first.is_lost(),
-        "the first holder still believes it holds the lock"
-    );
     // The fencing counter's increment was lost with the lock: the tokens
     // need not differ either.
-    println!(
-        "two holders at once: tokens {} and {}",
-        first.fencing_token(),
-        second.fencing_token()
-    );
-    second.release().await.unwrap();
-    drop(first);
+    assert_two_holders(first, second).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,14 +180,14 @@ async fn min_replica_acks_also_works_with_a_single_redis_url() {
     // client's connections it uses. (`WAIT` must follow the lock's own
     // write: on a fresh client's other connection, which wrote nothing, it
     // would pass at once.)
-    replica.pause();
+    replica.pause().unwrap();
     let mut refused = Vec::new();
     for i in 0..8 {
-        let k = scaleout_common::key(&format!("hung-{i}"));
+        let k = test_support::helpers::key(&format!("hung-{i}"));
         let fresh = client(&builder.clone().min_replica_acks(1, ms(300))).await;
         refused.push((fresh.lock(&k).ttl(secs(5)).acquire().await, k));
     }
-    replica.resume();
+    replica.resume().unwrap();
     let plain = client(&builder).await;
     for (refused, k) in refused {
         assert!(
@@ -233,10 +215,10 @@ async fn with_replica_acks_renewals_that_no_replica_confirms_end_in_a_lost_lease
     tokio::time::sleep(ms(2000)).await;
     assert!(!guard.is_lost(), "lost while the replica acknowledged");
     let paused = Instant::now();
-    replica.pause();
+    replica.pause().unwrap();
     within(secs(5), "unconfirmed renewals end the lease", lost).await;
     let after = paused.elapsed();
-    replica.resume();
+    replica.resume().unwrap();
     println!("lost() resolved {after:?} after the replica stopped acknowledging (900 ms lease)");
     assert!(guard.is_lost());
 }

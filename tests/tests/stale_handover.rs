@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError};
-use tests::RedisServer;
+use test_support::RedisServer;
 
 /// One round; `Ok` when B kept waiting (and timed out) while A held the key.
 fn round(url: String, key: String) -> Result<(), String> {

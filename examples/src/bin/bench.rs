@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bench::raw::Raw;
 use bench::report::{self, Metric, Target, Unit, median};
 use bench::rows::{self, Hot, p50, p99_ms, us};
-use bench::server::{RedisProcess, check_loopback};
+use bench::server::check_loopback;
 use lock_runtime::{LockClient, LockError, LockInfo};
 
 const USAGE: &str = "\
@@ -833,7 +833,7 @@ fn run(opts: &Options) -> Result<bool, String> {
             (None, url, false)
         }
         None => {
-            let server = RedisProcess::start()?;
+            let server = test_support::RedisServer::try_start(&[])?;
             let url = server.url();
             (Some(server), url, true)
         }

@@ -7,16 +7,15 @@
 //! `semantic_suite!(setup)` (include this module with `#[macro_use]`)
 //! generates one test per check, in a module `semantics`, where `setup()`
 //! returns `(topology, builder)`; the topology lives until the test ends.
-//! Also small helpers shared by the scale-out test files.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use lock_runtime::__private::testing::force_delete;
-use lock_runtime::{LockClient, LockClientBuilder, LockError, current_lock};
+use lock_runtime::{LockClientBuilder, LockError, current_lock};
+use test_support::helpers::*;
 
 /// Generates the semantic suite for one topology: `$setup` names a
 /// `fn() -> (Topology, LockClientBuilder)`.
@@ -50,67 +49,6 @@ macro_rules! semantic_suite {
             }
         )*
     };
-}
-
-pub fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-pub fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
-/// A key no other test of this process uses.
-pub fn key(name: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!("{name}:{}", NEXT.fetch_add(1, SeqCst))
-}
-
-/// The Redis name of the lock `key` under the default prefix `lock:`
-/// (`prefix + 'L' + '{key}'` for a key without a hash tag of its own).
-pub fn lock_name(key: &str) -> String {
-    format!("lock:L{{{key}}}")
-}
-
-/// The Redis name of the fencing counter of `key` under the default prefix
-/// (its hash slot's, shared with every key there).
-pub fn fence_name(key: &str) -> String {
-    lock_runtime::__private::testing::fence_counter("lock:", key)
-}
-
-/// Builds an independent client (own connections, own subscriber).
-pub async fn client(builder: &LockClientBuilder) -> LockClient {
-    builder.clone().build().await.expect("a client")
-}
-
-/// Awaits `fut`, failing the test if it takes longer than `limit`.
-pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(output) => output,
-        Err(_) => panic!("{what}: did not finish within {limit:?}"),
-    }
-}
-
-/// Median and maximum of some durations.
-pub fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
-    samples.sort();
-    (
-        samples[samples.len() / 2],
-        *samples.last().expect("samples"),
-    )
-}
-
-/// `true` if `key` is held by someone: a try-once probe that, if it happens
-/// to get the lock, gives it back at once.
-pub async fn is_held(client: &LockClient, key: &str) -> bool {
-    match client.lock(key).acquire().await {
-        Ok(guard) => {
-            guard.release().await.expect("release the probe");
-            false
-        }
-        Err(LockError::Busy { .. }) => true,
-        Err(e) => panic!("probe of `{key}` failed: {e}"),
-    }
 }
 
 /// A deliberately unprotected read-modify-write with a yield in the middle:
@@ -237,13 +175,7 @@ pub async fn a_forgotten_fixed_lease_frees_the_key_after_its_ttl(builder: LockCl
     let key = key("forgotten");
     let (a, b) = (client(&builder).await, client(&builder).await);
     let taken = Instant::now();
-    let guard = a
-        .lock(&key)
-        .ttl(ms(400))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let guard = fixed_lease(&a, &key, ms(400)).await.unwrap();
     let lost = guard.lost();
     // Forgotten: never released, never dropped.
     std::mem::forget(guard);
@@ -355,31 +287,9 @@ pub async fn a_waiter_wakes_within_milliseconds_of_a_release(builder: LockClient
     for round in 0..8 {
         // A long lease: only the release notice can wake the waiter in time.
         let holder = a.lock(&key).ttl(secs(10)).acquire().await.unwrap();
-        let waiter = {
-            let (b, key) = (b.clone(), key.clone());
-            tokio::spawn(async move {
-                let guard = b.lock(&key).ttl(secs(10)).wait(secs(8)).acquire().await;
-                let at = Instant::now();
-                guard
-                    .expect("the waiter gets the lock")
-                    .release()
-                    .await
-                    .unwrap();
-                at
-            })
-        };
+        let waiter = spawn_waiter(&b, &key, secs(8));
         tokio::time::sleep(if round == 0 { ms(150) } else { ms(40) }).await;
-        assert!(!waiter.is_finished(), "the waiter got a held lock");
-        let released = Instant::now();
-        holder.release().await.unwrap();
-        let woke = within(secs(6), "the waiter wakes", waiter).await.unwrap();
-        latencies.push(woke.saturating_duration_since(released));
+        latencies.push(release_to_waiter(holder, waiter, secs(6)).await);
     }
-    let (median, max) = summary(latencies);
-    println!("release -> waiter holds the lock: median {median:?}, max {max:?} over 8 handoffs");
-    assert!(median < ms(200), "median handoff {median:?}");
-    assert!(
-        max < secs(2),
-        "a waiter slept {max:?}: it missed the notice"
-    );
+    assert_prompt_handoffs("release -> waiter holds the lock", latencies, ms(200));
 }

@@ -1,0 +1,35 @@
+//! The least-privilege ACL user of the library.
+
+/// The least an ACL user needs: the commands the client sends (`EVALSHA`,
+/// `SCRIPT LOAD` at start and after `NOSCRIPT`, `SUBSCRIBE`, `UNSUBSCRIBE`) and
+/// those the scripts run (the waiter queue's list commands included), on the
+/// prefix's keys and channels. No `EVAL`, `PING`, `CLIENT` or `HELLO` is
+/// needed; `SELECT` only with a `/db` in the URL. Found by taking each one
+/// away: the `ACL LOG` names what is missing.
+pub const ACL_LOCKER: &[&str] = &[
+    "ACL",
+    "SETUSER",
+    "locker",
+    "on",
+    ">locker-pw",
+    "resetkeys",
+    "~lock:*",
+    "resetchannels",
+    "&lock:*",
+    "-@all",
+    "+evalsha",
+    "+script|load",
+    "+subscribe",
+    "+unsubscribe",
+    "+get",
+    "+set",
+    "+incr",
+    "+pexpire",
+    "+pttl",
+    "+del",
+    "+publish",
+    "+rpush",
+    "+lpop",
+    "+lrem",
+    "+lpos",
+];

@@ -1,0 +1,198 @@
+//! Small async helpers for tests of `lock_runtime`: unique keys, deadlines,
+//! probes of a lock, clients.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockClientBuilder, LockError, LockGuard};
+use tokio::task::JoinHandle;
+
+use crate::RedisServer;
+
+/// `n` milliseconds.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// `n` seconds.
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A key no other test of this process uses (`<name>:<n>`).
+pub fn key(name: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("{name}:{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The Redis name of the lock `key` under the default prefix `lock:`
+/// (`prefix + 'L' + '{key}'` for a key without a hash tag of its own).
+pub fn lock_name(key: &str) -> String {
+    format!("lock:L{{{key}}}")
+}
+
+/// The Redis name of the fencing counter of `key` under the default prefix
+/// (its hash slot's, shared with every key there).
+pub fn fence_name(key: &str) -> String {
+    lock_runtime::__private::testing::fence_counter("lock:", key)
+}
+
+/// Awaits `fut`, failing the test if it takes longer than `limit`.
+pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(output) => output,
+        Err(_) => panic!("{what}: did not finish within {limit:?}"),
+    }
+}
+
+/// Polls `check` every millisecond until it holds; fails after `limit`.
+/// Returns how long it took.
+pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !check() {
+        if started.elapsed() > limit {
+            panic!("{what}: still false after {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    started.elapsed()
+}
+
+/// Median and maximum of some durations.
+pub fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    (
+        samples[samples.len() / 2],
+        *samples.last().expect("samples"),
+    )
+}
+
+/// `true` if the lock `key` is held by someone (a try-once probe that, if it
+/// happens to get the lock, gives it back at once).
+pub async fn is_held(client: &LockClient, key: &str) -> bool {
+    match client.lock(key).acquire().await {
+        Ok(guard) => {
+            guard.release().await.expect("release the probe");
+            false
+        }
+        Err(LockError::Busy { .. }) => true,
+        Err(e) => panic!("probe of `{key}` failed: {e}"),
+    }
+}
+
+/// The remaining lease of the holder of `key`, as a try-once acquire reports it.
+pub async fn remaining(client: &LockClient, key: &str) -> Duration {
+    match client.lock(key).acquire().await {
+        Err(LockError::Busy { retry_after, .. }) => retry_after,
+        Ok(_) => panic!("`{key}` was expected to be held"),
+        Err(e) => panic!("probe of `{key}` failed: {e}"),
+    }
+}
+
+/// Builds an independent client (own connections, own subscriber).
+pub async fn client(builder: &LockClientBuilder) -> LockClient {
+    builder.clone().build().await.expect("a client")
+}
+
+/// A client of `server` with 500 ms connect and response timeouts.
+pub async fn redis_client(server: &RedisServer) -> LockClient {
+    LockClient::builder()
+        .redis(server.url())
+        .connect_timeout(ms(500))
+        .response_timeout(ms(500))
+        .build()
+        .await
+        .expect("a redis client")
+}
+
+/// A client of the embedded backend.
+pub async fn memory_client() -> LockClient {
+    LockClient::builder()
+        .memory()
+        .build()
+        .await
+        .expect("a memory client")
+}
+
+/// When a waiter got the lock (`acquired`, the result of its acquire), which
+/// it then releases at once: the far end of a handoff.
+pub async fn held_at(acquired: Result<LockGuard, LockError>) -> Instant {
+    let at = Instant::now();
+    acquired
+        .expect("the waiter gets the lock")
+        .release()
+        .await
+        .expect("the waiter releases the lock");
+    at
+}
+
+/// Spawns a waiter for `key` (a 10 s lease, waiting up to `wait`); its task
+/// ends with [`held_at`].
+pub fn spawn_waiter(client: &LockClient, key: &str, wait: Duration) -> JoinHandle<Instant> {
+    let (client, key) = (client.clone(), key.to_owned());
+    tokio::spawn(async move {
+        held_at(client.lock(&key).ttl(secs(10)).wait(wait).acquire().await).await
+    })
+}
+
+/// Asserts that waiters woke promptly after the releases (`latencies`, from
+/// release to held): the median under `median_limit`, none over 2 s (a
+/// waiter that slept that long missed the release notice and waited out a
+/// poll). Prints both, labelled `what`.
+pub fn assert_prompt_handoffs(what: &str, latencies: Vec<Duration>, median_limit: Duration) {
+    let n = latencies.len();
+    let (median, max) = summary(latencies);
+    println!("{what}: median {median:?}, max {max:?} over {n} handoffs");
+    assert!(median < median_limit, "{what}: median handoff {median:?}");
+    assert!(
+        max < secs(2),
+        "{what}: a waiter slept {max:?}: it missed the notice"
+    );
+}
+
+/// A try-once acquire of `key` with a fixed lease of `ttl` (no renewal): a
+/// holder that, forgotten, lets the lease run out.
+pub async fn fixed_lease(
+    client: &LockClient,
+    key: &str,
+    ttl: Duration,
+) -> Result<LockGuard, LockError> {
+    client.lock(key).ttl(ttl).renew(false).acquire().await
+}
+
+/// Releases `holder` while `waiter` (see [`spawn_waiter`]) still waits for
+/// the same lock, and returns how long after the release the waiter held it
+/// (failing if it takes more than `limit`, or if the waiter got the lock
+/// before the release).
+pub async fn release_to_waiter(
+    holder: LockGuard,
+    waiter: JoinHandle<Instant>,
+    limit: Duration,
+) -> Duration {
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    let released = Instant::now();
+    holder.release().await.expect("the holder releases");
+    let woke = within(limit, "the waiter wakes", waiter)
+        .await
+        .expect("the waiter's task");
+    woke.saturating_duration_since(released)
+}
+
+/// Checks the end of a scenario in which a second client got a lock that a
+/// first still holds (the documented limits of Redlock and of Sentinel
+/// failovers): the first holder has not noticed. Prints both fencing tokens,
+/// then releases the second lock and drops the first.
+pub async fn assert_two_holders(first: LockGuard, second: LockGuard) {
+    assert!(
+        !first.is_lost(),
+        "the first holder still believes it holds the lock"
+    );
+    println!(
+        "two holders at once: tokens {} and {}",
+        first.fencing_token(),
+        second.fencing_token()
+    );
+    second.release().await.expect("the second holder releases");
+    drop(first);
+}

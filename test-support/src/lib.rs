@@ -1,0 +1,48 @@
+//! Test support shared by the `tests`, `fault` and `examples` packages (not
+//! published, no stable API).
+//!
+//! * [`RedisServer`]: one `redis-server` launcher: a free loopback port, a
+//!   temporary directory, extra options, TLS, restart, SIGSTOP/SIGCONT/SIGKILL,
+//!   `redis-cli`, and windows of lost replies ([`RedisServer::lose_replies`]).
+//! * [`topology`]: independent masters for Redlock, a Sentinel deployment and
+//!   a Redis Cluster, on loopback.
+//! * [`helpers`]: small async helpers for tests of `lock_runtime`.
+//! * `http` (feature `http`): an axum app served on a loopback port.
+//!
+//! Constructors come in two flavours: `start*` panic (for tests), `try_*`
+//! return [`Result`] (for the `fault` and `bench` programs, which report
+//! failures).
+//!
+//! ```no_run
+//! let server = test_support::RedisServer::start();
+//! assert_eq!(server.cli(&["PING"]), "PONG");
+//! ```
+
+mod acl;
+pub mod helpers;
+#[cfg(feature = "http")]
+pub mod http;
+mod replies;
+mod server;
+mod tls;
+pub mod topology;
+
+pub use acl::ACL_LOCKER;
+pub use replies::{KILL_OTHER_CLIENTS, LostReplies, RawConnection};
+pub use server::{RedisServer, free_port, redis_server_bin, signal, try_free_port};
+pub use tls::{TlsFiles, self_signed_cert};
+
+/// A fallible result with a message.
+pub type Result<T> = std::result::Result<T, String>;
+
+/// An error and its causes on one line, as `anyhow` prints them with `{:#}`
+/// (a `LockError` names what failed; its source says why).
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(cause) = next {
+        text += &format!(": {cause}");
+        next = cause.source();
+    }
+    text
+}
