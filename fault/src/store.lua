@@ -9,6 +9,13 @@
 -- Write -> {1, seq} or {0, max_fence} when rejected. A write is applied
 --          whatever version it read (no compare-and-set: that would hide the
 --          overlaps the checker looks for); the log entry keeps what it read.
+-- A write ends its worker's think time: the record forgets it as the reader,
+-- so the harness strikes (SIGSTOP, SIGKILL) only a worker between its read
+-- and its write, never one that has moved on to claim its next operation
+-- (a kill there would lose an operation the log never saw begin).
+if ARGV[1] == 'w' and redis.call('HGET', KEYS[1], 'reader') == ARGV[4] then
+  redis.call('HDEL', KEYS[1], 'reader')
+end
 local max = tonumber(redis.call('HGET', KEYS[1], 'max_fence') or '0')
 local fence = tonumber(ARGV[2])
 if ARGV[3] == '1' and fence < max then
