@@ -116,7 +116,7 @@ pub mod layer;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use client::{LockClient, LockClientBuilder, LockRequest};
+pub use client::{LockClient, LockClientBuilder, LockRequest, LockState};
 pub use context::{LockInfo, current_lock};
 pub use error::{BackendError, LockError};
 pub use global::{global_client, set_global_client};

@@ -163,6 +163,27 @@ impl MemoryBackend {
         true
     }
 
+    /// The lock's state (see [`super::inspect`]).
+    pub(crate) fn observe(&self, names: &KeyNames) -> super::inspect::Observed {
+        let now = Instant::now();
+        let state = self.state();
+        let held = state
+            .locks
+            .get(&names.lock)
+            .filter(|held| held.expires > now);
+        let queued = state
+            .queues
+            .get(&names.queue)
+            .filter(|queue| queue.expires > now)
+            .map_or(0, |queue| queue.entries.len());
+        super::inspect::Observed {
+            held: held.is_some(),
+            remaining: held.map(|held| held.expires - now),
+            fence: state.fence,
+            queued,
+        }
+    }
+
     /// Deletes a key as an operator would (`DEL`), for tests.
     pub(crate) fn delete(&self, names: &KeyNames) {
         self.state().locks.remove(&names.lock);

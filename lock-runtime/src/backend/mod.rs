@@ -8,6 +8,7 @@ use crate::key::KeyNames;
 use crate::token::Token;
 
 pub(crate) mod conn;
+mod inspect;
 pub(crate) mod memory;
 mod notifier;
 pub(crate) mod records;

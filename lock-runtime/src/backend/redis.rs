@@ -188,7 +188,7 @@ impl RedisBackend {
     }
 
     /// The connection for `names`' commands.
-    fn conn(&self, names: &KeyNames) -> Conn {
+    pub(super) fn conn(&self, names: &KeyNames) -> Conn {
         let i = match self.conns.len() {
             1 => 0,
             n => usize::from(names.slot) % n,

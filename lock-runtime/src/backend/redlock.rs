@@ -344,13 +344,11 @@ impl RedlockBackend {
     }
 
     /// Every node, in configuration order.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn nodes(&self) -> &[Arc<RedisBackend>] {
         &self.nodes
     }
 
     /// How long one node may take to answer one request.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn node_timeout(&self) -> Duration {
         self.node_timeout
     }

@@ -18,9 +18,11 @@ use crate::key::{KeyNames, validate_key};
 
 mod acquire;
 mod builder;
+mod inspect;
 mod request;
 
 pub use builder::LockClientBuilder;
+pub use inspect::LockState;
 pub use request::LockRequest;
 
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {

@@ -1,0 +1,60 @@
+//! [`LockClient::inspect`]: who holds what, for operators and dashboards.
+
+use std::time::Duration;
+
+use super::LockClient;
+use crate::LockError;
+use crate::key::{KeyNames, validate_key};
+
+/// A lock's state as [`LockClient::inspect`] read it: a snapshot, stale the
+/// moment it is returned. For operators, dashboards and tests; never decide
+/// to skip taking a lock from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockState {
+    /// The key, as given (without the client's prefix).
+    pub key: String,
+    /// Somebody holds the lock (on Redlock: a majority of the masters).
+    pub held: bool,
+    /// The lease left, when held with one (`None` when free, or when the key
+    /// was set without expiry by hand).
+    pub remaining: Option<Duration>,
+    /// The highest fencing token issued so far for the keys of this key's
+    /// hash slot (they share one counter; 0 before any): at least the
+    /// current holder's token, and below the next one.
+    pub fencing_counter: u64,
+    /// How many waiters are queued for the lock (Redlock's waiters do not
+    /// queue: 0 there).
+    pub waiters: usize,
+}
+
+impl LockClient {
+    /// Reads the state of the lock `key` without touching it: whether it is
+    /// held and for how long, the fencing counter, and how many wait.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// let client = lock_runtime::LockClient::builder().memory().build().await?;
+    /// let guard = client.lock("order:42").acquire().await?;
+    /// let state = client.inspect("order:42").await?;
+    /// assert!(state.held);
+    /// assert_eq!(state.fencing_counter, guard.fencing_token());
+    /// guard.release().await?;
+    /// assert!(!client.inspect("order:42").await?.held);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn inspect(&self, key: &str) -> Result<LockState, LockError> {
+        validate_key(key)?;
+        let names = KeyNames::new(&self.0.prefix, key);
+        let seen = self.0.backend.inspect(&names).await?;
+        Ok(LockState {
+            key: key.to_owned(),
+            held: seen.held,
+            remaining: seen.remaining,
+            fencing_counter: seen.fence,
+            waiters: seen.queued,
+        })
+    }
+}

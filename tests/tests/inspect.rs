@@ -1,0 +1,116 @@
+//! `LockClient::inspect` on every backend: free, held with its lease and the
+//! fencing counter, waiters counted, free again after release.
+
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockClientBuilder};
+use test_support::RedisServer;
+use test_support::topology::{Cluster, MASTER_NAME, Redlock, SentinelSetup};
+
+async fn a_lock_is_seen_free_held_waited_for_and_free_again(
+    builder: LockClientBuilder,
+    queues: bool,
+) {
+    let holder = builder.clone().build().await.unwrap();
+    let waiter = builder.build().await.unwrap();
+    let key = "inspect:order:42";
+
+    let free = holder.inspect(key).await.unwrap();
+    assert!(
+        !free.held && free.remaining.is_none() && free.waiters == 0,
+        "{free:?}"
+    );
+
+    let guard = holder
+        .lock(key)
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let held = holder.inspect(key).await.unwrap();
+    assert!(held.held, "{held:?}");
+    let left = held.remaining.expect("a lease");
+    assert!(
+        left > Duration::from_secs(8) && left <= Duration::from_secs(10),
+        "{held:?}"
+    );
+    assert!(held.fencing_counter >= guard.fencing_token(), "{held:?}");
+    assert_eq!(held.key, key);
+
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .lock(key)
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = waiter.inspect(key).await.unwrap();
+    // Redlock's waiters do not queue.
+    assert_eq!(seen.waiters, usize::from(queues), "{seen:?}");
+    guard.release().await.unwrap();
+    waiting.await.unwrap();
+    let after = holder.inspect(key).await.unwrap();
+    assert!(!after.held && after.waiters == 0, "{after:?}");
+    assert!(after.fencing_counter > held.fencing_counter, "{after:?}");
+    assert!(holder.inspect("").await.unwrap_err().is_invalid_key());
+}
+
+#[tokio::test]
+async fn inspect_on_the_embedded_backend() {
+    let builder = LockClient::builder().memory();
+    // One backend shared by both clients: the same client, cloned.
+    let client = builder.build().await.unwrap();
+    let guard = client.lock("k").acquire().await.unwrap();
+    let state = client.inspect("k").await.unwrap();
+    assert!(
+        state.held && state.fencing_counter == guard.fencing_token(),
+        "{state:?}"
+    );
+    guard.release().await.unwrap();
+    assert!(!client.inspect("k").await.unwrap().held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_on_one_redis() {
+    let server = RedisServer::start();
+    a_lock_is_seen_free_held_waited_for_and_free_again(
+        LockClient::builder().redis(server.url()),
+        true,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_on_redlock() {
+    let masters = Redlock::start(3);
+    a_lock_is_seen_free_held_waited_for_and_free_again(
+        LockClient::builder().redlock(masters.urls()),
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_on_sentinel() {
+    let setup = SentinelSetup::start();
+    let builder = LockClient::builder().sentinel(MASTER_NAME, setup.sentinel_urls());
+    a_lock_is_seen_free_held_waited_for_and_free_again(builder, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_on_a_cluster() {
+    let cluster = Cluster::start(3);
+    a_lock_is_seen_free_held_waited_for_and_free_again(
+        LockClient::builder().cluster(cluster.seed_urls()),
+        true,
+    )
+    .await;
+}
