@@ -5,6 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::key::RecordNames;
 use crate::backend::records::StoredResponse;
 use crate::token::Token;
 use crate::{LockClient, LockError};
@@ -22,25 +23,30 @@ const COMPLETION_WAIT: Duration = Duration::from_secs(2);
 /// future was dropped: the client went away).
 pub(super) struct Running {
     client: LockClient,
-    pub(super) record: String,
+    pub(super) names: RecordNames,
     token: Token,
     stop: CancellationToken,
     settled: bool,
 }
 
 impl Running {
-    pub(super) fn start(client: LockClient, record: String, token: Token, lease: Duration) -> Self {
+    pub(super) fn start(
+        client: LockClient,
+        names: RecordNames,
+        token: Token,
+        lease: Duration,
+    ) -> Self {
         let stop = CancellationToken::new();
         tokio::spawn(renew(
             client.clone(),
-            record.clone(),
+            names.record.clone(),
             token,
             lease,
             stop.clone(),
         ));
         Self {
             client,
-            record,
+            names,
             token,
             stop,
             settled: false,
@@ -64,7 +70,7 @@ impl Running {
         self.settled = true;
         let finishing = tokio::spawn(finish(
             self.client.clone(),
-            std::mem::take(&mut self.record),
+            self.names.clone(),
             self.token,
             fingerprint,
             response,
@@ -86,13 +92,13 @@ impl Running {
     pub(super) async fn release(mut self) {
         self.stop.cancel();
         self.settled = true;
-        log_release(release(&self.client, &self.record, &self.token).await);
+        log_release(release(&self.client, &self.names, &self.token).await);
     }
 
     /// Releases `record` for `token` on the current runtime without waiting.
     pub(super) fn settle_in_background(
         client: LockClient,
-        record: String,
+        names: RecordNames,
         token: Token,
         log: bool,
     ) {
@@ -100,7 +106,7 @@ impl Running {
             return; // the lease runs out by itself
         };
         runtime.spawn(async move {
-            let released = release(&client, &record, &token).await;
+            let released = release(&client, &names, &token).await;
             if log {
                 log_release(released);
             }
@@ -111,12 +117,17 @@ impl Running {
 /// Releases `record`, once more if no answer came back (a second release of
 /// a record already released finds nothing, harmlessly), so a lost reply
 /// does not keep the key blocked for a lease.
-async fn release(client: &LockClient, record: &str, token: &Token) -> Result<bool, LockError> {
-    match client.backend().release_record(record, token).await {
+async fn release(
+    client: &LockClient,
+    names: &RecordNames,
+    token: &Token,
+) -> Result<bool, LockError> {
+    let (record, notice) = (&names.record, &names.notice);
+    match client.backend().release_record(record, notice, token).await {
         Err(e) => {
             tracing::debug!(%record, error = &e as &dyn std::error::Error, "idempotency: release unanswered; sending it again");
             tokio::time::sleep(Duration::from_millis(20)).await;
-            client.backend().release_record(record, token).await
+            client.backend().release_record(record, notice, token).await
         }
         answer => answer,
     }
@@ -126,7 +137,7 @@ async fn release(client: &LockClient, record: &str, token: &Token) -> Result<boo
 #[allow(clippy::too_many_arguments)]
 async fn finish(
     client: LockClient,
-    record: String,
+    names: RecordNames,
     token: Token,
     fingerprint: String,
     response: StoredResponse,
@@ -135,12 +146,13 @@ async fn finish(
     stop_renewal: CancellationToken,
 ) {
     let _stop = stop_renewal.drop_guard();
+    let (record, notice) = (&names.record, &names.notice);
     let give_up = Instant::now() + lease.max(COMPLETION_WAIT);
     let mut pause = Duration::from_millis(10);
     loop {
         let stored = client
             .backend()
-            .complete_record(&record, &token, &fingerprint, &response, retention)
+            .complete_record(record, notice, &token, &fingerprint, &response, retention)
             .await;
         match stored {
             Ok(true) => {
@@ -192,7 +204,7 @@ impl Drop for Running {
             tracing::debug!("idempotency: request dropped mid-way; releasing its record");
             Running::settle_in_background(
                 self.client.clone(),
-                std::mem::take(&mut self.record),
+                self.names.clone(),
                 self.token,
                 true,
             );
@@ -215,13 +227,14 @@ async fn renew(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(next) => {}
         }
+        let one = [(record.as_str(), &token, lease)];
         let renewed = tokio::select! {
             () = stop.cancelled() => return,
-            renewed = client.backend().renew_record(&record, &token, lease) => renewed,
+            renewed = client.backend().renew_records(&one) => renewed,
         };
-        match renewed {
-            Ok(true) => next = period,
-            Ok(false) => {
+        match renewed.map(|r| r.first().copied().flatten()) {
+            Ok(Some(true)) => next = period,
+            Ok(Some(false)) => {
                 tracing::warn!(%record,
                     "idempotency: the in-flight record was lost (its lease ran out); \
                      a duplicate may run"
@@ -230,6 +243,7 @@ async fn renew(
             }
             // An unknown outcome is not a loss (the renewal may well have
             // happened): try again soon, well before the lease can run out.
+            Ok(None) => next = (period / 4).max(Duration::from_millis(10)),
             Err(e) => {
                 tracing::debug!(%record, error = &e as &dyn std::error::Error, "idempotency: lease renewal unanswered; retrying");
                 next = (period / 4).max(Duration::from_millis(10));
