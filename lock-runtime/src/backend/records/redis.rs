@@ -100,7 +100,10 @@ async fn renew_batch(
     }
     let mut invocation = RENEW_MANY.prepare_invoke();
     for (record, token, lease) in leases {
-        invocation.key(*record).arg(token.as_str()).arg(millis(*lease));
+        invocation
+            .key(*record)
+            .arg(token.as_str())
+            .arg(millis(*lease));
     }
     let renewed: Vec<i64> = invocation
         .invoke_async(&mut node.connection())

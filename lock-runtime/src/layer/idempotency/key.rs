@@ -317,7 +317,8 @@ mod tests {
         // The notice channel is named like a lock's, in the record's slot.
         assert_eq!(names.notice, format!("lock:J{}", &a["lock:I".len()..]));
         assert_eq!(crate::key::slot(&names.notice), crate::key::slot(&a));
-        let record_name = |p: &str, s: &str, m: &str, r: &str, k: &str| record_names(p, s, m, r, k).record;
+        let record_name =
+            |p: &str, s: &str, m: &str, r: &str, k: &str| record_names(p, s, m, r, k).record;
         assert_ne!(a, record_name("lock:", "bob", "POST", "/orders", "k1"));
         assert_ne!(a, record_name("lock:", "alice", "PUT", "/orders", "k1"));
         assert_ne!(

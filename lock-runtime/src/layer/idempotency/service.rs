@@ -195,7 +195,10 @@ where
         waiter = Some(client.backend().register_on(&names.notice, &token).await);
     }
     let mut pause = Duration::from_millis(10);
+    let mut claim_sent;
     loop {
+        // The record's lease starts no earlier than this.
+        claim_sent = Instant::now();
         match claim(client, &names, &token, &fingerprint, lease).await {
             Ok(Claim::Claimed) => break,
             Ok(Claim::Done(stored)) => {
@@ -264,7 +267,7 @@ where
 
     // Running now: no more notices for us.
     drop(waiter);
-    let running = Running::start(client.clone(), names, token, lease);
+    let running = Running::start(client.clone(), names, token, lease, claim_sent);
     let record = running.names.record.clone();
     let req = Request::from_parts(parts, Body::from(body));
     let failed = |why: &str| {
