@@ -225,15 +225,6 @@ impl Lease {
         }
     }
 
-    /// The lock's key, or the record's name.
-    fn name(&self) -> &str {
-        match self {
-            Lease::Lock(held) => &held.key,
-            #[cfg(feature = "axum")]
-            Lease::Record(record) => &record.record,
-        }
-    }
-
     fn set_valid_until(&self, at: Instant) {
         match self {
             Lease::Lock(held) => held.set_valid_until(at),
@@ -394,7 +385,11 @@ fn settle(state: &mut State, ids: Vec<u64>, sent: Instant, answer: Answer) {
                 entry.valid_until = sent + entry.ttl.saturating_sub(entry.drift);
                 entry.lease.set_valid_until(entry.valid_until);
                 entry.due = sent + entry.ttl / 3;
-                tracing::trace!(lease = entry.lease.name(), "lease renewed");
+                match &entry.lease {
+                    Lease::Lock(held) => tracing::trace!(key = %held.key, "lease renewed"),
+                    #[cfg(feature = "axum")]
+                    Lease::Record(r) => tracing::trace!(record = %r.record, "lease renewed"),
+                }
             }
             Some(false) => {
                 entry
