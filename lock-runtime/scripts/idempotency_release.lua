@@ -1,9 +1,15 @@
 -- Give up an in-flight idempotency record we own, so the key can be retried.
--- KEYS[1] record; ARGV[1] owner token
+-- KEYS[1] record; ARGV[1] owner token, ARGV[2] the record's notice channel
+-- (in the record's hash slot), ARGV[3] 'PUBLISH', or 'SPUBLISH' on a cluster
 -- Returns 1 when deleted, 0 when the record is gone, completed or not ours.
+-- A deletion is announced (payload '': free) so that duplicates waiting on
+-- the record claim it at once.
 local r = redis.call('HMGET', KEYS[1], 'state', 'owner')
 if r[1] == 'run' and r[2] == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  -- pcall: a notice refused by an ACL must not undo the release; waiters
+  -- then wake at their lease timers instead.
+  redis.pcall(ARGV[3], ARGV[2], '')
   return 1
 end
 return 0

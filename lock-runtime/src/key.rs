@@ -4,7 +4,7 @@
 //!
 //! * `kind` is one letter naming what the name is for (`L` the lock, `F` the
 //!   fencing counter, `Q` the waiter queue, `N` the release-notice channel, `I`
-//!   an idempotency record);
+//!   an idempotency record, `J` the notice channel of an idempotency record);
 //! * `body` is one of three forms, chosen from the key alone:
 //!   - `:key` when the key carries a Redis Cluster hash tag of its own
 //!     (`{tenant:7}:order:1`), so the caller's tag decides the slot;
@@ -197,6 +197,8 @@ pub(crate) enum Kind {
     Notice,
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     Idempotency,
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    IdempotencyNotice,
 }
 
 impl Kind {
@@ -207,6 +209,7 @@ impl Kind {
             Kind::Queue => 'Q',
             Kind::Notice => 'N',
             Kind::Idempotency => 'I',
+            Kind::IdempotencyNotice => 'J',
         }
     }
 }
@@ -271,12 +274,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const KINDS: [Kind; 5] = [
+    const KINDS: [Kind; 6] = [
         Kind::Lock,
         Kind::Fence,
         Kind::Queue,
         Kind::Notice,
         Kind::Idempotency,
+        Kind::IdempotencyNotice,
     ];
 
     /// Redis's `keyHashSlot` (cluster.c), written the way Redis does, as a

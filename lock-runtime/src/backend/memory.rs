@@ -189,8 +189,15 @@ impl MemoryBackend {
         self.state().locks.remove(&names.lock);
     }
 
-    pub(crate) fn register(&self, names: &KeyNames, token: &Token) -> WaitHandle {
-        WaitHandle::new(&self.waiters, &names.notice, &token.digest()).0
+    pub(crate) fn register(&self, channel: &str, token: &Token) -> WaitHandle {
+        WaitHandle::new(&self.waiters, channel, &token.digest()).0
+    }
+
+    /// Wakes every waiter of `channel` (a record's notice: completed or
+    /// released), as a `''` notice through pub/sub would.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn announce(&self, channel: &str) {
+        self.waiters.deliver(channel, b"");
     }
 }
 
@@ -248,8 +255,8 @@ mod tests {
             m.acquire(&names, &a, ttl, wait),
             AcquireOutcome::Acquired { .. }
         ));
-        let wb = m.register(&names, &b);
-        let wc = m.register(&names, &c);
+        let wb = m.register(&names.notice, &b);
+        let wc = m.register(&names.notice, &c);
         assert!(matches!(
             m.acquire(&names, &b, ttl, wait),
             AcquireOutcome::Busy { .. }

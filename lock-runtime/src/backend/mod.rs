@@ -143,9 +143,15 @@ impl Backend {
     /// embedded backend, or notices for this key already reach us), so a
     /// waiter registers before its first attempt and needs no second one.
     pub(crate) fn notices_ready(&self, names: &KeyNames) -> bool {
+        self.notices_ready_on(&names.notice)
+    }
+
+    /// As [`Backend::notices_ready`], for any notice channel (a lock's or an
+    /// idempotency record's).
+    pub(crate) fn notices_ready_on(&self, channel: &str) -> bool {
         match self {
-            Backend::Redis(b) => b.is_subscribed(names),
-            Backend::Redlock(b) => b.is_subscribed(names),
+            Backend::Redis(b) => b.is_subscribed(channel),
+            Backend::Redlock(b) => b.is_subscribed(channel),
             Backend::Memory(_) => true,
         }
     }
@@ -171,10 +177,18 @@ impl Backend {
 
     /// Registers a waiter for hand-overs and notices on `names`.
     pub(crate) async fn register(&self, names: &KeyNames, token: &Token) -> WaitHandle {
+        self.register_on(&names.notice, token).await
+    }
+
+    /// Registers a waiter for notices on `channel` (a lock's or an
+    /// idempotency record's): on every node of Redlock, on the channel's
+    /// shard on a cluster. Notices are best effort: a waiter also needs a
+    /// timer.
+    pub(crate) async fn register_on(&self, channel: &str, token: &Token) -> WaitHandle {
         match self {
-            Backend::Redis(b) => b.register(names, token).await,
-            Backend::Redlock(b) => b.register(names, token).await,
-            Backend::Memory(b) => b.register(names, token),
+            Backend::Redis(b) => b.register(channel, token).await,
+            Backend::Redlock(b) => b.register(channel, token).await,
+            Backend::Memory(b) => b.register(channel, token),
         }
     }
 

@@ -450,8 +450,8 @@ impl RedisBackend {
 
     /// `true` when notices for `names` already reach this process, so a
     /// waiter can register before its first attempt at no cost.
-    pub(crate) fn is_subscribed(&self, names: &KeyNames) -> bool {
-        self.waiters.is_subscribed(&names.notice)
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.waiters.is_subscribed(channel)
     }
 
     /// A plain connection handle, for the other modules' scripts.
@@ -460,17 +460,31 @@ impl RedisBackend {
         self.conns[0].clone()
     }
 
-    /// Registers a waiter for `names`' notices. Returns once the server
-    /// confirmed the subscription, or once subscribing failed: then the waiter
-    /// still wakes at the holder's lease end (notices are best effort).
-    pub(crate) async fn register(&self, names: &KeyNames, token: &Token) -> WaitHandle {
-        let (handle, _) = WaitHandle::new(&self.waiters, &names.notice, &token.digest());
-        self.subscribe(names).await;
+    /// Registers a waiter for notices on `channel` (a lock's or a record's).
+    /// Returns once the server confirmed the subscription, or once
+    /// subscribing failed: then the waiter still wakes at the holder's lease
+    /// end (notices are best effort).
+    pub(crate) async fn register(&self, channel: &str, token: &Token) -> WaitHandle {
+        let (handle, _) = WaitHandle::new(&self.waiters, channel, &token.digest());
+        self.subscribe(channel).await;
         handle
     }
 
-    /// Makes sure `names`' notices reach this process (see [`Self::register`]).
-    pub(crate) async fn subscribe(&self, names: &KeyNames) {
-        self.notices.subscribe(&self.waiters, &names.notice).await;
+    /// Makes sure notices on `channel` reach this process (see [`Self::register`]).
+    pub(crate) async fn subscribe(&self, channel: &str) {
+        self.notices.subscribe(&self.waiters, channel).await;
+    }
+
+    /// The command a script publishes notices with: `PUBLISH`, or `SPUBLISH`
+    /// on a cluster (the channel then lives in its key's slot).
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn publish_command(&self) -> &'static str {
+        self.publish
+    }
+
+    /// `true` on a Redis Cluster, where a script may touch one slot only.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conns[0], Conn::Cluster(_))
     }
 }

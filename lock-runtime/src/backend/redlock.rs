@@ -318,20 +318,21 @@ impl RedlockBackend {
         Ok(())
     }
 
-    pub(crate) fn is_subscribed(&self, names: &KeyNames) -> bool {
-        self.waiters.is_subscribed(&names.notice)
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.waiters.is_subscribed(channel)
     }
 
-    /// Registers on every node's notices (one registry for all of them).
-    pub(crate) async fn register(&self, names: &KeyNames, token: &Token) -> WaitHandle {
-        let (handle, _) = WaitHandle::new(&self.waiters, &names.notice, &token.digest());
+    /// Registers on every node's notices on `channel` (one registry for all
+    /// of them), so a notice from any node wakes the waiter.
+    pub(crate) async fn register(&self, channel: &str, token: &Token) -> WaitHandle {
+        let (handle, _) = WaitHandle::new(&self.waiters, channel, &token.digest());
         // Subscribe everywhere, but wait only for a majority: a dead node's
         // subscriber is reconnecting and must not hold the waiter up.
         let per_node = self.node_timeout;
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .map(|node| timeout(per_node, node.subscribe(names)))
+            .map(|node| timeout(per_node, node.subscribe(channel)))
             .collect();
         let mut done = 0;
         while pending.next().await.is_some() {

@@ -136,6 +136,41 @@ impl LockClient {
         self.0.watchdog.live()
     }
 
+    /// How many in-flight idempotency records (requests that
+    /// [`IdempotencyLayer`](crate::IdempotencyLayer) runs) the watchdog keeps
+    /// alive, with the locks' leases and on the same schedule. A diagnostic:
+    /// it returns to zero when every such request has completed, failed or
+    /// been dropped.
+    #[cfg(feature = "axum")]
+    pub fn renewed_records(&self) -> usize {
+        self.0.watchdog.live_records()
+    }
+
+    /// Puts the record `record` that `token` claimed for `ttl` (the claim was
+    /// sent at `sent`) under the watchdog; returns its id for
+    /// [`LockClient::unwatch_record`].
+    #[cfg(feature = "axum")]
+    pub(crate) fn watch_record(
+        &self,
+        lease: Arc<crate::watchdog::RecordLease>,
+        ttl: Duration,
+        sent: tokio::time::Instant,
+    ) -> u64 {
+        let inner = &self.0;
+        let id = inner
+            .next_lock_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let drift = inner.backend.drift(ttl);
+        inner.watchdog.watch_record(id, lease, ttl, sent, drift);
+        id
+    }
+
+    /// Stops renewing the record of [`LockClient::watch_record`].
+    #[cfg(feature = "axum")]
+    pub(crate) fn unwatch_record(&self, id: u64) {
+        self.0.watchdog.unwatch_record(id);
+    }
+
     /// The old name of [`LockClient::renewed_leases`]: it counts leases, not
     /// watchdogs (one task renews them all).
     #[deprecated(since = "0.1.0", note = "renamed to `renewed_leases`")]

@@ -11,6 +11,15 @@
 //! that, so `sent + lease` is a safe lower bound on when the lease ends. If no
 //! extension is confirmed by then, or the server answers "not owner", the lease
 //! is lost: the guard's `lost()` resolves and a warning is logged.
+//!
+//! The leases of in-flight idempotency records (`IdempotencyLayer`) ride the
+//! same schedule, renewed by a batched records script (one call per server,
+//! per slot on a cluster). They keep one difference: nothing may act on a
+//! record's lease that could have run out (no guard reads it), so an
+//! unconfirmed renewal of a record is retried until the server answers
+//! (a renewal whose reply was lost may have re-armed it), and only the
+//! server's "not ours" ends it early; the record's request stops it when
+//! its record is completed or released, or when the request is dropped.
 
 use std::collections::{BTreeSet, HashMap};
 use std::pin::Pin;
@@ -35,6 +44,8 @@ use crate::held::Held;
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     live: AtomicUsize,
+    /// Idempotency records under watch.
+    live_records: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +76,7 @@ impl Watchdog {
         Self {
             shared,
             live: AtomicUsize::new(0),
+            live_records: AtomicUsize::new(0),
         }
     }
 
@@ -89,21 +101,53 @@ impl Watchdog {
             valid_until
         };
         let id = held.id;
+        self.insert(
+            id,
+            Entry {
+                lease: Lease::Lock(held),
+                ttl,
+                drift,
+                renew,
+                valid_until,
+                due,
+                busy: false,
+            },
+        );
+    }
+
+    /// Watches the idempotency record `lease` (under id `id`, unique among
+    /// this client's leases), claimed for `ttl` by a request sent at `sent`:
+    /// renewed every `ttl / 3` until [`Watchdog::unwatch_record`].
+    #[cfg(feature = "axum")]
+    pub(crate) fn watch_record(
+        &self,
+        id: u64,
+        lease: Arc<RecordLease>,
+        ttl: Duration,
+        sent: Instant,
+        drift: Duration,
+    ) {
+        self.live_records.fetch_add(1, Ordering::Relaxed);
+        self.insert(
+            id,
+            Entry {
+                lease: Lease::Record(lease),
+                ttl,
+                drift,
+                renew: true,
+                valid_until: sent + ttl.saturating_sub(drift),
+                due: sent + ttl / 3,
+                busy: false,
+            },
+        );
+    }
+
+    fn insert(&self, id: u64, entry: Entry) {
+        let due = entry.due;
         let wake = {
             let mut state = self.shared.state();
             state.timers.insert((due, id));
-            state.entries.insert(
-                id,
-                Entry {
-                    held,
-                    ttl,
-                    drift,
-                    renew,
-                    valid_until,
-                    due,
-                    busy: false,
-                },
-            );
+            state.entries.insert(id, entry);
             state.sleeping_until.is_none_or(|at| due < at)
         };
         if wake {
@@ -114,6 +158,18 @@ impl Watchdog {
     /// Stops watching lock `id` (released or dropped).
     pub(crate) fn unwatch(&self, id: u64) {
         self.live.fetch_sub(1, Ordering::Relaxed);
+        self.remove(id);
+    }
+
+    /// Stops watching record `id` (completed, released, or its request
+    /// dropped).
+    #[cfg(feature = "axum")]
+    pub(crate) fn unwatch_record(&self, id: u64) {
+        self.live_records.fetch_sub(1, Ordering::Relaxed);
+        self.remove(id);
+    }
+
+    fn remove(&self, id: u64) {
         let mut state = self.shared.state();
         if let Some(entry) = state.entries.remove(&id)
             && !entry.busy
@@ -126,6 +182,70 @@ impl Watchdog {
     pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }
+
+    /// Idempotency records under watch.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn live_records(&self) -> usize {
+        self.live_records.load(Ordering::Relaxed)
+    }
+}
+
+/// The lease of an in-flight idempotency record, as the watchdog renews it.
+#[cfg(feature = "axum")]
+#[derive(Debug)]
+pub(crate) struct RecordLease {
+    pub(crate) record: String,
+    pub(crate) token: crate::token::Token,
+}
+
+/// What one entry renews.
+#[derive(Clone, Debug)]
+enum Lease {
+    Lock(Arc<Held>),
+    #[cfg(feature = "axum")]
+    Record(Arc<RecordLease>),
+}
+
+impl Lease {
+    /// Whether a lease that may have run out is given up: a lock's is (its
+    /// guard must not go on believing it holds it), a record's is not.
+    fn lost_at_validity_end(&self) -> bool {
+        match self {
+            Lease::Lock(_) => true,
+            #[cfg(feature = "axum")]
+            Lease::Record(_) => false,
+        }
+    }
+
+    fn as_lock(&self) -> Option<&Held> {
+        match self {
+            Lease::Lock(held) => Some(held),
+            #[cfg(feature = "axum")]
+            Lease::Record(_) => None,
+        }
+    }
+
+    fn set_valid_until(&self, at: Instant) {
+        match self {
+            Lease::Lock(held) => held.set_valid_until(at),
+            #[cfg(feature = "axum")]
+            Lease::Record(_) => {}
+        }
+    }
+
+    fn lose(&self, why: &str) {
+        match self {
+            Lease::Lock(held) => lose(held, why),
+            #[cfg(feature = "axum")]
+            Lease::Record(record) => {
+                // Nothing else to do: the handler runs on, and its
+                // completion stores the response unless a duplicate's claim
+                // is there by then.
+                tracing::warn!(record = %record.record,
+                    "idempotency: the in-flight record was lost ({why}); a duplicate may run");
+            }
+        }
+    }
 }
 
 impl Drop for Watchdog {
@@ -137,7 +257,7 @@ impl Drop for Watchdog {
 
 #[derive(Debug)]
 struct Entry {
-    held: Arc<Held>,
+    lease: Lease,
     ttl: Duration,
     /// Held back from each lease for clock drift between servers (Redlock).
     drift: Duration,
@@ -148,14 +268,13 @@ struct Entry {
     busy: bool,
 }
 
-type Batch = Vec<(u64, Arc<Held>, Duration, Instant)>;
+type Batch = Vec<(u64, Lease, Duration, Instant)>;
 
-type Call = Pin<
-    Box<
-        dyn std::future::Future<Output = (Vec<u64>, Instant, Option<Result<Vec<bool>, LockError>>)>
-            + Send,
-    >,
->;
+/// Per lease of a call: re-armed, not ours, or unknown (`None`); the whole
+/// call: an error, or no answer in time (`None`).
+type Answer = Option<Result<Vec<Option<bool>>, LockError>>;
+
+type Call = Pin<Box<dyn std::future::Future<Output = (Vec<u64>, Instant, Answer)> + Send>>;
 
 async fn run(backend: Backend, shared: Arc<Shared>) {
     let mut calls: FuturesUnordered<Call> = FuturesUnordered::new();
@@ -173,7 +292,10 @@ async fn run(backend: Backend, shared: Arc<Shared>) {
             _ = shared.wake.notified() => {}
             _ = sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {
                 let batch = take_due(&mut shared.state(), Instant::now());
-                for chunk in batch.chunks(RENEW_BATCH) {
+                // One kind per call: locks and records have scripts of their own.
+                let (locks, records): (Batch, Batch) =
+                    batch.into_iter().partition(|(_, lease, ..)| matches!(lease, Lease::Lock(_)));
+                for chunk in locks.chunks(RENEW_BATCH).chain(records.chunks(RENEW_BATCH)) {
                     calls.push(renew_call(backend.clone(), chunk.to_vec()));
                 }
             }
@@ -199,24 +321,24 @@ fn take_due(state: &mut State, now: Instant) -> Batch {
         };
         if entry.renew && due <= now + entry.ttl / 6 {
             state.timers.remove(&(due, id));
-            if now >= entry.valid_until {
-                lose(
-                    &entry.held,
-                    "no renewal was confirmed before the lease may have run out",
-                );
+            if now >= entry.valid_until && entry.lease.lost_at_validity_end() {
+                entry
+                    .lease
+                    .lose("no renewal was confirmed before the lease may have run out");
                 state.entries.remove(&id);
                 continue;
             }
             entry.busy = true;
-            batch.push((id, entry.held.clone(), entry.ttl, entry.valid_until));
+            batch.push((id, entry.lease.clone(), entry.ttl, entry.valid_until));
         } else if !entry.renew && due <= now {
             state.timers.remove(&(due, id));
-            lose(&entry.held, "the fixed lease (renew = false) ran out");
+            entry.lease.lose("the fixed lease (renew = false) ran out");
             state.entries.remove(&id);
         }
     }
     // Top a partial last call up with leases due soon after (up to one
-    // period early), so calls carry full batches.
+    // period early), so calls carry full batches (counted over both kinds:
+    // at worst a few leases are renewed a little earlier than needed).
     if !batch.is_empty() && !batch.len().is_multiple_of(RENEW_BATCH) {
         let missing = RENEW_BATCH - batch.len() % RENEW_BATCH;
         let extra: Vec<(Instant, u64)> = state
@@ -235,7 +357,7 @@ fn take_due(state: &mut State, now: Instant) -> Batch {
             state.timers.remove(&(due, id));
             if let Some(entry) = state.entries.get_mut(&id) {
                 entry.busy = true;
-                batch.push((id, entry.held.clone(), entry.ttl, entry.valid_until));
+                batch.push((id, entry.lease.clone(), entry.ttl, entry.valid_until));
             }
         }
     }
@@ -243,15 +365,10 @@ fn take_due(state: &mut State, now: Instant) -> Batch {
 }
 
 /// Applies the answer of one renewal call.
-fn settle(
-    state: &mut State,
-    ids: Vec<u64>,
-    sent: Instant,
-    answer: Option<Result<Vec<bool>, LockError>>,
-) {
+fn settle(state: &mut State, ids: Vec<u64>, sent: Instant, answer: Answer) {
     let now = Instant::now();
-    let answers: Vec<Option<bool>> = match &answer {
-        Some(Ok(extended)) => extended.iter().map(|e| Some(*e)).collect(),
+    let answers: Vec<Option<bool>> = match answer {
+        Some(Ok(extended)) => extended,
         Some(Err(e)) => {
             tracing::debug!(error = %e, locks = ids.len(), "lease renewal failed; retrying");
             vec![None; ids.len()]
@@ -266,26 +383,36 @@ fn settle(
         match extended {
             Some(true) => {
                 entry.valid_until = sent + entry.ttl.saturating_sub(entry.drift);
-                entry.held.set_valid_until(entry.valid_until);
+                entry.lease.set_valid_until(entry.valid_until);
                 entry.due = sent + entry.ttl / 3;
-                tracing::trace!(key = %entry.held.key, "lease renewed");
+                match &entry.lease {
+                    Lease::Lock(held) => tracing::trace!(key = %held.key, "lease renewed"),
+                    #[cfg(feature = "axum")]
+                    Lease::Record(r) => tracing::trace!(record = %r.record, "lease renewed"),
+                }
             }
             Some(false) => {
-                lose(&entry.held, "the server says the lock is not ours any more");
+                entry
+                    .lease
+                    .lose("the server says the lease is not ours any more");
                 state.entries.remove(&id);
                 continue;
             }
-            None if now >= entry.valid_until => {
-                lose(
-                    &entry.held,
-                    "no renewal was confirmed before the lease may have run out",
-                );
+            None if now >= entry.valid_until && entry.lease.lost_at_validity_end() => {
+                entry
+                    .lease
+                    .lose("no renewal was confirmed before the lease may have run out");
                 state.entries.remove(&id);
                 continue;
             }
             None => {
-                let retry = (entry.ttl / 30).max(Duration::from_millis(5));
-                entry.due = (now + retry).min(entry.valid_until);
+                let retry = now + (entry.ttl / 30).max(Duration::from_millis(5));
+                // Never past the validity while there is some left.
+                entry.due = if now < entry.valid_until {
+                    retry.min(entry.valid_until)
+                } else {
+                    retry
+                };
             }
         }
         let due = entry.due;
@@ -293,30 +420,60 @@ fn settle(
     }
 }
 
-/// One batched renewal, bounded by the earliest validity in the batch.
+/// One batched renewal of one kind of lease, bounded by the earliest
+/// validity in the batch (for records, which outlive their validity, by a
+/// third of a lease at least).
 fn renew_call(backend: Backend, batch: Batch) -> Call {
     Box::pin(async move {
+        let sent = Instant::now();
         let deadline = batch
             .iter()
-            .map(|(_, _, _, valid_until)| *valid_until)
+            .map(|(_, lease, ttl, valid_until)| {
+                if lease.lost_at_validity_end() {
+                    *valid_until
+                } else {
+                    (*valid_until).max(sent + *ttl / 3)
+                }
+            })
             .min()
-            .unwrap_or_else(Instant::now);
-        let sent = Instant::now();
-        let leases: Vec<_> = batch
-            .iter()
-            .map(|(_, held, ttl, _)| (&held.names, &held.token, *ttl))
-            .collect();
-        let answer = timeout_at(deadline, backend.extend_many(&leases))
-            .await
-            .ok();
+            .unwrap_or(sent);
+        let answer = timeout_at(deadline, renew(&backend, &batch)).await.ok();
         let answer = match answer {
             Some(Ok(extended)) if extended.len() != batch.len() => Some(Err(LockError::Backend(
-                crate::BackendError::new("batched extend returned a wrong number of answers"),
+                crate::BackendError::new("batched renewal returned a wrong number of answers"),
             ))),
             other => other,
         };
         (batch.iter().map(|(id, ..)| *id).collect(), sent, answer)
     })
+}
+
+/// Renews a batch of one kind with that kind's batched script.
+async fn renew(backend: &Backend, batch: &Batch) -> Result<Vec<Option<bool>>, LockError> {
+    let locks: Vec<_> = batch
+        .iter()
+        .filter_map(|(_, lease, ttl, _)| {
+            lease.as_lock().map(|held| (&held.names, &held.token, *ttl))
+        })
+        .collect();
+    if !locks.is_empty() {
+        let extended = backend.extend_many(&locks).await?;
+        return Ok(extended.into_iter().map(Some).collect());
+    }
+    #[cfg(feature = "axum")]
+    {
+        let records: Vec<_> = batch
+            .iter()
+            .filter_map(|(_, lease, ttl, _)| match lease {
+                Lease::Record(r) => Some((r.record.as_str(), &r.token, *ttl)),
+                Lease::Lock(_) => None,
+            })
+            .collect();
+        if !records.is_empty() {
+            return backend.renew_records(&records).await;
+        }
+    }
+    Ok(Vec::new())
 }
 
 fn lose(held: &Held, why: &str) {

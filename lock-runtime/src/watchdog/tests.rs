@@ -34,7 +34,7 @@ fn watch(state: &mut State, id: u64, renew: bool, due: Instant, valid_until: Ins
     state.entries.insert(
         id,
         Entry {
-            held,
+            lease: Lease::Lock(held),
             ttl: TTL,
             drift: Duration::ZERO,
             renew,
@@ -43,6 +43,15 @@ fn watch(state: &mut State, id: u64, renew: bool, due: Instant, valid_until: Ins
             busy: false,
         },
     );
+}
+
+/// The lock of entry `id`.
+fn lock(state: &State, id: u64) -> Arc<Held> {
+    match &state.entries[&id].lease {
+        Lease::Lock(held) => held.clone(),
+        #[cfg(feature = "axum")]
+        Lease::Record(_) => panic!("entry {id} is a record"),
+    }
 }
 
 fn ids(batch: &Batch) -> Vec<u64> {
@@ -82,7 +91,7 @@ fn a_lease_whose_validity_ran_out_before_its_renewal_is_lost_not_renewed() {
     let now = Instant::now();
     let mut state = State::default();
     watch(&mut state, 1, true, now - ms(10), now - ms(1));
-    let lost = state.entries[&1].held.clone();
+    let lost = lock(&state, 1);
     assert!(take_due(&mut state, now).is_empty());
     assert!(lost.lost.is_cancelled());
     assert!(state.entries.is_empty() && state.timers.is_empty());
@@ -97,7 +106,7 @@ fn a_fixed_lease_is_lost_at_its_end_and_never_renewed() {
         take_due(&mut state, now).is_empty(),
         "renewed a fixed lease"
     );
-    assert!(!state.entries[&1].held.lost.is_cancelled());
+    assert!(!lock(&state, 1).lost.is_cancelled());
     assert!(take_due(&mut state, now + ms(10)).is_empty());
     assert!(state.entries.is_empty());
 }
@@ -107,10 +116,10 @@ fn a_confirmed_renewal_re_arms_the_lease_from_its_send_time() {
     let now = Instant::now();
     let mut state = State::default();
     watch(&mut state, 1, true, now, now + ms(100));
-    let held = state.entries[&1].held.clone();
+    let held = lock(&state, 1);
     take_due(&mut state, now);
     let sent = now + ms(5);
-    settle(&mut state, vec![1], sent, Some(Ok(vec![true])));
+    settle(&mut state, vec![1], sent, Some(Ok(vec![Some(true)])));
     let entry = &state.entries[&1];
     assert_eq!(entry.valid_until, sent + TTL);
     assert_eq!(
@@ -129,12 +138,14 @@ fn not_ours_from_the_server_loses_the_lease_at_once() {
     let mut state = State::default();
     watch(&mut state, 1, true, now, now + TTL);
     watch(&mut state, 2, true, now, now + TTL);
-    let (one, two) = (
-        state.entries[&1].held.clone(),
-        state.entries[&2].held.clone(),
-    );
+    let (one, two) = (lock(&state, 1), lock(&state, 2));
     take_due(&mut state, now);
-    settle(&mut state, vec![1, 2], now, Some(Ok(vec![false, true])));
+    settle(
+        &mut state,
+        vec![1, 2],
+        now,
+        Some(Ok(vec![Some(false), Some(true)])),
+    );
     assert!(one.lost.is_cancelled() && !one.valid_at(now));
     assert!(!two.lost.is_cancelled());
     assert!(!state.entries.contains_key(&1) && state.entries.contains_key(&2));
@@ -146,7 +157,7 @@ fn an_unanswered_renewal_is_retried_soon_and_lost_only_once_the_lease_may_have_e
     let mut state = State::default();
     let valid_until = start + ms(200);
     watch(&mut state, 1, true, start, valid_until);
-    let held = state.entries[&1].held.clone();
+    let held = lock(&state, 1);
     take_due(&mut state, start);
     let err = || Some(Err(LockError::Backend(crate::BackendError::new("down"))));
     settle(&mut state, vec![1], start, err());
@@ -168,6 +179,52 @@ fn an_answer_for_a_lease_released_meanwhile_is_ignored() {
     watch(&mut state, 1, true, now, now + TTL);
     take_due(&mut state, now);
     state.entries.remove(&1); // unwatched while the call was in flight
-    settle(&mut state, vec![1], now, Some(Ok(vec![false])));
+    settle(&mut state, vec![1], now, Some(Ok(vec![Some(false)])));
     assert!(state.timers.is_empty());
+}
+
+/// Puts record `id` under watch as `Watchdog::watch_record` does.
+#[cfg(feature = "axum")]
+fn watch_record(state: &mut State, id: u64, due: Instant, valid_until: Instant) {
+    state.timers.insert((due, id));
+    state.entries.insert(
+        id,
+        Entry {
+            lease: Lease::Record(Arc::new(RecordLease {
+                record: format!("t:I{{r{id}}}"),
+                token: Token::random().unwrap(),
+            })),
+            ttl: TTL,
+            drift: Duration::ZERO,
+            renew: true,
+            valid_until,
+            due,
+            busy: false,
+        },
+    );
+}
+
+#[cfg(feature = "axum")]
+#[test]
+fn records_ride_the_lock_schedule_and_are_given_up_only_when_the_server_says_so() {
+    let now = Instant::now();
+    let mut state = State::default();
+    watch(&mut state, 1, true, now, now + TTL);
+    watch_record(&mut state, 2, now + ms(10), now + TTL);
+    // Past its validity (a renewal whose reply was lost may have re-armed
+    // it): a record is still renewed, where a lock would be lost.
+    watch_record(&mut state, 3, now - ms(10), now - ms(1));
+    let batch = take_due(&mut state, now);
+    assert_eq!(ids(&batch), vec![1, 2, 3]);
+    let err = || Some(Err(LockError::Backend(crate::BackendError::new("down"))));
+    settle(&mut state, vec![3], now, err());
+    let due = state.entries[&3].due;
+    assert!(due > now, "retried later, not in a busy loop");
+    // A confirmed renewal re-arms it like a lock's.
+    settle(&mut state, vec![2], now, Some(Ok(vec![Some(true)])));
+    assert_eq!(state.entries[&2].valid_until, now + TTL);
+    assert_eq!(state.entries[&2].due, now + TTL / 3);
+    // "Not ours" ends it.
+    settle(&mut state, vec![2], now, Some(Ok(vec![Some(false)])));
+    assert!(!state.entries.contains_key(&2));
 }

@@ -3,8 +3,8 @@
 //! A record is one key (a Redis hash) that moves through two states:
 //!
 //! * **run**: claimed by one request (an owner token, like a lock's) for a
-//!   lease that the claimer's watchdog renews; if the process dies the record
-//!   expires and the key can be used again;
+//!   lease that the claimer's watchdog renews (with its locks, in batches);
+//!   if the process dies the record expires and the key can be used again;
 //! * **done**: the stored response (status, encoded headers, body, or a mark
 //!   that the body was over the storage limit), kept for the retention
 //!   period, with the owner token of the request that ran it.
@@ -16,6 +16,11 @@
 //! our own claim, a repeated completion finds our response already stored
 //! (the owner is kept for that), a repeated renewal or release finds nothing
 //! left to do. So an ambiguous reply is retried, never taken for a refusal.
+//!
+//! Completing or releasing a record in flight publishes a notice (payload
+//! `''`) on the record's notice channel, in the record's hash slot, as a lock
+//! release does (`SPUBLISH` on a cluster): duplicates waiting on the record
+//! sleep on it, with the record's lease as a fallback timer.
 //!
 //! On Redlock every node keeps a copy and a majority decides, as for a lock:
 //! a master that dies or comes back empty neither stops the layer nor lets a
@@ -37,7 +42,8 @@ mod tests;
 
 pub(crate) use memory::MemoryRecords;
 use redis::{
-    claim_on, claim_on_majority, complete_on, majority_says, on_every_node, release_on, renew_on,
+    claim_on, claim_on_majority, complete_on, majority, majority_says, on_every_node, release_on,
+    renew_many_on,
 };
 
 /// A response as stored in a record. `headers` is opaque here (the layer
@@ -66,41 +72,62 @@ pub(crate) enum Claim {
 }
 
 impl Backend {
-    /// Claims `record` for `token` if it is free (absent or expired), atomically.
+    /// Claims `record` for `token` if it is free (absent or expired),
+    /// atomically. `notice` is the record's notice channel (a Redlock claim
+    /// that is not ours is undone, and that is announced there).
     pub(crate) async fn claim_record(
         &self,
         record: &str,
+        notice: &str,
         token: &Token,
         fingerprint: &str,
         lease: Duration,
     ) -> Result<Claim, LockError> {
         match self.records_at() {
             RecordsAt::Redis(b) => claim_on(b, record, token, fingerprint, lease).await,
-            RecordsAt::Redlock(b) => claim_on_majority(b, record, token, fingerprint, lease).await,
+            RecordsAt::Redlock(b) => {
+                claim_on_majority(b, record, notice, token, fingerprint, lease).await
+            }
             RecordsAt::Memory(b) => Ok(b.records.claim(record, token, fingerprint, lease)),
         }
     }
 
-    /// Re-arms the lease of a record `token` runs (a no-op once it holds our
-    /// response). `false`: no longer ours. An error when the answer is
-    /// unknown (no reply, or no majority either way on Redlock): not a loss.
-    pub(crate) async fn renew_record(
+    /// Re-arms the leases of records we run (a no-op where one holds our
+    /// response), in as few calls as the store allows: one per server (per
+    /// slot on a cluster). Each answer: `Some(true)` re-armed, `Some(false)`
+    /// no longer ours, `None` unknown (the call failed, or no majority
+    /// either way on Redlock): not a loss. An error: every answer is unknown.
+    pub(crate) async fn renew_records(
         &self,
-        record: &str,
-        token: &Token,
-        lease: Duration,
-    ) -> Result<bool, LockError> {
+        leases: &[(&str, &Token, Duration)],
+    ) -> Result<Vec<Option<bool>>, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => renew_on(b, record, token, lease).await,
+            RecordsAt::Redis(b) => Ok(renew_many_on(b, leases)
+                .await?
+                .into_iter()
+                .map(Some)
+                .collect()),
             RecordsAt::Redlock(b) => {
-                let answers = on_every_node(b, |n| renew_on(n, record, token, lease)).await;
-                majority_says(b, &answers, "renewal")
+                let answers = on_every_node(b, |n| renew_many_on(n, leases)).await;
+                Ok((0..leases.len())
+                    .map(|i| {
+                        let said: Vec<Option<bool>> = answers
+                            .iter()
+                            .map(|a| a.as_ref().and_then(|a| a.get(i).copied()))
+                            .collect();
+                        majority(&said, b.quorum())
+                    })
+                    .collect())
             }
-            RecordsAt::Memory(b) => Ok(b.records.renew(record, token, lease)),
+            RecordsAt::Memory(b) => Ok(leases
+                .iter()
+                .map(|(record, token, lease)| Some(b.records.renew(record, token, *lease)))
+                .collect()),
         }
     }
 
-    /// Stores `response` in a record `token` ran, kept for `retention`.
+    /// Stores `response` in a record `token` ran, kept for `retention`, and
+    /// announces it on `notice` so duplicates waiting on it replay it now.
     /// `true` also when an earlier try whose reply was lost stored it, and
     /// when the record was gone (our lease ran out, or a Redlock node missed
     /// the claim): the handler ran, so its response is kept. `false`: another
@@ -109,6 +136,7 @@ impl Backend {
     pub(crate) async fn complete_record(
         &self,
         record: &str,
+        notice: &str,
         token: &Token,
         fingerprint: &str,
         response: &StoredResponse,
@@ -116,36 +144,49 @@ impl Backend {
     ) -> Result<bool, LockError> {
         match self.records_at() {
             RecordsAt::Redis(b) => {
-                complete_on(b, record, token, fingerprint, response, retention).await
+                complete_on(b, record, token, fingerprint, response, retention, notice).await
             }
             RecordsAt::Redlock(b) => {
                 let answers = on_every_node(b, |n| {
-                    complete_on(n, record, token, fingerprint, response, retention)
+                    complete_on(n, record, token, fingerprint, response, retention, notice)
                 })
                 .await;
                 majority_says(b, &answers, "completion")
             }
             RecordsAt::Memory(b) => {
-                Ok(b.records
-                    .complete(record, token, fingerprint, response, retention))
+                let stored = b
+                    .records
+                    .complete(record, token, fingerprint, response, retention);
+                if stored {
+                    b.announce(notice);
+                }
+                Ok(stored)
             }
         }
     }
 
-    /// Deletes a record `token` runs, so its key can be used again.
+    /// Deletes a record `token` runs, so its key can be used again, and
+    /// announces it on `notice` so a duplicate waiting on it runs now.
     /// `false`: no longer ours.
     pub(crate) async fn release_record(
         &self,
         record: &str,
+        notice: &str,
         token: &Token,
     ) -> Result<bool, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => release_on(b, record, token).await,
+            RecordsAt::Redis(b) => release_on(b, record, token, notice).await,
             RecordsAt::Redlock(b) => {
-                let answers = on_every_node(b, |n| release_on(n, record, token)).await;
+                let answers = on_every_node(b, |n| release_on(n, record, token, notice)).await;
                 majority_says(b, &answers, "release")
             }
-            RecordsAt::Memory(b) => Ok(b.records.release(record, token)),
+            RecordsAt::Memory(b) => {
+                let released = b.records.release(record, token);
+                if released {
+                    b.announce(notice);
+                }
+                Ok(released)
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Records on Redis: one script per step, and on Redlock a majority of nodes.
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -11,12 +12,14 @@ use crate::backend::redis::RedisBackend;
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::scripts::millis;
 use crate::error::BackendError;
+use crate::key::slot;
 use crate::token::Token;
 
 static CLAIM: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_claim.lua")));
-static RENEW: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_renew.lua")));
+static RENEW_MANY: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(include_str!("../../../scripts/idempotency_renew_many.lua"))
+});
 static COMPLETE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_complete.lua")));
 static RELEASE: LazyLock<redis::Script> =
@@ -59,20 +62,57 @@ pub(super) async fn claim_on(
     })
 }
 
-pub(super) async fn renew_on(
+/// Re-arms the leases of records we run, in one script call per hash slot
+/// (one call in all on a single server); `true` where re-armed (or already
+/// completed by us).
+pub(super) async fn renew_many_on(
     node: &RedisBackend,
-    record: &str,
-    token: &Token,
-    lease: Duration,
-) -> Result<bool, LockError> {
-    let renewed: i64 = RENEW
-        .key(record)
-        .arg(token.as_str())
-        .arg(millis(lease))
+    leases: &[(&str, &Token, Duration)],
+) -> Result<Vec<bool>, LockError> {
+    if !node.is_cluster() {
+        return renew_batch(node, leases).await;
+    }
+    // A cluster runs a script only on keys of one slot: one call per slot.
+    let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+    for (i, (record, ..)) in leases.iter().enumerate() {
+        by_slot.entry(slot(record)).or_default().push(i);
+    }
+    let answers = join_all(by_slot.values().map(|indices| {
+        let group: Vec<_> = indices.iter().map(|i| leases[*i]).collect();
+        async move { renew_batch(node, &group).await }
+    }))
+    .await;
+    let mut renewed = vec![false; leases.len()];
+    for (indices, answer) in by_slot.values().zip(answers) {
+        for (i, r) in indices.iter().zip(answer?) {
+            renewed[*i] = r;
+        }
+    }
+    Ok(renewed)
+}
+
+async fn renew_batch(
+    node: &RedisBackend,
+    leases: &[(&str, &Token, Duration)],
+) -> Result<Vec<bool>, LockError> {
+    if leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut invocation = RENEW_MANY.prepare_invoke();
+    for (record, token, lease) in leases {
+        invocation
+            .key(*record)
+            .arg(token.as_str())
+            .arg(millis(*lease));
+    }
+    let renewed: Vec<i64> = invocation
         .invoke_async(&mut node.connection())
         .await
         .map_err(|e| BackendError::with_source("idempotency renewal failed", e))?;
-    Ok(renewed == 1)
+    if renewed.len() != leases.len() {
+        return Err(BackendError::new("idempotency renewal: wrong number of answers").into());
+    }
+    Ok(renewed.into_iter().map(|r| r == 1).collect())
 }
 
 pub(super) async fn complete_on(
@@ -82,6 +122,7 @@ pub(super) async fn complete_on(
     fingerprint: &str,
     response: &StoredResponse,
     retention: Duration,
+    notice: &str,
 ) -> Result<bool, LockError> {
     let stored: i64 = COMPLETE
         .key(record)
@@ -92,6 +133,8 @@ pub(super) async fn complete_on(
         .arg(&response.body[..])
         .arg(fingerprint)
         .arg(if response.body_too_large { "1" } else { "" })
+        .arg(notice)
+        .arg(node.publish_command())
         .invoke_async(&mut node.connection())
         .await
         .map_err(|e| BackendError::with_source("idempotency completion failed", e))?;
@@ -102,10 +145,13 @@ pub(super) async fn release_on(
     node: &RedisBackend,
     record: &str,
     token: &Token,
+    notice: &str,
 ) -> Result<bool, LockError> {
     let released: i64 = RELEASE
         .key(record)
         .arg(token.as_str())
+        .arg(notice)
+        .arg(node.publish_command())
         .invoke_async(&mut node.connection())
         .await
         .map_err(|e| BackendError::with_source("idempotency release failed", e))?;
@@ -195,6 +241,7 @@ pub(super) fn no_majority(redlock: &RedlockBackend, answered: usize, what: &str)
 pub(super) async fn claim_on_majority(
     redlock: &RedlockBackend,
     record: &str,
+    notice: &str,
     token: &Token,
     fingerprint: &str,
     lease: Duration,
@@ -228,7 +275,9 @@ pub(super) async fn claim_on_majority(
     };
     if claimed > 0 {
         // Best effort: a copy left behind only blocks its node for a lease.
-        on_every_node(redlock, |n| release_on(n, record, token)).await;
+        // The release announces itself: a duplicate that saw our copies in
+        // flight (a split vote) tries again now rather than after a lease.
+        on_every_node(redlock, |n| release_on(n, record, token, notice)).await;
     }
     outcome
 }

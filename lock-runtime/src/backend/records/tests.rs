@@ -93,3 +93,43 @@ async fn an_unrenewed_claim_expires_and_a_released_one_is_free_at_once() {
     assert!(m.release("r", &b));
     assert_eq!(m.claim("r", &a, "fp", lease), Claim::Claimed);
 }
+
+#[tokio::test]
+async fn the_embedded_backend_announces_a_completion_and_a_release_to_waiters() {
+    use std::sync::Arc;
+    let backend = Backend::Memory(Arc::new(crate::backend::memory::MemoryBackend::default()));
+    let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
+    let (lease, retention) = (Duration::from_secs(1), Duration::from_secs(60));
+    let (record, notice) = ("t:I{r}", "t:J{r}");
+    let woken = |handle: &crate::backend::WaitHandle| {
+        let notified = handle.waiter.notify.notified();
+        futures_util::FutureExt::now_or_never(notified).is_some()
+    };
+    assert_eq!(
+        backend
+            .claim_record(record, notice, &a, "fp", lease)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    let waiting = backend.register_on(notice, &b).await;
+    assert!(!woken(&waiting));
+    assert!(backend.release_record(record, notice, &a).await.unwrap());
+    assert!(woken(&waiting), "a release wakes the waiter");
+    // Nothing to release: no notice.
+    assert!(!backend.release_record(record, notice, &a).await.unwrap());
+    assert!(!woken(&waiting));
+    assert_eq!(
+        backend
+            .claim_record(record, notice, &b, "fp", lease)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    let stored = backend
+        .complete_record(record, notice, &b, "fp", &response(201), retention)
+        .await
+        .unwrap();
+    assert!(stored);
+    assert!(woken(&waiting), "a completion wakes the waiter");
+}

@@ -114,16 +114,24 @@ fn digest(parts: &[&[u8]], tail: &[u8]) -> String {
     hex
 }
 
+/// The names of one idempotency record: the record, and the channel its
+/// completion or release is announced on (in the record's hash slot).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RecordNames {
+    pub(crate) record: String,
+    pub(crate) notice: String,
+}
+
 /// The record of `key`, scoped to `scope` (the principal), the method and the
 /// matched route, under the client's prefix. Hashed, so scopes and keys of any
 /// length and content make a short name in one hash slot.
-pub(crate) fn record_name(
+pub(crate) fn record_names(
     prefix: &str,
     scope: &str,
     method: &str,
     route: &str,
     key: &str,
-) -> String {
+) -> RecordNames {
     let hash = digest(
         &[
             scope.as_bytes(),
@@ -133,7 +141,10 @@ pub(crate) fn record_name(
         ],
         b"",
     );
-    name(prefix, Kind::Idempotency, &hash)
+    RecordNames {
+        record: name(prefix, Kind::Idempotency, &hash),
+        notice: name(prefix, Kind::IdempotencyNotice, &hash),
+    }
 }
 
 /// How the request body enters the fingerprint that tells a retry (the same
@@ -300,8 +311,14 @@ mod tests {
 
     #[test]
     fn records_are_scoped_and_fingerprints_cover_the_request() {
-        let a = record_name("lock:", "alice", "POST", "/orders", "k1");
+        let names = record_names("lock:", "alice", "POST", "/orders", "k1");
+        let a = names.record;
         assert!(a.starts_with("lock:I{") && a.ends_with('}') && a.len() == "lock:I{}".len() + 64);
+        // The notice channel is named like a lock's, in the record's slot.
+        assert_eq!(names.notice, format!("lock:J{}", &a["lock:I".len()..]));
+        assert_eq!(crate::key::slot(&names.notice), crate::key::slot(&a));
+        let record_name =
+            |p: &str, s: &str, m: &str, r: &str, k: &str| record_names(p, s, m, r, k).record;
         assert_ne!(a, record_name("lock:", "bob", "POST", "/orders", "k1"));
         assert_ne!(a, record_name("lock:", "alice", "PUT", "/orders", "k1"));
         assert_ne!(

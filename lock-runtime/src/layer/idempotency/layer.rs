@@ -142,8 +142,8 @@ impl IdempotencyLayer {
 
     /// The lease of an in-flight record (default: the client's default TTL,
     /// at least [`MIN_TTL`](crate::MIN_TTL)), renewed every `ttl / 3` while
-    /// the handler runs. If the process dies, the key is usable again after
-    /// at most this long. Named like [`LockRequest::ttl`](crate::LockRequest::ttl).
+    /// the handler runs, by the client's watchdog together with its locks.
+    /// If the process dies, the key is usable again after at most this long. Named like [`LockRequest::ttl`](crate::LockRequest::ttl).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.config().lease = Some(ttl);
         self
@@ -165,7 +165,14 @@ impl IdempotencyLayer {
 
     /// How long a duplicate waits for the request in flight to finish, then
     /// gets its stored response (default `Duration::ZERO`: `409 Conflict` at
-    /// once, with `Retry-After: 1`).
+    /// once, with `Retry-After: 1`). `409` too when the wait ends first.
+    ///
+    /// The duplicate sleeps on the record's notice, as a lock waiter does:
+    /// it gets the stored response about one round trip after the first
+    /// request's completion, or runs about as soon after a release (the
+    /// first request failed and its response is not stored). A lost notice
+    /// costs at most the record's lease, within this wait (see [Waiting
+    /// duplicates](super#waiting-duplicates)).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.config().wait = wait;
         self

@@ -8,7 +8,7 @@
 //! | request | response |
 //! | --- | --- |
 //! | first with this key | the handler's; the response (status, [selected headers](IdempotencyLayer::store_header), body) is stored for the [retention period](IdempotencyLayer::retention) (24 h) |
-//! | duplicate, first still running | `409 Conflict` with `Retry-After: 1`, or the stored response after [waiting](IdempotencyLayer::wait) |
+//! | duplicate, first still running | `409 Conflict` with `Retry-After: 1`, or the stored response after [waiting](IdempotencyLayer::wait) (woken by a notice, [below](#waiting-duplicates)) |
 //! | duplicate, first done | the stored response, byte for byte, with `Idempotent-Replayed: true`; the handler does not run |
 //! | duplicate, first done with a response over the [storage limit](IdempotencyLayer::max_response_body) | `410 Gone` with `Idempotent-Replayed: true` ([below](#responses-too-large-to-replay)); the handler does not run |
 //! | same key, another method/path/query/body ([bytes or JSON](IdempotencyLayer::body_fingerprint)) | `422 Unprocessable Content` |
@@ -95,6 +95,28 @@
 //! JSON value with members sorted and whitespace dropped). Claim, renew, complete and release are each one
 //! atomic script; while the handler runs the record has a lease renewed every
 //! `lease / 3`, so a crashed process frees the key after at most one lease.
+//! The client's watchdog renews it, with the client's locks: one task, and
+//! one batched script call per renewal period for all the records in flight
+//! on a server (one per slot on a cluster), not a task and a call per
+//! record. [`LockClient::renewed_records`](crate::LockClient::renewed_records)
+//! counts them.
+//!
+//! # Waiting duplicates
+//!
+//! A duplicate that [waits](IdempotencyLayer::wait) does not poll. As a lock
+//! waiter does, it registers on the record's notice channel
+//! (`<prefix>J{<sha-256>}`, in the record's hash slot; sharded pub/sub on a
+//! cluster, every master's notices on Redlock) over the client's one pub/sub
+//! connection, and sleeps until the completion or release of the record is
+//! announced, the record's lease runs out, or its wait ends, whichever comes
+//! first; then it looks again. A completed record's response reaches a
+//! waiting duplicate about one round trip after it is stored, and a released
+//! one (the first request failed) is claimed by a duplicate just as soon.
+//! Notices are best effort: a lost one (an ACL that refuses the channel to
+//! the publisher, a dropped pub/sub connection) costs at most the record's
+//! lease, bounded by the wait; where the subscription itself is refused, the
+//! duplicate looks again with a back-off of up to 250 ms instead. An ACL user
+//! needs the prefix's channels (`&lock:*`) for prompt wake-ups.
 //!
 //! On [Redlock](crate::LockClientBuilder::redlock) every master keeps a copy
 //! and a majority decides, as for a lock: a request runs only when it claimed

@@ -2,11 +2,14 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use std::sync::Arc;
 
+use tokio::time::Instant;
+
+use super::key::RecordNames;
 use crate::backend::records::StoredResponse;
 use crate::token::Token;
+use crate::watchdog::RecordLease;
 use crate::{LockClient, LockError};
 
 /// The longest pause between two looks at a record in flight, when waiting
@@ -17,32 +20,53 @@ pub(super) const MAX_POLL: Duration = Duration::from_millis(250);
 /// sent anyway (the completion goes on in the background).
 const COMPLETION_WAIT: Duration = Duration::from_secs(2);
 
-/// A record this request runs: renewed in the background until completed or
-/// released; released in the background if dropped unsettled (the request
-/// future was dropped: the client went away).
+/// A record this request runs: its lease renewed by the client's watchdog
+/// until completed or released; released in the background if dropped
+/// unsettled (the request future was dropped: the client went away).
 pub(super) struct Running {
     client: LockClient,
-    pub(super) record: String,
+    pub(super) names: RecordNames,
     token: Token,
-    stop: CancellationToken,
+    /// The record under the watchdog; `None` once handed to the completion.
+    renewal: Option<Renewal>,
     settled: bool,
 }
 
+/// A record's entry in the watchdog: dropping it stops the renewal.
+struct Renewal {
+    client: LockClient,
+    id: u64,
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        self.client.unwatch_record(self.id);
+    }
+}
+
 impl Running {
-    pub(super) fn start(client: LockClient, record: String, token: Token, lease: Duration) -> Self {
-        let stop = CancellationToken::new();
-        tokio::spawn(renew(
-            client.clone(),
-            record.clone(),
+    /// The record `names` was claimed for `token` with a lease of `lease`
+    /// by a claim sent at `sent`: renewed every `lease / 3` from then.
+    pub(super) fn start(
+        client: LockClient,
+        names: RecordNames,
+        token: Token,
+        lease: Duration,
+        sent: Instant,
+    ) -> Self {
+        let watched = Arc::new(RecordLease {
+            record: names.record.clone(),
             token,
-            lease,
-            stop.clone(),
-        ));
+        });
+        let id = client.watch_record(watched, lease, sent);
         Self {
+            renewal: Some(Renewal {
+                client: client.clone(),
+                id,
+            }),
             client,
-            record,
+            names,
             token,
-            stop,
             settled: false,
         }
     }
@@ -64,13 +88,13 @@ impl Running {
         self.settled = true;
         let finishing = tokio::spawn(finish(
             self.client.clone(),
-            std::mem::take(&mut self.record),
+            self.names.clone(),
             self.token,
             fingerprint,
             response,
             retention,
             lease,
-            self.stop.clone(),
+            self.renewal.take(),
         ));
         if tokio::time::timeout(COMPLETION_WAIT, finishing)
             .await
@@ -84,15 +108,15 @@ impl Running {
     }
 
     pub(super) async fn release(mut self) {
-        self.stop.cancel();
+        self.renewal = None; // stops the renewal
         self.settled = true;
-        log_release(release(&self.client, &self.record, &self.token).await);
+        log_release(release(&self.client, &self.names, &self.token).await);
     }
 
     /// Releases `record` for `token` on the current runtime without waiting.
     pub(super) fn settle_in_background(
         client: LockClient,
-        record: String,
+        names: RecordNames,
         token: Token,
         log: bool,
     ) {
@@ -100,7 +124,7 @@ impl Running {
             return; // the lease runs out by itself
         };
         runtime.spawn(async move {
-            let released = release(&client, &record, &token).await;
+            let released = release(&client, &names, &token).await;
             if log {
                 log_release(released);
             }
@@ -111,36 +135,43 @@ impl Running {
 /// Releases `record`, once more if no answer came back (a second release of
 /// a record already released finds nothing, harmlessly), so a lost reply
 /// does not keep the key blocked for a lease.
-async fn release(client: &LockClient, record: &str, token: &Token) -> Result<bool, LockError> {
-    match client.backend().release_record(record, token).await {
+async fn release(
+    client: &LockClient,
+    names: &RecordNames,
+    token: &Token,
+) -> Result<bool, LockError> {
+    let (record, notice) = (&names.record, &names.notice);
+    match client.backend().release_record(record, notice, token).await {
         Err(e) => {
             tracing::debug!(%record, error = &e as &dyn std::error::Error, "idempotency: release unanswered; sending it again");
             tokio::time::sleep(Duration::from_millis(20)).await;
-            client.backend().release_record(record, token).await
+            client.backend().release_record(record, notice, token).await
         }
         answer => answer,
     }
 }
 
-/// The completion of [`Running::complete`]: stops the renewal when done.
+/// The completion of [`Running::complete`]: stops the renewal (drops
+/// `renewal`) when done.
 #[allow(clippy::too_many_arguments)]
 async fn finish(
     client: LockClient,
-    record: String,
+    names: RecordNames,
     token: Token,
     fingerprint: String,
     response: StoredResponse,
     retention: Duration,
     lease: Duration,
-    stop_renewal: CancellationToken,
+    renewal: Option<Renewal>,
 ) {
-    let _stop = stop_renewal.drop_guard();
+    let _renewal = renewal;
+    let (record, notice) = (&names.record, &names.notice);
     let give_up = Instant::now() + lease.max(COMPLETION_WAIT);
     let mut pause = Duration::from_millis(10);
     loop {
         let stored = client
             .backend()
-            .complete_record(&record, &token, &fingerprint, &response, retention)
+            .complete_record(record, notice, &token, &fingerprint, &response, retention)
             .await;
         match stored {
             Ok(true) => {
@@ -188,52 +219,14 @@ impl Drop for Running {
         // Settled: released (renewal already stopped) or completing (the
         // completion stops the renewal when it is done).
         if !self.settled {
-            self.stop.cancel();
+            self.renewal = None; // stops the renewal
             tracing::debug!("idempotency: request dropped mid-way; releasing its record");
             Running::settle_in_background(
                 self.client.clone(),
-                std::mem::take(&mut self.record),
+                self.names.clone(),
                 self.token,
                 true,
             );
-        }
-    }
-}
-
-/// Renews the lease of a running record every `lease / 3` until `stop`.
-async fn renew(
-    client: LockClient,
-    record: String,
-    token: Token,
-    lease: Duration,
-    stop: CancellationToken,
-) {
-    let period = lease / 3;
-    let mut next = period;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(next) => {}
-        }
-        let renewed = tokio::select! {
-            () = stop.cancelled() => return,
-            renewed = client.backend().renew_record(&record, &token, lease) => renewed,
-        };
-        match renewed {
-            Ok(true) => next = period,
-            Ok(false) => {
-                tracing::warn!(%record,
-                    "idempotency: the in-flight record was lost (its lease ran out); \
-                     a duplicate may run"
-                );
-                return;
-            }
-            // An unknown outcome is not a loss (the renewal may well have
-            // happened): try again soon, well before the lease can run out.
-            Err(e) => {
-                tracing::debug!(%record, error = &e as &dyn std::error::Error, "idempotency: lease renewal unanswered; retrying");
-                next = (period / 4).max(Duration::from_millis(10));
-            }
         }
     }
 }

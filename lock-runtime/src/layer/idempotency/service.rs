@@ -15,7 +15,7 @@ use http::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 use tower_service::Service;
 
-use super::key::{KeyHeader, fingerprint, fingerprinted_body, read_key, record_name};
+use super::key::{KeyHeader, RecordNames, fingerprint, fingerprinted_body, read_key, record_names};
 use super::layer::Config;
 use super::stored::{Rebuilt, encode_headers, replay};
 use super::{ResponseFuture, StoreResponse};
@@ -26,6 +26,7 @@ use crate::{LockClient, LockError, MAX_TTL, MIN_TTL};
 
 use super::body::{Buffered, buffer, read_body};
 use super::running::{MAX_POLL, Running};
+use crate::backend::WaitHandle;
 
 /// The service made by [`IdempotencyLayer`](super::IdempotencyLayer).
 #[derive(Clone)]
@@ -153,7 +154,7 @@ where
         .get::<MatchedPath>()
         .map_or(parts.uri.path(), MatchedPath::as_str);
     let scope = config.scope.as_ref().map(|f| f(&parts)).unwrap_or_default();
-    let record = record_name(client.key_prefix(), &scope, method, route, &key);
+    let names = record_names(client.key_prefix(), &scope, method, route, &key);
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let fingerprint = match fingerprinted_body(config.body_fingerprint, &body) {
         Ok(fingerprinted) => fingerprint(method, route, path_and_query, &fingerprinted),
@@ -184,13 +185,26 @@ where
             return Ok(unavailable());
         }
     };
-    let deadline = Instant::now() + config.wait;
+    let started = Instant::now();
+    let deadline = started + config.wait;
+    // Registered for the record's notices once it was found in flight (at
+    // once where that costs nothing: the embedded backend, or a channel
+    // already subscribed to).
+    let mut waiter: Option<WaitHandle> = None;
+    if !config.wait.is_zero() && client.backend().notices_ready_on(&names.notice) {
+        waiter = Some(client.backend().register_on(&names.notice, &token).await);
+    }
     let mut pause = Duration::from_millis(10);
+    let mut claim_sent;
     loop {
-        match claim(client, &record, &token, &fingerprint, lease).await {
+        // The record's lease starts no earlier than this.
+        claim_sent = Instant::now();
+        match claim(client, &names, &token, &fingerprint, lease).await {
             Ok(Claim::Claimed) => break,
             Ok(Claim::Done(stored)) => {
-                tracing::debug!(%key, status = stored.status, "idempotency: replaying the stored response");
+                tracing::debug!(%key, status = stored.status,
+                    waited_us = started.elapsed().as_micros() as u64,
+                    "idempotency: replaying the stored response");
                 return Ok(replay(stored));
             }
             Ok(Claim::Mismatch) => {
@@ -214,16 +228,32 @@ where
                         Duration::from_secs(1),
                     ));
                 }
-                let nap = pause
-                    .min(remaining + Duration::from_millis(1))
-                    .min(deadline - now);
-                tokio::time::sleep(nap).await;
-                pause = (pause * 2).min(MAX_POLL);
+                let Some(handle) = &waiter else {
+                    // Register, then claim again at once: a notice sent
+                    // between the first claim and the registration is seen
+                    // that way.
+                    waiter = Some(client.backend().register_on(&names.notice, &token).await);
+                    continue;
+                };
+                // The completion or release of the record is announced; its
+                // lease is the fallback timer (notices are at most once),
+                // bounded by our deadline. Where the subscription was not
+                // confirmed (refused by an ACL, the notice connection down),
+                // look again with a capped back-off instead.
+                let mut nap = (remaining + Duration::from_millis(1)).min(deadline - now);
+                if !client.backend().notices_ready_on(&names.notice) {
+                    nap = nap.min(pause);
+                    pause = (pause * 2).min(MAX_POLL);
+                }
+                tokio::select! {
+                    () = handle.waiter.notify.notified() => {}
+                    () = tokio::time::sleep(nap) => {}
+                }
             }
             Err(e) => {
                 // The script may have run though the reply was lost: give up
                 // what may be ours, so the key is not held for a whole lease.
-                Running::settle_in_background(client.clone(), record, token, false);
+                Running::settle_in_background(client.clone(), names, token, false);
                 if config.fail_open {
                     tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; serving unprotected (fail open)");
                     let req = Request::from_parts(parts, Body::from(body));
@@ -235,8 +265,10 @@ where
         }
     }
 
-    let running = Running::start(client.clone(), record, token, lease);
-    let record = running.record.clone();
+    // Running now: no more notices for us.
+    drop(waiter);
+    let running = Running::start(client.clone(), names, token, lease, claim_sent);
+    let record = running.names.record.clone();
     let req = Request::from_parts(parts, Body::from(body));
     let failed = |why: &str| {
         problem(
@@ -317,17 +349,18 @@ const CLAIM_TRIES: u32 = 3;
 /// into `503` nor leaves the key blocked for a lease.
 async fn claim(
     client: &LockClient,
-    record: &str,
+    names: &RecordNames,
     token: &Token,
     fingerprint: &str,
     lease: Duration,
 ) -> Result<Claim, LockError> {
+    let record = &names.record;
     let mut pause = Duration::from_millis(20);
     let mut tries = 1;
     loop {
         match client
             .backend()
-            .claim_record(record, token, fingerprint, lease)
+            .claim_record(record, &names.notice, token, fingerprint, lease)
             .await
         {
             Err(e) if tries < CLAIM_TRIES => {
