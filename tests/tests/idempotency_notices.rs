@@ -18,8 +18,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use lock_runtime::LockClient;
 use lock_runtime::layer::IdempotencyLayer;
-use tests::RedisServer;
-use tests::topology::{Cluster, Redlock, info_field};
+use test_support::RedisServer;
+use test_support::topology::{Cluster, Redlock, info_field};
 
 /// Timing tests run one at a time: two cores are shared by the whole binary.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
