@@ -36,6 +36,8 @@ async fn a_lock_is_seen_free_held_waited_for_and_free_again(
     );
     assert!(held.fencing_counter >= guard.fencing_token(), "{held:?}");
     assert_eq!(held.key, key);
+    assert!(held.held_by_this_client, "{held:?}");
+    assert_eq!(held.fencing_token, Some(guard.fencing_token()));
 
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
@@ -53,12 +55,19 @@ async fn a_lock_is_seen_free_held_waited_for_and_free_again(
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let seen = waiter.inspect(key).await.unwrap();
+    assert!(
+        seen.held && !seen.held_by_this_client && seen.fencing_token.is_none(),
+        "{seen:?}"
+    );
     // Redlock's waiters do not queue.
     assert_eq!(seen.waiters, usize::from(queues), "{seen:?}");
     guard.release().await.unwrap();
     waiting.await.unwrap();
     let after = holder.inspect(key).await.unwrap();
-    assert!(!after.held && after.waiters == 0, "{after:?}");
+    assert!(
+        !after.held && after.waiters == 0 && !after.held_by_this_client,
+        "{after:?}"
+    );
     assert!(after.fencing_counter > held.fencing_counter, "{after:?}");
     assert!(holder.inspect("").await.unwrap_err().is_invalid_key());
 }

@@ -26,11 +26,17 @@ pub struct LockState {
     /// How many waiters are queued for the lock (Redlock's waiters do not
     /// queue: 0 there).
     pub waiters: usize,
+    /// This client holds the lock: one of its guards for `key` is alive and
+    /// not known lost.
+    pub held_by_this_client: bool,
+    /// The fencing token of this client's guard, when it holds the lock.
+    pub fencing_token: Option<u64>,
 }
 
 impl LockClient {
     /// Reads the state of the lock `key` without touching it: whether it is
-    /// held and for how long, the fencing counter, and how many wait.
+    /// held and for how long, the fencing counter, how many wait, and
+    /// whether this client is the holder.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -38,8 +44,8 @@ impl LockClient {
     /// let client = lock_runtime::LockClient::builder().memory().build().await?;
     /// let guard = client.lock("order:42").acquire().await?;
     /// let state = client.inspect("order:42").await?;
-    /// assert!(state.held);
-    /// assert_eq!(state.fencing_counter, guard.fencing_token());
+    /// assert!(state.held && state.held_by_this_client);
+    /// assert_eq!(state.fencing_token, Some(guard.fencing_token()));
     /// guard.release().await?;
     /// assert!(!client.inspect("order:42").await?.held);
     /// # Ok(())
@@ -49,7 +55,10 @@ impl LockClient {
         validate_key(key)?;
         let names = KeyNames::new(&self.0.prefix, key);
         let seen = self.0.backend.inspect(&names).await?;
+        let mine = self.0.watchdog.holding(&names.lock);
         Ok(LockState {
+            held_by_this_client: mine.is_some(),
+            fencing_token: mine,
             key: key.to_owned(),
             held: seen.held,
             remaining: seen.remaining,

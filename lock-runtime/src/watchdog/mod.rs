@@ -183,6 +183,19 @@ impl Watchdog {
         self.live.load(Ordering::Relaxed)
     }
 
+    /// The fencing token of a guard of this client on the lock named
+    /// `lock`, while it is not known lost (every guard is under watch,
+    /// renewed or not). A scan: for inspection, not the hot path.
+    pub(crate) fn holding(&self, lock: &str) -> Option<u64> {
+        let state = self.shared.state();
+        state.entries.values().find_map(|entry| match &entry.lease {
+            Lease::Lock(held) if held.names.lock == lock && !held.lost.is_cancelled() => {
+                Some(held.fencing)
+            }
+            _ => None,
+        })
+    }
+
     /// Idempotency records under watch.
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn live_records(&self) -> usize {
