@@ -237,6 +237,43 @@ pub(crate) fn name(prefix: &str, kind: Kind, key: &str) -> String {
     s
 }
 
+/// Reads a name back to its kind letter and key: every name has exactly
+/// one reading, which is what makes the mapping injective.
+pub(crate) fn parse(prefix: &str, name: &str) -> Option<(char, String)> {
+    let rest = name.strip_prefix(prefix)?;
+    let letter = rest.chars().next()?;
+    let body = &rest[1..];
+    let key = if let Some(key) = body.strip_prefix(':') {
+        has_hash_tag(key).then(|| key.to_owned())?
+    } else if let Some(escaped) = body.strip_prefix("%{") {
+        let key = unescape(escaped.strip_suffix('}')?)?;
+        (!has_hash_tag(&key) && key.starts_with('}')).then_some(key)?
+    } else {
+        let key = body.strip_prefix('{')?.strip_suffix('}')?;
+        (!has_hash_tag(key) && !key.starts_with('}')).then(|| key.to_owned())?
+    };
+    Some((letter, key))
+}
+
+fn unescape(s: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        out.push(match rest.get(i + 1..i + 3)? {
+            "25" => '%',
+            "3A" => ':',
+            "7B" => '{',
+            "7D" => '}',
+            _ => return None,
+        });
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    // Escaping has one output per input: anything else is not a name.
+    (escape_key_part(&out) == s).then_some(out)
+}
+
 /// The names one lock uses, built once per acquisition.
 #[derive(Clone, Debug)]
 pub(crate) struct KeyNames {
@@ -303,43 +340,6 @@ mod tests {
         let rest = &name[open + 1..];
         let close = rest.find('}')?;
         (close > 0).then(|| &rest[..close])
-    }
-
-    /// Reads a name back to its kind letter and key: every name has exactly
-    /// one reading, which is what makes the mapping injective.
-    fn parse(prefix: &str, name: &str) -> Option<(char, String)> {
-        let rest = name.strip_prefix(prefix)?;
-        let letter = rest.chars().next()?;
-        let body = &rest[1..];
-        let key = if let Some(key) = body.strip_prefix(':') {
-            has_hash_tag(key).then(|| key.to_owned())?
-        } else if let Some(escaped) = body.strip_prefix("%{") {
-            let key = unescape(escaped.strip_suffix('}')?)?;
-            (!has_hash_tag(&key) && key.starts_with('}')).then_some(key)?
-        } else {
-            let key = body.strip_prefix('{')?.strip_suffix('}')?;
-            (!has_hash_tag(key) && !key.starts_with('}')).then(|| key.to_owned())?
-        };
-        Some((letter, key))
-    }
-
-    fn unescape(s: &str) -> Option<String> {
-        let mut out = String::new();
-        let mut rest = s;
-        while let Some(i) = rest.find('%') {
-            out.push_str(&rest[..i]);
-            out.push(match rest.get(i + 1..i + 3)? {
-                "25" => '%',
-                "3A" => ':',
-                "7B" => '{',
-                "7D" => '}',
-                _ => return None,
-            });
-            rest = &rest[i + 3..];
-        }
-        out.push_str(rest);
-        // Escaping has one output per input: anything else is not a name.
-        (escape_key_part(&out) == s).then_some(out)
     }
 
     /// Keys as a caller might write them, heavy in braces and the escape

@@ -78,9 +78,17 @@ async fn inspect_on_the_embedded_backend() {
     // One backend shared by both clients: the same client, cloned.
     let client = builder.build().await.unwrap();
     let guard = client.lock("k").acquire().await.unwrap();
+    let _other = client.lock("job").acquire().await.unwrap();
+    let listed = client.list("", 10).await.unwrap();
+    let keys: Vec<&str> = listed.iter().map(|s| s.key.as_str()).collect();
+    assert_eq!(keys, ["job", "k"]);
+    assert_eq!(client.list("j", 10).await.unwrap().len(), 1);
+    assert_eq!(client.list("", 1).await.unwrap().len(), 1);
     let state = client.inspect("k").await.unwrap();
     assert!(
-        state.held && state.fencing_counter == guard.fencing_token(),
+        state.held
+            && state.fencing_token == Some(guard.fencing_token())
+            && state.fencing_counter > guard.fencing_token(),
         "{state:?}"
     );
     guard.release().await.unwrap();
@@ -117,6 +125,16 @@ async fn inspect_on_sentinel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_on_a_cluster() {
     let cluster = Cluster::start(3);
+    let client = LockClient::builder()
+        .cluster(cluster.seed_urls())
+        .build()
+        .await
+        .unwrap();
+    let err = client.list("", 10).await.unwrap_err();
+    assert!(
+        err.is_config(),
+        "listing a cluster needs each master's URL: {err:?}"
+    );
     a_lock_is_seen_free_held_waited_for_and_free_again(
         LockClient::builder().cluster(cluster.seed_urls()),
         true,

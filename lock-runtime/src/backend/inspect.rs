@@ -100,3 +100,75 @@ async fn observe_majority(
         queued: answers.iter().map(|a| a.queued).max().unwrap_or(0),
     })
 }
+
+impl Backend {
+    /// Up to `limit` lock names under `prefix`, by `SCAN` (never `KEYS`);
+    /// on Redlock the union over the nodes that answer.
+    pub(crate) async fn scan_locks(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, LockError> {
+        let pattern = format!("{}L*", glob_escape(prefix));
+        match self {
+            Backend::Redis(b) => scan(b, &pattern, limit).await,
+            Backend::Redlock(b) => {
+                let mut names = Vec::new();
+                for node in b.nodes() {
+                    if let Ok(Ok(found)) =
+                        timeout(b.node_timeout() * 10, scan(node, &pattern, limit)).await
+                    {
+                        names.extend(found);
+                    }
+                }
+                names.sort();
+                names.dedup();
+                names.truncate(limit);
+                Ok(names)
+            }
+            Backend::Memory(b) => Ok(b.lock_names(prefix, limit)),
+        }
+    }
+}
+
+async fn scan(node: &RedisBackend, pattern: &str, limit: usize) -> Result<Vec<String>, LockError> {
+    if node.is_cluster() {
+        return Err(LockError::Config(
+            "listing locks needs one server (or a Sentinel group): on a cluster, list each \
+             master by its own URL"
+                .into(),
+        ));
+    }
+    let mut conn = node.connection();
+    let mut cursor = 0u64;
+    let mut names = Vec::new();
+    loop {
+        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| BackendError::with_source("cannot list the locks (SCAN)", e))?;
+        names.extend(found);
+        cursor = next;
+        if cursor == 0 || names.len() >= limit {
+            names.truncate(limit);
+            return Ok(names);
+        }
+    }
+}
+
+/// `s` with the glob characters of `SCAN MATCH` escaped.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -184,6 +184,22 @@ impl MemoryBackend {
         }
     }
 
+    /// Up to `limit` names of live locks under `prefix`.
+    pub(crate) fn lock_names(&self, prefix: &str, limit: usize) -> Vec<String> {
+        let now = Instant::now();
+        let lock_prefix = format!("{prefix}L");
+        let mut names: Vec<String> = self
+            .state()
+            .locks
+            .iter()
+            .filter(|(name, held)| held.expires > now && name.starts_with(&lock_prefix))
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        names.truncate(limit);
+        names
+    }
+
     /// Deletes a key as an operator would (`DEL`), for tests.
     pub(crate) fn delete(&self, names: &KeyNames) {
         self.state().locks.remove(&names.lock);

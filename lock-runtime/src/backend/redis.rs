@@ -455,7 +455,6 @@ impl RedisBackend {
     }
 
     /// A plain connection handle, for the other modules' scripts.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn connection(&self) -> Conn {
         self.conns[0].clone()
     }
@@ -483,7 +482,6 @@ impl RedisBackend {
     }
 
     /// `true` on a Redis Cluster, where a script may touch one slot only.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.conns[0], Conn::Cluster(_))
     }

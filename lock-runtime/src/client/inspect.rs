@@ -67,3 +67,56 @@ impl LockClient {
         })
     }
 }
+
+impl LockClient {
+    /// The locks held now whose keys start with `starting_with` (`""`: all),
+    /// at most `limit` of them, each as [`LockClient::inspect`] sees it,
+    /// sorted by key. Found with `SCAN` (bounded by `limit`, never `KEYS`).
+    /// On one server, a Sentinel group, Redlock (the union over the masters)
+    /// and the embedded backend; on a Redis Cluster it is a `Config` error:
+    /// list each master through a client of its own URL.
+    pub async fn list(
+        &self,
+        starting_with: &str,
+        limit: usize,
+    ) -> Result<Vec<LockState>, LockError> {
+        let prefix = &self.0.prefix;
+        let names = self
+            .0
+            .backend
+            .scan_locks(prefix, limit.saturating_mul(4).max(limit))
+            .await?;
+        let mut keys: Vec<String> = names
+            .iter()
+            .filter_map(|name| match crate::key::parse(prefix, name) {
+                Some(('L', key)) if key.starts_with(starting_with) => Some(key),
+                _ => None,
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let mut held = Vec::new();
+        for key in keys {
+            if held.len() == limit {
+                break;
+            }
+            let state = self.inspect(&key).await?;
+            if state.held {
+                held.push(state);
+            }
+        }
+        Ok(held)
+    }
+
+    /// Deletes the lock `key` whoever holds it, as an operator's `DEL` would;
+    /// `true` if it was held. For emergencies (`lockctl force-release`): the
+    /// holder is not asked, and finds out at its next renewal (its `lost()`
+    /// resolves), while a new holder may already run. Logged as a `tracing`
+    /// warning naming the key.
+    pub async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        let held = self.inspect(key).await?.held;
+        self.force_delete(key).await?;
+        tracing::warn!(%key, was_held = held, "lock force-released by an operator");
+        Ok(held)
+    }
+}

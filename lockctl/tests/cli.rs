@@ -1,0 +1,124 @@
+//! `lockctl` against a real `redis-server`: inspect, list, force-release,
+//! and one-line errors with a non-zero exit for bad input.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use lock_runtime::LockClient;
+use test_support::RedisServer;
+
+fn lockctl(url: &str, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .arg("--redis")
+        .arg(url)
+        .args(args)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lockctl runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_list_and_force_release_a_held_lock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = LockClient::builder().redis(&url).build().await.unwrap();
+    let guard = client
+        .lock("order:42")
+        .ttl(Duration::from_secs(3))
+        .acquire()
+        .await
+        .unwrap();
+    let _other = client.lock("job:nightly").acquire().await.unwrap();
+
+    let out = lockctl(&url, &["--json", "inspect", "order:42"], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(state["key"], "order:42");
+    assert_eq!(state["held"], true);
+    assert!(state["remaining_ms"].as_u64().unwrap() > 2_000, "{state}");
+    assert!(state["fencing_counter"].as_u64().unwrap() >= guard.fencing_token());
+
+    let out = lockctl(&url, &["inspect", "order:7"], "");
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("order:7") && text(&out.stdout).contains("no"));
+
+    let out = lockctl(&url, &["list"], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = text(&out.stdout);
+    assert!(listed.starts_with("KEY"), "{listed}");
+    assert!(
+        listed.contains("order:42") && listed.contains("job:nightly"),
+        "{listed}"
+    );
+    let out = lockctl(&url, &["--json", "list", "--prefix", "order:"], "");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
+
+    // Declined at the prompt: nothing happens.
+    let out = lockctl(&url, &["force-release", "order:42"], "n\n");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(client.inspect("order:42").await.unwrap().held);
+    // Confirmed: released, the operator named, the holder told.
+    let out = lockctl(&url, &["force-release", "order:42"], "y\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("force-released `order:42`"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!client.inspect("order:42").await.unwrap().held);
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("the holder learns at its next renewal");
+    // --yes does not ask; a key nobody holds is a clear refusal.
+    let out = lockctl(&url, &["force-release", "--yes", "order:42"], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("not held"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_and_a_non_zero_exit() {
+    let port = test_support::free_port();
+    for (url, args, says) in [
+        (
+            format!("redis://127.0.0.1:{port}"),
+            vec!["inspect", "k"],
+            "connect",
+        ),
+        ("not a url".to_owned(), vec!["inspect", "k"], "invalid"),
+        ("redis://127.0.0.1:1".to_owned(), vec!["list"], "connect"),
+    ] {
+        let out = lockctl(&url, &args, "");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{url}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{url}: {err}");
+        assert!(err.to_lowercase().contains(says), "{url}: {err}");
+    }
+    let server = RedisServer::start();
+    let out = lockctl(&server.url(), &["inspect", ""], "");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("invalid lock key"),
+        "{}",
+        text(&out.stderr)
+    );
+}
