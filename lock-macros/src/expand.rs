@@ -43,6 +43,8 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
     };
     let wait = duration(args.wait.unwrap_or(Duration::ZERO));
     let renew = args.renew.unwrap_or(true);
+    // The template, not the key: the `name` label of the lock's metrics.
+    let name = &args.key;
     // The call is spanned at the return type, and names it when it can
     // (`impl Trait` cannot be written there), so that a return type that is
     // not a `Result<T, E: From<LockError>>` is reported there, by name.
@@ -62,7 +64,7 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
         #run #turbofish(
             #client_var,
             #key_var,
-            #krate::__private::Options { ttl: #ttl, wait: #wait, renew: #renew },
+            #krate::__private::Options { ttl: #ttl, wait: #wait, renew: #renew, name: #name },
             async move #block,
         )
         .await

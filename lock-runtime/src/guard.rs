@@ -146,6 +146,7 @@ impl LockGuard {
         let was_lost = self.is_lost();
         let inner = &self.inner;
         inner.watchdog.unwatch(self.held.id);
+        crate::metrics::released(&self.held.metrics, self.held.since.elapsed());
         let started = Instant::now();
         let valid = self.held.valid_at(started);
         let result = inner
@@ -170,6 +171,9 @@ impl LockGuard {
                 Ok(())
             }
             Ok(Released::Gone | Released::NotOurs) => {
+                if !was_lost {
+                    crate::metrics::lost(&self.held.metrics);
+                }
                 self.held.lost.cancel();
                 if valid {
                     tracing::warn!(key = %key, fencing = self.held.fencing,
@@ -197,6 +201,7 @@ impl Drop for LockGuard {
         }
         let held = &self.held;
         self.inner.watchdog.unwatch(held.id);
+        crate::metrics::released(&held.metrics, held.since.elapsed());
         release_in_background(
             self.inner.clone(),
             held.key.clone(),

@@ -28,6 +28,10 @@ pub(crate) struct Held {
     /// time of the last confirmed acquire or renewal plus its lease (less
     /// drift). Kept by the watchdog; read at release and when work ends.
     pub(crate) valid_until: Mutex<Instant>,
+    /// The `name` label of its metrics (empty without the `metrics` feature).
+    pub(crate) metrics: crate::metrics::Name,
+    /// When it was acquired, for the hold-time metric.
+    pub(crate) since: Instant,
 }
 
 impl Held {

@@ -91,6 +91,10 @@
 //! * `macros` (default): re-exports `#[distributed_lock]`.
 //! * `axum`: tower layers for axum, `LockLayer` and `IdempotencyLayer` (module `layer`).
 //! * `tls`: `rediss://` URLs.
+//! * `metrics`: counters and histograms on the [`metrics`](https://docs.rs/metrics)
+//!   facade (acquisitions by outcome, wait and hold times, hand-overs, lost
+//!   leases, renewals, idempotency outcomes), labelled by
+//!   [`LockRequest::metrics_name`], never by key.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_debug_implementations, clippy::return_self_not_must_use)]
@@ -105,6 +109,7 @@ mod guard;
 mod held;
 mod inner;
 mod key;
+mod metrics;
 mod token;
 mod watchdog;
 

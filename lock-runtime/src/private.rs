@@ -18,7 +18,7 @@
 //!     ::lock_runtime::__private::run(
 //!         client,
 //!         key,
-//!         ::lock_runtime::__private::Options { ttl: Some(30s), wait: 2s, renew: true },
+//!         ::lock_runtime::__private::Options { ttl: Some(30s), wait: 2s, renew: true, name: "order:<order_id>" },
 //!         async move { body },
 //!     )
 //!     .await
@@ -42,6 +42,8 @@ pub struct Options {
     pub wait: Duration,
     /// `renew = ...`.
     pub renew: bool,
+    /// The key template, as the `name` label of the lock's metrics.
+    pub name: &'static str,
 }
 
 /// What `client = <expr>` may be: a [`LockClient`] or anything that leads to
@@ -120,6 +122,9 @@ where
         return R::from_lock_error(LockError::NoClient);
     };
     let mut request = client.lock(key).wait(options.wait).renew(options.renew);
+    if cfg!(feature = "metrics") {
+        request = request.metrics_name(options.name);
+    }
     if let Some(ttl) = options.ttl {
         request = request.ttl(ttl);
     }
@@ -207,6 +212,7 @@ mod tests {
         ttl: None,
         wait: Duration::ZERO,
         renew: true,
+        name: "k",
     };
 
     async fn memory() -> LockClient {
@@ -282,6 +288,7 @@ mod tests {
             ttl: Some(Duration::from_millis(200)),
             wait: Duration::from_secs(5),
             renew: false,
+            name: "k",
         };
         let c2 = c.clone();
         let task = tokio::spawn(async move {

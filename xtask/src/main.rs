@@ -17,7 +17,16 @@ use std::process::{Command, ExitCode};
 /// The feature combinations of `lock-runtime` that users can pick, each
 /// linted and documented on its own (`--no-default-features --features F`;
 /// `macros` alone is the default set).
-const FEATURE_SETS: &[&str] = &["", "macros", "axum", "tls", "axum,tls", "macros,axum"];
+const FEATURE_SETS: &[&str] = &[
+    "",
+    "macros",
+    "axum",
+    "tls",
+    "metrics",
+    "axum,tls",
+    "macros,axum",
+    "axum,metrics",
+];
 
 /// Commands the tests run, and the Debian package that provides each.
 const TOOLS: &[(&str, &str)] = &[

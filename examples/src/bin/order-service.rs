@@ -150,6 +150,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use lock_runtime::layer::{IdempotencyLayer, LockLayer};
 use lock_runtime::{LockClient, LockError, LockInfo};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::Deserialize;
 
 use startup::{Settings, Startup, redact, report};
@@ -303,7 +304,16 @@ async fn get_order(
         .ok_or(AppError::NotFound(id))
 }
 
-fn app(client: &LockClient, state: AppState) -> Router {
+/// `GET /metrics`: the library's metrics (feature `metrics` of
+/// `lock-runtime`) in Prometheus' text format.
+async fn metrics(State(prometheus): State<PrometheusHandle>) -> String {
+    prometheus.render()
+}
+
+fn app(client: &LockClient, state: AppState, prometheus: PrometheusHandle) -> Router {
+    let scrape = Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(prometheus);
     Router::new()
         .route(
             "/orders",
@@ -321,6 +331,7 @@ fn app(client: &LockClient, state: AppState) -> Router {
         )
         .route("/orders/{id}", get(get_order))
         .with_state(state)
+        .merge(scrape)
 }
 
 #[tokio::main]
@@ -391,7 +402,10 @@ async fn run() -> Result<(), Startup> {
         Startup::because(format!("cannot start: cannot listen on {addr} (PORT)"), e)
     })?;
     tracing::info!("order service on http://{addr}");
-    axum::serve(listener, app(&client, state))
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| Startup::because("cannot install the metrics recorder", e))?;
+    axum::serve(listener, app(&client, state, prometheus))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })

@@ -40,12 +40,14 @@ fn assert_send<T: Send>(_: &T) {}
 #[tokio::main]
 async fn main() {
     let client = LockClient::builder().memory().build().await.unwrap();
+    // Fencing tokens come from one counter (the embedded backend's): the
+    // first lock gets 1, the second 2.
     let fut = instrument_first(&client, 10);
     assert_send(&fut);
     assert_eq!(fut.await.unwrap(), 11);
     let fut = instrument_second(&client, 10);
     assert_send(&fut);
-    assert_eq!(fut.await.unwrap(), 11);
+    assert_eq!(fut.await.unwrap(), 12);
     let service = Service { locks: client, name: "s".into() };
     assert_eq!(service.before(1).await.unwrap(), 1);
     assert_eq!(service.after(2).await.unwrap(), 2);

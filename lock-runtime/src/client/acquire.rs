@@ -64,6 +64,8 @@ pub(super) struct Acquisition {
     /// before the next (the first retry goes at once).
     retries: u32,
     backoff: Backoff,
+    /// The `name` label of this lock's metrics.
+    metrics: crate::metrics::Name,
 }
 
 /// What one attempt found.
@@ -89,6 +91,7 @@ impl Acquisition {
         ttl: Duration,
         wait: Duration,
         renew: bool,
+        metrics: crate::metrics::Name,
     ) -> Result<Self, LockError> {
         let started = Instant::now();
         // A wait too long to represent (`Duration::MAX`) means "wait forever".
@@ -120,6 +123,7 @@ impl Acquisition {
             maybe_queued: false,
             retries: 0,
             backoff: RETRY_BACKOFF,
+            metrics,
         })
     }
 
@@ -129,7 +133,7 @@ impl Acquisition {
             let remaining = match self.attempt().await? {
                 Attempted::Acquired { fencing, sent } => {
                     let ttl = self.attempt.ttl;
-                    return Ok(self.hold(fencing, sent, ttl));
+                    return Ok(self.hold(fencing, sent, ttl, false));
                 }
                 Attempted::Busy { remaining } => remaining,
             };
@@ -143,7 +147,7 @@ impl Acquisition {
             match self.wait_for_turn(remaining).await {
                 Woken::Granted(fencing) => {
                     if let Some((sent, granted)) = self.confirm().await? {
-                        return Ok(self.hold(fencing, sent, granted));
+                        return Ok(self.hold(fencing, sent, granted, true));
                     }
                 }
                 Woken::Retry => {}
@@ -285,7 +289,7 @@ impl Acquisition {
 
     /// Turns the acquisition into a watched guard: a lease of `granted` set
     /// by a request sent at `sent`.
-    fn hold(mut self, fencing: u64, sent: Instant, granted: Duration) -> LockGuard {
+    fn hold(mut self, fencing: u64, sent: Instant, granted: Duration, handover: bool) -> LockGuard {
         let attempt = &mut self.attempt;
         let inner = attempt.inner.clone();
         let names = attempt.names.take().expect("set until the end");
@@ -301,7 +305,10 @@ impl Acquisition {
             lost: CancellationToken::new(),
             // Set by the watchdog as it takes the lease under watch.
             valid_until: std::sync::Mutex::new(sent),
+            metrics: self.metrics.clone(),
+            since: Instant::now(),
         });
+        crate::metrics::acquired(&self.metrics, self.started.elapsed(), handover);
         inner.watchdog.watch(
             held.clone(),
             ttl,
@@ -322,6 +329,7 @@ impl Acquisition {
         let attempt = &mut self.attempt;
         tracing::debug!(key = %attempt.key,
             waited_us = self.started.elapsed().as_micros() as u64, "lock busy");
+        crate::metrics::busy(&self.metrics, self.started.elapsed());
         if let Some(names) = attempt.names.as_ref().filter(|_| attempt.queued) {
             // A release that finds the lock ours (it had just been handed to
             // us) hands it on.

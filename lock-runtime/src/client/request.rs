@@ -21,6 +21,7 @@ pub struct LockRequest {
     ttl: Option<Duration>,
     wait: Duration,
     renew: bool,
+    metrics: crate::metrics::Name,
 }
 
 impl LockRequest {
@@ -31,7 +32,18 @@ impl LockRequest {
             ttl: None,
             wait: Duration::ZERO,
             renew: true,
+            metrics: crate::metrics::Name::default(),
         }
+    }
+
+    /// The `name` label of this lock's metrics (feature `metrics`; default
+    /// `default`): a kind of lock such as `"order"`, never the key itself,
+    /// which would make one series per order. `#[distributed_lock]` uses
+    /// its key template, `LockLayer` its route. Without the feature it is
+    /// ignored.
+    pub fn metrics_name(mut self, name: impl Into<std::sync::Arc<str>>) -> Self {
+        self.metrics = crate::metrics::Name::new(name.into());
+        self
     }
 
     /// The lease (default: the client's). Renewed every `ttl / 3` while held,
@@ -79,8 +91,22 @@ impl LockRequest {
         // Boxed: the steps' state (script futures of every backend) would
         // otherwise sit inline in every caller's future, and nested locked
         // scopes would stack it up.
-        let acquisition = Acquisition::start(inner.clone(), self.key, ttl, self.wait, self.renew);
-        Box::pin(async move { acquisition.await?.finish().await }).await
+        let metrics = self.metrics.clone();
+        let acquisition = Acquisition::start(
+            inner.clone(),
+            self.key,
+            ttl,
+            self.wait,
+            self.renew,
+            self.metrics,
+        );
+        let acquired = Box::pin(async move { acquisition.await?.finish().await }).await;
+        if let Err(e) = &acquired
+            && !e.is_busy()
+        {
+            crate::metrics::failed(&metrics);
+        }
+        acquired
     }
 
     /// Runs `fut` while holding the lock; see [`LockClient::with_lock`].

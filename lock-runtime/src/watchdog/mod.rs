@@ -471,6 +471,7 @@ async fn renew(backend: &Backend, batch: &Batch) -> Result<Vec<Option<bool>>, Lo
         .collect();
     if !locks.is_empty() {
         let extended = backend.extend_many(&locks).await?;
+        crate::metrics::renewal_call(extended.iter().filter(|renewed| **renewed).count());
         return Ok(extended.into_iter().map(Some).collect());
     }
     #[cfg(feature = "axum")]
@@ -491,6 +492,9 @@ async fn renew(backend: &Backend, batch: &Batch) -> Result<Vec<Option<bool>>, Lo
 
 fn lose(held: &Held, why: &str) {
     tracing::warn!(key = %held.key, fencing = held.fencing, "lock lost: {why}");
+    if !held.lost.is_cancelled() {
+        crate::metrics::lost(&held.metrics);
+    }
     held.lost.cancel();
 }
 

@@ -23,6 +23,8 @@ fn held(id: u64) -> Arc<Held> {
         ttl: TTL,
         lost: CancellationToken::new(),
         valid_until: Mutex::new(Instant::now()),
+        metrics: crate::metrics::Name::default(),
+        since: Instant::now(),
     })
 }
 

@@ -200,8 +200,12 @@ where
         // The record's lease starts no earlier than this.
         claim_sent = Instant::now();
         match claim(client, &names, &token, &fingerprint, lease).await {
-            Ok(Claim::Claimed) => break,
+            Ok(Claim::Claimed) => {
+                crate::metrics::idempotency(route, "claimed");
+                break;
+            }
             Ok(Claim::Done(stored)) => {
+                crate::metrics::idempotency(route, "replayed");
                 tracing::debug!(%key, status = stored.status,
                     waited_us = started.elapsed().as_micros() as u64,
                     "idempotency: replaying the stored response");
@@ -209,6 +213,7 @@ where
             }
             Ok(Claim::Mismatch) => {
                 tracing::debug!(%key, "idempotency: key reused for another request");
+                crate::metrics::idempotency(route, "payload_mismatch");
                 return Ok(problem(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "this Idempotency-Key was already used for a different request (method, \
@@ -219,6 +224,7 @@ where
                 let now = Instant::now();
                 if now >= deadline {
                     tracing::debug!(%key, "idempotency: duplicate while the first request runs");
+                    crate::metrics::idempotency(route, "in_flight");
                     // The lease only bounds a crashed holder; a live one is
                     // usually done much sooner.
                     return Ok(problem_retry(
@@ -254,6 +260,7 @@ where
                 // The script may have run though the reply was lost: give up
                 // what may be ours, so the key is not held for a whole lease.
                 Running::settle_in_background(client.clone(), names, token, false);
+                crate::metrics::idempotency(route, "store_unavailable");
                 if config.fail_open {
                     tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; serving unprotected (fail open)");
                     let req = Request::from_parts(parts, Body::from(body));

@@ -141,6 +141,14 @@ where
     ResB::Error: Into<BoxError>,
 {
     let mut request = config.client.lock(key.clone()).wait(config.wait);
+    if cfg!(feature = "metrics") {
+        // The route, never the key, names the lock's metrics.
+        let route = req
+            .extensions()
+            .get::<axum::extract::MatchedPath>()
+            .map_or("unrouted", axum::extract::MatchedPath::as_str);
+        request = request.metrics_name(route);
+    }
     if let Some(ttl) = config.ttl {
         request = request.ttl(ttl);
     }
