@@ -16,7 +16,9 @@ pub fn lock_three_clients_no_faults() -> LockConfig {
 }
 
 /// The smallest configuration that shows the stale hand-over grant (see
-/// FAULTS.md): three clients starting together, one pause.
+/// FAULTS.md), fixed in commit 18d4a5a: three clients starting together,
+/// one pause. With [`LockConfig::check_stale_grants`] off (the client before
+/// the fix) it finds the counterexample.
 pub fn lock_three_clients_one_pause() -> LockConfig {
     let mut cfg = LockConfig::new(
         3,
