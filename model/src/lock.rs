@@ -650,6 +650,11 @@ pub struct Ghost {
     pub acted_past_lease: bool,
     /// Highest fencing token issued so far.
     pub issued_max: u8,
+    /// A token was issued more than one above the one before (another key
+    /// of the slot took the ones between).
+    pub gap: bool,
+    /// A waiter ignored a stale hand-over grant.
+    pub stale_ignored: bool,
     /// The key became free (absent) at this tick and still is.
     pub free_since: Option<u8>,
     /// Faults injected so far.
@@ -1023,6 +1028,7 @@ impl LockModel {
                     } else {
                         // acquire.rs:248-249: stale; the next attempt tells.
                         cl.phase = Phase::Attempting;
+                        s.ghost.stale_ignored = true;
                         let seen = cl.fence_seen;
                         log.say(|| {
                             format!(
@@ -1313,6 +1319,9 @@ impl LockModel {
         if fence <= s.ghost.issued_max {
             s.ghost.fence_not_increasing = true;
         }
+        if fence > s.ghost.issued_max + 1 {
+            s.ghost.gap = true;
+        }
         s.ghost.issued_max = s.ghost.issued_max.max(fence);
     }
 
@@ -1482,6 +1491,7 @@ impl LockModel {
                             } else {
                                 // acquire.rs:233: stale, tries again at once.
                                 s.clients[ci].phase = Phase::Attempting;
+                                s.ghost.stale_ignored = true;
                                 log.say(|| {
                                     format!(
                                         "{}: a grant is waiting (fencing {fence}), stale (counter seen {}): tries again",
@@ -1650,7 +1660,7 @@ impl Model for LockModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
                 "at most one holder believes its lease valid",
                 |_: &LockModel, s: &State| {
@@ -1750,7 +1760,21 @@ impl Model for LockModel {
             Property::sometimes("a waiter gives up", |_: &LockModel, s: &State| {
                 s.clients.iter().any(|c| c.phase == Phase::Done(End::Busy))
             }),
-        ]
+        ];
+        if self.cfg.other_keys > 0 {
+            properties.push(Property::sometimes(
+                "another key's token leaves a gap in this key's",
+                |_: &LockModel, s: &State| s.ghost.gap,
+            ));
+        }
+        // The stale hand-over needs three clients and a pause.
+        if self.cfg.check_stale_grants && self.cfg.waits.len() >= 3 && self.cfg.faults.pause > 0 {
+            properties.push(Property::sometimes(
+                "a waiter ignores a stale hand-over",
+                |_: &LockModel, s: &State| s.ghost.stale_ignored,
+            ));
+        }
+        properties
     }
 }
 

@@ -16,8 +16,21 @@ fn lock_two_clients_with_every_fault_kind_keep_every_property() {
     checked(
         "lock 2x2",
         check(
-            "lock: 2 clients, every fault kind, <= 2 faults",
+            "lock: 2 clients, every fault kind, <= 2 faults, legacy counter 2",
             configs::lock_two_clients_two_faults().into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+#[test]
+fn lock_two_clients_with_a_fault_and_another_key_of_the_slot_keep_every_property() {
+    checked(
+        "lock 2x1 other key",
+        check(
+            "lock: 2 clients, every fault kind, <= 1 fault, 1 other key's token",
+            configs::lock_two_clients_one_fault_other_key().into_model(),
             Run::default(),
         ),
     )
