@@ -5,7 +5,7 @@ use std::fmt::{self, Debug};
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, Expectation, Model};
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 /// A model whose steps can be told in the protocol's own terms.
 pub trait Narrate: Model {
@@ -24,6 +24,9 @@ pub struct Run {
     pub threads: usize,
     /// Stop exploring below this depth (`None`: every reachable state).
     pub max_depth: Option<usize>,
+    /// Stop at the first property that fails (for a check expected to fail;
+    /// `sometimes` properties may then go unreached).
+    pub stop_at_first_failure: bool,
 }
 
 impl Default for Run {
@@ -31,6 +34,7 @@ impl Default for Run {
         Self {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_depth: None,
+            stop_at_first_failure: false,
         }
     }
 }
@@ -120,6 +124,9 @@ where
     let mut builder = model.checker().threads(run.threads.max(1));
     if let Some(depth) = run.max_depth {
         builder = builder.target_max_depth(depth);
+    }
+    if run.stop_at_first_failure {
+        builder = builder.finish_when(HasDiscoveries::AnyFailures);
     }
     let checker = builder.spawn_bfs().join();
     let elapsed = started.elapsed();

@@ -5,9 +5,13 @@ use crate::lock::{Faults, LockConfig};
 use crate::records::RecordsConfig;
 use crate::redlock::RedlockConfig;
 
-/// Two clients waiting 4 ticks; every fault kind possible, at most two in a run.
+/// Two clients waiting 4 ticks; every fault kind possible, at most two in a
+/// run; the key was last used by an earlier version, whose per-key counter
+/// stands at 2 (folded into the slot counter at the first acquisition).
 pub fn lock_two_clients_two_faults() -> LockConfig {
-    LockConfig::new(2, 4, Faults::each_once(2))
+    let mut cfg = LockConfig::new(2, 4, Faults::each_once(2));
+    cfg.legacy_fence = 2;
+    cfg
 }
 
 /// Three clients, no faults.
@@ -16,7 +20,9 @@ pub fn lock_three_clients_no_faults() -> LockConfig {
 }
 
 /// The smallest configuration that shows the stale hand-over grant (see
-/// FAULTS.md): three clients starting together, one pause.
+/// FAULTS.md), fixed in commit 18d4a5a: three clients starting together,
+/// one pause. With [`LockConfig::check_stale_grants`] off (the client before
+/// the fix) it finds the counterexample.
 pub fn lock_three_clients_one_pause() -> LockConfig {
     let mut cfg = LockConfig::new(
         3,
@@ -29,6 +35,24 @@ pub fn lock_three_clients_one_pause() -> LockConfig {
     );
     cfg.start_by = 0;
     cfg.hold_max = 1;
+    cfg
+}
+
+/// Two clients; every fault kind possible, at most one in a run; another key
+/// of the slot takes a token once, anywhere between this key's round trips
+/// (a gap in this key's tokens, and a re-entered acquire answering a counter
+/// above the token it was issued).
+pub fn lock_two_clients_one_fault_other_key() -> LockConfig {
+    let mut cfg = LockConfig::new(2, 4, Faults::each_once(1));
+    cfg.other_keys = 1;
+    cfg
+}
+
+/// Exhaustive: [`lock_three_clients_one_pause`] with another key of the slot
+/// taking a token once.
+pub fn lock_three_clients_one_pause_other_key() -> LockConfig {
+    let mut cfg = lock_three_clients_one_pause();
+    cfg.other_keys = 1;
     cfg
 }
 

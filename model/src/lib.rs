@@ -4,8 +4,10 @@
 //! [stateright](https://docs.rs/stateright).
 //!
 //! * [`lock`]: one Redis server: acquire / extend / release scripts with the
-//!   waiter queue, the `+` mark, hand-over leases and notices; the client's
-//!   acquire steps, watchdog and release outcomes.
+//!   waiter queue, the `+` mark, hand-over leases and notices, and the
+//!   fencing counter of the key's hash slot (which other keys raise too); the
+//!   client's acquire steps (with the stale hand-over rule), watchdog and
+//!   release outcomes.
 //! * [`redlock`]: three masters, majority two, fencing by the quorum's highest
 //!   counter.
 //! * [`records`]: the idempotency record's claim / renew / complete / release.

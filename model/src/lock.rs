@@ -1,10 +1,11 @@
 //! The lock protocol on one Redis server, as implemented: the acquire,
 //! extend and release scripts (waiter queue, `+` mark, hand-over leases,
-//! notices, fencing counter), the client's acquire steps, its watchdog and
-//! its release, with a model clock and faults.
+//! notices, the slot's fencing counter), the client's acquire steps (with
+//! the stale hand-over rule of `fence_seen`), its watchdog and its release,
+//! with a model clock and faults.
 //!
-//! Each transition that mirrors code cites it (`acquire.lua:11-18`,
-//! `acquire.rs:151-205`). Time is a small integer clock: a tick is longer
+//! Each transition that mirrors code cites it (`acquire.lua:28-35`,
+//! `acquire.rs:157-212`). Time is a small integer clock: a tick is longer
 //! than a round trip, so a step that takes one round trip (a script call and
 //! its answer, a notice) happens before the next tick unless a fault delays
 //! it (a paused client does nothing until it resumes; a lost request, reply
@@ -16,6 +17,14 @@
 //! One key; each client is one process running one acquisition (one token).
 //! Tokens are the clients' indices: a fresh 128-bit token per acquisition is
 //! unique, which is all the scripts rely on.
+//!
+//! The fencing counter ([`Server::fence`]) stands for the counter of the
+//! key's hash slot (`prefix S{tag}`, `KEYS[2]`), which every key of the slot
+//! shares: other keys' acquisitions and hand-overs raise it too
+//! ([`Action::OtherKey`], within [`LockConfig::other_keys`]), so the tokens
+//! of this key strictly increase with gaps. [`Server::legacy`] is the key's
+//! own counter left by an earlier version (`KEYS[4]`), folded into the slot
+//! counter at the next acquisition (`next_fence`, acquire.lua:18-27).
 
 use std::fmt::Write as _;
 
@@ -82,11 +91,23 @@ pub struct LockConfig {
     pub pause_len: u8,
     /// Fault budgets.
     pub faults: Faults,
-    /// `false`: today's `confirm` (acquire.rs:256-261) trusts a hand-over
+    /// `false`: today's `confirm` (acquire.rs:271-276) trusts a hand-over
     /// without a round trip while a third of it is left, counted from the
-    /// last busy attempt. `true`: the proposed fix, every hand-over is
-    /// confirmed with extend.lua (see the counterexample in FAULTS.md).
+    /// last busy attempt. `true`: every hand-over is confirmed with
+    /// extend.lua (the other fix of the stale hand-over, FAULTS.md).
     pub confirm_every_handoff: bool,
+    /// `true`: today's client (commit 18d4a5a): `wait_for_turn` ignores a
+    /// grant whose token is at most the counter a busy attempt saw
+    /// (`fence_seen`, acquire.rs:185-188 and 228-235, 246-251). `false`: the
+    /// client before that fix, which trusts every grant (the stale hand-over
+    /// of FAULTS.md).
+    pub check_stale_grants: bool,
+    /// How many times other keys of the slot may take a fencing token (an
+    /// `INCR` of the shared counter) during a run.
+    pub other_keys: u8,
+    /// The key's per-key counter left by an earlier version (`KEYS[4]`,
+    /// `0`: none); tokens up to it count as issued before the run.
+    pub legacy_fence: u8,
 }
 
 impl LockConfig {
@@ -102,6 +123,9 @@ impl LockConfig {
             pause_len: 4,
             faults,
             confirm_every_handoff: false,
+            check_stale_grants: true,
+            other_keys: 0,
+            legacy_fence: 0,
         }
     }
 
@@ -111,7 +135,7 @@ impl LockConfig {
     }
 
     fn granted_on_handoff(&self) -> u8 {
-        // acquire.rs:255 `ttl.min(HANDOFF_LEASE)`; release.lua:31 caps the same way.
+        // acquire.rs:270 `ttl.min(HANDOFF_LEASE)`; release.lua:32 caps the same way.
         self.ttl.min(self.handoff)
     }
 }
@@ -124,7 +148,7 @@ pub struct LockModel {
 }
 
 /// The value of the lock key: its owner's token, `+` once someone may be
-/// queued behind it (acquire.lua:9-10), and its expiry.
+/// queued behind it (acquire.lua:14-15), and its expiry.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Val {
     /// The owner's token (a client index).
@@ -135,7 +159,7 @@ pub struct Val {
     pub expires: u8,
 }
 
-/// A queue entry `token:lease` (acquire.lua:33).
+/// A queue entry `token:lease` (acquire.lua:52).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Entry {
     /// The waiter's token.
@@ -144,13 +168,17 @@ pub struct Entry {
     pub lease: u8,
 }
 
-/// The key's slot on the server: lock, fencing counter, waiter queue.
+/// The key's names on the server: lock, fencing counter, waiter queue.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
 pub struct Server {
     /// `KEYS[1]`, the lock.
     pub lock: Option<Val>,
-    /// `KEYS[2]`, the fencing counter (never expires).
+    /// `KEYS[2]`, the fencing counter of the key's hash slot, shared by every
+    /// key there (never expires; `0`: absent).
     pub fence: u8,
+    /// `KEYS[4]` of acquire.lua, the key's own counter of an earlier version
+    /// (`0`: absent, as it is once folded in).
+    pub legacy: u8,
     /// `KEYS[3]`, the waiter queue (a list; gone when empty).
     pub queue: Vec<Entry>,
     /// The queue's expiry (meaningless while it is empty).
@@ -162,8 +190,15 @@ pub struct Server {
 pub enum AcqReply {
     /// `> 0`: ours, with this fencing token.
     Granted(u8),
-    /// `<= 0`: held by another owner for this many more ticks.
-    Busy(u8),
+    /// `<= 0`: held by another owner for `remaining` more ticks; a waiting
+    /// attempt gets `{-remaining, counter}` (acquire.lua:51-64), a try-once
+    /// attempt `-remaining` (`fence` 0, as redis.rs:254-272 reads it).
+    Busy {
+        /// The holder's remaining lease.
+        remaining: u8,
+        /// The slot counter when the script ran (`0` for try-once).
+        fence: u8,
+    },
 }
 
 /// What the release script answers.
@@ -182,7 +217,7 @@ pub enum RelReply {
     },
 }
 
-/// A release notice on the key's channel (release.lua:10-11).
+/// A release notice on the key's channel (release.lua:11-12).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Notice {
     /// `sha1(token):fence`: the lock was handed to `to`.
@@ -209,6 +244,17 @@ impl Server {
         ended
     }
 
+    /// `next_fence` (acquire.lua:18-27): the slot counter, first raised to
+    /// the key's legacy counter (then deleted), plus one.
+    fn next_fence(&mut self) -> u8 {
+        if self.legacy != 0 {
+            self.fence = self.fence.max(self.legacy);
+            self.legacy = 0;
+        }
+        self.fence += 1;
+        self.fence
+    }
+
     /// acquire.lua, line by line. `wait == 0`: try once.
     fn acquire(
         &mut self,
@@ -220,8 +266,8 @@ impl Server {
     ) -> AcqReply {
         let member = Entry { token, lease };
         match self.lock {
-            // acquire.lua:11-18: absent: take it, leave the queue if an
-            // earlier attempt may have joined it, INCR the counter.
+            // acquire.lua:29-35: absent: take it, leave the queue if an
+            // earlier attempt may have joined it, take the next token.
             None => {
                 self.lock = Some(Val {
                     owner: token,
@@ -231,40 +277,53 @@ impl Server {
                 if queued_before && let Some(i) = self.queue.iter().position(|e| *e == member) {
                     self.queue.remove(i);
                 }
-                self.fence += 1;
-                AcqReply::Granted(self.fence)
+                AcqReply::Granted(self.next_fence())
             }
-            // acquire.lua:19-26: ours (with or without the mark): re-arm,
-            // answer the counter as it is.
+            // acquire.lua:36-45: ours (with or without the mark): re-arm,
+            // answer the counter as it is: at least the token issued to us,
+            // below any later owner's (other keys may have raised it since).
             Some(v) if v.owner == token => {
                 self.lock = Some(Val {
                     expires: now + lease,
                     ..v
                 });
-                AcqReply::Granted(self.fence)
+                if self.fence != 0 {
+                    AcqReply::Granted(self.fence)
+                } else {
+                    AcqReply::Granted(self.next_fence())
+                }
             }
-            // acquire.lua:27-46: another owner's. (27-31: a key without an
+            // acquire.lua:46-66: another owner's. (46-50: a key without an
             // expiry is never set by these scripts.)
             Some(v) => {
                 let ttl = v.expires - now;
                 if wait != 0 {
-                    // acquire.lua:33-36: join the queue once.
+                    // acquire.lua:52-55: join the queue once.
                     if !self.queue.contains(&member) {
                         if self.queue.is_empty() {
                             self.queue_expires = 0;
                         }
                         self.queue.push(member);
                     }
-                    // acquire.lua:37-39: mark the holder, keeping its expiry.
+                    // acquire.lua:56-58: mark the holder, keeping its expiry.
                     self.lock = Some(Val { marked: true, ..v });
-                    // acquire.lua:41-44: the queue outlives the longest wait
+                    // acquire.lua:60-63: the queue outlives the longest wait
                     // in it plus one lease.
                     let keep = wait + lease;
                     if self.queue_expires.saturating_sub(now) < keep {
                         self.queue_expires = now + keep;
                     }
+                    // acquire.lua:64: the counter as this attempt saw it.
+                    return AcqReply::Busy {
+                        remaining: ttl,
+                        fence: self.fence,
+                    };
                 }
-                AcqReply::Busy(ttl)
+                // acquire.lua:66
+                AcqReply::Busy {
+                    remaining: ttl,
+                    fence: 0,
+                }
             }
         }
     }
@@ -293,19 +352,21 @@ impl Server {
         handoff_cap: u8,
         dequeue: Option<Entry>,
     ) -> (RelReply, Option<Notice>) {
-        // release.lua:14-16: leave the queue first.
+        // release.lua:15-17: leave the queue first.
         if let Some(member) = dequeue
             && let Some(i) = self.queue.iter().position(|e| *e == member)
         {
             self.queue.remove(i);
         }
-        // release.lua:17-24: ours, or ours with the mark.
+        // release.lua:18-25: ours, or ours with the mark.
         let Some(v) = self.lock.filter(|v| v.owner == token) else {
             return (RelReply::NotOurs, None);
         };
-        // release.lua:25
+        // release.lua:26
         self.lock = None;
-        // release.lua:26-41: marked: hand over to the head of the queue.
+        // release.lua:27-42: marked: hand over to the head of the queue, with
+        // an INCR of the slot counter (no legacy counter: the current owner
+        // took its token through `next_fence`, which folded it).
         if v.marked && !self.queue.is_empty() {
             let entry = self.queue.remove(0);
             let lease = entry.lease.min(handoff_cap);
@@ -327,7 +388,7 @@ impl Server {
                 }),
             );
         }
-        // release.lua:42-45: ARGV[6] is '0' on single Redis: no notice.
+        // release.lua:43-46: ARGV[6] is '0' on single Redis: no notice.
         (RelReply::Released, None)
     }
 }
@@ -342,7 +403,7 @@ pub enum Req {
         /// `ARGV[4] == '1'`.
         queued_before: bool,
     },
-    /// extend.lua, from `confirm` (acquire.rs:252-269).
+    /// extend.lua, from `confirm` (acquire.rs:267-284).
     Confirm,
     /// release.lua; `dequeue`: leave the queue too.
     Release {
@@ -386,7 +447,7 @@ pub struct Net {
     pub resends: u8,
     /// Sent by a background task (reply only logged).
     pub background: bool,
-    /// A copy of it was sent before and its answer lost (redis.rs:313-324).
+    /// A copy of it was sent before and its answer lost (redis.rs:328-339).
     pub resent: bool,
 }
 
@@ -431,19 +492,19 @@ pub enum End {
 pub enum Phase {
     /// Not started.
     Idle,
-    /// About to send an attempt (acquire.rs:151-164).
+    /// About to send an attempt (acquire.rs:157-170).
     Attempting,
     /// The attempt sent at `sent` is in flight.
     AcquireSent {
         /// Its send time.
         sent: u8,
     },
-    /// `wait_for_turn` (acquire.rs:219-245), until `retry_at`.
+    /// `wait_for_turn` (acquire.rs:226-260), until `retry_at`.
     Waiting {
         /// The lease timer.
         retry_at: u8,
     },
-    /// `confirm` of a hand-over with this fencing token (acquire.rs:252-269).
+    /// `confirm` of a hand-over with this fencing token (acquire.rs:267-284).
     Confirming {
         /// The hand-over's fencing token.
         fence: u8,
@@ -459,7 +520,7 @@ pub enum Phase {
         /// guard.rs:150
         valid: bool,
     },
-    /// `give_up` leaving the queue (acquire.rs:306-328).
+    /// `give_up` leaving the queue (acquire.rs:321-343).
     GivingUp,
     /// Finished.
     Done(End),
@@ -485,9 +546,12 @@ pub struct Client {
     pub deadline: u8,
     /// acquire.rs:55
     pub last_busy: u8,
-    /// acquire.rs:57
+    /// acquire.rs:60, the highest counter a busy attempt saw (kept at 0
+    /// without [`LockConfig::check_stale_grants`], as the old client had none).
+    pub fence_seen: u8,
+    /// acquire.rs:62
     pub maybe_queued: bool,
-    /// acquire.rs:60
+    /// acquire.rs:65
     pub retries: u8,
     /// The process is subscribed to the key's channel.
     pub subscribed: bool,
@@ -535,6 +599,7 @@ impl Client {
             phase: Phase::Idle,
             deadline: 0,
             last_busy: 0,
+            fence_seen: 0,
             maybe_queued: false,
             retries: 0,
             subscribed: false,
@@ -585,6 +650,11 @@ pub struct Ghost {
     pub acted_past_lease: bool,
     /// Highest fencing token issued so far.
     pub issued_max: u8,
+    /// A token was issued more than one above the one before (another key
+    /// of the slot took the ones between).
+    pub gap: bool,
+    /// A waiter ignored a stale hand-over grant.
+    pub stale_ignored: bool,
     /// The key became free (absent) at this tick and still is.
     pub free_since: Option<u8>,
     /// Faults injected so far.
@@ -615,6 +685,8 @@ pub struct State {
     pub store: Store,
     /// Fault budgets left.
     pub budget: Faults,
+    /// Tokens other keys of the slot may still take.
+    pub other_keys: u8,
     /// Ghost variables.
     pub ghost: Ghost,
 }
@@ -656,6 +728,9 @@ pub enum Action {
     LoseReply(u8, Conn),
     /// Fault: the next notice to client `c` is lost.
     LoseNotice(u8),
+    /// Another key of the same hash slot takes a fencing token (its
+    /// acquire.lua or release.lua `INCR`s the shared counter).
+    OtherKey,
 }
 
 /// Client names in traces.
@@ -840,7 +915,7 @@ impl LockModel {
             Action::Start(c) => {
                 let wait = self.cfg.waits[c as usize];
                 let cl = &mut s.clients[c as usize];
-                // acquire.rs:81-118: a deadline, a token; registering first
+                // acquire.rs:86-124: a deadline, a token; registering first
                 // only where notices already reach us (never, for a process's
                 // first acquisition).
                 cl.deadline = now + wait;
@@ -852,7 +927,7 @@ impl LockModel {
                 let ci = c as usize;
                 match s.clients[ci].phase {
                     Phase::Confirming { fence, sent: None } => {
-                        // acquire.rs:252-268: trusted as it is while a third is left,
+                        // acquire.rs:267-283: trusted as it is while a third is left,
                         // else re-armed to the full lease.
                         let granted = self.cfg.granted_on_handoff();
                         if !self.cfg.confirm_every_handoff
@@ -879,7 +954,7 @@ impl LockModel {
                         }
                     }
                     _ => {
-                        // acquire.rs:155-174
+                        // acquire.rs:161-180
                         let wait_arg = if self.cfg.waits[c as usize] == 0 {
                             0
                         } else {
@@ -944,11 +1019,24 @@ impl LockModel {
                 let Phase::Waiting { retry_at } = cl.phase else {
                     unreachable!()
                 };
-                // acquire.rs:234-243
+                // acquire.rs:246-258
                 if cl.granted != 0 {
                     let fence = std::mem::take(&mut cl.granted);
-                    cl.phase = Phase::Confirming { fence, sent: None };
-                    log.say(|| format!("{}: wakes: granted, fencing {fence}", name(c)));
+                    if self.fresh(cl, fence) {
+                        cl.phase = Phase::Confirming { fence, sent: None };
+                        log.say(|| format!("{}: wakes: granted, fencing {fence}", name(c)));
+                    } else {
+                        // acquire.rs:248-249: stale; the next attempt tells.
+                        cl.phase = Phase::Attempting;
+                        s.ghost.stale_ignored = true;
+                        let seen = cl.fence_seen;
+                        log.say(|| {
+                            format!(
+                                "{}: wakes: granted, fencing {fence}, stale (counter seen {seen}): tries again",
+                                name(c)
+                            )
+                        });
+                    }
                 } else if std::mem::take(&mut cl.handoff_seen) {
                     let retry_at = retry_at.min(now + handoff);
                     cl.phase = Phase::Waiting { retry_at };
@@ -964,7 +1052,7 @@ impl LockModel {
                 }
             }
             Action::Timer(c) => {
-                // acquire.rs:232: the lease timer won the select (even if a
+                // acquire.rs:244: the lease timer won the select (even if a
                 // notice is there too: select picks either).
                 let cl = &mut s.clients[c as usize];
                 cl.phase = Phase::Attempting;
@@ -1108,6 +1196,13 @@ impl LockModel {
                 s.clients[c as usize].inbox.remove(0);
                 log.say(|| format!("FAULT {}: a notice is lost", name(c)));
             }
+            Action::OtherKey => {
+                s.other_keys -= 1;
+                // Not this key's token: only the shared counter rises.
+                s.server.fence += 1;
+                let f = s.server.fence;
+                log.say(|| format!("another key of the slot takes fencing token {f}"));
+            }
         }
         let _ = ttl;
         // Ghost: when did the key become free?
@@ -1156,13 +1251,15 @@ impl LockModel {
                 }
                 let text = match r {
                     AcqReply::Granted(f) => format!("granted, fencing {f}"),
-                    AcqReply::Busy(t) if wait != 0 => {
+                    AcqReply::Busy { remaining, fence } if wait != 0 => {
                         format!(
-                            "busy for {t} more ticks; {} queued, holder marked +",
+                            "busy for {remaining} more ticks, counter {fence}; {} queued, holder marked +",
                             name(c)
                         )
                     }
-                    AcqReply::Busy(t) => format!("busy for {t} more ticks"),
+                    AcqReply::Busy { remaining, .. } => {
+                        format!("busy for {remaining} more ticks")
+                    }
                 };
                 (Resp::Acquire(r), text)
             }
@@ -1189,7 +1286,7 @@ impl LockModel {
                     s.clients[to as usize].lease_ended = false;
                 }
                 if let Some(notice) = notice {
-                    // release.lua:38: published to every subscribed process.
+                    // release.lua:39: published to every subscribed process.
                     for other in &mut s.clients {
                         if other.subscribed && other.phase != Phase::Crashed {
                             other.inbox.push(notice);
@@ -1212,14 +1309,23 @@ impl LockModel {
         log.say(|| format!("Redis runs {}'s {:?}: {text}", name(c), net.req));
     }
 
+    /// acquire.rs:230: a grant above the counter a busy attempt saw was
+    /// sent after that attempt ran (every grant, for the old client).
+    fn fresh(&self, cl: &Client, fence: u8) -> bool {
+        !self.cfg.check_stale_grants || fence > cl.fence_seen
+    }
+
     fn issued(&self, s: &mut State, fence: u8) {
         if fence <= s.ghost.issued_max {
             s.ghost.fence_not_increasing = true;
         }
+        if fence > s.ghost.issued_max + 1 {
+            s.ghost.gap = true;
+        }
         s.ghost.issued_max = s.ghost.issued_max.max(fence);
     }
 
-    /// acquire.rs:273-301 and watchdog/mod.rs:74-112.
+    /// acquire.rs:288-316 and watchdog/mod.rs:74-112.
     fn hold(&self, s: &mut State, c: u8, fence: u8, sent: u8, granted: u8, log: &mut Log) {
         let now = s.now;
         let cl = &mut s.clients[c as usize];
@@ -1238,7 +1344,7 @@ impl LockModel {
         log.say(|| format!("{}: holds, fencing {fence}, valid until t={until}", name(c)));
     }
 
-    /// acquire.rs:306-328: give up; leave the queue if we may have joined it.
+    /// acquire.rs:321-343: give up; leave the queue if we may have joined it.
     fn give_up(&self, s: &mut State, c: u8, log: &mut Log) {
         let queued = self.cfg.waits[c as usize] != 0;
         let cl = &mut s.clients[c as usize];
@@ -1259,7 +1365,7 @@ impl LockModel {
     }
 
     /// The acquisition fails: the `Attempt` is dropped and releases in the
-    /// background (acquire.rs:346-358, guard.rs:214-238).
+    /// background (acquire.rs:361-373, guard.rs:214-238).
     fn fail(&self, s: &mut State, c: u8, end: End, log: &mut Log) {
         let queued = self.cfg.waits[c as usize] != 0;
         let cl = &mut s.clients[c as usize];
@@ -1288,7 +1394,7 @@ impl LockModel {
             Stage::Failed => None,
             Stage::Sent => unreachable!(),
         };
-        // A broken connection: requests that re-send do so (redis.rs:313-324).
+        // A broken connection: requests that re-send do so (redis.rs:328-339).
         if resp.is_none() && net.resends > 0 && s.clients[ci].phase != Phase::Crashed {
             s.clients[ci].app = Some(Net {
                 stage: Stage::Sent,
@@ -1350,34 +1456,50 @@ impl LockModel {
                 }
             }
             (Conn::App, Req::Acquire { .. }, Phase::AcquireSent { sent }) => match resp {
-                // acquire.rs:175-178 then 124-126
+                // acquire.rs:181-184 then 130-132
                 Some(Resp::Acquire(AcqReply::Granted(f))) => {
                     log.say(|| format!("{}: acquire answered granted", name(c)));
                     self.hold(s, c, f, sent, ttl, log);
                 }
-                Some(Resp::Acquire(AcqReply::Busy(remaining))) => {
-                    // acquire.rs:179-182
+                Some(Resp::Acquire(AcqReply::Busy { remaining, fence })) => {
+                    // acquire.rs:185-188
                     s.clients[ci].last_busy = s.clients[ci].last_busy.max(sent);
+                    if self.cfg.check_stale_grants {
+                        s.clients[ci].fence_seen = s.clients[ci].fence_seen.max(fence);
+                    }
                     log.say(|| format!("{}: acquire answered busy ({remaining} ticks)", name(c)));
                     if !s.clients[ci].registered {
-                        // acquire.rs:130-136
+                        // acquire.rs:136-142
                         if now >= s.clients[ci].deadline {
                             self.give_up(s, c, log);
                         } else {
-                            // acquire.rs:210-214: register (subscribe), then try again.
+                            // acquire.rs:217-221: register (subscribe), then try again.
                             s.clients[ci].registered = true;
                             s.clients[ci].subscribed = true;
                             s.clients[ci].phase = Phase::Attempting;
                             log.say(|| format!("{}: registers for notices", name(c)));
                         }
                     } else {
-                        // acquire.rs:219-228
+                        // acquire.rs:226-240
                         if s.clients[ci].granted != 0 {
                             let fence = std::mem::take(&mut s.clients[ci].granted);
-                            s.clients[ci].phase = Phase::Confirming { fence, sent: None };
-                            log.say(|| {
-                                format!("{}: a grant is waiting (fencing {fence})", name(c))
-                            });
+                            if self.fresh(&s.clients[ci], fence) {
+                                s.clients[ci].phase = Phase::Confirming { fence, sent: None };
+                                log.say(|| {
+                                    format!("{}: a grant is waiting (fencing {fence})", name(c))
+                                });
+                            } else {
+                                // acquire.rs:233: stale, tries again at once.
+                                s.clients[ci].phase = Phase::Attempting;
+                                s.ghost.stale_ignored = true;
+                                log.say(|| {
+                                    format!(
+                                        "{}: a grant is waiting (fencing {fence}), stale (counter seen {}): tries again",
+                                        name(c),
+                                        s.clients[ci].fence_seen
+                                    )
+                                });
+                            }
                         } else if now >= s.clients[ci].deadline {
                             self.give_up(s, c, log);
                         } else {
@@ -1391,7 +1513,7 @@ impl LockModel {
                 }
                 Some(_) => unreachable!(),
                 None => {
-                    // acquire.rs:183-201 (a killed connection: not a timeout;
+                    // acquire.rs:190-209 (a killed connection: not a timeout;
                     // the back-off is far below a tick).
                     if s.clients[ci].retries < 8
                         && (now < s.clients[ci].deadline || s.clients[ci].retries == 0)
@@ -1412,7 +1534,7 @@ impl LockModel {
                     sent: Some(sent),
                 },
             ) => match resp {
-                // acquire.rs:264-268
+                // acquire.rs:279-283
                 Some(Resp::Extended(true)) => self.hold(s, c, fence, sent, ttl, log),
                 Some(_) => {
                     s.clients[ci].phase = Phase::Attempting;
@@ -1426,7 +1548,7 @@ impl LockModel {
                 None => self.fail(s, c, End::AcquireError, log),
             },
             (Conn::App, Req::Release { .. }, Phase::Releasing { was_lost, valid }) => {
-                // guard.rs:156-189 with redis.rs:349-369
+                // guard.rs:156-189 with redis.rs:364-384
                 let released = match resp {
                     Some(Resp::Release(RelReply::NotOurs)) if net.resent => Some(Released::Gone),
                     Some(Resp::Release(RelReply::NotOurs)) => Some(Released::NotOurs),
@@ -1457,7 +1579,7 @@ impl LockModel {
                 log.say(|| format!("{}: release() -> {end:?}", name(c)));
             }
             (Conn::App, Req::Release { .. }, Phase::GivingUp) => {
-                // acquire.rs:310-327: an error leaves the clean-up to the
+                // acquire.rs:325-342: an error leaves the clean-up to the
                 // background release.
                 if resp.is_some() {
                     s.clients[ci].phase = Phase::Done(End::Busy);
@@ -1485,12 +1607,18 @@ impl Model for LockModel {
     fn init_states(&self) -> Vec<State> {
         vec![State {
             now: 0,
-            server: Server::default(),
+            server: Server {
+                legacy: self.cfg.legacy_fence,
+                ..Server::default()
+            },
             clients: vec![Client::new(); self.cfg.waits.len()],
             store: Store::default(),
             budget: self.cfg.faults,
+            other_keys: self.cfg.other_keys,
             ghost: Ghost {
                 free_since: Some(0),
+                // Tokens up to the legacy counter were issued before.
+                issued_max: self.cfg.legacy_fence,
                 ..Ghost::default()
             },
         }]
@@ -1507,9 +1635,15 @@ impl Model for LockModel {
             self.fault_actions(s, c, &mut faults);
         }
         let tick = urgent.is_empty() && self.needs_time(s);
+        // Between this key's round trips (where time may pass): where in a
+        // tick another key's token falls does not matter to this key.
+        let other_key = tick && s.other_keys > 0;
         actions.extend(urgent);
         actions.extend(lazy);
         actions.extend(faults);
+        if other_key {
+            actions.push(Action::OtherKey);
+        }
         if tick {
             actions.push(Action::Tick);
         }
@@ -1526,7 +1660,7 @@ impl Model for LockModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
                 "at most one holder believes its lease valid",
                 |_: &LockModel, s: &State| {
@@ -1567,7 +1701,7 @@ impl Model for LockModel {
                 |m: &LockModel, s: &State| {
                     s.server.queue.is_empty()
                         || s.clients.iter().enumerate().any(|(i, c)| {
-                            // acquire.rs:161 sends at least 1 ms of wait: a tick here.
+                            // acquire.rs:167 sends at least 1 ms of wait: a tick here.
                             c.queued_ever
                                 && s.now < c.deadline + m.cfg.ttl + 1
                                 && m.cfg.waits[i] != 0
@@ -1626,7 +1760,21 @@ impl Model for LockModel {
             Property::sometimes("a waiter gives up", |_: &LockModel, s: &State| {
                 s.clients.iter().any(|c| c.phase == Phase::Done(End::Busy))
             }),
-        ]
+        ];
+        if self.cfg.other_keys > 0 {
+            properties.push(Property::sometimes(
+                "another key's token leaves a gap in this key's",
+                |_: &LockModel, s: &State| s.ghost.gap,
+            ));
+        }
+        // The stale hand-over needs three clients and a pause.
+        if self.cfg.check_stale_grants && self.cfg.waits.len() >= 3 && self.cfg.faults.pause > 0 {
+            properties.push(Property::sometimes(
+                "a waiter ignores a stale hand-over",
+                |_: &LockModel, s: &State| s.ghost.stale_ignored,
+            ));
+        }
+        properties
     }
 }
 

@@ -13,8 +13,13 @@ fn main() {
     let run = Run::default();
     let mut reports: Vec<Report> = vec![
         check(
-            "lock: 2 clients, every fault kind, <= 2 faults",
+            "lock: 2 clients, every fault kind, <= 2 faults, legacy counter 2",
             configs::lock_two_clients_two_faults().into_model(),
+            run,
+        ),
+        check(
+            "lock: 2 clients, every fault kind, <= 1 fault, 1 other key's token",
+            configs::lock_two_clients_one_fault_other_key().into_model(),
             run,
         ),
         check(
@@ -23,17 +28,27 @@ fn main() {
             run,
         ),
         check(
-            "lock: 3 clients, 1 pause, hand-overs always confirmed (the fix)",
+            "lock: 3 clients, 1 pause",
+            configs::lock_three_clients_one_pause().into_model(),
+            run,
+        ),
+        check(
+            "lock: 3 clients, 1 pause, no stale-grant check (counterexample expected)",
             {
                 let mut cfg = configs::lock_three_clients_one_pause();
-                cfg.confirm_every_handoff = true;
+                cfg.check_stale_grants = false;
                 cfg.into_model()
             },
             run,
         ),
         check(
-            "lock: 3 clients, 1 pause, today's confirm (counterexample expected)",
-            configs::lock_three_clients_one_pause().into_model(),
+            "lock: 3 clients, 1 pause, no stale-grant check, hand-overs always confirmed",
+            {
+                let mut cfg = configs::lock_three_clients_one_pause();
+                cfg.check_stale_grants = false;
+                cfg.confirm_every_handoff = true;
+                cfg.into_model()
+            },
             run,
         ),
         check(
@@ -49,17 +64,13 @@ fn main() {
     ];
     if exhaustive {
         reports.push(check(
-            "lock: 3 clients, every fault kind, <= 1 fault (today's confirm)",
-            configs::lock_three_clients_one_fault().into_model(),
+            "lock: 3 clients, 1 pause, 1 other key's token",
+            configs::lock_three_clients_one_pause_other_key().into_model(),
             run,
         ));
         reports.push(check(
-            "lock: 3 clients, every fault kind, <= 1 fault, hand-overs always confirmed",
-            {
-                let mut cfg = configs::lock_three_clients_one_fault();
-                cfg.confirm_every_handoff = true;
-                cfg.into_model()
-            },
+            "lock: 3 clients, every fault kind, <= 1 fault",
+            configs::lock_three_clients_one_fault().into_model(),
             run,
         ));
         reports.push(check(

@@ -49,27 +49,28 @@ pub struct RedlockModel {
 pub struct Node {
     /// `(owner, expires)`.
     pub lock: Option<(u8, u8)>,
-    /// The node's fencing counter.
+    /// The node's fencing counter (of the key's hash slot; no other key
+    /// and no legacy counter here: see `lock.rs` for both).
     pub fence: u8,
 }
 
 impl Node {
     /// acquire.lua with `ARGV[3] = '0'` (Redlock does not queue):
-    /// `Ok(fence)` or `Err(())` busy.
+    /// `Ok(fence)` or `Err(())` busy (a plain `-ttl`, no counter).
     fn acquire(&mut self, now: u8, token: u8, ttl: u8) -> Result<u8, ()> {
         match self.lock {
-            // acquire.lua:11-18
+            // acquire.lua:29-35 (`next_fence`, 18-27, with no legacy counter)
             None => {
                 self.lock = Some((token, now + ttl));
                 self.fence += 1;
                 Ok(self.fence)
             }
-            // acquire.lua:19-26
+            // acquire.lua:36-45
             Some((o, _)) if o == token => {
                 self.lock = Some((o, now + ttl));
                 Ok(self.fence)
             }
-            // acquire.lua:27-46 (no queue: the wait is 0)
+            // acquire.lua:46-66 (no queue: the wait is 0)
             Some(_) => Err(()),
         }
     }
@@ -90,7 +91,7 @@ impl Node {
         }
     }
 
-    /// release.lua:17-25 (no queue on Redlock).
+    /// release.lua:18-26 (no queue on Redlock).
     fn release(&mut self, token: u8) -> bool {
         if self.lock.is_some_and(|(o, _)| o == token) {
             self.lock = None;
@@ -108,7 +109,7 @@ pub enum Stage {
     Sent,
     /// `Ok(fence)` or busy.
     Replied(Result<u8, ()>),
-    /// Lost (counted as failed, redlock.rs:131).
+    /// Lost (counted as failed, redlock.rs:132).
     Failed,
     /// The client stopped waiting for it (redlock.rs:137-140); it may still run.
     Dropped,
@@ -173,7 +174,7 @@ pub enum Action {
     Start(u8),
     /// Node `n` runs client `c`'s acquire.
     Exec(u8, u8),
-    /// Client `c` decides from the answers so far (redlock.rs:126-195).
+    /// Client `c` decides from the answers so far (redlock.rs:126-199).
     Decide(u8),
     /// Client `c`'s watchdog renews on every node (majority needed).
     Renew(u8),
@@ -334,7 +335,7 @@ impl RedlockModel {
                 }
             }
             Action::Renew(c) => {
-                // redlock.rs:222-251: a lease is extended when a majority confirms.
+                // redlock.rs:224-256: a lease is extended when a majority confirms.
                 let extended = s
                     .nodes
                     .iter_mut()

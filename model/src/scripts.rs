@@ -6,7 +6,7 @@
 pub const MIRRORED: &[(&str, &str, &str)] = &[
     (
         "acquire.lua",
-        "8c2995c8dad3ba7fa7b42357bfbbdfecf3b0db37",
+        "37700925ebea65f6e3c925158da8b1ab4ac4dcd0",
         "lock.rs `Server::acquire`; redlock.rs `Node::acquire`",
     ),
     (
@@ -21,7 +21,7 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "fence_raise.lua",
-        "c398365288732e215d6eaf5c9f42d61304f114d9",
+        "abb7c167397484529727affa6a1289fc3996952a",
         "redlock.rs `Node::fence_raise`",
     ),
     (
@@ -46,7 +46,7 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "release.lua",
-        "b64102b810b847307bdce3f936d308de76f5d787",
+        "d5a79fa5650179b9cd595559c113f9a9b484bd75",
         "lock.rs `Server::release`; redlock.rs `Node::release`",
     ),
 ];
