@@ -2,8 +2,8 @@
 //! handler, renew, complete or release, with lost requests and replies,
 //! pauses and crashes. Safety only.
 //!
-//! Mirrors idempotency_claim.lua, idempotency_renew.lua,
-//! idempotency_complete.lua, idempotency_release.lua and
+//! Mirrors idempotency_claim.lua, idempotency_renew_many.lua (one record's
+//! part of the batch), idempotency_complete.lua, idempotency_release.lua and
 //! `layer/idempotency/{service,running}.rs`. Every request carries the same
 //! key and payload (fingerprint); a completed record is kept for longer
 //! than the model runs (retention).
@@ -145,7 +145,8 @@ pub enum Action {
     Exec(u8),
     /// Request `r` reads the answer.
     Receive(u8),
-    /// Request `r`'s renewal runs (idempotency_renew.lua; one round trip).
+    /// Request `r`'s renewal runs (its part of idempotency_renew_many.lua,
+    /// the watchdog's batch; one round trip).
     Renew(u8),
     /// Request `r`'s handler ends: `true` with a response, `false` failed.
     Finish(u8, bool),
@@ -229,9 +230,12 @@ impl RecordsModel {
                         Some(_) => 2,
                     },
                     Req::Complete => match s.record {
-                        // idempotency_complete.lua:12-14
+                        // idempotency_complete.lua:16-18
                         Some(r) if r.done && r.owner == i => 1,
-                        // idempotency_complete.lua:15-20
+                        // idempotency_complete.lua:19-23 (and 26: the
+                        // completion's notice, which wakes waiting
+                        // duplicates; they are not modelled, and the
+                        // notice changes no state)
                         Some(Record {
                             done: false, owner, ..
                         }) if owner == i => {
@@ -256,11 +260,12 @@ impl RecordsModel {
                             s.done_ever = true;
                             1
                         }
-                        // idempotency_complete.lua:22
+                        // idempotency_complete.lua:29
                         Some(_) => 0,
                     },
                     Req::Release => match s.record {
-                        // idempotency_release.lua:4-8
+                        // idempotency_release.lua:7-13 (12: the notice, as
+                        // for completions)
                         Some(r) if !r.done && r.owner == i => {
                             s.record = None;
                             1
@@ -316,7 +321,7 @@ impl RecordsModel {
                 }
             }
             Action::Renew(i) => {
-                // idempotency_renew.lua:7-14
+                // idempotency_renew_many.lua:10-17
                 let ok = matches!(s.record, Some(r) if r.owner == i);
                 if let Some(r) = &mut s.record
                     && ok

@@ -31,18 +31,18 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "idempotency_complete.lua",
-        "5a7733ab0dd314ee418c93f80909c21413eaf560",
+        "5378ad6e320c5d3efef4fb8f0ef6e919d8b8a479",
         "records.rs `Record::complete`",
     ),
     (
         "idempotency_release.lua",
-        "a9d829d88940e383e36d4468eac6a09e95a0c619",
+        "77f2db8f9613a2ff73986ab3f2886a172bd94af3",
         "records.rs `Record::release`",
     ),
     (
-        "idempotency_renew.lua",
-        "15b32ccb7c35632a72af7d15ee2cd75d0264434f",
-        "records.rs `Record::renew`",
+        "idempotency_renew_many.lua",
+        "b9f009d694ce2f6728bf5a613daea7131c769abc",
+        "records.rs `Record::renew` (per record of the batch)",
     ),
     (
         "release.lua",
