@@ -35,6 +35,12 @@ use crate::LockError;
 use crate::backend::{Backend, RENEW_BATCH};
 use crate::held::Held;
 
+mod lease;
+
+#[cfg(feature = "axum")]
+pub(crate) use lease::RecordLease;
+use lease::{Lease, renew};
+
 /// A handle on the scheduler; the task ends when this is dropped.
 ///
 /// Watching and unwatching only touch shared state under a mutex: taking and
@@ -200,64 +206,6 @@ impl Watchdog {
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn live_records(&self) -> usize {
         self.live_records.load(Ordering::Relaxed)
-    }
-}
-
-/// The lease of an in-flight idempotency record, as the watchdog renews it.
-#[cfg(feature = "axum")]
-#[derive(Debug)]
-pub(crate) struct RecordLease {
-    pub(crate) record: String,
-    pub(crate) token: crate::token::Token,
-}
-
-/// What one entry renews.
-#[derive(Clone, Debug)]
-enum Lease {
-    Lock(Arc<Held>),
-    #[cfg(feature = "axum")]
-    Record(Arc<RecordLease>),
-}
-
-impl Lease {
-    /// Whether a lease that may have run out is given up: a lock's is (its
-    /// guard must not go on believing it holds it), a record's is not.
-    fn lost_at_validity_end(&self) -> bool {
-        match self {
-            Lease::Lock(_) => true,
-            #[cfg(feature = "axum")]
-            Lease::Record(_) => false,
-        }
-    }
-
-    fn as_lock(&self) -> Option<&Held> {
-        match self {
-            Lease::Lock(held) => Some(held),
-            #[cfg(feature = "axum")]
-            Lease::Record(_) => None,
-        }
-    }
-
-    fn set_valid_until(&self, at: Instant) {
-        match self {
-            Lease::Lock(held) => held.set_valid_until(at),
-            #[cfg(feature = "axum")]
-            Lease::Record(_) => {}
-        }
-    }
-
-    fn lose(&self, why: &str) {
-        match self {
-            Lease::Lock(held) => lose(held, why),
-            #[cfg(feature = "axum")]
-            Lease::Record(record) => {
-                // Nothing else to do: the handler runs on, and its
-                // completion stores the response unless a duplicate's claim
-                // is there by then.
-                tracing::warn!(record = %record.record,
-                    "idempotency: the in-flight record was lost ({why}); a duplicate may run");
-            }
-        }
     }
 }
 
@@ -459,43 +407,6 @@ fn renew_call(backend: Backend, batch: Batch) -> Call {
         };
         (batch.iter().map(|(id, ..)| *id).collect(), sent, answer)
     })
-}
-
-/// Renews a batch of one kind with that kind's batched script.
-async fn renew(backend: &Backend, batch: &Batch) -> Result<Vec<Option<bool>>, LockError> {
-    let locks: Vec<_> = batch
-        .iter()
-        .filter_map(|(_, lease, ttl, _)| {
-            lease.as_lock().map(|held| (&held.names, &held.token, *ttl))
-        })
-        .collect();
-    if !locks.is_empty() {
-        let extended = backend.extend_many(&locks).await?;
-        crate::metrics::renewal_call(extended.iter().filter(|renewed| **renewed).count());
-        return Ok(extended.into_iter().map(Some).collect());
-    }
-    #[cfg(feature = "axum")]
-    {
-        let records: Vec<_> = batch
-            .iter()
-            .filter_map(|(_, lease, ttl, _)| match lease {
-                Lease::Record(r) => Some((r.record.as_str(), &r.token, *ttl)),
-                Lease::Lock(_) => None,
-            })
-            .collect();
-        if !records.is_empty() {
-            return backend.renew_records(&records).await;
-        }
-    }
-    Ok(Vec::new())
-}
-
-fn lose(held: &Held, why: &str) {
-    tracing::warn!(key = %held.key, fencing = held.fencing, "lock lost: {why}");
-    if !held.lost.is_cancelled() {
-        crate::metrics::lost(&held.metrics);
-    }
-    held.lost.cancel();
 }
 
 #[cfg(test)]
