@@ -37,9 +37,13 @@ impl Name {
         }
     }
 
+    /// The label value, without copying the name.
     #[cfg(feature = "metrics")]
-    fn label(&self) -> String {
-        self.name.as_deref().unwrap_or("default").to_owned()
+    fn label(&self) -> metrics::SharedString {
+        match &self.name {
+            Some(name) => metrics::SharedString::from(name.clone()),
+            None => metrics::SharedString::const_str("default"),
+        }
     }
 }
 

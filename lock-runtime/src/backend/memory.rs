@@ -136,19 +136,20 @@ impl MemoryBackend {
             _ => return false,
         }
         state.locks.remove(&names.lock);
-        let next = state
-            .queues
-            .get_mut(&names.queue)
-            .filter(|queue| queue.expires > now)
-            .and_then(|queue| queue.entries.pop_front());
-        if state
-            .queues
-            .get(&names.queue)
-            .is_some_and(|queue| queue.entries.is_empty() || queue.expires <= now)
-        {
-            // As in Redis, where a list goes with its last entry.
-            state.queues.remove(&names.queue);
-        }
+        // Nobody queued (the common case): one failed lookup.
+        let next = match state.queues.get_mut(&names.queue) {
+            None => None,
+            Some(queue) => {
+                let next = (queue.expires > now)
+                    .then(|| queue.entries.pop_front())
+                    .flatten();
+                if queue.entries.is_empty() || queue.expires <= now {
+                    // As in Redis, where a list goes with its last entry.
+                    state.queues.remove(&names.queue);
+                }
+                next
+            }
+        };
         match next {
             Some((next, ttl)) => {
                 let fencing = grant(&mut state, names, next, ttl.min(HANDOFF_LEASE), now);

@@ -306,7 +306,7 @@ impl Acquisition {
             // Set by the watchdog as it takes the lease under watch.
             valid_until: std::sync::Mutex::new(sent),
             metrics: self.metrics.clone(),
-            since: Instant::now(),
+            since: sent,
         });
         crate::metrics::acquired(&self.metrics, self.started.elapsed(), handover);
         inner.watchdog.watch(
