@@ -18,11 +18,7 @@ use test_support::helpers::*;
 
 async fn client(server: &RedisServer) -> LockClient {
     core_support::capture_warnings();
-    LockClient::builder()
-        .redis(server.url())
-        .build()
-        .await
-        .expect("a client")
+    default_redis_client(server).await
 }
 
 /// The last line of a `redis-cli` answer as a number (`PUBSUB NUMSUB`, `EXISTS`, ...).
@@ -142,14 +138,7 @@ async fn a_release_touches_the_queue_and_publishes_only_when_somebody_queued() {
     let client = client(&server).await;
     server.cli(&["CONFIG", "RESETSTAT"]);
     for _ in 0..20 {
-        client
-            .lock("calm")
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        lock_and_release(&client, "calm").await;
     }
     assert_eq!(calls(&server, "evalsha"), 40);
     for command in ["lpop", "lpos", "rpush", "publish"] {
@@ -329,14 +318,10 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
     let server = RedisServer::start_with(&["--requirepass", "s3cret pw"]);
     let base = format!("127.0.0.1:{}", server.port);
 
-    let right = LockClient::builder()
-        .redis(format!("redis://:s3cret%20pw@{base}"))
-        .build()
+    let right = redis_url_client(format!("redis://:s3cret%20pw@{base}"))
         .await
         .expect("the right password");
-    let other = LockClient::builder()
-        .redis(format!("redis://default:s3cret%20pw@{base}"))
-        .build()
+    let other = redis_url_client(format!("redis://default:s3cret%20pw@{base}"))
         .await
         .expect("the right password with the default user");
     // Scripts, renewals and the notice subscriber all authenticate.
@@ -349,9 +334,7 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
     assert!(latency < ms(500), "the waiter woke only after {latency:?}");
 
     let started = Instant::now();
-    let without = LockClient::builder()
-        .redis(format!("redis://{base}"))
-        .build()
+    let without = redis_url_client(format!("redis://{base}"))
         .await
         .unwrap_err();
     let without_text = test_support::error_chain(&without);
@@ -361,9 +344,7 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
         without_text.to_lowercase().contains("auth"),
         "{without_text}"
     );
-    let wrong = LockClient::builder()
-        .redis(format!("redis://:wrong@{base}"))
-        .build()
+    let wrong = redis_url_client(format!("redis://:wrong@{base}"))
         .await
         .unwrap_err();
     assert!(wrong.is_backend(), "{wrong:?}");
@@ -382,16 +363,8 @@ async fn an_acl_user_limited_to_the_lock_keys_channels_and_commands_works() {
     let server = RedisServer::start();
     assert_eq!(server.cli(ACL_LOCKER), "OK");
     let url = format!("redis://locker:locker-pw@127.0.0.1:{}", server.port);
-    let a = LockClient::builder()
-        .redis(&url)
-        .build()
-        .await
-        .expect("ACL user");
-    let b = LockClient::builder()
-        .redis(&url)
-        .build()
-        .await
-        .expect("ACL user");
+    let a = redis_url_client(&url).await.expect("ACL user");
+    let b = redis_url_client(&url).await.expect("ACL user");
 
     let guard = a.lock("k").ttl(ms(150)).acquire().await.unwrap();
     assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK"); // reload as the ACL user
@@ -530,13 +503,7 @@ async fn a_killed_server_makes_lost_resolve_within_about_the_ttl() {
 async fn a_restarted_server_is_usable_again_by_old_and_new_clients() {
     let mut server = RedisServer::start();
     let old = client(&server).await;
-    old.lock("k")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&old, "k").await;
     // Subscribe the old client's notifier before the restart.
     let _ = handoff(&old, &old, "warm").await;
     server.restart().unwrap(); // no persistence: keys and scripts are gone

@@ -16,7 +16,7 @@ use lock_runtime::layer::IdempotencyLayer;
 use lock_runtime::layer::idempotency::StoreResponse;
 use serde_json::{Value, json};
 use test_support::helpers::{memory_client, redis_client};
-use test_support::http::serve;
+use test_support::http::{send, serve};
 use test_support::topology::Redlock;
 use test_support::{RedisServer, signal};
 use tokio::sync::Notify;
@@ -56,6 +56,22 @@ fn orders_app(layer: IdempotencyLayer, orders: Orders) -> Router {
         .with_state(orders)
 }
 
+/// `POST {base}/orders` with the idempotency key `key` (the header's value,
+/// quotes included) and the JSON `body`.
+async fn post_order(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    body: &Value,
+) -> reqwest::Response {
+    send(
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", key)
+            .json(body),
+    )
+    .await
+}
+
 fn is_replay(headers: &HeaderMap) -> bool {
     headers
         .get("idempotent-replayed")
@@ -77,13 +93,12 @@ async fn concurrent_identical_posts_run_the_handler_once() {
             let http = http.clone();
             let url = format!("{base}/orders");
             async move {
-                let r = http
-                    .post(url)
-                    .header("idempotency-key", "\"order-abc\"")
-                    .json(&json!({ "item": "book" }))
-                    .send()
-                    .await
-                    .unwrap();
+                let r = send(
+                    http.post(url)
+                        .header("idempotency-key", "\"order-abc\"")
+                        .json(&json!({ "item": "book" })),
+                )
+                .await;
                 let (status, replayed) = (r.status(), is_replay(r.headers()));
                 let retry_after = r.headers().get("retry-after").cloned();
                 (
@@ -119,13 +134,7 @@ async fn concurrent_identical_posts_run_the_handler_once() {
         assert_eq!(fresh, 1, "{backend}: exactly one response is the original");
 
         // After completion every retry is a replay.
-        let r = http
-            .post(format!("{base}/orders"))
-            .header("idempotency-key", "\"order-abc\"")
-            .json(&json!({ "item": "book" }))
-            .send()
-            .await
-            .unwrap();
+        let r = post_order(&http, &base, "\"order-abc\"", &json!({ "item": "book" })).await;
         assert_eq!(r.status(), StatusCode::CREATED, "{backend}");
         assert!(is_replay(r.headers()), "{backend}");
         assert_eq!(orders.runs.load(Ordering::SeqCst), 1, "{backend}");
@@ -216,12 +225,7 @@ async fn bad_or_missing_keys_get_400_and_optional_ones_pass_through() {
     let http = reqwest::Client::new();
     let body = json!({ "item": "cup" });
 
-    let r = http
-        .post(format!("{base}/orders"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/orders")).json(&body)).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     assert_eq!(r.headers()["content-type"], "application/problem+json");
     let long = format!("\"{}\"", "x".repeat(256));
@@ -232,51 +236,33 @@ async fn bad_or_missing_keys_get_400_and_optional_ones_pass_through() {
         "\"\"",
         long.as_str(),
     ] {
-        let r = http
-            .post(format!("{base}/orders"))
-            .header("idempotency-key", bad)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = post_order(&http, &base, bad, &body).await;
         assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad:?}");
     }
-    let r = http
-        .post(format!("{base}/orders"))
-        .header("idempotency-key", "\"a\"")
-        .header("idempotency-key", "\"b\"")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = send(
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", "\"a\"")
+            .header("idempotency-key", "\"b\"")
+            .json(&body),
+    )
+    .await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     assert_eq!(orders.runs.load(Ordering::SeqCst), 0);
 
     // 255 characters is fine.
     let max = format!("\"{}\"", "x".repeat(255));
-    let r = http
-        .post(format!("{base}/orders"))
-        .header("idempotency-key", max)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = post_order(&http, &base, &max, &body).await;
     assert_eq!(r.status(), StatusCode::CREATED);
 
     // Not required on PUT: without a key it passes through (twice: two runs).
     for _ in 0..2 {
-        let r = http
-            .put(format!("{base}/orders"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = send(http.put(format!("{base}/orders")).json(&body)).await;
         assert_eq!(r.status(), StatusCode::CREATED);
         assert!(!is_replay(r.headers()));
     }
     assert_eq!(orders.runs.load(Ordering::SeqCst), 3);
     // Safe methods are never touched.
-    let r = http.get(format!("{base}/orders")).send().await.unwrap();
+    let r = send(http.get(format!("{base}/orders"))).await;
     assert_eq!(r.text().await.unwrap(), "list");
 }
 
@@ -288,24 +274,17 @@ async fn a_request_refused_before_the_handler_leaves_the_key_usable() {
         let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
         let http = reqwest::Client::new();
         // Malformed JSON: the extractor rejects it, the handler never runs.
-        let r = http
-            .post(format!("{base}/orders"))
-            .header("idempotency-key", "\"k\"")
-            .header("content-type", "application/json")
-            .body("{ not json")
-            .send()
-            .await
-            .unwrap();
+        let r = send(
+            http.post(format!("{base}/orders"))
+                .header("idempotency-key", "\"k\"")
+                .header("content-type", "application/json")
+                .body("{ not json"),
+        )
+        .await;
         assert!(r.status().is_client_error(), "{backend}: {}", r.status());
         assert!(!is_replay(r.headers()));
         // The corrected request, same key: runs (not 422, not a replay of the 400).
-        let r = http
-            .post(format!("{base}/orders"))
-            .header("idempotency-key", "\"k\"")
-            .json(&json!({ "item": "mug" }))
-            .send()
-            .await
-            .unwrap();
+        let r = post_order(&http, &base, "\"k\"", &json!({ "item": "mug" })).await;
         assert_eq!(r.status(), StatusCode::CREATED, "{backend}");
         assert!(!is_replay(r.headers()));
         assert_eq!(orders.runs.load(Ordering::SeqCst), 1);
@@ -701,23 +680,11 @@ async fn redis_down_answers_503_and_large_bodies_413() {
     let layer = IdempotencyLayer::new(client).max_request_body(64);
     let base = serve(orders_app(layer, orders.clone())).await;
     let http = reqwest::Client::new();
-    let r = http
-        .post(format!("{base}/orders"))
-        .header("idempotency-key", "\"big\"")
-        .json(&json!({ "item": "x".repeat(100) }))
-        .send()
-        .await
-        .unwrap();
+    let r = post_order(&http, &base, "\"big\"", &json!({ "item": "x".repeat(100) })).await;
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
 
     server.kill();
-    let r = http
-        .post(format!("{base}/orders"))
-        .header("idempotency-key", "\"down\"")
-        .json(&json!({ "item": "y" }))
-        .send()
-        .await
-        .unwrap();
+    let r = post_order(&http, &base, "\"down\"", &json!({ "item": "y" })).await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.headers()["retry-after"], "1");
     assert_eq!(r.headers()["content-type"], "application/problem+json");
@@ -1263,14 +1230,13 @@ async fn hammer_while_killing_connections(
                 let mut done = false;
                 while Instant::now() < deadline {
                     let id = next_id.fetch_add(1, Ordering::SeqCst);
-                    let r = http
-                        .post(format!("{base}/orders"))
-                        .header("idempotency-key", format!("\"key-{key}\""))
-                        .header("x-key", key.to_string())
-                        .header("x-request", id.to_string())
-                        .send()
-                        .await
-                        .unwrap();
+                    let r = send(
+                        http.post(format!("{base}/orders"))
+                            .header("idempotency-key", format!("\"key-{key}\""))
+                            .header("x-key", key.to_string())
+                            .header("x-request", id.to_string()),
+                    )
+                    .await;
                     let (status, replayed) = (r.status(), is_replay(r.headers()));
                     log.answers.push((id, status));
                     if status.is_success() {

@@ -4,7 +4,7 @@
 //! notices across shards (sharded pub/sub), and a slot migrating while its
 //! lock is held (`MOVED` after it, `ASK` during it).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
@@ -297,6 +297,13 @@ fn pttl_importing(cluster: &Cluster, i: usize, name: &str) -> i64 {
         .unwrap_or_else(|_| panic!("PTTL {name} on node {i}: {answer}"))
 }
 
+/// After a migration of `key`'s slot to node 2: the lock is gone from node
+/// 2, and `client` can take it.
+async fn assert_released_on_node_2(cluster: &Cluster, client: &LockClient, key: &str) {
+    assert_eq!(pttl(cluster, 2, &lock_name(key)), -2, "released on node 2");
+    lock_and_release(client, key).await; // free after the release
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_follow_ask_redirects_while_a_slot_is_half_migrated() {
     let (cluster, builder) = three_masters();
@@ -314,17 +321,7 @@ async fn renewals_follow_ask_redirects_while_a_slot_is_half_migrated() {
     tokio::task::block_in_place(|| cluster.finish_migration(migration));
     assert!(!guard.is_lost());
     guard.release().await.expect("release after the migration");
-    assert_eq!(
-        pttl(&cluster, 2, &lock_name(&key)),
-        -2,
-        "released on node 2"
-    );
-    let again = b
-        .lock(&key)
-        .acquire()
-        .await
-        .expect("free after the release");
-    again.release().await.unwrap();
+    assert_released_on_node_2(&cluster, &b, &key).await;
 }
 
 /// A release (or acquire) that meets TRYAGAIN while the slot's keys are in
@@ -345,17 +342,17 @@ async fn a_release_started_during_a_slot_migration_completes_once_the_migration_
         .unwrap()
         .expect("release through TRYAGAIN, then MOVED");
     println!("released {:?} after the migration ended", started.elapsed());
-    assert_eq!(
-        pttl(&cluster, 2, &lock_name(&key)),
-        -2,
-        "released on node 2"
+    assert_released_on_node_2(&cluster, &b, &key).await;
+}
+
+/// Checks (and prints) that the waiter described by `which` woke promptly
+/// after the release (not after its 10 s lease).
+fn assert_woken_promptly(which: &str, latency: Duration, subscribers: &str) {
+    println!("release -> waiter {which}: {latency:?}");
+    assert!(
+        latency < secs(2),
+        "the waiter slept {latency:?} on a 10 s lease ({subscribers} subscriber(s) on the new owner)"
     );
-    let again = b
-        .lock(&key)
-        .acquire()
-        .await
-        .expect("free after the release");
-    again.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,11 +361,7 @@ async fn a_waiter_that_starts_after_a_slot_migration_is_woken_by_the_release() {
     let (a, b) = (client(&builder).await, client(&builder).await);
     let key = cluster.key_on(0, &prefix("after-move"));
     let (latency, subscribers) = handoff_across_a_migration(&cluster, &a, &b, &key, 1, false).await;
-    println!("release -> waiter that started after the slot moved: {latency:?}");
-    assert!(
-        latency < secs(2),
-        "the waiter slept {latency:?} on a 10 s lease ({subscribers} subscriber(s) on the new owner)"
-    );
+    assert_woken_promptly("that started after the slot moved", latency, &subscribers);
 }
 
 /// Redis sends `sunsubscribe` to the shard subscribers of a slot that moves
@@ -379,11 +372,7 @@ async fn a_waiter_subscribed_before_a_slot_migration_is_woken_by_the_release_aft
     let (a, b) = (client(&builder).await, client(&builder).await);
     let key = cluster.key_on(0, &prefix("before-move"));
     let (latency, subscribers) = handoff_across_a_migration(&cluster, &a, &b, &key, 1, true).await;
-    println!("release -> waiter subscribed before the slot moved: {latency:?}");
-    assert!(
-        latency < secs(2),
-        "the waiter slept {latency:?} on a 10 s lease ({subscribers} subscriber(s) on the new owner)"
-    );
+    assert_woken_promptly("subscribed before the slot moved", latency, &subscribers);
 }
 
 /// Keys with braces in odd places, which a key without a hash tag of its own
