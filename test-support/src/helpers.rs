@@ -344,3 +344,13 @@ pub async fn lock_and_release(client: &LockClient, key: &str) -> u64 {
     guard.release().await.expect("release the lock");
     fence
 }
+
+/// A runtime of one worker thread, for a "process" of its own inside a test
+/// (its own runtime and clients, shut down without clean-up like a crash).
+pub fn one_worker_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a one-worker runtime")
+}

@@ -15,7 +15,7 @@ use lock_runtime::LockClient;
 use lock_runtime::layer::IdempotencyLayer;
 use lock_runtime::layer::idempotency::StoreResponse;
 use serde_json::{Value, json};
-use test_support::helpers::{memory_client, redis_client};
+use test_support::helpers::{memory_client, one_worker_runtime, redis_client, redis_url_client};
 use test_support::http::{send, serve};
 use test_support::topology::Redlock;
 use test_support::{RedisServer, signal};
@@ -582,13 +582,9 @@ async fn a_crashed_process_frees_its_key_after_one_lease() {
     let (crash_tx, crash_rx) = std::sync::mpsc::channel::<()>();
     // "Process" A: its own runtime, client and server; its handler never ends.
     let a = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = one_worker_runtime();
         runtime.block_on(async {
-            let client = LockClient::builder().redis(url).build().await.unwrap();
+            let client = redis_url_client(url).await.unwrap();
             let started = Arc::new(Notify::new());
             let handler = {
                 let started = started.clone();

@@ -14,15 +14,11 @@ use std::sync::mpsc;
 
 use lock_runtime::LockError;
 use test_support::RedisServer;
-use test_support::helpers::{ms, redis_url_client, secs};
+use test_support::helpers::{ms, one_worker_runtime, redis_url_client, secs};
 
 /// One round; `Ok` when B kept waiting (and timed out) while A held the key.
 fn round(url: String, key: String) -> Result<(), String> {
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let main = one_worker_runtime();
     let client = |url: String| async move { redis_url_client(url).await.expect("a client") };
     let (a, c) = main.block_on(async { (client(url.clone()).await, client(url.clone()).await) });
     let held_by_c = main.block_on(c.lock(&key).ttl(secs(1)).acquire()).unwrap();
