@@ -15,7 +15,9 @@ use lock_runtime::LockClient;
 use lock_runtime::layer::IdempotencyLayer;
 use lock_runtime::layer::idempotency::StoreResponse;
 use serde_json::{Value, json};
-use test_support::helpers::{memory_client, one_worker_runtime, redis_client, redis_url_client};
+use test_support::helpers::{
+    memory_client, ms, one_worker_runtime, redis_client, redis_url_client, secs,
+};
 use test_support::http::{send, serve};
 use test_support::topology::Redlock;
 use test_support::{RedisServer, signal};
@@ -33,6 +35,16 @@ async fn clients(server: &RedisServer) -> [(&'static str, LockClient); 2] {
 struct Orders {
     runs: Arc<AtomicUsize>,
     work: Duration,
+}
+
+impl Orders {
+    /// Orders whose handler takes `work`.
+    fn taking(work: Duration) -> Self {
+        Self {
+            work,
+            ..Self::default()
+        }
+    }
 }
 
 /// `POST /orders`: creates order N (N = how many times the handler ran).
@@ -82,10 +94,7 @@ fn is_replay(headers: &HeaderMap) -> bool {
 async fn concurrent_identical_posts_run_the_handler_once() {
     let server = RedisServer::start();
     for (backend, client) in clients(&server).await {
-        let orders = Orders {
-            work: Duration::from_millis(200),
-            ..Orders::default()
-        };
+        let orders = Orders::taking(ms(200));
         let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
         let http = reqwest::Client::new();
         let n = 10;
@@ -431,14 +440,14 @@ async fn a_client_disconnect_mid_handler_releases_the_record() {
             async move {
                 if runs.fetch_add(1, Ordering::SeqCst) == 0 {
                     started.notify_one();
-                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    tokio::time::sleep(secs(30)).await;
                 }
                 (StatusCode::CREATED, "second try")
             }
         }
     };
     // A long lease: being able to retry soon proves a release, not an expiry.
-    let layer = IdempotencyLayer::new(client).ttl(Duration::from_secs(30));
+    let layer = IdempotencyLayer::new(client).ttl(secs(30));
     let app = Router::new().route("/orders", post(handler).route_layer(layer));
     let base = serve(app).await;
     let addr = base.trim_start_matches("http://");
@@ -448,7 +457,7 @@ async fn a_client_disconnect_mid_handler_releases_the_record() {
         b"POST /orders HTTP/1.1\r\nhost: x\r\nidempotency-key: \"d\"\r\ncontent-length: 0\r\n\r\n",
     )
     .unwrap();
-    tokio::time::timeout(Duration::from_secs(5), started.notified())
+    tokio::time::timeout(secs(5), started.notified())
         .await
         .expect("the handler did not start");
     let http = reqwest::Client::new();
@@ -467,11 +476,8 @@ async fn a_client_disconnect_mid_handler_releases_the_record() {
             break;
         }
         assert_eq!(r.status(), StatusCode::CONFLICT);
-        assert!(
-            dropped.elapsed() < Duration::from_secs(10),
-            "the record was not released"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(dropped.elapsed() < secs(10), "the record was not released");
+        tokio::time::sleep(ms(20)).await;
     }
     println!(
         "key usable again {:?} after the client disconnected",
@@ -516,11 +522,8 @@ async fn records_are_scoped_to_the_principal() {
 async fn a_duplicate_can_wait_for_the_first_and_get_its_response() {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
-    let orders = Orders {
-        work: Duration::from_millis(300),
-        ..Orders::default()
-    };
-    let layer = IdempotencyLayer::new(client).wait(Duration::from_secs(10));
+    let orders = Orders::taking(ms(300));
+    let layer = IdempotencyLayer::new(client).wait(secs(10));
     let base = serve(orders_app(layer, orders.clone())).await;
     let http = reqwest::Client::new();
     let send = || {
@@ -530,7 +533,7 @@ async fn a_duplicate_can_wait_for_the_first_and_get_its_response() {
             .send()
     };
     let (a, b) = tokio::join!(send(), async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(ms(50)).await;
         send().await
     });
     let (a, b) = (a.unwrap(), b.unwrap());
@@ -545,11 +548,8 @@ async fn a_handler_outliving_its_lease_keeps_the_record_in_flight() {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
     // Three leases long: only the watchdog's renewals keep the record claimed.
-    let orders = Orders {
-        work: Duration::from_millis(900),
-        ..Orders::default()
-    };
-    let layer = IdempotencyLayer::new(client).ttl(Duration::from_millis(300));
+    let orders = Orders::taking(ms(900));
+    let layer = IdempotencyLayer::new(client).ttl(ms(300));
     let base = serve(orders_app(layer, orders.clone())).await;
     let http = reqwest::Client::new();
     let send = || {
@@ -560,7 +560,7 @@ async fn a_handler_outliving_its_lease_keeps_the_record_in_flight() {
     };
     let first = tokio::spawn(send());
     for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(ms(100)).await;
         let r = send().await.unwrap();
         assert_eq!(
             r.status(),
@@ -577,7 +577,7 @@ async fn a_handler_outliving_its_lease_keeps_the_record_in_flight() {
 async fn a_crashed_process_frees_its_key_after_one_lease() {
     let server = RedisServer::start();
     let url = server.url();
-    let lease = Duration::from_millis(600);
+    let lease = ms(600);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (crash_tx, crash_rx) = std::sync::mpsc::channel::<()>();
     // "Process" A: its own runtime, client and server; its handler never ends.
@@ -617,7 +617,7 @@ async fn a_crashed_process_frees_its_key_after_one_lease() {
         // and renewals stop.
         runtime.shutdown_background();
     });
-    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    ready_rx.recv_timeout(secs(10)).unwrap();
 
     // "Process" B, same Redis, same route.
     let client = redis_client(&server).await;
@@ -658,10 +658,10 @@ async fn a_crashed_process_frees_its_key_after_one_lease() {
         }
         assert_eq!(r.status(), StatusCode::CONFLICT);
         assert!(
-            crashed.elapsed() < Duration::from_secs(10),
+            crashed.elapsed() < secs(10),
             "the crashed claim never expired"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(ms(50)).await;
     }
     let freed = crashed.elapsed();
     println!("key usable again {freed:?} after the crash (lease {lease:?})");
@@ -722,7 +722,7 @@ async fn a_refusal_by_an_inner_lock_layer_is_not_stored() {
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     server.restart().unwrap();
     // Not a replayed 503: once the lock backend is back, the payment runs.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + secs(10);
     loop {
         let r = send().await.unwrap();
         assert!(!is_replay(r.headers()), "a refusal was stored and replayed");
@@ -734,7 +734,7 @@ async fn a_refusal_by_an_inner_lock_layer_is_not_stored() {
             Instant::now() < deadline,
             "the lock backend did not come back"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(ms(50)).await;
     }
     let r = send().await.unwrap();
     assert_eq!(
@@ -891,8 +891,8 @@ async fn with_the_json_fingerprint_reordered_members_and_whitespace_are_the_same
 async fn redlock_client(masters: &Redlock) -> LockClient {
     LockClient::builder()
         .redlock(masters.urls())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(ms(500))
+        .response_timeout(ms(500))
         .build()
         .await
         .unwrap()
@@ -956,10 +956,7 @@ async fn on_redlock_a_dead_or_emptied_master_neither_stops_the_layer_nor_reruns_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redlock_concurrent_identical_posts_run_the_handler_at_most_once() {
     let masters = Redlock::start(3);
-    let orders = Orders {
-        work: Duration::from_millis(200),
-        ..Orders::default()
-    };
+    let orders = Orders::taking(ms(200));
     let layer = IdempotencyLayer::new(redlock_client(&masters).await);
     let base = serve(orders_app(layer, orders.clone())).await;
     let http = reqwest::Client::new();
@@ -1004,9 +1001,7 @@ struct Killer(std::net::TcpStream);
 impl Killer {
     fn connect(port: u16) -> Self {
         let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        stream.set_read_timeout(Some(secs(5))).unwrap();
         Self(stream)
     }
 
@@ -1126,16 +1121,16 @@ async fn a_lost_reply_never_turns_a_success_into_an_error_nor_reruns_a_request()
         let runs_before = runs.load(Ordering::SeqCst);
         *plan.lock().unwrap() = Some((stage, kill_first));
         let first = tokio::spawn(send(&key));
-        tokio::time::timeout(Duration::from_secs(5), frozen.notified())
+        tokio::time::timeout(secs(5), frozen.notified())
             .await
             .unwrap_or_else(|_| panic!("{case}: the server was not frozen"));
         // The command reaches the frozen server within this pause; the whole
         // freeze stays under the client's 500 ms response timeout.
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(ms(150)).await;
         if !kill_first {
             killer.lock().unwrap().queue();
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(ms(50)).await;
         signal(pid, "CONT").unwrap();
         let killed = tokio::task::block_in_place(|| killer.lock().unwrap().killed());
         assert!(killed >= 1, "{case}: CLIENT KILL killed nothing");
@@ -1187,13 +1182,13 @@ async fn hammer_while_killing_connections(
             async move {
                 let key: usize = headers["x-key"].to_str().unwrap().parse().unwrap();
                 let id: usize = headers["x-request"].to_str().unwrap().parse().unwrap();
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(ms(20)).await;
                 ran.lock().unwrap()[key].push(id);
                 (StatusCode::CREATED, format!("key {key} by request {id}"))
             }
         }
     };
-    let layer = IdempotencyLayer::new(client).ttl(Duration::from_secs(1));
+    let layer = IdempotencyLayer::new(client).ttl(secs(1));
     let base = serve(Router::new().route("/orders", post(handler).route_layer(layer))).await;
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1203,7 +1198,7 @@ async fn hammer_while_killing_connections(
             let mut killers: Vec<Killer> = ports.iter().map(|p| Killer::connect(*p)).collect();
             let mut killed = 0;
             while !stop.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(300));
+                std::thread::sleep(ms(300));
                 for k in &mut killers {
                     k.queue();
                     killed += k.killed();
@@ -1222,7 +1217,7 @@ async fn hammer_while_killing_connections(
             let (http, base, next_id) = (http.clone(), base.clone(), next_id.clone());
             async move {
                 let mut log = KeyLog::default();
-                let deadline = Instant::now() + Duration::from_secs(20);
+                let deadline = Instant::now() + secs(20);
                 let mut done = false;
                 while Instant::now() < deadline {
                     let id = next_id.fetch_add(1, Ordering::SeqCst);
@@ -1244,7 +1239,7 @@ async fn hammer_while_killing_connections(
                     }
                     // A refusal (409 in flight, 503 store unreachable) or the
                     // first answer: ask again.
-                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    tokio::time::sleep(ms(30)).await;
                 }
                 log
             }
@@ -1313,7 +1308,7 @@ async fn killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_
     let server = RedisServer::start();
     let client = redis_client(&server).await;
     let (ran, logs, killed) =
-        hammer_while_killing_connections(client, vec![server.port], Duration::from_secs(8)).await;
+        hammer_while_killing_connections(client, vec![server.port], secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("redis", &ran, &logs, killed);
 }
 
@@ -1325,8 +1320,7 @@ async fn on_redlock_killed_connections_neither_run_a_handler_twice_nor_answer_5x
         .map(|i| masters.server(i).port)
         .collect();
     let client = redlock_client(&masters).await;
-    let (ran, logs, killed) =
-        hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
+    let (ran, logs, killed) = hammer_while_killing_connections(client, ports, secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("redlock", &ran, &logs, killed);
 }
 
@@ -1337,14 +1331,13 @@ async fn on_sentinel_killed_connections_neither_run_a_handler_twice_nor_answer_5
     let setup = tokio::task::block_in_place(SentinelSetup::start);
     let client = LockClient::builder()
         .sentinel(MASTER_NAME, setup.sentinel_urls())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(ms(500))
+        .response_timeout(ms(500))
         .build()
         .await
         .unwrap();
     let ports = vec![setup.master().port];
-    let (ran, logs, killed) =
-        hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
+    let (ran, logs, killed) = hammer_while_killing_connections(client, ports, secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("sentinel", &ran, &logs, killed);
 }
 
@@ -1355,13 +1348,12 @@ async fn on_cluster_killed_connections_neither_run_a_handler_twice_nor_answer_5x
     let cluster = tokio::task::block_in_place(|| Cluster::start(3));
     let client = LockClient::builder()
         .cluster(cluster.seed_urls())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(ms(500))
+        .response_timeout(ms(500))
         .build()
         .await
         .unwrap();
     let ports = (0..cluster.size()).map(|i| cluster.node(i).port).collect();
-    let (ran, logs, killed) =
-        hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
+    let (ran, logs, killed) = hammer_while_killing_connections(client, ports, secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("cluster", &ran, &logs, killed);
 }

@@ -96,8 +96,8 @@ async fn concurrent_pays_on_one_order_run_one_at_a_time() {
     let gauge = Gauge::default();
     let layer = LockLayer::new(client.clone())
         .key("order:<id>")
-        .wait(Duration::from_secs(20));
-    let base = serve(pay_app(layer, gauge.clone(), Duration::from_millis(50))).await;
+        .wait(secs(20));
+    let base = serve(pay_app(layer, gauge.clone(), ms(50))).await;
     let http = reqwest::Client::new();
     let n = 8;
     let replies = futures_util::future::join_all((0..n).map(|_| {
@@ -133,12 +133,7 @@ async fn a_busy_order_answers_409_with_retry_after_and_a_problem() {
     let gauge = Gauge::default();
     let layer = LockLayer::new(client.clone()).key("order:<id>");
     let base = serve(pay_app(layer, gauge.clone(), Duration::ZERO)).await;
-    let holder = client
-        .lock("order:7")
-        .ttl(Duration::from_secs(6))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = client.lock("order:7").ttl(secs(6)).acquire().await.unwrap();
 
     let http = reqwest::Client::new();
     let r = send(http.post(format!("{base}/orders/7/pay"))).await;
@@ -193,7 +188,7 @@ async fn pays_on_different_orders_run_in_parallel() {
                 post(move |lock: LockInfo| {
                     let barrier = barrier.clone();
                     async move {
-                        tokio::time::timeout(Duration::from_secs(10), barrier.wait())
+                        tokio::time::timeout(secs(10), barrier.wait())
                             .await
                             .expect("the pays were serialized");
                         lock.key
@@ -232,7 +227,7 @@ async fn a_client_disconnect_mid_handler_releases_the_lock() {
         b"POST /orders/5/pay HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
     )
     .unwrap();
-    tokio::time::timeout(Duration::from_secs(5), started.notified())
+    tokio::time::timeout(secs(5), started.notified())
         .await
         .expect("the handler did not start");
     assert!(is_held(&client, "order:5").await);
@@ -242,7 +237,7 @@ async fn a_client_disconnect_mid_handler_releases_the_lock() {
     let what = "the lock is released after the client went away";
     let handover = taken_after(dropped, &client, "order:5", secs(10), what).await;
     println!("lock free again {handover:?} after the client disconnected");
-    assert!(handover < Duration::from_secs(10), "{handover:?}");
+    assert!(handover < secs(10), "{handover:?}");
     assert_eq!(
         finished.load(Ordering::SeqCst),
         0,
@@ -483,7 +478,7 @@ async fn a_lease_lost_mid_handler_cancels_it_with_503() {
     started.notified().await;
     // An operator deletes the lock: the next renewal finds it gone.
     force_delete(&client, "order:1").await.unwrap();
-    let r = tokio::time::timeout(Duration::from_secs(3), request)
+    let r = tokio::time::timeout(secs(3), request)
         .await
         .expect("the handler was not cancelled")
         .unwrap();
@@ -520,7 +515,7 @@ async fn back_to_back_requests_find_the_lock_free() {
     // the release would stall on Nagle's algorithm and delayed ACKs (40 ms).
     let each = started.elapsed() / N;
     println!("{each:?} per locked request");
-    assert!(each < Duration::from_millis(20), "{each:?} per request");
+    assert!(each < ms(20), "{each:?} per request");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -583,13 +578,13 @@ async fn pay_through_aliases(layer: LockLayer, paths: &[&str]) -> (Vec<StatusCod
             })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + secs(10);
     while answered.load(Ordering::SeqCst) + gauge.now.load(Ordering::SeqCst) < paths.len() {
         assert!(
             Instant::now() < deadline,
             "requests neither answered nor in the handler"
         );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(ms(5)).await;
     }
     open.send(true).unwrap();
     let mut statuses = Vec::new();
