@@ -108,15 +108,19 @@ pub async fn default_redis_client(server: &RedisServer) -> LockClient {
         .expect("a redis client")
 }
 
-/// A client of `server` with 500 ms connect and response timeouts.
-pub async fn redis_client(server: &RedisServer) -> LockClient {
-    LockClient::builder()
-        .redis(server.url())
+/// Builds `builder` with 500 ms connect and response timeouts.
+pub async fn short_timeout_client(builder: LockClientBuilder) -> LockClient {
+    builder
         .connect_timeout(ms(500))
         .response_timeout(ms(500))
         .build()
         .await
-        .expect("a redis client")
+        .expect("a client with short timeouts")
+}
+
+/// A client of `server` with 500 ms connect and response timeouts.
+pub async fn redis_client(server: &RedisServer) -> LockClient {
+    short_timeout_client(LockClient::builder().redis(server.url())).await
 }
 
 /// A client of the embedded backend.
@@ -172,6 +176,22 @@ pub async fn fixed_lease(
     ttl: Duration,
 ) -> Result<LockGuard, LockError> {
     client.lock(key).ttl(ttl).renew(false).acquire().await
+}
+
+/// Like [`fixed_lease`], waiting up to `wait` for the lock.
+pub async fn fixed_lease_waiting(
+    client: &LockClient,
+    key: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> Result<LockGuard, LockError> {
+    client
+        .lock(key)
+        .ttl(ttl)
+        .renew(false)
+        .wait(wait)
+        .acquire()
+        .await
 }
 
 /// Releases `holder` while `waiter` (see [`spawn_waiter`]) still waits for

@@ -326,12 +326,7 @@ async fn a_stale_guard_cannot_release_the_new_holders_lock(env: Env) {
     let other = env.other().await;
     let stale = fixed_lease(&env.client, &key, ms(100)).await.unwrap();
     within(secs(2), "the stale lease ends", stale.lost()).await;
-    let holder = other
-        .lock(&key)
-        .ttl(secs(10))
-        .renew(false)
-        .wait(secs(1))
-        .acquire()
+    let holder = fixed_lease_waiting(&other, &key, secs(10), secs(1))
         .await
         .unwrap();
     assert!(holder.fencing_token() > stale.fencing_token());

@@ -17,6 +17,7 @@ use lock_runtime::layer::idempotency::StoreResponse;
 use serde_json::{Value, json};
 use test_support::helpers::{
     memory_client, ms, one_worker_runtime, redis_client, redis_url_client, secs,
+    short_timeout_client,
 };
 use test_support::http::{send, serve};
 use test_support::topology::Redlock;
@@ -889,13 +890,7 @@ async fn with_the_json_fingerprint_reordered_members_and_whitespace_are_the_same
 }
 
 async fn redlock_client(masters: &Redlock) -> LockClient {
-    LockClient::builder()
-        .redlock(masters.urls())
-        .connect_timeout(ms(500))
-        .response_timeout(ms(500))
-        .build()
-        .await
-        .unwrap()
+    short_timeout_client(LockClient::builder().redlock(masters.urls())).await
 }
 
 /// On Redlock the records live on every master and a majority decides: a

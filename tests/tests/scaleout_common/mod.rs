@@ -140,12 +140,7 @@ pub async fn fencing_tokens_strictly_increase_across_clients_releases_expiry_and
     let mut tokens = Vec::new();
     for round in 0..12 {
         let client = if round % 2 == 0 { &a } else { &b };
-        let guard = client
-            .lock(&key)
-            .ttl(ms(300))
-            .renew(false)
-            .wait(secs(3))
-            .acquire()
+        let guard = fixed_lease_waiting(client, &key, ms(300), secs(3))
             .await
             .unwrap();
         tokens.push(guard.fencing_token());
