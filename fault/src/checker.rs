@@ -253,6 +253,11 @@ pub fn check(run: &RunData) -> Report {
             examples.push(s);
         }
     };
+    // A violation: counted, and noted as an example.
+    let flag = |count: &mut u64, examples: &mut Vec<String>, s: String| {
+        *count += 1;
+        note(examples, s);
+    };
     let slack_us = run.slack_ms * 1000;
     let ttl_us = run.ttl_ms * 1000;
 
@@ -294,8 +299,8 @@ pub fn check(run: &RunData) -> Report {
                 Event::GaveUp { op, error, t } => {
                     if let Some(i) = at(*op) {
                         ops[i].gave_up = Some(*t);
-                        r.violations.waiters_never_acquired += 1;
-                        note(
+                        flag(
+                            &mut r.violations.waiters_never_acquired,
                             &mut examples,
                             format!("worker {} op {op} never got the lock: {error}", w.id),
                         );
@@ -307,8 +312,8 @@ pub fn check(run: &RunData) -> Report {
                         ops[i].cancelled_at = Some(*t);
                         r.cancelled += 1;
                         if *watched > 0 {
-                            r.violations.leaked_watchdogs += 1;
-                            note(
+                            flag(
+                                &mut r.violations.leaked_watchdogs,
                                 &mut examples,
                                 format!(
                                     "worker {} op {op}: a cancelled acquire left {watched} lease(s) renewed",
@@ -390,15 +395,15 @@ pub fn check(run: &RunData) -> Report {
         let mut seen = HashSet::new();
         for (i, w) in record.writes.iter().enumerate() {
             if w.seq != i as u64 + 1 {
-                r.violations.log_mismatches += 1;
-                note(
+                flag(
+                    &mut r.violations.log_mismatches,
                     &mut examples,
                     format!("{key}: store write #{} numbered {}", i + 1, w.seq),
                 );
             }
             if w.read_version + 1 != w.seq {
-                r.violations.store_overlaps += 1;
-                note(
+                flag(
+                    &mut r.violations.store_overlaps,
                     &mut examples,
                     format!(
                         "{key}: write {} (worker {} op {}, token {}) read version {}: {} other write(s) came between its read and its write",
@@ -412,8 +417,8 @@ pub fn check(run: &RunData) -> Report {
                 );
             }
             if w.fence < w.max_before {
-                r.violations.lower_token_accepted += 1;
-                note(
+                flag(
+                    &mut r.violations.lower_token_accepted,
                     &mut examples,
                     format!(
                         "{key}: write {} accepted with token {} after token {} was seen",
@@ -422,8 +427,8 @@ pub fn check(run: &RunData) -> Report {
                 );
             }
             if !seen.insert((w.worker, w.op)) {
-                r.violations.duplicated_updates += 1;
-                note(
+                flag(
+                    &mut r.violations.duplicated_updates,
                     &mut examples,
                     format!("{key}: worker {} op {} applied twice", w.worker, w.op),
                 );
@@ -431,8 +436,8 @@ pub fn check(run: &RunData) -> Report {
             match claimed.get(&(key.clone(), w.seq)) {
                 Some(&(worker, op)) if worker == w.worker && op == w.op => {}
                 Some(&(worker, op)) => {
-                    r.violations.log_mismatches += 1;
-                    note(
+                    flag(
+                        &mut r.violations.log_mismatches,
                         &mut examples,
                         format!(
                             "{key}: store write {} is worker {} op {}, but worker {worker} op {op} claims it",
@@ -445,8 +450,8 @@ pub fn check(run: &RunData) -> Report {
                 None if killed.contains_key(&w.worker)
                     || unanswered.contains(&(w.worker, w.op)) => {}
                 None => {
-                    r.violations.log_mismatches += 1;
-                    note(
+                    flag(
+                        &mut r.violations.log_mismatches,
                         &mut examples,
                         format!(
                             "{key}: store write {} (worker {} op {}) is in no worker's log",
@@ -477,8 +482,8 @@ pub fn check(run: &RunData) -> Report {
             .and_then(|rec| rec.writes.get((*seq as usize).wrapping_sub(1)))
             .is_some();
         if !present {
-            r.violations.log_mismatches += 1;
-            note(
+            flag(
+                &mut r.violations.log_mismatches,
                 &mut examples,
                 format!(
                     "{key}: worker {worker} op {op} says write {seq} was accepted; the store has no such write"
@@ -501,8 +506,8 @@ pub fn check(run: &RunData) -> Report {
                 if *n == 2 {
                     r.fence_regressions += 1;
                     if run.expect_monotonic_fences {
-                        r.violations.duplicate_fences += 1;
-                        note(
+                        flag(
+                            &mut r.violations.duplicate_fences,
                             &mut examples,
                             format!("{key}: token {fence} given to two acquisitions"),
                         );
@@ -531,8 +536,8 @@ pub fn check(run: &RunData) -> Report {
             if fence < highest {
                 r.fence_regressions += 1;
                 if run.expect_monotonic_fences {
-                    r.violations.fence_regressions += 1;
-                    note(
+                    flag(
+                        &mut r.violations.fence_regressions,
                         &mut examples,
                         format!("{key}: token {fence} issued after token {highest} had been"),
                     );
@@ -552,8 +557,8 @@ pub fn check(run: &RunData) -> Report {
             if let Some((prev_end, pw, pop)) = latest
                 && start < prev_end
             {
-                r.violations.client_overlaps += 1;
-                note(
+                flag(
+                    &mut r.violations.client_overlaps,
                     &mut examples,
                     format!(
                         "{key}: worker {worker} op {op} held from {start} µs while worker {pw} op {pop} held until {prev_end} µs; both released successfully"
@@ -610,8 +615,8 @@ pub fn check(run: &RunData) -> Report {
                         .iter()
                         .any(|&(fs, fe)| s <= fe + ttl_us + slack_us && t >= fs);
                     if stall > ttl_us + slack_us && !explained {
-                        r.violations.stalled += 1;
-                        note(
+                        flag(
+                            &mut r.violations.stalled,
                             &mut examples,
                             format!(
                                 "{key}: waiters waited {} ms with no holder reported (from {s} µs; TTL {} ms)",
@@ -656,8 +661,8 @@ pub fn check(run: &RunData) -> Report {
                 let takeover = t - start;
                 r.max_takeover_ms = r.max_takeover_ms.max(ms(takeover));
                 if takeover > ttl_us + slack_us {
-                    r.violations.held_past_ttl += 1;
-                    note(
+                    flag(
+                        &mut r.violations.held_past_ttl,
                         &mut examples,
                         format!(
                             "{}: worker {victim} {} at {start} µs holding it; the next holder got it {} ms later (TTL {} ms)",
@@ -670,8 +675,8 @@ pub fn check(run: &RunData) -> Report {
                 }
             }
             None if pending => {
-                r.violations.held_past_ttl += 1;
-                note(
+                flag(
+                    &mut r.violations.held_past_ttl,
                     &mut examples,
                     format!(
                         "{}: nobody got the key after worker {victim}'s fault at {start} µs",
@@ -704,8 +709,8 @@ pub fn check(run: &RunData) -> Report {
             match held.released {
                 Some((ReleaseOutcome::Lost, _)) => r.stale_release_lost += 1,
                 Some((ReleaseOutcome::Ok, _)) => {
-                    r.violations.stale_release_ok += 1;
-                    note(
+                    flag(
+                        &mut r.violations.stale_release_ok,
                         &mut examples,
                         format!(
                             "{}: worker {victim} op {} was stopped {} ms (TTL {} ms) and its release still said Ok",
@@ -735,8 +740,8 @@ pub fn check(run: &RunData) -> Report {
             lost_after.is_none() || released == Some(ReleaseOutcome::Ok)
         };
         if wrong {
-            r.violations.blocked_wrong += 1;
-            note(
+            flag(
+                &mut r.violations.blocked_wrong,
                 &mut examples,
                 format!(
                     "{}: worker {} op {} blocked {block} ms with a {} ms lease: lost after {:?} ms, release {:?}",
@@ -817,7 +822,26 @@ mod tests {
         }
     }
 
-    fn run(workers: Vec<WorkerLog>, writes: Vec<StoredWrite>, counter: u64) -> RunData {
+    /// Operation `op` asks for the key `k` at `t`.
+    fn attempt(op: u64, t: u64) -> Event {
+        Event::Attempt {
+            op,
+            key: "k".into(),
+            t,
+        }
+    }
+
+    fn acquired(op: u64, fence: u64, t: u64) -> Event {
+        Event::Acquired { op, fence, t }
+    }
+
+    /// A run with the workers' `logs` (worker `i` wrote `logs[i]`) and the
+    /// store record of `k`.
+    fn run(logs: Vec<Vec<Event>>, writes: Vec<StoredWrite>, counter: u64) -> RunData {
+        let workers = (0..)
+            .zip(logs)
+            .map(|(id, events)| WorkerLog { id, events })
+            .collect();
         let mut records = BTreeMap::new();
         records.insert(
             "k".to_string(),
@@ -844,10 +868,7 @@ mod tests {
         op(&mut a, 1, "k", 1, 0, 1, ReleaseOutcome::Ok);
         op(&mut b, 1, "k", 2, 1000, 2, ReleaseOutcome::Ok);
         let data = run(
-            vec![
-                WorkerLog { id: 0, events: a },
-                WorkerLog { id: 1, events: b },
-            ],
+            vec![a, b],
             vec![write(1, 1, 0, 0, 0, 1), write(2, 2, 1, 1, 1, 1)],
             2,
         );
@@ -863,10 +884,7 @@ mod tests {
         op(&mut a, 1, "k", 5, 0, 2, ReleaseOutcome::Ok);
         op(&mut b, 1, "k", 5, 5, 1, ReleaseOutcome::Ok);
         let data = run(
-            vec![
-                WorkerLog { id: 0, events: a },
-                WorkerLog { id: 1, events: b },
-            ],
+            vec![a, b],
             // Write 2 read version 0 (write 1 came between) with a token
             // below the one seen.
             vec![write(1, 5, 0, 0, 1, 1), write(2, 4, 5, 0, 0, 1)],
@@ -885,16 +903,8 @@ mod tests {
     /// reads at 150.01 ms.
     fn stopped_writer(sent: u64, outcome: WriteOutcome) -> Report {
         let victim = vec![
-            Event::Attempt {
-                op: 1,
-                key: "k".into(),
-                t: 0,
-            },
-            Event::Acquired {
-                op: 1,
-                fence: 1,
-                t: 10,
-            },
+            attempt(1, 0),
+            acquired(1, 1, 10),
             Event::Read {
                 op: 1,
                 ok: true,
@@ -917,22 +927,14 @@ mod tests {
                 t: 300_300,
             },
         ];
-        let mut next = vec![Event::Attempt {
-            op: 1,
-            key: "k".into(),
-            t: 50,
-        }];
+        let mut next = vec![attempt(1, 50)];
         let seq = if outcome == WriteOutcome::Accepted {
             2
         } else {
             1
         };
         next.extend([
-            Event::Acquired {
-                op: 1,
-                fence: 2,
-                t: 150_000,
-            },
+            acquired(1, 2, 150_000),
             Event::Read {
                 op: 1,
                 ok: true,
@@ -960,20 +962,7 @@ mod tests {
         } else {
             vec![write(1, 2, 0, 0, 1, 1)]
         };
-        let mut data = run(
-            vec![
-                WorkerLog {
-                    id: 0,
-                    events: victim,
-                },
-                WorkerLog {
-                    id: 1,
-                    events: next,
-                },
-            ],
-            writes,
-            seq,
-        );
+        let mut data = run(vec![victim, next], writes, seq);
         data.faults = vec![Fault::StopWorker {
             worker: 0,
             start: 30,
@@ -1003,22 +992,14 @@ mod tests {
         op(&mut a, 1, "k", 1, 0, 1, ReleaseOutcome::Ok);
         // Waits from 100 µs to 400 ms with nobody holding: TTL 100 ms + 100 ms slack.
         a.extend([
-            Event::Attempt {
-                op: 2,
-                key: "k".into(),
-                t: 100,
-            },
+            attempt(2, 100),
             Event::GaveUp {
                 op: 2,
                 error: "busy".into(),
                 t: 400_000,
             },
         ]);
-        let data = run(
-            vec![WorkerLog { id: 0, events: a }],
-            vec![write(1, 1, 0, 0, 0, 1)],
-            1,
-        );
+        let data = run(vec![a], vec![write(1, 1, 0, 0, 0, 1)], 1);
         let r = check(&data);
         assert_eq!(r.violations.stalled, 1, "{:?}", r.examples);
         assert_eq!(r.violations.waiters_never_acquired, 1);
@@ -1027,38 +1008,9 @@ mod tests {
 
     #[test]
     fn a_killed_holders_key_taken_over_late_is_held_past_its_ttl() {
-        let a = vec![
-            Event::Attempt {
-                op: 1,
-                key: "k".into(),
-                t: 0,
-            },
-            Event::Acquired {
-                op: 1,
-                fence: 1,
-                t: 10,
-            },
-        ];
-        let b = vec![
-            Event::Attempt {
-                op: 1,
-                key: "k".into(),
-                t: 20,
-            },
-            Event::Acquired {
-                op: 1,
-                fence: 2,
-                t: 500_000,
-            },
-        ];
-        let mut data = run(
-            vec![
-                WorkerLog { id: 0, events: a },
-                WorkerLog { id: 1, events: b },
-            ],
-            vec![],
-            0,
-        );
+        let a = vec![attempt(1, 0), acquired(1, 1, 10)];
+        let b = vec![attempt(1, 20), acquired(1, 2, 500_000)];
+        let mut data = run(vec![a, b], vec![], 0);
         data.faults = vec![Fault::KillWorker { worker: 0, t: 50 }];
         let r = check(&data);
         assert_eq!(r.violations.held_past_ttl, 1, "{:?}", r.examples);

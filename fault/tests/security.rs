@@ -18,15 +18,11 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::__private::testing::force_delete;
 use lock_runtime::LockClient;
-use test_support::helpers::{fixed_lease, ms};
+use test_support::helpers::{fixed_lease, ms, redis_url_client};
 use test_support::{ACL_LOCKER, RedisServer};
 
 async fn client(url: &str) -> LockClient {
-    LockClient::builder()
-        .redis(url)
-        .build()
-        .await
-        .expect("a client")
+    redis_url_client(url).await.expect("a client")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,6 +113,21 @@ fn script(name: &str) -> redis::Script {
     redis::Script::new(text)
 }
 
+/// Runs the extend script `name` on the lock `k` with `token` and a 600 s lease.
+async fn extend_with<T: redis::FromRedisValue>(
+    conn: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    token: &str,
+) -> T {
+    script(name)
+        .key("lock:L{k}")
+        .arg(token)
+        .arg(600_000)
+        .invoke_async(conn)
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
     let server = RedisServer::try_start(&[]).unwrap();
@@ -163,21 +174,9 @@ async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
     let redis = redis::Client::open(server.url()).unwrap();
     let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
     let forged = "0123456789abcdef0123456789abcdef";
-    let extended: i64 = script("extend")
-        .key("lock:L{k}")
-        .arg(forged)
-        .arg(600_000)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let extended: i64 = extend_with(&mut conn, "extend", forged).await;
     assert_eq!(extended, 0);
-    let many: Vec<i64> = script("extend_many")
-        .key("lock:L{k}")
-        .arg(forged)
-        .arg(600_000)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let many: Vec<i64> = extend_with(&mut conn, "extend_many", forged).await;
     assert_eq!(many, vec![0]);
     let fence = lock_runtime::__private::testing::fence_counter("lock:", "k");
     let released: redis::Value = script("release")

@@ -354,13 +354,24 @@ mod tests {
         .prop_filter("a valid key", |k| validate_key(k).is_ok())
     }
 
+    /// Asserts that the lock, legacy counter, queue and notice names of `key`
+    /// under the prefix `lock:` are the prefix, the kind's letter and `tail`.
+    fn assert_names(key: &str, tail: &str) -> KeyNames {
+        let n = KeyNames::new("lock:", key);
+        for (name, kind) in [
+            (&n.lock, 'L'),
+            (&n.legacy_fence, 'F'),
+            (&n.queue, 'Q'),
+            (&n.notice, 'N'),
+        ] {
+            assert_eq!(*name, format!("lock:{kind}{tail}"), "{key}");
+        }
+        n
+    }
+
     #[test]
     fn untagged_keys_are_wrapped_in_a_hash_tag() {
-        let n = KeyNames::new("lock:", "order:42");
-        assert_eq!(n.lock, "lock:L{order:42}");
-        assert_eq!(n.legacy_fence, "lock:F{order:42}");
-        assert_eq!(n.queue, "lock:Q{order:42}");
-        assert_eq!(n.notice, "lock:N{order:42}");
+        assert_names("order:42", "{order:42}");
     }
 
     #[test]
@@ -384,11 +395,7 @@ mod tests {
 
     #[test]
     fn a_key_that_starts_with_a_closing_brace_is_hashed_by_its_escaped_form() {
-        let n = KeyNames::new("lock:", "}x");
-        assert_eq!(n.lock, "lock:L%{%7Dx}");
-        assert_eq!(n.legacy_fence, "lock:F%{%7Dx}");
-        assert_eq!(n.queue, "lock:Q%{%7Dx}");
-        assert_eq!(n.notice, "lock:N%{%7Dx}");
+        let n = assert_names("}x", "%{%7Dx}");
         assert_eq!(n.slot, slot("%7Dx"));
         assert_eq!(name("lock:", Kind::Lock, "}}{{"), "lock:L%{%7D%7D%7B%7B}");
         // A tag of its own still wins over the leading `}`.

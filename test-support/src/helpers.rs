@@ -2,7 +2,8 @@
 //! probes of a lock, clients.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError, LockGuard};
@@ -95,15 +96,31 @@ pub async fn client(builder: &LockClientBuilder) -> LockClient {
     builder.clone().build().await.expect("a client")
 }
 
-/// A client of `server` with 500 ms connect and response timeouts.
-pub async fn redis_client(server: &RedisServer) -> LockClient {
-    LockClient::builder()
-        .redis(server.url())
+/// Builds a client of the Redis at `url` with the builder's default settings.
+pub async fn redis_url_client(url: impl Into<String>) -> Result<LockClient, LockError> {
+    LockClient::builder().redis(url).build().await
+}
+
+/// A client of `server` with the builder's default settings.
+pub async fn default_redis_client(server: &RedisServer) -> LockClient {
+    redis_url_client(server.url())
+        .await
+        .expect("a redis client")
+}
+
+/// Builds `builder` with 500 ms connect and response timeouts.
+pub async fn short_timeout_client(builder: LockClientBuilder) -> LockClient {
+    builder
         .connect_timeout(ms(500))
         .response_timeout(ms(500))
         .build()
         .await
-        .expect("a redis client")
+        .expect("a client with short timeouts")
+}
+
+/// A client of `server` with 500 ms connect and response timeouts.
+pub async fn redis_client(server: &RedisServer) -> LockClient {
+    short_timeout_client(LockClient::builder().redis(server.url())).await
 }
 
 /// A client of the embedded backend.
@@ -161,6 +178,22 @@ pub async fn fixed_lease(
     client.lock(key).ttl(ttl).renew(false).acquire().await
 }
 
+/// Like [`fixed_lease`], waiting up to `wait` for the lock.
+pub async fn fixed_lease_waiting(
+    client: &LockClient,
+    key: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> Result<LockGuard, LockError> {
+    client
+        .lock(key)
+        .ttl(ttl)
+        .renew(false)
+        .wait(wait)
+        .acquire()
+        .await
+}
+
 /// Releases `holder` while `waiter` (see [`spawn_waiter`]) still waits for
 /// the same lock, and returns how long after the release the waiter held it
 /// (failing if it takes more than `limit`, or if the waiter got the lock
@@ -195,4 +228,149 @@ pub async fn assert_two_holders(first: LockGuard, second: LockGuard) {
     );
     second.release().await.expect("the second holder releases");
     drop(first);
+}
+
+/// Waits until none of `clients` renews a lease any more (their watchdogs
+/// have stopped); fails after `limit`. Returns how long it took.
+pub async fn watchdogs_stop(limit: Duration, clients: &[&LockClient]) -> Duration {
+    eventually(limit, "watchdogs stop", || {
+        clients.iter().all(|c| c.renewed_leases() == 0)
+    })
+    .await
+}
+
+/// Takes `key` with `client`, waiting up to `wait` (failing the test, with
+/// `what`, if it stays busy), releases it at once, and returns how long after
+/// `since` it was taken.
+pub async fn taken_after(
+    since: Instant,
+    client: &LockClient,
+    key: &str,
+    wait: Duration,
+    what: &str,
+) -> Duration {
+    let guard = within(wait + secs(1), what, client.lock(key).wait(wait).acquire())
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let at = since.elapsed();
+    guard.release().await.expect("release the taken lock");
+    at
+}
+
+/// What [`locked_read_modify_writes`] saw.
+pub struct Increments {
+    /// The count of the control run, without the lock.
+    pub unlocked: u64,
+    /// The fencing tokens of the locked increments, sorted.
+    pub fences: Vec<u64>,
+    /// How long the locked increments took.
+    pub took: Duration,
+}
+
+/// A deliberately unprotected read-modify-write with a pause of `pause` in
+/// the middle: concurrent callers lose updates unless something serializes
+/// them.
+async fn read_modify_write(value: &AtomicU64, pause: Duration) {
+    let read = value.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    tokio::time::sleep(pause).await;
+    value.store(read + 1, Ordering::SeqCst);
+}
+
+/// Runs `tasks` concurrent read-modify-writes of one counter, first without
+/// a lock (a control: it must lose updates, so the locked count proves
+/// something), then each under the lock `key` (task `i` on `clients[i %
+/// clients.len()]`, each within `limit`). Asserts that no update was lost and
+/// that never two tasks were inside at once.
+pub async fn locked_read_modify_writes(
+    clients: &[LockClient],
+    key: &str,
+    tasks: u64,
+    pause: Duration,
+    limit: Duration,
+) -> Increments {
+    let value = Arc::new(AtomicU64::new(0));
+    let control: Vec<_> = (0..tasks)
+        .map(|_| {
+            let value = value.clone();
+            tokio::spawn(async move { read_modify_write(&value, pause).await })
+        })
+        .collect();
+    for task in control {
+        task.await.unwrap();
+    }
+    let unlocked = value.load(Ordering::SeqCst);
+    assert!(
+        unlocked < tasks,
+        "the control run without the lock counted {unlocked}"
+    );
+
+    let value = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most_inside = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let locked: Vec<_> = (0..tasks as usize)
+        .map(|i| {
+            let client = clients[i % clients.len()].clone();
+            let (key, value, inside, most_inside) = (
+                key.to_owned(),
+                value.clone(),
+                inside.clone(),
+                most_inside.clone(),
+            );
+            tokio::spawn(async move {
+                client
+                    .lock(&key)
+                    .ttl(secs(5))
+                    .wait(secs(30))
+                    .run(async {
+                        let now_inside = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most_inside.fetch_max(now_inside, Ordering::SeqCst);
+                        read_modify_write(&value, pause).await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        lock_runtime::current_lock()
+                            .expect("inside the lock")
+                            .fencing_token
+                    })
+                    .await
+                    .expect("every task gets the lock")
+            })
+        })
+        .collect();
+    let mut fences = Vec::new();
+    for task in locked {
+        fences.push(within(limit, "a locked increment", task).await.unwrap());
+    }
+    let took = started.elapsed();
+    assert_eq!(value.load(Ordering::SeqCst), tasks, "no update lost");
+    assert_eq!(
+        most_inside.load(Ordering::SeqCst),
+        1,
+        "two tasks were inside at once"
+    );
+    fences.sort_unstable();
+    Increments {
+        unlocked,
+        fences,
+        took,
+    }
+}
+
+/// Takes `key` (trying once, default lease) and releases it at once: its
+/// fencing token.
+pub async fn lock_and_release(client: &LockClient, key: &str) -> u64 {
+    let guard = client.lock(key).acquire().await.expect("take the lock");
+    let fence = guard.fencing_token();
+    guard.release().await.expect("release the lock");
+    fence
+}
+
+/// A runtime of one worker thread, for a "process" of its own inside a test
+/// (its own runtime and clients, shut down without clean-up like a crash).
+pub fn one_worker_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a one-worker runtime")
 }

@@ -1,4 +1,4 @@
-//! HTTP fixtures: an axum app served on a loopback port.
+//! HTTP fixtures: an axum app served on a loopback port, and requests to it.
 
 use axum::Router;
 
@@ -11,4 +11,10 @@ pub async fn serve(app: Router) -> String {
     let addr = listener.local_addr().expect("the listener's address");
     tokio::spawn(async move { axum::serve(listener, app).await.expect("serve the app") });
     format!("http://{addr}")
+}
+
+/// Sends `request` and returns the response, whatever its status (the test
+/// checks that); fails the test if the request cannot be sent.
+pub async fn send(request: reqwest::RequestBuilder) -> reqwest::Response {
+    request.send().await.expect("send the request")
 }

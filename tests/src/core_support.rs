@@ -13,6 +13,7 @@ use std::sync::{Mutex, OnceLock};
 
 use lock_runtime::{LockClient, LockClientBuilder};
 use test_support::RedisServer;
+use test_support::helpers::{default_redis_client, memory_client};
 
 /// Which backend a fixture runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,11 +33,7 @@ impl Env {
     /// A fixture on the embedded backend.
     pub async fn memory() -> Self {
         capture_warnings();
-        let client = LockClient::builder()
-            .memory()
-            .build()
-            .await
-            .expect("memory client");
+        let client = memory_client().await;
         Self {
             kind: Kind::Memory,
             client,
@@ -48,11 +45,7 @@ impl Env {
     pub async fn redis() -> Self {
         capture_warnings();
         let server = RedisServer::start();
-        let client = LockClient::builder()
-            .redis(server.url())
-            .build()
-            .await
-            .expect("redis client");
+        let client = default_redis_client(&server).await;
         Self {
             kind: Kind::Redis,
             client,
@@ -82,11 +75,7 @@ impl Env {
     /// the two is then only the per-acquisition ownership token.
     pub async fn other(&self) -> LockClient {
         match &self.server {
-            Some(server) => LockClient::builder()
-                .redis(server.url())
-                .build()
-                .await
-                .expect("second redis client"),
+            Some(server) => default_redis_client(server).await,
             None => self.client.clone(),
         }
     }

@@ -1,37 +1,24 @@
 //! Contention on one key: exact counts, increasing fences, prompt hand-over.
 
 use lock_runtime::LockClient;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use test_support::RedisServer;
+use test_support::helpers::{default_redis_client, memory_client, ms, secs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_holds_within_a_few_ms_of_the_release_while_the_watchdog_keeps_a_short_lease() {
     let server = RedisServer::start();
-    let c = LockClient::builder()
-        .redis(server.url())
-        .build()
-        .await
-        .unwrap();
-    let g = c
-        .lock("k")
-        .ttl(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap();
+    let c = default_redis_client(&server).await;
+    let g = c.lock("k").ttl(ms(300)).acquire().await.unwrap();
     assert_eq!(g.fencing_token(), 1);
     assert!(c.lock("k").acquire().await.unwrap_err().is_busy());
     let c2 = c.clone();
     let t = tokio::spawn(async move {
         let s = Instant::now();
-        let g = c2
-            .lock("k")
-            .wait(Duration::from_secs(5))
-            .acquire()
-            .await
-            .unwrap();
+        let g = c2.lock("k").wait(secs(5)).acquire().await.unwrap();
         (s.elapsed(), g.fencing_token())
     });
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(ms(1000)).await;
     assert!(!g.is_lost());
     let r = Instant::now();
     g.release().await.unwrap();
@@ -39,10 +26,7 @@ async fn a_waiter_holds_within_a_few_ms_of_the_release_while_the_watchdog_keeps_
     let handoff = r.elapsed();
     println!("waited {waited:?}, release-to-holding {handoff:?}, fence {fence}");
     assert_eq!(fence, 2);
-    assert!(
-        handoff < Duration::from_millis(200),
-        "hand-over took {handoff:?}"
-    );
+    assert!(handoff < ms(200), "hand-over took {handoff:?}");
     println!("watchdogs {}", c.renewed_leases());
 }
 
@@ -58,12 +42,7 @@ async fn hot_key(c: LockClient, tasks: usize, iters: usize) {
         handles.push(tokio::spawn(async move {
             let mut last = 0;
             for _ in 0..iters {
-                let g = c
-                    .lock("hot")
-                    .wait(Duration::from_secs(20))
-                    .acquire()
-                    .await
-                    .unwrap();
+                let g = c.lock("hot").wait(secs(20)).acquire().await.unwrap();
                 assert!(g.fencing_token() > last);
                 last = g.fencing_token();
                 let v = shared.load(Ordering::SeqCst);
@@ -90,16 +69,12 @@ async fn hot_key(c: LockClient, tasks: usize, iters: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_tasks_on_one_redis_key_never_overlap() {
     let server = RedisServer::start();
-    let c = LockClient::builder()
-        .redis(server.url())
-        .build()
-        .await
-        .unwrap();
+    let c = default_redis_client(&server).await;
     hot_key(c, 32, 300).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_tasks_on_one_embedded_key_never_overlap() {
-    let c = LockClient::builder().memory().build().await.unwrap();
+    let c = memory_client().await;
     hot_key(c, 32, 300).await;
 }

@@ -6,12 +6,15 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use lock_runtime::__private::testing::force_delete;
-use lock_runtime::{LockClient, LockError, LockInfo, MAX_KEY_LEN, MAX_TTL, MIN_TTL, current_lock};
+use lock_runtime::{
+    LockClient, LockClientBuilder, LockError, LockGuard, LockInfo, MAX_KEY_LEN, MAX_TTL, MIN_TTL,
+    current_lock,
+};
 
 #[macro_use]
 #[path = "../src/core_support.rs"]
@@ -58,90 +61,29 @@ both_backends! {
     a_wait_of_duration_max_waits_without_panicking,
 }
 
-/// A read-modify-write that loses updates unless it runs alone: read, sleep,
-/// write back.
-async fn read_modify_write(value: &AtomicU64) {
-    let read = value.load(SeqCst);
-    tokio::time::sleep(ms(2)).await;
-    value.store(read + 1, SeqCst);
-}
-
 async fn sixty_four_tasks_doing_read_modify_write_under_one_lock_end_with_the_exact_count(
     env: Env,
 ) {
     let key = key("counter");
     let other = env.other().await;
-
-    // Control: without the lock the same read-modify-write loses updates, so
-    // the count below proves something.
-    let value = Arc::new(AtomicU64::new(0));
-    let tasks: Vec<_> = (0..64)
-        .map(|_| {
-            let value = value.clone();
-            tokio::spawn(async move { read_modify_write(&value).await })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let unlocked = value.load(SeqCst);
-    assert!(
-        unlocked < 64,
-        "control run without the lock counted {unlocked}"
-    );
-
-    let value = Arc::new(AtomicU64::new(0));
-    let inside = Arc::new(AtomicUsize::new(0));
-    let most_inside = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..64)
-        .map(|i| {
-            let client = if i % 2 == 0 {
-                env.client.clone()
-            } else {
-                other.clone()
-            };
-            let (key, value, inside, most_inside) = (
-                key.clone(),
-                value.clone(),
-                inside.clone(),
-                most_inside.clone(),
-            );
-            tokio::spawn(async move {
-                client
-                    .lock(&key)
-                    .ttl(secs(5))
-                    .wait(secs(30))
-                    .run(async {
-                        let now_inside = inside.fetch_add(1, SeqCst) + 1;
-                        most_inside.fetch_max(now_inside, SeqCst);
-                        read_modify_write(&value).await;
-                        inside.fetch_sub(1, SeqCst);
-                        current_lock().expect("inside the lock").fencing_token
-                    })
-                    .await
-                    .expect("every task gets the lock")
-            })
-        })
-        .collect();
-    let mut fences = Vec::new();
-    for task in tasks {
-        fences.push(within(secs(60), "a locked increment", task).await.unwrap());
-    }
-    let took = started.elapsed();
+    let clients = [env.client.clone(), other.clone()];
+    let run = locked_read_modify_writes(&clients, &key, 64, ms(2), secs(60)).await;
+    let (took, unlocked) = (run.took, run.unlocked);
     println!(
         "[{:?}] 64 locked increments in {took:?} ({:?} each incl. the 2 ms hold); unlocked control counted {unlocked}",
         env.kind,
         took / 64
     );
-    assert_eq!(value.load(SeqCst), 64);
-    assert_eq!(most_inside.load(SeqCst), 1, "two tasks were inside at once");
-    fences.sort_unstable();
-    assert_eq!(fences, (1..=64).collect::<Vec<u64>>());
-    eventually(secs(2), "watchdogs stop", || {
-        env.client.renewed_leases() == 0 && other.renewed_leases() == 0
-    })
-    .await;
+    assert_eq!(run.fences, (1..=64).collect::<Vec<u64>>());
+    watchdogs_stop(secs(2), &[&env.client, &other]).await;
+}
+
+/// Checks (and prints, as `what`) that a fixed 300 ms lease left behind was
+/// taken over `at` its end: not before, and long before a poll would have.
+fn assert_taken_over_when_300ms_ran_out(env: &Env, what: &str, at: Duration) {
+    println!("[{:?}] {what} after {at:?}", env.kind);
+    assert!(at >= ms(290), "{what} after {at:?}, before the lease ended");
+    assert!(at < ms(1500), "{what} only after {at:?}");
 }
 
 async fn a_forgotten_fixed_lease_guard_frees_the_key_after_its_ttl(env: Env) {
@@ -151,24 +93,8 @@ async fn a_forgotten_fixed_lease_guard_frees_the_key_after_its_ttl(env: Env) {
     let guard = fixed_lease(&env.client, &key, ms(300)).await.unwrap();
     std::mem::forget(guard);
     assert!(is_held(&other, &key).await, "held right after the leak");
-    let next = within(
-        secs(3),
-        "acquire after the leaked lease",
-        other.lock(&key).wait(secs(2)).acquire(),
-    )
-    .await
-    .expect("the leaked lease runs out");
-    let freed = taken.elapsed();
-    println!(
-        "[{:?}] a leaked 300 ms fixed lease was free after {freed:?}",
-        env.kind
-    );
-    assert!(
-        freed >= ms(290),
-        "freed after {freed:?}, before its lease ended"
-    );
-    assert!(freed < ms(1500), "freed only after {freed:?}");
-    next.release().await.unwrap();
+    let freed = taken_after(taken, &other, &key, secs(2), "the leaked lease runs out").await;
+    assert_taken_over_when_300ms_ran_out(&env, "a leaked 300 ms fixed lease was free", freed);
 }
 
 async fn a_forgotten_renewing_guard_keeps_the_key_while_its_client_lives(env: Env) {
@@ -238,10 +164,7 @@ async fn a_holder_with_a_300ms_lease_keeps_the_lock_for_two_seconds_through_the_
     assert!(probes >= 10);
     guard.release().await.expect("still ours after 2 s");
     assert!(warnings_for(&key).is_empty(), "{:?}", warnings_for(&key));
-    eventually(secs(1), "watchdog stops", || {
-        env.client.renewed_leases() == 0
-    })
-    .await;
+    watchdogs_stop(secs(1), &[&env.client]).await;
 }
 
 async fn a_fixed_lease_is_lost_at_its_end_and_run_is_cancelled_then(env: Env) {
@@ -300,24 +223,10 @@ async fn a_waiter_falls_back_to_the_holders_ttl_when_the_holder_dies_without_rel
     let taken = Instant::now();
     let holder = fixed_lease(&env.client, &key, ms(300)).await.unwrap();
     std::mem::forget(holder); // dies: no release, no notice
-    let guard = within(
-        secs(4),
-        "the fallback wake-up",
-        other.lock(&key).wait(secs(3)).acquire(),
-    )
-    .await
-    .expect("the waiter gets the lock when the lease ends");
-    let at = taken.elapsed();
-    println!(
-        "[{:?}] waiter took over a dead holder's 300 ms lease after {at:?}",
-        env.kind
-    );
-    assert!(
-        at >= ms(290),
-        "taken over after {at:?}, before the lease ended"
-    );
-    assert!(at < ms(1500), "fallback wake-up only after {at:?}");
-    guard.release().await.unwrap();
+    let what = "the waiter gets the lock when the lease ends";
+    let at = taken_after(taken, &other, &key, secs(3), what).await;
+    let what = "waiter took over a dead holder's 300 ms lease";
+    assert_taken_over_when_300ms_ran_out(&env, what, at);
 }
 
 async fn fencing_tokens_strictly_increase_across_releases_expiry_deletes_and_clients(env: Env) {
@@ -417,12 +326,7 @@ async fn a_stale_guard_cannot_release_the_new_holders_lock(env: Env) {
     let other = env.other().await;
     let stale = fixed_lease(&env.client, &key, ms(100)).await.unwrap();
     within(secs(2), "the stale lease ends", stale.lost()).await;
-    let holder = other
-        .lock(&key)
-        .ttl(secs(10))
-        .renew(false)
-        .wait(secs(1))
-        .acquire()
+    let holder = fixed_lease_waiting(&other, &key, secs(10), secs(1))
         .await
         .unwrap();
     assert!(holder.fencing_token() > stale.fencing_token());
@@ -430,9 +334,16 @@ async fn a_stale_guard_cannot_release_the_new_holders_lock(env: Env) {
         Err(LockError::Lost { key: k }) => assert_eq!(k, key),
         other => panic!("a stale release gave {other:?}"),
     }
-    assert!(!holder.is_lost());
-    let left = remaining(&env.client, &key).await;
+    assert_the_new_holder_keeps_its_10s_lease(&env, &key, holder).await;
+}
+
+/// The end of a stale-guard scenario: the new holder of `key` is not lost,
+/// still has most of its 10 s lease, and releases it.
+async fn assert_the_new_holder_keeps_its_10s_lease(env: &Env, key: &str, holder: LockGuard) {
+    let left = remaining(&env.client, key).await;
+    // A renewal with a stale 300 ms guard's token would have re-armed it.
     assert!(left > secs(8), "the new holder's lease is down to {left:?}");
+    assert!(!holder.is_lost());
     holder
         .release()
         .await
@@ -448,18 +359,8 @@ async fn a_stale_guard_cannot_extend_the_new_holders_lock(env: Env) {
     // The stale guard's watchdog tries to renew with its own token: refused.
     within(secs(2), "the stale guard notices", stale.lost()).await;
     tokio::time::sleep(ms(150)).await;
-    let left = remaining(&env.client, &key).await;
-    // A renewal with the stale token would have set the lease to 300 ms.
-    assert!(
-        left > secs(8),
-        "the new holder's lease was re-armed to {left:?}"
-    );
-    assert!(!holder.is_lost());
     assert!(stale.release().await.unwrap_err().is_lost());
-    holder
-        .release()
-        .await
-        .expect("the new holder still owns it");
+    assert_the_new_holder_keeps_its_10s_lease(&env, &key, holder).await;
 }
 
 async fn wait_zero_tries_once_and_reports_busy_with_the_holders_remaining_lease(env: Env) {
@@ -509,25 +410,27 @@ async fn wait_zero_tries_once_and_reports_busy_with_the_holders_remaining_lease(
     holder.release().await.unwrap();
 }
 
+/// `env.client` takes `key` with a lease of `ttl`, then `other` waits up to
+/// `wait` for it and gives up: the holder, the waiter's error and how long it
+/// waited.
+async fn busy_after_waiting(
+    env: &Env,
+    other: &LockClient,
+    key: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> (LockGuard, LockError, Duration) {
+    let holder = env.client.lock(key).ttl(ttl).acquire().await.unwrap();
+    let started = Instant::now();
+    let err = other.lock(key).wait(wait).acquire().await.unwrap_err();
+    (holder, err, started.elapsed())
+}
+
 async fn busy_after_a_wait_respects_the_deadline(env: Env) {
     let other = env.other().await;
     // A long lease: the waiter sleeps on the notice until its deadline.
     let key_a = key("deadline-long");
-    let holder = env
-        .client
-        .lock(&key_a)
-        .ttl(secs(5))
-        .acquire()
-        .await
-        .unwrap();
-    let started = Instant::now();
-    let err = other
-        .lock(&key_a)
-        .wait(ms(300))
-        .acquire()
-        .await
-        .unwrap_err();
-    let took = started.elapsed();
+    let (holder, err, took) = busy_after_waiting(&env, &other, &key_a, secs(5), ms(300)).await;
     let retry = err.retry_after().expect("Busy");
     println!(
         "[{:?}] wait(300ms) on a 5 s holder gave up after {took:?} (retry_after {retry:?})",
@@ -539,21 +442,7 @@ async fn busy_after_a_wait_respects_the_deadline(env: Env) {
     // A short renewing lease: the waiter's lease-end timer fires several times
     // and each retry finds it renewed; the deadline still holds.
     let key_b = key("deadline-short");
-    let renewing = env
-        .client
-        .lock(&key_b)
-        .ttl(ms(150))
-        .acquire()
-        .await
-        .unwrap();
-    let started = Instant::now();
-    let err = other
-        .lock(&key_b)
-        .wait(ms(500))
-        .acquire()
-        .await
-        .unwrap_err();
-    let took = started.elapsed();
+    let (renewing, err, took) = busy_after_waiting(&env, &other, &key_b, ms(150), ms(500)).await;
     println!(
         "[{:?}] wait(500ms) on a renewing 150 ms holder gave up after {took:?}",
         env.kind
@@ -566,20 +455,9 @@ async fn busy_after_a_wait_respects_the_deadline(env: Env) {
     holder.release().await.unwrap();
     renewing.release().await.unwrap();
     for key in [&key_a, &key_b] {
-        let started = Instant::now();
-        let guard = env
-            .client
-            .lock(key)
-            .wait(secs(3))
-            .acquire()
-            .await
-            .expect("free after the holder released");
-        assert!(
-            started.elapsed() < secs(1),
-            "free only after {:?}",
-            started.elapsed()
-        );
-        guard.release().await.unwrap();
+        let what = "free after the holder released";
+        let took = taken_after(Instant::now(), &env.client, key, secs(3), what).await;
+        assert!(took < secs(1), "free only after {took:?}");
     }
 }
 
@@ -592,10 +470,7 @@ async fn ten_thousand_acquire_release_cycles_leave_no_watchdog_and_no_task(env: 
     let busy = env.client.lock(&key).wait(ms(50)).acquire().await;
     assert!(busy.unwrap_err().is_busy());
     holder.release().await.unwrap();
-    eventually(secs(2), "warm-up watchdog ends", || {
-        env.client.renewed_leases() == 0
-    })
-    .await;
+    watchdogs_stop(secs(2), &[&env.client]).await;
     let tasks_before = metrics.num_alive_tasks();
     let started = Instant::now();
     // 8 tasks x 1,250 cycles, each task on a key of its own: mostly
@@ -619,10 +494,7 @@ async fn ten_thousand_acquire_release_cycles_leave_no_watchdog_and_no_task(env: 
         within(secs(60), "1,250 cycles", worker).await.unwrap();
     }
     let took = started.elapsed();
-    let settled = eventually(secs(3), "no live watchdog", || {
-        env.client.renewed_leases() == 0
-    })
-    .await;
+    let settled = watchdogs_stop(secs(3), &[&env.client]).await;
     let deadline = Instant::now() + secs(3);
     while metrics.num_alive_tasks() > tasks_before && Instant::now() < deadline {
         tokio::time::sleep(ms(5)).await;
@@ -650,21 +522,20 @@ async fn dropping_a_guard_releases_the_lock_in_the_background(env: Env) {
     let other = env.other().await;
     let guard = env.client.lock(&key).ttl(secs(30)).acquire().await.unwrap();
     drop(guard);
-    let started = Instant::now();
-    let next = other
-        .lock(&key)
-        .wait(secs(3))
-        .acquire()
-        .await
-        .expect("a dropped guard releases");
-    let took = started.elapsed();
+    let took = taken_after(
+        Instant::now(),
+        &other,
+        &key,
+        secs(3),
+        "a dropped guard releases",
+    )
+    .await;
     println!(
         "[{:?}] a dropped guard's 30 s lock was free after {took:?}",
         env.kind
     );
     // A 30 s lease: only a release can free it this fast.
     assert!(took < secs(1), "free only after {took:?}");
-    next.release().await.unwrap();
 }
 
 async fn dropping_a_guard_outside_a_runtime_stops_its_watchdog_and_the_lease_runs_out(env: Env) {
@@ -680,14 +551,8 @@ async fn dropping_a_guard_outside_a_runtime_stops_its_watchdog_and_the_lease_run
     .join()
     .unwrap();
     assert!(dropped < ms(50), "drop blocked for {dropped:?}");
-    let next = within(
-        secs(3),
-        "the lease runs out",
-        other.lock(&key).wait(secs(2)).acquire(),
-    )
-    .await
-    .expect("the lease runs out when nobody renews it");
-    let at = taken.elapsed();
+    let what = "the lease runs out when nobody renews it";
+    let at = taken_after(taken, &other, &key, secs(2), what).await;
     println!(
         "[{:?}] a guard dropped outside any runtime freed its 300 ms lock after {at:?}",
         env.kind
@@ -696,11 +561,7 @@ async fn dropping_a_guard_outside_a_runtime_stops_its_watchdog_and_the_lease_run
         at < ms(1500),
         "the watchdog kept renewing: free only after {at:?}"
     );
-    next.release().await.unwrap();
-    eventually(secs(1), "watchdogs stop", || {
-        env.client.renewed_leases() == 0
-    })
-    .await;
+    watchdogs_stop(secs(1), &[&env.client]).await;
 }
 
 async fn with_lock_releases_the_lock_when_the_future_completes(env: Env) {
@@ -727,10 +588,7 @@ async fn with_lock_releases_the_lock_when_the_future_completes(env: Env) {
         !is_held(&other, &key).await,
         "still held after with_lock returned"
     );
-    eventually(secs(1), "watchdogs stop", || {
-        env.client.renewed_leases() == 0
-    })
-    .await;
+    watchdogs_stop(secs(1), &[&env.client]).await;
 }
 
 /// `Lost` from `run` means the lease may have ended before the work finished.
@@ -794,24 +652,14 @@ async fn with_lock_releases_the_lock_when_the_future_panics_in_a_spawned_task(en
     };
     let err = task.await.unwrap_err();
     assert!(err.is_panic());
-    let started = Instant::now();
-    let next = other
-        .lock(&key)
-        .wait(secs(3))
-        .acquire()
-        .await
-        .expect("the lock is freed after the panic");
+    let what = "the lock is freed after the panic";
+    let took = taken_after(Instant::now(), &other, &key, secs(3), what).await;
     println!(
-        "[{:?}] the lock of a panicked task (30 s lease) was free after {:?}",
-        env.kind,
-        started.elapsed()
+        "[{:?}] the lock of a panicked task (30 s lease) was free after {took:?}",
+        env.kind
     );
-    assert!(started.elapsed() < secs(1));
-    next.release().await.unwrap();
-    eventually(secs(1), "watchdogs stop", || {
-        env.client.renewed_leases() == 0
-    })
-    .await;
+    assert!(took < secs(1));
+    watchdogs_stop(secs(1), &[&env.client]).await;
 }
 
 async fn with_lock_releases_the_lock_when_the_future_panics_in_the_caller(env: Env) {
@@ -824,14 +672,9 @@ async fn with_lock_releases_the_lock_when_the_future_panics_in_the_caller(env: E
     .catch_unwind()
     .await;
     assert!(outcome.is_err(), "the panic propagates");
+    let what = "the lock is freed after the panic";
     assert!(current_lock().is_none(), "the scope ended with the panic");
-    let next = other
-        .lock(&key)
-        .wait(secs(3))
-        .acquire()
-        .await
-        .expect("the lock is freed after the panic");
-    next.release().await.unwrap();
+    taken_after(Instant::now(), &other, &key, secs(3), what).await;
 }
 
 struct SetOnDrop(Arc<AtomicBool>);
@@ -878,10 +721,7 @@ async fn a_lost_lease_cancels_the_with_lock_future_and_returns_lost(env: Env) {
     }
     assert!(dropped.load(SeqCst), "the future was not dropped");
     assert!(took < secs(1), "cancelled after {took:?}");
-    eventually(secs(1), "watchdogs stop", || {
-        env.client.renewed_leases() == 0
-    })
-    .await;
+    watchdogs_stop(secs(1), &[&env.client]).await;
 }
 
 async fn nested_locking_of_the_same_key_reenters_and_the_outer_scope_keeps_ownership(env: Env) {
@@ -968,14 +808,7 @@ async fn current_lock_gives_the_innermost_key_and_fence(env: Env) {
     let (a, b) = (key("outer"), key("inner"));
     // Give `b` a different fence from `a`'s.
     for _ in 0..3 {
-        client
-            .lock(&b)
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        lock_and_release(client, &b).await;
     }
     assert_eq!(current_lock(), None);
     let plain = client.lock(&a).acquire().await.unwrap();
@@ -1030,10 +863,7 @@ async fn a_timed_out_waiting_acquire_leaves_nothing_held(env: Env) {
         !is_held(&env.client, &key).await,
         "the cancelled waiter holds the lock"
     );
-    eventually(secs(1), "watchdogs stop", || {
-        env.client.renewed_leases() == 0 && other.renewed_leases() == 0
-    })
-    .await;
+    watchdogs_stop(secs(1), &[&env.client, &other]).await;
 }
 
 /// A wait that ends `Busy` has left the line by the time it answers: the
@@ -1118,10 +948,7 @@ async fn acquires_dropped_at_any_point_never_leave_a_lock_held(env: Env) {
     if env.is_redis() {
         assert!(cancelled > 0, "no acquire was cancelled mid-flight");
     }
-    eventually(secs(2), "watchdogs stop", || {
-        env.client.renewed_leases() == 0 && other.renewed_leases() == 0
-    })
-    .await;
+    watchdogs_stop(secs(2), &[&env.client, &other]).await;
 }
 
 async fn bad_keys_are_invalid_key_errors_everywhere(env: Env) {
@@ -1259,23 +1086,10 @@ async fn cancelling_a_with_lock_future_releases_its_lock(env: Env) {
     };
     assert!(tokio::time::timeout(ms(100), work).await.is_err());
     assert!(entered.load(SeqCst), "the future never ran");
-    let started = Instant::now();
-    let next = other
-        .lock(&key)
-        .wait(secs(3))
-        .acquire()
-        .await
-        .expect("the cancelled scope's lock is released");
-    assert!(
-        started.elapsed() < secs(1),
-        "free after {:?}",
-        started.elapsed()
-    );
-    next.release().await.unwrap();
-    eventually(secs(1), "watchdogs stop", || {
-        env.client.renewed_leases() == 0
-    })
-    .await;
+    let what = "the cancelled scope's lock is released";
+    let took = taken_after(Instant::now(), &other, &key, secs(3), what).await;
+    assert!(took < secs(1), "free after {took:?}");
+    watchdogs_stop(secs(1), &[&env.client]).await;
 }
 
 async fn waiters_cancelled_around_a_release_never_strand_the_others(env: Env) {
@@ -1479,14 +1293,7 @@ async fn a_prefix_with_braces_or_control_characters_or_too_long_is_a_config_erro
             .await
             .unwrap();
         assert_eq!(client.key_prefix(), prefix);
-        client
-            .lock("k")
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        lock_and_release(&client, "k").await;
     }
 }
 
@@ -1535,9 +1342,7 @@ async fn an_unreachable_server_at_build_is_a_backend_error() {
     // A port with nothing listening on it.
     let port = test_support::free_port();
     let started = Instant::now();
-    let err = LockClient::builder()
-        .redis(format!("redis://127.0.0.1:{port}"))
-        .build()
+    let err = redis_url_client(format!("redis://127.0.0.1:{port}"))
         .await
         .unwrap_err();
     let took = started.elapsed();
@@ -1579,20 +1384,16 @@ async fn rediss_without_the_tls_feature_is_a_config_error() {
 
 #[tokio::test]
 async fn zero_timeouts_are_config_errors() {
-    let err = LockClient::builder()
-        .memory()
-        .connect_timeout(Duration::ZERO)
-        .build()
-        .await
-        .unwrap_err();
-    assert!(err.is_config(), "{err:?}");
-    let err = LockClient::builder()
-        .memory()
-        .response_timeout(Duration::ZERO)
-        .build()
-        .await
-        .unwrap_err();
-    assert!(err.is_config(), "{err:?}");
+    type Configure = fn(LockClientBuilder) -> LockClientBuilder;
+    let zero: [(&str, Configure); 2] = [
+        ("connect", |b| b.connect_timeout(Duration::ZERO)),
+        ("response", |b| b.response_timeout(Duration::ZERO)),
+    ];
+    for (which, configure) in zero {
+        let err = configure(LockClient::builder().memory()).build().await;
+        let err = err.unwrap_err();
+        assert!(err.is_config(), "{which} timeout: {err:?}");
+    }
 }
 
 /// Builds a Redis client with `configure` applied, then takes and releases a

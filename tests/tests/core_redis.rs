@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use lock_runtime::__private::testing::fence_counter;
-use lock_runtime::LockClient;
+use lock_runtime::{LockClient, LockGuard};
 use test_support::{ACL_LOCKER, RedisServer};
 
 #[allow(unused_macros)]
@@ -18,11 +18,33 @@ use test_support::helpers::*;
 
 async fn client(server: &RedisServer) -> LockClient {
     core_support::capture_warnings();
-    LockClient::builder()
-        .redis(server.url())
-        .build()
-        .await
-        .expect("a client")
+    default_redis_client(server).await
+}
+
+/// Two independent clients of `server`.
+async fn two_clients(server: &RedisServer) -> (LockClient, LockClient) {
+    (client(server).await, client(server).await)
+}
+
+/// Holds `key` with a lease of `ttl` for `after`, then does `event` to the
+/// server: the guard, and how long after the event its `lost()` resolved
+/// (`what` fails the test if not within 3 s).
+async fn lost_after(
+    server: &mut RedisServer,
+    client: &LockClient,
+    key: &str,
+    ttl: Duration,
+    after: Duration,
+    what: &str,
+    event: impl FnOnce(&mut RedisServer),
+) -> (LockGuard, Duration) {
+    let guard = client.lock(key).ttl(ttl).acquire().await.unwrap();
+    let lost = guard.lost();
+    tokio::time::sleep(after).await;
+    let at = Instant::now();
+    event(server);
+    within(secs(3), what, lost).await;
+    (guard, at.elapsed())
 }
 
 /// The last line of a `redis-cli` answer as a number (`PUBSUB NUMSUB`, `EXISTS`, ...).
@@ -142,14 +164,7 @@ async fn a_release_touches_the_queue_and_publishes_only_when_somebody_queued() {
     let client = client(&server).await;
     server.cli(&["CONFIG", "RESETSTAT"]);
     for _ in 0..20 {
-        client
-            .lock("calm")
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        lock_and_release(&client, "calm").await;
     }
     assert_eq!(calls(&server, "evalsha"), 40);
     for command in ["lpop", "lpos", "rpush", "publish"] {
@@ -228,8 +243,7 @@ async fn dropping_a_guard_never_blocks_even_when_the_server_hangs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_of_one_client_share_one_subscriber_connection() {
     let server = RedisServer::start();
-    let holder_client = client(&server).await;
-    let waiter_client = client(&server).await;
+    let (holder_client, waiter_client) = two_clients(&server).await;
     let keys: Vec<String> = (0..4).map(|i| format!("shared:{i}")).collect();
     let mut holders = Vec::new();
     for k in &keys {
@@ -270,13 +284,9 @@ async fn a_forgotten_renewing_guard_is_renewed_until_its_process_dies_then_the_k
     let url = server.url();
     let (locked_tx, locked_rx) = tokio::sync::oneshot::channel();
     let process = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = one_worker_runtime();
         runtime.block_on(async move {
-            let client = LockClient::builder().redis(url).build().await.unwrap();
+            let client = redis_url_client(url).await.unwrap();
             let clone = client.clone();
             let guard = client.lock("leaked").ttl(ms(300)).acquire().await.unwrap();
             std::mem::forget(guard);
@@ -313,8 +323,7 @@ async fn a_forgotten_renewing_guard_is_renewed_until_its_process_dies_then_the_k
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentrancy_is_per_client_and_task_so_another_client_in_the_same_task_waits() {
     let server = RedisServer::start();
-    let first = client(&server).await;
-    let second = client(&server).await;
+    let (first, second) = two_clients(&server).await;
     first
         .with_lock("shared", async {
             let err = second.lock("shared").acquire().await.unwrap_err();
@@ -329,14 +338,10 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
     let server = RedisServer::start_with(&["--requirepass", "s3cret pw"]);
     let base = format!("127.0.0.1:{}", server.port);
 
-    let right = LockClient::builder()
-        .redis(format!("redis://:s3cret%20pw@{base}"))
-        .build()
+    let right = redis_url_client(format!("redis://:s3cret%20pw@{base}"))
         .await
         .expect("the right password");
-    let other = LockClient::builder()
-        .redis(format!("redis://default:s3cret%20pw@{base}"))
-        .build()
+    let other = redis_url_client(format!("redis://default:s3cret%20pw@{base}"))
         .await
         .expect("the right password with the default user");
     // Scripts, renewals and the notice subscriber all authenticate.
@@ -349,9 +354,7 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
     assert!(latency < ms(500), "the waiter woke only after {latency:?}");
 
     let started = Instant::now();
-    let without = LockClient::builder()
-        .redis(format!("redis://{base}"))
-        .build()
+    let without = redis_url_client(format!("redis://{base}"))
         .await
         .unwrap_err();
     let without_text = test_support::error_chain(&without);
@@ -361,9 +364,7 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
         without_text.to_lowercase().contains("auth"),
         "{without_text}"
     );
-    let wrong = LockClient::builder()
-        .redis(format!("redis://:wrong@{base}"))
-        .build()
+    let wrong = redis_url_client(format!("redis://:wrong@{base}"))
         .await
         .unwrap_err();
     assert!(wrong.is_backend(), "{wrong:?}");
@@ -382,16 +383,8 @@ async fn an_acl_user_limited_to_the_lock_keys_channels_and_commands_works() {
     let server = RedisServer::start();
     assert_eq!(server.cli(ACL_LOCKER), "OK");
     let url = format!("redis://locker:locker-pw@127.0.0.1:{}", server.port);
-    let a = LockClient::builder()
-        .redis(&url)
-        .build()
-        .await
-        .expect("ACL user");
-    let b = LockClient::builder()
-        .redis(&url)
-        .build()
-        .await
-        .expect("ACL user");
+    let a = redis_url_client(&url).await.expect("ACL user");
+    let b = redis_url_client(&url).await.expect("ACL user");
 
     let guard = a.lock("k").ttl(ms(150)).acquire().await.unwrap();
     assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK"); // reload as the ACL user
@@ -459,8 +452,7 @@ async fn an_acl_user_without_channel_permission_gets_busy_in_time_without_floodi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_resubscribe_after_the_pubsub_connection_is_killed_and_still_wake_promptly() {
     let server = RedisServer::start();
-    let holder_client = client(&server).await;
-    let waiter_client = client(&server).await;
+    let (holder_client, waiter_client) = two_clients(&server).await;
     let numsub =
         |k: &str| last_number(&server.cli(&["PUBSUB", "NUMSUB", &format!("lock:N{{{k}}}")]));
 
@@ -499,13 +491,11 @@ async fn a_killed_server_makes_lost_resolve_within_about_the_ttl() {
     let mut server = RedisServer::start();
     let client = client(&server).await;
     let key = key("killed");
-    let guard = client.lock(&key).ttl(ms(300)).acquire().await.unwrap();
-    let lost = guard.lost();
-    tokio::time::sleep(ms(150)).await;
-    let killed = Instant::now();
-    server.kill();
-    within(secs(3), "lost() after the server died", lost).await;
-    let took = killed.elapsed();
+    let what = "lost() after the server died";
+    let (guard, took) = lost_after(&mut server, &client, &key, ms(300), ms(150), what, |s| {
+        s.kill()
+    })
+    .await;
     println!("lost() resolved {took:?} after redis-server was killed (ttl 300 ms)");
     // At most one lease after the last confirmed renewal.
     assert!(took < ms(1500), "lost after {took:?}");
@@ -530,13 +520,7 @@ async fn a_killed_server_makes_lost_resolve_within_about_the_ttl() {
 async fn a_restarted_server_is_usable_again_by_old_and_new_clients() {
     let mut server = RedisServer::start();
     let old = client(&server).await;
-    old.lock("k")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&old, "k").await;
     // Subscribe the old client's notifier before the restart.
     let _ = handoff(&old, &old, "warm").await;
     server.restart().unwrap(); // no persistence: keys and scripts are gone
@@ -655,7 +639,7 @@ async fn lock_with_a_temporary_client(
     key: &str,
     ttl: Duration,
 ) -> lock_runtime::LockGuard {
-    let client = LockClient::builder().redis(url).build().await.unwrap();
+    let client = redis_url_client(url).await.unwrap();
     client.lock(key).ttl(ttl).acquire().await.unwrap()
 }
 
@@ -695,8 +679,7 @@ async fn a_guard_that_outlives_its_client_says_when_its_lease_is_gone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_of_a_crashed_process_does_not_keep_a_live_waiter_from_the_lock() {
     let server = RedisServer::start();
-    let holder_client = client(&server).await;
-    let live_client = client(&server).await;
+    let (holder_client, live_client) = two_clients(&server).await;
     let holder = holder_client
         .lock("k")
         .ttl(secs(30))
@@ -707,13 +690,9 @@ async fn a_waiter_of_a_crashed_process_does_not_keep_a_live_waiter_from_the_lock
     // runtime is then shut down without running any clean-up, like a crash.
     let url = server.url();
     std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = one_worker_runtime();
         runtime.block_on(async move {
-            let client = LockClient::builder().redis(url).build().await.unwrap();
+            let client = redis_url_client(url).await.unwrap();
             tokio::spawn(async move {
                 client
                     .lock("k")
@@ -761,14 +740,12 @@ async fn a_restart_that_loses_the_lock_tells_the_holder() {
     let mut server = RedisServer::start();
     let client = client(&server).await;
     let key = key("restart");
-    let guard = client.lock(&key).ttl(ms(600)).acquire().await.unwrap();
-    let lost = guard.lost();
-    tokio::time::sleep(ms(100)).await;
     // As after a failover to a replica that never saw the lock.
-    server.restart().unwrap();
-    let restarted = Instant::now();
-    within(secs(3), "the holder learns its lock is gone", lost).await;
-    let told = restarted.elapsed();
+    let what = "the holder learns its lock is gone";
+    let (guard, told) = lost_after(&mut server, &client, &key, ms(600), ms(100), what, |s| {
+        s.restart().unwrap()
+    })
+    .await;
     println!("after a restart the holder knew its lock was gone {told:?} later");
     assert!(told < ms(1500), "the holder learned it only after {told:?}");
     assert!(guard.release().await.unwrap_err().is_lost());
@@ -777,8 +754,7 @@ async fn a_restart_that_loses_the_lock_tells_the_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_keeps_waiting_through_a_restart_and_gets_the_lock() {
     let mut server = RedisServer::start();
-    let holder_client = client(&server).await;
-    let waiter_client = client(&server).await;
+    let (holder_client, waiter_client) = two_clients(&server).await;
     let holder = holder_client
         .lock("k")
         .ttl(secs(10))

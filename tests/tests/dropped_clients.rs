@@ -3,10 +3,11 @@
 //! every Redis backend by the servers' own list of connected clients, which
 //! must return to where it was before the client was built.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use lock_runtime::{LockClient, LockClientBuilder};
 use test_support::RedisServer;
+use test_support::helpers::{ms, secs};
 use test_support::topology::{Cluster, Redlock, SentinelSetup, cli_port};
 
 /// The clients the server on `port` lists (`CLIENT LIST`), without the
@@ -35,6 +36,11 @@ fn port_of(url: &str) -> u16 {
         .unwrap_or_else(|| panic!("no port in {url}"))
 }
 
+/// The ports of `urls`.
+fn ports_of(urls: &[String]) -> Vec<u16> {
+    urls.iter().map(|u| port_of(u)).collect()
+}
+
 /// Connected clients per port.
 fn census(ports: &[u16]) -> Vec<u64> {
     ports.iter().map(|&p| connected(p)).collect()
@@ -58,18 +64,13 @@ async fn every_connection_closes_after_the_clients_are_dropped(
             let b: LockClient = b.clone();
             let key = key.clone();
             tokio::spawn(async move {
-                let guard = b
-                    .lock(&key)
-                    .wait(Duration::from_secs(5))
-                    .acquire()
-                    .await
-                    .unwrap();
+                let guard = b.lock(&key).wait(secs(5)).acquire().await.unwrap();
                 guard.release().await.unwrap();
             })
         };
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(ms(200)).await;
         held.release().await.unwrap();
-        tokio::time::timeout(Duration::from_secs(5), waiter)
+        tokio::time::timeout(secs(5), waiter)
             .await
             .expect("the waiter was woken")
             .unwrap();
@@ -92,10 +93,10 @@ async fn every_connection_closes_after_the_clients_are_dropped(
             return;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(5),
+            started.elapsed() < secs(5),
             "connections outlived their clients: {before:?} before, {now:?} 5 s after the drop"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(ms(50)).await;
     }
 }
 
@@ -109,16 +110,16 @@ async fn a_dropped_single_redis_client_closes_its_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_redlock_client_closes_its_connections() {
     let masters = Redlock::start(3);
-    let ports: Vec<u16> = masters.urls().iter().map(|u| port_of(u)).collect();
     let builder = LockClient::builder().redlock(masters.urls());
-    every_connection_closes_after_the_clients_are_dropped(builder, &ports).await;
+    every_connection_closes_after_the_clients_are_dropped(builder, &ports_of(&masters.urls()))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_sentinel_client_closes_its_connections() {
     let setup = SentinelSetup::start();
     let mut ports = vec![setup.master().port, setup.replica().port];
-    ports.extend(setup.sentinel_urls().iter().map(|u| port_of(u)));
+    ports.extend(ports_of(&setup.sentinel_urls()));
     let builder =
         LockClient::builder().sentinel(test_support::topology::MASTER_NAME, setup.sentinel_urls());
     every_connection_closes_after_the_clients_are_dropped(builder, &ports).await;
@@ -127,7 +128,7 @@ async fn a_dropped_sentinel_client_closes_its_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_cluster_client_closes_its_connections() {
     let cluster = Cluster::start(3);
-    let ports: Vec<u16> = cluster.seed_urls().iter().map(|u| port_of(u)).collect();
     let builder = LockClient::builder().cluster(cluster.seed_urls());
-    every_connection_closes_after_the_clients_are_dropped(builder, &ports).await;
+    every_connection_closes_after_the_clients_are_dropped(builder, &ports_of(&cluster.seed_urls()))
+        .await;
 }

@@ -15,8 +15,11 @@ use lock_runtime::LockClient;
 use lock_runtime::layer::IdempotencyLayer;
 use lock_runtime::layer::idempotency::StoreResponse;
 use serde_json::{Value, json};
-use test_support::helpers::{memory_client, redis_client};
-use test_support::http::serve;
+use test_support::helpers::{
+    memory_client, ms, one_worker_runtime, redis_client, redis_url_client, secs,
+    short_timeout_client,
+};
+use test_support::http::{send, serve};
 use test_support::topology::Redlock;
 use test_support::{RedisServer, signal};
 use tokio::sync::Notify;
@@ -33,6 +36,16 @@ async fn clients(server: &RedisServer) -> [(&'static str, LockClient); 2] {
 struct Orders {
     runs: Arc<AtomicUsize>,
     work: Duration,
+}
+
+impl Orders {
+    /// Orders whose handler takes `work`.
+    fn taking(work: Duration) -> Self {
+        Self {
+            work,
+            ..Self::default()
+        }
+    }
 }
 
 /// `POST /orders`: creates order N (N = how many times the handler ran).
@@ -56,6 +69,22 @@ fn orders_app(layer: IdempotencyLayer, orders: Orders) -> Router {
         .with_state(orders)
 }
 
+/// `POST {base}/orders` with the idempotency key `key` (the header's value,
+/// quotes included) and the JSON `body`.
+async fn post_order(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    body: &Value,
+) -> reqwest::Response {
+    send(
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", key)
+            .json(body),
+    )
+    .await
+}
+
 fn is_replay(headers: &HeaderMap) -> bool {
     headers
         .get("idempotent-replayed")
@@ -66,10 +95,7 @@ fn is_replay(headers: &HeaderMap) -> bool {
 async fn concurrent_identical_posts_run_the_handler_once() {
     let server = RedisServer::start();
     for (backend, client) in clients(&server).await {
-        let orders = Orders {
-            work: Duration::from_millis(200),
-            ..Orders::default()
-        };
+        let orders = Orders::taking(ms(200));
         let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
         let http = reqwest::Client::new();
         let n = 10;
@@ -77,13 +103,12 @@ async fn concurrent_identical_posts_run_the_handler_once() {
             let http = http.clone();
             let url = format!("{base}/orders");
             async move {
-                let r = http
-                    .post(url)
-                    .header("idempotency-key", "\"order-abc\"")
-                    .json(&json!({ "item": "book" }))
-                    .send()
-                    .await
-                    .unwrap();
+                let r = send(
+                    http.post(url)
+                        .header("idempotency-key", "\"order-abc\"")
+                        .json(&json!({ "item": "book" })),
+                )
+                .await;
                 let (status, replayed) = (r.status(), is_replay(r.headers()));
                 let retry_after = r.headers().get("retry-after").cloned();
                 (
@@ -119,13 +144,7 @@ async fn concurrent_identical_posts_run_the_handler_once() {
         assert_eq!(fresh, 1, "{backend}: exactly one response is the original");
 
         // After completion every retry is a replay.
-        let r = http
-            .post(format!("{base}/orders"))
-            .header("idempotency-key", "\"order-abc\"")
-            .json(&json!({ "item": "book" }))
-            .send()
-            .await
-            .unwrap();
+        let r = post_order(&http, &base, "\"order-abc\"", &json!({ "item": "book" })).await;
         assert_eq!(r.status(), StatusCode::CREATED, "{backend}");
         assert!(is_replay(r.headers()), "{backend}");
         assert_eq!(orders.runs.load(Ordering::SeqCst), 1, "{backend}");
@@ -216,12 +235,7 @@ async fn bad_or_missing_keys_get_400_and_optional_ones_pass_through() {
     let http = reqwest::Client::new();
     let body = json!({ "item": "cup" });
 
-    let r = http
-        .post(format!("{base}/orders"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/orders")).json(&body)).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     assert_eq!(r.headers()["content-type"], "application/problem+json");
     let long = format!("\"{}\"", "x".repeat(256));
@@ -232,51 +246,33 @@ async fn bad_or_missing_keys_get_400_and_optional_ones_pass_through() {
         "\"\"",
         long.as_str(),
     ] {
-        let r = http
-            .post(format!("{base}/orders"))
-            .header("idempotency-key", bad)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = post_order(&http, &base, bad, &body).await;
         assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad:?}");
     }
-    let r = http
-        .post(format!("{base}/orders"))
-        .header("idempotency-key", "\"a\"")
-        .header("idempotency-key", "\"b\"")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = send(
+        http.post(format!("{base}/orders"))
+            .header("idempotency-key", "\"a\"")
+            .header("idempotency-key", "\"b\"")
+            .json(&body),
+    )
+    .await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     assert_eq!(orders.runs.load(Ordering::SeqCst), 0);
 
     // 255 characters is fine.
     let max = format!("\"{}\"", "x".repeat(255));
-    let r = http
-        .post(format!("{base}/orders"))
-        .header("idempotency-key", max)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = post_order(&http, &base, &max, &body).await;
     assert_eq!(r.status(), StatusCode::CREATED);
 
     // Not required on PUT: without a key it passes through (twice: two runs).
     for _ in 0..2 {
-        let r = http
-            .put(format!("{base}/orders"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = send(http.put(format!("{base}/orders")).json(&body)).await;
         assert_eq!(r.status(), StatusCode::CREATED);
         assert!(!is_replay(r.headers()));
     }
     assert_eq!(orders.runs.load(Ordering::SeqCst), 3);
     // Safe methods are never touched.
-    let r = http.get(format!("{base}/orders")).send().await.unwrap();
+    let r = send(http.get(format!("{base}/orders"))).await;
     assert_eq!(r.text().await.unwrap(), "list");
 }
 
@@ -288,24 +284,17 @@ async fn a_request_refused_before_the_handler_leaves_the_key_usable() {
         let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
         let http = reqwest::Client::new();
         // Malformed JSON: the extractor rejects it, the handler never runs.
-        let r = http
-            .post(format!("{base}/orders"))
-            .header("idempotency-key", "\"k\"")
-            .header("content-type", "application/json")
-            .body("{ not json")
-            .send()
-            .await
-            .unwrap();
+        let r = send(
+            http.post(format!("{base}/orders"))
+                .header("idempotency-key", "\"k\"")
+                .header("content-type", "application/json")
+                .body("{ not json"),
+        )
+        .await;
         assert!(r.status().is_client_error(), "{backend}: {}", r.status());
         assert!(!is_replay(r.headers()));
         // The corrected request, same key: runs (not 422, not a replay of the 400).
-        let r = http
-            .post(format!("{base}/orders"))
-            .header("idempotency-key", "\"k\"")
-            .json(&json!({ "item": "mug" }))
-            .send()
-            .await
-            .unwrap();
+        let r = post_order(&http, &base, "\"k\"", &json!({ "item": "mug" })).await;
         assert_eq!(r.status(), StatusCode::CREATED, "{backend}");
         assert!(!is_replay(r.headers()));
         assert_eq!(orders.runs.load(Ordering::SeqCst), 1);
@@ -452,14 +441,14 @@ async fn a_client_disconnect_mid_handler_releases_the_record() {
             async move {
                 if runs.fetch_add(1, Ordering::SeqCst) == 0 {
                     started.notify_one();
-                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    tokio::time::sleep(secs(30)).await;
                 }
                 (StatusCode::CREATED, "second try")
             }
         }
     };
     // A long lease: being able to retry soon proves a release, not an expiry.
-    let layer = IdempotencyLayer::new(client).ttl(Duration::from_secs(30));
+    let layer = IdempotencyLayer::new(client).ttl(secs(30));
     let app = Router::new().route("/orders", post(handler).route_layer(layer));
     let base = serve(app).await;
     let addr = base.trim_start_matches("http://");
@@ -469,7 +458,7 @@ async fn a_client_disconnect_mid_handler_releases_the_record() {
         b"POST /orders HTTP/1.1\r\nhost: x\r\nidempotency-key: \"d\"\r\ncontent-length: 0\r\n\r\n",
     )
     .unwrap();
-    tokio::time::timeout(Duration::from_secs(5), started.notified())
+    tokio::time::timeout(secs(5), started.notified())
         .await
         .expect("the handler did not start");
     let http = reqwest::Client::new();
@@ -488,11 +477,8 @@ async fn a_client_disconnect_mid_handler_releases_the_record() {
             break;
         }
         assert_eq!(r.status(), StatusCode::CONFLICT);
-        assert!(
-            dropped.elapsed() < Duration::from_secs(10),
-            "the record was not released"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(dropped.elapsed() < secs(10), "the record was not released");
+        tokio::time::sleep(ms(20)).await;
     }
     println!(
         "key usable again {:?} after the client disconnected",
@@ -537,11 +523,8 @@ async fn records_are_scoped_to_the_principal() {
 async fn a_duplicate_can_wait_for_the_first_and_get_its_response() {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
-    let orders = Orders {
-        work: Duration::from_millis(300),
-        ..Orders::default()
-    };
-    let layer = IdempotencyLayer::new(client).wait(Duration::from_secs(10));
+    let orders = Orders::taking(ms(300));
+    let layer = IdempotencyLayer::new(client).wait(secs(10));
     let base = serve(orders_app(layer, orders.clone())).await;
     let http = reqwest::Client::new();
     let send = || {
@@ -551,7 +534,7 @@ async fn a_duplicate_can_wait_for_the_first_and_get_its_response() {
             .send()
     };
     let (a, b) = tokio::join!(send(), async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(ms(50)).await;
         send().await
     });
     let (a, b) = (a.unwrap(), b.unwrap());
@@ -566,11 +549,8 @@ async fn a_handler_outliving_its_lease_keeps_the_record_in_flight() {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
     // Three leases long: only the watchdog's renewals keep the record claimed.
-    let orders = Orders {
-        work: Duration::from_millis(900),
-        ..Orders::default()
-    };
-    let layer = IdempotencyLayer::new(client).ttl(Duration::from_millis(300));
+    let orders = Orders::taking(ms(900));
+    let layer = IdempotencyLayer::new(client).ttl(ms(300));
     let base = serve(orders_app(layer, orders.clone())).await;
     let http = reqwest::Client::new();
     let send = || {
@@ -581,7 +561,7 @@ async fn a_handler_outliving_its_lease_keeps_the_record_in_flight() {
     };
     let first = tokio::spawn(send());
     for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(ms(100)).await;
         let r = send().await.unwrap();
         assert_eq!(
             r.status(),
@@ -598,18 +578,14 @@ async fn a_handler_outliving_its_lease_keeps_the_record_in_flight() {
 async fn a_crashed_process_frees_its_key_after_one_lease() {
     let server = RedisServer::start();
     let url = server.url();
-    let lease = Duration::from_millis(600);
+    let lease = ms(600);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (crash_tx, crash_rx) = std::sync::mpsc::channel::<()>();
     // "Process" A: its own runtime, client and server; its handler never ends.
     let a = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = one_worker_runtime();
         runtime.block_on(async {
-            let client = LockClient::builder().redis(url).build().await.unwrap();
+            let client = redis_url_client(url).await.unwrap();
             let started = Arc::new(Notify::new());
             let handler = {
                 let started = started.clone();
@@ -642,7 +618,7 @@ async fn a_crashed_process_frees_its_key_after_one_lease() {
         // and renewals stop.
         runtime.shutdown_background();
     });
-    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    ready_rx.recv_timeout(secs(10)).unwrap();
 
     // "Process" B, same Redis, same route.
     let client = redis_client(&server).await;
@@ -683,10 +659,10 @@ async fn a_crashed_process_frees_its_key_after_one_lease() {
         }
         assert_eq!(r.status(), StatusCode::CONFLICT);
         assert!(
-            crashed.elapsed() < Duration::from_secs(10),
+            crashed.elapsed() < secs(10),
             "the crashed claim never expired"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(ms(50)).await;
     }
     let freed = crashed.elapsed();
     println!("key usable again {freed:?} after the crash (lease {lease:?})");
@@ -701,23 +677,11 @@ async fn redis_down_answers_503_and_large_bodies_413() {
     let layer = IdempotencyLayer::new(client).max_request_body(64);
     let base = serve(orders_app(layer, orders.clone())).await;
     let http = reqwest::Client::new();
-    let r = http
-        .post(format!("{base}/orders"))
-        .header("idempotency-key", "\"big\"")
-        .json(&json!({ "item": "x".repeat(100) }))
-        .send()
-        .await
-        .unwrap();
+    let r = post_order(&http, &base, "\"big\"", &json!({ "item": "x".repeat(100) })).await;
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
 
     server.kill();
-    let r = http
-        .post(format!("{base}/orders"))
-        .header("idempotency-key", "\"down\"")
-        .json(&json!({ "item": "y" }))
-        .send()
-        .await
-        .unwrap();
+    let r = post_order(&http, &base, "\"down\"", &json!({ "item": "y" })).await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.headers()["retry-after"], "1");
     assert_eq!(r.headers()["content-type"], "application/problem+json");
@@ -759,7 +723,7 @@ async fn a_refusal_by_an_inner_lock_layer_is_not_stored() {
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     server.restart().unwrap();
     // Not a replayed 503: once the lock backend is back, the payment runs.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + secs(10);
     loop {
         let r = send().await.unwrap();
         assert!(!is_replay(r.headers()), "a refusal was stored and replayed");
@@ -771,7 +735,7 @@ async fn a_refusal_by_an_inner_lock_layer_is_not_stored() {
             Instant::now() < deadline,
             "the lock backend did not come back"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(ms(50)).await;
     }
     let r = send().await.unwrap();
     assert_eq!(
@@ -926,13 +890,7 @@ async fn with_the_json_fingerprint_reordered_members_and_whitespace_are_the_same
 }
 
 async fn redlock_client(masters: &Redlock) -> LockClient {
-    LockClient::builder()
-        .redlock(masters.urls())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap()
+    short_timeout_client(LockClient::builder().redlock(masters.urls())).await
 }
 
 /// On Redlock the records live on every master and a majority decides: a
@@ -993,10 +951,7 @@ async fn on_redlock_a_dead_or_emptied_master_neither_stops_the_layer_nor_reruns_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redlock_concurrent_identical_posts_run_the_handler_at_most_once() {
     let masters = Redlock::start(3);
-    let orders = Orders {
-        work: Duration::from_millis(200),
-        ..Orders::default()
-    };
+    let orders = Orders::taking(ms(200));
     let layer = IdempotencyLayer::new(redlock_client(&masters).await);
     let base = serve(orders_app(layer, orders.clone())).await;
     let http = reqwest::Client::new();
@@ -1041,9 +996,7 @@ struct Killer(std::net::TcpStream);
 impl Killer {
     fn connect(port: u16) -> Self {
         let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        stream.set_read_timeout(Some(secs(5))).unwrap();
         Self(stream)
     }
 
@@ -1163,16 +1116,16 @@ async fn a_lost_reply_never_turns_a_success_into_an_error_nor_reruns_a_request()
         let runs_before = runs.load(Ordering::SeqCst);
         *plan.lock().unwrap() = Some((stage, kill_first));
         let first = tokio::spawn(send(&key));
-        tokio::time::timeout(Duration::from_secs(5), frozen.notified())
+        tokio::time::timeout(secs(5), frozen.notified())
             .await
             .unwrap_or_else(|_| panic!("{case}: the server was not frozen"));
         // The command reaches the frozen server within this pause; the whole
         // freeze stays under the client's 500 ms response timeout.
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(ms(150)).await;
         if !kill_first {
             killer.lock().unwrap().queue();
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(ms(50)).await;
         signal(pid, "CONT").unwrap();
         let killed = tokio::task::block_in_place(|| killer.lock().unwrap().killed());
         assert!(killed >= 1, "{case}: CLIENT KILL killed nothing");
@@ -1224,13 +1177,13 @@ async fn hammer_while_killing_connections(
             async move {
                 let key: usize = headers["x-key"].to_str().unwrap().parse().unwrap();
                 let id: usize = headers["x-request"].to_str().unwrap().parse().unwrap();
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(ms(20)).await;
                 ran.lock().unwrap()[key].push(id);
                 (StatusCode::CREATED, format!("key {key} by request {id}"))
             }
         }
     };
-    let layer = IdempotencyLayer::new(client).ttl(Duration::from_secs(1));
+    let layer = IdempotencyLayer::new(client).ttl(secs(1));
     let base = serve(Router::new().route("/orders", post(handler).route_layer(layer))).await;
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1240,7 +1193,7 @@ async fn hammer_while_killing_connections(
             let mut killers: Vec<Killer> = ports.iter().map(|p| Killer::connect(*p)).collect();
             let mut killed = 0;
             while !stop.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(300));
+                std::thread::sleep(ms(300));
                 for k in &mut killers {
                     k.queue();
                     killed += k.killed();
@@ -1259,18 +1212,17 @@ async fn hammer_while_killing_connections(
             let (http, base, next_id) = (http.clone(), base.clone(), next_id.clone());
             async move {
                 let mut log = KeyLog::default();
-                let deadline = Instant::now() + Duration::from_secs(20);
+                let deadline = Instant::now() + secs(20);
                 let mut done = false;
                 while Instant::now() < deadline {
                     let id = next_id.fetch_add(1, Ordering::SeqCst);
-                    let r = http
-                        .post(format!("{base}/orders"))
-                        .header("idempotency-key", format!("\"key-{key}\""))
-                        .header("x-key", key.to_string())
-                        .header("x-request", id.to_string())
-                        .send()
-                        .await
-                        .unwrap();
+                    let r = send(
+                        http.post(format!("{base}/orders"))
+                            .header("idempotency-key", format!("\"key-{key}\""))
+                            .header("x-key", key.to_string())
+                            .header("x-request", id.to_string()),
+                    )
+                    .await;
                     let (status, replayed) = (r.status(), is_replay(r.headers()));
                     log.answers.push((id, status));
                     if status.is_success() {
@@ -1282,7 +1234,7 @@ async fn hammer_while_killing_connections(
                     }
                     // A refusal (409 in flight, 503 store unreachable) or the
                     // first answer: ask again.
-                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    tokio::time::sleep(ms(30)).await;
                 }
                 log
             }
@@ -1351,7 +1303,7 @@ async fn killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_
     let server = RedisServer::start();
     let client = redis_client(&server).await;
     let (ran, logs, killed) =
-        hammer_while_killing_connections(client, vec![server.port], Duration::from_secs(8)).await;
+        hammer_while_killing_connections(client, vec![server.port], secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("redis", &ran, &logs, killed);
 }
 
@@ -1363,8 +1315,7 @@ async fn on_redlock_killed_connections_neither_run_a_handler_twice_nor_answer_5x
         .map(|i| masters.server(i).port)
         .collect();
     let client = redlock_client(&masters).await;
-    let (ran, logs, killed) =
-        hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
+    let (ran, logs, killed) = hammer_while_killing_connections(client, ports, secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("redlock", &ran, &logs, killed);
 }
 
@@ -1375,14 +1326,13 @@ async fn on_sentinel_killed_connections_neither_run_a_handler_twice_nor_answer_5
     let setup = tokio::task::block_in_place(SentinelSetup::start);
     let client = LockClient::builder()
         .sentinel(MASTER_NAME, setup.sentinel_urls())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(ms(500))
+        .response_timeout(ms(500))
         .build()
         .await
         .unwrap();
     let ports = vec![setup.master().port];
-    let (ran, logs, killed) =
-        hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
+    let (ran, logs, killed) = hammer_while_killing_connections(client, ports, secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("sentinel", &ran, &logs, killed);
 }
 
@@ -1393,13 +1343,12 @@ async fn on_cluster_killed_connections_neither_run_a_handler_twice_nor_answer_5x
     let cluster = tokio::task::block_in_place(|| Cluster::start(3));
     let client = LockClient::builder()
         .cluster(cluster.seed_urls())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
+        .connect_timeout(ms(500))
+        .response_timeout(ms(500))
         .build()
         .await
         .unwrap();
     let ports = (0..cluster.size()).map(|i| cluster.node(i).port).collect();
-    let (ran, logs, killed) =
-        hammer_while_killing_connections(client, ports, Duration::from_secs(8)).await;
+    let (ran, logs, killed) = hammer_while_killing_connections(client, ports, secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("cluster", &ran, &logs, killed);
 }

@@ -13,11 +13,11 @@ use axum::routing::post;
 use futures_util::StreamExt;
 use http::StatusCode;
 use lock_runtime::__private::testing::force_delete;
-use lock_runtime::LockInfo;
 use lock_runtime::layer::LockLayer;
+use lock_runtime::{LockClient, LockInfo};
 use test_support::RedisServer;
-use test_support::helpers::{memory_client, redis_client};
-use test_support::http::serve;
+use test_support::helpers::{is_held, memory_client, ms, redis_client, secs, taken_after};
+use test_support::http::{send, serve};
 use tokio::sync::{Barrier, Notify, mpsc};
 
 /// How many handlers run at once, and the most that ever did.
@@ -63,6 +63,32 @@ fn pay_app(layer: LockLayer, gauge: Gauge, work: Duration) -> Router {
         .with_state(gauge)
 }
 
+/// `POST /orders/{id}/pay` under a lock with a lease of `ttl`, whose handler
+/// signals `started` (returned), works for `work`, then counts itself in
+/// `finished` (returned): it stays at 0 if the handler was cancelled.
+fn slow_pay_app(
+    client: &LockClient,
+    ttl: Duration,
+    work: Duration,
+) -> (Router, Arc<Notify>, Arc<AtomicUsize>) {
+    let started = Arc::new(Notify::new());
+    let finished = Arc::new(AtomicUsize::new(0));
+    let app = {
+        let (started, finished) = (started.clone(), finished.clone());
+        Router::new()
+            .route(
+                "/orders/{id}/pay",
+                post(move || async move {
+                    started.notify_one();
+                    tokio::time::sleep(work).await;
+                    finished.fetch_add(1, Ordering::SeqCst);
+                }),
+            )
+            .route_layer(LockLayer::new(client.clone()).key("order:<id>").ttl(ttl))
+    };
+    (app, started, finished)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_pays_on_one_order_run_one_at_a_time() {
     let server = RedisServer::start();
@@ -70,15 +96,15 @@ async fn concurrent_pays_on_one_order_run_one_at_a_time() {
     let gauge = Gauge::default();
     let layer = LockLayer::new(client.clone())
         .key("order:<id>")
-        .wait(Duration::from_secs(20));
-    let base = serve(pay_app(layer, gauge.clone(), Duration::from_millis(50))).await;
+        .wait(secs(20));
+    let base = serve(pay_app(layer, gauge.clone(), ms(50))).await;
     let http = reqwest::Client::new();
     let n = 8;
     let replies = futures_util::future::join_all((0..n).map(|_| {
         let http = http.clone();
         let url = format!("{base}/orders/42/pay");
         async move {
-            let r = http.post(url).send().await.unwrap();
+            let r = send(http.post(url)).await;
             (r.status(), r.text().await.unwrap())
         }
     }))
@@ -107,19 +133,10 @@ async fn a_busy_order_answers_409_with_retry_after_and_a_problem() {
     let gauge = Gauge::default();
     let layer = LockLayer::new(client.clone()).key("order:<id>");
     let base = serve(pay_app(layer, gauge.clone(), Duration::ZERO)).await;
-    let holder = client
-        .lock("order:7")
-        .ttl(Duration::from_secs(6))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = client.lock("order:7").ttl(secs(6)).acquire().await.unwrap();
 
     let http = reqwest::Client::new();
-    let r = http
-        .post(format!("{base}/orders/7/pay"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/orders/7/pay"))).await;
     assert_eq!(r.status(), StatusCode::CONFLICT);
     let retry_after: u64 = r.headers()["retry-after"]
         .to_str()
@@ -140,11 +157,7 @@ async fn a_busy_order_answers_409_with_retry_after_and_a_problem() {
     );
 
     // Another order is free meanwhile.
-    let r = http
-        .post(format!("{base}/orders/8/pay"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/orders/8/pay"))).await;
     assert_eq!(r.status(), StatusCode::OK);
 
     // 423 when chosen.
@@ -152,20 +165,12 @@ async fn a_busy_order_answers_409_with_retry_after_and_a_problem() {
         .key("order:<id>")
         .busy_status(StatusCode::LOCKED);
     let base423 = serve(pay_app(locked, gauge.clone(), Duration::ZERO)).await;
-    let r = http
-        .post(format!("{base423}/orders/7/pay"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base423}/orders/7/pay"))).await;
     assert_eq!(r.status(), StatusCode::LOCKED);
     assert!(r.headers().contains_key("retry-after"));
 
     holder.release().await.unwrap();
-    let r = http
-        .post(format!("{base}/orders/7/pay"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/orders/7/pay"))).await;
     assert_eq!(r.status(), StatusCode::OK);
 }
 
@@ -183,7 +188,7 @@ async fn pays_on_different_orders_run_in_parallel() {
                 post(move |lock: LockInfo| {
                     let barrier = barrier.clone();
                     async move {
-                        tokio::time::timeout(Duration::from_secs(10), barrier.wait())
+                        tokio::time::timeout(secs(10), barrier.wait())
                             .await
                             .expect("the pays were serialized");
                         lock.key
@@ -196,7 +201,7 @@ async fn pays_on_different_orders_run_in_parallel() {
         let replies = futures_util::future::join_all((0..n).map(|i| {
             let http = http.clone();
             let url = format!("{base}/orders/{i}/pay");
-            async move { http.post(url).send().await.unwrap() }
+            async move { send(http.post(url)).await }
         }))
         .await;
         for (i, r) in replies.into_iter().enumerate() {
@@ -210,26 +215,8 @@ async fn pays_on_different_orders_run_in_parallel() {
 async fn a_client_disconnect_mid_handler_releases_the_lock() {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
-    let started = Arc::new(Notify::new());
-    let finished = Arc::new(AtomicUsize::new(0));
-    let app = {
-        let (started, finished) = (started.clone(), finished.clone());
-        Router::new()
-            .route(
-                "/orders/{id}/pay",
-                post(move || async move {
-                    started.notify_one();
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                    finished.fetch_add(1, Ordering::SeqCst);
-                }),
-            )
-            // A long lease: getting the lock back soon proves a release, not an expiry.
-            .route_layer(
-                LockLayer::new(client.clone())
-                    .key("order:<id>")
-                    .ttl(Duration::from_secs(30)),
-            )
-    };
+    // A long lease: getting the lock back soon proves a release, not an expiry.
+    let (app, started, finished) = slow_pay_app(&client, secs(30), secs(30));
     let base = serve(app).await;
     let addr = base.trim_start_matches("http://");
 
@@ -240,69 +227,33 @@ async fn a_client_disconnect_mid_handler_releases_the_lock() {
         b"POST /orders/5/pay HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
     )
     .unwrap();
-    tokio::time::timeout(Duration::from_secs(5), started.notified())
+    tokio::time::timeout(secs(5), started.notified())
         .await
         .expect("the handler did not start");
-    assert!(
-        client
-            .lock("order:5")
-            .acquire()
-            .await
-            .unwrap_err()
-            .is_busy()
-    );
+    assert!(is_held(&client, "order:5").await);
     let dropped = Instant::now();
     drop(conn);
 
-    let guard = client
-        .lock("order:5")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("the lock was not released after the client went away");
-    let handover = dropped.elapsed();
+    let what = "the lock is released after the client went away";
+    let handover = taken_after(dropped, &client, "order:5", secs(10), what).await;
     println!("lock free again {handover:?} after the client disconnected");
-    assert!(handover < Duration::from_secs(10), "{handover:?}");
+    assert!(handover < secs(10), "{handover:?}");
     assert_eq!(
         finished.load(Ordering::SeqCst),
         0,
         "the handler was not cancelled"
     );
-    guard.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_response_holds_the_lock_until_the_body_ends() {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
-    let (chunks_tx, chunks_rx) = mpsc::channel::<Bytes>(4);
-    let chunks_rx = Arc::new(tokio::sync::Mutex::new(Some(chunks_rx)));
-    let app = Router::new()
-        .route(
-            "/orders/{id}/report",
-            post(move |lock: LockInfo| {
-                let chunks_rx = chunks_rx.clone();
-                async move {
-                    match chunks_rx.lock().await.take() {
-                        // The first request streams what the test sends.
-                        Some(rx) => {
-                            let stream = tokio_stream_from(rx).map(Ok::<_, Infallible>);
-                            Body::from_stream(stream)
-                        }
-                        None => Body::from(format!("token {}", lock.fencing_token)),
-                    }
-                }
-            }),
-        )
-        .route_layer(LockLayer::new(client.clone()).key("order:<id>"));
+    let (app, chunks_tx) = report_app(LockLayer::new(client.clone()).key("order:<id>"));
     let base = serve(app).await;
     let http = reqwest::Client::new();
 
-    let mut streaming = http
-        .post(format!("{base}/orders/9/report"))
-        .send()
-        .await
-        .unwrap();
+    let mut streaming = send(http.post(format!("{base}/orders/9/report"))).await;
     assert_eq!(streaming.status(), StatusCode::OK);
     chunks_tx
         .send(Bytes::from_static(b"part 1;"))
@@ -311,20 +262,9 @@ async fn a_streaming_response_holds_the_lock_until_the_body_ends() {
     assert_eq!(streaming.chunk().await.unwrap().unwrap(), "part 1;");
 
     // The handler has returned, but its body is still streaming: still locked.
-    let r = http
-        .post(format!("{base}/orders/9/report"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/orders/9/report"))).await;
     assert_eq!(r.status(), StatusCode::CONFLICT);
-    assert!(
-        client
-            .lock("order:9")
-            .acquire()
-            .await
-            .unwrap_err()
-            .is_busy()
-    );
+    assert!(is_held(&client, "order:9").await);
 
     chunks_tx
         .send(Bytes::from_static(b"part 2;"))
@@ -341,13 +281,34 @@ async fn a_streaming_response_holds_the_lock_until_the_body_ends() {
         .await
         .expect("the lock outlived the response body");
     guard.release().await.unwrap();
-    let r = http
-        .post(format!("{base}/orders/9/report"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/orders/9/report"))).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.text().await.unwrap(), "token 3");
+}
+
+/// `POST /orders/{id}/report` under `layer`: the first request streams what
+/// the test sends on the returned channel; later ones answer `token <fence>`.
+fn report_app(layer: LockLayer) -> (Router, mpsc::Sender<Bytes>) {
+    let (chunks_tx, chunks_rx) = mpsc::channel::<Bytes>(4);
+    let chunks_rx = Arc::new(tokio::sync::Mutex::new(Some(chunks_rx)));
+    let app = Router::new()
+        .route(
+            "/orders/{id}/report",
+            post(move |lock: LockInfo| {
+                let chunks_rx = chunks_rx.clone();
+                async move {
+                    match chunks_rx.lock().await.take() {
+                        Some(rx) => {
+                            let stream = tokio_stream_from(rx).map(Ok::<_, Infallible>);
+                            Body::from_stream(stream)
+                        }
+                        None => Body::from(format!("token {}", lock.fencing_token)),
+                    }
+                }
+            }),
+        )
+        .route_layer(layer);
+    (app, chunks_tx)
 }
 
 fn tokio_stream_from(mut rx: mpsc::Receiver<Bytes>) -> impl futures_util::Stream<Item = Bytes> {
@@ -377,20 +338,12 @@ async fn redis_down_answers_503_unless_failing_open() {
         .fail_open(true)))
     .await;
     let http = reqwest::Client::new();
-    let r = http
-        .post(format!("{closed}/orders/1/pay"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{closed}/orders/1/pay"))).await;
     assert_eq!(r.text().await.unwrap(), "locked");
 
     server.kill();
     let started = Instant::now();
-    let r = http
-        .post(format!("{closed}/orders/1/pay"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{closed}/orders/1/pay"))).await;
     println!("503 after {:?}", started.elapsed());
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.headers()["retry-after"], "1");
@@ -401,11 +354,7 @@ async fn redis_down_answers_503_unless_failing_open() {
         "fail closed ran the handler"
     );
 
-    let r = http
-        .post(format!("{open}/orders/1/pay"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{open}/orders/1/pay"))).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.text().await.unwrap(), "unlocked");
 }
@@ -438,35 +387,25 @@ async fn requests_whose_key_cannot_be_built_get_400() {
     let base = serve(app).await;
     let http = reqwest::Client::new();
 
-    let r = http
-        .post(format!("{base}/accounts/debit"))
-        .header("x-account", "a-1")
-        .send()
-        .await
-        .unwrap();
+    let r = send(
+        http.post(format!("{base}/accounts/debit"))
+            .header("x-account", "a-1"),
+    )
+    .await;
     assert_eq!(r.text().await.unwrap(), "a-1");
-    let r = http
-        .post(format!("{base}/accounts/debit"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/accounts/debit"))).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     assert_eq!(r.headers()["content-type"], "application/problem+json");
-    let r = http
-        .post(format!("{base}/accounts/debit"))
-        .header("x-account", "a")
-        .header("x-account", "b")
-        .send()
-        .await
-        .unwrap();
+    let r = send(
+        http.post(format!("{base}/accounts/debit"))
+            .header("x-account", "a")
+            .header("x-account", "b"),
+    )
+    .await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
 
     // The template names a parameter the route does not have.
-    let r = http
-        .post(format!("{base}/orders/1/pay"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/orders/1/pay"))).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     let problem: serde_json::Value = r.json().await.unwrap();
     assert!(
@@ -474,21 +413,13 @@ async fn requests_whose_key_cannot_be_built_get_400() {
         "{problem}"
     );
 
-    let r = http
-        .post(format!("{base}/jobs/nightly"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/jobs/nightly"))).await;
     assert_eq!(r.text().await.unwrap(), "job:nightly");
-    let r = http
-        .post(format!("{base}/jobs/forbidden"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/jobs/forbidden"))).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
 
     // A malformed template is the server's fault.
-    let r = http.post(format!("{base}/broken")).send().await.unwrap();
+    let r = send(http.post(format!("{base}/broken"))).await;
     assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
 }
 
@@ -521,11 +452,7 @@ async fn the_handler_sees_its_lock_and_a_nested_lock_of_the_same_key_re_enters()
     let http = reqwest::Client::new();
     let mut last = 0;
     for _ in 0..3 {
-        let r = http
-            .post(format!("{base}/orders/3/pay"))
-            .send()
-            .await
-            .unwrap();
+        let r = send(http.post(format!("{base}/orders/3/pay"))).await;
         assert_eq!(r.status(), StatusCode::OK);
         let token: u64 = r.text().await.unwrap().parse().unwrap();
         assert!(
@@ -539,25 +466,7 @@ async fn the_handler_sees_its_lock_and_a_nested_lock_of_the_same_key_re_enters()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_lost_mid_handler_cancels_it_with_503() {
     let client = memory_client().await;
-    let started = Arc::new(Notify::new());
-    let finished = Arc::new(AtomicUsize::new(0));
-    let app = {
-        let (started, finished) = (started.clone(), finished.clone());
-        Router::new()
-            .route(
-                "/orders/{id}/pay",
-                post(move || async move {
-                    started.notify_one();
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    finished.fetch_add(1, Ordering::SeqCst);
-                }),
-            )
-            .route_layer(
-                LockLayer::new(client.clone())
-                    .key("order:<id>")
-                    .ttl(Duration::from_millis(300)),
-            )
-    };
+    let (app, started, finished) = slow_pay_app(&client, ms(300), secs(5));
     let base = serve(app).await;
     let request = tokio::spawn(async move {
         reqwest::Client::new()
@@ -569,7 +478,7 @@ async fn a_lease_lost_mid_handler_cancels_it_with_503() {
     started.notified().await;
     // An operator deletes the lock: the next renewal finds it gone.
     force_delete(&client, "order:1").await.unwrap();
-    let r = tokio::time::timeout(Duration::from_secs(3), request)
+    let r = tokio::time::timeout(secs(3), request)
         .await
         .expect("the handler was not cancelled")
         .unwrap();
@@ -598,11 +507,7 @@ async fn back_to_back_requests_find_the_lock_free() {
     let started = Instant::now();
     for i in 0..N {
         let action = if i % 2 == 0 { "pay" } else { "touch" };
-        let r = http
-            .post(format!("{base}/orders/1/{action}"))
-            .send()
-            .await
-            .unwrap();
+        let r = send(http.post(format!("{base}/orders/1/{action}"))).await;
         assert_eq!(r.status(), StatusCode::OK, "request {i} ({action})");
         r.bytes().await.unwrap();
     }
@@ -610,55 +515,25 @@ async fn back_to_back_requests_find_the_lock_free() {
     // the release would stall on Nagle's algorithm and delayed ACKs (40 ms).
     let each = started.elapsed() / N;
     println!("{each:?} per locked request");
-    assert!(each < Duration::from_millis(20), "{each:?} per request");
+    assert!(each < ms(20), "{each:?} per request");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_body_dropped_by_the_client_releases_the_lock() {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
-    let (chunks_tx, chunks_rx) = mpsc::channel::<Bytes>(4);
-    let chunks_rx = Arc::new(tokio::sync::Mutex::new(Some(chunks_rx)));
-    let app = Router::new()
-        .route(
-            "/orders/{id}/report",
-            post(move || {
-                let chunks_rx = chunks_rx.clone();
-                async move {
-                    let rx = chunks_rx.lock().await.take().unwrap();
-                    Body::from_stream(tokio_stream_from(rx).map(Ok::<_, Infallible>))
-                }
-            }),
-        )
-        .route_layer(
-            LockLayer::new(client.clone())
-                .key("order:<id>")
-                .ttl(Duration::from_secs(30)),
-        );
+    let layer = LockLayer::new(client.clone())
+        .key("order:<id>")
+        .ttl(secs(30));
+    let (app, chunks_tx) = report_app(layer);
     let base = serve(app).await;
-    let mut streaming = reqwest::Client::new()
-        .post(format!("{base}/orders/2/report"))
-        .send()
-        .await
-        .unwrap();
+    let mut streaming = send(reqwest::Client::new().post(format!("{base}/orders/2/report"))).await;
     chunks_tx.send(Bytes::from_static(b"part 1")).await.unwrap();
     assert_eq!(streaming.chunk().await.unwrap().unwrap(), "part 1");
-    assert!(
-        client
-            .lock("order:2")
-            .acquire()
-            .await
-            .unwrap_err()
-            .is_busy()
-    );
+    assert!(is_held(&client, "order:2").await);
     drop(streaming);
-    let guard = client
-        .lock("order:2")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("the lock outlived the abandoned body");
-    guard.release().await.unwrap();
+    let what = "the lock is released with the abandoned body";
+    taken_after(Instant::now(), &client, "order:2", secs(10), what).await;
 }
 
 /// Sends one pay per path in `paths`, all at once, to a `/orders/{id}/pay`
@@ -695,7 +570,7 @@ async fn pay_through_aliases(layer: LockLayer, paths: &[&str]) -> (Vec<StatusCod
             let (http, answered) = (http.clone(), answered.clone());
             let url = format!("{base}{path}");
             tokio::spawn(async move {
-                let r = http.post(url).send().await.unwrap();
+                let r = send(http.post(url)).await;
                 let status = r.status();
                 let body = r.text().await.unwrap();
                 answered.fetch_add(1, Ordering::SeqCst);
@@ -703,13 +578,13 @@ async fn pay_through_aliases(layer: LockLayer, paths: &[&str]) -> (Vec<StatusCod
             })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + secs(10);
     while answered.load(Ordering::SeqCst) + gauge.now.load(Ordering::SeqCst) < paths.len() {
         assert!(
             Instant::now() < deadline,
             "requests neither answered nor in the handler"
         );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(ms(5)).await;
     }
     open.send(true).unwrap();
     let mut statuses = Vec::new();
@@ -820,55 +695,37 @@ async fn a_key_extractor_that_rejects_answers_with_its_own_rejection_and_the_han
     let base = serve(app).await;
     let http = reqwest::Client::new();
 
-    let locked = http
-        .post(format!("{base}/orders/abc/pay"))
-        .send()
-        .await
-        .unwrap();
-    let unlocked = http
-        .post(format!("{base}/unlocked/orders/abc/pay"))
-        .send()
-        .await
-        .unwrap();
+    let locked = send(http.post(format!("{base}/orders/abc/pay"))).await;
+    let unlocked = send(http.post(format!("{base}/unlocked/orders/abc/pay"))).await;
     assert_eq!(locked.status(), StatusCode::BAD_REQUEST);
     assert_eq!(locked.status(), unlocked.status());
     let (locked, unlocked) = (locked.text().await.unwrap(), unlocked.text().await.unwrap());
     assert!(locked.contains("Cannot parse `abc` to a `u64`"), "{locked}");
     assert_eq!(locked, unlocked);
 
-    let r = http
-        .post(format!("{base}/accounts/debit"))
-        .header("x-account", "seven")
-        .send()
-        .await
-        .unwrap();
+    let r = send(
+        http.post(format!("{base}/accounts/debit"))
+            .header("x-account", "seven"),
+    )
+    .await;
     assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(
         r.text().await.unwrap(),
         "x-account must be an account number"
     );
-    let r = http
-        .post(format!("{base}/accounts/debit"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/accounts/debit"))).await;
     assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(runs.load(Ordering::SeqCst), 0, "a handler ran");
 
     // Accepted: the handler runs under the lock named by the parsed value.
-    let r = http
-        .post(format!("{base}/accounts/debit"))
-        .header("x-account", " 007")
-        .send()
-        .await
-        .unwrap();
+    let r = send(
+        http.post(format!("{base}/accounts/debit"))
+            .header("x-account", " 007"),
+    )
+    .await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.text().await.unwrap(), "account:7");
-    let r = http
-        .post(format!("{base}/orders/+15/pay"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/orders/+15/pay"))).await;
     assert_eq!(r.text().await.unwrap(), "order:15");
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
@@ -882,24 +739,20 @@ async fn the_layers_services_give_access_to_the_wrapped_service() {
     #[derive(Debug)]
     struct Inner(u32);
 
+    // The two services share these accessors but no trait.
+    macro_rules! check_accessors {
+        ($service:expr, $debug:literal) => {{
+            let mut service = $service;
+            service.get_mut().0 += 1;
+            assert_eq!(service.get_ref().0, 2);
+            let shown = format!("{service:?}");
+            assert!(shown.starts_with($debug), "{shown}");
+            assert_eq!(service.into_inner().0, 2);
+        }};
+    }
     let client = memory_client().await;
-    let mut lock = LockLayer::new(client.clone())
-        .key("order:{id}")
-        .layer(Inner(1));
-    lock.get_mut().0 += 1;
-    assert_eq!(lock.get_ref().0, 2);
-    assert!(
-        format!("{lock:?}").starts_with("Lock { inner: Inner(2)"),
-        "{lock:?}"
-    );
-    assert_eq!(lock.into_inner().0, 2);
-
-    let mut idempotent = lock_runtime::IdempotencyLayer::new(client).layer(Inner(1));
-    idempotent.get_mut().0 += 1;
-    assert_eq!(idempotent.get_ref().0, 2);
-    assert!(
-        format!("{idempotent:?}").starts_with("Idempotency { inner: Inner(2)"),
-        "{idempotent:?}"
-    );
-    assert_eq!(idempotent.into_inner().0, 2);
+    let lock = LockLayer::new(client.clone()).key("order:{id}");
+    check_accessors!(lock.layer(Inner(1)), "Lock { inner: Inner(2)");
+    let idempotent = lock_runtime::IdempotencyLayer::new(client);
+    check_accessors!(idempotent.layer(Inner(1)), "Idempotency { inner: Inner(2)");
 }

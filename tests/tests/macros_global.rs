@@ -1,8 +1,9 @@
 //! `#[distributed_lock]` without `client = ...` uses the global client. A file
 //! of its own: the global client is process-wide state.
 
-use lock_runtime::{LockClient, LockError, distributed_lock};
+use lock_runtime::{LockError, distributed_lock};
 use test_support::RedisServer;
+use test_support::helpers::{default_redis_client, memory_client};
 
 #[distributed_lock(key = "report:<day>", wait = "1s")]
 async fn report(day: u32) -> Result<u64, LockError> {
@@ -22,11 +23,7 @@ async fn the_global_client_is_used_and_its_absence_is_an_error() {
     assert!(message.contains("client = "), "{message}");
 
     let server = RedisServer::start();
-    let client = LockClient::builder()
-        .redis(server.url())
-        .build()
-        .await
-        .unwrap();
+    let client = default_redis_client(&server).await;
     lock_runtime::set_global_client(client.clone());
     assert_eq!(report(1).await.unwrap(), 1);
     assert_eq!(report(1).await.unwrap(), 2);
@@ -35,7 +32,7 @@ async fn the_global_client_is_used_and_its_absence_is_an_error() {
     assert!(report(2).await.unwrap_err().is_busy());
     held.release().await.unwrap();
     // A later installation replaces it.
-    lock_runtime::set_global_client(LockClient::builder().memory().build().await.unwrap());
+    lock_runtime::set_global_client(memory_client().await);
     assert_eq!(
         report(1).await.unwrap(),
         1,

@@ -272,6 +272,13 @@ fn redlock() -> (Redlock, LockClientBuilder) {
     (nodes, builder)
 }
 
+/// Loses, for a short window, the replies of every Redlock node.
+fn lose_every_reply(nodes: &Redlock) -> Vec<LostReplies> {
+    (0..nodes.size())
+        .map(|i| nodes.server(i).lose_replies(WINDOW))
+        .collect()
+}
+
 /// One node in three loses the reply: the other two prove the release.
 /// (Today this fails only when the acquire had set the key on just two
 /// nodes: the frozen node's re-sent script and the third node then make a
@@ -286,22 +293,14 @@ async fn on_redlock_a_release_whose_reply_was_lost_on_one_node_is_not_reported_l
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redlock_a_release_whose_replies_were_lost_on_every_node_is_not_reported_lost() {
     let (nodes, builder) = redlock();
-    let cut = || {
-        (0..nodes.size())
-            .map(|i| nodes.server(i).lose_replies(WINDOW))
-            .collect()
-    };
+    let cut = || lose_every_reply(&nodes);
     release_with_lost_reply(&builder, &key("redlock-all"), &cut).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redlock_run_returns_the_output_of_work_whose_release_replies_were_lost() {
     let (nodes, builder) = redlock();
-    let cut = || {
-        (0..nodes.size())
-            .map(|i| nodes.server(i).lose_replies(WINDOW))
-            .collect()
-    };
+    let cut = || lose_every_reply(&nodes);
     run_with_lost_reply(&builder, &key("redlock-run"), &cut).await;
 }
 

@@ -4,9 +4,10 @@
 //! notices across shards (sharded pub/sub), and a slot migrating while its
 //! lock is held (`MOVED` after it, `ASK` during it).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockClientBuilder, LockError};
+use lock_runtime::{LockClient, LockClientBuilder, LockError, LockGuard};
+use tokio::task::JoinHandle;
 
 use test_support::topology::Cluster;
 
@@ -22,9 +23,22 @@ fn three_masters() -> (Cluster, LockClientBuilder) {
 
 semantic_suite!(three_masters);
 
+/// A cluster of three masters, and two independent clients of it.
+async fn three_masters_and_two_clients() -> (Cluster, LockClient, LockClient) {
+    let (cluster, builder) = three_masters();
+    let (a, b) = (client(&builder).await, client(&builder).await);
+    (cluster, a, b)
+}
+
 /// A unique prefix for the keys of one test.
 fn prefix(name: &str) -> String {
     test_support::helpers::key(name)
+}
+
+/// One key on each of the three nodes, under a prefix of its own.
+fn one_key_per_node(cluster: &Cluster, name: &str) -> Vec<String> {
+    let p = prefix(name);
+    (0..3).map(|node| cluster.key_on(node, &p)).collect()
 }
 
 /// The remaining lease of `name` on node `i`, in ms (`PTTL`): -2 when the
@@ -45,6 +59,42 @@ fn shard_subscribers(cluster: &Cluster, i: usize, channel: &str) -> String {
     answer.lines().last().unwrap_or("?").to_owned()
 }
 
+/// Takes `key` with a 10 s lease (failing the test, naming the key, if it cannot).
+async fn hold(client: &LockClient, key: &str) -> LockGuard {
+    client
+        .lock(key)
+        .ttl(secs(10))
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("acquire `{key}`: {e}"))
+}
+
+/// A waiter's task: when it got the lock, and the lock.
+type Waiter = JoinHandle<(Instant, Result<LockGuard, LockError>)>;
+
+/// Spawns a waiter of `client` for `key` (a 10 s lease, waiting up to `wait`).
+fn spawn_timed_waiter(client: &LockClient, key: &str, wait: Duration) -> Waiter {
+    let (client, key) = (client.clone(), key.to_owned());
+    tokio::spawn(async move {
+        let guard = client.lock(&key).ttl(secs(10)).wait(wait).acquire().await;
+        (Instant::now(), guard)
+    })
+}
+
+/// Releases `holder` while `waiter` waits for the same lock: how long after
+/// the release the waiter got it (within `limit`; it releases it then).
+async fn release_and_wake(holder: LockGuard, waiter: Waiter, limit: Duration) -> Duration {
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (woke, second) = within(limit, "the waiter wakes", waiter).await.unwrap();
+    second
+        .expect("the waiter gets the lock")
+        .release()
+        .await
+        .unwrap();
+    woke.saturating_duration_since(released)
+}
+
 /// One hand-over across a migration: `a` holds `key` (10 s lease, so only a
 /// notice wakes the waiter quickly), a waiter of `b` starts before or after
 /// the slot moves to node `to`, `a` releases. Returns release -> woken, and
@@ -57,16 +107,10 @@ async fn handoff_across_a_migration(
     key: &str,
     to: usize,
     waiter_first: bool,
-) -> (std::time::Duration, String) {
+) -> (Duration, String) {
     let slot = cluster.slot_of(key);
     let holder = a.lock(key).ttl(secs(10)).acquire().await.unwrap();
-    let start_waiter = || {
-        let (b, key) = (b.clone(), key.to_owned());
-        tokio::spawn(async move {
-            let guard = b.lock(&key).ttl(secs(10)).wait(secs(9)).acquire().await;
-            (Instant::now(), guard)
-        })
-    };
+    let start_waiter = || spawn_timed_waiter(b, key, secs(9));
     let mut waiter = None;
     if waiter_first {
         waiter = Some(start_waiter());
@@ -81,15 +125,8 @@ async fn handoff_across_a_migration(
     tokio::time::sleep(ms(500)).await;
     let subscribers = shard_subscribers(cluster, to, &format!("lock:N{{{key}}}"));
     assert!(!waiter.is_finished(), "the waiter got a held lock");
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let (woke, second) = within(secs(9), "the waiter wakes", waiter).await.unwrap();
-    second
-        .expect("the waiter gets the lock")
-        .release()
-        .await
-        .unwrap();
-    (woke.saturating_duration_since(released), subscribers)
+    let latency = release_and_wake(holder, waiter, secs(9)).await;
+    (latency, subscribers)
 }
 
 /// Waits (up to 5 s) until `client`'s try-once on `key` is refused:
@@ -104,10 +141,8 @@ async fn wait_held(client: &LockClient, key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_on_keys_of_different_nodes_keep_all_their_names_in_their_own_slot() {
-    let (cluster, builder) = three_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
-    let p = prefix("spread");
-    let keys: Vec<String> = (0..3).map(|node| cluster.key_on(node, &p)).collect();
+    let (cluster, a, b) = three_masters_and_two_clients().await;
+    let keys = one_key_per_node(&cluster, "spread");
     let mut guards = Vec::new();
     for key in &keys {
         guards.push(a.lock(key).ttl(secs(10)).acquire().await.unwrap());
@@ -115,13 +150,7 @@ async fn locks_on_keys_of_different_nodes_keep_all_their_names_in_their_own_slot
     // One waiter per key, all from one client: its queue entries exist too.
     let waiters: Vec<_> = keys
         .iter()
-        .map(|key| {
-            let (b, key) = (b.clone(), key.clone());
-            tokio::spawn(async move {
-                let guard = b.lock(&key).ttl(secs(10)).wait(secs(8)).acquire().await;
-                (Instant::now(), guard)
-            })
-        })
+        .map(|key| spawn_timed_waiter(&b, key, secs(8)))
         .collect();
     tokio::time::sleep(ms(200)).await;
 
@@ -156,15 +185,7 @@ async fn locks_on_keys_of_different_nodes_keep_all_their_names_in_their_own_slot
     }
 
     for (guard, waiter) in guards.into_iter().zip(waiters) {
-        let released = Instant::now();
-        guard.release().await.unwrap();
-        let (woke, second) = within(secs(6), "the waiter wakes", waiter).await.unwrap();
-        second
-            .expect("the waiter gets the lock")
-            .release()
-            .await
-            .unwrap();
-        let latency = woke.saturating_duration_since(released);
+        let latency = release_and_wake(guard, waiter, secs(6)).await;
         assert!(
             latency < secs(2),
             "a waiter slept {latency:?} on a 10 s lease"
@@ -180,10 +201,8 @@ async fn locks_on_keys_of_different_nodes_keep_all_their_names_in_their_own_slot
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_holding_a_lock_on_one_shard_is_woken_by_a_release_on_another() {
-    let (cluster, builder) = three_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
-    let p = prefix("cross");
-    let keys: Vec<String> = (0..3).map(|node| cluster.key_on(node, &p)).collect();
+    let (cluster, a, b) = three_masters_and_two_clients().await;
+    let keys = one_key_per_node(&cluster, "cross");
     let mut latencies = Vec::new();
     for mine in 0..3 {
         for theirs in (0..3).filter(|&n| n != mine) {
@@ -213,8 +232,7 @@ async fn a_waiter_holding_a_lock_on_one_shard_is_woken_by_a_release_on_another()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_migration_while_a_lock_is_held_keeps_extend_and_release_working() {
-    let (cluster, builder) = three_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (cluster, a, b) = three_masters_and_two_clients().await;
     let key = cluster.key_on(0, &prefix("migrated"));
     let name = lock_name(&key);
     let slot = cluster.slot_of(&key);
@@ -297,10 +315,16 @@ fn pttl_importing(cluster: &Cluster, i: usize, name: &str) -> i64 {
         .unwrap_or_else(|_| panic!("PTTL {name} on node {i}: {answer}"))
 }
 
+/// After a migration of `key`'s slot to node 2: the lock is gone from node
+/// 2, and `client` can take it.
+async fn assert_released_on_node_2(cluster: &Cluster, client: &LockClient, key: &str) {
+    assert_eq!(pttl(cluster, 2, &lock_name(key)), -2, "released on node 2");
+    lock_and_release(client, key).await; // free after the release
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_follow_ask_redirects_while_a_slot_is_half_migrated() {
-    let (cluster, builder) = three_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (cluster, a, b) = three_masters_and_two_clients().await;
     let key = cluster.key_on(0, &prefix("asked"));
     let (guard, migration) = hold_through_a_half_migration(&cluster, &a, &key).await;
 
@@ -314,17 +338,7 @@ async fn renewals_follow_ask_redirects_while_a_slot_is_half_migrated() {
     tokio::task::block_in_place(|| cluster.finish_migration(migration));
     assert!(!guard.is_lost());
     guard.release().await.expect("release after the migration");
-    assert_eq!(
-        pttl(&cluster, 2, &lock_name(&key)),
-        -2,
-        "released on node 2"
-    );
-    let again = b
-        .lock(&key)
-        .acquire()
-        .await
-        .expect("free after the release");
-    again.release().await.unwrap();
+    assert_released_on_node_2(&cluster, &b, &key).await;
 }
 
 /// A release (or acquire) that meets TRYAGAIN while the slot's keys are in
@@ -332,8 +346,7 @@ async fn renewals_follow_ask_redirects_while_a_slot_is_half_migrated() {
 /// within the lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_started_during_a_slot_migration_completes_once_the_migration_ends() {
-    let (cluster, builder) = three_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (cluster, a, b) = three_masters_and_two_clients().await;
     let key = cluster.key_on(0, &prefix("tryagain"));
     let (guard, migration) = hold_through_a_half_migration(&cluster, &a, &key).await;
     let release = tokio::spawn(guard.release());
@@ -345,45 +358,39 @@ async fn a_release_started_during_a_slot_migration_completes_once_the_migration_
         .unwrap()
         .expect("release through TRYAGAIN, then MOVED");
     println!("released {:?} after the migration ended", started.elapsed());
-    assert_eq!(
-        pttl(&cluster, 2, &lock_name(&key)),
-        -2,
-        "released on node 2"
-    );
-    let again = b
-        .lock(&key)
-        .acquire()
-        .await
-        .expect("free after the release");
-    again.release().await.unwrap();
+    assert_released_on_node_2(&cluster, &b, &key).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_that_starts_after_a_slot_migration_is_woken_by_the_release() {
-    let (cluster, builder) = three_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
-    let key = cluster.key_on(0, &prefix("after-move"));
-    let (latency, subscribers) = handoff_across_a_migration(&cluster, &a, &b, &key, 1, false).await;
-    println!("release -> waiter that started after the slot moved: {latency:?}");
+/// A hand-over across a migration of a key of node 0 to node 1 (see
+/// [`handoff_across_a_migration`]): the waiter wakes promptly after the
+/// release, not after the 10 s lease.
+async fn waiter_woken_promptly_across_a_migration(name: &str, waiter_first: bool) {
+    let (cluster, a, b) = three_masters_and_two_clients().await;
+    let key = cluster.key_on(0, &prefix(name));
+    let (latency, subscribers) =
+        handoff_across_a_migration(&cluster, &a, &b, &key, 1, waiter_first).await;
+    let which = if waiter_first {
+        "subscribed before"
+    } else {
+        "that started after"
+    };
+    println!("release -> waiter {which} the slot moved: {latency:?}");
     assert!(
         latency < secs(2),
         "the waiter slept {latency:?} on a 10 s lease ({subscribers} subscriber(s) on the new owner)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_starts_after_a_slot_migration_is_woken_by_the_release() {
+    waiter_woken_promptly_across_a_migration("after-move", false).await;
 }
 
 /// Redis sends `sunsubscribe` to the shard subscribers of a slot that moves
 /// away; a waiter's client must subscribe again on the new owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_subscribed_before_a_slot_migration_is_woken_by_the_release_after_it() {
-    let (cluster, builder) = three_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
-    let key = cluster.key_on(0, &prefix("before-move"));
-    let (latency, subscribers) = handoff_across_a_migration(&cluster, &a, &b, &key, 1, true).await;
-    println!("release -> waiter subscribed before the slot moved: {latency:?}");
-    assert!(
-        latency < secs(2),
-        "the waiter slept {latency:?} on a 10 s lease ({subscribers} subscriber(s) on the new owner)"
-    );
+    waiter_woken_promptly_across_a_migration("before-move", true).await;
 }
 
 /// Keys with braces in odd places, which a key without a hash tag of its own
@@ -472,18 +479,12 @@ fn new_ones_share_one_slot(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_with_braces_in_any_place_lock_exclude_release_and_fence_on_a_cluster() {
-    let (cluster, builder) = three_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (cluster, a, b) = three_masters_and_two_clients().await;
     let keys = keys_with_odd_braces(24);
     let mut slots = Vec::new();
     for key in &keys {
         let before = all_names(&cluster);
-        let first = a
-            .lock(key)
-            .ttl(secs(10))
-            .acquire()
-            .await
-            .unwrap_or_else(|e| panic!("acquire `{key}`: {e}"));
+        let first = hold(&a, key).await;
         match b.lock(key).acquire().await {
             Err(LockError::Busy { .. }) => {}
             other => panic!("a second client on `{key}` held by another: {other:?}"),
@@ -537,31 +538,19 @@ async fn keys_with_braces_in_any_place_lock_exclude_release_and_fence_on_a_clust
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_on_a_key_with_odd_braces_is_woken_by_the_release() {
-    let (cluster, builder) = three_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (cluster, a, b) = three_masters_and_two_clients().await;
     // Some fixed shapes and the two random keys.
     let mut keys: Vec<String> = ["}", "}{", "{}", "}}{{", "a}b{c}"].map(String::from).into();
     keys.extend(keys_with_odd_braces(2).split_off(13));
     assert_eq!(keys.len(), 7);
     for key in &keys {
         let before = all_names(&cluster);
-        let holder = a
-            .lock(key)
-            .ttl(secs(10))
-            .acquire()
-            .await
-            .unwrap_or_else(|e| panic!("acquire `{key}`: {e}"));
+        let holder = hold(&a, key).await;
         let what = format!("lock and fencing counter of `{key}`");
         let expected = new_names_of_a_first_lock(&before, key);
         let slot = new_ones_share_one_slot(&cluster, &before, all_names(&cluster), expected, &what);
         let (held, channels) = (all_names(&cluster), all_shard_channels(&cluster));
-        let waiter = {
-            let (b, key) = (b.clone(), key.clone());
-            tokio::spawn(async move {
-                let guard = b.lock(&key).ttl(secs(10)).wait(secs(8)).acquire().await;
-                (Instant::now(), guard)
-            })
-        };
+        let waiter = spawn_timed_waiter(&b, key, secs(8));
         tokio::time::sleep(ms(200)).await;
         assert!(!waiter.is_finished(), "the waiter got `{key}` while held");
         let what = format!("waiter queue of `{key}`");

@@ -11,29 +11,17 @@
 //! (its token is not above the counter the attempt saw) and keep waiting.
 
 use std::sync::mpsc;
-use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError};
+use lock_runtime::LockError;
 use test_support::RedisServer;
+use test_support::helpers::{ms, one_worker_runtime, redis_url_client, secs};
 
 /// One round; `Ok` when B kept waiting (and timed out) while A held the key.
 fn round(url: String, key: String) -> Result<(), String> {
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let client = |url: String| async move {
-        LockClient::builder()
-            .redis(url)
-            .build()
-            .await
-            .expect("a client")
-    };
+    let main = one_worker_runtime();
+    let client = |url: String| async move { redis_url_client(url).await.expect("a client") };
     let (a, c) = main.block_on(async { (client(url.clone()).await, client(url.clone()).await) });
-    let held_by_c = main
-        .block_on(c.lock(&key).ttl(Duration::from_secs(1)).acquire())
-        .unwrap();
+    let held_by_c = main.block_on(c.lock(&key).ttl(secs(1)).acquire()).unwrap();
 
     // B: a process of its own (one runtime thread), waiting for the key.
     let (pause_tx, pause_rx) = tokio::sync::oneshot::channel::<()>();
@@ -49,32 +37,22 @@ fn round(url: String, key: String) -> Result<(), String> {
             tokio::spawn(async move {
                 if pause_rx.await.is_ok() {
                     // SIGSTOP, as far as this runtime can tell.
-                    std::thread::sleep(Duration::from_secs(3));
+                    std::thread::sleep(secs(3));
                 }
             });
-            let got = b
-                .lock(&b_key)
-                .ttl(Duration::from_secs(2))
-                .wait(Duration::from_secs(4))
-                .acquire()
-                .await;
+            let got = b.lock(&b_key).ttl(secs(2)).wait(secs(4)).acquire().await;
             let fencing = got.as_ref().map(|g| g.fencing_token()).ok();
             result_tx.send(got.map(|_| fencing)).unwrap();
         });
     });
 
     let outcome = main.block_on(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await; // B waits
+        tokio::time::sleep(ms(300)).await; // B waits
         pause_tx.send(()).unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(ms(100)).await;
         held_by_c.release().await.unwrap(); // handed to the paused B
         // A waits out B's hand-over lease and takes the key.
-        let held_by_a = a
-            .lock(&key)
-            .wait(Duration::from_secs(5))
-            .acquire()
-            .await
-            .unwrap();
+        let held_by_a = a.lock(&key).wait(secs(5)).acquire().await.unwrap();
         let a_fencing = held_by_a.fencing_token();
         let b_result = tokio::task::spawn_blocking(move || result_rx.recv().unwrap())
             .await

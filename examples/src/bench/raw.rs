@@ -71,15 +71,9 @@ impl Raw {
 
     /// `EVALSHA` compare-and-delete: `true` when it was ours.
     pub(crate) async fn release(&mut self, key: &str, value: &str) -> Result<bool, String> {
-        let n: i64 = redis::cmd("EVALSHA")
-            .arg(&self.del_sha)
-            .arg(1)
-            .arg(key)
-            .arg(value)
-            .query_async(&mut self.conn)
-            .await
-            .map_err(|e| format!("raw EVALSHA: {e}"))?;
-        Ok(n == 1)
+        let mut script = redis::cmd("EVALSHA");
+        script.arg(&self.del_sha).arg(1).arg(key).arg(value);
+        self.deleted(script).await
     }
 
     /// Compare-and-delete, then `PUBLISH channel`.
@@ -89,12 +83,19 @@ impl Raw {
         value: &str,
         channel: &str,
     ) -> Result<bool, String> {
-        let n: i64 = redis::cmd("EVALSHA")
+        let mut script = redis::cmd("EVALSHA");
+        script
             .arg(&self.del_pub_sha)
             .arg(1)
             .arg(key)
             .arg(value)
-            .arg(channel)
+            .arg(channel);
+        self.deleted(script).await
+    }
+
+    /// Runs a compare-and-delete `EVALSHA`: `true` when the key was ours.
+    async fn deleted(&mut self, script: redis::Cmd) -> Result<bool, String> {
+        let n: i64 = script
             .query_async(&mut self.conn)
             .await
             .map_err(|e| format!("raw EVALSHA: {e}"))?;

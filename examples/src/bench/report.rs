@@ -148,6 +148,12 @@ pub(crate) struct Metric {
 }
 
 impl Metric {
+    /// Records one repetition: the value and its baseline.
+    pub(crate) fn record(&mut self, value: f64, baseline: f64) {
+        self.values.push(value);
+        self.baselines.push(baseline);
+    }
+
     pub(crate) fn new(
         row: &'static str,
         measure: &'static str,
@@ -221,44 +227,47 @@ impl Metric {
     }
 }
 
+/// One metric's cells, as the text table and the Markdown table show them:
+/// row, measure, value, baseline, ratio, target, verdict.
+fn cells(m: &Metric) -> [String; 7] {
+    let value = match (&m.not_measured, m.value()) {
+        (Some(_), _) => "not yet".into(),
+        (None, Some(v)) => m.unit.format(v),
+        (None, None) => "-".into(),
+    };
+    let baseline = match m.baseline() {
+        Some(b) => format!("{} ({})", m.unit.format(b), m.baseline_label),
+        None if !m.baseline_label.is_empty() => m.baseline_label.to_string(),
+        None => "-".into(),
+    };
+    let ratio = m
+        .ratio()
+        .filter(|_| m.not_measured.is_none())
+        .map(|r| {
+            if r.is_finite() {
+                format!("{r:.2}")
+            } else {
+                "inf".into()
+            }
+        })
+        .unwrap_or_else(|| "-".into());
+    [
+        m.row.to_string(),
+        m.measure.to_string(),
+        value,
+        baseline,
+        ratio,
+        m.target.describe(m.unit),
+        m.verdict(),
+    ]
+}
+
 /// Renders the metrics as an aligned text table (medians over repetitions).
 pub(crate) fn table(metrics: &[Metric]) -> String {
     let header = [
         "row", "measure", "value", "baseline", "ratio", "target", "verdict",
     ];
-    let mut rows: Vec<[String; 7]> = Vec::new();
-    for m in metrics {
-        let value = match (&m.not_measured, m.value()) {
-            (Some(_), _) => "not yet".into(),
-            (None, Some(v)) => m.unit.format(v),
-            (None, None) => "-".into(),
-        };
-        let baseline = match m.baseline() {
-            Some(b) => format!("{} ({})", m.unit.format(b), m.baseline_label),
-            None if !m.baseline_label.is_empty() => m.baseline_label.to_string(),
-            None => "-".into(),
-        };
-        let ratio = m
-            .ratio()
-            .filter(|_| m.not_measured.is_none())
-            .map(|r| {
-                if r.is_finite() {
-                    format!("{r:.2}")
-                } else {
-                    "inf".into()
-                }
-            })
-            .unwrap_or_else(|| "-".into());
-        rows.push([
-            m.row.to_string(),
-            m.measure.to_string(),
-            value,
-            baseline,
-            ratio,
-            m.target.describe(m.unit),
-            m.verdict(),
-        ]);
-    }
+    let rows: Vec<[String; 7]> = metrics.iter().map(cells).collect();
     let mut widths = header.map(str::len);
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
@@ -293,37 +302,10 @@ pub(crate) fn markdown(metrics: &[Metric]) -> String {
         "| row | measure | value | baseline | ratio | target | verdict |\n|---|---|---:|---|---:|---|---|\n",
     );
     for m in metrics {
-        let value = match (&m.not_measured, m.value()) {
-            (Some(_), _) => "not yet".into(),
-            (None, Some(v)) => m.unit.format(v),
-            (None, None) => "-".into(),
-        };
-        let baseline = match m.baseline() {
-            Some(b) => format!("{} ({})", m.unit.format(b), m.baseline_label),
-            None if !m.baseline_label.is_empty() => m.baseline_label.to_string(),
-            None => "-".into(),
-        };
-        let ratio = m
-            .ratio()
-            .filter(|_| m.not_measured.is_none())
-            .map(|r| {
-                if r.is_finite() {
-                    format!("{r:.2}")
-                } else {
-                    "inf".into()
-                }
-            })
-            .unwrap_or_else(|| "-".into());
+        let [row, measure, value, baseline, ratio, target, verdict] = cells(m);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            m.row,
-            m.measure,
-            value,
-            baseline,
-            ratio,
-            m.target.describe(m.unit),
-            m.verdict()
+            "| {row} | {measure} | {value} | {baseline} | {ratio} | {target} | {verdict} |"
         );
     }
     out

@@ -34,6 +34,23 @@ pub(crate) fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// The start and end of a measuring window of `window`: the start 5 ms from
+/// now, so that every task is spawned and waiting when it opens.
+fn window_from_now(window: Duration) -> (Instant, Instant) {
+    let start = Instant::now() + Duration::from_millis(5);
+    (start, start + window)
+}
+
+/// Takes the free raw lock `key` with the value `v`; an error naming `what`
+/// if it was held.
+async fn take_free(raw: &mut Raw, key: &str, v: &str, what: &str) -> Result<(), String> {
+    if raw.try_set(key, v).await? {
+        Ok(())
+    } else {
+        Err(format!("{what}: the key was unexpectedly held"))
+    }
+}
+
 fn sleep_until(t: Instant) -> tokio::time::Sleep {
     tokio::time::sleep_until(tokio::time::Instant::from_std(t))
 }
@@ -92,8 +109,7 @@ pub(crate) async fn parallel_lib(
     tasks: usize,
     window: Duration,
 ) -> Result<f64, String> {
-    let start = Instant::now() + Duration::from_millis(5);
-    let end = start + window;
+    let (start, end) = window_from_now(window);
     let mut set = JoinSet::new();
     for i in 0..tasks {
         let client = client.clone();
@@ -117,8 +133,7 @@ pub(crate) async fn parallel_lib(
 /// The raw counterpart of [`parallel_lib`]: `tasks` tasks sharing one
 /// multiplexed connection.
 pub(crate) async fn parallel_raw(raw: &Raw, tasks: usize, window: Duration) -> Result<f64, String> {
-    let start = Instant::now() + Duration::from_millis(5);
-    let end = start + window;
+    let (start, end) = window_from_now(window);
     let mut set = JoinSet::new();
     for i in 0..tasks {
         let mut raw = raw.clone();
@@ -240,8 +255,7 @@ pub(crate) async fn hot_lib(
     hold: Duration,
     window: Duration,
 ) -> Result<Hot, String> {
-    let start = Instant::now() + Duration::from_millis(5);
-    let end = start + window;
+    let (start, end) = window_from_now(window);
     let mut set = JoinSet::new();
     for _ in 0..tasks {
         let client = client.clone();
@@ -289,8 +303,7 @@ pub(crate) async fn hot_raw_spin(
     hold: Duration,
     window: Duration,
 ) -> Result<Hot, String> {
-    let start = Instant::now() + Duration::from_millis(5);
-    let end = start + window;
+    let (start, end) = window_from_now(window);
     let key = raw.key(name);
     let mut set = JoinSet::new();
     for i in 0..tasks {
@@ -462,9 +475,7 @@ pub(crate) async fn handoff_raw(
     let mut out = Vec::with_capacity(samples);
     for i in 0..samples {
         let v = value(1, i as u64);
-        if !raw.try_set(&key, &v).await? {
-            return Err("raw handoff: the key was unexpectedly held".into());
-        }
+        take_free(&mut raw, &key, &v, "raw handoff").await?;
         start_tx.send(()).await.map_err(|_| "raw waiter gone")?;
         tokio::time::sleep(WAITER_HEAD_START).await;
         let released = Instant::now();
@@ -495,9 +506,7 @@ pub(crate) async fn idle_round_trip(
     let mut out = Vec::with_capacity(samples);
     for i in 0..samples {
         let v = value(3, i as u64);
-        if !raw.try_set(&key, &v).await? {
-            return Err("idle round trip: the key was unexpectedly held".into());
-        }
+        take_free(&mut raw, &key, &v, "idle round trip").await?;
         tokio::time::sleep(WAITER_HEAD_START).await;
         let started = Instant::now();
         if !raw.release(&key, &v).await? {

@@ -23,7 +23,7 @@ use bench::raw::Raw;
 use bench::report::{self, Metric, Target, Unit, median};
 use bench::rows::{self, Hot, p50, p99_ms, us};
 use bench::server::check_loopback;
-use lock_runtime::{LockClient, LockError, LockInfo};
+use lock_runtime::{LockClient, LockClientBuilder, LockError, LockInfo};
 
 const USAGE: &str = "\
 usage: bench [--reps N] [--quick] [--json PATH] [--only ROWS] [--markdown]
@@ -442,26 +442,18 @@ async fn measure(
     metrics: &mut [Metric],
 ) -> Result<RunInfo, String> {
     let redis_client = redis::Client::open(url).map_err(|e| format!("REDIS_URL: {e}"))?;
-    let lib = LockClient::builder()
-        .redis(url)
-        .key_prefix(prefixes.lib.as_str())
-        .build()
-        .await
-        .map_err(|e| format!("lock client: {e}"))?;
-    let memory = LockClient::builder()
-        .memory()
-        .key_prefix(prefixes.lib.as_str())
-        .build()
-        .await
-        .map_err(|e| format!("memory client: {e}"))?;
+    let build = async |builder: LockClientBuilder, what: &str| {
+        builder
+            .key_prefix(prefixes.lib.as_str())
+            .build()
+            .await
+            .map_err(|e| format!("{what}: {e}"))
+    };
+    let lib = build(LockClient::builder().redis(url), "lock client").await?;
+    let memory = build(LockClient::builder().memory(), "memory client").await?;
     // A second client on the same keys, for row 7's check that held locks
     // really stay held.
-    let rival = LockClient::builder()
-        .redis(url)
-        .key_prefix(prefixes.lib.as_str())
-        .build()
-        .await
-        .map_err(|e| format!("second lock client: {e}"))?;
+    let rival = build(LockClient::builder().redis(url), "second lock client").await?;
     let mut raw = Raw::connect(&redis_client, &prefixes.raw).await?;
     let _ = ATTR_CLIENT.set(lib.clone());
     let redis_version = redis_version(&redis_client).await.unwrap_or_default();
@@ -493,40 +485,21 @@ async fn measure(
         let t = Instant::now();
         let lib_first = rep.is_multiple_of(2);
         eprint!("rep {}/{}:", rep + 1, opts.reps);
-        if opts.wants('1') {
-            eprint!(" 1");
-            let (l, r) = rows::serial(
-                &lib,
-                "serial",
-                &mut raw,
-                &raw_serial,
-                plan.serial_iters,
-                rep,
-            )
-            .await?;
-            metrics[M1].values.push(p50(&l));
-            metrics[M1].baselines.push(p50(&r));
-        }
-        if opts.wants('8') {
-            eprint!(" 8");
-            let (l, r) = rows::serial(
-                &memory,
-                "serial",
-                &mut raw,
-                &raw_serial,
-                plan.serial_iters,
-                rep,
-            )
-            .await?;
-            metrics[M8].values.push(p50(&l));
-            metrics[M8].baselines.push(p50(&r));
+        // Serial acquire-release: on Redis (row 1), then embedded (row 8).
+        for (row, metric, client) in [('1', M1, &lib), ('8', M8, &memory)] {
+            if !opts.wants(row) {
+                continue;
+            }
+            eprint!(" {row}");
+            let iters = plan.serial_iters;
+            let (l, r) = rows::serial(client, "serial", &mut raw, &raw_serial, iters, rep).await?;
+            metrics[metric].record(p50(&l), p50(&r));
         }
         if opts.wants('6') && attr.is_ok() {
             eprint!(" 6");
             // The same client as the attribute's, through the same accessor.
             let (a, h) = serial_attr(&attr_client(), plan.attr_iters, rep).await?;
-            metrics[M6].values.push(p50(&a));
-            metrics[M6].baselines.push(p50(&h));
+            metrics[M6].record(p50(&a), p50(&h));
         }
         if opts.wants('5') {
             eprint!(" 5");
@@ -538,8 +511,7 @@ async fn measure(
                 async || rows::handoff_raw(&raw, &redis_client, "handoff", n).await,
             )
             .await?;
-            metrics[M5].values.push(p50(&l.concat()));
-            metrics[M5].baselines.push(p50(&r.concat()));
+            metrics[M5].record(p50(&l.concat()), p50(&r.concat()));
             // Any hand-over needs the release's round trip, started from idle.
             let floor = rows::idle_round_trip(&raw, "floor", n).await?;
             metrics[M5_FLOOR].values.push(p50(&floor));
@@ -554,8 +526,7 @@ async fn measure(
                 async || rows::parallel_raw(&raw, tasks, window).await,
             )
             .await?;
-            metrics[M2].values.push(mean(&l));
-            metrics[M2].baselines.push(mean(&r));
+            metrics[M2].record(mean(&l), mean(&r));
         }
         if opts.wants('4') {
             eprint!(" 4");
@@ -567,10 +538,8 @@ async fn measure(
                 async || rows::hot_raw_spin(&raw, "hot0", tasks, Duration::ZERO, window).await,
             )
             .await?;
-            metrics[M4_GRANTS].values.push(Hot::rate_of(&l));
-            metrics[M4_GRANTS].baselines.push(Hot::rate_of(&r));
-            metrics[M4_FAIR].values.push(Hot::fairness_of(&l));
-            metrics[M4_FAIR].baselines.push(Hot::fairness_of(&r));
+            metrics[M4_GRANTS].record(Hot::rate_of(&l), Hot::rate_of(&r));
+            metrics[M4_FAIR].record(Hot::fairness_of(&l), Hot::fairness_of(&r));
             let (l_min, l_max) = Hot::grant_range(&l);
             let (r_min, r_max) = Hot::grant_range(&r);
             metrics[M4_FAIR].notes.push(format!(
@@ -597,12 +566,9 @@ async fn measure(
             let mean_hold = mean(&Hot::pooled(&l, |h| &h.holds));
             let ceiling = mean(&ceilings.iter().map(|c| c.0).collect::<Vec<_>>());
             let ceiling_hold = mean(&ceilings.iter().map(|c| c.1).collect::<Vec<_>>());
-            metrics[M3_GRANTS].values.push(Hot::rate_of(&l));
-            metrics[M3_GRANTS].baselines.push(ceiling);
-            metrics[M3_WAIT].values.push(p99_ms(&waits));
-            metrics[M3_WAIT]
-                .baselines
-                .push((tasks - 1) as f64 * mean_hold / 1e3);
+            metrics[M3_GRANTS].record(Hot::rate_of(&l), ceiling);
+            let queue_wait_ms = (tasks - 1) as f64 * mean_hold / 1e3;
+            metrics[M3_WAIT].record(p99_ms(&waits), queue_wait_ms);
             let (min, max) = Hot::grant_range(&l);
             metrics[M3_GRANTS].notes.push(format!(
                 "rep {}: mean hold {:.0} us under the lock, {:.0} us in the ceiling loop; \
@@ -626,8 +592,7 @@ async fn measure(
                 plan.held_periods,
             )
             .await?;
-            metrics[M7].values.push(run.per_100_per_period);
-            metrics[M7].baselines.push(100.0);
+            metrics[M7].record(run.per_100_per_period, 100.0);
             metrics[M7_CPU].values.push(run.cpu_percent);
             metrics[M7].notes.push(format!(
                 "rep {}: {} locks, ttl {} ms, taken in {:.0} ms; per 100 locks per period: \
@@ -873,8 +838,7 @@ fn run(opts: &Options) -> Result<bool, String> {
         for (index, backend) in [(M8_RSS_REDIS, "redis"), (M8_RSS_MEMORY, "memory")] {
             let (before, with) = rss_probe(backend, &prefixes.lib, &url)?;
             let m = &mut metrics[index];
-            m.values.push(with);
-            m.baselines.push(before);
+            m.record(with, before);
             m.notes.push(format!(
                 "+{:.0} KiB for {RSS_LOCKS} locks = {:.0} bytes per held lock \
                  (fresh process, {backend} backend, measured once)",

@@ -10,11 +10,11 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use lock_runtime::__private::testing::force_delete;
-use lock_runtime::{LockClientBuilder, LockError, current_lock};
+use lock_runtime::{LockClientBuilder, LockError};
 use test_support::helpers::*;
 
 /// Generates the semantic suite for one topology: `$setup` names a
@@ -51,15 +51,6 @@ macro_rules! semantic_suite {
     };
 }
 
-/// A deliberately unprotected read-modify-write with a yield in the middle:
-/// concurrent callers lose updates unless something serializes them.
-async fn read_modify_write(value: &AtomicU64) {
-    let read = value.load(SeqCst);
-    tokio::task::yield_now().await;
-    tokio::time::sleep(ms(1)).await;
-    value.store(read + 1, SeqCst);
-}
-
 // ---- the suite -------------------------------------------------------------
 
 pub async fn tasks_doing_read_modify_write_under_one_lock_end_with_the_exact_count(
@@ -72,65 +63,9 @@ pub async fn tasks_doing_read_modify_write_under_one_lock_end_with_the_exact_cou
         client(&builder).await,
         client(&builder).await,
     ];
-
-    // Control: without the lock the same read-modify-write loses updates.
-    let value = Arc::new(AtomicU64::new(0));
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|_| {
-            let value = value.clone();
-            tokio::spawn(async move { read_modify_write(&value).await })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let unlocked = value.load(SeqCst);
-    assert!(
-        unlocked < TASKS,
-        "the control run without the lock counted {unlocked}"
-    );
-
-    let value = Arc::new(AtomicU64::new(0));
-    let inside = Arc::new(AtomicUsize::new(0));
-    let most_inside = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..TASKS as usize)
-        .map(|i| {
-            let client = clients[i % clients.len()].clone();
-            let (key, value, inside, most_inside) = (
-                key.clone(),
-                value.clone(),
-                inside.clone(),
-                most_inside.clone(),
-            );
-            tokio::spawn(async move {
-                client
-                    .lock(&key)
-                    .ttl(secs(5))
-                    .wait(secs(30))
-                    .run(async {
-                        let now_inside = inside.fetch_add(1, SeqCst) + 1;
-                        most_inside.fetch_max(now_inside, SeqCst);
-                        read_modify_write(&value).await;
-                        inside.fetch_sub(1, SeqCst);
-                        current_lock().expect("inside the lock").fencing_token
-                    })
-                    .await
-                    .expect("every task gets the lock")
-            })
-        })
-        .collect();
-    let mut fences = Vec::new();
-    for task in tasks {
-        fences.push(within(secs(30), "a locked increment", task).await.unwrap());
-    }
-    println!(
-        "{TASKS} locked increments from 3 clients in {:?}",
-        started.elapsed()
-    );
-    assert_eq!(value.load(SeqCst), TASKS, "no update lost");
-    assert_eq!(most_inside.load(SeqCst), 1, "never two tasks inside");
-    fences.sort_unstable();
+    let run = locked_read_modify_writes(&clients, &key, TASKS, ms(1), secs(30)).await;
+    println!("{TASKS} locked increments from 3 clients in {:?}", run.took);
+    let mut fences = run.fences;
     fences.dedup();
     assert_eq!(
         fences.len(),
@@ -205,12 +140,7 @@ pub async fn fencing_tokens_strictly_increase_across_clients_releases_expiry_and
     let mut tokens = Vec::new();
     for round in 0..12 {
         let client = if round % 2 == 0 { &a } else { &b };
-        let guard = client
-            .lock(&key)
-            .ttl(ms(300))
-            .renew(false)
-            .wait(secs(3))
-            .acquire()
+        let guard = fixed_lease_waiting(client, &key, ms(300), secs(3))
             .await
             .unwrap();
         tokens.push(guard.fencing_token());
