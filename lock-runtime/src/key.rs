@@ -278,31 +278,41 @@ fn unescape(s: &str) -> Option<String> {
 #[derive(Clone, Debug)]
 pub(crate) struct KeyNames {
     pub(crate) lock: String,
-    /// The fencing counter of the key's slot (shared with every key there).
-    pub(crate) fence: String,
-    /// The key's own counter in versions before slot counters: folded into
-    /// `fence` by the acquire script, then deleted.
-    pub(crate) legacy_fence: String,
     pub(crate) queue: String,
     pub(crate) notice: String,
     /// The Redis Cluster slot all four names share (`CLUSTER KEYSLOT` of
     /// each): picks the cluster node's batch and, on one server, the
     /// command connection.
     pub(crate) slot: u16,
+    /// Where the kind letter stands in every name (the prefix's length).
+    kind_at: usize,
 }
 
 impl KeyNames {
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
         let lock = name(prefix, Kind::Lock, key);
-        let slot = slot(&lock);
         Self {
-            slot,
-            fence: slot_counter(prefix, slot),
-            legacy_fence: name(prefix, Kind::Fence, key),
+            slot: slot(&lock),
+            kind_at: prefix.len(),
             queue: name(prefix, Kind::Queue, key),
             notice: name(prefix, Kind::Notice, key),
             lock,
         }
+    }
+
+    /// The fencing counter of the key's slot (shared with every key there).
+    /// Built when a script needs it: the embedded backend never does.
+    pub(crate) fn fence(&self) -> String {
+        slot_counter(&self.lock[..self.kind_at], self.slot)
+    }
+
+    /// The key's own counter in versions before slot counters: folded into
+    /// the slot counter by the acquire script, then deleted.
+    pub(crate) fn legacy_fence(&self) -> String {
+        let mut name = self.lock.clone();
+        let letter = Kind::Fence.letter();
+        name.replace_range(self.kind_at..=self.kind_at, letter.encode_utf8(&mut [0; 4]));
+        name
     }
 }
 
@@ -360,7 +370,7 @@ mod tests {
         let n = KeyNames::new("lock:", key);
         for (name, kind) in [
             (&n.lock, 'L'),
-            (&n.legacy_fence, 'F'),
+            (&n.legacy_fence(), 'F'),
             (&n.queue, 'Q'),
             (&n.notice, 'N'),
         ] {
@@ -378,7 +388,7 @@ mod tests {
     fn tagged_keys_keep_their_own_tag() {
         let n = KeyNames::new("lock:", "{tenant:7}:order:1");
         assert_eq!(n.lock, "lock:L:{tenant:7}:order:1");
-        assert_eq!(n.legacy_fence, "lock:F:{tenant:7}:order:1");
+        assert_eq!(n.legacy_fence(), "lock:F:{tenant:7}:order:1");
         assert_eq!(n.slot, slot("tenant:7"));
     }
 
@@ -545,9 +555,9 @@ mod tests {
     fn every_name_of_a_key_shares_its_slot_counter() {
         for key in ["order:42", "{tenant:7}:order:1", "}x", "a}b{c}"] {
             let n = KeyNames::new("lock:", key);
-            assert_eq!(slot(&n.fence), n.slot, "{key}");
-            assert_eq!(slot(&n.legacy_fence), n.slot, "{key}");
-            assert!(n.fence.starts_with("lock:S{"), "{}", n.fence);
+            assert_eq!(slot(&n.fence()), n.slot, "{key}");
+            assert_eq!(slot(&n.legacy_fence()), n.slot, "{key}");
+            assert!(n.fence().starts_with("lock:S{"), "{}", n.fence());
         }
     }
 

@@ -176,7 +176,7 @@ pub mod testing {
     /// The Redis name of the fencing counter `key` uses under `prefix`: the
     /// one of its hash slot, `prefix + S{tag}`, shared with every key there.
     pub fn fence_counter(prefix: &str, key: &str) -> String {
-        crate::key::KeyNames::new(prefix, key).fence
+        crate::key::KeyNames::new(prefix, key).fence()
     }
 
     /// Deletes the lock `key` regardless of its owner, as an operator's `DEL`

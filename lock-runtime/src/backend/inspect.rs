@@ -44,7 +44,7 @@ async fn observe(node: &RedisBackend, names: &KeyNames) -> Result<Observed, Lock
         .cmd("PTTL")
         .arg(&names.lock)
         .cmd("GET")
-        .arg(&names.fence)
+        .arg(names.fence())
         .cmd("LLEN")
         .arg(&names.queue)
         .query_async(&mut node.conn(names))

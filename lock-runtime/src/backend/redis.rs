@@ -240,9 +240,9 @@ impl RedisBackend {
         // > 0: ours, with this fencing token; <= 0: busy for -answer ms.
         let mut cmd = evalsha(&ACQUIRE, 4);
         cmd.arg(&names.lock)
-            .arg(&names.fence)
+            .arg(names.fence())
             .arg(&names.queue)
-            .arg(&names.legacy_fence)
+            .arg(names.legacy_fence())
             .arg(token.as_str())
             .arg(millis(ttl))
             .arg(wait_ms)
@@ -314,7 +314,7 @@ impl RedisBackend {
         };
         let mut cmd = evalsha(&RELEASE, 3);
         cmd.arg(&names.lock)
-            .arg(&names.fence)
+            .arg(names.fence())
             .arg(&names.queue)
             .arg(token.as_str())
             .arg(&names.notice)

@@ -147,13 +147,15 @@ impl RedlockBackend {
         };
         if acquired.len() >= quorum && valid(Instant::now()) {
             let fencing = acquired.iter().map(|(_, f)| *f).max().unwrap_or(0);
+            let fence = names.fence();
             let raised = join_all(acquired.iter().map(|(i, _)| {
                 let mut conn = self.nodes[*i].connection();
+                let fence = &fence;
                 async move {
                     timeout(
                         per_node,
                         FENCE_RAISE
-                            .key(&names.fence)
+                            .key(fence)
                             .arg(fencing)
                             .invoke_async::<i64>(&mut conn),
                     )
