@@ -1,5 +1,5 @@
 //! The harness's Sentinel group: a master, one replica and three sentinels,
-//! kept to itself on a shared loopback ([`Isolation`]), with the failovers the
+//! kept to itself on a shared loopback (`Isolation`), with the failovers the
 //! scenarios inject. The servers and sentinels are `test_support`'s.
 
 use std::path::Path;
