@@ -41,8 +41,11 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     v
 }
 
-#[test]
-fn a_locks_life_is_counted_under_its_name_never_its_key() {
+/// What `body` reported, run with an embedded-backend client on a runtime of
+/// its own, under a recorder of its own.
+fn recorded<F: std::future::Future<Output = ()>>(
+    body: impl FnOnce(lock_runtime::LockClient) -> F,
+) -> HashMap<(String, Vec<(String, String)>), u64> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
@@ -56,43 +59,50 @@ fn a_locks_life_is_counted_under_its_name_never_its_key() {
                 .build()
                 .await
                 .unwrap();
-            let order = |id: u32| client.lock(format!("order:{id}")).metrics_name("order");
-            // Acquired and released, twice.
-            for id in [1, 2] {
-                let guard = order(id)
-                    .ttl(Duration::from_millis(300))
-                    .acquire()
-                    .await
-                    .unwrap();
-                tokio::time::sleep(Duration::from_millis(120)).await; // one renewal
-                guard.release().await.unwrap();
-            }
-            // Busy.
-            let held = order(3).acquire().await.unwrap();
-            assert!(order(3).acquire().await.unwrap_err().is_busy());
-            // Handed over to a waiter.
-            let waiter = tokio::spawn(order(3).wait(Duration::from_secs(2)).acquire());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            held.release().await.unwrap();
-            waiter.await.unwrap().unwrap().release().await.unwrap();
-            // Lost: deleted behind the holder's back.
-            let doomed = order(4)
+            body(client).await;
+        });
+    });
+    snapshot(&snapshotter)
+}
+
+#[test]
+fn a_locks_life_is_counted_under_its_name_never_its_key() {
+    let seen = recorded(|client| async move {
+        let order = |id: u32| client.lock(format!("order:{id}")).metrics_name("order");
+        // Acquired and released, twice.
+        for id in [1, 2] {
+            let guard = order(id)
                 .ttl(Duration::from_millis(300))
                 .acquire()
                 .await
                 .unwrap();
-            lock_runtime::__private::testing::force_delete(&client, "order:4")
-                .await
-                .unwrap();
-            tokio::time::timeout(Duration::from_secs(2), doomed.lost())
-                .await
-                .unwrap();
-            drop(doomed);
-            // No name given.
-            client.with_lock("job:7", async {}).await.unwrap();
-        });
+            tokio::time::sleep(Duration::from_millis(120)).await; // one renewal
+            guard.release().await.unwrap();
+        }
+        // Busy.
+        let held = order(3).acquire().await.unwrap();
+        assert!(order(3).acquire().await.unwrap_err().is_busy());
+        // Handed over to a waiter.
+        let waiter = tokio::spawn(order(3).wait(Duration::from_secs(2)).acquire());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held.release().await.unwrap();
+        waiter.await.unwrap().unwrap().release().await.unwrap();
+        // Lost: deleted behind the holder's back.
+        let doomed = order(4)
+            .ttl(Duration::from_millis(300))
+            .acquire()
+            .await
+            .unwrap();
+        lock_runtime::__private::testing::force_delete(&client, "order:4")
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(2), doomed.lost())
+            .await
+            .unwrap();
+        drop(doomed);
+        // No name given.
+        client.with_lock("job:7", async {}).await.unwrap();
     });
-    let seen = snapshot(&snapshotter);
     let get = |name: &str, l: &[(&str, &str)]| {
         seen.get(&(name.to_owned(), labels(l)))
             .copied()
@@ -155,37 +165,23 @@ fn the_attribute_names_by_template_and_idempotency_by_route() {
     use http::Request;
     use tower::ServiceExt;
 
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let client = lock_runtime::LockClient::builder()
-                .memory()
-                .build()
-                .await
-                .unwrap();
-            assert_eq!(job(&client, 7).await.unwrap(), 7);
-            let app = Router::new()
-                .route("/orders/{tenant}", post(|| async { "created" }))
-                .route_layer(lock_runtime::IdempotencyLayer::new(client.clone()));
-            let send = |body: &'static str| {
-                app.clone().oneshot(
-                    Request::post("/orders/acme")
-                        .header("idempotency-key", "\"k-1\"")
-                        .body(axum::body::Body::from(body))
-                        .unwrap(),
-                )
-            };
-            assert_eq!(send("a").await.unwrap().status(), 200);
-            assert_eq!(send("a").await.unwrap().status(), 200); // replayed
-            assert_eq!(send("b").await.unwrap().status(), 422);
-        });
+    let seen = recorded(|client| async move {
+        assert_eq!(job(&client, 7).await.unwrap(), 7);
+        let app = Router::new()
+            .route("/orders/{tenant}", post(|| async { "created" }))
+            .route_layer(lock_runtime::IdempotencyLayer::new(client.clone()));
+        let send = |body: &'static str| {
+            app.clone().oneshot(
+                Request::post("/orders/acme")
+                    .header("idempotency-key", "\"k-1\"")
+                    .body(axum::body::Body::from(body))
+                    .unwrap(),
+            )
+        };
+        assert_eq!(send("a").await.unwrap().status(), 200);
+        assert_eq!(send("a").await.unwrap().status(), 200); // replayed
+        assert_eq!(send("b").await.unwrap().status(), 422);
     });
-    let seen = snapshot(&snapshotter);
     let get = |name: &str, l: &[(&str, &str)]| {
         seen.get(&(name.to_owned(), labels(l)))
             .copied()

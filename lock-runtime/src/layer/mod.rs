@@ -49,6 +49,29 @@
 //! # }
 //! ```
 
+/// `get_ref`, `get_mut` and `into_inner` of a service wrapping `inner`, as
+/// tower's own services have them.
+macro_rules! wrapped_service_access {
+    ($service:ident) => {
+        impl<S> $service<S> {
+            /// The wrapped service.
+            pub fn get_ref(&self) -> &S {
+                &self.inner
+            }
+
+            /// The wrapped service, mutably.
+            pub fn get_mut(&mut self) -> &mut S {
+                &mut self.inner
+            }
+
+            /// Unwraps the inner service.
+            pub fn into_inner(self) -> S {
+                self.inner
+            }
+        }
+    };
+}
+
 pub mod idempotency;
 pub mod lock;
 mod problem;

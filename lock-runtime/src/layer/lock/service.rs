@@ -33,22 +33,9 @@ impl<S> Lock<S> {
     pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
         Self { inner, config }
     }
-
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
+
+wrapped_service_access!(Lock);
 
 impl<S: fmt::Debug> fmt::Debug for Lock<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
