@@ -4,17 +4,26 @@ use std::fmt;
 
 use crate::error::BackendError;
 
-/// A fresh 128-bit random value from the operating system's generator, shown as
-/// 32 hex digits. One per acquisition: it proves ownership to the scripts.
+/// A fresh 128-bit random value, shown as 32 hex digits. One per
+/// acquisition: it proves ownership to the scripts.
 /// Held inline (no allocation, `Copy`): one is made per acquire.
+///
+/// The bits come from `rand`'s thread-local generator: ChaCha12, a
+/// cryptographically secure generator seeded from the operating system and
+/// reseeded from it as it goes, so a token costs no system call. The process
+/// id is folded in, so a process forked after drawing tokens (sharing the
+/// generator's state) still draws other ones than its parent; XOR with a
+/// known value leaves the 128 bits as unguessable as they were.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Token([u8; 32]);
 
 impl Token {
     pub(crate) fn random() -> Result<Self, BackendError> {
         let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes)
-            .map_err(|e| BackendError::new(format!("the OS random generator failed: {e}")))?;
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
+        for (b, p) in bytes[12..].iter_mut().zip(std::process::id().to_le_bytes()) {
+            *b ^= p;
+        }
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut hex = [0u8; 32];
         for (i, byte) in bytes.iter().enumerate() {
