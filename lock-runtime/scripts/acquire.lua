@@ -25,14 +25,14 @@ local function next_fence()
   end
   return redis.call('INCR', KEYS[2])
 end
-local owner = redis.call('GET', KEYS[1])
-if not owner then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+-- Free: one write takes it (no read first: the uncontended path is the hot one).
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[4] == '1' then
     redis.call('LREM', KEYS[3], 1, ARGV[1] .. ':' .. ARGV[2])
   end
   return next_fence()
 end
+local owner = redis.call('GET', KEYS[1])
 if owner == ARGV[1] or owner == ARGV[1] .. '+' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   -- At least the token issued to us (the counter only rises), and below

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::LockError;
 use crate::backend::Released;
+use crate::client::local;
 use crate::held::Held;
 use crate::inner::Inner;
 use crate::key::KeyNames;
@@ -145,15 +146,23 @@ impl LockGuard {
         }
         let was_lost = self.is_lost();
         let inner = &self.inner;
-        inner.watchdog.unwatch(self.held.id);
-        crate::metrics::released(&self.held.metrics, self.held.since.elapsed());
+        let mut held = self.held.clone();
+        if !was_lost && inner.local.has_waiters(&held) {
+            match local::hand_on(inner, held).await {
+                None => return Ok(()),
+                Some(last) => held = last,
+            }
+        }
+        inner.local.end(&held);
+        inner.watchdog.unwatch(held.id);
+        crate::metrics::released(&held.metrics, held.since.elapsed());
         let started = Instant::now();
-        let valid = self.held.valid_at(started);
+        let valid = held.valid_at(started);
         let result = inner
             .backend
-            .release(&self.held.names, &self.held.token, self.held.ttl, false)
+            .release(&held.names, &held.token, held.ttl, false)
             .await;
-        let key = &self.held.key;
+        let key = &held.key;
         match result {
             // Released, but the lease had been given up for lost before: the
             // work done under it may have overlapped with another holder.
@@ -161,26 +170,26 @@ impl LockGuard {
             // Our token was still on the key: it never ran out, even if the
             // watchdog's last confirmation is older than a lease.
             Ok(Released::Yes) => {
-                tracing::debug!(key = %key, fencing = self.held.fencing,
+                tracing::debug!(key = %key, fencing = held.fencing,
                     elapsed_us = started.elapsed().as_micros() as u64, "lock released");
                 Ok(())
             }
             Ok(Released::Gone) if valid => {
-                tracing::debug!(key = %key, fencing = self.held.fencing,
+                tracing::debug!(key = %key, fencing = held.fencing,
                     "lock released (the first answer was lost; a re-sent release found the key gone)");
                 Ok(())
             }
             Ok(Released::Gone | Released::NotOurs) => {
                 if !was_lost {
-                    crate::metrics::lost(&self.held.metrics);
+                    crate::metrics::lost(&held.metrics);
                 }
-                self.held.lost.cancel();
+                held.lost.cancel();
                 if valid {
-                    tracing::warn!(key = %key, fencing = self.held.fencing,
+                    tracing::warn!(key = %key, fencing = held.fencing,
                         "lock release: the key is not ours although the lease was valid \
                          (deleted by someone else, or lost in a failover)");
                 } else {
-                    tracing::warn!(key = %key, fencing = self.held.fencing,
+                    tracing::warn!(key = %key, fencing = held.fencing,
                         "lock release: not the owner any more (the lease had run out)");
                 }
                 Err(LockError::lost(key))
@@ -194,23 +203,53 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Takes the lease out of a guard that will not release it: whoever
+    /// holds the returned `Held` is its owner now.
+    pub(crate) fn disarm(mut self) -> Arc<Held> {
+        self.done = true;
+        self.held.clone()
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.done || !self.owner {
             return;
         }
-        let held = &self.held;
-        self.inner.watchdog.unwatch(held.id);
-        crate::metrics::released(&held.metrics, held.since.elapsed());
-        release_in_background(
-            self.inner.clone(),
-            held.key.clone(),
-            held.names.clone(),
-            held.token,
-            held.ttl,
-            false,
-        );
+        let held = self.held.clone();
+        let inner = self.inner.clone();
+        // A local waiter gets the lease (in a task: handing on may take a
+        // round trip to reserve fencing tokens).
+        if !held.is_lost_now()
+            && inner.local.has_waiters(&held)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                if let Some(last) = local::hand_on(&inner, held).await {
+                    release_held_in_background(inner, &last);
+                }
+            });
+            return;
+        }
+        release_held_in_background(inner, &held);
     }
+}
+
+/// Stops watching `held` and releases it on the current runtime without
+/// blocking (see [`release_in_background`]).
+fn release_held_in_background(inner: Arc<Inner>, held: &Arc<Held>) {
+    inner.local.end(held);
+    inner.watchdog.unwatch(held.id);
+    crate::metrics::released(&held.metrics, held.since.elapsed());
+    release_in_background(
+        inner,
+        held.key.clone(),
+        held.names.clone(),
+        held.token,
+        held.ttl,
+        false,
+    );
 }
 
 /// Releases the lock `key` (named `names`, owned by `token`) on the current

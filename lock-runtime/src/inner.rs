@@ -4,6 +4,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crate::backend::Backend;
+use crate::client::local::Local;
 use crate::watchdog::Watchdog;
 
 /// One client's backend, watchdog and settings, behind the `Arc` of
@@ -15,4 +16,6 @@ pub(crate) struct Inner {
     pub(crate) default_ttl: Duration,
     pub(crate) watchdog: Watchdog,
     pub(crate) next_lock_id: AtomicU64,
+    /// Held keys that this client's own waiters queue on in-process.
+    pub(crate) local: Local,
 }

@@ -464,10 +464,17 @@ async fn busy_after_a_wait_respects_the_deadline(env: Env) {
 async fn ten_thousand_acquire_release_cycles_leave_no_watchdog_and_no_task(env: Env) {
     let key = key("cycles");
     let metrics = tokio::runtime::Handle::current().metrics();
-    // Warm up (connections, and the notice subscriber: make one waiter wait),
-    // then count the runtime's tasks.
+    // Warm up (connections, and the notice subscriber: make one waiter wait
+    // on the server; with other lease settings than the holder's, it does
+    // not wait in the client's own line), then count the runtime's tasks.
     let holder = env.client.lock(&key).acquire().await.unwrap();
-    let busy = env.client.lock(&key).wait(ms(50)).acquire().await;
+    let busy = env
+        .client
+        .lock(&key)
+        .ttl(secs(20))
+        .wait(ms(50))
+        .acquire()
+        .await;
     assert!(busy.unwrap_err().is_busy());
     holder.release().await.unwrap();
     watchdogs_stop(secs(2), &[&env.client]).await;

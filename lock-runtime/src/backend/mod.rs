@@ -124,6 +124,31 @@ impl Backend {
         }
     }
 
+    /// Where a holder may hand its lease to a waiter of its own client
+    /// without a round trip (see `client::local`): one server, Sentinel or a
+    /// cluster. Not Redlock (its waiters do not queue on the servers, so a
+    /// chain of local hand-overs could starve other processes), and not the
+    /// embedded backend (every hand-over there is local already).
+    pub(crate) fn hands_on_locally(&self) -> bool {
+        matches!(self, Backend::Redis(_))
+    }
+
+    /// Keeps the lock `token` holds unless somebody queued behind it, and
+    /// reserves `count` fencing tokens for local hand-overs: the highest, or
+    /// `None` (queued behind, lost, or not offered by this backend).
+    pub(crate) async fn reserve(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        count: u64,
+    ) -> Result<Option<u64>, LockError> {
+        match self {
+            Backend::Redis(b) => b.reserve(names, token, ttl, count).await,
+            Backend::Redlock(_) | Backend::Memory(_) => Ok(None),
+        }
+    }
+
     /// Extends up to [`RENEW_BATCH`] leases in one call; `true` where re-armed.
     pub(crate) async fn extend_many(
         &self,

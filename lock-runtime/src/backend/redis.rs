@@ -10,7 +10,7 @@ pub(crate) use super::conn::RedisOptions;
 use super::conn::{Conn, SentinelConn, connect_manager, open_client};
 use super::notifier::{Notices, Source};
 use super::scripts::{
-    ACQUIRE, EXTEND, EXTEND_MANY, RELEASE, evalsha, load_scripts, millis, run_script,
+    ACQUIRE, EXTEND, EXTEND_MANY, RELEASE, RESERVE, evalsha, load_scripts, millis, run_script,
 };
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE, Released};
@@ -298,6 +298,34 @@ impl RedisBackend {
             self.replicated(&mut conn).await?;
         }
         Ok(extended == 1)
+    }
+
+    /// Keeps the lock `token` holds, unless somebody queued behind it, and
+    /// reserves `count` fencing tokens: the highest, or `None` (see
+    /// reserve.lua). With replica acks, only once they came.
+    pub(crate) async fn reserve(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        count: u64,
+    ) -> Result<Option<u64>, LockError> {
+        let mut cmd = evalsha(&RESERVE, 3);
+        cmd.arg(&names.lock)
+            .arg(names.fence())
+            .arg(&names.queue)
+            .arg(token.as_str())
+            .arg(millis(ttl))
+            .arg(count);
+        let mut conn = self.conn(names);
+        let top: u64 = run_script(&mut conn, &RESERVE, &cmd)
+            .await
+            .map_err(|e| BackendError::with_source("reserving fencing tokens failed", e))?;
+        if top == 0 {
+            return Ok(None);
+        }
+        self.replicated(&mut conn).await?;
+        Ok(Some(top))
     }
 
     pub(crate) async fn release(

@@ -32,6 +32,9 @@ use crate::inner::Inner;
 use crate::key::KeyNames;
 use crate::token::Token;
 
+/// A wait too long to represent (`Duration::MAX`): "wait forever".
+pub(super) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// How often one acquire re-tries after a broken connection (within its wait;
 /// a try-once acquire re-tries once, at once).
 const MAX_CONNECTION_RETRIES: u32 = 8;
@@ -97,7 +100,7 @@ impl Acquisition {
         // A wait too long to represent (`Duration::MAX`) means "wait forever".
         let deadline = started
             .checked_add(wait)
-            .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
+            .unwrap_or_else(|| started + FOREVER);
         let names = KeyNames::new(&inner.prefix, &key);
         let token = Token::random()?;
         let mut waiter = None;
@@ -317,6 +320,7 @@ impl Acquisition {
             granted,
             inner.backend.drift(ttl),
         );
+        inner.local.hold(&held, self.renew);
         tracing::debug!(key = %held.key, fencing,
             waited_us = self.started.elapsed().as_micros() as u64, "lock acquired");
         LockGuard::owner(held, inner)

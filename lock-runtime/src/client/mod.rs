@@ -19,6 +19,7 @@ use crate::key::{KeyNames, validate_key};
 mod acquire;
 mod builder;
 mod inspect;
+pub(crate) mod local;
 mod request;
 
 pub use builder::LockClientBuilder;

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::acquire::Acquisition;
+use super::acquire::{Acquisition, FOREVER};
+use super::local::{Entry, LocalWait};
 use super::{LockClient, validate_ttl};
 use crate::guard::LockGuard;
 use crate::key::validate_key;
@@ -92,15 +93,60 @@ impl LockRequest {
         // otherwise sit inline in every caller's future, and nested locked
         // scopes would stack it up.
         let metrics = self.metrics.clone();
-        let acquisition = Acquisition::start(
-            inner.clone(),
-            self.key,
-            ttl,
-            self.wait,
-            self.renew,
-            self.metrics,
-        );
-        let acquired = Box::pin(async move { acquisition.await?.finish().await }).await;
+        let inner = inner.clone();
+        let acquired = Box::pin(async move {
+            let mut wait = self.wait;
+            // Tasks of this client that want the same key form a line: one
+            // acquires on the server, the others are handed the lock
+            // in-process (see `local`).
+            let mut representing = None;
+            if !wait.is_zero() {
+                let started = Instant::now();
+                let deadline = started
+                    .checked_add(wait)
+                    .unwrap_or_else(|| started + FOREVER);
+                loop {
+                    let ticket =
+                        match inner
+                            .local
+                            .enter(&inner, &self.key, ttl, self.renew, &self.metrics)
+                        {
+                            Entry::Queued(ticket) => ticket,
+                            Entry::Represent(duty) => {
+                                representing = Some(duty);
+                                break;
+                            }
+                            Entry::Alone => break,
+                        };
+                    match inner.local.wait(&inner, &self.key, ticket, deadline).await {
+                        LocalWait::Granted(guard) => return Ok(guard),
+                        LocalWait::TimedOut { retry_after } => {
+                            crate::metrics::busy(&self.metrics, started.elapsed());
+                            return Err(LockError::Busy {
+                                key: self.key,
+                                retry_after,
+                            });
+                        }
+                        LocalWait::Represent(duty) => {
+                            representing = Some(duty);
+                            break;
+                        }
+                        LocalWait::Closed => {}
+                    }
+                }
+                wait = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1));
+            }
+            // Ends the role (the line learns whether the key is held) however
+            // the acquisition ends.
+            let _representing = representing;
+            Acquisition::start(inner, self.key, ttl, wait, self.renew, self.metrics)
+                .await?
+                .finish()
+                .await
+        })
+        .await;
         if let Err(e) = &acquired
             && !e.is_busy()
         {

@@ -161,6 +161,21 @@ impl Watchdog {
         }
     }
 
+    /// Puts `next` in the place of the lock under watch as `next.id` (the
+    /// same lease, handed to another holder of this client): renewals and
+    /// their answers, even one in flight, now speak of `next`, which starts
+    /// with the validity already confirmed. `false` when that lease is no
+    /// longer under watch (lost).
+    pub(crate) fn hand_on(&self, next: Arc<Held>) -> bool {
+        let mut state = self.shared.state();
+        let Some(entry) = state.entries.get_mut(&next.id) else {
+            return false;
+        };
+        next.set_valid_until(entry.valid_until);
+        entry.lease = Lease::Lock(next);
+        true
+    }
+
     /// Stops watching lock `id` (released or dropped).
     pub(crate) fn unwatch(&self, id: u64) {
         self.live.fetch_sub(1, Ordering::Relaxed);

@@ -1,0 +1,445 @@
+//! Local hand-over: a hot key passed between the tasks of one client without
+//! a round trip.
+//!
+//! The tasks of one client that want the same key (with the same lease
+//! settings) form one line here, and the client takes part on the server as
+//! one participant: one task of the line, its *representative*, acquires on
+//! the server (queueing there like anyone else); the others wait in-process.
+//! While a task of the line holds the key, its release hands the lease to the
+//! next task in line as it stands on the server (same owner token, same
+//! expiry, same watchdog entry), with a fencing token of its own taken from a
+//! block the holder reserved (`reserve.lua`: `INCRBY` on the slot's counter,
+//! only while nobody is queued behind the key on the server). So fencing
+//! tokens keep rising strictly across local hand-overs: every token of a
+//! block is above every token issued before it and below every token issued
+//! after it.
+//!
+//! Other processes are not starved: a block holds [`BLOCK`] tokens and is
+//! used for at most [`BLOCK_FOR`] after it was reserved; the next one is only
+//! granted while nobody is queued on the server. Otherwise the holder
+//! releases to the server's queue, and the first task of the line becomes
+//! the representative and queues there (behind those already queued).
+//!
+//! `lost()` keeps its meaning: each holder has its own signal, and the
+//! watchdog entry (the lease) passes from holder to holder. Cancellation: a
+//! waiter that gives up leaves the line; a guard sent to a waiter that is gone
+//! is handed on to the next one, or released; a representative that gives up
+//! passes its role to the next task in line.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::guard::LockGuard;
+use crate::held::Held;
+use crate::inner::Inner;
+
+/// Fencing tokens reserved per round trip: local hand-overs between two
+/// checks that nobody waits on the server.
+pub(crate) const BLOCK: u64 = 8;
+
+/// How long a reserved block may be used: bounds what a waiter on the server
+/// waits for a chain of local hand-overs with long holds.
+pub(crate) const BLOCK_FOR: Duration = Duration::from_millis(5);
+
+/// A holder hands on only while this much of its confirmed lease is left.
+const MARGIN: Duration = Duration::from_millis(50);
+
+/// The lines of this client, by key.
+#[derive(Debug, Default)]
+pub(crate) struct Local {
+    /// `false`: every acquisition goes to the server (the builder's
+    /// `local_handover(false)`, or a backend without local hand-over).
+    enabled: bool,
+    keys: Mutex<HashMap<String, Slot>>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    /// The lease settings of the line: a task must ask for the same to join.
+    ttl: Duration,
+    renew: bool,
+    /// The task of the line that holds the key, if one does.
+    holder: Option<Arc<Held>>,
+    /// Tasks of the line acquiring on the server.
+    representatives: usize,
+    waiters: VecDeque<Waiter>,
+    next_ticket: u64,
+    /// Reserved fencing tokens: `next..=top`, usable until `until`.
+    block: Option<(u64, u64, Instant)>,
+}
+
+impl Slot {
+    fn holds(&self, held: &Arc<Held>) -> bool {
+        self.holder.as_ref().is_some_and(|h| Arc::ptr_eq(h, held))
+    }
+
+    /// With nobody holding and nobody acquiring on the server, the first
+    /// waiter becomes the representative. `true` when the line is empty and
+    /// idle (the slot can go).
+    fn promote(&mut self) -> bool {
+        if self.holder.is_some() || self.representatives > 0 {
+            return false;
+        }
+        while let Some(waiter) = self.waiters.pop_front() {
+            if waiter.send.send(Turn::Represent).is_ok() {
+                self.representatives = 1;
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[derive(Debug)]
+struct Waiter {
+    ticket: u64,
+    send: oneshot::Sender<Turn>,
+    metrics: crate::metrics::Name,
+    started: Instant,
+}
+
+/// What a waiter in line is sent.
+#[derive(Debug)]
+enum Turn {
+    /// The lock, handed on.
+    Guard(LockGuard),
+    /// Acquire on the server for the line (counted as a representative).
+    Represent,
+}
+
+/// How a task takes part in acquiring a key: [`Local::enter`].
+pub(crate) enum Entry {
+    /// Wait in line: [`Local::wait`].
+    Queued(Ticket),
+    /// Acquire on the server for the line; the [`Representing`] duty ends
+    /// the role however that acquisition ends.
+    Represent(Representing),
+    /// Acquire on the server on its own (no line for these settings, try
+    /// once, or local hand-over off).
+    Alone,
+}
+
+/// A place in a line.
+pub(crate) struct Ticket {
+    ticket: u64,
+    receive: oneshot::Receiver<Turn>,
+}
+
+/// How a wait in line ended.
+pub(crate) enum LocalWait {
+    Granted(LockGuard),
+    /// Acquire on the server for the line.
+    Represent(Representing),
+    /// The line went away (another task took the key with other settings):
+    /// enter again.
+    Closed,
+    TimedOut {
+        retry_after: Duration,
+    },
+}
+
+/// The duty of a representative: when its acquisition ends (held, failed or
+/// dropped), the line learns it, and if nobody holds the key then, the next
+/// task in line takes the role.
+pub(crate) struct Representing {
+    inner: Arc<Inner>,
+    key: String,
+}
+
+impl Drop for Representing {
+    fn drop(&mut self) {
+        let mut keys = self.inner.local.keys();
+        if let Some(slot) = keys.get_mut(&self.key) {
+            slot.representatives = slot.representatives.saturating_sub(1);
+            if slot.promote() {
+                keys.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl Local {
+    pub(crate) fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            keys: Mutex::default(),
+        }
+    }
+
+    fn keys(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How the task asking for `key` (with a wait) takes part: in line, as
+    /// the line's representative, or alone.
+    pub(crate) fn enter(
+        &self,
+        inner: &Arc<Inner>,
+        key: &str,
+        ttl: Duration,
+        renew: bool,
+        metrics: &crate::metrics::Name,
+    ) -> Entry {
+        if !self.enabled {
+            return Entry::Alone;
+        }
+        let mut keys = self.keys();
+        let represent = || {
+            Entry::Represent(Representing {
+                inner: inner.clone(),
+                key: key.to_owned(),
+            })
+        };
+        let Some(slot) = keys.get_mut(key) else {
+            keys.insert(
+                key.to_owned(),
+                Slot {
+                    ttl,
+                    renew,
+                    holder: None,
+                    representatives: 1,
+                    waiters: VecDeque::new(),
+                    next_ticket: 0,
+                    block: None,
+                },
+            );
+            return represent();
+        };
+        if slot.ttl != ttl || slot.renew != renew {
+            return Entry::Alone;
+        }
+        if slot.holder.is_none() && slot.representatives == 0 {
+            slot.representatives = 1;
+            return represent();
+        }
+        let (send, receive) = oneshot::channel();
+        let ticket = slot.next_ticket;
+        slot.next_ticket += 1;
+        slot.waiters.push_back(Waiter {
+            ticket,
+            send,
+            metrics: metrics.clone(),
+            started: Instant::now(),
+        });
+        Entry::Queued(Ticket { ticket, receive })
+    }
+
+    /// Waits in the line of `key` until handed the lock, made its
+    /// representative, or `deadline`.
+    pub(crate) async fn wait(
+        &self,
+        inner: &Arc<Inner>,
+        key: &str,
+        ticket: Ticket,
+        deadline: Instant,
+    ) -> LocalWait {
+        let Ticket {
+            ticket,
+            mut receive,
+        } = ticket;
+        let turn = match tokio::time::timeout_at(deadline, &mut receive).await {
+            Ok(Ok(turn)) => turn,
+            Ok(Err(_)) => return LocalWait::Closed,
+            Err(_) => {
+                // Leave the line; a turn sent meanwhile is ours after all.
+                let retry_after = {
+                    let mut keys = self.keys();
+                    match keys.get_mut(key) {
+                        Some(slot) => {
+                            slot.waiters.retain(|w| w.ticket != ticket);
+                            slot.holder.as_ref().map_or(Duration::from_millis(1), |h| {
+                                h.valid_until()
+                                    .saturating_duration_since(Instant::now())
+                                    .max(Duration::from_millis(1))
+                            })
+                        }
+                        None => Duration::from_millis(1),
+                    }
+                };
+                match receive.try_recv() {
+                    Ok(turn) => turn,
+                    Err(_) => return LocalWait::TimedOut { retry_after },
+                }
+            }
+        };
+        match turn {
+            Turn::Guard(guard) => LocalWait::Granted(guard),
+            Turn::Represent => LocalWait::Represent(Representing {
+                inner: inner.clone(),
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    /// `held` is now held by this client (acquired on the server): it holds
+    /// for the line of its key, or starts one. A line with other settings
+    /// is closed (its tasks enter again).
+    pub(crate) fn hold(&self, held: &Arc<Held>, renew: bool) {
+        if !self.enabled {
+            return;
+        }
+        let mut keys = self.keys();
+        match keys.get_mut(&held.key) {
+            Some(slot) if slot.ttl == held.ttl && slot.renew == renew => {
+                slot.holder = Some(held.clone());
+                slot.block = None;
+            }
+            _ => {
+                keys.insert(
+                    held.key.clone(),
+                    Slot {
+                        ttl: held.ttl,
+                        renew,
+                        holder: Some(held.clone()),
+                        representatives: 0,
+                        waiters: VecDeque::new(),
+                        next_ticket: 0,
+                        block: None,
+                    },
+                );
+            }
+        }
+    }
+
+    /// `held` goes back to the server: if tasks wait in its line, the first
+    /// becomes its representative (and queues there).
+    pub(crate) fn end(&self, held: &Arc<Held>) {
+        if !self.enabled {
+            return;
+        }
+        let mut keys = self.keys();
+        if let Some(slot) = keys.get_mut(&held.key)
+            && slot.holds(held)
+        {
+            slot.holder = None;
+            slot.block = None;
+            if slot.promote() {
+                keys.remove(&held.key);
+            }
+        }
+    }
+
+    /// Whether `held` has a task in line (that has not given up).
+    pub(crate) fn has_waiters(&self, held: &Arc<Held>) -> bool {
+        self.enabled
+            && self.keys().get(&held.key).is_some_and(|slot| {
+                slot.holds(held) && slot.waiters.iter().any(|w| !w.send.is_closed())
+            })
+    }
+
+    /// The next reserved fencing token of `held`'s key, if a block is left
+    /// and still fresh.
+    fn take_token(&self, held: &Arc<Held>) -> Option<u64> {
+        let mut keys = self.keys();
+        let slot = keys.get_mut(&held.key).filter(|slot| slot.holds(held))?;
+        let (next, top, until) = slot.block.as_mut()?;
+        if *next > *top || Instant::now() >= *until {
+            slot.block = None;
+            return None;
+        }
+        let token = *next;
+        *next += 1;
+        Some(token)
+    }
+
+    fn set_block(&self, held: &Arc<Held>, top: u64, reserved: Instant) {
+        if let Some(slot) = self
+            .keys()
+            .get_mut(&held.key)
+            .filter(|slot| slot.holds(held))
+        {
+            slot.block = Some((top + 1 - BLOCK, top, reserved + BLOCK_FOR));
+        }
+    }
+
+    /// Takes the first waiter still waiting, and makes `next` the holder.
+    fn pass(
+        &self,
+        held: &Arc<Held>,
+        next: impl FnOnce(&Waiter) -> Arc<Held>,
+    ) -> Option<(Waiter, Arc<Held>)> {
+        let mut keys = self.keys();
+        let slot = keys.get_mut(&held.key).filter(|slot| slot.holds(held))?;
+        while let Some(waiter) = slot.waiters.pop_front() {
+            if waiter.send.is_closed() {
+                continue;
+            }
+            let next = next(&waiter);
+            slot.holder = Some(next.clone());
+            return Some((waiter, next));
+        }
+        None
+    }
+}
+
+/// Hands the lease of `held` to the next local waiter, as many times as it
+/// takes to find one that still waits. `None`: handed on. `Some(held)`:
+/// nobody to hand on to (or the lease is no longer sure, or somebody queued
+/// on the server): the caller releases `held` (the last holder) to the
+/// server, after [`Local::end`].
+pub(crate) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<Arc<Held>> {
+    let local = &inner.local;
+    loop {
+        if !local.has_waiters(&held) || !held.valid_at(Instant::now() + MARGIN) {
+            return Some(held);
+        }
+        let Some(fencing) = local.take_token(&held) else {
+            let sent = Instant::now();
+            match inner
+                .backend
+                .reserve(&held.names, &held.token, held.ttl, BLOCK)
+                .await
+            {
+                Ok(Some(top)) => {
+                    local.set_block(&held, top, sent);
+                    continue;
+                }
+                Ok(None) => return Some(held),
+                Err(e) => {
+                    tracing::debug!(key = %held.key, error = &e as &dyn std::error::Error,
+                        "reserving fencing tokens for a local hand-over failed; releasing");
+                    return Some(held);
+                }
+            }
+        };
+        let Some((waiter, next)) = local.pass(&held, |waiter| {
+            Arc::new(Held {
+                id: held.id,
+                client_id: held.client_id,
+                key: held.key.clone(),
+                names: held.names.clone(),
+                token: held.token,
+                fencing,
+                ttl: held.ttl,
+                lost: CancellationToken::new(),
+                valid_until: std::sync::Mutex::new(held.valid_until()),
+                metrics: waiter.metrics.clone(),
+                since: Instant::now(),
+            })
+        }) else {
+            return Some(held);
+        };
+        if !inner.watchdog.hand_on(next.clone()) {
+            // Lost meanwhile: the waiter goes to the server.
+            local.end(&next);
+            return Some(next);
+        }
+        crate::metrics::released(&held.metrics, held.since.elapsed());
+        crate::metrics::acquired(&next.metrics, waiter.started.elapsed(), true);
+        tracing::debug!(key = %next.key, fencing, "lock handed on within the client");
+        match waiter
+            .send
+            .send(Turn::Guard(LockGuard::owner(next, inner.clone())))
+        {
+            Ok(()) => return None,
+            // Gone since: the lease is the new guard's; hand it on again.
+            Err(Turn::Guard(guard)) => held = guard.disarm(),
+            Err(Turn::Represent) => unreachable!("sent a guard"),
+        }
+    }
+}
