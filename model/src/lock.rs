@@ -4,7 +4,7 @@
 //! the stale hand-over rule of `fence_seen`), its watchdog and its release,
 //! with a model clock and faults.
 //!
-//! Each transition that mirrors code cites it (`acquire.lua:28-35`,
+//! Each transition that mirrors code cites it (`acquire.lua:29-34`,
 //! `acquire.rs:157-212`). Time is a small integer clock: a tick is longer
 //! than a round trip, so a step that takes one round trip (a script call and
 //! its answer, a notice) happens before the next tick unless a fault delays
@@ -266,7 +266,7 @@ impl Server {
     ) -> AcqReply {
         let member = Entry { token, lease };
         match self.lock {
-            // acquire.lua:29-35: absent: take it, leave the queue if an
+            // acquire.lua:29-34: absent: `SET NX` takes it, leave the queue if an
             // earlier attempt may have joined it, take the next token.
             None => {
                 self.lock = Some(Val {

@@ -59,7 +59,7 @@ impl Node {
     /// `Ok(fence)` or `Err(())` busy (a plain `-ttl`, no counter).
     fn acquire(&mut self, now: u8, token: u8, ttl: u8) -> Result<u8, ()> {
         match self.lock {
-            // acquire.lua:29-35 (`next_fence`, 18-27, with no legacy counter)
+            // acquire.lua:29-34 (`next_fence`, 18-27, with no legacy counter)
             None => {
                 self.lock = Some((token, now + ttl));
                 self.fence += 1;
