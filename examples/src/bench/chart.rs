@@ -77,7 +77,7 @@ fn draw(area: &Area<'_>, panel: &Panel) -> DrawResult<()> {
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.title, ("sans-serif", 18))
         .margin(12)
-        .margin_right(36)
+        .margin_right(60)
         .x_label_area_size(40)
         .y_label_area_size(50)
         .build_cartesian_2d((lo..hi).log_scale(), 0.0..100.0)?;
