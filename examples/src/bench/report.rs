@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// What a row must reach, as in issue 6's Targets table.
+/// What a row must reach, as in issues 6 and 14's Targets.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Target {
     /// `value / baseline <= x`.
@@ -12,8 +12,6 @@ pub(crate) enum Target {
     RatioAtLeast(f64),
     /// `value <= x`.
     AtMost(f64),
-    /// `value >= x`.
-    AtLeast(f64),
     /// Reported, no target.
     Info,
 }
@@ -24,7 +22,6 @@ impl Target {
             Target::RatioAtMost(x) => format!("ratio <= {x}"),
             Target::RatioAtLeast(x) => format!("ratio >= {x}"),
             Target::AtMost(x) => format!("<= {}", unit.format(x)),
-            Target::AtLeast(x) => format!(">= {}", unit.format(x)),
             Target::Info => "-".into(),
         }
     }
@@ -209,7 +206,6 @@ impl Metric {
             Target::RatioAtMost(x) => self.ratio().map(|r| r <= x),
             Target::RatioAtLeast(x) => self.ratio().map(|r| r >= x),
             Target::AtMost(x) => Some(value <= x),
-            Target::AtLeast(x) => Some(value >= x),
             Target::Info => None,
         }
     }
@@ -328,7 +324,6 @@ pub(crate) fn json_rows(metrics: &[Metric]) -> Vec<serde_json::Value> {
                 Target::RatioAtMost(x) => ("ratio_at_most", num(x)),
                 Target::RatioAtLeast(x) => ("ratio_at_least", num(x)),
                 Target::AtMost(x) => ("at_most", num(x)),
-                Target::AtLeast(x) => ("at_least", num(x)),
                 Target::Info => ("info", serde_json::Value::Null),
             };
             serde_json::json!({

@@ -1,0 +1,178 @@
+//! The rows of the table: their order, what each measures, its baseline and
+//! its target (issue 14's Targets). BENCHMARKS.md explains each.
+
+use super::report::{Metric, Target, Unit};
+
+// Indexes into the metric list; the order is the table's.
+pub(crate) const M1: usize = 0;
+pub(crate) const M2: usize = 1;
+pub(crate) const M2_PEER: usize = 2;
+pub(crate) const M3_GRANTS: usize = 3;
+pub(crate) const M3_WAIT: usize = 4;
+pub(crate) const M4_GRANTS: usize = 5;
+pub(crate) const M4_SPIN: usize = 6;
+pub(crate) const M4_FAIR: usize = 7;
+pub(crate) const M4_WAIT: usize = 8;
+pub(crate) const M5: usize = 9;
+pub(crate) const M5_FLOOR: usize = 10;
+pub(crate) const M6: usize = 11;
+pub(crate) const M7: usize = 12;
+pub(crate) const M7_CPU: usize = 13;
+pub(crate) const M7_SAFE: usize = 14;
+pub(crate) const M8: usize = 15;
+pub(crate) const M8_RSS_REDIS: usize = 16;
+pub(crate) const M8_RSS_MEMORY: usize = 17;
+pub(crate) const M9_FAIR: usize = 18;
+pub(crate) const M9_RATE: usize = 19;
+
+/// The label of rslock's hot-key side, as the table and the chart show it.
+pub(crate) const PEER_HOT: &str = "rslock acquire (retry loop)";
+/// The label of the raw hot-key side.
+pub(crate) const RAW_SPIN: &str = "raw SET NX spin-retry";
+
+pub(crate) fn definitions() -> Vec<Metric> {
+    let m = Metric::new;
+    use Target::{AtMost, Info, RatioAtLeast, RatioAtMost};
+    vec![
+        m(
+            "1",
+            "serial acquire+release, one key: p50",
+            Unit::Micros,
+            "raw SET NX PX + EVALSHA del",
+            RatioAtMost(1.1),
+        ),
+        m(
+            "2",
+            "32 tasks, distinct keys: pairs/s",
+            Unit::PerSec,
+            "raw, 32 tasks, 1 conn",
+            RatioAtLeast(0.9),
+        ),
+        m(
+            "2",
+            "32 tasks, distinct keys: pairs/s, against the peer",
+            Unit::PerSec,
+            "rslock lock+unlock, 32 tasks",
+            RatioAtLeast(1.1),
+        ),
+        m(
+            "3",
+            "hot key, 16 tasks, hold 1 ms: grants/s",
+            Unit::PerSec,
+            "ceiling: hold loop, no lock",
+            RatioAtLeast(0.95),
+        ),
+        m(
+            "3",
+            "hot key, 16 tasks, hold 1 ms: wait p99",
+            Unit::Millis,
+            "ideal FIFO: 15 x measured hold",
+            RatioAtMost(1.2),
+        ),
+        m(
+            "4",
+            "hot key, 32 tasks, zero hold: grants/s",
+            Unit::PerSec,
+            PEER_HOT,
+            RatioAtLeast(3.0),
+        ),
+        m(
+            "4",
+            "hot key, 32 tasks, zero hold: grants/s, against spinning",
+            Unit::PerSec,
+            RAW_SPIN,
+            Info,
+        ),
+        m(
+            "4",
+            "hot key, 32 tasks: max/min grants per task",
+            Unit::Factor,
+            PEER_HOT,
+            AtMost(1.5),
+        ),
+        m(
+            "4",
+            "hot key, 32 tasks: wait p99",
+            Unit::Millis,
+            PEER_HOT,
+            AtMost(20.0),
+        ),
+        m(
+            "5",
+            "single waiter handoff, release -> waiter holds: p50",
+            Unit::Micros,
+            "raw DEL+PUBLISH -> SET NX",
+            RatioAtMost(1.0),
+        ),
+        m(
+            "5",
+            "floor: one raw round trip after the same 3 ms idle: p50",
+            Unit::Micros,
+            "",
+            Info,
+        ),
+        m(
+            "6",
+            "#[distributed_lock] fn, serial: p50",
+            Unit::Micros,
+            "hand-written with_lock",
+            RatioAtMost(1.05),
+        ),
+        m(
+            "7",
+            "10,000 held locks: commands per 100 locks per renewal period",
+            Unit::Count,
+            "naive: 1 script per lock, computed",
+            AtMost(1.0),
+        ),
+        m(
+            "7",
+            "10,000 held locks: client CPU while renewing (one core = 100)",
+            Unit::Percent,
+            "",
+            Info,
+        ),
+        m(
+            "7",
+            "10,000 held locks: lost, or taken by a second client, at the end",
+            Unit::Count,
+            "",
+            AtMost(0.0),
+        ),
+        m(
+            "8",
+            "memory backend, uncontended pair: p50",
+            Unit::Micros,
+            "raw redis pair",
+            RatioAtMost(0.1),
+        ),
+        m(
+            "8",
+            "RSS with 10,000 held locks, redis backend",
+            Unit::KiB,
+            "RSS before",
+            Info,
+        ),
+        m(
+            "8",
+            "RSS with 10,000 held locks, memory backend",
+            Unit::KiB,
+            "RSS before",
+            Info,
+        ),
+        m(
+            "9",
+            "2 processes x 16 tasks, one key, zero hold: max/min grants per process",
+            Unit::Factor,
+            "",
+            AtMost(2.0),
+        ),
+        m(
+            "9",
+            "2 processes x 16 tasks, one key, zero hold: grants/s",
+            Unit::PerSec,
+            "1 process x 32 tasks (row 4)",
+            Info,
+        ),
+    ]
+}
