@@ -77,7 +77,8 @@ struct Bench<'a> {
     lib: LockClient,
     memory: LockClient,
     /// A second client on the same keys, for row 7's check that held locks
-    /// really stay held.
+    /// really stay held, and row 5's waiter (a hand-over between clients, as
+    /// between processes: within one client it would be in-process).
     rival: LockClient,
     raw: Raw,
     peer: Peer,
@@ -185,7 +186,7 @@ impl Bench<'_> {
         rows::hot(lib, "hot", 4, Duration::ZERO, short).await?;
         rows::hot(raw, "hot", 4, Duration::ZERO, short).await?;
         rows::hot(peer, "hot", 4, Duration::ZERO, short).await?;
-        rows::handoff_lib(&self.lib, "handoff", 3).await?;
+        rows::handoff_lib(&self.lib, &self.rival, "handoff", 3).await?;
         rows::handoff_raw(&self.raw, &self.redis, "handoff", 3).await?;
         eprintln!("warm-up done in {:.1} s", warm.elapsed().as_secs_f64());
         Ok(())
@@ -217,7 +218,7 @@ impl Bench<'_> {
         let n = self.plan.handoff_samples;
         let [l, r] = interleave(rep, self.plan.handoff_slices, async |side| {
             if side == 0 {
-                rows::handoff_lib(&self.lib, "handoff", n).await
+                rows::handoff_lib(&self.lib, &self.rival, "handoff", n).await
             } else {
                 rows::handoff_raw(&self.raw, &self.redis, "handoff", n).await
             }

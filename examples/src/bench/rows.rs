@@ -331,6 +331,7 @@ pub(crate) async fn hold_ceiling(hold: Duration, window: Duration) -> Result<Hot
 /// `release()` to the moment the waiter's `acquire()` returned. In us.
 pub(crate) async fn handoff_lib(
     client: &LockClient,
+    waiter_client: &LockClient,
     key: &str,
     samples: usize,
 ) -> Result<Vec<f64>, String> {
@@ -341,7 +342,7 @@ pub(crate) async fn handoff_lib(
             .acquire()
             .await
             .map_err(|e| format!("handoff holder: {e}"))?;
-        let waiter_client = client.clone();
+        let waiter_client = waiter_client.clone();
         let waiter_key = key.to_string();
         let waiter = tokio::spawn(async move {
             let guard = waiter_client
