@@ -116,12 +116,17 @@ async fn concurrent_pays_on_one_order_run_one_at_a_time() {
             body.parse().unwrap()
         })
         .collect();
+    // One fencing token per holder: all different, every one above zero
+    // (the requests of one client hand the lock on in-process, with tokens
+    // from reserved blocks, so they need not be consecutive).
     tokens.sort_unstable();
+    tokens.dedup();
     assert_eq!(
-        tokens,
-        (1..=n).collect::<Vec<u64>>(),
-        "one fencing token per holder"
+        tokens.len(),
+        n as usize,
+        "one fencing token per holder: {tokens:?}"
     );
+    assert!(tokens[0] >= 1, "{tokens:?}");
     assert_eq!(gauge.runs.load(Ordering::SeqCst), n as usize);
     assert_eq!(gauge.max.load(Ordering::SeqCst), 1, "two pays ran at once");
 }

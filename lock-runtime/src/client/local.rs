@@ -213,6 +213,11 @@ impl Local {
         if slot.ttl != ttl || slot.renew != renew {
             return Entry::Alone;
         }
+        if slot.holder.as_ref().is_some_and(|h| h.lost.is_cancelled()) {
+            // Lost without a release: nobody of the line holds the key.
+            slot.holder = None;
+            slot.block = None;
+        }
         if slot.holder.is_none() && slot.representatives == 0 {
             slot.representatives = 1;
             return represent();
@@ -242,10 +247,31 @@ impl Local {
             ticket,
             mut receive,
         } = ticket;
-        let turn = match tokio::time::timeout_at(deadline, &mut receive).await {
-            Ok(Ok(turn)) => turn,
-            Ok(Err(_)) => return LocalWait::Closed,
-            Err(_) => {
+        let answer = loop {
+            // A holder that loses its lease without releasing (a guard
+            // forgotten, or kept past its loss) hands on nothing: the line
+            // then goes back to the server.
+            let holder = self.keys().get(key).and_then(|slot| slot.holder.clone());
+            let holder_lost = async {
+                match &holder {
+                    Some(held) => held.lost.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                answer = &mut receive => break Some(answer),
+                () = holder_lost => {
+                    if let Some(held) = &holder {
+                        self.end(held);
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => break None,
+            }
+        };
+        let turn = match answer {
+            Some(Ok(turn)) => turn,
+            Some(Err(_)) => return LocalWait::Closed,
+            None => {
                 // Leave the line; a turn sent meanwhile is ours after all.
                 let retry_after = {
                     let mut keys = self.keys();
