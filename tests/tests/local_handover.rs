@@ -4,8 +4,10 @@
 //! starts its own server; hot-key loops run for about a second and assert on
 //! counts (grants, script calls, tokens), not on timing.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockError, distributed_lock};
@@ -13,6 +15,7 @@ use test_support::RedisServer;
 use test_support::helpers::{
     default_redis_client, eventually, fence_name, is_held, lock_name, ms, secs, within,
 };
+use tokio::task::JoinHandle;
 
 /// The waiter queue on the server of `key` (default prefix, no hash tag).
 fn queue_name(key: &str) -> String {
@@ -37,6 +40,93 @@ fn number(server: &RedisServer, args: &[&str]) -> u64 {
     answer
         .parse()
         .unwrap_or_else(|_| panic!("{args:?}: not a number: {answer:?}"))
+}
+
+/// Spawns `acquire` and returns once it has been polled once: an acquire
+/// with a wait has then taken its place in its line (or as the line's
+/// representative), which happens before its first await point.
+async fn spawn_entered<F>(acquire: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (entered, on_entered) = tokio::sync::oneshot::channel();
+    let handle = tokio::spawn(async move {
+        let mut acquire = std::pin::pin!(acquire);
+        let first = std::future::poll_fn(|cx| Poll::Ready(acquire.as_mut().poll(cx))).await;
+        let _ = entered.send(());
+        match first {
+            Poll::Ready(output) => output,
+            Poll::Pending => acquire.await,
+        }
+    });
+    on_entered.await.expect("the task polled its acquire");
+    handle
+}
+
+/// A TCP proxy on a loopback port to `target` that delays what it forwards
+/// by `delay` each way: a server `2 * delay` away. Runs until the test's
+/// runtime ends.
+async fn slow_proxy(target: u16, delay: Duration) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                continue;
+            };
+            let _ = (client.set_nodelay(true), server.set_nodelay(true));
+            let (from_client, to_client) = client.into_split();
+            let (from_server, to_server) = server.into_split();
+            tokio::spawn(forward_late(from_client, to_server, delay));
+            tokio::spawn(forward_late(from_server, to_client, delay));
+        }
+    });
+    port
+}
+
+/// Copies `from` to `to`, each chunk `delay` after it was read (in order).
+/// (`readable`/`try_read`: the tests package has no `io-util`.)
+async fn forward_late(
+    from: tokio::net::tcp::OwnedReadHalf,
+    to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Duration,
+) {
+    let (send, mut chunks) =
+        tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    tokio::spawn(async move {
+        while let Some((read_at, chunk)) = chunks.recv().await {
+            tokio::time::sleep_until(read_at + delay).await;
+            let mut chunk = chunk.as_slice();
+            while !chunk.is_empty() {
+                if to.writable().await.is_err() {
+                    return;
+                }
+                match to.try_write(chunk) {
+                    Ok(n) => chunk = &chunk[n..],
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => return,
+                }
+            }
+        }
+    });
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if from.readable().await.is_err() {
+            return;
+        }
+        match from.try_read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                let read_at = tokio::time::Instant::now();
+                if send.send((read_at, buf[..n].to_vec())).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
 }
 
 /// A client of `server` with local hand-over off.
@@ -242,11 +332,7 @@ async fn holder_and_waiter(
         .acquire()
         .await
         .unwrap();
-    let waiter = {
-        let (client, key) = (client.clone(), key.to_owned());
-        tokio::spawn(async move { client.lock(&key).ttl(ttl).wait(secs(10)).acquire().await })
-    };
-    tokio::time::sleep(ms(50)).await; // in line
+    let waiter = spawn_entered(client.lock(key).ttl(ttl).wait(secs(10)).acquire()).await;
     (holder, waiter)
 }
 
@@ -272,11 +358,7 @@ async fn a_handed_on_lease_is_renewed_and_its_loss_reaches_the_holder_at_that_ti
     assert!(!second.is_lost());
     assert!(is_held(&other, key).await, "the handed-on lease ran out");
     // A third task waits in line; the key is deleted behind the holder's back.
-    let third = {
-        let client = client.clone();
-        tokio::spawn(async move { client.lock(key).ttl(ms(300)).wait(secs(10)).acquire().await })
-    };
-    tokio::time::sleep(ms(50)).await;
+    let third = spawn_entered(client.lock(key).ttl(ms(300)).wait(secs(10)).acquire()).await;
     server.cli(&["DEL", &lock_name(key)]);
     within(secs(3), "the holder's lost()", second.lost()).await;
     let lost_token = second.fencing_token();
@@ -314,11 +396,7 @@ async fn a_lease_that_runs_out_in_a_chain_is_not_handed_on() {
         .await
         .unwrap()
         .unwrap();
-    let third = {
-        let client = client.clone();
-        tokio::spawn(async move { client.lock(key).ttl(ms(300)).wait(secs(10)).acquire().await })
-    };
-    tokio::time::sleep(ms(50)).await;
+    let third = spawn_entered(client.lock(key).ttl(ms(300)).wait(secs(10)).acquire()).await;
     // No renewal can be confirmed: the lease runs out on the server.
     server.pause().unwrap();
     let paused = Instant::now();
@@ -413,20 +491,13 @@ async fn a_representative_that_gives_up_passes_its_role_to_the_next_in_line() {
     let key = "represented";
     let outside = other.lock(key).acquire().await.unwrap();
     // The first task queues on the server for the line, the second in line.
-    let representative = {
-        let client = client.clone();
-        tokio::spawn(async move { client.lock(key).wait(secs(10)).acquire().await })
-    };
+    let representative = spawn_entered(client.lock(key).wait(secs(10)).acquire()).await;
     eventually(secs(2), "the representative queued", || {
         number(&server, &["LLEN", &queue_name(key)]) == 1
     })
     .await;
     let first_member = server.cli(&["LINDEX", &queue_name(key), "0"]);
-    let next = {
-        let client = client.clone();
-        tokio::spawn(async move { client.lock(key).wait(secs(10)).acquire().await })
-    };
-    tokio::time::sleep(ms(50)).await;
+    let next = spawn_entered(client.lock(key).wait(secs(10)).acquire()).await;
     assert_eq!(
         number(&server, &["LLEN", &queue_name(key)]),
         1,
@@ -595,18 +666,8 @@ async fn a_waiter_with_other_lease_settings_queues_on_the_server_and_is_served_f
     })
     .await;
     // Same settings: in line, not on the server.
-    let same_ttl = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .lock(key)
-                .ttl(secs(10))
-                .wait(secs(10))
-                .acquire()
-                .await
-        })
-    };
-    tokio::time::sleep(ms(100)).await;
+    let same_ttl = spawn_entered(client.lock(key).ttl(secs(10)).wait(secs(10)).acquire()).await;
+    tokio::time::sleep(ms(100)).await; // time to queue on the server, were it to
     assert_eq!(number(&server, &["LLEN", &queue_name(key)]), 1);
     // The holder's chain yields to the waiter queued on the server.
     let holder_token = holder.fencing_token();
@@ -749,4 +810,37 @@ async fn run_and_the_attribute_re_enter_and_hand_on_in_a_chain() {
         "{evalsha} EVALSHA for {grants} grants"
     );
     assert!(!is_held(&client, "macro:1").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_further_away_than_a_block_lasts_still_gets_hand_overs() {
+    let server = RedisServer::start();
+    // 20 ms round trips: every reserved block is older than 5 ms on arrival.
+    let port = slow_proxy(server.port, ms(10)).await;
+    let client = test_support::helpers::redis_url_client(format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let key = "far";
+    let holder = client.lock(key).wait(secs(10)).acquire().await.unwrap();
+    let waiter = spawn_entered(client.lock(key).wait(secs(10)).acquire()).await;
+    let token = holder.fencing_token();
+    within(secs(3), "the release", holder.release())
+        .await
+        .unwrap();
+    let next = within(secs(3), "the hand-over", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > token);
+    let blocks = calls(&server, "incrby");
+    assert!(
+        blocks <= 2,
+        "{blocks} blocks reserved for one hand-over (stale on arrival)"
+    );
+    next.release().await.unwrap();
+    assert!(!is_held(&client, key).await);
+    // A chain makes progress at one hand-over per reservation at least.
+    let (grants, log) = hammer(&[&client], 4, "far:hot", ms(500)).await;
+    assert_rising(&log);
+    assert!(grants[0] > 8, "{} grants in 500 ms", grants[0]);
 }
