@@ -15,7 +15,8 @@
 //! after it.
 //!
 //! Other processes are not starved: a block holds [`BLOCK`] tokens and is
-//! used for at most [`BLOCK_FOR`] after it was reserved; the next one is only
+//! used for at most [`BLOCK_FOR`] after it was reserved (but for its first
+//! token, used however long the reservation took); the next one is only
 //! granted while nobody is queued on the server. Otherwise the holder
 //! releases to the server's queue, and the first task of the line becomes
 //! the representative and queues there (behind those already queued).
@@ -390,14 +391,15 @@ impl Local {
         Some(token)
     }
 
-    fn set_block(&self, held: &Arc<Held>, top: u64, reserved: Instant) {
-        if let Some(slot) = self
-            .keys()
-            .get_mut(&held.key)
-            .filter(|slot| slot.holds(held))
-        {
-            slot.block = Some((top + 1 - BLOCK, top, reserved + BLOCK_FOR));
-        }
+    /// Keeps the block of tokens up to `top`, reserved by a request sent at
+    /// `reserved`, for `held`'s line, and returns its first token: that one
+    /// is used however long the reservation took (see [`hand_on`]).
+    fn set_block(&self, held: &Arc<Held>, top: u64, reserved: Instant) -> Option<u64> {
+        let mut keys = self.keys();
+        let slot = keys.get_mut(&held.key).filter(|slot| slot.holds(held))?;
+        let first = top + 1 - BLOCK;
+        slot.block = Some((first + 1, top, reserved + BLOCK_FOR));
+        Some(first)
     }
 
     /// Takes the first waiter still waiting, and makes `next` the holder.
@@ -427,11 +429,17 @@ impl Local {
 /// server, after [`Local::end`].
 pub(crate) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<Arc<Held>> {
     let local = &inner.local;
+    // The first token of a block just reserved. It is used whatever the
+    // round trip took: nobody was queued on the server when the block was
+    // reserved, and with a server more than `BLOCK_FOR` away every block
+    // would otherwise be stale on arrival and the holder would reserve
+    // block after block, never handing on nor releasing.
+    let mut fresh = None;
     loop {
         if !local.has_waiters(&held) || !held.valid_at(Instant::now() + MARGIN) {
             return Some(held);
         }
-        let Some(fencing) = local.take_token(&held) else {
+        let Some(fencing) = fresh.take().or_else(|| local.take_token(&held)) else {
             let sent = Instant::now();
             match inner
                 .backend
@@ -439,7 +447,7 @@ pub(crate) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
                 .await
             {
                 Ok(Some(top)) => {
-                    local.set_block(&held, top, sent);
+                    fresh = local.set_block(&held, top, sent);
                     continue;
                 }
                 Ok(None) => return Some(held),
