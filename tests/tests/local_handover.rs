@@ -342,7 +342,7 @@ async fn a_handed_on_lease_is_renewed_and_its_loss_reaches_the_holder_at_that_ti
     let client = default_redis_client(&server).await;
     let other = default_redis_client(&server).await;
     let key = "renewed";
-    let (first, second) = holder_and_waiter(&client, key, ms(300)).await;
+    let (first, second) = holder_and_waiter(&client, key, ms(600)).await;
     let first_token = first.fencing_token();
     first.release().await.unwrap();
     let second = within(secs(2), "the hand-over", second)
@@ -354,11 +354,11 @@ async fn a_handed_on_lease_is_renewed_and_its_loss_reaches_the_holder_at_that_ti
     assert_eq!(calls(&server, "incr"), 1);
     assert_eq!(calls(&server, "incrby"), 1);
     // The watchdog renews the lease for the new holder: held well past a ttl.
-    tokio::time::sleep(ms(900)).await;
+    tokio::time::sleep(ms(1500)).await;
     assert!(!second.is_lost());
     assert!(is_held(&other, key).await, "the handed-on lease ran out");
     // A third task waits in line; the key is deleted behind the holder's back.
-    let third = spawn_entered(client.lock(key).ttl(ms(300)).wait(secs(10)).acquire()).await;
+    let third = spawn_entered(client.lock(key).ttl(ms(600)).wait(secs(10)).acquire()).await;
     server.cli(&["DEL", &lock_name(key)]);
     within(secs(3), "the holder's lost()", second.lost()).await;
     let lost_token = second.fencing_token();
