@@ -309,8 +309,9 @@ async fn two_clients_chains_never_overlap_and_take_turns() {
         "one client's chain starved the other: {grants:?}"
     );
     // Each turn is one chain: the lock went to the server between them.
+    // (With the other client always queued, most chains are one grant
+    // long: a run may reserve no block at all.)
     assert!(turns > 10, "only {turns} turns between the clients");
-    assert!(incrby > 0, "no local hand-over happened");
     assert!(!is_held(&a, "shared").await);
 }
 
