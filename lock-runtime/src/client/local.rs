@@ -15,18 +15,21 @@
 //! after it.
 //!
 //! Other processes are not starved: a block holds [`BLOCK`] tokens and is
-//! used for at most [`BLOCK_FOR`] after it was reserved; the next one is only
+//! used for at most [`BLOCK_FOR`] after it was reserved (but for its first
+//! token, used however long the reservation took); the next one is only
 //! granted while nobody is queued on the server. Otherwise the holder
 //! releases to the server's queue, and the first task of the line becomes
 //! the representative and queues there (behind those already queued).
 //!
 //! `lost()` keeps its meaning: each holder has its own signal, and the
 //! watchdog entry (the lease) passes from holder to holder. Cancellation: a
-//! waiter that gives up leaves the line; a guard sent to a waiter that is gone
-//! is handed on to the next one, or released; a representative that gives up
-//! passes its role to the next task in line.
+//! waiter that gives up leaves the line ([`Ticket`]); a guard sent to a waiter
+//! that is gone is handed on to the next one, or released; a representative
+//! that gives up, or a waiter gone before it read that it is one, passes the
+//! role to the next task in line.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -56,6 +59,10 @@ pub(crate) struct Local {
     /// `local_handover(false)`, or a backend without local hand-over).
     enabled: bool,
     keys: Mutex<HashMap<String, Slot>>,
+    /// Tickets are unique within the client, not per line: a line can be
+    /// replaced (other settings) or end and start again while a ticket of
+    /// the old one is still about, which must not name a waiter of the new.
+    next_ticket: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -68,7 +75,6 @@ struct Slot {
     /// Tasks of the line acquiring on the server.
     representatives: usize,
     waiters: VecDeque<Waiter>,
-    next_ticket: u64,
     /// Reserved fencing tokens: `next..=top`, usable until `until`.
     block: Option<(u64, u64, Instant)>,
 }
@@ -124,10 +130,58 @@ pub(crate) enum Entry {
     Alone,
 }
 
-/// A place in a line.
+/// A place in a line: the clean-up duty of a waiting task. Dropped while
+/// still waiting (the acquire future cancelled, a `select!` or timeout around
+/// it), it leaves the line, and a turn sent to it that it never read is
+/// passed on: a guard is dropped (which hands on or releases it), a
+/// representative's role ends (so the next in line takes it). Without this
+/// a role sent to a waiter dropped before it read it would be lost, and the
+/// line would wait for a representative that never comes.
 pub(crate) struct Ticket {
     ticket: u64,
     receive: oneshot::Receiver<Turn>,
+    inner: Arc<Inner>,
+    key: String,
+    /// `false` once a turn (or the end of the line) was read.
+    waiting: bool,
+}
+
+impl Ticket {
+    /// Leaves the line: no turn can be sent any more; the one sent before,
+    /// if any, is returned.
+    fn leave(&mut self) -> Option<Turn> {
+        self.waiting = false;
+        if let Some(slot) = self.inner.local.keys().get_mut(&self.key) {
+            slot.waiters.retain(|w| w.ticket != self.ticket);
+        }
+        // A turn is sent under the lock (`promote`) or after the waiter was
+        // taken out of the line (`pass`): once closed, a later send fails
+        // and its sender passes the turn on itself.
+        self.receive.close();
+        self.receive.try_recv().ok()
+    }
+
+    fn representing(&mut self) -> Representing {
+        Representing {
+            inner: self.inner.clone(),
+            key: std::mem::take(&mut self.key),
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.waiting {
+            return;
+        }
+        match self.leave() {
+            // Its drop hands the lease on, or releases it.
+            Some(Turn::Guard(guard)) => drop(guard),
+            // Its drop ends the role: the next in line takes it.
+            Some(Turn::Represent) => drop(self.representing()),
+            None => {}
+        }
+    }
 }
 
 /// How a wait in line ended.
@@ -168,6 +222,7 @@ impl Local {
         Self {
             enabled,
             keys: Mutex::default(),
+            next_ticket: AtomicU64::new(0),
         }
     }
 
@@ -204,7 +259,6 @@ impl Local {
                     holder: None,
                     representatives: 1,
                     waiters: VecDeque::new(),
-                    next_ticket: 0,
                     block: None,
                 },
             );
@@ -223,35 +277,33 @@ impl Local {
             return represent();
         }
         let (send, receive) = oneshot::channel();
-        let ticket = slot.next_ticket;
-        slot.next_ticket += 1;
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         slot.waiters.push_back(Waiter {
             ticket,
             send,
             metrics: metrics.clone(),
             started: Instant::now(),
         });
-        Entry::Queued(Ticket { ticket, receive })
+        Entry::Queued(Ticket {
+            ticket,
+            receive,
+            inner: inner.clone(),
+            key: key.to_owned(),
+            waiting: true,
+        })
     }
 
-    /// Waits in the line of `key` until handed the lock, made its
-    /// representative, or `deadline`.
-    pub(crate) async fn wait(
-        &self,
-        inner: &Arc<Inner>,
-        key: &str,
-        ticket: Ticket,
-        deadline: Instant,
-    ) -> LocalWait {
-        let Ticket {
-            ticket,
-            mut receive,
-        } = ticket;
+    /// Waits in line until handed the lock, made the line's representative,
+    /// or `deadline`. Dropped before it answers, the ticket leaves the line.
+    pub(crate) async fn wait(&self, mut ticket: Ticket, deadline: Instant) -> LocalWait {
         let answer = loop {
             // A holder that loses its lease without releasing (a guard
             // forgotten, or kept past its loss) hands on nothing: the line
             // then goes back to the server.
-            let holder = self.keys().get(key).and_then(|slot| slot.holder.clone());
+            let holder = self
+                .keys()
+                .get(&ticket.key)
+                .and_then(|slot| slot.holder.clone());
             let holder_lost = async {
                 match &holder {
                     Some(held) => held.lost.cancelled().await,
@@ -259,46 +311,42 @@ impl Local {
                 }
             };
             tokio::select! {
-                answer = &mut receive => break Some(answer),
+                answer = &mut ticket.receive => break Ok(answer),
                 () = holder_lost => {
                     if let Some(held) = &holder {
                         self.end(held);
                     }
                 }
-                () = tokio::time::sleep_until(deadline) => break None,
+                () = tokio::time::sleep_until(deadline) => break Err(()),
             }
         };
         let turn = match answer {
-            Some(Ok(turn)) => turn,
-            Some(Err(_)) => return LocalWait::Closed,
-            None => {
-                // Leave the line; a turn sent meanwhile is ours after all.
-                let retry_after = {
-                    let mut keys = self.keys();
-                    match keys.get_mut(key) {
-                        Some(slot) => {
-                            slot.waiters.retain(|w| w.ticket != ticket);
-                            slot.holder.as_ref().map_or(Duration::from_millis(1), |h| {
-                                h.valid_until()
-                                    .saturating_duration_since(Instant::now())
-                                    .max(Duration::from_millis(1))
-                            })
-                        }
-                        None => Duration::from_millis(1),
-                    }
-                };
-                match receive.try_recv() {
-                    Ok(turn) => turn,
-                    Err(_) => return LocalWait::TimedOut { retry_after },
-                }
+            Ok(Ok(turn)) => turn,
+            Ok(Err(_)) => {
+                ticket.waiting = false;
+                return LocalWait::Closed;
             }
+            Err(_) => match ticket.leave() {
+                // Sent meanwhile: ours after all.
+                Some(turn) => turn,
+                None => {
+                    let retry_after = self.keys().get(&ticket.key).and_then(|slot| {
+                        slot.holder
+                            .as_ref()
+                            .map(|h| h.valid_until().saturating_duration_since(Instant::now()))
+                    });
+                    return LocalWait::TimedOut {
+                        retry_after: retry_after
+                            .unwrap_or_default()
+                            .max(Duration::from_millis(1)),
+                    };
+                }
+            },
         };
+        ticket.waiting = false;
         match turn {
             Turn::Guard(guard) => LocalWait::Granted(guard),
-            Turn::Represent => LocalWait::Represent(Representing {
-                inner: inner.clone(),
-                key: key.to_owned(),
-            }),
+            Turn::Represent => LocalWait::Represent(ticket.representing()),
         }
     }
 
@@ -324,7 +372,6 @@ impl Local {
                         holder: Some(held.clone()),
                         representatives: 0,
                         waiters: VecDeque::new(),
-                        next_ticket: 0,
                         block: None,
                     },
                 );
@@ -373,14 +420,15 @@ impl Local {
         Some(token)
     }
 
-    fn set_block(&self, held: &Arc<Held>, top: u64, reserved: Instant) {
-        if let Some(slot) = self
-            .keys()
-            .get_mut(&held.key)
-            .filter(|slot| slot.holds(held))
-        {
-            slot.block = Some((top + 1 - BLOCK, top, reserved + BLOCK_FOR));
-        }
+    /// Keeps the block of tokens up to `top`, reserved by a request sent at
+    /// `reserved`, for `held`'s line, and returns its first token: that one
+    /// is used however long the reservation took (see [`hand_on`]).
+    fn set_block(&self, held: &Arc<Held>, top: u64, reserved: Instant) -> Option<u64> {
+        let mut keys = self.keys();
+        let slot = keys.get_mut(&held.key).filter(|slot| slot.holds(held))?;
+        let first = top + 1 - BLOCK;
+        slot.block = Some((first + 1, top, reserved + BLOCK_FOR));
+        Some(first)
     }
 
     /// Takes the first waiter still waiting, and makes `next` the holder.
@@ -410,11 +458,17 @@ impl Local {
 /// server, after [`Local::end`].
 pub(crate) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<Arc<Held>> {
     let local = &inner.local;
+    // The first token of a block just reserved. It is used whatever the
+    // round trip took: nobody was queued on the server when the block was
+    // reserved, and with a server more than `BLOCK_FOR` away every block
+    // would otherwise be stale on arrival and the holder would reserve
+    // block after block, never handing on nor releasing.
+    let mut fresh = None;
     loop {
         if !local.has_waiters(&held) || !held.valid_at(Instant::now() + MARGIN) {
             return Some(held);
         }
-        let Some(fencing) = local.take_token(&held) else {
+        let Some(fencing) = fresh.take().or_else(|| local.take_token(&held)) else {
             let sent = Instant::now();
             match inner
                 .backend
@@ -422,7 +476,7 @@ pub(crate) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
                 .await
             {
                 Ok(Some(top)) => {
-                    local.set_block(&held, top, sent);
+                    fresh = local.set_block(&held, top, sent);
                     continue;
                 }
                 Ok(None) => return Some(held),

@@ -118,7 +118,7 @@ impl LockRequest {
                             }
                             Entry::Alone => break,
                         };
-                    match inner.local.wait(&inner, &self.key, ticket, deadline).await {
+                    match inner.local.wait(ticket, deadline).await {
                         LocalWait::Granted(guard) => return Ok(guard),
                         LocalWait::TimedOut { retry_after } => {
                             crate::metrics::busy(&self.metrics, started.elapsed());
