@@ -77,6 +77,15 @@ struct Slot {
     waiters: VecDeque<Waiter>,
     /// Reserved fencing tokens: `next..=top`, usable until `until`.
     block: Option<(u64, u64, Instant)>,
+    /// The block after it, reserved ahead (top, send time of its request),
+    /// so a chain does not stop for a round trip when a block runs out.
+    next_block: Option<(u64, Instant)>,
+    /// A reservation ahead is in flight.
+    prefetching: bool,
+    /// The highest fencing token handed on in this line: a block reserved
+    /// ahead is only used if it lies above (one reserved ahead may arrive
+    /// after a later block a holder reserved itself, and be lower).
+    issued: u64,
 }
 
 impl Slot {
@@ -260,6 +269,9 @@ impl Local {
                     representatives: 1,
                     waiters: VecDeque::new(),
                     block: None,
+                    next_block: None,
+                    prefetching: false,
+                    issued: 0,
                 },
             );
             return represent();
@@ -271,6 +283,7 @@ impl Local {
             // Lost without a release: nobody of the line holds the key.
             slot.holder = None;
             slot.block = None;
+            slot.next_block = None;
         }
         if slot.holder.is_none() && slot.representatives == 0 {
             slot.representatives = 1;
@@ -362,6 +375,7 @@ impl Local {
             Some(slot) if slot.ttl == held.ttl && slot.renew == renew => {
                 slot.holder = Some(held.clone());
                 slot.block = None;
+                slot.next_block = None;
             }
             _ => {
                 keys.insert(
@@ -373,6 +387,9 @@ impl Local {
                         representatives: 0,
                         waiters: VecDeque::new(),
                         block: None,
+                        next_block: None,
+                        prefetching: false,
+                        issued: 0,
                     },
                 );
             }
@@ -391,6 +408,7 @@ impl Local {
         {
             slot.holder = None;
             slot.block = None;
+            slot.next_block = None;
             if slot.promote() {
                 keys.remove(&held.key);
             }
@@ -407,17 +425,48 @@ impl Local {
 
     /// The next reserved fencing token of `held`'s key, if a block is left
     /// and still fresh.
-    fn take_token(&self, held: &Arc<Held>) -> Option<u64> {
+    ///
+    /// `prefetch`: the block is running out (half of its tokens or of its
+    /// time used) and no reservation ahead is kept or in flight: the caller
+    /// reserves the next one in the background ([`prefetch`]).
+    fn take_token(&self, held: &Arc<Held>) -> Option<(u64, bool)> {
         let mut keys = self.keys();
         let slot = keys.get_mut(&held.key).filter(|slot| slot.holds(held))?;
-        let (next, top, until) = slot.block.as_mut()?;
-        if *next > *top || Instant::now() >= *until {
-            slot.block = None;
-            return None;
+        let now = Instant::now();
+        let usable = |b: &(u64, u64, Instant)| b.0 <= b.1 && now < b.2;
+        if !slot.block.as_ref().is_some_and(usable) {
+            // The block reserved ahead, if it is still fresh and above
+            // every token handed on so far.
+            let issued = slot.issued;
+            slot.block = slot
+                .next_block
+                .take()
+                .map(|(top, reserved)| (top + 1 - BLOCK, top, reserved + BLOCK_FOR))
+                .filter(|b| usable(b) && b.0 > issued);
         }
+        let (next, top, until) = slot.block.as_mut()?;
         let token = *next;
         *next += 1;
-        Some(token)
+        let running_out = *top + 1 - *next <= BLOCK / 2 || *until <= now + BLOCK_FOR / 2;
+        slot.issued = token;
+        let prefetch = running_out && slot.next_block.is_none() && !slot.prefetching;
+        if prefetch {
+            slot.prefetching = true;
+        }
+        Some((token, prefetch))
+    }
+
+    /// Keeps a block reserved ahead for the line of `key`, if the line
+    /// still holds the lease `token` reserved it under.
+    fn set_next_block(&self, key: &str, token: &crate::token::Token, top: Option<(u64, Instant)>) {
+        let mut keys = self.keys();
+        let Some(slot) = keys.get_mut(key) else {
+            return;
+        };
+        slot.prefetching = false;
+        if slot.holder.as_ref().is_some_and(|h| h.token == *token) {
+            slot.next_block = top;
+        }
     }
 
     /// Keeps the block of tokens up to `top`, reserved by a request sent at
@@ -428,6 +477,7 @@ impl Local {
         let slot = keys.get_mut(&held.key).filter(|slot| slot.holds(held))?;
         let first = top + 1 - BLOCK;
         slot.block = Some((first + 1, top, reserved + BLOCK_FOR));
+        slot.issued = first;
         Some(first)
     }
 
@@ -468,7 +518,16 @@ pub(crate) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
         if !local.has_waiters(&held) || !held.valid_at(Instant::now() + MARGIN) {
             return Some(held);
         }
-        let Some(fencing) = fresh.take().or_else(|| local.take_token(&held)) else {
+        let taken = match fresh.take() {
+            Some(first) => Some(first),
+            None => local.take_token(&held).map(|(token, prefetch)| {
+                if prefetch {
+                    self::prefetch(inner, &held);
+                }
+                token
+            }),
+        };
+        let Some(fencing) = taken else {
             let sent = Instant::now();
             match inner
                 .backend
@@ -522,4 +581,28 @@ pub(crate) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
             Err(Turn::Represent) => unreachable!("sent a guard"),
         }
     }
+}
+
+/// Reserves the next block of `held`'s line in the background, while the
+/// chain goes on with the current one: a chain of short holds does not stop
+/// for a round trip every [`BLOCK`] hand-overs. The same check as a
+/// reservation in line: granted only while nobody is queued on the server.
+fn prefetch(inner: &Arc<Inner>, held: &Arc<Held>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let inner = inner.clone();
+    let (key, names, token, ttl) = (held.key.clone(), held.names.clone(), held.token, held.ttl);
+    runtime.spawn(async move {
+        let sent = Instant::now();
+        let top = match inner.backend.reserve(&names, &token, ttl, BLOCK).await {
+            Ok(top) => top.map(|top| (top, sent)),
+            Err(e) => {
+                tracing::debug!(key = %key, error = &e as &dyn std::error::Error,
+                    "reserving fencing tokens ahead failed");
+                None
+            }
+        };
+        inner.local.set_next_block(&key, &token, top);
+    });
 }
