@@ -362,27 +362,39 @@ async fn a_handed_on_lease_is_renewed_and_its_loss_reaches_the_holder_at_that_ti
     let third = spawn_entered(client.lock(key).ttl(ms(600)).wait(secs(10)).acquire()).await;
     server.cli(&["DEL", &lock_name(key)]);
     within(secs(3), "the holder's lost()", second.lost()).await;
-    let lost_token = second.fencing_token();
-    let released = second.release().await;
-    assert!(
-        matches!(released, Err(ref e) if e.is_lost()),
-        "release of a lost lease: {released:?}"
-    );
     // The next in line went back to the server: a token from the counter's
     // INCR, above the lost one, and the key held there in its name.
-    let third = within(secs(3), "the next holder", third)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(third.fencing_token() > lost_token);
+    let third = next_after_loss(&server, second, third).await;
     assert!(!third.is_lost());
-    assert_eq!(calls(&server, "incr"), 2, "not acquired on the server");
     assert!(
         is_held(&other, key).await,
         "the next holder's lease is not on the server"
     );
     third.release().await.unwrap();
     assert!(!is_held(&other, key).await);
+}
+
+/// Releases the `lost` guard (it must say `Lost`) and takes the next holder
+/// from `next`: a lease from the server (the counter's second `INCR`), never
+/// the lost one handed on, with a token above it.
+async fn next_after_loss(
+    server: &RedisServer,
+    lost: lock_runtime::LockGuard,
+    next: JoinHandle<Result<lock_runtime::LockGuard, LockError>>,
+) -> lock_runtime::LockGuard {
+    let lost_token = lost.fencing_token();
+    let released = lost.release().await;
+    assert!(
+        matches!(released, Err(ref e) if e.is_lost()),
+        "release of a lost lease: {released:?}"
+    );
+    let next = within(secs(5), "the next holder", next)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > lost_token);
+    assert_eq!(calls(server, "incr"), 2, "not acquired on the server");
+    next
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,21 +421,11 @@ async fn a_lease_that_runs_out_in_a_chain_is_not_handed_on() {
     // `third` may be done by now, but only from the server (asserted below:
     // its token comes from a second INCR): a lost lease is never handed on.
     let lost_token = second.fencing_token();
-    let released = second.release().await;
-    assert!(
-        matches!(released, Err(ref e) if e.is_lost()),
-        "release of a lost lease: {released:?}"
-    );
     // The line went back to the server as soon as the lease was lost: the
     // next in line acquired there (its request may have sat on the paused
     // server for longer than its own 300 ms lease, and then it is reported
     // lost on arrival, rightly: nothing confirmed it in time).
-    let third = within(secs(5), "the next holder", third)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(third.fencing_token() > lost_token);
-    assert_eq!(calls(&server, "incr"), 2, "not acquired on the server");
+    let third = next_after_loss(&server, second, third).await;
     let _ = third.release().await;
     // Free for another client afterwards.
     let taken = other.lock(key).wait(secs(2)).acquire().await.unwrap();
