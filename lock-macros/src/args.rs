@@ -11,7 +11,15 @@ use syn::{
 };
 
 /// The options, in the order the docs list them.
-const OPTIONS: &[&str] = &["key", "ttl", "wait", "renew", "client", "crate"];
+const OPTIONS: &[&str] = &[
+    "key",
+    "ttl",
+    "wait",
+    "renew",
+    "hold_at_least",
+    "client",
+    "crate",
+];
 
 /// `#[distributed_lock(key = "...", ttl = "30s", wait = "2s", renew = false, client = expr, crate = path)]`.
 pub(crate) struct Args {
@@ -23,6 +31,9 @@ pub(crate) struct Args {
     pub(crate) wait: Option<Duration>,
     /// Whether the watchdog renews the lease; `None`: yes.
     pub(crate) renew: Option<bool>,
+    /// How long the key stays taken at least, even if the body ends
+    /// sooner; `None`: a release frees it at once.
+    pub(crate) hold_at_least: Option<Duration>,
     /// The client expression; `None`: the global client.
     pub(crate) client: Option<Expr>,
     /// The path of the runtime crate; `None`: `::lock_runtime`.
@@ -35,6 +46,7 @@ impl Parse for Args {
         let mut ttl = None;
         let mut wait = None;
         let mut renew = None;
+        let mut hold_at_least = None;
         let mut client = None;
         let mut krate = None;
         // Every error found, so that one build reports them all.
@@ -64,8 +76,12 @@ impl Parse for Args {
                 input.parse::<Token![=]>()?;
                 let repeated = match option.as_str() {
                     "key" => key.replace(parse_key(input)?).is_some(),
-                    "ttl" | "wait" => {
-                        let slot = if option == "ttl" { &mut ttl } else { &mut wait };
+                    "ttl" | "wait" | "hold_at_least" => {
+                        let slot = match option.as_str() {
+                            "ttl" => &mut ttl,
+                            "wait" => &mut wait,
+                            _ => &mut hold_at_least,
+                        };
                         match parse_duration(input, &option)? {
                             Ok(d) => slot.replace(d).is_some(),
                             Err(e) => {
@@ -105,6 +121,7 @@ impl Parse for Args {
             ttl,
             wait,
             renew,
+            hold_at_least,
             client,
             krate,
         })
@@ -135,6 +152,7 @@ fn example(option: &str) -> &'static str {
         "ttl" => "`ttl = \"30s\"`",
         "wait" => "`wait = \"2s\"`",
         "renew" => "`renew = false`",
+        "hold_at_least" => "`hold_at_least = \"5m\"`",
         "client" => "`client = self.locks`",
         _ => "`crate = ::my_crate::lock_runtime`",
     }
@@ -207,6 +225,16 @@ fn parse_duration(
                 "`ttl` must be between {} and {} (the lease is renewed every ttl/3 while held); \
                  got {}",
                 humantime::format_duration(MIN_TTL),
+                humantime::format_duration(MAX_TTL),
+                humantime::format_duration(d),
+            ),
+        )));
+    }
+    if option == "hold_at_least" && d > MAX_TTL {
+        return Ok(Err(syn::Error::new(
+            s.span(),
+            format!(
+                "`hold_at_least` must be at most {} (the longest lease); got {}",
                 humantime::format_duration(MAX_TTL),
                 humantime::format_duration(d),
             ),

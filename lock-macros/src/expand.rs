@@ -43,6 +43,7 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
     };
     let wait = duration(args.wait.unwrap_or(Duration::ZERO));
     let renew = args.renew.unwrap_or(true);
+    let hold_at_least = duration(args.hold_at_least.unwrap_or(Duration::ZERO));
     // The template, not the key: the `name` label of the lock's metrics.
     let name = &args.key;
     // The call is spanned at the return type, and names it when it can
@@ -64,7 +65,13 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
         #run #turbofish(
             #client_var,
             #key_var,
-            #krate::__private::Options { ttl: #ttl, wait: #wait, renew: #renew, name: #name },
+            #krate::__private::Options {
+                ttl: #ttl,
+                wait: #wait,
+                renew: #renew,
+                hold_at_least: #hold_at_least,
+                name: #name,
+            },
             async move #block,
         )
         .await

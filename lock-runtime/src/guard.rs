@@ -147,7 +147,8 @@ impl LockGuard {
         let was_lost = self.is_lost();
         let inner = &self.inner;
         let mut held = self.held.clone();
-        if !was_lost && inner.local.has_waiters(&held) {
+        let keep = held.keeps_until(Instant::now());
+        if !was_lost && keep.is_none() && inner.local.has_waiters(&held) {
             match local::hand_on(inner, held).await {
                 None => return Ok(()),
                 Some(last) => held = last,
@@ -158,10 +159,26 @@ impl LockGuard {
         crate::metrics::released(&held.metrics, held.since.elapsed());
         let started = Instant::now();
         let valid = held.valid_at(started);
-        let result = inner
-            .backend
-            .release(&held.names, &held.token, held.ttl, false)
-            .await;
+        let result = match keep {
+            // `hold_at_least`: the key stays taken until then.
+            Some(left) => inner
+                .backend
+                .keep(&held.names, &held.token, left)
+                .await
+                .map(|ours| {
+                    if ours {
+                        Released::Yes
+                    } else {
+                        Released::NotOurs
+                    }
+                }),
+            None => {
+                inner
+                    .backend
+                    .release(&held.names, &held.token, held.ttl, false)
+                    .await
+            }
+        };
         let key = &held.key;
         match result {
             // Released, but the lease had been given up for lost before: the
@@ -222,6 +239,7 @@ impl Drop for LockGuard {
         // A local waiter gets the lease (in a task: handing on may take a
         // round trip to reserve fencing tokens).
         if !held.is_lost_now()
+            && held.keeps_until(Instant::now()).is_none()
             && inner.local.has_waiters(&held)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
@@ -242,6 +260,10 @@ fn release_held_in_background(inner: Arc<Inner>, held: &Arc<Held>) {
     inner.local.end(held);
     inner.watchdog.unwatch(held.id);
     crate::metrics::released(&held.metrics, held.since.elapsed());
+    if let Some(left) = held.keeps_until(Instant::now()) {
+        keep_in_background(inner, held, left);
+        return;
+    }
     release_in_background(
         inner,
         held.key.clone(),
@@ -250,6 +272,25 @@ fn release_held_in_background(inner: Arc<Inner>, held: &Arc<Held>) {
         held.ttl,
         false,
     );
+}
+
+/// `hold_at_least` at a release in the background: the key's lease is set to
+/// end `left` from now instead of the key being deleted.
+fn keep_in_background(inner: Arc<Inner>, held: &Arc<Held>, left: Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return; // the lease runs out by itself, no sooner than asked
+    };
+    let (key, names, token) = (held.key.clone(), held.names.clone(), held.token);
+    runtime.spawn(async move {
+        match inner.backend.keep(&names, &token, left).await {
+            Ok(true) => tracing::debug!(key = %key, "lock kept until its hold_at_least"),
+            Ok(false) => {
+                tracing::debug!(key = %key, "background release: the lock was not ours (any more)")
+            }
+            Err(e) => tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
+                "background release (hold_at_least) failed; the lease runs out by itself"),
+        }
+    });
 }
 
 /// Releases the lock `key` (named `names`, owned by `token`) on the current

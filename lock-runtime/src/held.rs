@@ -32,6 +32,9 @@ pub(crate) struct Held {
     pub(crate) metrics: crate::metrics::Name,
     /// When it was acquired, for the hold-time metric.
     pub(crate) since: Instant,
+    /// `hold_at_least`: a release before this keeps the key taken until
+    /// then (its lease is set to end there) instead of deleting it.
+    pub(crate) hold_until: Option<Instant>,
 }
 
 impl Held {
@@ -39,6 +42,14 @@ impl Held {
     /// before the end of the last confirmed lease.
     pub(crate) fn valid_at(&self, at: Instant) -> bool {
         !self.lost.is_cancelled() && at < self.valid_until()
+    }
+
+    /// `hold_at_least`: how much longer the key must stay taken after a
+    /// release at `now` (`None`: none; a release may delete it).
+    pub(crate) fn keeps_until(&self, now: Instant) -> Option<Duration> {
+        self.hold_until
+            .map(|until| until.saturating_duration_since(now))
+            .filter(|left| !left.is_zero())
     }
 
     /// `true` once the lease is known lost.

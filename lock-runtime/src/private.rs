@@ -18,7 +18,7 @@
 //!     ::lock_runtime::__private::run(
 //!         client,
 //!         key,
-//!         ::lock_runtime::__private::Options { ttl: Some(30s), wait: 2s, renew: true, name: "order:<order_id>" },
+//!         ::lock_runtime::__private::Options { ttl: Some(30s), wait: 2s, renew: true, hold_at_least: 0s, name: "order:<order_id>" },
 //!         async move { body },
 //!     )
 //!     .await
@@ -42,6 +42,8 @@ pub struct Options {
     pub wait: Duration,
     /// `renew = ...`.
     pub renew: bool,
+    /// `hold_at_least = "..."`; zero: none.
+    pub hold_at_least: Duration,
     /// The key template, as the `name` label of the lock's metrics.
     pub name: &'static str,
 }
@@ -121,7 +123,11 @@ where
     let Some(client) = client.or_else(crate::global_client) else {
         return R::from_lock_error(LockError::NoClient);
     };
-    let mut request = client.lock(key).wait(options.wait).renew(options.renew);
+    let mut request = client
+        .lock(key)
+        .wait(options.wait)
+        .renew(options.renew)
+        .hold_at_least(options.hold_at_least);
     if cfg!(feature = "metrics") {
         request = request.metrics_name(options.name);
     }
@@ -212,6 +218,7 @@ mod tests {
         ttl: None,
         wait: Duration::ZERO,
         renew: true,
+        hold_at_least: Duration::ZERO,
         name: "k",
     };
 
@@ -288,6 +295,7 @@ mod tests {
             ttl: Some(Duration::from_millis(200)),
             wait: Duration::from_secs(5),
             renew: false,
+            hold_at_least: Duration::ZERO,
             name: "k",
         };
         let c2 = c.clone();

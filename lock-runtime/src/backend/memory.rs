@@ -211,8 +211,8 @@ impl MemoryBackend {
     }
 
     /// Wakes every waiter of `channel` (a record's notice: completed or
-    /// released), as a `''` notice through pub/sub would.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    /// released; a lock kept by `hold_at_least`), as a `''` notice through
+    /// pub/sub would.
     pub(crate) fn announce(&self, channel: &str) {
         self.waiters.deliver(channel, b"");
     }

@@ -124,6 +124,28 @@ impl Backend {
         }
     }
 
+    /// A release under `hold_at_least`: the lease of `token` is set to end
+    /// `left` from now instead of the key being deleted, and the key's
+    /// waiters are told (a free notice: they try again and learn the
+    /// shorter lease, instead of sleeping out the one they last saw).
+    /// `false`: not ours.
+    pub(crate) async fn keep(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        left: Duration,
+    ) -> Result<bool, LockError> {
+        let ours = self.extend(names, token, left).await?;
+        if ours {
+            match self {
+                Backend::Redis(b) => b.announce(&names.notice).await,
+                Backend::Redlock(b) => b.announce(&names.notice).await,
+                Backend::Memory(b) => b.announce(&names.notice),
+            }
+        }
+        Ok(ours)
+    }
+
     /// Where a holder may hand its lease to a waiter of its own client
     /// without a round trip (see `client::local`): one server, Sentinel or a
     /// cluster. Not Redlock (its waiters do not queue on the servers, so a

@@ -502,6 +502,21 @@ impl RedisBackend {
         self.notices.subscribe(&self.waiters, channel).await;
     }
 
+    /// Publishes a free notice (`''`) on `channel`, best effort: waiters
+    /// that miss it wake at their lease timers.
+    pub(crate) async fn announce(&self, channel: &str) {
+        let mut cmd = redis::cmd(self.publish);
+        cmd.arg(channel).arg("");
+        let mut conn = self.conns[0].clone();
+        if let Err(e) = cmd.query_async::<()>(&mut conn).await {
+            tracing::debug!(
+                channel,
+                error = &e as &dyn std::error::Error,
+                "a free notice was not published"
+            );
+        }
+    }
+
     /// The command a script publishes notices with: `PUBLISH`, or `SPUBLISH`
     /// on a cluster (the channel then lives in its key's slot).
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]

@@ -223,6 +223,11 @@ impl RedlockBackend {
         .count()
     }
 
+    /// Publishes a free notice on `channel` on every node, best effort.
+    pub(crate) async fn announce(&self, channel: &str) {
+        join_all(self.nodes.iter().map(|node| node.announce(channel))).await;
+    }
+
     pub(crate) async fn extend(
         &self,
         names: &KeyNames,

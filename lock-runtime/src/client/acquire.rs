@@ -69,6 +69,8 @@ pub(super) struct Acquisition {
     backoff: Backoff,
     /// The `name` label of this lock's metrics.
     metrics: crate::metrics::Name,
+    /// `hold_at_least` (zero: none).
+    hold_at_least: Duration,
 }
 
 /// What one attempt found.
@@ -95,6 +97,7 @@ impl Acquisition {
         wait: Duration,
         renew: bool,
         metrics: crate::metrics::Name,
+        hold_at_least: Duration,
     ) -> Result<Self, LockError> {
         let started = Instant::now();
         // A wait too long to represent (`Duration::MAX`) means "wait forever".
@@ -127,6 +130,7 @@ impl Acquisition {
             retries: 0,
             backoff: RETRY_BACKOFF,
             metrics,
+            hold_at_least,
         })
     }
 
@@ -310,6 +314,10 @@ impl Acquisition {
             valid_until: std::sync::Mutex::new(sent),
             metrics: self.metrics.clone(),
             since: sent,
+            // From now, when the answer is in: the server set the key before
+            // that, so it stays taken at least this long after it did.
+            hold_until: (!self.hold_at_least.is_zero())
+                .then(|| Instant::now() + self.hold_at_least),
         });
         crate::metrics::acquired(&self.metrics, self.started.elapsed(), handover);
         inner.watchdog.watch(

@@ -559,6 +559,7 @@ pub(crate) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
                 valid_until: std::sync::Mutex::new(held.valid_until()),
                 metrics: waiter.metrics.clone(),
                 since: Instant::now(),
+                hold_until: None,
             })
         }) else {
             return Some(held);

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::acquire::{Acquisition, FOREVER};
 use super::local::{Entry, LocalWait};
-use super::{LockClient, validate_ttl};
+use super::{LockClient, MAX_TTL, validate_ttl};
 use crate::guard::LockGuard;
 use crate::key::validate_key;
 use crate::{LockError, context};
@@ -23,6 +23,7 @@ pub struct LockRequest {
     wait: Duration,
     renew: bool,
     metrics: crate::metrics::Name,
+    hold_at_least: Duration,
 }
 
 impl LockRequest {
@@ -34,6 +35,7 @@ impl LockRequest {
             wait: Duration::ZERO,
             renew: true,
             metrics: crate::metrics::Name::default(),
+            hold_at_least: Duration::ZERO,
         }
     }
 
@@ -70,6 +72,40 @@ impl LockRequest {
         self
     }
 
+    /// Keeps the key taken until at least `min` after it was acquired, even
+    /// if the holder releases sooner (default zero: a release frees it at
+    /// once). For scheduled jobs on many pods: the first pod's run takes the
+    /// key, and the other pods' timers, firing a little later, find it
+    /// taken and skip, so the job runs at most once per `min`.
+    ///
+    /// A release before then sets the key's lease to end at that moment
+    /// instead of deleting it (renewals stop; waiters take it when it
+    /// ends). Until the release, everything is as without it: renewals,
+    /// [`lost()`](LockGuard::lost), the fencing token. At most the longest
+    /// lease (7 days), else `acquire` answers `LockError::Config`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+    /// let job = client
+    ///     .lock("nightly-report")
+    ///     .hold_at_least(Duration::from_secs(300))
+    ///     .acquire()
+    ///     .await?;
+    /// // ... the job, done in a few seconds ...
+    /// job.release().await?;
+    /// // Another pod's timer, a second later: the key is still taken.
+    /// assert!(client.lock("nightly-report").acquire().await.unwrap_err().is_busy());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold_at_least(mut self, min: Duration) -> Self {
+        self.hold_at_least = min;
+        self
+    }
+
     /// Takes the lock, waiting up to the configured wait.
     ///
     /// `Err(LockError::Busy)` when still held by another owner at the deadline,
@@ -85,6 +121,13 @@ impl LockRequest {
         validate_key(&self.key)?;
         let ttl = self.ttl.unwrap_or(inner.default_ttl);
         validate_ttl(ttl)?;
+        if self.hold_at_least > MAX_TTL {
+            return Err(LockError::Config(format!(
+                "hold_at_least {} is above the maximum of {}",
+                humantime::format_duration(self.hold_at_least),
+                humantime::format_duration(MAX_TTL)
+            )));
+        }
         if let Some(held) = context::find(inner.id, &self.key) {
             tracing::trace!(key = %self.key, "lock re-entered by the holding task");
             return Ok(LockGuard::reentered(held, inner.clone()));
@@ -100,7 +143,9 @@ impl LockRequest {
             // acquires on the server, the others are handed the lock
             // in-process (see `local`).
             let mut representing = None;
-            if !wait.is_zero() {
+            // A request that keeps the key after its release waits on the
+            // server, not in a line whose hand-overs it would hold up.
+            if !wait.is_zero() && self.hold_at_least.is_zero() {
                 let started = Instant::now();
                 let deadline = started
                     .checked_add(wait)
@@ -141,10 +186,18 @@ impl LockRequest {
             // Ends the role (the line learns whether the key is held) however
             // the acquisition ends.
             let _representing = representing;
-            Acquisition::start(inner, self.key, ttl, wait, self.renew, self.metrics)
-                .await?
-                .finish()
-                .await
+            Acquisition::start(
+                inner,
+                self.key,
+                ttl,
+                wait,
+                self.renew,
+                self.metrics,
+                self.hold_at_least,
+            )
+            .await?
+            .finish()
+            .await
         })
         .await;
         if let Err(e) = &acquired

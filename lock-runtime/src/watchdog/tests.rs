@@ -25,6 +25,7 @@ fn held(id: u64) -> Arc<Held> {
         valid_until: Mutex::new(Instant::now()),
         metrics: crate::metrics::Name::default(),
         since: Instant::now(),
+        hold_until: None,
     })
 }
 
