@@ -49,11 +49,24 @@
 //! # }
 //! ```
 
-/// `get_ref`, `get_mut` and `into_inner` of a service wrapping `inner`, as
-/// tower's own services have them.
-macro_rules! wrapped_service_access {
-    ($service:ident) => {
+/// A layer's service: the `inner` service and the layer's shared `config`,
+/// with `get_ref`, `get_mut` and `into_inner` as tower's own services have
+/// them, and a `Debug` showing `inner` and the named `config` fields.
+/// `Config` and `Arc` are the caller's.
+macro_rules! wrapped_service {
+    ($(#[$meta:meta])* pub struct $service:ident; debug: [$($field:ident),*]) => {
+        $(#[$meta])*
+        #[derive(Clone)]
+        pub struct $service<S> {
+            inner: S,
+            config: Arc<Config>,
+        }
+
         impl<S> $service<S> {
+            pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
+                Self { inner, config }
+            }
+
             /// The wrapped service.
             pub fn get_ref(&self) -> &S {
                 &self.inner
@@ -67,6 +80,15 @@ macro_rules! wrapped_service_access {
             /// Unwraps the inner service.
             pub fn into_inner(self) -> S {
                 self.inner
+            }
+        }
+
+        impl<S: fmt::Debug> fmt::Debug for $service<S> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($service))
+                    .field("inner", &self.inner)
+                    $(.field(stringify!($field), &self.config.$field))*
+                    .finish_non_exhaustive()
             }
         }
     };
