@@ -20,7 +20,7 @@ use test_support::helpers::{
     short_timeout_client, within,
 };
 use test_support::http::{raw_request, send, serve};
-use test_support::topology::Redlock;
+use test_support::topology::{Redlock, Topology};
 use test_support::{RedisServer, signal};
 use tokio::sync::Notify;
 
@@ -800,7 +800,7 @@ async fn with_the_json_fingerprint_reordered_members_and_whitespace_are_the_same
 }
 
 async fn redlock_client(masters: &Redlock) -> LockClient {
-    short_timeout_client(LockClient::builder().redlock(masters.urls())).await
+    short_timeout_client(masters.builder()).await
 }
 
 /// On Redlock the records live on every master and a majority decides: a
@@ -1215,11 +1215,9 @@ async fn on_redlock_killed_connections_neither_run_a_handler_twice_nor_answer_5x
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sentinel_killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_succeeded()
  {
-    use test_support::topology::{MASTER_NAME, SentinelSetup};
+    use test_support::topology::SentinelSetup;
     let setup = tokio::task::block_in_place(SentinelSetup::start);
-    let client =
-        short_timeout_client(LockClient::builder().sentinel(MASTER_NAME, setup.sentinel_urls()))
-            .await;
+    let client = short_timeout_client(setup.builder()).await;
     let ports = vec![setup.master().port];
     let (ran, logs, killed) = hammer_while_killing_connections(client, ports, secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("sentinel", &ran, &logs, killed);
@@ -1230,7 +1228,7 @@ async fn on_cluster_killed_connections_neither_run_a_handler_twice_nor_answer_5x
  {
     use test_support::topology::Cluster;
     let cluster = tokio::task::block_in_place(|| Cluster::start(3));
-    let client = short_timeout_client(LockClient::builder().cluster(cluster.seed_urls())).await;
+    let client = short_timeout_client(cluster.builder()).await;
     let ports = (0..cluster.size()).map(|i| cluster.node(i).port).collect();
     let (ran, logs, killed) = hammer_while_killing_connections(client, ports, secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("cluster", &ran, &logs, killed);

@@ -9,16 +9,14 @@ use std::time::{Duration, Instant};
 use lock_runtime::{LockClient, LockClientBuilder, LockError, LockGuard};
 use tokio::task::JoinHandle;
 
-use test_support::topology::Cluster;
+use test_support::topology::{Cluster, Topology};
 
 #[macro_use]
 mod scaleout_common;
 use test_support::helpers::*;
 
 fn three_masters() -> (Cluster, LockClientBuilder) {
-    let cluster = Cluster::start(3);
-    let builder = LockClient::builder().cluster(cluster.seed_urls());
-    (cluster, builder)
+    Cluster::start(3).with_builder()
 }
 
 semantic_suite!(three_masters);

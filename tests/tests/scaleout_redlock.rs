@@ -8,16 +8,14 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
-use test_support::topology::Redlock;
+use test_support::topology::{Redlock, Topology};
 
 #[macro_use]
 mod scaleout_common;
 use test_support::helpers::*;
 
 fn five_masters() -> (Redlock, LockClientBuilder) {
-    let masters = Redlock::start(5);
-    let builder = LockClient::builder().redlock(masters.urls());
-    (masters, builder)
+    Redlock::start(5).with_builder()
 }
 
 semantic_suite!(five_masters);

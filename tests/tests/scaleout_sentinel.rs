@@ -9,16 +9,14 @@ use std::time::Instant;
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
 use test_support::RedisServer;
-use test_support::topology::{self, MASTER_NAME, SentinelSetup};
+use test_support::topology::{self, SentinelSetup, Topology};
 
 #[macro_use]
 mod scaleout_common;
 use test_support::helpers::*;
 
 fn sentinel_setup() -> (SentinelSetup, LockClientBuilder) {
-    let setup = SentinelSetup::start();
-    let builder = LockClient::builder().sentinel(MASTER_NAME, setup.sentinel_urls());
-    (setup, builder)
+    SentinelSetup::start().with_builder()
 }
 
 semantic_suite!(sentinel_setup);

@@ -16,6 +16,21 @@ use std::time::{Duration, Instant};
 
 use crate::Result;
 
+/// A running set of servers a client can be built for.
+pub trait Topology {
+    /// A client builder for these servers.
+    fn builder(&self) -> lock_runtime::LockClientBuilder;
+
+    /// The servers, and a client builder for them.
+    fn with_builder(self) -> (Self, lock_runtime::LockClientBuilder)
+    where
+        Self: Sized,
+    {
+        let builder = self.builder();
+        (self, builder)
+    }
+}
+
 mod cluster;
 mod redlock;
 mod sentinel;
