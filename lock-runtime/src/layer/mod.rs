@@ -51,10 +51,23 @@
 
 /// A layer's service: the `inner` service and the layer's shared `config`,
 /// with `get_ref`, `get_mut` and `into_inner` as tower's own services have
-/// them, and a `Debug` showing `inner` and the named `config` fields.
-/// `Config` and `Arc` are the caller's.
+/// them, a `Debug` showing `inner` and the named `config` fields, and the
+/// layer (`made_by`) that wraps a service in it. `Config` and `Arc` are the
+/// caller's.
 macro_rules! wrapped_service {
-    ($(#[$meta:meta])* pub struct $service:ident; debug: [$($field:ident),*]) => {
+    (
+        $(#[$meta:meta])* pub struct $service:ident;
+        made_by: $layer:ty;
+        debug: [$($field:ident),*]
+    ) => {
+        impl<S> tower_layer::Layer<S> for $layer {
+            type Service = $service<S>;
+
+            fn layer(&self, inner: S) -> Self::Service {
+                $service::new(inner, self.config.clone())
+            }
+        }
+
         $(#[$meta])*
         #[derive(Clone)]
         pub struct $service<S> {
@@ -89,6 +102,41 @@ macro_rules! wrapped_service {
                     .field("inner", &self.inner)
                     $(.field(stringify!($field), &self.config.$field))*
                     .finish_non_exhaustive()
+            }
+        }
+    };
+}
+
+/// Builder methods of a layer that each set one field of its `Config`
+/// (copied on write by the layer's `config()`): `pub fn name(arg: Type) =>
+/// field;`, or `=> field = value;` where the field holds a value made from
+/// `arg`.
+macro_rules! config_setters {
+    (@value $arg:ident) => { $arg };
+    (@value $arg:ident $value:expr) => { $value };
+    ($($(#[$meta:meta])* pub fn $name:ident($arg:ident: $ty:ty) => $field:ident $(= $value:expr)?;)*) => {
+        $(
+            $(#[$meta])*
+            pub fn $name(mut self, $arg: $ty) -> Self {
+                self.config().$field = config_setters!(@value $arg $($value)?);
+                self
+            }
+        )*
+    };
+}
+
+/// A layer's `Debug`: its name, then each field of its `Config` (bound to
+/// `$c`) by name, or `name = expression` for what is shown another way.
+macro_rules! config_debug {
+    (@value $c:ident $name:ident) => { &$c.$name };
+    (@value $c:ident $name:ident $value:expr) => { &$value };
+    ($layer:ident, $c:ident => { $($name:ident $(= $value:expr)?),* $(,)? }) => {
+        impl fmt::Debug for $layer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let $c = &self.config;
+                f.debug_struct(stringify!($layer))
+                    $(.field(stringify!($name), config_debug!(@value $c $name $($value)?)))*
+                    .finish()
             }
         }
     };

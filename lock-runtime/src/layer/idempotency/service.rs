@@ -31,6 +31,7 @@ use crate::backend::WaitHandle;
 wrapped_service! {
     /// The service made by [`IdempotencyLayer`](super::IdempotencyLayer).
     pub struct Idempotency;
+    made_by: super::IdempotencyLayer;
     debug: []
 }
 

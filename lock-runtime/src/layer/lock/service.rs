@@ -25,6 +25,7 @@ wrapped_service! {
     /// lock, runs the inner service under it, and keeps it until the response
     /// body has been sent or dropped.
     pub struct Lock;
+    made_by: super::LockLayer;
     debug: [key]
 }
 
