@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockClientBuilder, LockError, LockGuard};
+use lock_runtime::{LockClient, LockClientBuilder, LockError, LockGuard, LockRequest};
 use tokio::task::JoinHandle;
 
 use crate::RedisServer;
@@ -89,6 +89,24 @@ pub async fn remaining(client: &LockClient, key: &str) -> Duration {
         Ok(_) => panic!("`{key}` was expected to be held"),
         Err(e) => panic!("probe of `{key}` failed: {e}"),
     }
+}
+
+/// The next holder after one whose fencing token was `previous`: acquires
+/// `request`, checks that its token is above `previous`, and releases it.
+/// `what` names the situation in the failure messages.
+pub async fn next_holder(request: LockRequest, previous: u64, what: &str) {
+    let next = request
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: the key is free, but: {e:?}"));
+    assert!(
+        next.fencing_token() > previous,
+        "{what}: fencing token {} after {previous}",
+        next.fencing_token()
+    );
+    next.release()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: release of the next holder: {e:?}"));
 }
 
 /// Builds an independent client (own connections, own subscriber).

@@ -78,18 +78,7 @@ fn end(cuts: Vec<LostReplies>) {
 /// larger fencing token than the holder's.
 async fn is_free_after(builder: &LockClientBuilder, key: &str, fence: u64) {
     let other = build(builder).await;
-    let next = other
-        .lock(key)
-        .ttl(LEASE)
-        .acquire()
-        .await
-        .unwrap_or_else(|e| panic!("the key is free after the release, but: {e:?}"));
-    assert!(
-        next.fencing_token() > fence,
-        "fencing {} after {fence}",
-        next.fencing_token()
-    );
-    next.release().await.expect("release of the next holder");
+    next_holder(other.lock(key).ttl(LEASE), fence, "after the release").await;
 }
 
 fn not_lost<T: std::fmt::Debug>(result: &Result<T, LockError>, key: &str, what: &str) {

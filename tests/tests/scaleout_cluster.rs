@@ -500,17 +500,7 @@ async fn keys_with_braces_in_any_place_lock_exclude_release_and_fence_on_a_clust
             .release()
             .await
             .unwrap_or_else(|e| panic!("release `{key}`: {e}"));
-        let second = b
-            .lock(key)
-            .acquire()
-            .await
-            .unwrap_or_else(|e| panic!("acquire `{key}` after its release: {e}"));
-        assert!(
-            second.fencing_token() > token,
-            "`{key}`: token {} after {token}",
-            second.fencing_token()
-        );
-        second.release().await.unwrap();
+        next_holder(b.lock(key), token, &format!("`{key}` after its release")).await;
     }
     slots.sort_unstable();
     slots.dedup();
