@@ -114,6 +114,11 @@ pub async fn client(builder: &LockClientBuilder) -> LockClient {
     builder.clone().build().await.expect("a client")
 }
 
+/// Two independent clients of `builder`.
+pub async fn two_clients(builder: &LockClientBuilder) -> (LockClient, LockClient) {
+    (client(builder).await, client(builder).await)
+}
+
 /// Builds a client of the Redis at `url` with the builder's default settings.
 pub async fn redis_url_client(url: impl Into<String>) -> Result<LockClient, LockError> {
     LockClient::builder().redis(url).build().await
@@ -230,11 +235,13 @@ pub async fn release_to_waiter(
     woke.saturating_duration_since(released)
 }
 
-/// Checks the end of a scenario in which a second client got a lock that a
+/// Checks the end of a scenario in which a second client gets a lock that a
 /// first still holds (the documented limits of Redlock and of Sentinel
-/// failovers): the first holder has not noticed. Prints both fencing tokens,
+/// failovers): acquires `second` (failing with `why` it should succeed), and
+/// checks that the first holder has not noticed. Prints both fencing tokens,
 /// then releases the second lock and drops the first.
-pub async fn assert_two_holders(first: LockGuard, second: LockGuard) {
+pub async fn assert_two_holders(first: LockGuard, second: LockRequest, why: &str) {
+    let second = second.acquire().await.expect(why);
     assert!(
         !first.is_lost(),
         "the first holder still believes it holds the lock"

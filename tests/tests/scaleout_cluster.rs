@@ -24,7 +24,7 @@ semantic_suite!(three_masters);
 /// A cluster of three masters, and two independent clients of it.
 async fn three_masters_and_two_clients() -> (Cluster, LockClient, LockClient) {
     let (cluster, builder) = three_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (a, b) = two_clients(&builder).await;
     (cluster, a, b)
 }
 
