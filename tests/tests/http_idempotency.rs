@@ -62,13 +62,6 @@ async fn create_order(State(orders): State<Orders>, Json(body): Json<Value>) -> 
     )
 }
 
-fn orders_app(layer: IdempotencyLayer, orders: Orders) -> Router {
-    Router::new()
-        .route("/orders", post(create_order))
-        .route_layer(layer)
-        .with_state(orders)
-}
-
 /// An app served on a loopback port, and an HTTP client for it.
 struct Api {
     http: reqwest::Client,
@@ -87,6 +80,12 @@ impl Api {
     /// Serves `route` at `path` under `layer`.
     async fn route(path: &str, route: MethodRouter, layer: IdempotencyLayer) -> Self {
         Self::serve(Router::new().route(path, route.route_layer(layer))).await
+    }
+
+    /// Serves `POST /orders` ([`create_order`] on `orders`) under `layer`.
+    async fn orders(layer: IdempotencyLayer, orders: &Orders) -> Self {
+        let route = post(create_order).with_state(orders.clone());
+        Self::route("/orders", route, layer).await
     }
 
     fn url(&self, path: &str) -> String {
@@ -166,7 +165,7 @@ async fn concurrent_identical_posts_run_the_handler_once() {
     let server = RedisServer::start();
     for (backend, client) in clients(&server).await {
         let orders = Orders::taking(ms(200));
-        let api = Api::serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
+        let api = Api::orders(IdempotencyLayer::new(client), &orders).await;
         let n = 10;
         let replies = futures_util::future::join_all((0..n).map(|_| {
             let request = api.order("\"order-abc\"", "book");
@@ -221,7 +220,7 @@ async fn a_completed_request_is_replayed_with_its_status_headers_and_body() {
     let server = RedisServer::start();
     for (backend, client) in clients(&server).await {
         let orders = Orders::default();
-        let api = Api::serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
+        let api = Api::orders(IdempotencyLayer::new(client), &orders).await;
         let send = |key: &'static str| api.order(key, "pen").send();
         let first = send("\"k-1\"").await.unwrap();
         assert_eq!(first.status(), StatusCode::CREATED);
@@ -254,7 +253,7 @@ async fn the_same_key_with_another_payload_gets_422() {
     let server = RedisServer::start();
     for (backend, client) in clients(&server).await {
         let orders = Orders::default();
-        let api = Api::serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
+        let api = Api::orders(IdempotencyLayer::new(client), &orders).await;
         let send = |item: &'static str, query: &'static str| {
             api.post(&format!("/orders{query}"), "\"k\"")
                 .json(&json!({ "item": item }))
@@ -336,7 +335,7 @@ async fn a_request_refused_before_the_handler_leaves_the_key_usable() {
     let server = RedisServer::start();
     for (backend, client) in clients(&server).await {
         let orders = Orders::default();
-        let api = Api::serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
+        let api = Api::orders(IdempotencyLayer::new(client), &orders).await;
         // Malformed JSON: the extractor rejects it, the handler never runs.
         let r = send(
             api.post("/orders", "\"k\"")
@@ -477,7 +476,7 @@ async fn records_are_scoped_to_the_principal() {
             .unwrap_or("")
             .to_owned()
     });
-    let api = Api::serve(orders_app(layer, orders.clone())).await;
+    let api = Api::orders(layer, &orders).await;
     let send = |user: &'static str, item: &'static str| {
         api.post("/orders", "\"shared\"")
             .header("x-user", user)
@@ -502,7 +501,7 @@ async fn a_duplicate_can_wait_for_the_first_and_get_its_response() {
     let client = redis_client(&server).await;
     let orders = Orders::taking(ms(300));
     let layer = IdempotencyLayer::new(client).wait(secs(10));
-    let api = Api::serve(orders_app(layer, orders.clone())).await;
+    let api = Api::orders(layer, &orders).await;
     let send = || api.order("\"w\"", "lamp").send();
     let (a, b) = tokio::join!(send(), async {
         tokio::time::sleep(ms(50)).await;
@@ -522,7 +521,7 @@ async fn a_handler_outliving_its_lease_keeps_the_record_in_flight() {
     // Three leases long: only the watchdog's renewals keep the record claimed.
     let orders = Orders::taking(ms(900));
     let layer = IdempotencyLayer::new(client).ttl(ms(300));
-    let api = Api::serve(orders_app(layer, orders.clone())).await;
+    let api = Api::orders(layer, &orders).await;
     let send = || api.order("\"slow\"", "desk").send();
     let first = tokio::spawn(send());
     for _ in 0..6 {
@@ -613,7 +612,7 @@ async fn redis_down_answers_503_and_large_bodies_413() {
     let client = redis_client(&server).await;
     let orders = Orders::default();
     let layer = IdempotencyLayer::new(client).max_request_body(64);
-    let api = Api::serve(orders_app(layer, orders.clone())).await;
+    let api = Api::orders(layer, &orders).await;
     let r = api
         .post_order("\"big\"", &json!({ "item": "x".repeat(100) }))
         .await;
@@ -811,7 +810,7 @@ async fn on_redlock_a_dead_or_emptied_master_neither_stops_the_layer_nor_reruns_
     let mut masters = Redlock::start(3);
     let orders = Orders::default();
     let layer = IdempotencyLayer::new(redlock_client(&masters).await);
-    let api = Api::serve(orders_app(layer, orders.clone())).await;
+    let api = Api::orders(layer, &orders).await;
     let send = |key: &'static str| api.order(key, "kettle").send();
     let first = send("\"r-1\"").await.unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
@@ -857,7 +856,7 @@ async fn on_redlock_concurrent_identical_posts_run_the_handler_at_most_once() {
     let masters = Redlock::start(3);
     let orders = Orders::taking(ms(200));
     let layer = IdempotencyLayer::new(redlock_client(&masters).await);
-    let api = Api::serve(orders_app(layer, orders.clone())).await;
+    let api = Api::orders(layer, &orders).await;
     let send = || api.order("\"race\"", "chair").send();
     for _ in 0..3 {
         let statuses = futures_util::future::join_all((0..10).map(|_| send()))
