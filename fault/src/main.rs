@@ -145,12 +145,10 @@ fn run_round(scenarios: &[Scenario], exe: &Path, keep: Option<&Path>) -> Vec<Out
             Err(e) => {
                 eprintln!("  {}: harness error: {e}", s.name);
                 Outcome {
-                    name: s.name,
-                    title: s.title,
+                    scenario: s.clone(),
                     report: Default::default(),
                     elapsed: Default::default(),
                     faults: 0,
-                    expect_violations: s.expect_violations,
                     error: Some(e),
                 }
             }

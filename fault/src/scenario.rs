@@ -195,6 +195,20 @@ impl Scenario {
             expect_violations: !fencing,
             ..Scenario::base(name, title, ops)
         };
+        // kill -9 of the lock server every `every_ms` (at most `max_kills`
+        // times), restarted after 500 ms.
+        let kill = |name, title, every_ms, max_kills| Scenario {
+            workers: small(16),
+            keys: 4,
+            ttl_ms: 1000,
+            response_timeout_ms: 300,
+            fault: FaultPlan::KillServer {
+                down_ms: 500,
+                every_ms,
+                max_kills,
+            },
+            ..Scenario::base(name, title, ops)
+        };
         vec![
             Scenario {
                 workers: 32,
@@ -234,37 +248,21 @@ impl Scenario {
                 )
             },
             Scenario {
-                workers: small(16),
-                keys: 4,
-                ttl_ms: 1000,
-                response_timeout_ms: 300,
                 aof: true,
-                fault: FaultPlan::KillServer {
-                    down_ms: 500,
-                    every_ms: if short { 2000 } else { 3000 },
-                    max_kills: u32::MAX,
-                },
-                ..Scenario::base(
+                ..kill(
                     "kill-server-aof",
                     "4. kill -9 redis-server + restart, AOF appendfsync always",
-                    ops,
+                    if short { 2000 } else { 3000 },
+                    u32::MAX,
                 )
             },
             Scenario {
-                workers: small(16),
-                keys: 4,
-                ttl_ms: 1000,
-                response_timeout_ms: 300,
-                fault: FaultPlan::KillServer {
-                    down_ms: 500,
-                    every_ms: if short { 1000 } else { 3000 },
-                    max_kills: 1,
-                },
                 expect_monotonic_fences: false,
-                ..Scenario::base(
+                ..kill(
                     "kill-server-no-persistence",
                     "4. kill -9 redis-server + restart, no persistence (once)",
-                    ops,
+                    if short { 1000 } else { 3000 },
+                    1,
                 )
             },
             Scenario {
@@ -387,18 +385,14 @@ impl Scenario {
 /// A finished run.
 #[derive(Clone, Debug)]
 pub struct Outcome {
-    /// The scenario's name.
-    pub name: &'static str,
-    /// Its title.
-    pub title: &'static str,
+    /// The scenario that ran.
+    pub scenario: Scenario,
     /// The checker's report.
     pub report: Report,
     /// Wall time of the run.
     pub elapsed: Duration,
     /// Faults injected.
     pub faults: usize,
-    /// Whether violations were expected.
-    pub expect_violations: bool,
     /// The harness itself failed (a server did not come back, ...): the
     /// report is empty.
     pub error: Option<String>,
@@ -408,7 +402,7 @@ impl Outcome {
     /// `true` when the run came out as it should: no violation, or (the run
     /// without fencing) at least one.
     pub fn as_expected(&self) -> bool {
-        (self.report.violations.total() > 0) == self.expect_violations
+        (self.report.violations.total() > 0) == self.scenario.expect_violations
             && self.report.operations > 0
             && self.error.is_none()
     }
@@ -618,12 +612,10 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
     drop(lock);
     drop(store_server);
     Ok(Outcome {
-        name: scenario.name,
-        title: scenario.title,
+        scenario: scenario.clone(),
         report,
         elapsed: started.elapsed(),
         faults: faults.len(),
-        expect_violations: scenario.expect_violations,
         error,
     })
 }
@@ -1103,7 +1095,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
             let first = e.lines().next().unwrap_or_default();
             s.push_str(&format!(
                 "| {} | - | harness error | - | {first} |\n",
-                o.title
+                o.scenario.title
             ));
             continue;
         }
@@ -1119,7 +1111,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
             format!(
                 "{}{} ({})",
                 r.violations.total(),
-                if o.expect_violations {
+                if o.scenario.expect_violations {
                     " (expected)"
                 } else {
                     ""
@@ -1129,7 +1121,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
         };
         s.push_str(&format!(
             "| {} | {} | {} | {} ms | {}; {:.0} s |\n",
-            o.title,
+            o.scenario.title,
             r.operations,
             violations,
             r.max_stall_ms,

@@ -40,10 +40,10 @@ pub fn group(outcomes: &[Outcome]) -> Vec<(&'static str, Vec<&Outcome>)> {
     let mut order: Vec<&'static str> = Vec::new();
     let mut by: BTreeMap<&'static str, Vec<&Outcome>> = BTreeMap::new();
     for o in outcomes {
-        if !by.contains_key(o.name) {
-            order.push(o.name);
+        if !by.contains_key(o.scenario.name) {
+            order.push(o.scenario.name);
         }
-        by.entry(o.name).or_default().push(o);
+        by.entry(o.scenario.name).or_default().push(o);
     }
     order
         .into_iter()
@@ -75,7 +75,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
         }
         for (i, o) in runs.iter().enumerate() {
             let kinds = o.report.violations.nonzero();
-            if !kinds.is_empty() && !o.expect_violations {
+            if !kinds.is_empty() && !o.scenario.expect_violations {
                 let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
                 notes.push(format!("run {}: {}", i + 1, kinds.join(", ")));
             }
@@ -90,7 +90,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
         let ops = ok.first().map_or(0, |o| o.report.operations);
         s.push_str(&format!(
             "| {} | {} | {} | {} of {} | {} | {} | {} | {} |\n",
-            first.title,
+            first.scenario.title,
             runs.len(),
             ops,
             expected,

@@ -72,28 +72,28 @@ impl WorkerConfig {
         put("lock", self.lock_url.clone());
         put("store", self.store_url.clone());
         put("topology", self.topology.clone());
-        put(
-            "replica-acks",
-            format!("{}/{}", self.replica_acks.0, self.replica_acks.1),
-        );
-        put("epoch", self.epoch.to_string());
+        let (replicas, acks_ms) = self.replica_acks;
+        put("replica-acks", format!("{replicas}/{acks_ms}"));
         put("log", self.log.display().to_string());
         put("keys", self.keys.join(","));
-        put("budget", self.budget.to_string());
-        put("ttl-ms", self.ttl_ms.to_string());
-        put("wait-ms", self.wait_ms.to_string());
-        put(
-            "think-ms",
-            format!("{}..{}", self.think_ms.0, self.think_ms.1),
-        );
+        let (think_lo, think_hi) = self.think_ms;
+        put("think-ms", format!("{think_lo}..{think_hi}"));
         put("fencing", self.fencing.to_string());
-        put("response-timeout-ms", self.response_timeout_ms.to_string());
-        put("cancel-per-mille", self.cancel_per_mille.to_string());
-        put("cancel-max-ms", self.cancel_max_ms.to_string());
-        put("block-per-mille", self.block_per_mille.to_string());
-        put("block-keep-ms", self.block_keep_ms.to_string());
-        put("block-lose-ms", self.block_lose_ms.to_string());
-        put("seed", self.seed.to_string());
+        for (k, v) in [
+            ("epoch", self.epoch),
+            ("budget", self.budget),
+            ("ttl-ms", self.ttl_ms),
+            ("wait-ms", self.wait_ms),
+            ("response-timeout-ms", self.response_timeout_ms),
+            ("cancel-per-mille", self.cancel_per_mille),
+            ("cancel-max-ms", self.cancel_max_ms),
+            ("block-per-mille", self.block_per_mille),
+            ("block-keep-ms", self.block_keep_ms),
+            ("block-lose-ms", self.block_lose_ms),
+            ("seed", self.seed),
+        ] {
+            put(k, v.to_string());
+        }
         a
     }
 

@@ -39,25 +39,39 @@ fn assert_clean(o: &Outcome) {
     assert!(o.as_expected());
 }
 
+/// [`run`], and checks that nothing was violated (and none was expected).
+fn run_clean(name: &str) -> Outcome {
+    let o = run(name);
+    assert_clean(&o);
+    o
+}
+
+/// Runs `name` and checks that its fault struck (`faults` times at least,
+/// else `never`), that nothing was violated and every operation got its
+/// lock.
+fn survives(name: &str, faults: usize, never: &str) -> Outcome {
+    let o = run_clean(name);
+    assert!(o.faults >= faults, "{never}");
+    assert_eq!(o.report.acquired, OPS);
+    o
+}
+
 #[test]
 fn thirty_two_clients_on_one_key_never_overlap() {
-    let o = run("no-faults-1-key");
-    assert_clean(&o);
+    let o = run_clean("no-faults-1-key");
     assert_eq!(o.report.acquired, OPS);
     assert_eq!(o.report.writes_accepted, OPS);
 }
 
 #[test]
 fn thirty_two_clients_on_a_hundred_keys_never_overlap() {
-    let o = run("no-faults-100-keys");
-    assert_clean(&o);
+    let o = run_clean("no-faults-100-keys");
     assert_eq!(o.report.writes_accepted, OPS);
 }
 
 #[test]
 fn a_holder_stopped_past_its_lease_is_fenced_out_and_told_it_lost() {
-    let o = run("stop-holder");
-    assert_clean(&o);
+    let o = run_clean("stop-holder");
     let r = &o.report;
     assert!(r.stale_writes >= 1, "no stop hit a holder mid-write: {r:?}");
     assert_eq!(
@@ -83,19 +97,13 @@ fn without_fencing_the_checker_reports_the_stopped_holders_writes() {
 
 #[test]
 fn a_paused_server_loses_no_exclusion_and_progress_resumes() {
-    let o = run("pause-server");
-    assert_clean(&o);
-    assert!(o.faults >= 1, "the server was never paused");
-    assert_eq!(o.report.acquired, OPS);
+    survives("pause-server", 1, "the server was never paused");
 }
 
 #[test]
 fn a_killed_server_with_aof_keeps_tokens_increasing() {
-    let o = run("kill-server-aof");
-    assert_clean(&o);
-    assert!(o.faults >= 1, "the server was never killed");
+    let o = survives("kill-server-aof", 1, "the server was never killed");
     assert_eq!(o.report.fence_regressions, 0);
-    assert_eq!(o.report.acquired, OPS);
 }
 
 /// Documents the case without persistence: the counter restarts, tokens
@@ -103,8 +111,7 @@ fn a_killed_server_with_aof_keeps_tokens_increasing() {
 /// passes the highest token it saw. Safe (no violation), not available.
 #[test]
 fn a_killed_server_without_persistence_repeats_tokens_and_the_store_refuses_them() {
-    let o = run("kill-server-no-persistence");
-    assert_clean(&o);
+    let o = run_clean("kill-server-no-persistence");
     assert_eq!(o.faults, 1);
     assert!(o.report.fence_regressions > 0, "{}", o.report);
     assert!(o.report.fenced_out > 0, "{}", o.report);
@@ -112,24 +119,23 @@ fn a_killed_server_without_persistence_repeats_tokens_and_the_store_refuses_them
 
 #[test]
 fn killed_connections_never_strand_a_waiter() {
-    let o = run("client-kill");
-    assert_clean(&o);
-    assert!(o.faults >= 2, "both kinds of connection were to be killed");
-    assert_eq!(o.report.acquired, OPS);
+    survives(
+        "client-kill",
+        2,
+        "both kinds of connection were to be killed",
+    );
 }
 
 #[test]
 fn cancelled_acquires_leave_no_lock_behind() {
-    let o = run("cancel-acquire");
-    assert_clean(&o);
+    let o = run_clean("cancel-acquire");
     assert!(o.report.cancelled >= 50, "{}", o.report);
     assert_eq!(o.report.acquired + o.report.cancelled, OPS);
 }
 
 #[test]
 fn a_blocked_runtime_keeps_its_lock_below_the_ttl_and_is_told_above() {
-    let o = run("blocked-runtime");
-    assert_clean(&o);
+    let o = run_clean("blocked-runtime");
     assert!(
         o.report.blocked_keep >= 1 && o.report.blocked_lose >= 1,
         "{}",
@@ -154,11 +160,8 @@ fn a_sentinel_failover_with_replica_acks_keeps_exclusion_and_tokens() {
     // The old master comes back as a replica the sentinels may not promote
     // until it has synced, and the new master then stalls past
     // down-after-milliseconds: no second failover, nothing lost.
-    let o = run("sentinel-failover");
-    assert_clean(&o);
-    assert!(o.faults >= 1, "no failover happened");
+    let o = survives("sentinel-failover", 1, "no failover happened");
     assert_eq!(o.report.fence_regressions, 0);
-    assert_eq!(o.report.acquired, OPS);
 }
 
 #[test]

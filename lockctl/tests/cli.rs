@@ -1,7 +1,6 @@
 //! `lockctl` against a real `redis-server`: inspect, list, force-release,
 //! and one-line errors with a non-zero exit for bad input.
 
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -9,23 +8,14 @@ use lock_runtime::LockClient;
 use test_support::RedisServer;
 
 fn lockctl(url: &str, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lockctl"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lockctl"));
+    command
         .arg("--redis")
         .arg(url)
         .args(args)
         .env_remove("REDIS_URL")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("lockctl runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+        .stderr(Stdio::piped());
+    test_support::output_with_input(&mut command, stdin).expect("lockctl runs")
 }
 
 fn text(out: &[u8]) -> String {

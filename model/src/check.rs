@@ -8,14 +8,102 @@ use std::time::{Duration, Instant};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 /// A model whose steps can be told in the protocol's own terms.
+///
+/// Its steps are one function, [`Narrate::apply`], run quietly by the checker
+/// (through [`next_state`]) and with a [`Log`] to print a trace.
 pub trait Narrate: Model {
+    /// Applies `action` to `state` in place; `log` gets what happened when
+    /// narrating.
+    fn apply(&self, state: &mut Self::State, action: Self::Action, log: &mut Log);
+
+    /// The state's clock, which starts each narrated step.
+    fn now(state: &Self::State) -> u8;
+
     /// One line for the step `action` from `before` to `after`, such as
     /// `t=3 client B: acquire -> granted, fencing token 2`.
-    fn narrate(&self, before: &Self::State, action: &Self::Action, after: &Self::State) -> String;
+    fn narrate(&self, before: &Self::State, action: &Self::Action, _after: &Self::State) -> String
+    where
+        Self::State: Clone,
+        Self::Action: Clone,
+    {
+        let mut state = before.clone();
+        let mut log = Log::narrating();
+        self.apply(&mut state, action.clone(), &mut log);
+        format!("t={} {}", Self::now(before), log.0.unwrap_or_default())
+    }
 
     /// A short summary of a state, printed after the last step of a trace.
     fn summarize(&self, state: &Self::State) -> String;
 }
+
+/// [`Model::next_state`] of a [`Narrate`] model: `action` applied to a copy
+/// of `last`, quietly.
+pub fn next_state<M>(model: &M, last: &M::State, action: M::Action) -> Option<M::State>
+where
+    M: Narrate,
+    M::State: Clone,
+{
+    let mut state = last.clone();
+    model.apply(&mut state, action, &mut Log::quiet());
+    Some(state)
+}
+
+/// [`Model::actions`]' order, shared by the models: the `urgent` actions
+/// first (a step the system takes before time passes), then the `lazy` ones,
+/// then `tick` when nothing is urgent and the system is `busy`.
+pub fn schedule<A>(out: &mut Vec<A>, urgent: Vec<A>, lazy: Vec<A>, busy: bool, tick: A) {
+    let time_passes = urgent.is_empty() && busy;
+    out.extend(urgent);
+    out.extend(lazy);
+    if time_passes {
+        out.push(tick);
+    }
+}
+
+/// Where a step tells what happened: nowhere while the checker explores (no
+/// string is built), a line while a trace is printed.
+#[derive(Debug)]
+pub struct Log(Option<String>);
+
+impl Log {
+    /// A log that keeps nothing.
+    pub fn quiet() -> Self {
+        Self(None)
+    }
+
+    /// A log that keeps what it is told.
+    pub fn narrating() -> Self {
+        Self(Some(String::new()))
+    }
+
+    /// `true` when narrating.
+    pub fn on(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Adds `text` (built only when narrating), after a `; `.
+    pub fn say(&mut self, text: impl FnOnce() -> String) {
+        if let Some(s) = &mut self.0 {
+            if !s.is_empty() {
+                s.push_str("; ");
+            }
+            s.push_str(&text());
+        }
+    }
+}
+
+/// `always` properties that a ghost flag of the state stays unset (the step
+/// that breaks the property sets it), one row a property:
+///
+/// ```text
+/// never_set![RecordsModel; "a completed request never runs again" => ran_after_done]
+/// ```
+macro_rules! never_set {
+    ($model:ty; $($name:literal => $($flag:ident).+),* $(,)?) => {
+        [$(::stateright::Property::always($name, |_: &$model, s: &State| !s.$($flag).+)),*]
+    };
+}
+pub(crate) use never_set;
 
 /// How to run a check.
 #[derive(Clone, Copy, Debug)]

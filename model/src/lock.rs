@@ -30,7 +30,7 @@ use std::fmt::Write as _;
 
 use stateright::{Model, Property};
 
-use crate::check::Narrate;
+use crate::check::{self, Log, Narrate};
 
 /// Fault budgets: how many of each a run may inject.
 #[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
@@ -738,22 +738,6 @@ pub fn name(c: u8) -> char {
     (b'A' + c) as char
 }
 
-struct Log(Option<String>);
-
-impl Log {
-    fn on(&self) -> bool {
-        self.0.is_some()
-    }
-    fn say(&mut self, text: impl FnOnce() -> String) {
-        if let Some(s) = &mut self.0 {
-            if !s.is_empty() {
-                s.push_str("; ");
-            }
-            s.push_str(&text());
-        }
-    }
-}
-
 impl LockModel {
     fn client_actions(&self, s: &State, c: u8, urgent: &mut Vec<Action>, lazy: &mut Vec<Action>) {
         let cl = &s.clients[c as usize];
@@ -867,8 +851,9 @@ impl LockModel {
             || !s.server.queue.is_empty()
     }
 
-    /// Applies `action`; `log` gets the narration when narrating.
-    fn apply(&self, s: &mut State, action: Action, log: &mut Log) {
+    /// [`Narrate::apply`]: applies `action`; `log` gets the narration when
+    /// narrating.
+    fn step(&self, s: &mut State, action: Action, log: &mut Log) {
         let now = s.now;
         let ttl = self.cfg.ttl;
         match action {
@@ -1634,25 +1619,18 @@ impl Model for LockModel {
         for c in 0..s.clients.len() as u8 {
             self.fault_actions(s, c, &mut faults);
         }
-        let tick = urgent.is_empty() && self.needs_time(s);
+        let busy = self.needs_time(s);
         // Between this key's round trips (where time may pass): where in a
         // tick another key's token falls does not matter to this key.
-        let other_key = tick && s.other_keys > 0;
-        actions.extend(urgent);
-        actions.extend(lazy);
-        actions.extend(faults);
-        if other_key {
-            actions.push(Action::OtherKey);
+        lazy.extend(faults);
+        if urgent.is_empty() && busy && s.other_keys > 0 {
+            lazy.push(Action::OtherKey);
         }
-        if tick {
-            actions.push(Action::Tick);
-        }
+        check::schedule(actions, urgent, lazy, busy, Action::Tick);
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
-        let mut s = last.clone();
-        self.apply(&mut s, action, &mut Log(None));
-        Some(s)
+        check::next_state(self, last, action)
     }
 
     fn within_boundary(&self, s: &State) -> bool {
@@ -1676,26 +1654,17 @@ impl Model for LockModel {
                     })
                 },
             ),
-            Property::always(
-                "a holder not paused is told lost before it acts past its lease",
-                |_: &LockModel, s: &State| !s.ghost.acted_past_lease,
-            ),
-            Property::always(
-                "fencing tokens issued strictly increase",
-                |_: &LockModel, s: &State| !s.ghost.fence_not_increasing,
-            ),
-            Property::always(
-                "a fenced store accepts strictly increasing tokens",
-                |_: &LockModel, s: &State| !s.ghost.store_accepted_stale,
-            ),
-            Property::always(
-                "release answers Lost only when the lease may have ended",
-                |_: &LockModel, s: &State| !s.ghost.false_lost,
-            ),
-            Property::always(
-                "release answers Ok only when the lease had not ended when it was called",
-                |_: &LockModel, s: &State| !s.ghost.false_ok,
-            ),
+        ];
+        properties.extend(check::never_set![LockModel;
+            "a holder not paused is told lost before it acts past its lease" =>
+                ghost.acted_past_lease,
+            "fencing tokens issued strictly increase" => ghost.fence_not_increasing,
+            "a fenced store accepts strictly increasing tokens" => ghost.store_accepted_stale,
+            "release answers Lost only when the lease may have ended" => ghost.false_lost,
+            "release answers Ok only when the lease had not ended when it was called" =>
+                ghost.false_ok,
+        ]);
+        properties.extend([
             Property::always(
                 "no queue entry outlives the waits that made it",
                 |m: &LockModel, s: &State| {
@@ -1760,7 +1729,7 @@ impl Model for LockModel {
             Property::sometimes("a waiter gives up", |_: &LockModel, s: &State| {
                 s.clients.iter().any(|c| c.phase == Phase::Done(End::Busy))
             }),
-        ];
+        ]);
         if self.cfg.other_keys > 0 {
             properties.push(Property::sometimes(
                 "another key's token leaves a gap in this key's",
@@ -1779,12 +1748,12 @@ impl Model for LockModel {
 }
 
 impl Narrate for LockModel {
-    fn narrate(&self, before: &State, action: &Action, _after: &State) -> String {
-        let mut s = before.clone();
-        let mut log = Log(Some(String::new()));
-        self.apply(&mut s, *action, &mut log);
-        debug_assert!(log.on());
-        format!("t={} {}", before.now, log.0.unwrap_or_default())
+    fn apply(&self, s: &mut State, action: Action, log: &mut Log) {
+        self.step(s, action, log);
+    }
+
+    fn now(s: &State) -> u8 {
+        s.now
     }
 
     fn summarize(&self, s: &State) -> String {

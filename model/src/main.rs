@@ -8,81 +8,49 @@
 use model::check::{Report, Run, check};
 use model::configs;
 
+/// Checks each `name => configuration` in order (the configurations are of
+/// different model types, hence a macro rather than a slice).
+macro_rules! checks {
+    ($run:expr; $($name:literal => $config:expr),* $(,)?) => {
+        vec![$(check($name, $config.into_model(), $run)),*]
+    };
+}
+
 fn main() {
     let exhaustive = std::env::args().any(|a| a == "--exhaustive");
     let run = Run::default();
-    let mut reports: Vec<Report> = vec![
-        check(
-            "lock: 2 clients, every fault kind, <= 2 faults, legacy counter 2",
-            configs::lock_two_clients_two_faults().into_model(),
-            run,
-        ),
-        check(
-            "lock: 2 clients, every fault kind, <= 1 fault, 1 other key's token",
-            configs::lock_two_clients_one_fault_other_key().into_model(),
-            run,
-        ),
-        check(
-            "lock: 3 clients, no faults",
-            configs::lock_three_clients_no_faults().into_model(),
-            run,
-        ),
-        check(
-            "lock: 3 clients, 1 pause",
-            configs::lock_three_clients_one_pause().into_model(),
-            run,
-        ),
-        check(
-            "lock: 3 clients, 1 pause, no stale-grant check (counterexample expected)",
-            {
-                let mut cfg = configs::lock_three_clients_one_pause();
-                cfg.check_stale_grants = false;
-                cfg.into_model()
-            },
-            run,
-        ),
-        check(
-            "lock: 3 clients, 1 pause, no stale-grant check, hand-overs always confirmed",
-            {
-                let mut cfg = configs::lock_three_clients_one_pause();
-                cfg.check_stale_grants = false;
-                cfg.confirm_every_handoff = true;
-                cfg.into_model()
-            },
-            run,
-        ),
-        check(
-            "redlock: 3 nodes, 2 clients, <= 2 lost messages, 1 pause",
-            configs::redlock_two_clients().into_model(),
-            run,
-        ),
-        check(
-            "records: 2 requests, <= 2 faults",
-            configs::records_two_requests().into_model(),
-            run,
-        ),
+    let mut reports: Vec<Report> = checks![run;
+        "lock: 2 clients, every fault kind, <= 2 faults, legacy counter 2" =>
+            configs::lock_two_clients_two_faults(),
+        "lock: 2 clients, every fault kind, <= 1 fault, 1 other key's token" =>
+            configs::lock_two_clients_one_fault_other_key(),
+        "lock: 3 clients, no faults" => configs::lock_three_clients_no_faults(),
+        "lock: 3 clients, 1 pause" => configs::lock_three_clients_one_pause(),
+        "lock: 3 clients, 1 pause, no stale-grant check (counterexample expected)" => {
+            let mut cfg = configs::lock_three_clients_one_pause();
+            cfg.check_stale_grants = false;
+            cfg
+        },
+        "lock: 3 clients, 1 pause, no stale-grant check, hand-overs always confirmed" => {
+            let mut cfg = configs::lock_three_clients_one_pause();
+            cfg.check_stale_grants = false;
+            cfg.confirm_every_handoff = true;
+            cfg
+        },
+        "redlock: 3 nodes, 2 clients, <= 2 lost messages, 1 pause" =>
+            configs::redlock_two_clients(),
+        "records: 2 requests, <= 2 faults" => configs::records_two_requests(),
     ];
     if exhaustive {
-        reports.push(check(
-            "lock: 3 clients, 1 pause, 1 other key's token",
-            configs::lock_three_clients_one_pause_other_key().into_model(),
-            run,
-        ));
-        reports.push(check(
-            "lock: 3 clients, every fault kind, <= 1 fault",
-            configs::lock_three_clients_one_fault().into_model(),
-            run,
-        ));
-        reports.push(check(
-            "redlock: 3 nodes, 3 clients, <= 2 lost messages, 1 pause",
-            configs::redlock_three_clients().into_model(),
-            run,
-        ));
-        reports.push(check(
-            "records: 3 requests, <= 3 faults",
-            configs::records_three_requests().into_model(),
-            run,
-        ));
+        reports.extend(checks![run;
+            "lock: 3 clients, 1 pause, 1 other key's token" =>
+                configs::lock_three_clients_one_pause_other_key(),
+            "lock: 3 clients, every fault kind, <= 1 fault" =>
+                configs::lock_three_clients_one_fault(),
+            "redlock: 3 nodes, 3 clients, <= 2 lost messages, 1 pause" =>
+                configs::redlock_three_clients(),
+            "records: 3 requests, <= 3 faults" => configs::records_three_requests(),
+        ]);
     }
     for r in &reports {
         println!("{r}");

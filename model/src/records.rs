@@ -10,7 +10,7 @@
 
 use stateright::{Model, Property};
 
-use crate::check::Narrate;
+use crate::check::{self, Log, Narrate};
 use crate::lock::name;
 
 /// A configuration of the records model.
@@ -160,222 +160,6 @@ pub enum Action {
     Crash(u8),
 }
 
-impl RecordsModel {
-    fn apply(&self, s: &mut State, a: Action, log: &mut Option<String>) {
-        let now = s.now;
-        let lease = self.cfg.lease;
-        let mut say = |t: String| {
-            if let Some(l) = log {
-                if !l.is_empty() {
-                    l.push_str("; ");
-                }
-                l.push_str(&t);
-            }
-        };
-        match a {
-            Action::Tick => {
-                s.now += 1;
-                say("time passes".into());
-                if let Some(r) = s.record
-                    && r.expires <= s.now
-                {
-                    s.record = None;
-                    say(format!("{}'s record expires", name(r.owner)));
-                    let o = &mut s.requests[r.owner as usize];
-                    if o.phase == Phase::Running {
-                        o.expired = true;
-                    }
-                }
-                for r in &mut s.requests {
-                    if r.paused_until.is_some_and(|t| s.now >= t) {
-                        r.paused_until = None;
-                    }
-                }
-            }
-            Action::Arrive(i) => {
-                let r = &mut s.requests[i as usize];
-                r.phase = Phase::Claiming;
-                r.net = Some((Req::Claim, Stage::Sent));
-                say(format!("{}: arrives, sends idempotency_claim.lua", name(i)));
-            }
-            Action::Exec(i) => {
-                let (req, _) = s.requests[i as usize].net.expect("in flight");
-                let code = match req {
-                    Req::Claim => match s.record {
-                        // idempotency_claim.lua:12-17
-                        None => {
-                            s.record = Some(Record {
-                                done: false,
-                                owner: i,
-                                expires: now + lease,
-                            });
-                            let others_live = s.requests.iter().enumerate().any(|(j, o)| {
-                                j != i as usize && o.phase == Phase::Running && !o.expired
-                            });
-                            s.ran_twice |= others_live;
-                            s.ran_after_done |= s.done_ever;
-                            0
-                        }
-                        // idempotency_claim.lua:21-26: our own claim again
-                        Some(r) if !r.done && r.owner == i => {
-                            s.record = Some(Record {
-                                expires: now + lease,
-                                ..r
-                            });
-                            0
-                        }
-                        // idempotency_claim.lua:27-29
-                        Some(r) if !r.done => 1,
-                        // idempotency_claim.lua:31
-                        Some(_) => 2,
-                    },
-                    Req::Complete => match s.record {
-                        // idempotency_complete.lua:16-18
-                        Some(r) if r.done && r.owner == i => 1,
-                        // idempotency_complete.lua:19-23 (and 26: the
-                        // completion's notice, which wakes waiting
-                        // duplicates; they are not modelled, and the
-                        // notice changes no state)
-                        Some(Record {
-                            done: false, owner, ..
-                        }) if owner == i => {
-                            s.record = Some(Record {
-                                done: true,
-                                owner: i,
-                                expires: u8::MAX,
-                            });
-                            s.done_ever = true;
-                            1
-                        }
-                        None => {
-                            if s.done_ever {
-                                // Only retention could have removed it.
-                                s.done_overwritten = true;
-                            }
-                            s.record = Some(Record {
-                                done: true,
-                                owner: i,
-                                expires: u8::MAX,
-                            });
-                            s.done_ever = true;
-                            1
-                        }
-                        // idempotency_complete.lua:29
-                        Some(_) => 0,
-                    },
-                    Req::Release => match s.record {
-                        // idempotency_release.lua:7-13 (12: the notice, as
-                        // for completions)
-                        Some(r) if !r.done && r.owner == i => {
-                            s.record = None;
-                            1
-                        }
-                        _ => 0,
-                    },
-                };
-                s.requests[i as usize].net = Some((req, Stage::Replied(code)));
-                say(format!("server runs {}'s {req:?} -> {code}", name(i)));
-            }
-            Action::Receive(i) => {
-                let r = &mut s.requests[i as usize];
-                let (req, stage) = r.net.take().expect("answered");
-                match (req, stage) {
-                    // service.rs:299-320: a claim without an answer is sent again.
-                    (Req::Claim, Stage::Failed) => {
-                        r.net = Some((Req::Claim, Stage::Sent));
-                        say(format!("{}: claim unanswered, sent again", name(i)));
-                    }
-                    (Req::Claim, Stage::Replied(0)) => {
-                        r.phase = Phase::Running;
-                        r.claimed_at = now;
-                        r.renew_due = now + 1;
-                        say(format!("{}: claimed, runs the handler", name(i)));
-                    }
-                    (Req::Claim, Stage::Replied(code)) => {
-                        // 1: in flight elsewhere (409); 2: replayed.
-                        r.phase = Phase::Done;
-                        say(format!(
-                            "{}: {}",
-                            name(i),
-                            if code == 1 {
-                                "409 in flight"
-                            } else {
-                                "stored response replayed"
-                            }
-                        ));
-                    }
-                    // running.rs:141-171: sent again while unanswered.
-                    (Req::Complete, Stage::Failed) => {
-                        r.net = Some((Req::Complete, Stage::Sent));
-                        say(format!("{}: completion unanswered, sent again", name(i)));
-                    }
-                    (Req::Complete, _) => {
-                        r.phase = Phase::Done;
-                        say(format!("{}: completion answered", name(i)));
-                    }
-                    (Req::Release, _) => {
-                        r.phase = Phase::Done;
-                        say(format!("{}: release answered", name(i)));
-                    }
-                    (_, Stage::Sent) => unreachable!(),
-                }
-            }
-            Action::Renew(i) => {
-                // idempotency_renew_many.lua:10-17
-                let ok = matches!(s.record, Some(r) if r.owner == i);
-                if let Some(r) = &mut s.record
-                    && ok
-                    && !r.done
-                {
-                    r.expires = now + lease;
-                }
-                s.requests[i as usize].renew_due = now + 1;
-                say(format!("{}: renews its record -> {}", name(i), ok as u8));
-            }
-            Action::Finish(i, ok) => {
-                let r = &mut s.requests[i as usize];
-                if ok {
-                    r.phase = Phase::Completing;
-                    r.net = Some((Req::Complete, Stage::Sent));
-                    say(format!(
-                        "{}: handler done, sends idempotency_complete.lua",
-                        name(i)
-                    ));
-                } else {
-                    r.phase = Phase::Releasing;
-                    r.net = Some((Req::Release, Stage::Sent));
-                    say(format!(
-                        "{}: handler failed, sends idempotency_release.lua",
-                        name(i)
-                    ));
-                }
-            }
-            Action::LoseRequest(i) | Action::LoseReply(i) => {
-                s.faults -= 1;
-                let r = &mut s.requests[i as usize];
-                let (req, _) = r.net.expect("in flight");
-                r.net = Some((req, Stage::Failed));
-                say(format!("FAULT {}: {req:?} or its answer lost", name(i)));
-            }
-            Action::Pause(i) => {
-                s.faults -= 1;
-                s.pauses -= 1;
-                s.requests[i as usize].paused_until = Some(now + self.cfg.pause_len);
-                say(format!("FAULT {}: process stops", name(i)));
-            }
-            Action::Crash(i) => {
-                s.faults -= 1;
-                let r = &mut s.requests[i as usize];
-                r.phase = Phase::Crashed;
-                if r.net.is_some_and(|(_, st)| st != Stage::Sent) {
-                    r.net = None;
-                }
-                say(format!("FAULT {}: process dies", name(i)));
-            }
-        }
-    }
-}
-
 impl Model for RecordsModel {
     type State = State;
     type Action = Action;
@@ -461,18 +245,11 @@ impl Model for RecordsModel {
             .requests
             .iter()
             .any(|r| !matches!(r.phase, Phase::Done | Phase::Crashed) || r.net.is_some());
-        let tick = urgent.is_empty() && busy;
-        out.extend(urgent);
-        out.extend(lazy);
-        if tick {
-            out.push(Action::Tick);
-        }
+        check::schedule(out, urgent, lazy, busy, Action::Tick);
     }
 
     fn next_state(&self, last: &State, a: Action) -> Option<State> {
-        let mut s = last.clone();
-        self.apply(&mut s, a, &mut None);
-        Some(s)
+        check::next_state(self, last, a)
     }
 
     fn within_boundary(&self, s: &State) -> bool {
@@ -480,19 +257,12 @@ impl Model for RecordsModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always(
-                "a handler never runs while another runs on a live record",
-                |_: &RecordsModel, s: &State| !s.ran_twice,
-            ),
-            Property::always(
-                "a completed request never runs again",
-                |_: &RecordsModel, s: &State| !s.ran_after_done,
-            ),
-            Property::always(
-                "a completed record is never overwritten by another owner",
-                |_: &RecordsModel, s: &State| !s.done_overwritten,
-            ),
+        let mut properties = Vec::from(check::never_set![RecordsModel;
+            "a handler never runs while another runs on a live record" => ran_twice,
+            "a completed request never runs again" => ran_after_done,
+            "a completed record is never overwritten by another owner" => done_overwritten,
+        ]);
+        properties.extend([
             Property::sometimes("a response is stored", |_: &RecordsModel, s: &State| {
                 s.done_ever
             }),
@@ -506,16 +276,220 @@ impl Model for RecordsModel {
                         >= 2
                 },
             ),
-        ]
+        ]);
+        properties
     }
 }
 
 impl Narrate for RecordsModel {
-    fn narrate(&self, before: &State, action: &Action, _after: &State) -> String {
-        let mut s = before.clone();
-        let mut log = Some(String::new());
-        self.apply(&mut s, *action, &mut log);
-        format!("t={} {}", before.now, log.unwrap_or_default())
+    fn apply(&self, s: &mut State, a: Action, log: &mut Log) {
+        let now = s.now;
+        let lease = self.cfg.lease;
+        match a {
+            Action::Tick => {
+                s.now += 1;
+                log.say(|| "time passes".into());
+                if let Some(r) = s.record
+                    && r.expires <= s.now
+                {
+                    s.record = None;
+                    log.say(|| format!("{}'s record expires", name(r.owner)));
+                    let o = &mut s.requests[r.owner as usize];
+                    if o.phase == Phase::Running {
+                        o.expired = true;
+                    }
+                }
+                for r in &mut s.requests {
+                    if r.paused_until.is_some_and(|t| s.now >= t) {
+                        r.paused_until = None;
+                    }
+                }
+            }
+            Action::Arrive(i) => {
+                let r = &mut s.requests[i as usize];
+                r.phase = Phase::Claiming;
+                r.net = Some((Req::Claim, Stage::Sent));
+                log.say(|| format!("{}: arrives, sends idempotency_claim.lua", name(i)));
+            }
+            Action::Exec(i) => {
+                let (req, _) = s.requests[i as usize].net.expect("in flight");
+                let code = match req {
+                    Req::Claim => match s.record {
+                        // idempotency_claim.lua:12-17
+                        None => {
+                            s.record = Some(Record {
+                                done: false,
+                                owner: i,
+                                expires: now + lease,
+                            });
+                            let others_live = s.requests.iter().enumerate().any(|(j, o)| {
+                                j != i as usize && o.phase == Phase::Running && !o.expired
+                            });
+                            s.ran_twice |= others_live;
+                            s.ran_after_done |= s.done_ever;
+                            0
+                        }
+                        // idempotency_claim.lua:21-26: our own claim again
+                        Some(r) if !r.done && r.owner == i => {
+                            s.record = Some(Record {
+                                expires: now + lease,
+                                ..r
+                            });
+                            0
+                        }
+                        // idempotency_claim.lua:27-29
+                        Some(r) if !r.done => 1,
+                        // idempotency_claim.lua:31
+                        Some(_) => 2,
+                    },
+                    Req::Complete => match s.record {
+                        // idempotency_complete.lua:16-18
+                        Some(r) if r.done && r.owner == i => 1,
+                        // idempotency_complete.lua:19-23 (and 26: the
+                        // completion's notice, which wakes waiting
+                        // duplicates; they are not modelled, and the
+                        // notice changes no state)
+                        Some(Record {
+                            done: false, owner, ..
+                        }) if owner == i => {
+                            s.record = Some(Record {
+                                done: true,
+                                owner: i,
+                                expires: u8::MAX,
+                            });
+                            s.done_ever = true;
+                            1
+                        }
+                        None => {
+                            if s.done_ever {
+                                // Only retention could have removed it.
+                                s.done_overwritten = true;
+                            }
+                            s.record = Some(Record {
+                                done: true,
+                                owner: i,
+                                expires: u8::MAX,
+                            });
+                            s.done_ever = true;
+                            1
+                        }
+                        // idempotency_complete.lua:29
+                        Some(_) => 0,
+                    },
+                    Req::Release => match s.record {
+                        // idempotency_release.lua:7-13 (12: the notice, as
+                        // for completions)
+                        Some(r) if !r.done && r.owner == i => {
+                            s.record = None;
+                            1
+                        }
+                        _ => 0,
+                    },
+                };
+                s.requests[i as usize].net = Some((req, Stage::Replied(code)));
+                log.say(|| format!("server runs {}'s {req:?} -> {code}", name(i)));
+            }
+            Action::Receive(i) => {
+                let r = &mut s.requests[i as usize];
+                let (req, stage) = r.net.take().expect("answered");
+                match (req, stage) {
+                    // service.rs:299-320: a claim without an answer is sent again.
+                    (Req::Claim, Stage::Failed) => {
+                        r.net = Some((Req::Claim, Stage::Sent));
+                        log.say(|| format!("{}: claim unanswered, sent again", name(i)));
+                    }
+                    (Req::Claim, Stage::Replied(0)) => {
+                        r.phase = Phase::Running;
+                        r.claimed_at = now;
+                        r.renew_due = now + 1;
+                        log.say(|| format!("{}: claimed, runs the handler", name(i)));
+                    }
+                    (Req::Claim, Stage::Replied(code)) => {
+                        // 1: in flight elsewhere (409); 2: replayed.
+                        r.phase = Phase::Done;
+                        log.say(|| {
+                            format!(
+                                "{}: {}",
+                                name(i),
+                                if code == 1 {
+                                    "409 in flight"
+                                } else {
+                                    "stored response replayed"
+                                }
+                            )
+                        });
+                    }
+                    // running.rs:141-171: sent again while unanswered.
+                    (Req::Complete, Stage::Failed) => {
+                        r.net = Some((Req::Complete, Stage::Sent));
+                        log.say(|| format!("{}: completion unanswered, sent again", name(i)));
+                    }
+                    (Req::Complete, _) => {
+                        r.phase = Phase::Done;
+                        log.say(|| format!("{}: completion answered", name(i)));
+                    }
+                    (Req::Release, _) => {
+                        r.phase = Phase::Done;
+                        log.say(|| format!("{}: release answered", name(i)));
+                    }
+                    (_, Stage::Sent) => unreachable!(),
+                }
+            }
+            Action::Renew(i) => {
+                // idempotency_renew_many.lua:10-17
+                let ok = matches!(s.record, Some(r) if r.owner == i);
+                if let Some(r) = &mut s.record
+                    && ok
+                    && !r.done
+                {
+                    r.expires = now + lease;
+                }
+                s.requests[i as usize].renew_due = now + 1;
+                log.say(|| format!("{}: renews its record -> {}", name(i), ok as u8));
+            }
+            Action::Finish(i, ok) => {
+                let r = &mut s.requests[i as usize];
+                if ok {
+                    r.phase = Phase::Completing;
+                    r.net = Some((Req::Complete, Stage::Sent));
+                    log.say(|| {
+                        format!("{}: handler done, sends idempotency_complete.lua", name(i))
+                    });
+                } else {
+                    r.phase = Phase::Releasing;
+                    r.net = Some((Req::Release, Stage::Sent));
+                    log.say(|| {
+                        format!("{}: handler failed, sends idempotency_release.lua", name(i))
+                    });
+                }
+            }
+            Action::LoseRequest(i) | Action::LoseReply(i) => {
+                s.faults -= 1;
+                let r = &mut s.requests[i as usize];
+                let (req, _) = r.net.expect("in flight");
+                r.net = Some((req, Stage::Failed));
+                log.say(|| format!("FAULT {}: {req:?} or its answer lost", name(i)));
+            }
+            Action::Pause(i) => {
+                s.faults -= 1;
+                s.pauses -= 1;
+                s.requests[i as usize].paused_until = Some(now + self.cfg.pause_len);
+                log.say(|| format!("FAULT {}: process stops", name(i)));
+            }
+            Action::Crash(i) => {
+                s.faults -= 1;
+                let r = &mut s.requests[i as usize];
+                r.phase = Phase::Crashed;
+                if r.net.is_some_and(|(_, st)| st != Stage::Sent) {
+                    r.net = None;
+                }
+                log.say(|| format!("FAULT {}: process dies", name(i)));
+            }
+        }
+    }
+
+    fn now(s: &State) -> u8 {
+        s.now
     }
 
     fn summarize(&self, s: &State) -> String {

@@ -7,7 +7,7 @@
 
 use stateright::{Model, Property};
 
-use crate::check::Narrate;
+use crate::check::{self, Log, Narrate};
 use crate::lock::name;
 
 /// Nodes.
@@ -210,166 +210,6 @@ impl RedlockModel {
             || failed > minority
             || acquired + busy + failed == NODES
     }
-
-    fn apply(&self, s: &mut State, a: Action, log: &mut Option<String>) {
-        let now = s.now;
-        let ttl = self.cfg.ttl;
-        let mut say = |t: String| {
-            if let Some(l) = log {
-                if !l.is_empty() {
-                    l.push_str("; ");
-                }
-                l.push_str(&t);
-            }
-        };
-        match a {
-            Action::Tick => {
-                s.now += 1;
-                say("time passes".into());
-                for (i, n) in s.nodes.iter_mut().enumerate() {
-                    if n.lock.is_some_and(|(_, e)| e <= s.now) {
-                        say(format!(
-                            "node {i}: {}'s key expires",
-                            name(n.lock.unwrap().0)
-                        ));
-                        n.lock = None;
-                    }
-                }
-                for c in &mut s.clients {
-                    if c.paused_until.is_some_and(|t| s.now >= t) {
-                        c.paused_until = None;
-                    }
-                    // The watchdog's timer at the validity (watchdog/mod.rs:278-285).
-                    if c.paused_until.is_none()
-                        && let Phase::Hold {
-                            valid_until, lost, ..
-                        } = &mut c.phase
-                        && s.now >= *valid_until
-                    {
-                        *lost = true;
-                    }
-                }
-            }
-            Action::Start(c) => {
-                let cl = &mut s.clients[c as usize];
-                cl.phase = Phase::Acquiring(now);
-                cl.nodes = [Some(Stage::Sent); NODES];
-                say(format!("{}: sends acquire.lua to every node", name(c)));
-            }
-            Action::Exec(c, n) => {
-                let r = s.nodes[n as usize].acquire(now, c, ttl);
-                let st = &mut s.clients[c as usize].nodes[n as usize];
-                if *st == Some(Stage::Sent) {
-                    *st = Some(Stage::Replied(r));
-                } else {
-                    *st = None; // dropped by the client: runs, nobody reads it
-                }
-                say(format!("node {n} runs {}'s acquire -> {r:?}", name(c)));
-            }
-            Action::Lose(c, n) => {
-                s.faults -= 1;
-                s.clients[c as usize].nodes[n as usize] = Some(Stage::Failed);
-                say(format!(
-                    "FAULT: {}'s acquire on node {n} or its answer is lost",
-                    name(c)
-                ));
-            }
-            Action::Pause(c) => {
-                s.pauses -= 1;
-                s.clients[c as usize].paused_until = Some(now + self.cfg.pause_len);
-                say(format!("FAULT {}: the process stops", name(c)));
-            }
-            Action::Decide(c) => {
-                let cl = &mut s.clients[c as usize];
-                let Phase::Acquiring(started) = cl.phase else {
-                    unreachable!()
-                };
-                let acquired: Vec<(usize, u8)> = cl
-                    .nodes
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, st)| match st {
-                        Some(Stage::Replied(Ok(f))) => Some((i, *f)),
-                        _ => None,
-                    })
-                    .collect();
-                // Requests still out are dropped (they may still run).
-                for st in &mut cl.nodes {
-                    *st = match st {
-                        Some(Stage::Sent) => Some(Stage::Dropped),
-                        _ => None,
-                    };
-                }
-                // redlock.rs:143-146: validity = ttl - elapsed - drift (drift 0 here).
-                let valid = |t: u8| ttl > t - started;
-                if acquired.len() >= QUORUM && valid(now) {
-                    // redlock.rs:147-168: the quorum's highest counter, raised back
-                    // (the raise is one round trip within this tick).
-                    let fence = acquired.iter().map(|(_, f)| *f).max().unwrap_or(0);
-                    for (i, _) in &acquired {
-                        s.nodes[*i].fence_raise(fence);
-                    }
-                    if fence <= s.fence_max {
-                        s.fence_repeated = true;
-                    }
-                    s.fence_max = s.fence_max.max(fence);
-                    s.clients[c as usize].phase = Phase::Hold {
-                        fence,
-                        valid_until: started + ttl,
-                        lost: false,
-                    };
-                    say(format!(
-                        "{}: a majority granted it: holds with fencing {fence}",
-                        name(c)
-                    ));
-                } else {
-                    // redlock.rs:170-171: undo everywhere before answering.
-                    for n in &mut s.nodes {
-                        n.release(c);
-                    }
-                    s.clients[c as usize].phase = Phase::Done;
-                    say(format!(
-                        "{}: no majority; releases everywhere, gives up",
-                        name(c)
-                    ));
-                }
-            }
-            Action::Renew(c) => {
-                // redlock.rs:224-256: a lease is extended when a majority confirms.
-                let extended = s
-                    .nodes
-                    .iter_mut()
-                    .map(|n| n.extend(now, c, ttl))
-                    .filter(|x| *x)
-                    .count();
-                let Phase::Hold {
-                    valid_until, lost, ..
-                } = &mut s.clients[c as usize].phase
-                else {
-                    unreachable!()
-                };
-                if extended >= QUORUM {
-                    *valid_until = now + ttl;
-                } else {
-                    *lost = true;
-                }
-                say(format!("{}: renews on {extended} nodes", name(c)));
-            }
-            Action::Release(c) => {
-                let released = s
-                    .nodes
-                    .iter_mut()
-                    .map(|n| n.release(c))
-                    .filter(|x| *x)
-                    .count();
-                s.clients[c as usize].phase = Phase::Done;
-                say(format!(
-                    "{}: releases on every node ({released} were its)",
-                    name(c)
-                ));
-            }
-        }
-    }
 }
 
 impl Model for RedlockModel {
@@ -437,18 +277,11 @@ impl Model for RedlockModel {
         }
         let busy = s.clients.iter().any(|c| c.phase != Phase::Done)
             || s.nodes.iter().any(|n| n.lock.is_some());
-        let tick = urgent.is_empty() && busy;
-        out.extend(urgent);
-        out.extend(lazy);
-        if tick {
-            out.push(Action::Tick);
-        }
+        check::schedule(out, urgent, lazy, busy, Action::Tick);
     }
 
     fn next_state(&self, last: &State, a: Action) -> Option<State> {
-        let mut s = last.clone();
-        self.apply(&mut s, a, &mut None);
-        Some(s)
+        check::next_state(self, last, a)
     }
 
     fn within_boundary(&self, s: &State) -> bool {
@@ -491,11 +324,155 @@ impl Model for RedlockModel {
 }
 
 impl Narrate for RedlockModel {
-    fn narrate(&self, before: &State, action: &Action, _after: &State) -> String {
-        let mut s = before.clone();
-        let mut log = Some(String::new());
-        self.apply(&mut s, *action, &mut log);
-        format!("t={} {}", before.now, log.unwrap_or_default())
+    fn apply(&self, s: &mut State, a: Action, log: &mut Log) {
+        let now = s.now;
+        let ttl = self.cfg.ttl;
+        match a {
+            Action::Tick => {
+                s.now += 1;
+                log.say(|| "time passes".into());
+                for (i, n) in s.nodes.iter_mut().enumerate() {
+                    if n.lock.is_some_and(|(_, e)| e <= s.now) {
+                        log.say(|| format!("node {i}: {}'s key expires", name(n.lock.unwrap().0)));
+                        n.lock = None;
+                    }
+                }
+                for c in &mut s.clients {
+                    if c.paused_until.is_some_and(|t| s.now >= t) {
+                        c.paused_until = None;
+                    }
+                    // The watchdog's timer at the validity (watchdog/mod.rs:278-285).
+                    if c.paused_until.is_none()
+                        && let Phase::Hold {
+                            valid_until, lost, ..
+                        } = &mut c.phase
+                        && s.now >= *valid_until
+                    {
+                        *lost = true;
+                    }
+                }
+            }
+            Action::Start(c) => {
+                let cl = &mut s.clients[c as usize];
+                cl.phase = Phase::Acquiring(now);
+                cl.nodes = [Some(Stage::Sent); NODES];
+                log.say(|| format!("{}: sends acquire.lua to every node", name(c)));
+            }
+            Action::Exec(c, n) => {
+                let r = s.nodes[n as usize].acquire(now, c, ttl);
+                let st = &mut s.clients[c as usize].nodes[n as usize];
+                if *st == Some(Stage::Sent) {
+                    *st = Some(Stage::Replied(r));
+                } else {
+                    *st = None; // dropped by the client: runs, nobody reads it
+                }
+                log.say(|| format!("node {n} runs {}'s acquire -> {r:?}", name(c)));
+            }
+            Action::Lose(c, n) => {
+                s.faults -= 1;
+                s.clients[c as usize].nodes[n as usize] = Some(Stage::Failed);
+                log.say(|| {
+                    format!(
+                        "FAULT: {}'s acquire on node {n} or its answer is lost",
+                        name(c)
+                    )
+                });
+            }
+            Action::Pause(c) => {
+                s.pauses -= 1;
+                s.clients[c as usize].paused_until = Some(now + self.cfg.pause_len);
+                log.say(|| format!("FAULT {}: the process stops", name(c)));
+            }
+            Action::Decide(c) => {
+                let cl = &mut s.clients[c as usize];
+                let Phase::Acquiring(started) = cl.phase else {
+                    unreachable!()
+                };
+                let acquired: Vec<(usize, u8)> = cl
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, st)| match st {
+                        Some(Stage::Replied(Ok(f))) => Some((i, *f)),
+                        _ => None,
+                    })
+                    .collect();
+                // Requests still out are dropped (they may still run).
+                for st in &mut cl.nodes {
+                    *st = match st {
+                        Some(Stage::Sent) => Some(Stage::Dropped),
+                        _ => None,
+                    };
+                }
+                // redlock.rs:143-146: validity = ttl - elapsed - drift (drift 0 here).
+                let valid = |t: u8| ttl > t - started;
+                if acquired.len() >= QUORUM && valid(now) {
+                    // redlock.rs:147-168: the quorum's highest counter, raised back
+                    // (the raise is one round trip within this tick).
+                    let fence = acquired.iter().map(|(_, f)| *f).max().unwrap_or(0);
+                    for (i, _) in &acquired {
+                        s.nodes[*i].fence_raise(fence);
+                    }
+                    if fence <= s.fence_max {
+                        s.fence_repeated = true;
+                    }
+                    s.fence_max = s.fence_max.max(fence);
+                    s.clients[c as usize].phase = Phase::Hold {
+                        fence,
+                        valid_until: started + ttl,
+                        lost: false,
+                    };
+                    log.say(|| {
+                        format!(
+                            "{}: a majority granted it: holds with fencing {fence}",
+                            name(c)
+                        )
+                    });
+                } else {
+                    // redlock.rs:170-171: undo everywhere before answering.
+                    for n in &mut s.nodes {
+                        n.release(c);
+                    }
+                    s.clients[c as usize].phase = Phase::Done;
+                    log.say(|| format!("{}: no majority; releases everywhere, gives up", name(c)));
+                }
+            }
+            Action::Renew(c) => {
+                // redlock.rs:224-256: a lease is extended when a majority confirms.
+                let extended = s
+                    .nodes
+                    .iter_mut()
+                    .map(|n| n.extend(now, c, ttl))
+                    .filter(|x| *x)
+                    .count();
+                let Phase::Hold {
+                    valid_until, lost, ..
+                } = &mut s.clients[c as usize].phase
+                else {
+                    unreachable!()
+                };
+                if extended >= QUORUM {
+                    *valid_until = now + ttl;
+                } else {
+                    *lost = true;
+                }
+                log.say(|| format!("{}: renews on {extended} nodes", name(c)));
+            }
+            Action::Release(c) => {
+                let released = s
+                    .nodes
+                    .iter_mut()
+                    .map(|n| n.release(c))
+                    .filter(|x| *x)
+                    .count();
+                s.clients[c as usize].phase = Phase::Done;
+                log.say(|| format!("{}: releases on every node ({released} were its)", name(c)));
+            }
+        }
+    }
+
+    fn now(s: &State) -> u8 {
+        s.now
     }
 
     fn summarize(&self, s: &State) -> String {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockClientBuilder, LockError, LockGuard};
+use lock_runtime::{LockClient, LockClientBuilder, LockError, LockGuard, LockRequest};
 use tokio::task::JoinHandle;
 
 use crate::RedisServer;
@@ -91,9 +91,32 @@ pub async fn remaining(client: &LockClient, key: &str) -> Duration {
     }
 }
 
+/// The next holder after one whose fencing token was `previous`: acquires
+/// `request`, checks that its token is above `previous`, and releases it.
+/// `what` names the situation in the failure messages.
+pub async fn next_holder(request: LockRequest, previous: u64, what: &str) {
+    let next = request
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: the key is free, but: {e:?}"));
+    assert!(
+        next.fencing_token() > previous,
+        "{what}: fencing token {} after {previous}",
+        next.fencing_token()
+    );
+    next.release()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: release of the next holder: {e:?}"));
+}
+
 /// Builds an independent client (own connections, own subscriber).
 pub async fn client(builder: &LockClientBuilder) -> LockClient {
     builder.clone().build().await.expect("a client")
+}
+
+/// Two independent clients of `builder`.
+pub async fn two_clients(builder: &LockClientBuilder) -> (LockClient, LockClient) {
+    (client(builder).await, client(builder).await)
 }
 
 /// Builds a client of the Redis at `url` with the builder's default settings.
@@ -212,11 +235,13 @@ pub async fn release_to_waiter(
     woke.saturating_duration_since(released)
 }
 
-/// Checks the end of a scenario in which a second client got a lock that a
+/// Checks the end of a scenario in which a second client gets a lock that a
 /// first still holds (the documented limits of Redlock and of Sentinel
-/// failovers): the first holder has not noticed. Prints both fencing tokens,
+/// failovers): acquires `second` (failing with `why` it should succeed), and
+/// checks that the first holder has not noticed. Prints both fencing tokens,
 /// then releases the second lock and drops the first.
-pub async fn assert_two_holders(first: LockGuard, second: LockGuard) {
+pub async fn assert_two_holders(first: LockGuard, second: LockRequest, why: &str) {
+    let second = second.acquire().await.expect(why);
     assert!(
         !first.is_lost(),
         "the first holder still believes it holds the lock"

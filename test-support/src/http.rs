@@ -18,3 +18,13 @@ pub async fn serve(app: Router) -> String {
 pub async fn send(request: reqwest::RequestBuilder) -> reqwest::Response {
     request.send().await.expect("send the request")
 }
+
+/// Writes `request` (a whole HTTP/1.1 request, headers and body) on a raw
+/// connection to the app at `base`, and returns the connection: dropping it
+/// is exactly a client going away mid-request.
+pub fn raw_request(base: &str, request: &str) -> std::net::TcpStream {
+    let addr = base.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect to the app");
+    std::io::Write::write_all(&mut conn, request.as_bytes()).expect("write the request");
+    conn
+}

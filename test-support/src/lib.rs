@@ -32,6 +32,26 @@ pub use replies::{KILL_OTHER_CLIENTS, LostReplies, RawConnection};
 pub use server::{RedisServer, free_port, redis_server_bin, signal, try_free_port};
 pub use tls::{TlsFiles, self_signed_cert};
 
+/// Runs `command` with `input` written to its stdin, and waits for its
+/// output (stdout piped; stderr as `command` has it).
+pub fn output_with_input(
+    command: &mut std::process::Command,
+    input: &str,
+) -> std::io::Result<std::process::Output> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .expect("stdin was piped")
+        .write_all(input.as_bytes())?;
+    child.wait_with_output()
+}
+
 /// A fallible result with a message.
 pub type Result<T> = std::result::Result<T, String>;
 

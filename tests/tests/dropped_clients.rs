@@ -8,7 +8,7 @@ use std::time::Instant;
 use lock_runtime::{LockClient, LockClientBuilder};
 use test_support::RedisServer;
 use test_support::helpers::{ms, secs};
-use test_support::topology::{Cluster, Redlock, SentinelSetup, cli_port};
+use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology, cli_port};
 
 /// The clients the server on `port` lists (`CLIENT LIST`), without the
 /// topology's own links (sentinels name theirs `sentinel-…`; replication
@@ -110,9 +110,8 @@ async fn a_dropped_single_redis_client_closes_its_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_redlock_client_closes_its_connections() {
     let masters = Redlock::start(3);
-    let builder = LockClient::builder().redlock(masters.urls());
-    every_connection_closes_after_the_clients_are_dropped(builder, &ports_of(&masters.urls()))
-        .await;
+    let ports = ports_of(&masters.urls());
+    every_connection_closes_after_the_clients_are_dropped(masters.builder(), &ports).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,15 +119,12 @@ async fn a_dropped_sentinel_client_closes_its_connections() {
     let setup = SentinelSetup::start();
     let mut ports = vec![setup.master().port, setup.replica().port];
     ports.extend(ports_of(&setup.sentinel_urls()));
-    let builder =
-        LockClient::builder().sentinel(test_support::topology::MASTER_NAME, setup.sentinel_urls());
-    every_connection_closes_after_the_clients_are_dropped(builder, &ports).await;
+    every_connection_closes_after_the_clients_are_dropped(setup.builder(), &ports).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_cluster_client_closes_its_connections() {
     let cluster = Cluster::start(3);
-    let builder = LockClient::builder().cluster(cluster.seed_urls());
-    every_connection_closes_after_the_clients_are_dropped(builder, &ports_of(&cluster.seed_urls()))
-        .await;
+    let ports = ports_of(&cluster.seed_urls());
+    every_connection_closes_after_the_clients_are_dropped(cluster.builder(), &ports).await;
 }

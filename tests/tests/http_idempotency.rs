@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::post;
+use axum::routing::{MethodRouter, post};
 use axum::{Json, Router};
 use futures_util::StreamExt;
 use lock_runtime::LockClient;
@@ -17,10 +17,10 @@ use lock_runtime::layer::idempotency::StoreResponse;
 use serde_json::{Value, json};
 use test_support::helpers::{
     memory_client, ms, one_worker_runtime, redis_client, redis_url_client, secs,
-    short_timeout_client,
+    short_timeout_client, within,
 };
-use test_support::http::{send, serve};
-use test_support::topology::Redlock;
+use test_support::http::{raw_request, send, serve};
+use test_support::topology::{Redlock, Topology};
 use test_support::{RedisServer, signal};
 use tokio::sync::Notify;
 
@@ -62,27 +62,53 @@ async fn create_order(State(orders): State<Orders>, Json(body): Json<Value>) -> 
     )
 }
 
-fn orders_app(layer: IdempotencyLayer, orders: Orders) -> Router {
-    Router::new()
-        .route("/orders", post(create_order))
-        .route_layer(layer)
-        .with_state(orders)
+/// An app served on a loopback port, and an HTTP client for it.
+struct Api {
+    http: reqwest::Client,
+    base: String,
 }
 
-/// `POST {base}/orders` with the idempotency key `key` (the header's value,
-/// quotes included) and the JSON `body`.
-async fn post_order(
-    http: &reqwest::Client,
-    base: &str,
-    key: &str,
-    body: &Value,
-) -> reqwest::Response {
-    send(
-        http.post(format!("{base}/orders"))
+impl Api {
+    async fn serve(app: Router) -> Self {
+        let base = serve(app).await;
+        Self {
+            http: reqwest::Client::new(),
+            base,
+        }
+    }
+
+    /// Serves `route` at `path` under `layer`.
+    async fn route(path: &str, route: MethodRouter, layer: IdempotencyLayer) -> Self {
+        Self::serve(Router::new().route(path, route.route_layer(layer))).await
+    }
+
+    /// Serves `POST /orders` ([`create_order`] on `orders`) under `layer`.
+    async fn orders(layer: IdempotencyLayer, orders: &Orders) -> Self {
+        let route = post(create_order).with_state(orders.clone());
+        Self::route("/orders", route, layer).await
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// `POST {path}` with the idempotency key `key` (the header's value,
+    /// quotes included).
+    fn post(&self, path: &str, key: &str) -> reqwest::RequestBuilder {
+        self.http
+            .post(self.url(path))
             .header("idempotency-key", key)
-            .json(body),
-    )
-    .await
+    }
+
+    /// `POST /orders` with the idempotency key `key` and `{"item": item}`.
+    fn order(&self, key: &str, item: &str) -> reqwest::RequestBuilder {
+        self.post("/orders", key).json(&json!({ "item": item }))
+    }
+
+    /// `POST /orders` with the idempotency key `key` and the JSON `body`.
+    async fn post_order(&self, key: &str, body: &Value) -> reqwest::Response {
+        send(self.post("/orders", key).json(body)).await
+    }
 }
 
 fn is_replay(headers: &HeaderMap) -> bool {
@@ -91,25 +117,61 @@ fn is_replay(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v == "true")
 }
 
+/// A response's status and whether it is a replay.
+fn answer(r: &reqwest::Response) -> (StatusCode, bool) {
+    (r.status(), is_replay(r.headers()))
+}
+
+/// A handler counting its runs in `runs`: its n-th run (from 1) answers
+/// `reply(n)`.
+fn counting<Fut>(
+    runs: &Arc<AtomicUsize>,
+    reply: impl Fn(usize) -> Fut + Clone + Send + Sync + 'static,
+) -> impl Fn() -> Fut + Clone + Send + Sync + 'static {
+    let runs = runs.clone();
+    move || reply(runs.fetch_add(1, Ordering::SeqCst) + 1)
+}
+
+/// Sends `request()` every `every` until it answers `201` (returned), each
+/// answer before being `refusal` and none a replay; fails after `limit`
+/// saying `what` did not happen.
+async fn until_created<F>(
+    mut request: impl FnMut() -> F,
+    refusal: StatusCode,
+    (limit, every): (Duration, Duration),
+    what: &str,
+) -> reqwest::Response
+where
+    F: Future<Output = reqwest::Result<reqwest::Response>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        let r = request().await.unwrap();
+        assert!(
+            !is_replay(r.headers()),
+            "{what}: a refusal was stored and replayed"
+        );
+        if r.status() == StatusCode::CREATED {
+            return r;
+        }
+        assert_eq!(r.status(), refusal, "{what}");
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(every).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_identical_posts_run_the_handler_once() {
     let server = RedisServer::start();
     for (backend, client) in clients(&server).await {
         let orders = Orders::taking(ms(200));
-        let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
-        let http = reqwest::Client::new();
+        let api = Api::orders(IdempotencyLayer::new(client), &orders).await;
         let n = 10;
         let replies = futures_util::future::join_all((0..n).map(|_| {
-            let http = http.clone();
-            let url = format!("{base}/orders");
+            let request = api.order("\"order-abc\"", "book");
             async move {
-                let r = send(
-                    http.post(url)
-                        .header("idempotency-key", "\"order-abc\"")
-                        .json(&json!({ "item": "book" })),
-                )
-                .await;
-                let (status, replayed) = (r.status(), is_replay(r.headers()));
+                let r = send(request).await;
+                let (status, replayed) = answer(&r);
                 let retry_after = r.headers().get("retry-after").cloned();
                 (
                     status,
@@ -144,7 +206,9 @@ async fn concurrent_identical_posts_run_the_handler_once() {
         assert_eq!(fresh, 1, "{backend}: exactly one response is the original");
 
         // After completion every retry is a replay.
-        let r = post_order(&http, &base, "\"order-abc\"", &json!({ "item": "book" })).await;
+        let r = api
+            .post_order("\"order-abc\"", &json!({ "item": "book" }))
+            .await;
         assert_eq!(r.status(), StatusCode::CREATED, "{backend}");
         assert!(is_replay(r.headers()), "{backend}");
         assert_eq!(orders.runs.load(Ordering::SeqCst), 1, "{backend}");
@@ -156,14 +220,8 @@ async fn a_completed_request_is_replayed_with_its_status_headers_and_body() {
     let server = RedisServer::start();
     for (backend, client) in clients(&server).await {
         let orders = Orders::default();
-        let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
-        let http = reqwest::Client::new();
-        let send = |key: &'static str| {
-            http.post(format!("{base}/orders"))
-                .header("idempotency-key", key)
-                .json(&json!({ "item": "pen" }))
-                .send()
-        };
+        let api = Api::orders(IdempotencyLayer::new(client), &orders).await;
+        let send = |key: &'static str| api.order(key, "pen").send();
         let first = send("\"k-1\"").await.unwrap();
         assert_eq!(first.status(), StatusCode::CREATED);
         assert!(!is_replay(first.headers()));
@@ -195,11 +253,9 @@ async fn the_same_key_with_another_payload_gets_422() {
     let server = RedisServer::start();
     for (backend, client) in clients(&server).await {
         let orders = Orders::default();
-        let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
-        let http = reqwest::Client::new();
+        let api = Api::orders(IdempotencyLayer::new(client), &orders).await;
         let send = |item: &'static str, query: &'static str| {
-            http.post(format!("{base}/orders{query}"))
-                .header("idempotency-key", "\"k\"")
+            api.post(&format!("/orders{query}"), "\"k\"")
                 .json(&json!({ "item": item }))
                 .send()
         };
@@ -231,11 +287,10 @@ async fn bad_or_missing_keys_get_400_and_optional_ones_pass_through() {
         )
         .route_layer(IdempotencyLayer::new(client))
         .with_state(orders.clone());
-    let base = serve(app).await;
-    let http = reqwest::Client::new();
+    let api = Api::serve(app).await;
     let body = json!({ "item": "cup" });
 
-    let r = send(http.post(format!("{base}/orders")).json(&body)).await;
+    let r = send(api.http.post(api.url("/orders")).json(&body)).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     assert_eq!(r.headers()["content-type"], "application/problem+json");
     let long = format!("\"{}\"", "x".repeat(256));
@@ -246,12 +301,11 @@ async fn bad_or_missing_keys_get_400_and_optional_ones_pass_through() {
         "\"\"",
         long.as_str(),
     ] {
-        let r = post_order(&http, &base, bad, &body).await;
+        let r = api.post_order(bad, &body).await;
         assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad:?}");
     }
     let r = send(
-        http.post(format!("{base}/orders"))
-            .header("idempotency-key", "\"a\"")
+        api.post("/orders", "\"a\"")
             .header("idempotency-key", "\"b\"")
             .json(&body),
     )
@@ -261,18 +315,18 @@ async fn bad_or_missing_keys_get_400_and_optional_ones_pass_through() {
 
     // 255 characters is fine.
     let max = format!("\"{}\"", "x".repeat(255));
-    let r = post_order(&http, &base, &max, &body).await;
+    let r = api.post_order(&max, &body).await;
     assert_eq!(r.status(), StatusCode::CREATED);
 
     // Not required on PUT: without a key it passes through (twice: two runs).
     for _ in 0..2 {
-        let r = send(http.put(format!("{base}/orders")).json(&body)).await;
+        let r = send(api.http.put(api.url("/orders")).json(&body)).await;
         assert_eq!(r.status(), StatusCode::CREATED);
         assert!(!is_replay(r.headers()));
     }
     assert_eq!(orders.runs.load(Ordering::SeqCst), 3);
     // Safe methods are never touched.
-    let r = send(http.get(format!("{base}/orders"))).await;
+    let r = send(api.http.get(api.url("/orders"))).await;
     assert_eq!(r.text().await.unwrap(), "list");
 }
 
@@ -281,12 +335,10 @@ async fn a_request_refused_before_the_handler_leaves_the_key_usable() {
     let server = RedisServer::start();
     for (backend, client) in clients(&server).await {
         let orders = Orders::default();
-        let base = serve(orders_app(IdempotencyLayer::new(client), orders.clone())).await;
-        let http = reqwest::Client::new();
+        let api = Api::orders(IdempotencyLayer::new(client), &orders).await;
         // Malformed JSON: the extractor rejects it, the handler never runs.
         let r = send(
-            http.post(format!("{base}/orders"))
-                .header("idempotency-key", "\"k\"")
+            api.post("/orders", "\"k\"")
                 .header("content-type", "application/json")
                 .body("{ not json"),
         )
@@ -294,7 +346,7 @@ async fn a_request_refused_before_the_handler_leaves_the_key_usable() {
         assert!(r.status().is_client_error(), "{backend}: {}", r.status());
         assert!(!is_replay(r.headers()));
         // The corrected request, same key: runs (not 422, not a replay of the 400).
-        let r = post_order(&http, &base, "\"k\"", &json!({ "item": "mug" })).await;
+        let r = api.post_order("\"k\"", &json!({ "item": "mug" })).await;
         assert_eq!(r.status(), StatusCode::CREATED, "{backend}");
         assert!(!is_replay(r.headers()));
         assert_eq!(orders.runs.load(Ordering::SeqCst), 1);
@@ -306,26 +358,12 @@ async fn server_errors_are_replayed_unless_configured_and_marked_4xx_are_stored(
     let server = RedisServer::start();
     let client = redis_client(&server).await;
     let runs = Arc::new(AtomicUsize::new(0));
-    let failing = {
-        let runs = runs.clone();
-        move || {
-            let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                (StatusCode::BAD_GATEWAY, "upstream down")
-            }
-        }
-    };
-    let declined = {
-        let runs = runs.clone();
-        move || {
-            let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                (StatusCode::PAYMENT_REQUIRED, StoreResponse, "declined")
-            }
-        }
-    };
+    let failing = counting(&runs, |_| async {
+        (StatusCode::BAD_GATEWAY, "upstream down")
+    });
+    let declined = counting(&runs, |_| async {
+        (StatusCode::PAYMENT_REQUIRED, StoreResponse, "declined")
+    });
     let app = Router::new()
         .route(
             "/stored",
@@ -340,46 +378,26 @@ async fn server_errors_are_replayed_unless_configured_and_marked_4xx_are_stored(
             "/declined",
             post(declined).route_layer(IdempotencyLayer::new(client.clone())),
         );
-    let base = serve(app).await;
-    let http = reqwest::Client::new();
-    let send = |path: &str| {
-        http.post(format!("{base}{path}"))
-            .header("idempotency-key", "k")
-            .send()
-    };
+    let api = Api::serve(app).await;
+    let send = |path: &str| api.post(path, "k").send();
 
     let r = send("/stored").await.unwrap();
-    assert_eq!(
-        (r.status(), is_replay(r.headers())),
-        (StatusCode::BAD_GATEWAY, false)
-    );
+    assert_eq!(answer(&r), (StatusCode::BAD_GATEWAY, false));
     let r = send("/stored").await.unwrap();
-    assert_eq!(
-        (r.status(), is_replay(r.headers())),
-        (StatusCode::BAD_GATEWAY, true)
-    );
+    assert_eq!(answer(&r), (StatusCode::BAD_GATEWAY, true));
     assert_eq!(r.text().await.unwrap(), "upstream down");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
     for _ in 0..2 {
         let r = send("/released").await.unwrap();
-        assert_eq!(
-            (r.status(), is_replay(r.headers())),
-            (StatusCode::BAD_GATEWAY, false)
-        );
+        assert_eq!(answer(&r), (StatusCode::BAD_GATEWAY, false));
     }
     assert_eq!(runs.load(Ordering::SeqCst), 3);
 
     let r = send("/declined").await.unwrap();
-    assert_eq!(
-        (r.status(), is_replay(r.headers())),
-        (StatusCode::PAYMENT_REQUIRED, false)
-    );
+    assert_eq!(answer(&r), (StatusCode::PAYMENT_REQUIRED, false));
     let r = send("/declined").await.unwrap();
-    assert_eq!(
-        (r.status(), is_replay(r.headers())),
-        (StatusCode::PAYMENT_REQUIRED, true)
-    );
+    assert_eq!(answer(&r), (StatusCode::PAYMENT_REQUIRED, true));
     assert_eq!(runs.load(Ordering::SeqCst), 4);
 }
 
@@ -388,43 +406,22 @@ async fn a_panicking_handler_releases_the_record_and_answers_500() {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
     let runs = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let runs = runs.clone();
-        move || {
-            let runs = runs.clone();
-            async move {
-                if runs.fetch_add(1, Ordering::SeqCst) == 0 {
-                    panic!("first attempt blows up (expected by the test)");
-                }
-                (StatusCode::CREATED, "made it")
-            }
+    let handler = counting(&runs, |n| async move {
+        if n == 1 {
+            panic!("first attempt blows up (expected by the test)");
         }
-    };
-    let app = Router::new().route(
-        "/orders",
-        post(handler).route_layer(IdempotencyLayer::new(client)),
-    );
-    let base = serve(app).await;
-    let http = reqwest::Client::new();
-    let send = || {
-        http.post(format!("{base}/orders"))
-            .header("idempotency-key", "\"p\"")
-            .send()
-    };
+        (StatusCode::CREATED, "made it")
+    });
+    let api = Api::route("/orders", post(handler), IdempotencyLayer::new(client)).await;
+    let send = || api.post("/orders", "\"p\"").send();
     let r = send().await.unwrap();
     assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(r.headers()["content-type"], "application/problem+json");
     // Not left in flight (no 409) and not stored (no replayed 500): runs again.
     let r = send().await.unwrap();
-    assert_eq!(
-        (r.status(), is_replay(r.headers())),
-        (StatusCode::CREATED, false)
-    );
+    assert_eq!(answer(&r), (StatusCode::CREATED, false));
     let r = send().await.unwrap();
-    assert_eq!(
-        (r.status(), is_replay(r.headers())),
-        (StatusCode::CREATED, true)
-    );
+    assert_eq!(answer(&r), (StatusCode::CREATED, true));
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
@@ -435,51 +432,32 @@ async fn a_client_disconnect_mid_handler_releases_the_record() {
     let started = Arc::new(Notify::new());
     let runs = Arc::new(AtomicUsize::new(0));
     let handler = {
-        let (started, runs) = (started.clone(), runs.clone());
-        move || {
-            let (started, runs) = (started.clone(), runs.clone());
+        let started = started.clone();
+        counting(&runs, move |n| {
+            let started = started.clone();
             async move {
-                if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                if n == 1 {
                     started.notify_one();
                     tokio::time::sleep(secs(30)).await;
                 }
                 (StatusCode::CREATED, "second try")
             }
-        }
+        })
     };
     // A long lease: being able to retry soon proves a release, not an expiry.
     let layer = IdempotencyLayer::new(client).ttl(secs(30));
-    let app = Router::new().route("/orders", post(handler).route_layer(layer));
-    let base = serve(app).await;
-    let addr = base.trim_start_matches("http://");
-    let mut conn = std::net::TcpStream::connect(addr).unwrap();
-    std::io::Write::write_all(
-        &mut conn,
-        b"POST /orders HTTP/1.1\r\nhost: x\r\nidempotency-key: \"d\"\r\ncontent-length: 0\r\n\r\n",
-    )
-    .unwrap();
-    tokio::time::timeout(secs(5), started.notified())
-        .await
-        .expect("the handler did not start");
-    let http = reqwest::Client::new();
-    let send = || {
-        http.post(format!("{base}/orders"))
-            .header("idempotency-key", "\"d\"")
-            .send()
-    };
+    let api = Api::route("/orders", post(handler), layer).await;
+    let conn = raw_request(
+        &api.base,
+        "POST /orders HTTP/1.1\r\nhost: x\r\nidempotency-key: \"d\"\r\ncontent-length: 0\r\n\r\n",
+    );
+    within(secs(5), "the handler's start", started.notified()).await;
+    let send = || api.post("/orders", "\"d\"").send();
     assert_eq!(send().await.unwrap().status(), StatusCode::CONFLICT);
     let dropped = Instant::now();
     drop(conn);
-    loop {
-        let r = send().await.unwrap();
-        if r.status() == StatusCode::CREATED {
-            assert!(!is_replay(r.headers()));
-            break;
-        }
-        assert_eq!(r.status(), StatusCode::CONFLICT);
-        assert!(dropped.elapsed() < secs(10), "the record was not released");
-        tokio::time::sleep(ms(20)).await;
-    }
+    let what = "the record released";
+    until_created(send, StatusCode::CONFLICT, (secs(10), ms(20)), what).await;
     println!(
         "key usable again {:?} after the client disconnected",
         dropped.elapsed()
@@ -498,11 +476,9 @@ async fn records_are_scoped_to_the_principal() {
             .unwrap_or("")
             .to_owned()
     });
-    let base = serve(orders_app(layer, orders.clone())).await;
-    let http = reqwest::Client::new();
+    let api = Api::orders(layer, &orders).await;
     let send = |user: &'static str, item: &'static str| {
-        http.post(format!("{base}/orders"))
-            .header("idempotency-key", "\"shared\"")
+        api.post("/orders", "\"shared\"")
             .header("x-user", user)
             .json(&json!({ "item": item }))
             .send()
@@ -525,14 +501,8 @@ async fn a_duplicate_can_wait_for_the_first_and_get_its_response() {
     let client = redis_client(&server).await;
     let orders = Orders::taking(ms(300));
     let layer = IdempotencyLayer::new(client).wait(secs(10));
-    let base = serve(orders_app(layer, orders.clone())).await;
-    let http = reqwest::Client::new();
-    let send = || {
-        http.post(format!("{base}/orders"))
-            .header("idempotency-key", "\"w\"")
-            .json(&json!({ "item": "lamp" }))
-            .send()
-    };
+    let api = Api::orders(layer, &orders).await;
+    let send = || api.order("\"w\"", "lamp").send();
     let (a, b) = tokio::join!(send(), async {
         tokio::time::sleep(ms(50)).await;
         send().await
@@ -551,14 +521,8 @@ async fn a_handler_outliving_its_lease_keeps_the_record_in_flight() {
     // Three leases long: only the watchdog's renewals keep the record claimed.
     let orders = Orders::taking(ms(900));
     let layer = IdempotencyLayer::new(client).ttl(ms(300));
-    let base = serve(orders_app(layer, orders.clone())).await;
-    let http = reqwest::Client::new();
-    let send = || {
-        http.post(format!("{base}/orders"))
-            .header("idempotency-key", "\"slow\"")
-            .json(&json!({ "item": "desk" }))
-            .send()
-    };
+    let api = Api::orders(layer, &orders).await;
+    let send = || api.order("\"slow\"", "desk").send();
     let first = tokio::spawn(send());
     for _ in 0..6 {
         tokio::time::sleep(ms(100)).await;
@@ -623,27 +587,10 @@ async fn a_crashed_process_frees_its_key_after_one_lease() {
     // "Process" B, same Redis, same route.
     let client = redis_client(&server).await;
     let runs = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let runs = runs.clone();
-        move || {
-            let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                StatusCode::CREATED
-            }
-        }
-    };
-    let app = Router::new().route(
-        "/orders",
-        post(handler).route_layer(IdempotencyLayer::new(client).ttl(lease)),
-    );
-    let base = serve(app).await;
-    let http = reqwest::Client::new();
-    let send = || {
-        http.post(format!("{base}/orders"))
-            .header("idempotency-key", "\"crash\"")
-            .send()
-    };
+    let handler = counting(&runs, |_| async { StatusCode::CREATED });
+    let layer = IdempotencyLayer::new(client).ttl(lease);
+    let api = Api::route("/orders", post(handler), layer).await;
+    let send = || api.post("/orders", "\"crash\"").send();
     assert_eq!(
         send().await.unwrap().status(),
         StatusCode::CONFLICT,
@@ -652,18 +599,8 @@ async fn a_crashed_process_frees_its_key_after_one_lease() {
     crash_tx.send(()).unwrap();
     let crashed = Instant::now();
     a.join().unwrap();
-    loop {
-        let r = send().await.unwrap();
-        if r.status() == StatusCode::CREATED {
-            break;
-        }
-        assert_eq!(r.status(), StatusCode::CONFLICT);
-        assert!(
-            crashed.elapsed() < secs(10),
-            "the crashed claim never expired"
-        );
-        tokio::time::sleep(ms(50)).await;
-    }
+    let what = "the crashed claim expired";
+    until_created(send, StatusCode::CONFLICT, (secs(10), ms(50)), what).await;
     let freed = crashed.elapsed();
     println!("key usable again {freed:?} after the crash (lease {lease:?})");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -675,13 +612,14 @@ async fn redis_down_answers_503_and_large_bodies_413() {
     let client = redis_client(&server).await;
     let orders = Orders::default();
     let layer = IdempotencyLayer::new(client).max_request_body(64);
-    let base = serve(orders_app(layer, orders.clone())).await;
-    let http = reqwest::Client::new();
-    let r = post_order(&http, &base, "\"big\"", &json!({ "item": "x".repeat(100) })).await;
+    let api = Api::orders(layer, &orders).await;
+    let r = api
+        .post_order("\"big\"", &json!({ "item": "x".repeat(100) }))
+        .await;
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
 
     server.kill();
-    let r = post_order(&http, &base, "\"down\"", &json!({ "item": "y" })).await;
+    let r = api.post_order("\"down\"", &json!({ "item": "y" })).await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.headers()["retry-after"], "1");
     assert_eq!(r.headers()["content-type"], "application/problem+json");
@@ -694,16 +632,7 @@ async fn a_refusal_by_an_inner_lock_layer_is_not_stored() {
     let locks = redis_client(&server).await;
     let records = memory_client().await;
     let runs = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let runs = runs.clone();
-        move || {
-            let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                (StatusCode::CREATED, "paid")
-            }
-        }
-    };
+    let handler = counting(&runs, |_| async { (StatusCode::CREATED, "paid") });
     // Idempotency outside, the lock inside (on a Redis that will go down).
     let app = Router::new().route(
         "/orders/{id}/pay",
@@ -711,37 +640,23 @@ async fn a_refusal_by_an_inner_lock_layer_is_not_stored() {
             .route_layer(lock_runtime::layer::LockLayer::new(locks).key("order:<id>"))
             .route_layer(IdempotencyLayer::new(records)),
     );
-    let base = serve(app).await;
-    let http = reqwest::Client::new();
-    let send = || {
-        http.post(format!("{base}/orders/1/pay"))
-            .header("idempotency-key", "\"pay-1\"")
-            .send()
-    };
+    let api = Api::serve(app).await;
+    let send = || api.post("/orders/1/pay", "\"pay-1\"").send();
     server.kill();
     let r = send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     server.restart().unwrap();
     // Not a replayed 503: once the lock backend is back, the payment runs.
-    let deadline = Instant::now() + secs(10);
-    loop {
-        let r = send().await.unwrap();
-        assert!(!is_replay(r.headers()), "a refusal was stored and replayed");
-        if r.status() == StatusCode::CREATED {
-            break;
-        }
-        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert!(
-            Instant::now() < deadline,
-            "the lock backend did not come back"
-        );
-        tokio::time::sleep(ms(50)).await;
-    }
+    let what = "the lock backend back";
+    until_created(
+        send,
+        StatusCode::SERVICE_UNAVAILABLE,
+        (secs(10), ms(50)),
+        what,
+    )
+    .await;
     let r = send().await.unwrap();
-    assert_eq!(
-        (r.status(), is_replay(r.headers())),
-        (StatusCode::CREATED, true)
-    );
+    assert_eq!(answer(&r), (StatusCode::CREATED, true));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
@@ -767,13 +682,9 @@ async fn a_response_over_the_storage_limit_is_sent_whole_and_retries_get_410_not
         };
         let layer = IdempotencyLayer::new(client).max_response_body(1000);
         let app = Router::new().route("/reports", post(handler).route_layer(layer));
-        let base = serve(app).await;
-        let http = reqwest::Client::new();
+        let api = Api::serve(app).await;
         let send = |key: &'static str, size: usize| {
-            http.post(format!("{base}/reports"))
-                .header("idempotency-key", key)
-                .body(size.to_string())
-                .send()
+            api.post("/reports", key).body(size.to_string()).send()
         };
         let first = send("\"big\"", 5000).await.unwrap();
         assert_eq!(first.status(), StatusCode::CREATED, "{backend}");
@@ -824,11 +735,9 @@ async fn with_the_json_fingerprint_reordered_members_and_whitespace_are_the_same
                 post(create_order).route_layer(IdempotencyLayer::new(client)),
             )
             .with_state(orders.clone());
-        let base = serve(app).await;
-        let http = reqwest::Client::new();
+        let api = Api::serve(app).await;
         let send = |path: &'static str, key: &'static str, body: &'static str| {
-            http.post(format!("{base}{path}"))
-                .header("idempotency-key", key)
+            api.post(path, key)
                 .header("content-type", "application/json")
                 .body(body)
                 .send()
@@ -890,7 +799,7 @@ async fn with_the_json_fingerprint_reordered_members_and_whitespace_are_the_same
 }
 
 async fn redlock_client(masters: &Redlock) -> LockClient {
-    short_timeout_client(LockClient::builder().redlock(masters.urls())).await
+    short_timeout_client(masters.builder()).await
 }
 
 /// On Redlock the records live on every master and a majority decides: a
@@ -901,14 +810,8 @@ async fn on_redlock_a_dead_or_emptied_master_neither_stops_the_layer_nor_reruns_
     let mut masters = Redlock::start(3);
     let orders = Orders::default();
     let layer = IdempotencyLayer::new(redlock_client(&masters).await);
-    let base = serve(orders_app(layer, orders.clone())).await;
-    let http = reqwest::Client::new();
-    let send = |key: &'static str| {
-        http.post(format!("{base}/orders"))
-            .header("idempotency-key", key)
-            .json(&json!({ "item": "kettle" }))
-            .send()
-    };
+    let api = Api::orders(layer, &orders).await;
+    let send = |key: &'static str| api.order(key, "kettle").send();
     let first = send("\"r-1\"").await.unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
     let first_body = first.text().await.unwrap();
@@ -953,14 +856,8 @@ async fn on_redlock_concurrent_identical_posts_run_the_handler_at_most_once() {
     let masters = Redlock::start(3);
     let orders = Orders::taking(ms(200));
     let layer = IdempotencyLayer::new(redlock_client(&masters).await);
-    let base = serve(orders_app(layer, orders.clone())).await;
-    let http = reqwest::Client::new();
-    let send = || {
-        http.post(format!("{base}/orders"))
-            .header("idempotency-key", "\"race\"")
-            .json(&json!({ "item": "chair" }))
-            .send()
-    };
+    let api = Api::orders(layer, &orders).await;
+    let send = || api.order("\"race\"", "chair").send();
     for _ in 0..3 {
         let statuses = futures_util::future::join_all((0..10).map(|_| send()))
             .await
@@ -1087,13 +984,8 @@ async fn a_lost_reply_never_turns_a_success_into_an_error_nor_reruns_a_request()
             post(handler).route_layer(IdempotencyLayer::new(client)),
         )
         .layer(axum::middleware::from_fn(before_claim));
-    let base = serve(app).await;
-    let http = reqwest::Client::new();
-    let send = |key: &str| {
-        http.post(format!("{base}/orders"))
-            .header("idempotency-key", format!("\"{key}\""))
-            .send()
-    };
+    let api = Api::serve(app).await;
+    let send = |key: &str| api.post("/orders", &format!("\"{key}\"")).send();
     // Loads the scripts, so a frozen command is the script itself and not a
     // NOSCRIPT answer followed by a load.
     assert_eq!(send("warm-up").await.unwrap().status(), StatusCode::CREATED);
@@ -1136,7 +1028,7 @@ async fn a_lost_reply_never_turns_a_success_into_an_error_nor_reruns_a_request()
         let body = first.text().await.unwrap();
         let again = send(&key).await.unwrap();
         assert_eq!(
-            (again.status(), is_replay(again.headers())),
+            answer(&again),
             (StatusCode::CREATED, true),
             "{case}: the retry was not a replay"
         );
@@ -1223,7 +1115,7 @@ async fn hammer_while_killing_connections(
                             .header("x-request", id.to_string()),
                     )
                     .await;
-                    let (status, replayed) = (r.status(), is_replay(r.headers()));
+                    let (status, replayed) = answer(&r);
                     log.answers.push((id, status));
                     if status.is_success() {
                         if done && replayed {
@@ -1322,15 +1214,9 @@ async fn on_redlock_killed_connections_neither_run_a_handler_twice_nor_answer_5x
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sentinel_killed_connections_neither_run_a_handler_twice_nor_answer_5xx_after_it_succeeded()
  {
-    use test_support::topology::{MASTER_NAME, SentinelSetup};
+    use test_support::topology::SentinelSetup;
     let setup = tokio::task::block_in_place(SentinelSetup::start);
-    let client = LockClient::builder()
-        .sentinel(MASTER_NAME, setup.sentinel_urls())
-        .connect_timeout(ms(500))
-        .response_timeout(ms(500))
-        .build()
-        .await
-        .unwrap();
+    let client = short_timeout_client(setup.builder()).await;
     let ports = vec![setup.master().port];
     let (ran, logs, killed) = hammer_while_killing_connections(client, ports, secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("sentinel", &ran, &logs, killed);
@@ -1341,13 +1227,7 @@ async fn on_cluster_killed_connections_neither_run_a_handler_twice_nor_answer_5x
  {
     use test_support::topology::Cluster;
     let cluster = tokio::task::block_in_place(|| Cluster::start(3));
-    let client = LockClient::builder()
-        .cluster(cluster.seed_urls())
-        .connect_timeout(ms(500))
-        .response_timeout(ms(500))
-        .build()
-        .await
-        .unwrap();
+    let client = short_timeout_client(cluster.builder()).await;
     let ports = (0..cluster.size()).map(|i| cluster.node(i).port).collect();
     let (ran, logs, killed) = hammer_while_killing_connections(client, ports, secs(8)).await;
     check_no_double_runs_and_no_5xx_after_success("cluster", &ran, &logs, killed);

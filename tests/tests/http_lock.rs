@@ -16,8 +16,8 @@ use lock_runtime::__private::testing::force_delete;
 use lock_runtime::layer::LockLayer;
 use lock_runtime::{LockClient, LockInfo};
 use test_support::RedisServer;
-use test_support::helpers::{is_held, memory_client, ms, redis_client, secs, taken_after};
-use test_support::http::{send, serve};
+use test_support::helpers::{is_held, memory_client, ms, redis_client, secs, taken_after, within};
+use test_support::http::{raw_request, send, serve};
 use tokio::sync::{Barrier, Notify, mpsc};
 
 /// How many handlers run at once, and the most that ever did.
@@ -223,18 +223,13 @@ async fn a_client_disconnect_mid_handler_releases_the_lock() {
     // A long lease: getting the lock back soon proves a release, not an expiry.
     let (app, started, finished) = slow_pay_app(&client, secs(30), secs(30));
     let base = serve(app).await;
-    let addr = base.trim_start_matches("http://");
 
     // A raw connection, so that dropping it is exactly a client going away.
-    let mut conn = std::net::TcpStream::connect(addr).unwrap();
-    std::io::Write::write_all(
-        &mut conn,
-        b"POST /orders/5/pay HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
-    )
-    .unwrap();
-    tokio::time::timeout(secs(5), started.notified())
-        .await
-        .expect("the handler did not start");
+    let conn = raw_request(
+        &base,
+        "POST /orders/5/pay HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
+    );
+    within(secs(5), "the handler's start", started.notified()).await;
     assert!(is_held(&client, "order:5").await);
     let dropped = Instant::now();
     drop(conn);
@@ -295,25 +290,23 @@ async fn a_streaming_response_holds_the_lock_until_the_body_ends() {
 /// the test sends on the returned channel; later ones answer `token <fence>`.
 fn report_app(layer: LockLayer) -> (Router, mpsc::Sender<Bytes>) {
     let (chunks_tx, chunks_rx) = mpsc::channel::<Bytes>(4);
-    let chunks_rx = Arc::new(tokio::sync::Mutex::new(Some(chunks_rx)));
     let app = Router::new()
-        .route(
-            "/orders/{id}/report",
-            post(move |lock: LockInfo| {
-                let chunks_rx = chunks_rx.clone();
-                async move {
-                    match chunks_rx.lock().await.take() {
-                        Some(rx) => {
-                            let stream = tokio_stream_from(rx).map(Ok::<_, Infallible>);
-                            Body::from_stream(stream)
-                        }
-                        None => Body::from(format!("token {}", lock.fencing_token)),
-                    }
-                }
-            }),
-        )
-        .route_layer(layer);
+        .route("/orders/{id}/report", post(report))
+        .route_layer(layer)
+        .with_state(Arc::new(tokio::sync::Mutex::new(Some(chunks_rx))));
     (app, chunks_tx)
+}
+
+/// [`report_app`]'s handler: the channel's stream while the channel is
+/// still there to take.
+async fn report(
+    State(chunks_rx): State<Arc<tokio::sync::Mutex<Option<mpsc::Receiver<Bytes>>>>>,
+    lock: LockInfo,
+) -> Body {
+    match chunks_rx.lock().await.take() {
+        Some(rx) => Body::from_stream(tokio_stream_from(rx).map(Ok::<_, Infallible>)),
+        None => Body::from(format!("token {}", lock.fencing_token)),
+    }
 }
 
 fn tokio_stream_from(mut rx: mpsc::Receiver<Bytes>) -> impl futures_util::Stream<Item = Bytes> {

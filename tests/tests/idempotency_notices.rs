@@ -19,7 +19,7 @@ use axum::routing::post;
 use lock_runtime::LockClient;
 use lock_runtime::layer::IdempotencyLayer;
 use test_support::RedisServer;
-use test_support::topology::{Cluster, Redlock, info_field};
+use test_support::topology::{Cluster, Redlock, Topology, info_field};
 
 /// Timing tests run one at a time: two cores are shared by the whole binary.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -181,7 +181,7 @@ async fn a_waiting_duplicate_gets_the_replay_within_milliseconds_on_one_server_a
 async fn a_waiting_duplicate_gets_the_replay_within_milliseconds_on_a_cluster() {
     let cluster = tokio::task::block_in_place(|| Cluster::start(3));
     let _serial = SERIAL.lock().await;
-    let client = build(LockClient::builder().cluster(cluster.seed_urls())).await;
+    let client = build(cluster.builder()).await;
     assert_prompt("cluster", &replay_latencies(client, 10).await);
 }
 
@@ -189,7 +189,7 @@ async fn a_waiting_duplicate_gets_the_replay_within_milliseconds_on_a_cluster() 
 async fn a_waiting_duplicate_gets_the_replay_within_milliseconds_on_redlock() {
     let masters = Redlock::start(3);
     let _serial = SERIAL.lock().await;
-    let client = build(LockClient::builder().redlock(masters.urls())).await;
+    let client = build(masters.builder()).await;
     assert_prompt("redlock", &replay_latencies(client, 10).await);
 }
 
@@ -231,7 +231,7 @@ async fn a_released_record_wakes_a_waiting_duplicate_which_then_runs() {
     a_release_wakes_the_duplicate_which_runs("redis", redis_client(&server.url()).await).await;
     let memory = build(LockClient::builder().memory()).await;
     a_release_wakes_the_duplicate_which_runs("memory", memory).await;
-    let client = build(LockClient::builder().cluster(cluster.seed_urls())).await;
+    let client = build(cluster.builder()).await;
     a_release_wakes_the_duplicate_which_runs("cluster", client).await;
 }
 
@@ -428,7 +428,7 @@ async fn slow_requests_records_are_renewed_by_the_watchdog_in_batches_on_one_ser
 async fn slow_requests_records_are_renewed_by_the_watchdog_in_batches_on_redlock() {
     let masters = Redlock::start(3);
     let _serial = SERIAL.lock().await;
-    let client = build(LockClient::builder().redlock(masters.urls())).await;
+    let client = build(masters.builder()).await;
     let nodes: Vec<&RedisServer> = (0..masters.size()).map(|i| masters.server(i)).collect();
     slow_requests_are_renewed_in_batches("redlock", client, &nodes).await;
 }

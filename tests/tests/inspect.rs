@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lock_runtime::{LockClient, LockClientBuilder};
 use test_support::RedisServer;
-use test_support::topology::{Cluster, MASTER_NAME, Redlock, SentinelSetup};
+use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
 
 async fn a_lock_is_seen_free_held_waited_for_and_free_again(
     builder: LockClientBuilder,
@@ -108,36 +108,23 @@ async fn inspect_on_one_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_on_redlock() {
     let masters = Redlock::start(3);
-    a_lock_is_seen_free_held_waited_for_and_free_again(
-        LockClient::builder().redlock(masters.urls()),
-        false,
-    )
-    .await;
+    a_lock_is_seen_free_held_waited_for_and_free_again(masters.builder(), false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_on_sentinel() {
     let setup = SentinelSetup::start();
-    let builder = LockClient::builder().sentinel(MASTER_NAME, setup.sentinel_urls());
-    a_lock_is_seen_free_held_waited_for_and_free_again(builder, true).await;
+    a_lock_is_seen_free_held_waited_for_and_free_again(setup.builder(), true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_on_a_cluster() {
     let cluster = Cluster::start(3);
-    let client = LockClient::builder()
-        .cluster(cluster.seed_urls())
-        .build()
-        .await
-        .unwrap();
+    let client = cluster.builder().build().await.unwrap();
     let err = client.list("", 10).await.unwrap_err();
     assert!(
         err.is_config(),
         "listing a cluster needs each master's URL: {err:?}"
     );
-    a_lock_is_seen_free_held_waited_for_and_free_again(
-        LockClient::builder().cluster(cluster.seed_urls()),
-        true,
-    )
-    .await;
+    a_lock_is_seen_free_held_waited_for_and_free_again(cluster.builder(), true).await;
 }

@@ -7,14 +7,14 @@
 
 use std::time::Instant;
 
-use lock_runtime::{LockClient, LockError};
+use lock_runtime::LockError;
 use test_support::helpers::*;
-use test_support::topology::Redlock;
+use test_support::topology::{Redlock, Topology};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_loses_its_majority_is_told_its_lock_is_lost() {
     let mut masters = Redlock::start(5);
-    let builder = LockClient::builder().redlock(masters.urls());
+    let builder = masters.builder();
     let a = client(&builder).await;
     let key = key("majority-lost");
     // A 2 s lease: renewals every 667 ms, each node given 200 ms to answer

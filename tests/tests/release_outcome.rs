@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use lock_runtime::{LockClient, LockClientBuilder, LockError, current_lock, distributed_lock};
-use test_support::topology::{Cluster, MASTER_NAME, Redlock, SentinelSetup};
+use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
 use test_support::{KILL_OTHER_CLIENTS, LostReplies, RawConnection, RedisServer};
 
 #[allow(unused_macros)]
@@ -78,18 +78,7 @@ fn end(cuts: Vec<LostReplies>) {
 /// larger fencing token than the holder's.
 async fn is_free_after(builder: &LockClientBuilder, key: &str, fence: u64) {
     let other = build(builder).await;
-    let next = other
-        .lock(key)
-        .ttl(LEASE)
-        .acquire()
-        .await
-        .unwrap_or_else(|e| panic!("the key is free after the release, but: {e:?}"));
-    assert!(
-        next.fencing_token() > fence,
-        "fencing {} after {fence}",
-        next.fencing_token()
-    );
-    next.release().await.expect("release of the next holder");
+    next_holder(other.lock(key).ttl(LEASE), fence, "after the release").await;
 }
 
 fn not_lost<T: std::fmt::Debug>(result: &Result<T, LockError>, key: &str, what: &str) {
@@ -268,7 +257,7 @@ async fn the_attribute_returns_the_receipt_of_a_payment_whose_release_reply_was_
 
 fn redlock() -> (Redlock, LockClientBuilder) {
     let nodes = Redlock::start(3);
-    let builder = LockClient::builder().redlock(nodes.urls());
+    let builder = nodes.builder();
     (nodes, builder)
 }
 
@@ -308,7 +297,7 @@ async fn on_redlock_run_returns_the_output_of_work_whose_release_replies_were_lo
 
 fn sentinel() -> (SentinelSetup, LockClientBuilder) {
     let setup = tokio::task::block_in_place(SentinelSetup::start);
-    let builder = LockClient::builder().sentinel(MASTER_NAME, setup.sentinel_urls());
+    let builder = setup.builder();
     (setup, builder)
 }
 
@@ -331,7 +320,7 @@ async fn on_sentinel_run_returns_the_output_of_work_whose_release_reply_was_lost
 /// A cluster, and a key whose slot node 1 owns.
 fn cluster(name: &str) -> (Cluster, LockClientBuilder, String) {
     let cluster = tokio::task::block_in_place(|| Cluster::start(3));
-    let builder = LockClient::builder().cluster(cluster.seed_urls());
+    let builder = cluster.builder();
     let key = cluster.key_on(1, name);
     (cluster, builder, key)
 }

@@ -9,16 +9,14 @@ use std::time::{Duration, Instant};
 use lock_runtime::{LockClient, LockClientBuilder, LockError, LockGuard};
 use tokio::task::JoinHandle;
 
-use test_support::topology::Cluster;
+use test_support::topology::{Cluster, Topology};
 
 #[macro_use]
 mod scaleout_common;
 use test_support::helpers::*;
 
 fn three_masters() -> (Cluster, LockClientBuilder) {
-    let cluster = Cluster::start(3);
-    let builder = LockClient::builder().cluster(cluster.seed_urls());
-    (cluster, builder)
+    Cluster::start(3).with_builder()
 }
 
 semantic_suite!(three_masters);
@@ -26,7 +24,7 @@ semantic_suite!(three_masters);
 /// A cluster of three masters, and two independent clients of it.
 async fn three_masters_and_two_clients() -> (Cluster, LockClient, LockClient) {
     let (cluster, builder) = three_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (a, b) = two_clients(&builder).await;
     (cluster, a, b)
 }
 
@@ -502,17 +500,7 @@ async fn keys_with_braces_in_any_place_lock_exclude_release_and_fence_on_a_clust
             .release()
             .await
             .unwrap_or_else(|e| panic!("release `{key}`: {e}"));
-        let second = b
-            .lock(key)
-            .acquire()
-            .await
-            .unwrap_or_else(|e| panic!("acquire `{key}` after its release: {e}"));
-        assert!(
-            second.fencing_token() > token,
-            "`{key}`: token {} after {token}",
-            second.fencing_token()
-        );
-        second.release().await.unwrap();
+        next_holder(b.lock(key), token, &format!("`{key}` after its release")).await;
     }
     slots.sort_unstable();
     slots.dedup();

@@ -8,16 +8,14 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
-use test_support::topology::Redlock;
+use test_support::topology::{Redlock, Topology};
 
 #[macro_use]
 mod scaleout_common;
 use test_support::helpers::*;
 
 fn five_masters() -> (Redlock, LockClientBuilder) {
-    let masters = Redlock::start(5);
-    let builder = LockClient::builder().redlock(masters.urls());
-    (masters, builder)
+    Redlock::start(5).with_builder()
 }
 
 semantic_suite!(five_masters);
@@ -31,7 +29,7 @@ fn is_clean_refusal(e: &LockError) -> bool {
 async fn acquire_release_and_wake_up_keep_working_with_two_of_five_masters_killed_but_a_new_client_needs_all()
  {
     let (mut masters, builder) = five_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (a, b) = two_clients(&builder).await;
     masters.kill(0);
     masters.kill(1);
     let key = key("minority-down");
@@ -210,15 +208,8 @@ async fn masters_restarted_empty_after_the_ttl_do_not_let_a_second_holder_in() {
 
     // Once released, the second client gets it, with a greater token.
     guard.release().await.unwrap();
-    let second = within(secs(3), "acquire after the release", b.lock(&key).acquire())
-        .await
-        .unwrap();
-    assert!(
-        second.fencing_token() > first_token,
-        "{} after {first_token}",
-        second.fencing_token()
-    );
-    second.release().await.unwrap();
+    let what = "acquire after the release";
+    within(secs(3), what, next_holder(b.lock(&key), first_token, what)).await;
 }
 
 /// The documented requirement, shown from the other side: a master that
@@ -243,19 +234,14 @@ async fn a_master_restarted_empty_at_once_can_let_a_second_holder_in_which_is_wh
     // (A client built now: `b`'s connections to the restarted masters are
     // stale and would fail this first attempt.)
     let b = client(&builder).await;
-    let second = b
-        .lock(&key)
-        .ttl(secs(10))
-        .acquire()
-        .await
-        .expect("0, 3 and 4 form a majority without the first holder's lock");
-    assert_two_holders(first, second).await;
+    let why = "0, 3 and 4 form a majority without the first holder's lock";
+    assert_two_holders(first, b.lock(&key).ttl(secs(10)), why).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_never_decrease_while_a_minority_fails() {
     let (mut masters, builder) = five_masters();
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (a, b) = two_clients(&builder).await;
     let key = key("fence-minority");
     let clients = [a, b];
     let mut tokens: Vec<(String, u64)> = Vec::new();

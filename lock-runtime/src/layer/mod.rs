@@ -49,11 +49,37 @@
 //! # }
 //! ```
 
-/// `get_ref`, `get_mut` and `into_inner` of a service wrapping `inner`, as
-/// tower's own services have them.
-macro_rules! wrapped_service_access {
-    ($service:ident) => {
+/// A layer's service: the `inner` service and the layer's shared `config`,
+/// with `get_ref`, `get_mut` and `into_inner` as tower's own services have
+/// them, a `Debug` showing `inner` and the named `config` fields, and the
+/// layer (`made_by`) that wraps a service in it. `Config` and `Arc` are the
+/// caller's.
+macro_rules! wrapped_service {
+    (
+        $(#[$meta:meta])* pub struct $service:ident;
+        made_by: $layer:ty;
+        debug: [$($field:ident),*]
+    ) => {
+        impl<S> tower_layer::Layer<S> for $layer {
+            type Service = $service<S>;
+
+            fn layer(&self, inner: S) -> Self::Service {
+                $service::new(inner, self.config.clone())
+            }
+        }
+
+        $(#[$meta])*
+        #[derive(Clone)]
+        pub struct $service<S> {
+            inner: S,
+            config: Arc<Config>,
+        }
+
         impl<S> $service<S> {
+            pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
+                Self { inner, config }
+            }
+
             /// The wrapped service.
             pub fn get_ref(&self) -> &S {
                 &self.inner
@@ -67,6 +93,50 @@ macro_rules! wrapped_service_access {
             /// Unwraps the inner service.
             pub fn into_inner(self) -> S {
                 self.inner
+            }
+        }
+
+        impl<S: fmt::Debug> fmt::Debug for $service<S> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($service))
+                    .field("inner", &self.inner)
+                    $(.field(stringify!($field), &self.config.$field))*
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+
+/// Builder methods of a layer that each set one field of its `Config`
+/// (copied on write by the layer's `config()`): `pub fn name(arg: Type) =>
+/// field;`, or `=> field = value;` where the field holds a value made from
+/// `arg`.
+macro_rules! config_setters {
+    (@value $arg:ident) => { $arg };
+    (@value $arg:ident $value:expr) => { $value };
+    ($($(#[$meta:meta])* pub fn $name:ident($arg:ident: $ty:ty) => $field:ident $(= $value:expr)?;)*) => {
+        $(
+            $(#[$meta])*
+            pub fn $name(mut self, $arg: $ty) -> Self {
+                self.config().$field = config_setters!(@value $arg $($value)?);
+                self
+            }
+        )*
+    };
+}
+
+/// A layer's `Debug`: its name, then each field of its `Config` (bound to
+/// `$c`) by name, or `name = expression` for what is shown another way.
+macro_rules! config_debug {
+    (@value $c:ident $name:ident) => { &$c.$name };
+    (@value $c:ident $name:ident $value:expr) => { &$value };
+    ($layer:ident, $c:ident => { $($name:ident $(= $value:expr)?),* $(,)? }) => {
+        impl fmt::Debug for $layer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let $c = &self.config;
+                f.debug_struct(stringify!($layer))
+                    $(.field(stringify!($name), config_debug!(@value $c $name $($value)?)))*
+                    .finish()
             }
         }
     };

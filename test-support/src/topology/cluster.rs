@@ -300,3 +300,10 @@ impl Cluster {
             .unwrap_or_else(|| panic!("no key for node {node} in 10000 tries"))
     }
 }
+
+/// A client builder for this cluster, seeded with every node.
+impl super::Topology for Cluster {
+    fn builder(&self) -> lock_runtime::LockClientBuilder {
+        lock_runtime::LockClient::builder().cluster(self.seed_urls())
+    }
+}

@@ -16,6 +16,21 @@ use std::time::{Duration, Instant};
 
 use crate::Result;
 
+/// A running set of servers a client can be built for.
+pub trait Topology {
+    /// A client builder for these servers.
+    fn builder(&self) -> lock_runtime::LockClientBuilder;
+
+    /// The servers, and a client builder for them.
+    fn with_builder(self) -> (Self, lock_runtime::LockClientBuilder)
+    where
+        Self: Sized,
+    {
+        let builder = self.builder();
+        (self, builder)
+    }
+}
+
 mod cluster;
 mod redlock;
 mod sentinel;
@@ -97,23 +112,12 @@ pub fn pairs(answer: &str) -> HashMap<String, String> {
 /// Sends `commands` (one per line) to `redis-cli` on one connection, in
 /// order, and returns the answers, one per line.
 pub(crate) fn pipeline(port: u16, commands: &str) -> String {
-    use std::io::Write;
-    let mut child = Command::new("redis-cli")
-        .arg("-h")
-        .arg("127.0.0.1")
-        .arg("-p")
-        .arg(port.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot run redis-cli; install redis-tools");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(commands.as_bytes())
-        .expect("write to redis-cli");
-    let out = child.wait_with_output().expect("redis-cli");
+    let out = crate::output_with_input(
+        Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .stderr(Stdio::null()),
+        commands,
+    )
+    .expect("cannot run redis-cli (install redis-tools), or write to it");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

@@ -100,3 +100,10 @@ impl Redlock {
             .collect()
     }
 }
+
+/// A client builder for Redlock over every node.
+impl super::Topology for Redlock {
+    fn builder(&self) -> lock_runtime::LockClientBuilder {
+        lock_runtime::LockClient::builder().redlock(self.urls())
+    }
+}

@@ -273,3 +273,11 @@ impl SentinelSetup {
         started.elapsed()
     }
 }
+
+/// A client builder for the master named [`MASTER_NAME`](super::MASTER_NAME),
+/// through the three sentinels.
+impl super::Topology for SentinelSetup {
+    fn builder(&self) -> lock_runtime::LockClientBuilder {
+        lock_runtime::LockClient::builder().sentinel(super::MASTER_NAME, self.sentinel_urls())
+    }
+}

@@ -78,7 +78,7 @@ pub async fn a_try_once_on_a_held_lock_is_busy_with_the_holders_remaining_lease(
     builder: LockClientBuilder,
 ) {
     let key = key("busy");
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (a, b) = two_clients(&builder).await;
     let guard = a.lock(&key).ttl(secs(5)).acquire().await.unwrap();
     match b.lock(&key).acquire().await {
         Err(LockError::Busy {
@@ -108,7 +108,7 @@ pub async fn a_try_once_on_a_held_lock_is_busy_with_the_holders_remaining_lease(
 
 pub async fn a_forgotten_fixed_lease_frees_the_key_after_its_ttl(builder: LockClientBuilder) {
     let key = key("forgotten");
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (a, b) = two_clients(&builder).await;
     let taken = Instant::now();
     let guard = fixed_lease(&a, &key, ms(400)).await.unwrap();
     let lost = guard.lost();
@@ -136,7 +136,7 @@ pub async fn fencing_tokens_strictly_increase_across_clients_releases_expiry_and
     builder: LockClientBuilder,
 ) {
     let key = key("fence");
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (a, b) = two_clients(&builder).await;
     let mut tokens = Vec::new();
     for round in 0..12 {
         let client = if round % 2 == 0 { &a } else { &b };
@@ -166,7 +166,7 @@ pub async fn an_external_delete_makes_the_holder_lost_and_cancels_its_with_lock_
     builder: LockClientBuilder,
 ) {
     let key = key("deleted");
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (a, b) = two_clients(&builder).await;
     let guard = a.lock(&key).ttl(ms(600)).acquire().await.unwrap();
     let lost = guard.lost();
     assert!(!guard.is_lost());
@@ -212,7 +212,7 @@ pub async fn an_external_delete_makes_the_holder_lost_and_cancels_its_with_lock_
 
 pub async fn a_waiter_wakes_within_milliseconds_of_a_release(builder: LockClientBuilder) {
     let key = key("handoff");
-    let (a, b) = (client(&builder).await, client(&builder).await);
+    let (a, b) = two_clients(&builder).await;
     let mut latencies = Vec::new();
     for round in 0..8 {
         // A long lease: only the release notice can wake the waiter in time.

@@ -124,21 +124,15 @@ pub(super) async fn complete_on(
     retention: Duration,
     notice: &str,
 ) -> Result<bool, LockError> {
-    let stored: i64 = COMPLETE
-        .key(record)
-        .arg(token.as_str())
+    let mut call = COMPLETE.key(record);
+    call.arg(token.as_str())
         .arg(millis(retention))
         .arg(response.status)
         .arg(&response.headers[..])
         .arg(&response.body[..])
         .arg(fingerprint)
-        .arg(if response.body_too_large { "1" } else { "" })
-        .arg(notice)
-        .arg(node.publish_command())
-        .invoke_async(&mut node.connection())
-        .await
-        .map_err(|e| BackendError::with_source("idempotency completion failed", e))?;
-    Ok(stored == 1)
+        .arg(if response.body_too_large { "1" } else { "" });
+    announced(node, &mut call, notice, "idempotency completion failed").await
 }
 
 pub(super) async fn release_on(
@@ -147,15 +141,27 @@ pub(super) async fn release_on(
     token: &Token,
     notice: &str,
 ) -> Result<bool, LockError> {
-    let released: i64 = RELEASE
-        .key(record)
-        .arg(token.as_str())
+    let mut call = RELEASE.key(record);
+    call.arg(token.as_str());
+    announced(node, &mut call, notice, "idempotency release failed").await
+}
+
+/// Runs `call`, a step that announces itself on the record's `notice`
+/// channel (its last two arguments: the channel and the node's publish
+/// command), on `node`: `true` when the script did it (answered 1).
+async fn announced(
+    node: &RedisBackend,
+    call: &mut redis::ScriptInvocation<'_>,
+    notice: &str,
+    failed: &str,
+) -> Result<bool, LockError> {
+    let done: i64 = call
         .arg(notice)
         .arg(node.publish_command())
         .invoke_async(&mut node.connection())
         .await
-        .map_err(|e| BackendError::with_source("idempotency release failed", e))?;
-    Ok(released == 1)
+        .map_err(|e| BackendError::with_source(failed, e))?;
+    Ok(done == 1)
 }
 
 /// Runs `op` on every Redlock node at once, each bounded by the node timeout:

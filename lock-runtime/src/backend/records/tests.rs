@@ -10,10 +10,13 @@ fn response(status: u16) -> StoredResponse {
     }
 }
 
+fn token() -> Token {
+    Token::random().unwrap()
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_record_is_claimed_once_then_replayed() {
-    let m = MemoryRecords::default();
-    let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
+    let (m, a, b) = (MemoryRecords::default(), token(), token());
     let lease = Duration::from_secs(1);
     assert_eq!(m.claim("r", &a, "fp", lease), Claim::Claimed);
     assert!(matches!(
@@ -38,8 +41,7 @@ async fn a_record_is_claimed_once_then_replayed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_completion_sent_again_after_a_lost_reply_is_still_ours() {
-    let m = MemoryRecords::default();
-    let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
+    let (m, a, b) = (MemoryRecords::default(), token(), token());
     let (lease, retention) = (Duration::from_secs(1), Duration::from_secs(60));
     assert_eq!(m.claim("r", &a, "fp", lease), Claim::Claimed);
     assert!(m.complete("r", &a, "fp", &response(201), retention));
@@ -75,8 +77,7 @@ fn a_redlock_answer_is_decided_only_when_the_lost_replies_cannot_change_it() {
 
 #[tokio::test(start_paused = true)]
 async fn an_unrenewed_claim_expires_and_a_released_one_is_free_at_once() {
-    let m = MemoryRecords::default();
-    let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
+    let (m, a, b) = (MemoryRecords::default(), token(), token());
     let lease = Duration::from_millis(300);
     assert_eq!(m.claim("r", &a, "fp", lease), Claim::Claimed);
     tokio::time::advance(Duration::from_millis(200)).await;
@@ -98,20 +99,15 @@ async fn an_unrenewed_claim_expires_and_a_released_one_is_free_at_once() {
 async fn the_embedded_backend_announces_a_completion_and_a_release_to_waiters() {
     use std::sync::Arc;
     let backend = Backend::Memory(Arc::new(crate::backend::memory::MemoryBackend::default()));
-    let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
+    let (a, b) = (token(), token());
     let (lease, retention) = (Duration::from_secs(1), Duration::from_secs(60));
     let (record, notice) = ("t:I{r}", "t:J{r}");
+    let claim = |token| backend.claim_record(record, notice, token, "fp", lease);
     let woken = |handle: &crate::backend::WaitHandle| {
         let notified = handle.waiter.notify.notified();
         futures_util::FutureExt::now_or_never(notified).is_some()
     };
-    assert_eq!(
-        backend
-            .claim_record(record, notice, &a, "fp", lease)
-            .await
-            .unwrap(),
-        Claim::Claimed
-    );
+    assert_eq!(claim(&a).await.unwrap(), Claim::Claimed);
     let waiting = backend.register_on(notice, &b).await;
     assert!(!woken(&waiting));
     assert!(backend.release_record(record, notice, &a).await.unwrap());
@@ -119,13 +115,7 @@ async fn the_embedded_backend_announces_a_completion_and_a_release_to_waiters() 
     // Nothing to release: no notice.
     assert!(!backend.release_record(record, notice, &a).await.unwrap());
     assert!(!woken(&waiting));
-    assert_eq!(
-        backend
-            .claim_record(record, notice, &b, "fp", lease)
-            .await
-            .unwrap(),
-        Claim::Claimed
-    );
+    assert_eq!(claim(&b).await.unwrap(), Claim::Claimed);
     let stored = backend
         .complete_record(record, notice, &b, "fp", &response(201), retention)
         .await

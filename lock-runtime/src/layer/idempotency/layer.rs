@@ -4,9 +4,8 @@ use std::time::Duration;
 
 use http::request::Parts;
 use http::{HeaderName, Method, header};
-use tower_layer::Layer;
 
-use super::{BodyFingerprint, Idempotency};
+use super::BodyFingerprint;
 use crate::LockClient;
 
 /// A closure naming whose records a request may see (the principal).
@@ -140,13 +139,12 @@ impl IdempotencyLayer {
         self
     }
 
-    /// The lease of an in-flight record (default: the client's default TTL,
-    /// at least [`MIN_TTL`](crate::MIN_TTL)), renewed every `ttl / 3` while
-    /// the handler runs, by the client's watchdog together with its locks.
-    /// If the process dies, the key is usable again after at most this long. Named like [`LockRequest::ttl`](crate::LockRequest::ttl).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.config().lease = Some(ttl);
-        self
+    config_setters! {
+        /// The lease of an in-flight record (default: the client's default TTL,
+        /// at least [`MIN_TTL`](crate::MIN_TTL)), renewed every `ttl / 3` while
+        /// the handler runs, by the client's watchdog together with its locks.
+        /// If the process dies, the key is usable again after at most this long. Named like [`LockRequest::ttl`](crate::LockRequest::ttl).
+        pub fn ttl(ttl: Duration) => lease = Some(ttl);
     }
 
     /// The old name of [`IdempotencyLayer::ttl`].
@@ -156,85 +154,69 @@ impl IdempotencyLayer {
         self.ttl(lease)
     }
 
-    /// How long a completed record (the stored response) is kept (default
-    /// 24 hours).
-    pub fn retention(mut self, retention: Duration) -> Self {
-        self.config().retention = retention;
-        self
-    }
+    config_setters! {
+        /// How long a completed record (the stored response) is kept (default
+        /// 24 hours).
+        pub fn retention(retention: Duration) => retention;
 
-    /// How long a duplicate waits for the request in flight to finish, then
-    /// gets its stored response (default `Duration::ZERO`: `409 Conflict` at
-    /// once, with `Retry-After: 1`). `409` too when the wait ends first.
-    ///
-    /// The duplicate sleeps on the record's notice, as a lock waiter does:
-    /// it gets the stored response about one round trip after the first
-    /// request's completion, or runs about as soon after a release (the
-    /// first request failed and its response is not stored). A lost notice
-    /// costs at most the record's lease, within this wait (see [Waiting
-    /// duplicates](super#waiting-duplicates)).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.config().wait = wait;
-        self
-    }
+        /// How long a duplicate waits for the request in flight to finish, then
+        /// gets its stored response (default `Duration::ZERO`: `409 Conflict` at
+        /// once, with `Retry-After: 1`). `409` too when the wait ends first.
+        ///
+        /// The duplicate sleeps on the record's notice, as a lock waiter does:
+        /// it gets the stored response about one round trip after the first
+        /// request's completion, or runs about as soon after a release (the
+        /// first request failed and its response is not stored). A lost notice
+        /// costs at most the record's lease, within this wait (see [Waiting
+        /// duplicates](super#waiting-duplicates)).
+        pub fn wait(wait: Duration) => wait;
 
-    /// The largest request body accepted, in bytes (default 1 MiB); larger
-    /// ones get `413 Payload Too Large`. The body is read in full to
-    /// fingerprint it.
-    pub fn max_request_body(mut self, bytes: usize) -> Self {
-        self.config().max_request_body = bytes;
-        self
-    }
+        /// The largest request body accepted, in bytes (default 1 MiB); larger
+        /// ones get `413 Payload Too Large`. The body is read in full to
+        /// fingerprint it.
+        pub fn max_request_body(bytes: usize) => max_request_body;
 
-    /// The largest response body stored, in bytes (default 1 MiB,
-    /// [`DEFAULT_MAX_BODY`]). A replay is always the stored response byte for
-    /// byte; a larger response is still sent in full to its own client, and
-    /// the request still counts as completed (the handler never runs again
-    /// for its key), but a retry gets `410 Gone` with `Idempotent-Replayed:
-    /// true` and a problem body naming the original status instead of a
-    /// replay: see [the module docs](super#responses-too-large-to-replay).
-    ///
-    /// ```
-    /// use lock_runtime::layer::IdempotencyLayer;
-    ///
-    /// # async fn demo(client: lock_runtime::LockClient) {
-    /// // Reports can be large: keep up to 8 MiB of each for replays.
-    /// let layer = IdempotencyLayer::new(client).max_response_body(8 << 20);
-    /// # let _ = layer;
-    /// # }
-    /// ```
-    pub fn max_response_body(mut self, bytes: usize) -> Self {
-        self.config().max_response_body = bytes;
-        self
-    }
+        /// The largest response body stored, in bytes (default 1 MiB,
+        /// [`DEFAULT_MAX_BODY`]). A replay is always the stored response byte for
+        /// byte; a larger response is still sent in full to its own client, and
+        /// the request still counts as completed (the handler never runs again
+        /// for its key), but a retry gets `410 Gone` with `Idempotent-Replayed:
+        /// true` and a problem body naming the original status instead of a
+        /// replay: see [the module docs](super#responses-too-large-to-replay).
+        ///
+        /// ```
+        /// use lock_runtime::layer::IdempotencyLayer;
+        ///
+        /// # async fn demo(client: lock_runtime::LockClient) {
+        /// // Reports can be large: keep up to 8 MiB of each for replays.
+        /// let layer = IdempotencyLayer::new(client).max_response_body(8 << 20);
+        /// # let _ = layer;
+        /// # }
+        /// ```
+        pub fn max_response_body(bytes: usize) => max_response_body;
 
-    /// How the request body counts in the fingerprint that tells a retry
-    /// from a reuse of its key for another request (default
-    /// [`BodyFingerprint::Bytes`]: the same bytes). With
-    /// [`BodyFingerprint::Json`], the same JSON value with members in another
-    /// order or other whitespace is the same request, and a body that is not
-    /// JSON gets `400 Bad Request`.
-    ///
-    /// ```
-    /// use lock_runtime::layer::IdempotencyLayer;
-    /// use lock_runtime::layer::idempotency::BodyFingerprint;
-    ///
-    /// # async fn demo(client: lock_runtime::LockClient) {
-    /// let layer = IdempotencyLayer::new(client).body_fingerprint(BodyFingerprint::Json);
-    /// # let _ = layer;
-    /// # }
-    /// ```
-    pub fn body_fingerprint(mut self, how: BodyFingerprint) -> Self {
-        self.config().body_fingerprint = how;
-        self
-    }
+        /// How the request body counts in the fingerprint that tells a retry
+        /// from a reuse of its key for another request (default
+        /// [`BodyFingerprint::Bytes`]: the same bytes). With
+        /// [`BodyFingerprint::Json`], the same JSON value with members in another
+        /// order or other whitespace is the same request, and a body that is not
+        /// JSON gets `400 Bad Request`.
+        ///
+        /// ```
+        /// use lock_runtime::layer::IdempotencyLayer;
+        /// use lock_runtime::layer::idempotency::BodyFingerprint;
+        ///
+        /// # async fn demo(client: lock_runtime::LockClient) {
+        /// let layer = IdempotencyLayer::new(client).body_fingerprint(BodyFingerprint::Json);
+        /// # let _ = layer;
+        /// # }
+        /// ```
+        pub fn body_fingerprint(how: BodyFingerprint) => body_fingerprint;
 
-    /// Whether `5xx` responses are stored and replayed (default `true`, as
-    /// the handler may have done part of its work). With `false` the record
-    /// is released and the key can be retried.
-    pub fn store_server_errors(mut self, store: bool) -> Self {
-        self.config().store_server_errors = store;
-        self
+        /// Whether `5xx` responses are stored and replayed (default `true`, as
+        /// the handler may have done part of its work). With `false` the record
+        /// is released and the key can be retried.
+        pub fn store_server_errors(store: bool) => store_server_errors;
     }
 
     /// Also store and replay the response header `name` (by default:
@@ -249,39 +231,25 @@ impl IdempotencyLayer {
         self
     }
 
-    /// When the backend cannot be reached: `false` (the default) answers `503
-    /// Service Unavailable` with `Retry-After` (fail closed); `true` runs the
-    /// handler unprotected (fail open).
-    pub fn fail_open(mut self, fail_open: bool) -> Self {
-        self.config().fail_open = fail_open;
-        self
+    config_setters! {
+        /// When the backend cannot be reached: `false` (the default) answers `503
+        /// Service Unavailable` with `Retry-After` (fail closed); `true` runs the
+        /// handler unprotected (fail open).
+        pub fn fail_open(fail_open: bool) => fail_open;
     }
 }
 
-impl<S> Layer<S> for IdempotencyLayer {
-    type Service = Idempotency<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Idempotency::new(inner, self.config.clone())
-    }
-}
-
-impl fmt::Debug for IdempotencyLayer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = &self.config;
-        f.debug_struct("IdempotencyLayer")
-            .field("client", &c.client)
-            .field("scoped", &c.scope.is_some())
-            .field("required_on", &c.required_on)
-            .field("lease", &c.lease)
-            .field("retention", &c.retention)
-            .field("wait", &c.wait)
-            .field("max_request_body", &c.max_request_body)
-            .field("max_response_body", &c.max_response_body)
-            .field("body_fingerprint", &c.body_fingerprint)
-            .field("store_server_errors", &c.store_server_errors)
-            .field("stored_headers", &c.stored_headers)
-            .field("fail_open", &c.fail_open)
-            .finish()
-    }
-}
+config_debug!(IdempotencyLayer, c => {
+    client,
+    scoped = c.scope.is_some(),
+    required_on,
+    lease,
+    retention,
+    wait,
+    max_request_body,
+    max_response_body,
+    body_fingerprint,
+    store_server_errors,
+    stored_headers,
+    fail_open,
+});

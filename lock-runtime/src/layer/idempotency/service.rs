@@ -28,27 +28,11 @@ use super::body::{Buffered, buffer, read_body};
 use super::running::{MAX_POLL, Running};
 use crate::backend::WaitHandle;
 
-/// The service made by [`IdempotencyLayer`](super::IdempotencyLayer).
-#[derive(Clone)]
-pub struct Idempotency<S> {
-    inner: S,
-    config: Arc<Config>,
-}
-
-impl<S> Idempotency<S> {
-    pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
-        Self { inner, config }
-    }
-}
-
-wrapped_service_access!(Idempotency);
-
-impl<S: fmt::Debug> fmt::Debug for Idempotency<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Idempotency")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
+wrapped_service! {
+    /// The service made by [`IdempotencyLayer`](super::IdempotencyLayer).
+    pub struct Idempotency;
+    made_by: super::IdempotencyLayer;
+    debug: []
 }
 
 /// Safe methods have no effects to repeat: they pass through.

@@ -5,9 +5,7 @@ use std::time::Duration;
 use axum::extract::FromRequestParts;
 use http::request::Parts;
 use http::{HeaderName, StatusCode};
-use tower_layer::Layer;
 
-use super::Lock;
 use super::key::{KeySource, parse_template};
 use crate::LockClient;
 
@@ -215,55 +213,32 @@ impl LockLayer {
         self
     }
 
-    /// The lease (default: the client's). Renewed every `ttl / 3` while the
-    /// request runs and its body is sent.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.config().ttl = Some(ttl);
-        self
-    }
+    config_setters! {
+        /// The lease (default: the client's). Renewed every `ttl / 3` while the
+        /// request runs and its body is sent.
+        pub fn ttl(ttl: Duration) => ttl = Some(ttl);
 
-    /// How long a request waits for a busy lock before it is refused (default
-    /// `Duration::ZERO`: refused at once).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.config().wait = wait;
-        self
-    }
+        /// How long a request waits for a busy lock before it is refused (default
+        /// `Duration::ZERO`: refused at once).
+        pub fn wait(wait: Duration) => wait;
 
-    /// The status of a refused request (default `409 Conflict`; `423 Locked`
-    /// is the other common choice).
-    pub fn busy_status(mut self, status: StatusCode) -> Self {
-        self.config().busy_status = status;
-        self
-    }
+        /// The status of a refused request (default `409 Conflict`; `423 Locked`
+        /// is the other common choice).
+        pub fn busy_status(status: StatusCode) => busy_status;
 
-    /// When the backend cannot be reached: `false` (the default) answers `503
-    /// Service Unavailable` with `Retry-After` (fail closed); `true` runs the
-    /// handler without the lock (fail open), for routes where availability
-    /// matters more than exclusion. The handler then finds no [`LockInfo`](crate::LockInfo).
-    pub fn fail_open(mut self, fail_open: bool) -> Self {
-        self.config().fail_open = fail_open;
-        self
+        /// When the backend cannot be reached: `false` (the default) answers `503
+        /// Service Unavailable` with `Retry-After` (fail closed); `true` runs the
+        /// handler without the lock (fail open), for routes where availability
+        /// matters more than exclusion. The handler then finds no [`LockInfo`](crate::LockInfo).
+        pub fn fail_open(fail_open: bool) => fail_open;
     }
 }
 
-impl<S> Layer<S> for LockLayer {
-    type Service = Lock<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Lock::new(inner, self.config.clone())
-    }
-}
-
-impl fmt::Debug for LockLayer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = &self.config;
-        f.debug_struct("LockLayer")
-            .field("client", &c.client)
-            .field("key", &c.key)
-            .field("ttl", &c.ttl)
-            .field("wait", &c.wait)
-            .field("busy_status", &c.busy_status)
-            .field("fail_open", &c.fail_open)
-            .finish()
-    }
-}
+config_debug!(LockLayer, c => {
+    client,
+    key,
+    ttl,
+    wait,
+    busy_status,
+    fail_open,
+});

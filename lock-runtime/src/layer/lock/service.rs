@@ -20,30 +20,13 @@ use super::layer::Config;
 use crate::layer::problem::{Refusal, problem, problem_retry};
 use crate::{LockError, LockGuard, LockInfo, context};
 
-/// The service made by [`LockLayer`](super::LockLayer): takes the request's
-/// lock, runs the inner service under it, and keeps it until the response
-/// body has been sent or dropped.
-#[derive(Clone)]
-pub struct Lock<S> {
-    inner: S,
-    config: Arc<Config>,
-}
-
-impl<S> Lock<S> {
-    pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
-        Self { inner, config }
-    }
-}
-
-wrapped_service_access!(Lock);
-
-impl<S: fmt::Debug> fmt::Debug for Lock<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lock")
-            .field("inner", &self.inner)
-            .field("key", &self.config.key)
-            .finish_non_exhaustive()
-    }
+wrapped_service! {
+    /// The service made by [`LockLayer`](super::LockLayer): takes the request's
+    /// lock, runs the inner service under it, and keeps it until the response
+    /// body has been sent or dropped.
+    pub struct Lock;
+    made_by: super::LockLayer;
+    debug: [key]
 }
 
 impl<S, B, ResB> Service<Request<B>> for Lock<S>
