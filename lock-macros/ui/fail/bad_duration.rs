@@ -15,4 +15,7 @@ async fn below_the_minimum() -> Result<(), LockError> {
     Ok(())
 }
 
+#[distributed_lock(key = "d", hold_at_least = "8d")]
+async fn kept_longer_than_the_longest_lease() {}
+
 fn main() {}

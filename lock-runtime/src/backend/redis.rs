@@ -103,11 +103,7 @@ impl RedisBackend {
         sentinels: &[String],
         options: &RedisOptions,
     ) -> Result<Self, LockError> {
-        if sentinels.is_empty() {
-            return Err(LockError::Config(
-                "`.sentinel(..)` needs at least one sentinel URL".into(),
-            ));
-        }
+        at_least_one(sentinels, "`.sentinel(..)` needs at least one sentinel URL")?;
         let sentinel = Arc::new(SentinelConn::new(master, sentinels, options)?);
         sentinel
             .current()
@@ -128,11 +124,7 @@ impl RedisBackend {
         seeds: &[String],
         options: &RedisOptions,
     ) -> Result<Self, LockError> {
-        if seeds.is_empty() {
-            return Err(LockError::Config(
-                "`.cluster(..)` needs at least one seed URL".into(),
-            ));
-        }
+        at_least_one(seeds, "`.cluster(..)` needs at least one seed URL")?;
         for url in seeds {
             open_client(url)?;
         }
@@ -528,4 +520,12 @@ impl RedisBackend {
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.conns[0], Conn::Cluster(_))
     }
+}
+
+/// `Config(message)` for an empty list of URLs.
+fn at_least_one(urls: &[String], message: &str) -> Result<(), LockError> {
+    if urls.is_empty() {
+        return Err(LockError::Config(message.into()));
+    }
+    Ok(())
 }
