@@ -97,7 +97,8 @@ impl Backend {
     ) -> Result<bool, LockError> {
         match self {
             Backend::Redis(b) => b.extend(names, token, ttl).await,
-            Backend::Redlock(b) => b.extend(names, token, ttl).await,
+            // One lease through the batched call (a majority decides).
+            Backend::Redlock(b) => Ok(b.extend_many(&[(names, token, ttl)]).await?[0]),
             Backend::Memory(b) => Ok(b.extend(names, token, ttl)),
         }
     }

@@ -228,15 +228,6 @@ impl RedlockBackend {
         join_all(self.nodes.iter().map(|node| node.announce(channel))).await;
     }
 
-    pub(crate) async fn extend(
-        &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
-    ) -> Result<bool, LockError> {
-        Ok(self.extend_many(&[(names, token, ttl)]).await?[0])
-    }
-
     /// Extends each lease on every node; a lease is extended when a majority
     /// confirmed it. An error when fewer than a majority answered at all (the
     /// watchdog then re-tries until the validity runs out).
