@@ -41,6 +41,9 @@ mod lease;
 pub(crate) use lease::RecordLease;
 use lease::{Lease, renew};
 
+/// How long the scheduler sleeps with nothing under watch.
+const IDLE_LOOK: Duration = Duration::from_secs(1);
+
 /// A handle on the scheduler; the task ends when this is dropped.
 ///
 /// Watching and unwatching only touch shared state under a mutex: taking and
@@ -260,13 +263,20 @@ async fn run(backend: Backend, shared: Arc<Shared>) {
         }
         let next = {
             let mut state = shared.state();
-            let next = state.timers.first().map(|(due, _)| *due);
-            state.sleeping_until = next;
+            // With nothing due, a look now and then: a lock taken meanwhile
+            // whose first renewal is due later than that needs no wake-up
+            // (with locks taken and released one after another, that was a
+            // task switch per lock).
+            let next = state
+                .timers
+                .first()
+                .map_or_else(|| Instant::now() + IDLE_LOOK, |(due, _)| *due);
+            state.sleeping_until = Some(next);
             next
         };
         tokio::select! {
             _ = shared.wake.notified() => {}
-            _ = sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {
+            _ = sleep_until(next) => {
                 let batch = take_due(&mut shared.state(), Instant::now());
                 // One kind per call: locks and records have scripts of their own.
                 let (locks, records): (Batch, Batch) =
