@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::LockError;
-use crate::backend::{AcquireOutcome, HANDOFF_LEASE, WaitHandle};
+use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, WaitHandle};
 use crate::backoff::Backoff;
 use crate::guard::{LockGuard, release_in_background};
 use crate::held::Held;
@@ -89,28 +89,84 @@ enum Woken {
     TimedOut,
 }
 
+/// What the caller asked for, besides the key.
+pub(super) struct Asked {
+    pub(super) ttl: Duration,
+    /// `Duration::ZERO`: try once.
+    pub(super) wait: Duration,
+    pub(super) renew: bool,
+    pub(super) metrics: crate::metrics::Name,
+    /// `hold_at_least` (zero: none).
+    pub(super) hold_at_least: Duration,
+}
+
 impl Acquisition {
     pub(super) async fn start(
         inner: Arc<Inner>,
         key: String,
-        ttl: Duration,
-        wait: Duration,
-        renew: bool,
-        metrics: crate::metrics::Name,
-        hold_at_least: Duration,
+        asked: Asked,
     ) -> Result<Self, LockError> {
+        let names = KeyNames::new(&inner.prefix, &key);
+        let token = Token::random()?;
+        let mut acquisition = Self::new(inner, key, names, token, asked);
+        let attempt = &acquisition.attempt;
+        let names = attempt.names.as_ref().expect("set until the end");
+        if !acquisition.wait.is_zero() && attempt.inner.backend.notices_ready(names) {
+            acquisition.waiter = Some(attempt.inner.backend.register(names, &attempt.token).await);
+        }
+        Ok(acquisition)
+    }
+
+    /// The embedded backend answers at once, so an uncontended acquire there
+    /// is taken right here, without the boxed steps (their future is sized
+    /// for the server backends' requests). `Err(key)`: go the usual way
+    /// (another backend, or a busy key to wait for).
+    pub(super) fn try_embedded(
+        inner: &Arc<Inner>,
+        key: String,
+        asked: Asked,
+    ) -> Result<Result<LockGuard, LockError>, (String, Asked)> {
+        let Backend::Memory(memory) = &inner.backend else {
+            return Err((key, asked));
+        };
+        let names = KeyNames::new(&inner.prefix, &key);
+        let token = match Token::random() {
+            Ok(token) => token,
+            Err(e) => return Ok(Err(e.into())),
+        };
+        // Try once: a busy answer neither queues nor registers.
+        match memory.acquire(&names, &token, asked.ttl, Duration::ZERO) {
+            AcquireOutcome::Acquired { fencing } => {
+                let sent = Instant::now();
+                let ttl = asked.ttl;
+                let acquisition = Self::new(inner.clone(), key, names, token, asked);
+                Ok(Ok(acquisition.hold(fencing, sent, ttl, false)))
+            }
+            AcquireOutcome::Busy { remaining, .. } if asked.wait.is_zero() => {
+                crate::metrics::busy(&asked.metrics, Duration::ZERO);
+                Ok(Err(LockError::Busy {
+                    key,
+                    retry_after: remaining,
+                }))
+            }
+            AcquireOutcome::Busy { .. } => Err((key, asked)),
+        }
+    }
+
+    fn new(inner: Arc<Inner>, key: String, names: KeyNames, token: Token, asked: Asked) -> Self {
+        let Asked {
+            ttl,
+            wait,
+            renew,
+            metrics,
+            hold_at_least,
+        } = asked;
         let started = Instant::now();
         // A wait too long to represent (`Duration::MAX`) means "wait forever".
         let deadline = started
             .checked_add(wait)
             .unwrap_or_else(|| started + FOREVER);
-        let names = KeyNames::new(&inner.prefix, &key);
-        let token = Token::random()?;
-        let mut waiter = None;
-        if !wait.is_zero() && inner.backend.notices_ready(&names) {
-            waiter = Some(inner.backend.register(&names, &token).await);
-        }
-        Ok(Self {
+        Self {
             attempt: Attempt {
                 inner,
                 key,
@@ -123,7 +179,7 @@ impl Acquisition {
             wait,
             started,
             deadline,
-            waiter,
+            waiter: None,
             last_busy: started,
             fence_seen: 0,
             maybe_queued: false,
@@ -131,7 +187,7 @@ impl Acquisition {
             backoff: RETRY_BACKOFF,
             metrics,
             hold_at_least,
-        })
+        }
     }
 
     /// Runs the steps until the lock is held or given up.

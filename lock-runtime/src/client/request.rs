@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::acquire::{Acquisition, FOREVER};
+use super::acquire::{Acquisition, Asked, FOREVER};
 use super::local::{Entry, LocalWait};
 use super::{LockClient, MAX_TTL, validate_ttl};
 use crate::guard::LockGuard;
@@ -116,7 +116,7 @@ impl LockRequest {
     /// Cancel-safe: dropping the future never leaves the lock held for longer
     /// than one lease, and a lock it may have taken is released in the
     /// background.
-    pub async fn acquire(self) -> Result<LockGuard, LockError> {
+    pub async fn acquire(mut self) -> Result<LockGuard, LockError> {
         let inner = &self.client.0;
         validate_key(&self.key)?;
         let ttl = self.ttl.unwrap_or(inner.default_ttl);
@@ -132,6 +132,18 @@ impl LockRequest {
             tracing::trace!(key = %self.key, "lock re-entered by the holding task");
             return Ok(LockGuard::reentered(held, inner.clone()));
         }
+        let asked = Asked {
+            ttl,
+            wait: self.wait,
+            renew: self.renew,
+            metrics: self.metrics.clone(),
+            hold_at_least: self.hold_at_least,
+        };
+        let (key, asked) = match Acquisition::try_embedded(inner, self.key, asked) {
+            Ok(answered) => return answered,
+            Err(usual) => usual,
+        };
+        self.key = key;
         // Boxed: the steps' state (script futures of every backend) would
         // otherwise sit inline in every caller's future, and nested locked
         // scopes would stack it up.
@@ -186,15 +198,7 @@ impl LockRequest {
             // Ends the role (the line learns whether the key is held) however
             // the acquisition ends.
             let _representing = representing;
-            Acquisition::start(
-                inner,
-                self.key,
-                ttl,
-                wait,
-                self.renew,
-                self.metrics,
-                self.hold_at_least,
-            )
+            Acquisition::start(inner, self.key, Asked { wait, ..asked })
             .await?
             .finish()
             .await
