@@ -849,3 +849,32 @@ async fn a_forgotten_holder_whose_lease_ends_does_not_strand_its_line() {
     assert_eq!(Calls::of(&server).incr, 2, "not acquired on the server");
     next.release().await.unwrap();
 }
+
+/// A holder that tried once starts no line (no entry per held key for
+/// locks that rarely see a waiter of their own client): the first task of
+/// the client that waits for it goes through the server, and the line forms
+/// from its hold on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_tried_once_hands_over_through_the_server_then_the_line_forms() {
+    let (server, [client]) = server_and_clients::<1>().await;
+    let key = "tried-once";
+    let holder = client.lock(key).acquire().await.unwrap();
+    let second = spawn_entered(in_line(&client, key).acquire()).await;
+    holder.release().await.unwrap();
+    let second = acquired(secs(3), "the waiter", second).await;
+    let after_server = Calls::of(&server);
+    assert_eq!(
+        after_server.incr, 2,
+        "handed over by the server: {after_server:?}"
+    );
+    assert_eq!(after_server.incrby, 0, "{after_server:?}");
+    // The waiter held with a wait: a third task now waits in its line.
+    let third = spawn_entered(in_line(&client, key).acquire()).await;
+    second.release().await.unwrap();
+    let third = acquired(secs(3), "the third task", third).await;
+    let in_process = Calls::of(&server);
+    assert_eq!(in_process.incr, 2, "not through the server: {in_process:?}");
+    // A block reserved (and maybe the next one ahead, on a slow machine).
+    assert!(in_process.incrby >= 1, "no block reserved: {in_process:?}");
+    third.release().await.unwrap();
+}

@@ -384,7 +384,7 @@ impl Acquisition {
             granted,
             inner.backend.drift(ttl),
         );
-        inner.local.hold(&held, self.renew);
+        inner.local.hold(&held, self.renew, !self.wait.is_zero());
         tracing::debug!(key = %held.key, fencing,
             waited_us = self.started.elapsed().as_micros() as u64, "lock acquired");
         LockGuard::owner(held, inner)

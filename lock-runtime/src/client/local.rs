@@ -366,7 +366,15 @@ impl Local {
     /// `held` is now held by this client (acquired on the server): it holds
     /// for the line of its key, or starts one. A line with other settings
     /// is closed (its tasks enter again).
-    pub(crate) fn hold(&self, held: &Arc<Held>, renew: bool) {
+    ///
+    /// `waited`: the acquisition asked for a wait. One that tried once
+    /// starts no line: most such locks (a scheduled job, a lock per order)
+    /// never see a task of their own client wait for them, and an entry per
+    /// held key would cost a map insert and about 300 bytes each (10,000
+    /// held locks: 18.5 MiB of RSS instead of 15.5). A task of this client
+    /// that then waits for the key goes through the server once, and the
+    /// line forms from there.
+    pub(crate) fn hold(&self, held: &Arc<Held>, renew: bool, waited: bool) {
         if !self.enabled {
             return;
         }
@@ -377,6 +385,8 @@ impl Local {
                 slot.block = None;
                 slot.next_block = None;
             }
+            Some(_) if !waited => {}
+            None if !waited => {}
             _ => {
                 keys.insert(
                     held.key.clone(),

@@ -199,9 +199,9 @@ impl LockRequest {
             // the acquisition ends.
             let _representing = representing;
             Acquisition::start(inner, self.key, Asked { wait, ..asked })
-            .await?
-            .finish()
-            .await
+                .await?
+                .finish()
+                .await
         })
         .await;
         if let Err(e) = &acquired
