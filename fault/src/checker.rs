@@ -12,7 +12,7 @@
 //! | fencing tokens are unique and increase | worker logs | two acquisitions of a key got one token; or (with persistence) a token not above one acquired before the attempt began |
 //! | overlapping holds as seen by clients | worker logs | two holds that both ended in a successful release overlap, using `[acquired, release sent]`, which lies inside the true hold, so an overlap is real |
 //! | waiters that never got the lock | worker logs | an operation ended without the lock although its wait was long (the scenarios use long waits) |
-//! | locks held past their TTL after the holder died | worker logs + faults | after a holder was stopped past its lease or killed, nobody else got the key within TTL + slack |
+//! | locks held past their TTL after the holder died | worker logs + faults | after a holder was stopped past its lease or killed, nobody else got the key within TTL + slack, though another process wanted it |
 //! | stalls | worker logs + faults | waiters waited with no reported holder for longer than TTL + slack outside server outages (an orphaned lock: a cancelled acquire, a leaked watchdog; or waiters that missed a free lock) |
 //! | cancelled acquires are never held | worker logs | a cancelled acquire left a guard being renewed (`renewed_leases() > 0`) |
 //! | blocked runtimes (scenario 7) | worker logs | blocked below the TTL and lost it, or blocked past it and not told (`lost()` not resolved within 2 s, or `release` returned `Ok`) |
@@ -693,9 +693,15 @@ pub fn check(run: &RunData) -> Report {
                 .filter_map(|o| o.acquired.map(|(_, t)| t))
                 .filter(|&t| t >= start)
                 .min();
-            let pending = ops
-                .iter()
-                .any(|o| o.key == held.key && o.process != victim && o.attempt <= start + ttl_us);
+            // Another process wanted the key when the fault struck, or
+            // within a lease after (one that had got it, or given up,
+            // before the fault does not count).
+            let pending = ops.iter().any(|o| {
+                o.key == held.key
+                    && o.process != victim
+                    && o.attempt <= start + ttl_us
+                    && o.wait_end().is_none_or(|t| t >= start)
+            });
             match next {
                 Some(t) => {
                     let takeover = t - start;
@@ -1111,6 +1117,23 @@ mod tests {
         let r = check(&data);
         assert_eq!(r.violations.log_mismatches, 1, "{:?}", r.examples);
         assert_eq!(r.killed_mid_draw, 0);
+    }
+
+    #[test]
+    fn a_killed_holders_key_that_nobody_wants_any_more_is_not_held_past_its_ttl() {
+        // Worker 1 had its turn before the kill and wants the key no more.
+        let a = vec![attempt(1, 0), acquired(1, 2, 300)];
+        let mut b = Vec::new();
+        op(&mut b, 1, "k", 1, 0, 1, ReleaseOutcome::Ok);
+        let mut data = run(vec![a, b], vec![write(1, 1, 0, 0, 1, 1)], 1);
+        data.faults = vec![Fault::KillWorker { worker: 0, t: 500 }];
+        let r = check(&data);
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        // One that waits at the kill and never gets the key is.
+        data.workers[1].events.push(attempt(2, 400));
+        data.drawn.insert(1, 2);
+        let r = check(&data);
+        assert_eq!(r.violations.held_past_ttl, 1, "{:?}", r.examples);
     }
 
     #[test]

@@ -55,8 +55,11 @@ pub struct WorkerConfig {
     pub epoch: u64,
     /// The directory of the logs: one per task, [`log_file`].
     pub log_dir: PathBuf,
-    /// The lock keys to choose from (uniformly).
+    /// The lock keys to choose from (uniformly, but see `affinity`).
     pub keys: Vec<String>,
+    /// The process's own key (an index into `keys`) and how many operations
+    /// per mille take it rather than a uniform choice (0: always uniform).
+    pub affinity: (u64, u64),
     /// The run's operation budget (shared by all workers).
     pub budget: u64,
     /// The lease, ms.
@@ -109,6 +112,8 @@ impl WorkerConfig {
         put("fencing", self.fencing.to_string());
         for (k, v) in [
             ("tasks", u64::from(self.tasks)),
+            ("home-key", self.affinity.0),
+            ("affinity-per-mille", self.affinity.1),
             ("epoch", self.epoch),
             ("budget", self.budget),
             ("ttl-ms", self.ttl_ms),
@@ -177,6 +182,7 @@ impl WorkerConfig {
             wait_ms: num("wait-ms")?,
             think_ms: range("think-ms")?,
             first_task_think_ms: range("first-task-think-ms")?,
+            affinity: (num("home-key")?, num("affinity-per-mille")?),
             fencing: get("fencing")? == "true",
             response_timeout_ms: num("response-timeout-ms")?,
             cancel_per_mille: num("cancel-per-mille")?,
@@ -333,7 +339,13 @@ async fn run_async(config: WorkerConfig) -> Result<(), String> {
 }
 
 async fn one_operation(w: &mut Worker, op: u64) {
-    let key = w.config.keys[w.rng.range(0, w.config.keys.len() as u64 - 1) as usize].clone();
+    let (home, affinity) = w.config.affinity;
+    let index = if affinity > 0 && w.rng.chance(affinity) {
+        home
+    } else {
+        w.rng.range(0, w.config.keys.len() as u64 - 1)
+    };
+    let key = w.config.keys[index as usize].clone();
     let started = w.clock.now();
     w.log(Event::Attempt {
         op,
@@ -537,6 +549,7 @@ mod tests {
             wait_ms: 5000,
             think_ms: (0, 2),
             first_task_think_ms: (300, 300),
+            affinity: (1, 900),
             fencing: true,
             response_timeout_ms: 250,
             cancel_per_mille: 500,

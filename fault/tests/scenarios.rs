@@ -204,8 +204,8 @@ fn redlock_with_a_minority_of_masters_killed_rarely_and_briefly_stalls_past_a_le
     );
 }
 
-/// Asserts that tasks of one process handed the key on in-process (local
-/// hand-over): `at_least` acquisitions came from no token of the server's.
+/// Asserts that tasks of one process handed keys on in-process (local
+/// hand-over): `at_least` acquisitions took no token of the server's.
 fn handed_on_locally(o: &Outcome, at_least: u64) {
     let local = o
         .handed_on_locally()
@@ -219,17 +219,24 @@ fn handed_on_locally(o: &Outcome, at_least: u64) {
 }
 
 #[test]
-fn eight_tasks_in_each_of_four_processes_hand_one_key_on_without_overlap() {
-    let o = survives("tasks-no-faults", 0, "");
+fn eight_tasks_in_each_of_four_processes_take_turns_on_one_key_without_overlap() {
+    let o = survives("tasks-1-key", 0, "");
     assert_eq!(o.report.writes_accepted, OPS);
-    handed_on_locally(&o, 1);
 }
 
 #[test]
-fn a_process_stopped_or_killed_while_its_task_holds_is_fenced_out_with_the_tasks_in_its_line() {
-    let o = run_clean("tasks-stop-holder");
+fn tasks_hand_their_processs_own_key_on_in_process_without_overlap() {
+    let o = survives("tasks-own-keys", 0, "");
+    assert_eq!(o.report.writes_accepted, OPS);
+    handed_on_locally(&o, OPS / 2);
+}
+
+/// Runs `name` (scenario 10): no violation, a stop and a kill struck (every
+/// 2nd strike is a kill), the stopped holders' late writes were refused and
+/// their releases said "not owner", and another process took the key over.
+fn struck_and_fenced_out(name: &str) -> Outcome {
+    let o = run_clean(name);
     let r = &o.report;
-    // Kills every 2nd time: a stop and a kill at least.
     assert!(o.faults >= 2, "the holder was struck {} times", o.faults);
     assert!(r.stale_writes >= 1, "no stop hit a holder mid-write: {r:?}");
     assert_eq!(
@@ -238,7 +245,18 @@ fn a_process_stopped_or_killed_while_its_task_holds_is_fenced_out_with_the_tasks
     );
     assert!(r.stale_release_lost >= 1, "{r:?}");
     assert!(r.max_takeover_ms > 0, "{r:?}");
-    handed_on_locally(&o, 1);
+    o
+}
+
+#[test]
+fn a_process_stopped_or_killed_while_its_task_holds_is_fenced_out_with_the_tasks_in_its_line() {
+    struck_and_fenced_out("tasks-stop-holder");
+}
+
+#[test]
+fn a_process_stopped_or_killed_amid_local_hand_overs_is_fenced_out() {
+    let o = struck_and_fenced_out("tasks-stop-holder-own-keys");
+    handed_on_locally(&o, OPS / 2);
 }
 
 #[test]
