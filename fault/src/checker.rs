@@ -694,13 +694,14 @@ pub fn check(run: &RunData) -> Report {
                 .filter(|&t| t >= start)
                 .min();
             // Another process wanted the key when the fault struck, or
-            // within a lease after (one that had got it, or given up,
-            // before the fault does not count).
+            // within a lease after (one that had got it, or given up, or
+            // died, before the fault does not count).
             let pending = ops.iter().any(|o| {
+                let death = killed.get(&o.process).copied();
                 o.key == held.key
                     && o.process != victim
                     && o.attempt <= start + ttl_us
-                    && o.wait_end().is_none_or(|t| t >= start)
+                    && o.wait_end().or(death).is_none_or(|t| t >= start)
             });
             match next {
                 Some(t) => {
@@ -1120,7 +1121,7 @@ mod tests {
     }
 
     #[test]
-    fn a_killed_holders_key_that_nobody_wants_any_more_is_not_held_past_its_ttl() {
+    fn a_killed_holders_key_that_no_live_worker_wants_any_more_is_not_held_past_its_ttl() {
         // Worker 1 had its turn before the kill and wants the key no more.
         let a = vec![attempt(1, 0), acquired(1, 2, 300)];
         let mut b = Vec::new();
@@ -1129,9 +1130,15 @@ mod tests {
         data.faults = vec![Fault::KillWorker { worker: 0, t: 500 }];
         let r = check(&data);
         assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
-        // One that waits at the kill and never gets the key is.
+        // Nor one that died waiting before the kill.
         data.workers[1].events.push(attempt(2, 400));
         data.drawn.insert(1, 2);
+        data.faults
+            .insert(0, Fault::KillWorker { worker: 1, t: 450 });
+        let r = check(&data);
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        // One that waits at the kill and never gets the key is.
+        data.faults.remove(0);
         let r = check(&data);
         assert_eq!(r.violations.held_past_ttl, 1, "{:?}", r.examples);
     }
