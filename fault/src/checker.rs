@@ -16,7 +16,7 @@
 //! | stalls | worker logs + faults | waiters waited with no reported holder for longer than TTL + slack outside server outages (an orphaned lock: a cancelled acquire, a leaked watchdog; or waiters that missed a free lock) |
 //! | cancelled acquires are never held | worker logs | a cancelled acquire left a guard being renewed (`renewed_leases() > 0`) |
 //! | blocked runtimes (scenario 7) | worker logs | blocked below the TTL and lost it, or blocked past it and not told (`lost()` not resolved within 2 s, or `release` returned `Ok`) |
-//! | stopped holders (scenario 2) | worker logs + faults | stopped past the lease and `release` still said `Ok` |
+//! | stopped holders (scenarios 2, 10) | worker logs + faults | stopped past the lease and `release`, sent after the `SIGCONT`, still said `Ok` |
 //! | every operation accounted for | worker logs + the store's draws | a worker drew more operations from the budget than its log began, and it was not killed (a killed process may have drawn one per task whose answer never arrived) |
 //! | nothing hangs | the harness | a worker did not finish before the run's deadline |
 //!
@@ -754,9 +754,15 @@ pub fn check(run: &RunData) -> Report {
                         r.stale_writes_rejected += 1;
                     }
                 }
+                // A release sent before `end` (read before the SIGCONT) was
+                // sent before the stop landed (a stopped process sends
+                // nothing): it ran while the lease was valid, and `Ok` is
+                // right. The stop's `start` is read before the SIGSTOP, which
+                // a victim at the end of its think can outrun.
+                let sent_after_stop = held.release_sent.is_some_and(|t| t >= end);
                 match held.released {
                     Some((ReleaseOutcome::Lost, _)) => r.stale_release_lost += 1,
-                    Some((ReleaseOutcome::Ok, _)) => {
+                    Some((ReleaseOutcome::Ok, _)) if sent_after_stop => {
                         flag(
                             &mut r.violations.stale_release_ok,
                             &mut examples,
@@ -1050,6 +1056,31 @@ mod tests {
         let r = stopped_writer(300_050, WriteOutcome::Rejected);
         assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
         assert_eq!((r.stale_writes, r.stale_writes_rejected), (1, 1));
+    }
+
+    #[test]
+    fn a_release_sent_before_the_stop_landed_may_say_ok_and_one_sent_after_may_not() {
+        // The harness reads the stop's start (30 µs), then signals; the
+        // victim writes and sends its release at 40 µs before the stop lands.
+        let released = |sent: u64| {
+            let mut a = Vec::new();
+            op(&mut a, 1, "k", 1, 0, 1, ReleaseOutcome::Ok);
+            if let Some(Event::ReleaseSent { t, .. }) = a.get_mut(3) {
+                *t = sent;
+            }
+            if let Some(Event::Released { t, .. }) = a.get_mut(4) {
+                *t = 300_100;
+            }
+            let mut data = run(vec![a], vec![write(1, 1, 0, 0, 0, 1)], 1);
+            data.faults = vec![Fault::StopWorker {
+                worker: 0,
+                start: 30,
+                end: 300_000,
+            }];
+            check(&data).violations.stale_release_ok
+        };
+        assert_eq!(released(40), 0);
+        assert_eq!(released(300_050), 1);
     }
 
     #[test]
