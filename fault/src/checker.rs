@@ -12,12 +12,18 @@
 //! | fencing tokens are unique and increase | worker logs | two acquisitions of a key got one token; or (with persistence) a token not above one acquired before the attempt began |
 //! | overlapping holds as seen by clients | worker logs | two holds that both ended in a successful release overlap, using `[acquired, release sent]`, which lies inside the true hold, so an overlap is real |
 //! | waiters that never got the lock | worker logs | an operation ended without the lock although its wait was long (the scenarios use long waits) |
-//! | locks held past their TTL after the holder died | worker logs + faults | after a holder was stopped past its lease or killed, nobody else got the key within TTL + slack |
+//! | locks held past their TTL after the holder died | worker logs + faults | after a holder was stopped past its lease or killed, nobody else got the key within TTL + slack, though another process wanted it |
 //! | stalls | worker logs + faults | waiters waited with no reported holder for longer than TTL + slack outside server outages (an orphaned lock: a cancelled acquire, a leaked watchdog; or waiters that missed a free lock) |
 //! | cancelled acquires are never held | worker logs | a cancelled acquire left a guard being renewed (`renewed_leases() > 0`) |
 //! | blocked runtimes (scenario 7) | worker logs | blocked below the TTL and lost it, or blocked past it and not told (`lost()` not resolved within 2 s, or `release` returned `Ok`) |
-//! | stopped holders (scenario 2) | worker logs + faults | stopped past the lease and `release` still said `Ok` |
+//! | stopped holders (scenarios 2, 10) | worker logs + faults | stopped past the lease and `release`, sent after the `SIGCONT`, still said `Ok` |
+//! | every operation accounted for | worker logs + the store's draws | a worker drew more operations from the budget than its log began, and it was not killed (a killed process may have drawn one per task whose answer never arrived) |
 //! | nothing hangs | the harness | a worker did not finish before the run's deadline |
+//!
+//! A worker here is a *logical* worker: one task of a worker process (most
+//! scenarios run one task per process). Two tasks of one process are checked
+//! against each other as two processes are; a `SIGSTOP` or `SIGKILL` of the
+//! process strikes all of its tasks at once ([`WorkerLog::process`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -25,11 +31,13 @@ use std::fmt;
 use crate::log::{Event, Fault, ReleaseOutcome, WriteOutcome};
 use crate::store::Record;
 
-/// One worker's log.
+/// One logical worker's log.
 #[derive(Clone, Debug, Default)]
 pub struct WorkerLog {
-    /// Worker number.
+    /// Logical worker number (what the store's log names).
     pub id: u32,
+    /// The process it ran in (what the harness's faults name).
+    pub process: u32,
     /// Its events, in order.
     pub events: Vec<Event>,
 }
@@ -51,7 +59,9 @@ pub struct RunData {
     pub faults: Vec<Fault>,
     /// The store's final state per key.
     pub records: BTreeMap<String, Record>,
-    /// Workers that had not finished at the deadline.
+    /// How many operations within the budget each logical worker drew.
+    pub drawn: BTreeMap<u32, u64>,
+    /// Worker processes that had not finished at the deadline.
     pub hung: Vec<u32>,
 }
 
@@ -66,7 +76,7 @@ pub struct Violations {
     pub lost_updates: u64,
     /// Writes applied twice, or a counter above the accepted writes.
     pub duplicated_updates: u64,
-    /// Worker logs and the store disagree.
+    /// Worker logs and the store disagree (writes, or operations drawn).
     pub log_mismatches: u64,
     /// One token given to two acquisitions of a key.
     pub duplicate_fences: u64,
@@ -144,6 +154,10 @@ impl Violations {
 pub struct Report {
     /// Lock operations (attempts to take a lock).
     pub operations: u64,
+    /// Operations drawn from the budget by a task of a killed process that
+    /// never logged their attempt (the draw's answer was on its way): with
+    /// [`Report::operations`], the budget.
+    pub killed_mid_draw: u64,
     /// Operations that got the lock.
     pub acquired: u64,
     /// Acquire calls that failed with a backend error (retried).
@@ -205,6 +219,7 @@ impl fmt::Display for Report {
 #[derive(Clone, Debug, Default)]
 struct Op {
     worker: u32,
+    process: u32,
     op: u64,
     key: String,
     attempt: u64,
@@ -261,7 +276,9 @@ pub fn check(run: &RunData) -> Report {
     let slack_us = run.slack_ms * 1000;
     let ttl_us = run.ttl_ms * 1000;
 
-    // Rebuild operations.
+    // Rebuild operations. Faults name processes, logs logical workers.
+    let process_of: HashMap<u32, u32> = run.workers.iter().map(|w| (w.id, w.process)).collect();
+    let process = |worker: u32| process_of.get(&worker).copied().unwrap_or(worker);
     let killed: HashMap<u32, u64> = run
         .faults
         .iter()
@@ -283,6 +300,7 @@ pub fn check(run: &RunData) -> Report {
                     current.insert(*op, ops.len());
                     ops.push(Op {
                         worker: w.id,
+                        process: w.process,
                         op: *op,
                         key: key.clone(),
                         attempt: *t,
@@ -366,6 +384,26 @@ pub fn check(run: &RunData) -> Report {
             }
         }
     }
+    // Every operation drawn from the budget began in its worker's log, but
+    // one per task of a killed process whose draw's answer never arrived.
+    let mut began: BTreeMap<u32, u64> = run.drawn.keys().map(|&w| (w, 0)).collect();
+    for o in &ops {
+        *began.entry(o.worker).or_default() += 1;
+    }
+    for (worker, logged) in began {
+        let drawn = run.drawn.get(&worker).copied().unwrap_or(0);
+        match drawn.checked_sub(logged) {
+            Some(0) => {}
+            Some(1) if killed.contains_key(&process(worker)) => r.killed_mid_draw += 1,
+            _ => flag(
+                &mut r.violations.log_mismatches,
+                &mut examples,
+                format!(
+                    "worker {worker} drew {drawn} operations from the budget; its log began {logged}"
+                ),
+            ),
+        }
+    }
     let max_wait = ops
         .iter()
         .filter_map(|o| o.acquired.map(|(_, t)| t.saturating_sub(o.attempt)))
@@ -447,7 +485,7 @@ pub fn check(run: &RunData) -> Report {
                 }
                 // A worker killed before it logged the answer, or one whose
                 // answer was lost.
-                None if killed.contains_key(&w.worker)
+                None if killed.contains_key(&process(w.worker))
                     || unanswered.contains(&(w.worker, w.op)) => {}
                 None => {
                     flag(
@@ -584,7 +622,7 @@ pub fn check(run: &RunData) -> Report {
         let mut edges: Vec<(u64, i32, i32)> = Vec::new(); // (t, waiting delta, holding delta)
         for o in key_ops {
             let eol = end_of_log.get(&o.worker).copied().unwrap_or(0);
-            let death = killed.get(&o.worker).copied();
+            let death = killed.get(&o.process).copied();
             let wait_end = o.wait_end().unwrap_or_else(|| death.unwrap_or(eol));
             edges.push((o.attempt, 1, 0));
             edges.push((wait_end.max(o.attempt), -1, 0));
@@ -631,7 +669,7 @@ pub fn check(run: &RunData) -> Report {
         }
     }
 
-    // Stopped and killed holders.
+    // Stopped and killed holders (`victim` is a process: all of its tasks).
     for f in &run.faults {
         let (victim, start, end) = match f {
             Fault::StopWorker { worker, start, end } => (*worker, *start, Some(*end)),
@@ -641,87 +679,105 @@ pub fn check(run: &RunData) -> Report {
         if end.is_some_and(|e| e - start <= ttl_us) {
             continue; // a short stop: the lease may survive it
         }
-        let held = ops.iter().find(|o| {
-            o.worker == victim
+        // Every task of the process that held a key when it was struck (a
+        // one-task process holds one at most).
+        let held_ops = ops.iter().filter(|o| {
+            o.process == victim
                 && o.acquired.is_some_and(|(_, t)| t <= start)
                 && o.release_sent.is_none_or(|t| t >= start)
         });
-        let Some(held) = held else { continue };
-        let next = ops
-            .iter()
-            .filter(|o| o.key == held.key && o.worker != victim)
-            .filter_map(|o| o.acquired.map(|(_, t)| t))
-            .filter(|&t| t >= start)
-            .min();
-        let pending = ops
-            .iter()
-            .any(|o| o.key == held.key && o.worker != victim && o.attempt <= start + ttl_us);
-        match next {
-            Some(t) => {
-                let takeover = t - start;
-                r.max_takeover_ms = r.max_takeover_ms.max(ms(takeover));
-                if takeover > ttl_us + slack_us {
+        for held in held_ops {
+            let next = ops
+                .iter()
+                .filter(|o| o.key == held.key && o.process != victim)
+                .filter_map(|o| o.acquired.map(|(_, t)| t))
+                .filter(|&t| t >= start)
+                .min();
+            // Another process wanted the key when the fault struck, or
+            // within a lease after (one that had got it, or given up, or
+            // died, before the fault does not count).
+            let pending = ops.iter().any(|o| {
+                let death = killed.get(&o.process).copied();
+                o.key == held.key
+                    && o.process != victim
+                    && o.attempt <= start + ttl_us
+                    && o.wait_end().or(death).is_none_or(|t| t >= start)
+            });
+            match next {
+                Some(t) => {
+                    let takeover = t - start;
+                    r.max_takeover_ms = r.max_takeover_ms.max(ms(takeover));
+                    if takeover > ttl_us + slack_us {
+                        flag(
+                            &mut r.violations.held_past_ttl,
+                            &mut examples,
+                            format!(
+                                "{}: worker {} {} at {start} µs holding it; the next holder got it {} ms later (TTL {} ms)",
+                                held.key,
+                                held.worker,
+                                if end.is_some() { "stopped" } else { "killed" },
+                                ms(takeover),
+                                run.ttl_ms
+                            ),
+                        );
+                    }
+                }
+                None if pending => {
                     flag(
                         &mut r.violations.held_past_ttl,
                         &mut examples,
                         format!(
-                            "{}: worker {victim} {} at {start} µs holding it; the next holder got it {} ms later (TTL {} ms)",
-                            held.key,
-                            if end.is_some() { "stopped" } else { "killed" },
-                            ms(takeover),
-                            run.ttl_ms
+                            "{}: nobody got the key after worker {}'s fault at {start} µs",
+                            held.key, held.worker
                         ),
                     );
                 }
+                None => {}
             }
-            None if pending => {
-                flag(
-                    &mut r.violations.held_past_ttl,
-                    &mut examples,
-                    format!(
-                        "{}: nobody got the key after worker {victim}'s fault at {start} µs",
-                        held.key
-                    ),
-                );
-            }
-            None => {}
-        }
-        if let Some(end) = end {
-            // Stale: sent once the store had seen the next holder's token
-            // (its read had returned). Only then must fencing refuse it: a
-            // write in flight when the stop came, or one that reaches the
-            // store before any higher token, is rightly taken.
-            let next_read = ops
-                .iter()
-                .filter(|o| o.key == held.key && o.worker != victim)
-                .filter(|o| o.acquired.is_some_and(|(_, t)| t >= start))
-                .filter_map(|o| o.read)
-                .min();
-            if let Some((outcome, _, sent)) = held.write
-                && sent >= end
-                && next_read.is_some_and(|read| read <= sent)
-            {
-                r.stale_writes += 1;
-                if outcome == WriteOutcome::Rejected {
-                    r.stale_writes_rejected += 1;
+            if let Some(end) = end {
+                // Stale: sent once the store had seen the next holder's token
+                // (its read had returned). Only then must fencing refuse it: a
+                // write in flight when the stop came, or one that reaches the
+                // store before any higher token, is rightly taken.
+                let next_read = ops
+                    .iter()
+                    .filter(|o| o.key == held.key && o.process != victim)
+                    .filter(|o| o.acquired.is_some_and(|(_, t)| t >= start))
+                    .filter_map(|o| o.read)
+                    .min();
+                if let Some((outcome, _, sent)) = held.write
+                    && sent >= end
+                    && next_read.is_some_and(|read| read <= sent)
+                {
+                    r.stale_writes += 1;
+                    if outcome == WriteOutcome::Rejected {
+                        r.stale_writes_rejected += 1;
+                    }
                 }
-            }
-            match held.released {
-                Some((ReleaseOutcome::Lost, _)) => r.stale_release_lost += 1,
-                Some((ReleaseOutcome::Ok, _)) => {
-                    flag(
-                        &mut r.violations.stale_release_ok,
-                        &mut examples,
-                        format!(
-                            "{}: worker {victim} op {} was stopped {} ms (TTL {} ms) and its release still said Ok",
-                            held.key,
-                            held.op,
-                            ms(end - start),
-                            run.ttl_ms
-                        ),
-                    );
+                // A release sent before `end` (read before the SIGCONT) was
+                // sent before the stop landed (a stopped process sends
+                // nothing): it ran while the lease was valid, and `Ok` is
+                // right. The stop's `start` is read before the SIGSTOP, which
+                // a victim at the end of its think can outrun.
+                let sent_after_stop = held.release_sent.is_some_and(|t| t >= end);
+                match held.released {
+                    Some((ReleaseOutcome::Lost, _)) => r.stale_release_lost += 1,
+                    Some((ReleaseOutcome::Ok, _)) if sent_after_stop => {
+                        flag(
+                            &mut r.violations.stale_release_ok,
+                            &mut examples,
+                            format!(
+                                "{}: worker {} op {} was stopped {} ms (TTL {} ms) and its release still said Ok",
+                                held.key,
+                                held.worker,
+                                held.op,
+                                ms(end - start),
+                                run.ttl_ms
+                            ),
+                        );
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
         }
     }
@@ -838,9 +894,24 @@ mod tests {
     /// A run with the workers' `logs` (worker `i` wrote `logs[i]`) and the
     /// store record of `k`.
     fn run(logs: Vec<Vec<Event>>, writes: Vec<StoredWrite>, counter: u64) -> RunData {
-        let workers = (0..)
+        let workers: Vec<WorkerLog> = (0..)
             .zip(logs)
-            .map(|(id, events)| WorkerLog { id, events })
+            .map(|(id, events)| WorkerLog {
+                id,
+                process: id,
+                events,
+            })
+            .collect();
+        // Every operation drawn began in the log.
+        let drawn = workers
+            .iter()
+            .map(|w| {
+                let began = w
+                    .events
+                    .iter()
+                    .filter(|e| matches!(e, Event::Attempt { .. }));
+                (w.id, began.count() as u64)
+            })
             .collect();
         let mut records = BTreeMap::new();
         records.insert(
@@ -858,6 +929,7 @@ mod tests {
             expect_monotonic_fences: true,
             workers,
             records,
+            drawn,
             ..RunData::default()
         }
     }
@@ -987,6 +1059,31 @@ mod tests {
     }
 
     #[test]
+    fn a_release_sent_before_the_stop_landed_may_say_ok_and_one_sent_after_may_not() {
+        // The harness reads the stop's start (30 µs), then signals; the
+        // victim writes and sends its release at 40 µs before the stop lands.
+        let released = |sent: u64| {
+            let mut a = Vec::new();
+            op(&mut a, 1, "k", 1, 0, 1, ReleaseOutcome::Ok);
+            if let Some(Event::ReleaseSent { t, .. }) = a.get_mut(3) {
+                *t = sent;
+            }
+            if let Some(Event::Released { t, .. }) = a.get_mut(4) {
+                *t = 300_100;
+            }
+            let mut data = run(vec![a], vec![write(1, 1, 0, 0, 0, 1)], 1);
+            data.faults = vec![Fault::StopWorker {
+                worker: 0,
+                start: 30,
+                end: 300_000,
+            }];
+            check(&data).violations.stale_release_ok
+        };
+        assert_eq!(released(40), 0);
+        assert_eq!(released(300_050), 1);
+    }
+
+    #[test]
     fn a_waiter_left_without_a_holder_for_longer_than_a_lease_is_a_stall() {
         let mut a = Vec::new();
         op(&mut a, 1, "k", 1, 0, 1, ReleaseOutcome::Ok);
@@ -1004,6 +1101,77 @@ mod tests {
         assert_eq!(r.violations.stalled, 1, "{:?}", r.examples);
         assert_eq!(r.violations.waiters_never_acquired, 1);
         assert!(r.max_stall_ms >= 399);
+    }
+
+    /// Two tasks of process 0 (logical workers 0 and 1) and process 1
+    /// (logical worker 2) on `k`.
+    fn two_tasks_and_another_process(logs: [Vec<Event>; 3], writes: Vec<StoredWrite>) -> RunData {
+        let counter = writes.len() as u64;
+        let mut data = run(logs.into(), writes, counter);
+        for (w, process) in data.workers.iter_mut().zip([0, 0, 1]) {
+            w.process = process;
+        }
+        data
+    }
+
+    #[test]
+    fn tasks_of_one_process_are_checked_against_each_other_like_processes() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        op(&mut a, 1, "k", 1, 0, 1, ReleaseOutcome::Ok);
+        op(&mut b, 1, "k", 1, 5, 2, ReleaseOutcome::Ok);
+        let data = two_tasks_and_another_process(
+            [a, b, vec![]],
+            vec![write(1, 1, 0, 0, 0, 1), write(2, 1, 1, 0, 1, 1)],
+        );
+        let v = check(&data).violations;
+        assert_eq!(v.client_overlaps, 1);
+        assert_eq!(v.duplicate_fences, 1);
+        assert_eq!(v.store_overlaps, 1);
+    }
+
+    #[test]
+    fn a_kill_ends_every_task_of_the_process_and_accounts_for_a_draw_in_flight() {
+        // Task 0 holds from 10 µs, task 1 waits in its line; process 0 is
+        // killed at 50 µs, while task 1 also had a draw on its way (one more
+        // drawn than its log began). Process 1 takes over at 150 ms.
+        let a = vec![attempt(1, 0), acquired(1, 1, 10)];
+        let b = vec![attempt(1, 5)];
+        let c = vec![attempt(1, 20), acquired(1, 2, 150_000)];
+        let mut data = two_tasks_and_another_process([a, b, c], vec![]);
+        data.faults = vec![Fault::KillWorker { worker: 0, t: 50 }];
+        data.drawn.insert(1, 2);
+        let r = check(&data);
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        assert_eq!((r.operations, r.killed_mid_draw), (3, 1));
+        assert_eq!(r.max_takeover_ms, 149);
+        // Not killed: an operation drawn that no log began is a mismatch.
+        data.faults.clear();
+        let r = check(&data);
+        assert_eq!(r.violations.log_mismatches, 1, "{:?}", r.examples);
+        assert_eq!(r.killed_mid_draw, 0);
+    }
+
+    #[test]
+    fn a_killed_holders_key_that_no_live_worker_wants_any_more_is_not_held_past_its_ttl() {
+        // Worker 1 had its turn before the kill and wants the key no more.
+        let a = vec![attempt(1, 0), acquired(1, 2, 300)];
+        let mut b = Vec::new();
+        op(&mut b, 1, "k", 1, 0, 1, ReleaseOutcome::Ok);
+        let mut data = run(vec![a, b], vec![write(1, 1, 0, 0, 1, 1)], 1);
+        data.faults = vec![Fault::KillWorker { worker: 0, t: 500 }];
+        let r = check(&data);
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        // Nor one that died waiting before the kill.
+        data.workers[1].events.push(attempt(2, 400));
+        data.drawn.insert(1, 2);
+        data.faults
+            .insert(0, Fault::KillWorker { worker: 1, t: 450 });
+        let r = check(&data);
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        // One that waits at the kill and never gets the key is.
+        data.faults.remove(0);
+        let r = check(&data);
+        assert_eq!(r.violations.held_past_ttl, 1, "{:?}", r.examples);
     }
 
     #[test]

@@ -25,11 +25,7 @@ fn main() -> ExitCode {
         Some("worker") => WorkerConfig::from_args(&args[1..])
             .and_then(worker::run)
             .map(|()| true),
-        Some("all") => options(&args[1..]).and_then(|o| {
-            let mut scenarios = Scenario::all(o.ops, o.short);
-            scenarios.extend(Scenario::scale_out(o.ops, o.short));
-            run_all(&scenarios, &o)
-        }),
+        Some("all") => options(&args[1..]).and_then(|o| run_all(&Scenario::suite(o.ops, o.short), &o)),
         Some("run") => match args.get(1) {
             Some(names) => options(&args[2..]).and_then(|o| {
                 let scenarios = names
@@ -44,9 +40,8 @@ fn main() -> ExitCode {
             None => Err("usage: fault run NAME[,NAME...] [--ops N] [--runs R]".into()),
         },
         Some("list") => {
-            for s in Scenario::all(0, false)
+            for s in Scenario::suite(0, false)
                 .into_iter()
-                .chain(Scenario::scale_out(0, false))
                 .chain(Scenario::demonstrations(0, false))
             {
                 println!("{:28} {}", s.name, s.title);
@@ -149,6 +144,7 @@ fn run_round(scenarios: &[Scenario], exe: &Path, keep: Option<&Path>) -> Vec<Out
                     report: Default::default(),
                     elapsed: Default::default(),
                     faults: 0,
+                    tokens: None,
                     error: Some(e),
                 }
             }

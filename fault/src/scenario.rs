@@ -11,7 +11,7 @@ use crate::log::{self, Clock, Event, Fault, LogWriter};
 use crate::server::SentinelGroup;
 use crate::store;
 use crate::timeline::Sampler;
-use crate::worker::WorkerConfig;
+use crate::worker::{self, WorkerConfig};
 use test_support::{RedisServer, signal};
 
 /// The fault a scenario injects.
@@ -125,8 +125,15 @@ pub struct Scenario {
     pub ops: u64,
     /// Worker processes.
     pub workers: u32,
-    /// Keys, chosen uniformly.
+    /// Tasks per worker process, sharing its `LockClient` (so its tasks hand
+    /// a key on in-process); each is a logical worker of its own.
+    pub tasks: u32,
+    /// Keys, chosen uniformly (but see `affinity_per_mille`).
     pub keys: usize,
+    /// Per mille of the operations that take their process's own key (the
+    /// process number modulo `keys`; a fault victim's replacement takes the
+    /// victim's) instead of a uniform choice.
+    pub affinity_per_mille: u64,
     /// Lease, ms.
     pub ttl_ms: u64,
     /// Wait per operation, ms.
@@ -162,7 +169,9 @@ impl Scenario {
             title,
             ops,
             workers: 32,
+            tasks: 1,
             keys: 1,
+            affinity_per_mille: 0,
             ttl_ms: 2000,
             wait_ms: 60_000,
             think_ms: (0, 2),
@@ -329,6 +338,83 @@ impl Scenario {
         ]
     }
 
+    /// Scenarios 9 and 10: every worker process runs 8 tasks on its one
+    /// `LockClient`, so that tasks of a process wanting one key wait in its
+    /// in-process line, and a `SIGSTOP` or `SIGKILL` strikes a holder
+    /// together with the tasks waiting in its line. On one key the four
+    /// processes contend all the time, so a holder almost never gets a block
+    /// of tokens (`reserve.lua` refuses while another process is queued) and
+    /// hands on to the server's queue: the processes take turns, one task
+    /// each. With a key of its own that each process takes 9 times in 10,
+    /// most acquisitions are local hand-overs with tokens from reserved
+    /// blocks, and the other processes' tenth operation breaks the chains.
+    pub fn in_process(ops: u64, short: bool) -> Vec<Scenario> {
+        let one_key = |name, title| Scenario {
+            workers: 4,
+            tasks: 8,
+            ..Scenario::base(name, title, ops)
+        };
+        let own_keys = |scenario: Scenario| Scenario {
+            keys: 4,
+            affinity_per_mille: 900,
+            ..scenario
+        };
+        // Scenario 2's fault: the victim process's first task thinks 300 ms,
+        // and is stopped past its 500 ms lease, or killed, while it holds
+        // the first key; kills every 2nd time. For CI the stop is 800 ms, so
+        // that a 500-operation run has a stop and a kill with room to spare.
+        let stop = |name, title, fencing| Scenario {
+            ttl_ms: 500,
+            fencing,
+            fault: FaultPlan::StopHolder {
+                stop_ms: if short { 800 } else { 1500 },
+                victim_think_ms: 300,
+                kill_every: 2,
+            },
+            expect_violations: !fencing,
+            ..one_key(name, title)
+        };
+        vec![
+            one_key(
+                "tasks-1-key",
+                "9. no faults, 4 processes x 8 tasks, 1 key (processes take turns)",
+            ),
+            own_keys(one_key(
+                "tasks-own-keys",
+                "9. no faults, 4 processes x 8 tasks, 4 keys, 9 in 10 on the process's own (local hand-over)",
+            )),
+            stop(
+                "tasks-stop-holder",
+                "10. 4 processes x 8 tasks, 1 key: SIGSTOP holder > TTL (every 2nd: kill -9), fencing on",
+                true,
+            ),
+            stop(
+                "tasks-stop-holder-unfenced",
+                "10. same, store WITHOUT fencing (checker must object)",
+                false,
+            ),
+            Scenario {
+                // Longer holds than the others' 0-2 ms, so that the other
+                // processes do not spend the budget before a stop and a
+                // kill have struck (kept at 85 % local hand-overs).
+                think_ms: (0, 20),
+                ..own_keys(stop(
+                    "tasks-stop-holder-own-keys",
+                    "10. same with fencing, 4 keys, 9 in 10 on the process's own (local hand-over), think 0-20 ms",
+                    true,
+                ))
+            },
+        ]
+    }
+
+    /// What `fault all` runs, in this order: scenarios 1-7, 8, 9-10.
+    pub fn suite(ops: u64, short: bool) -> Vec<Scenario> {
+        let mut scenarios = Self::all(ops, short);
+        scenarios.extend(Self::scale_out(ops, short));
+        scenarios.extend(Self::in_process(ops, short));
+        scenarios
+    }
+
     /// Demonstrations of an operator action that loses data: not part of
     /// `all` (the checker must object; `fault run NAME`).
     pub fn demonstrations(ops: u64, short: bool) -> Vec<Scenario> {
@@ -374,9 +460,8 @@ impl Scenario {
 
     /// The scenario called `name`.
     pub fn by_name(name: &str, ops: u64, short: bool) -> Option<Scenario> {
-        Self::all(ops, short)
+        Self::suite(ops, short)
             .into_iter()
-            .chain(Self::scale_out(ops, short))
             .chain(Self::demonstrations(ops, short))
             .find(|s| s.name == name)
     }
@@ -393,6 +478,9 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// Faults injected.
     pub faults: usize,
+    /// How the lock server issued fencing tokens, for the scenarios with
+    /// several tasks per process on one server.
+    pub tokens: Option<TokenCalls>,
     /// The harness itself failed (a server did not come back, ...): the
     /// report is empty.
     pub error: Option<String>,
@@ -406,12 +494,59 @@ impl Outcome {
             && self.report.operations > 0
             && self.error.is_none()
     }
+
+    /// At least how many acquisitions were handed on in-process (local
+    /// hand-over), when the run counted the server's tokens: every one that
+    /// came from the server took an `INCR` there.
+    pub fn handed_on_locally(&self) -> Option<u64> {
+        let tokens = self.tokens?;
+        Some(self.report.acquired.saturating_sub(tokens.single))
+    }
 }
 
+/// Fencing tokens a lock server issued, from its `INFO commandstats`: the
+/// scripts' `INCR` (acquire.lua taking a key, release.lua handing it to the
+/// next in the server's queue) and `INCRBY` (reserve.lua: a block for local
+/// hand-over).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TokenCalls {
+    /// `INCR` calls: one token each.
+    pub single: u64,
+    /// `INCRBY` calls: one block each.
+    pub blocks: u64,
+}
+
+impl TokenCalls {
+    fn of(server: &RedisServer) -> Result<Self, String> {
+        let client = redis::Client::open(server.url()).map_err(|e| e.to_string())?;
+        let mut conn = client.get_connection().map_err(|e| e.to_string())?;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut conn)
+            .map_err(|e| e.to_string())?;
+        Ok(Self::parse(&info))
+    }
+
+    /// Reads the `calls` of `incr` and `incrby` out of `INFO commandstats`.
+    fn parse(info: &str) -> Self {
+        let calls = |command: &str| {
+            let prefix = format!("cmdstat_{command}:calls=");
+            info.lines()
+                .find_map(|line| line.strip_prefix(prefix.as_str()))
+                .and_then(|rest| rest.split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        Self {
+            single: calls("incr"),
+            blocks: calls("incrby"),
+        }
+    }
+}
+
+/// A worker process.
 struct Running {
     id: u32,
     child: Child,
-    log: PathBuf,
     done: bool,
 }
 
@@ -471,17 +606,30 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
     let (topology, replica_acks) = (lock.topology(), lock.replica_acks(scenario));
     let worker = |id: u32| WorkerConfig {
         id,
+        tasks: scenario.tasks,
         lock_url: lock_url.clone(),
         store_url: store_url.clone(),
         topology: topology.clone(),
         replica_acks,
         epoch,
-        log: dir.join(format!("worker-{id}.jsonl")),
+        log_dir: dir.clone(),
         keys: keys.clone(),
+        // Replacements (numbered from `workers` on) stand in for worker 0.
+        affinity: (
+            if id >= scenario.workers {
+                0
+            } else {
+                u64::from(id) % keys.len() as u64
+            },
+            scenario.affinity_per_mille,
+        ),
         budget: scenario.ops,
         ttl_ms: scenario.ttl_ms,
         wait_ms: scenario.wait_ms,
-        think_ms: match scenario.fault {
+        think_ms: scenario.think_ms,
+        // The victim's first task thinks long: the harness strikes while it
+        // holds (its other tasks, if any, wait in its line or go on).
+        first_task_think_ms: match scenario.fault {
             FaultPlan::StopHolder {
                 victim_think_ms, ..
             } if id == 0 || id >= scenario.workers => (victim_think_ms, victim_think_ms),
@@ -509,7 +657,6 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         Ok(Running {
             id: config.id,
             child,
-            log: config.log.clone(),
             done: false,
         })
     };
@@ -577,17 +724,29 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
 
     let mut workers = Vec::new();
     for r in &running {
-        let events: Vec<Event> = match log::read_lines(&r.log) {
-            Ok(events) => events,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e.to_string()),
-        };
-        workers.push(WorkerLog { id: r.id, events });
+        for task in 0..scenario.tasks {
+            let id = worker::logical_id(r.id, task, scenario.tasks);
+            let events: Vec<Event> = match log::read_lines(&worker::log_file(&dir, id)) {
+                Ok(events) => events,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(e.to_string()),
+            };
+            workers.push(WorkerLog {
+                id,
+                process: r.id,
+                events,
+            });
+        }
     }
     let mut records = BTreeMap::new();
     for key in &keys {
         records.insert(key.clone(), store::fetch_record(&mut store_conn, key)?);
     }
+    let drawn = store::fetch_drawn(&mut store_conn)?;
+    let tokens = match &mut lock {
+        LockSide::Single(server) if scenario.tasks > 1 => Some(TokenCalls::of(server)?),
+        _ => None,
+    };
     let data = RunData {
         ttl_ms: scenario.ttl_ms,
         slack_ms: scenario.slack_ms,
@@ -595,6 +754,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         workers,
         faults: faults.clone(),
         records,
+        drawn,
         hung,
     };
     let report = checker::check(&data);
@@ -616,6 +776,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         report,
         elapsed: started.elapsed(),
         faults: faults.len(),
+        tokens,
         error,
     })
 }
@@ -779,7 +940,9 @@ impl Injector {
                     .arg("reader")
                     .query(cx.store)
                     .map_err(|e| e.to_string())?;
-                if reader.as_deref() != Some(victim.id.to_string().as_str()) {
+                // Its first task, the one that thinks long.
+                let first = worker::logical_id(victim.id, 0, cx.scenario.tasks);
+                if reader.as_deref() != Some(first.to_string().as_str()) {
                     return Ok(None);
                 }
                 // It read and now thinks, holding the lock: strike.
@@ -1067,6 +1230,18 @@ pub fn table(outcomes: &[Outcome]) -> String {
         if r.cancelled > 0 {
             notes.push(format!("{} cancelled", r.cancelled));
         }
+        if r.killed_mid_draw > 0 {
+            notes.push(format!(
+                "{} drawn by tasks killed before their attempt",
+                r.killed_mid_draw
+            ));
+        }
+        if let (Some(local), Some(tokens)) = (o.handed_on_locally(), o.tokens) {
+            notes.push(format!(
+                "at least {local} handed on in-process ({} tokens from the server, {} blocks reserved)",
+                tokens.single, tokens.blocks
+            ));
+        }
         if r.stale_writes > 0 || r.stale_release_lost > 0 {
             notes.push(format!(
                 "stale writes {} ({} rejected), stale releases \"not owner\" {}",
@@ -1130,4 +1305,34 @@ pub fn table(outcomes: &[Outcome]) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_calls_are_read_from_info_commandstats() {
+        let info = "# Commandstats\r\n\
+            cmdstat_evalsha:calls=900,usec=1,usec_per_call=0.00\r\n\
+            cmdstat_incrby:calls=5,usec=2,usec_per_call=0.40\r\n\
+            cmdstat_incr:calls=486,usec=3,usec_per_call=0.01\r\n";
+        assert_eq!(
+            TokenCalls::parse(info),
+            TokenCalls {
+                single: 486,
+                blocks: 5
+            }
+        );
+        assert_eq!(TokenCalls::parse(""), TokenCalls::default());
+    }
+
+    #[test]
+    fn every_scenario_has_its_own_name() {
+        let suite = Scenario::suite(500, true);
+        let mut names: Vec<&str> = suite.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), suite.len());
+    }
 }

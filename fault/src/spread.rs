@@ -87,6 +87,13 @@ pub fn table(outcomes: &[Outcome]) -> String {
                 fmt_spread(&regressions, "")
             ));
         }
+        let local: Vec<u64> = ok.iter().filter_map(|o| o.handed_on_locally()).collect();
+        if !local.is_empty() {
+            notes.push(format!(
+                "handed on in-process at least {}",
+                fmt_spread(&local, "")
+            ));
+        }
         let ops = ok.first().map_or(0, |o| o.report.operations);
         s.push_str(&format!(
             "| {} | {} | {} | {} of {} | {} | {} | {} | {} |\n",

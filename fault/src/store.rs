@@ -17,6 +17,9 @@ use redis::aio::ConnectionManager;
 static SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("store.lua")));
 
+static DRAW: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("draw.lua")));
+
 /// The record's name for a lock key.
 pub fn record_key(key: &str) -> String {
     format!("rec:{{{key}}}")
@@ -29,6 +32,9 @@ pub fn log_key(key: &str) -> String {
 
 /// The global operation counter the workers draw from.
 pub const OPS_KEY: &str = "ops";
+
+/// How many operations within the budget each worker drew (a hash).
+pub const DRAWN_KEY: &str = "drawn";
 
 /// A worker's handle on the store.
 #[derive(Clone)]
@@ -73,11 +79,23 @@ impl Store {
         })
     }
 
-    /// Takes the next operation number from the run's budget.
-    pub async fn next_op(&self) -> redis::RedisResult<u64> {
-        redis::cmd("INCR")
-            .arg(OPS_KEY)
-            .query_async(&mut self.conn.clone())
+    /// The same store, for another worker (a task of the same process):
+    /// one connection, the worker's own name in the record and its log.
+    pub fn for_worker(&self, worker: u32) -> Self {
+        Self {
+            worker,
+            ..self.clone()
+        }
+    }
+
+    /// Takes the next operation number from the run's `budget`, counting it
+    /// as this worker's when it is within the budget.
+    pub async fn next_op(&self, budget: u64) -> redis::RedisResult<u64> {
+        DRAW.key(OPS_KEY)
+            .key(DRAWN_KEY)
+            .arg(self.worker)
+            .arg(budget)
+            .invoke_async(&mut self.conn.clone())
             .await
     }
 
@@ -199,6 +217,16 @@ pub fn fetch_record(conn: &mut redis::Connection, key: &str) -> Result<Record, S
         writes,
         rejected: num("rejected"),
     })
+}
+
+/// How many operations within the budget each worker drew (the run is over).
+pub fn fetch_drawn(
+    conn: &mut redis::Connection,
+) -> Result<std::collections::BTreeMap<u32, u64>, String> {
+    redis::cmd("HGETALL")
+        .arg(DRAWN_KEY)
+        .query(conn)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -5,8 +5,17 @@
 //! [`WorkerConfig::to_args`] for the flags. It draws operations from the
 //! store's global counter until the run's budget is spent, so a paused or
 //! killed worker does not make the run shorter or longer.
+//!
+//! A process runs `tasks` tokio tasks (1 unless a scenario says otherwise)
+//! that share its one `LockClient`, so that tasks of one process wanting the
+//! same key go through the client's local hand-over. Each task is a logical
+//! worker of its own ([`logical_id`]) with its own log file and its own name
+//! in the store: the checker treats two tasks of one process as it treats two
+//! processes, and learns from [`crate::checker::WorkerLog::process`] which
+//! ones a `SIGSTOP` or `SIGKILL` of the process struck together.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockGuard};
@@ -15,11 +24,25 @@ use crate::log::{Clock, Event, LogWriter, ReleaseOutcome, WriteOutcome};
 use crate::rng::Rng;
 use crate::store::{ReadResult, Store, WriteResult};
 
-/// What one worker does.
+/// The logical worker that task `task` of process `process` is, when every
+/// process runs `tasks` tasks: unique in the run, and the process number
+/// itself for one-task processes.
+pub fn logical_id(process: u32, task: u32, tasks: u32) -> u32 {
+    process * tasks + task
+}
+
+/// The log file of logical worker `id` in the run's directory `dir`.
+pub fn log_file(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("worker-{id}.jsonl"))
+}
+
+/// What one worker process does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerConfig {
-    /// Worker number (unique in the run).
+    /// Process number (unique in the run).
     pub id: u32,
+    /// Tasks sharing the process's `LockClient` (each a logical worker).
+    pub tasks: u32,
     /// The lock servers' URLs, comma-separated (one for `single`).
     pub lock_url: String,
     /// `single`, `redlock` or `sentinel:<master name>`.
@@ -30,10 +53,13 @@ pub struct WorkerConfig {
     pub store_url: String,
     /// The run's epoch (a `CLOCK_MONOTONIC` reading in µs, see [`crate::log`]).
     pub epoch: u64,
-    /// Where the log goes.
-    pub log: PathBuf,
-    /// The lock keys to choose from (uniformly).
+    /// The directory of the logs: one per task, [`log_file`].
+    pub log_dir: PathBuf,
+    /// The lock keys to choose from (uniformly, but see `affinity`).
     pub keys: Vec<String>,
+    /// The process's own key (an index into `keys`) and how many operations
+    /// per mille take it rather than a uniform choice (0: always uniform).
+    pub affinity: (u64, u64),
     /// The run's operation budget (shared by all workers).
     pub budget: u64,
     /// The lease, ms.
@@ -42,6 +68,9 @@ pub struct WorkerConfig {
     pub wait_ms: u64,
     /// Think time between the read and the write, ms (uniform in the range).
     pub think_ms: (u64, u64),
+    /// The same for task 0 (a fault's victim thinks long, so that the
+    /// harness can strike it while it holds).
+    pub first_task_think_ms: (u64, u64),
     /// Whether the store checks fencing tokens.
     pub fencing: bool,
     /// The client's response timeout, ms.
@@ -74,12 +103,17 @@ impl WorkerConfig {
         put("topology", self.topology.clone());
         let (replicas, acks_ms) = self.replica_acks;
         put("replica-acks", format!("{replicas}/{acks_ms}"));
-        put("log", self.log.display().to_string());
+        put("log-dir", self.log_dir.display().to_string());
         put("keys", self.keys.join(","));
         let (think_lo, think_hi) = self.think_ms;
         put("think-ms", format!("{think_lo}..{think_hi}"));
+        let (first_lo, first_hi) = self.first_task_think_ms;
+        put("first-task-think-ms", format!("{first_lo}..{first_hi}"));
         put("fencing", self.fencing.to_string());
         for (k, v) in [
+            ("tasks", u64::from(self.tasks)),
+            ("home-key", self.affinity.0),
+            ("affinity-per-mille", self.affinity.1),
             ("epoch", self.epoch),
             ("budget", self.budget),
             ("ttl-ms", self.ttl_ms),
@@ -113,17 +147,22 @@ impl WorkerConfig {
         };
         let num =
             |k: &str| -> Result<u64, String> { get(k)?.parse().map_err(|e| format!("--{k}: {e}")) };
-        let think = get("think-ms")?;
-        let (lo, hi) = think
-            .split_once("..")
-            .ok_or_else(|| format!("--think-ms {think:?}: expected LO..HI"))?;
-        let range = |s: &str| s.parse::<u64>().map_err(|e| format!("--think-ms: {e}"));
+        let range = |k: &str| -> Result<(u64, u64), String> {
+            let v = get(k)?;
+            let (lo, hi) = v
+                .split_once("..")
+                .ok_or_else(|| format!("--{k} {v:?}: expected LO..HI"))?;
+            let end = |s: &str| s.parse::<u64>().map_err(|e| format!("--{k}: {e}"));
+            Ok((end(lo)?, end(hi)?))
+        };
+        let id = |k: &str| u32::try_from(num(k)?).map_err(|e| format!("--{k}: {e}"));
         let acks = get("replica-acks")?;
         let (replicas, acks_ms) = acks
             .split_once('/')
             .ok_or_else(|| format!("--replica-acks {acks:?}: expected N/MS"))?;
         Ok(Self {
-            id: u32::try_from(num("id")?).map_err(|e| e.to_string())?,
+            id: id("id")?,
+            tasks: id("tasks")?.max(1),
             lock_url: get("lock")?.clone(),
             topology: get("topology")?.clone(),
             replica_acks: (
@@ -136,12 +175,14 @@ impl WorkerConfig {
             ),
             store_url: get("store")?.clone(),
             epoch: num("epoch")?,
-            log: PathBuf::from(get("log")?),
+            log_dir: PathBuf::from(get("log-dir")?),
             keys: get("keys")?.split(',').map(str::to_string).collect(),
             budget: num("budget")?,
             ttl_ms: num("ttl-ms")?,
             wait_ms: num("wait-ms")?,
-            think_ms: (range(lo)?, range(hi)?),
+            think_ms: range("think-ms")?,
+            first_task_think_ms: range("first-task-think-ms")?,
+            affinity: (num("home-key")?, num("affinity-per-mille")?),
             fencing: get("fencing")? == "true",
             response_timeout_ms: num("response-timeout-ms")?,
             cancel_per_mille: num("cancel-per-mille")?,
@@ -175,8 +216,9 @@ fn builder(config: &WorkerConfig) -> lock_runtime::LockClientBuilder {
     b
 }
 
-/// Runs the worker to the end of the budget on a current-thread runtime (so
-/// that blocking it in scenario 7 blocks its watchdog too).
+/// Runs the worker process to the end of the budget on a current-thread
+/// runtime (so that blocking it in scenario 7 blocks its watchdog too, and
+/// every task of the process).
 pub fn run(config: WorkerConfig) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -185,27 +227,62 @@ pub fn run(config: WorkerConfig) -> Result<(), String> {
     runtime.block_on(run_async(config))
 }
 
+/// One task of a worker process: a logical worker.
 struct Worker {
-    config: WorkerConfig,
+    /// Its logical worker number ([`logical_id`]).
+    id: u32,
+    config: Arc<WorkerConfig>,
     client: LockClient,
     store: Store,
     clock: Clock,
     log: LogWriter,
     rng: Rng,
+    think_ms: (u64, u64),
     blocks: u64,
 }
 
 impl Worker {
     fn log(&mut self, event: Event) {
         if let Err(e) = self.log.write(&event) {
-            eprintln!("worker {}: cannot write the log: {e}", self.config.id);
+            eprintln!("worker {}: cannot write the log: {e}", self.id);
         }
+    }
+
+    /// Draws operations until the budget is spent.
+    async fn run(mut self) -> Result<(), String> {
+        self.log(Event::Start {
+            worker: self.id,
+            pid: std::process::id(),
+            t: self.clock.now(),
+        });
+        let mut op = 0;
+        loop {
+            let n = match self.store.next_op(self.config.budget).await {
+                Ok(n) => n,
+                Err(e) => return Err(format!("store: {e}")),
+            };
+            if n > self.config.budget {
+                break;
+            }
+            op += 1;
+            one_operation(&mut self, op).await;
+        }
+        let t = self.clock.now();
+        self.log(Event::Done { t });
+        Ok(())
     }
 }
 
 async fn run_async(config: WorkerConfig) -> Result<(), String> {
     let clock = Clock::new(config.epoch);
-    let log = LogWriter::create(&config.log).map_err(|e| format!("log file: {e}"))?;
+    let logs = (0..config.tasks)
+        .map(|task| {
+            let id = logical_id(config.id, task, config.tasks);
+            let log = LogWriter::create(&log_file(&config.log_dir, id))
+                .map_err(|e| format!("log file: {e}"))?;
+            Ok((task, id, log))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     let store = Store::connect(&config.store_url, config.fencing, config.id)
         .await
         .map_err(|e| format!("store: {e}"))?;
@@ -227,40 +304,48 @@ async fn run_async(config: WorkerConfig) -> Result<(), String> {
             Err(e) => return Err(format!("lock client: {e}")),
         }
     };
-    let rng = Rng::new(config.seed);
-    let mut w = Worker {
-        config,
-        client,
-        store,
-        clock,
-        log,
-        rng,
-        blocks: 0,
-    };
-    w.log(Event::Start {
-        worker: w.config.id,
-        pid: std::process::id(),
-        t: w.clock.now(),
-    });
-    let mut op = 0;
-    loop {
-        let n = match w.store.next_op().await {
-            Ok(n) => n,
-            Err(e) => return Err(format!("store: {e}")),
-        };
-        if n > w.config.budget {
-            break;
-        }
-        op += 1;
-        one_operation(&mut w, op).await;
+    let config = Arc::new(config);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (task, id, log) in logs {
+        tasks.spawn(
+            Worker {
+                id,
+                config: config.clone(),
+                client: client.clone(),
+                store: store.for_worker(id),
+                clock,
+                log,
+                rng: Rng::new(config.seed.wrapping_add(u64::from(task) * 104_729)),
+                think_ms: if task == 0 {
+                    config.first_task_think_ms
+                } else {
+                    config.think_ms
+                },
+                blocks: 0,
+            }
+            .run(),
+        );
     }
-    let t = w.clock.now();
-    w.log(Event::Done { t });
-    Ok(())
+    let mut result = Ok(());
+    while let Some(ended) = tasks.join_next().await {
+        let ended = ended
+            .map_err(|e| format!("a task failed: {e}"))
+            .and_then(|r| r);
+        if result.is_ok() {
+            result = ended;
+        }
+    }
+    result
 }
 
 async fn one_operation(w: &mut Worker, op: u64) {
-    let key = w.config.keys[w.rng.range(0, w.config.keys.len() as u64 - 1) as usize].clone();
+    let (home, affinity) = w.config.affinity;
+    let index = if affinity > 0 && w.rng.chance(affinity) {
+        home
+    } else {
+        w.rng.range(0, w.config.keys.len() as u64 - 1)
+    };
+    let key = w.config.keys[index as usize].clone();
     let started = w.clock.now();
     w.log(Event::Attempt {
         op,
@@ -288,7 +373,7 @@ async fn one_operation(w: &mut Worker, op: u64) {
         }
         other => {
             if let Err(e) = other {
-                eprintln!("worker {}: store read: {e}", w.config.id);
+                eprintln!("worker {}: store read: {e}", w.id);
             }
             w.log(Event::Read {
                 op,
@@ -312,7 +397,7 @@ async fn one_operation(w: &mut Worker, op: u64) {
         Ok(WriteResult::Accepted(seq)) => (WriteOutcome::Accepted, seq),
         Ok(WriteResult::Rejected) => (WriteOutcome::Rejected, 0),
         Err(e) => {
-            eprintln!("worker {}: store write: {e}", w.config.id);
+            eprintln!("worker {}: store write: {e}", w.id);
             (WriteOutcome::Error, 0)
         }
     };
@@ -421,7 +506,7 @@ async fn think(w: &mut Worker, op: u64, guard: &LockGuard) {
         });
         return;
     }
-    let (lo, hi) = w.config.think_ms;
+    let (lo, hi) = w.think_ms;
     let think = w.rng.range(lo, hi);
     if think > 0 {
         tokio::time::sleep(ms(think)).await;
@@ -435,7 +520,7 @@ async fn release(w: &mut Worker, op: u64, guard: LockGuard) {
         Ok(()) => ReleaseOutcome::Ok,
         Err(LockError::Lost { .. }) => ReleaseOutcome::Lost,
         Err(e) => {
-            eprintln!("worker {}: release: {e}", w.config.id);
+            eprintln!("worker {}: release: {e}", w.id);
             ReleaseOutcome::Error
         }
     };
@@ -451,17 +536,20 @@ mod tests {
     fn worker_flags_round_trip() {
         let c = WorkerConfig {
             id: 3,
+            tasks: 8,
             lock_url: "redis://127.0.0.1:1".into(),
             store_url: "redis://127.0.0.1:2".into(),
             topology: "sentinel:m".into(),
             replica_acks: (1, 300),
             epoch: 99,
-            log: "/tmp/w3.jsonl".into(),
+            log_dir: "/tmp/run".into(),
             keys: vec!["a".into(), "b:c".into()],
             budget: 500,
             ttl_ms: 1000,
             wait_ms: 5000,
             think_ms: (0, 2),
+            first_task_think_ms: (300, 300),
+            affinity: (1, 900),
             fencing: true,
             response_timeout_ms: 250,
             cancel_per_mille: 500,
@@ -475,5 +563,14 @@ mod tests {
         assert_eq!(args[0], "worker");
         assert_eq!(WorkerConfig::from_args(&args[1..]).unwrap(), c);
         assert!(WorkerConfig::from_args(&["--id".into()]).is_err());
+    }
+
+    #[test]
+    fn tasks_are_logical_workers_and_one_task_keeps_the_process_number() {
+        assert_eq!(logical_id(5, 0, 1), 5);
+        let ids: Vec<u32> = (0..3)
+            .flat_map(|p| (0..8).map(move |t| logical_id(p, t, 8)))
+            .collect();
+        assert_eq!(ids, (0..24).collect::<Vec<_>>());
     }
 }
