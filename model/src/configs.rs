@@ -99,3 +99,38 @@ pub fn records_three_requests() -> RecordsConfig {
         ..records_two_requests()
     }
 }
+
+/// Exhaustive: two tasks of one process (A and B, one line) and a client
+/// of another process (C), no faults: local hand-overs, and a release to
+/// the server's queue when C queued first (reserve.lua answers 0).
+pub fn lock_line_of_two_and_another_process() -> LockConfig {
+    let mut cfg = LockConfig::new(3, 4, Faults::NONE);
+    cfg.process = vec![0, 0, 1];
+    cfg
+}
+
+/// [`lock_line_of_two_and_another_process`] with the three starting
+/// together, holding at most a tick, and C waiting a tick (for CI).
+pub fn lock_line_of_two_and_another_process_starting_together() -> LockConfig {
+    let mut cfg = lock_line_of_two_and_another_process();
+    cfg.start_by = 0;
+    cfg.hold_max = 1;
+    cfg.waits[2] = 1;
+    cfg
+}
+
+/// Two tasks of one process (one line): every fault kind possible, at most
+/// `faults` in a run (a crash or a pause is the process's).
+pub fn lock_line_of_two(faults: u8) -> LockConfig {
+    let mut cfg = LockConfig::new(2, 4, Faults::each_once(faults));
+    cfg.process = vec![0, 0];
+    cfg
+}
+
+/// Exhaustive: [`lock_line_of_two_and_another_process`] with every fault
+/// kind possible, one in a run.
+pub fn lock_line_of_two_and_another_process_one_fault() -> LockConfig {
+    let mut cfg = lock_line_of_two_and_another_process();
+    cfg.faults = Faults::each_once(1);
+    cfg
+}

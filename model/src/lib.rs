@@ -7,7 +7,8 @@
 //!   waiter queue, the `+` mark, hand-over leases and notices, and the
 //!   fencing counter of the key's hash slot (which other keys raise too); the
 //!   client's acquire steps (with the stale hand-over rule), watchdog and
-//!   release outcomes.
+//!   release outcomes; tasks of one process in line, handing the lease on
+//!   with fencing tokens reserved by reserve.lua.
 //! * [`redlock`]: three masters, majority two, fencing by the quorum's highest
 //!   counter.
 //! * [`records`]: the idempotency record's claim / renew / complete / release.

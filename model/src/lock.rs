@@ -14,9 +14,22 @@
 //! the defaults a lease is 3 ticks, a hand-over lease 2 and the watchdog
 //! renews every tick (`ttl / 3`).
 //!
-//! One key; each client is one process running one acquisition (one token).
-//! Tokens are the clients' indices: a fresh 128-bit token per acquisition is
-//! unique, which is all the scripts rely on.
+//! One key; each client runs one acquisition (one token), in a process of
+//! its own or as a task of a process it shares with other clients
+//! ([`LockConfig::process`]). Tokens are the clients' indices: a fresh
+//! 128-bit token per acquisition is unique, which is all the scripts rely
+//! on.
+//!
+//! Tasks of one process form its line (local hand-over, client/local.rs):
+//! one acquires on the server for the line, the others wait in-process; a
+//! holder's release hands its lease (owner token, validity, watchdog entry
+//! with any renewal in flight) to the next task in line, with a fencing
+//! token from a block it reserved with reserve.lua ([`Server::reserve`]), or
+//! releases to the server when reserve.lua answers 0 or fails, or its lease
+//! is not sure. The model leaves out the block reserved ahead (`prefetch`)
+//! and `BLOCK_FOR` (a block is used until it runs out: more runs than the
+//! client has), and the cancellation paths of a waiter (a dropped
+//! `Ticket`); a crash or a pause is the whole process's.
 //!
 //! The fencing counter ([`Server::fence`]) stands for the counter of the
 //! key's hash slot (`prefix S{tag}`, `KEYS[2]`), which every key of the slot
@@ -108,6 +121,17 @@ pub struct LockConfig {
     /// The key's per-key counter left by an earlier version (`KEYS[4]`,
     /// `0`: none); tokens up to it count as issued before the run.
     pub legacy_fence: u8,
+    /// The process of each client: clients of one process are tasks of one
+    /// `LockClient` that want the key with the same settings, so they form
+    /// its in-process line (local hand-over, client/local.rs). Distinct
+    /// by default: every client its own process, no line.
+    pub process: Vec<u8>,
+    /// `BLOCK` (local.rs:46; 8 there): fencing tokens reserve.lua reserves at once.
+    pub block: u8,
+    /// Test only, a broken client: a local hand-over passes the token just
+    /// below the reserved block (the last one issued before it) instead of
+    /// the block's first (local.rs:478). The model must find it.
+    pub hand_on_below_block: bool,
 }
 
 impl LockConfig {
@@ -126,7 +150,24 @@ impl LockConfig {
             check_stale_grants: true,
             other_keys: 0,
             legacy_fence: 0,
+            process: (0..clients as u8).collect(),
+            block: 2,
+            hand_on_below_block: false,
         }
+    }
+
+    /// Client `c` shares its process with another: it takes part in a line
+    /// (local.rs `Local::enter`). A process of one task has a line of one,
+    /// which never hands on: the model leaves it out.
+    pub fn in_line(&self, c: u8) -> bool {
+        let p = self.process[c as usize];
+        self.process.iter().filter(|&&q| q == p).count() > 1
+    }
+
+    /// The clients of `c`'s process (`c` among them), lowest first.
+    fn tasks_of(&self, c: u8) -> impl Iterator<Item = u8> + '_ {
+        let p = self.process[c as usize];
+        (0..self.process.len() as u8).filter(move |&t| self.process[t as usize] == p)
     }
 
     /// Into a model.
@@ -344,6 +385,31 @@ impl Server {
         }
     }
 
+    /// reserve.lua, line by line: keep the lock for a hand-over in the
+    /// owner's process and reserve `block` fencing tokens; the highest, or
+    /// `0`.
+    fn reserve(&mut self, now: u8, token: u8, lease: u8, block: u8) -> u8 {
+        match self.lock {
+            // reserve.lua:11-12: ours, without the mark.
+            Some(v) if v.owner == token && !v.marked => {}
+            // reserve.lua:13-16: ours with the mark and nobody queued: the
+            // mark goes (`SET ... KEEPTTL`).
+            Some(v) if v.owner == token && self.queue.is_empty() => {
+                self.lock = Some(Val { marked: false, ..v });
+            }
+            // reserve.lua:13-14: another owner's, absent, or somebody queued.
+            _ => return 0,
+        }
+        // reserve.lua:18: `PEXPIRE` to a full lease.
+        if let Some(v) = &mut self.lock {
+            v.expires = now + lease;
+        }
+        // reserve.lua:19: `INCRBY` the slot counter (no legacy counter: the
+        // owner took its token through `next_fence`, which folded it).
+        self.fence += block;
+        self.fence
+    }
+
     /// release.lua with `ARGV[6] = '0'` (single Redis: every waiter queues).
     fn release(
         &mut self,
@@ -412,6 +478,8 @@ pub enum Req {
     },
     /// extend_many.lua, from the watchdog.
     Renew,
+    /// reserve.lua, from `hand_on` (local.rs:530-549).
+    Reserve,
 }
 
 /// The answer of a script call.
@@ -423,6 +491,8 @@ pub enum Resp {
     Extended(bool),
     /// release.lua's answer.
     Release(RelReply),
+    /// reserve.lua's answer: the top of the block, or `0`.
+    Reserved(u8),
 }
 
 /// Where a request is.
@@ -522,6 +592,12 @@ pub enum Phase {
     },
     /// `give_up` leaving the queue (acquire.rs:321-343).
     GivingUp,
+    /// Waiting in the process's line (local.rs `Local::wait`, 311-363),
+    /// until `deadline`.
+    InLine,
+    /// `release()` handing the lease on in the process (guard.rs:151-155,
+    /// local.rs `hand_on`): reserve.lua in flight.
+    HandingOn,
     /// Finished.
     Done(End),
     /// The process died.
@@ -537,11 +613,15 @@ pub struct Watch {
     pub busy: Option<u8>,
 }
 
-/// One client process with one acquisition.
+/// One acquisition: a client process of its own, or a task of a process
+/// shared with other clients ([`LockConfig::process`]).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Client {
     /// Its step.
     pub phase: Phase,
+    /// The owner token of its lease: its own index, or the token of the
+    /// lease handed on to it in its process.
+    pub token: u8,
     /// acquire.rs:48-49
     pub deadline: u8,
     /// acquire.rs:55
@@ -594,9 +674,10 @@ pub struct Client {
 }
 
 impl Client {
-    fn new() -> Self {
+    fn new(token: u8) -> Self {
         Self {
             phase: Phase::Idle,
+            token,
             deadline: 0,
             last_busy: 0,
             fence_seen: 0,
@@ -626,6 +707,12 @@ impl Client {
 
     fn active(&self) -> bool {
         !matches!(self.phase, Phase::Done(_) | Phase::Crashed)
+    }
+
+    /// Holds a lease under watch: holding, or in `release()` handing it on
+    /// (the watchdog entry stays until the hand-over or the release).
+    fn watched(&self) -> bool {
+        matches!(self.phase, Phase::Hold | Phase::HandingOn)
     }
 
     /// Believes it holds a valid lease: held.rs:285-287 `valid_at(now)`.
@@ -659,6 +746,24 @@ pub struct Ghost {
     pub free_since: Option<u8>,
     /// Faults injected so far.
     pub faults: u8,
+    /// A release handed the lease on within its process.
+    pub handed_locally: bool,
+    /// A task waiting in its process's line went to the server.
+    pub line_to_server: bool,
+}
+
+/// A process's line for the key (local.rs `Slot`, 69-90; what it needs of
+/// it: no prefetched block, see FAULTS.md).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Line {
+    /// The task that holds the key for the line.
+    pub holder: Option<u8>,
+    /// A task of the line acquires on the server (`representatives`, 0 or 1).
+    pub representative: bool,
+    /// Tasks waiting in line, first first.
+    pub waiters: Vec<u8>,
+    /// Reserved fencing tokens `next..=top`.
+    pub block: Option<(u8, u8)>,
 }
 
 /// The fenced store: accepts a write whose token is at least the highest seen.
@@ -687,6 +792,9 @@ pub struct State {
     pub budget: Faults,
     /// Tokens other keys of the slot may still take.
     pub other_keys: u8,
+    /// Each process's line, by process id (used by processes of two or
+    /// more clients only).
+    pub lines: Vec<Line>,
     /// Ghost variables.
     pub ghost: Ghost,
 }
@@ -731,6 +839,10 @@ pub enum Action {
     /// Another key of the same hash slot takes a fencing token (its
     /// acquire.lua or release.lua `INCR`s the shared counter).
     OtherKey,
+    /// Client `c`'s wait in its process's line reaches its deadline.
+    LineTimeout(u8),
+    /// Client `c`, waiting in line, sees the line's holder lost.
+    LineLost(u8),
 }
 
 /// Client names in traces.
@@ -794,15 +906,20 @@ impl LockModel {
                 }
             }
             Phase::Confirming { sent: None, .. } => urgent.push(Action::Attempt(c)),
-            Phase::Hold => {
-                if let Some(wd) = &cl.wd {
-                    if wd.busy.is_none() && wd.due <= now {
-                        urgent.push(Action::Renew(c));
-                    }
-                    if wd.busy.is_some() && now >= cl.valid_until {
-                        urgent.push(Action::RenewTimeout(c));
-                    }
+            Phase::InLine => {
+                // local.rs:317-336: the select over the turn, the holder's
+                // `lost` and the deadline.
+                let line = &s.lines[self.cfg.process[c as usize] as usize];
+                if line.holder.is_some_and(|h| s.clients[h as usize].lost) {
+                    urgent.push(Action::LineLost(c));
                 }
+                if now >= cl.deadline {
+                    urgent.push(Action::LineTimeout(c));
+                }
+            }
+            Phase::HandingOn => self.watchdog_actions(cl, c, now, urgent),
+            Phase::Hold => {
+                self.watchdog_actions(cl, c, now, urgent);
                 if !cl.wrote && !cl.lost {
                     lazy.push(Action::Write(c));
                 }
@@ -816,13 +933,32 @@ impl LockModel {
         }
     }
 
+    /// The watchdog's steps for a lease under watch.
+    fn watchdog_actions(&self, cl: &Client, c: u8, now: u8, urgent: &mut Vec<Action>) {
+        if let Some(wd) = &cl.wd {
+            if wd.busy.is_none() && wd.due <= now {
+                urgent.push(Action::Renew(c));
+            }
+            if wd.busy.is_some() && now >= cl.valid_until {
+                urgent.push(Action::RenewTimeout(c));
+            }
+        }
+    }
+
     fn fault_actions(&self, s: &State, c: u8, out: &mut Vec<Action>) {
         let b = &s.budget;
         if b.total == 0 {
             return;
         }
         let cl = &s.clients[c as usize];
-        if cl.active() && cl.phase != Phase::Idle {
+        // A crash or a pause is the process's: offered once, by its first
+        // client, while any of its clients is under way.
+        let first = self.cfg.tasks_of(c).next() == Some(c);
+        let under_way = self.cfg.tasks_of(c).any(|t| {
+            let t = &s.clients[t as usize];
+            t.active() && t.phase != Phase::Idle
+        });
+        if first && under_way {
             if b.crash > 0 {
                 out.push(Action::Crash(c));
             }
@@ -867,7 +1003,7 @@ impl LockModel {
                 // is a lower bound). A paused process's timer fires only
                 // when it resumes.
                 for (i, cl) in s.clients.iter_mut().enumerate() {
-                    if cl.phase == Phase::Hold
+                    if cl.watched()
                         && cl.wd.is_some()
                         && !cl.lost
                         && cl.paused_until.is_none()
@@ -886,9 +1022,10 @@ impl LockModel {
                     }
                 }
                 if let Some(owner) = s.server.expire(now) {
-                    let o = owner as usize;
                     // Ghost: the lease ended without its owner's release.
-                    s.clients[o].lease_ended = true;
+                    for cl in s.clients.iter_mut().filter(|cl| cl.token == owner) {
+                        cl.lease_ended = true;
+                    }
                     log.say(|| format!("{}'s key expires", name(owner)));
                 }
                 for c in &mut s.clients {
@@ -899,14 +1036,26 @@ impl LockModel {
             }
             Action::Start(c) => {
                 let wait = self.cfg.waits[c as usize];
+                // request.rs:148-180: a task with a wait enters its line.
+                let queued = self.cfg.in_line(c) && wait != 0 && self.enter(s, c);
                 let cl = &mut s.clients[c as usize];
-                // acquire.rs:86-124: a deadline, a token; registering first
-                // only where notices already reach us (never, for a process's
-                // first acquisition).
                 cl.deadline = now + wait;
-                cl.last_busy = now;
-                cl.phase = Phase::Attempting;
-                log.say(|| format!("{}: acquire() with a wait of {wait} ticks", name(c)));
+                if queued {
+                    cl.phase = Phase::InLine;
+                    log.say(|| {
+                        format!(
+                            "{}: acquire() with a wait of {wait} ticks: waits in its process's line",
+                            name(c)
+                        )
+                    });
+                } else {
+                    // acquire.rs:86-124: a deadline, a token; registering first
+                    // only where notices already reach us (never, for a process's
+                    // first acquisition).
+                    cl.last_busy = now;
+                    cl.phase = Phase::Attempting;
+                    log.say(|| format!("{}: acquire() with a wait of {wait} ticks", name(c)));
+                }
             }
             Action::Attempt(c) => {
                 let ci = c as usize;
@@ -1080,7 +1229,7 @@ impl LockModel {
             Action::Write(c) => {
                 let cl = &mut s.clients[c as usize];
                 cl.wrote = true;
-                let mine = s.server.lock.is_some_and(|v| v.owner == c);
+                let mine = s.server.lock.is_some_and(|v| v.owner == cl.token);
                 if !mine && !cl.paused_ever {
                     // Told lost before it could act? It was not.
                     s.ghost.acted_past_lease = true;
@@ -1106,48 +1255,56 @@ impl LockModel {
             }
             Action::Release(c) => {
                 let cl = &mut s.clients[c as usize];
-                // guard.rs:146-154
+                // guard.rs:147
                 let was_lost = cl.lost;
-                cl.wd = None;
-                cl.wd_net = None; // unwatched: a renewal in flight is ignored
-                let valid = !cl.lost && now < cl.valid_until;
-                cl.phase = Phase::Releasing { was_lost, valid };
                 cl.ended_at_release = cl.lease_ended;
-                cl.app = Some(Net::new(Req::Release { dequeue: false }, 1, false));
-                log.say(|| {
-                    format!(
-                        "{}: release() (lease valid: {})",
-                        name(c),
-                        if valid { "yes" } else { "no" }
-                    )
-                });
+                log.say(|| format!("{}: release()", name(c)));
+                // guard.rs:151-155: a task waits in line: hand on.
+                if !was_lost && self.has_waiters(s, c) {
+                    self.hand_on(s, c, None, log);
+                } else {
+                    self.release_to_server(s, c, was_lost, log);
+                }
             }
             Action::Crash(c) => {
                 s.budget.crash -= 1;
                 self.spend(s);
-                let cl = &mut s.clients[c as usize];
-                cl.phase = Phase::Crashed;
-                cl.wd = None;
-                cl.registered = false;
-                cl.inbox.clear();
-                cl.paused_until = None;
-                // Requests on the wire still reach Redis; nothing is re-sent.
-                if let Some(net) = &mut cl.app {
-                    net.resends = 0;
+                // Every task of the process dies, and its line with it.
+                for t in self.cfg.tasks_of(c) {
+                    let cl = &mut s.clients[t as usize];
+                    if cl.active() {
+                        cl.phase = Phase::Crashed;
+                    }
+                    cl.wd = None;
+                    cl.registered = false;
+                    cl.inbox.clear();
+                    cl.paused_until = None;
+                    // Requests on the wire still reach Redis; nothing is re-sent.
+                    if let Some(net) = &mut cl.app {
+                        net.resends = 0;
+                    }
                 }
-                log.say(|| format!("FAULT {}: the process dies", name(c)));
+                s.lines[self.cfg.process[c as usize] as usize] = Line::default();
+                log.say(|| format!("FAULT {}: the process dies", self.process_name(c)));
             }
             Action::Pause(c) => {
                 s.budget.pause -= 1;
                 self.spend(s);
                 let until = now + self.cfg.pause_len;
-                let cl = &mut s.clients[c as usize];
-                cl.paused_until = Some(until);
-                // A process stopped around its acquire or while it holds can
-                // act past its lease when it resumes, before its watchdog
-                // runs: only fencing stops that (README).
-                cl.paused_ever = true;
-                log.say(|| format!("FAULT {}: the process stops until t={until}", name(c)));
+                for t in self.cfg.tasks_of(c) {
+                    let cl = &mut s.clients[t as usize];
+                    cl.paused_until = Some(until);
+                    // A process stopped around its acquire or while it holds can
+                    // act past its lease when it resumes, before its watchdog
+                    // runs: only fencing stops that (README).
+                    cl.paused_ever = true;
+                }
+                log.say(|| {
+                    format!(
+                        "FAULT {}: the process stops until t={until}",
+                        self.process_name(c)
+                    )
+                });
             }
             Action::LoseRequest(c, conn) => {
                 s.budget.lost_request -= 1;
@@ -1188,6 +1345,27 @@ impl LockModel {
                 let f = s.server.fence;
                 log.say(|| format!("another key of the slot takes fencing token {f}"));
             }
+            Action::LineTimeout(c) => {
+                // local.rs:343-356: the deadline: leave the line, `Busy`.
+                let line = &mut s.lines[self.cfg.process[c as usize] as usize];
+                line.waiters.retain(|&w| w != c);
+                s.clients[c as usize].phase = Phase::Done(End::Busy);
+                log.say(|| format!("{}: its wait in line runs out; acquire() -> Busy", name(c)));
+            }
+            Action::LineLost(c) => {
+                // local.rs:327-331: the holder lost its lease without a
+                // release: the line goes back to the server (`end`).
+                let line = &s.lines[self.cfg.process[c as usize] as usize];
+                let holder = line.holder.expect("a holder");
+                log.say(|| {
+                    format!(
+                        "{}: the line's holder {} is lost; the line goes to the server",
+                        name(c),
+                        name(holder)
+                    )
+                });
+                self.line_end(s, holder, log);
+            }
         }
         let _ = ttl;
         // Ghost: when did the key become free?
@@ -1217,13 +1395,15 @@ impl LockModel {
         let now = s.now;
         let ttl = self.cfg.ttl;
         let net = *self.net_mut(s, c, conn);
+        // The lease's owner token (`c`'s own while it acquires).
+        let token = s.clients[c as usize].token;
         let (resp, text) = match net.req {
             Req::Acquire {
                 wait,
                 queued_before,
             } => {
                 let before = s.server.fence;
-                let r = s.server.acquire(now, c, ttl, wait, queued_before);
+                let r = s.server.acquire(now, token, ttl, wait, queued_before);
                 if let AcqReply::Granted(f) = r {
                     if s.server.fence != before {
                         self.issued(s, f);
@@ -1249,7 +1429,7 @@ impl LockModel {
                 (Resp::Acquire(r), text)
             }
             Req::Confirm | Req::Renew => {
-                let ok = s.server.extend(now, c, ttl);
+                let ok = s.server.extend(now, token, ttl);
                 let script = if net.req == Req::Confirm {
                     "extend.lua"
                 } else {
@@ -1261,11 +1441,8 @@ impl LockModel {
                 )
             }
             Req::Release { dequeue } => {
-                let member = dequeue.then_some(Entry {
-                    token: c,
-                    lease: ttl,
-                });
-                let (r, notice) = s.server.release(now, c, self.cfg.handoff, member);
+                let member = dequeue.then_some(Entry { token, lease: ttl });
+                let (r, notice) = s.server.release(now, token, self.cfg.handoff, member);
                 if let RelReply::Handed { to, fence } = r {
                     self.issued(s, fence);
                     s.clients[to as usize].lease_ended = false;
@@ -1288,6 +1465,15 @@ impl LockModel {
                     ),
                 };
                 (Resp::Release(r), text)
+            }
+            Req::Reserve => {
+                let top = s.server.reserve(now, token, ttl, self.cfg.block);
+                let text = if top == 0 {
+                    "0 (not ours, or somebody queued)".to_string()
+                } else {
+                    format!("kept, tokens {}..={top} reserved", top + 1 - self.cfg.block)
+                };
+                (Resp::Reserved(top), text)
             }
         };
         self.net_mut(s, c, conn).stage = Stage::Replied(resp);
@@ -1327,6 +1513,14 @@ impl LockModel {
         cl.notified = false;
         let until = cl.valid_until;
         log.say(|| format!("{}: holds, fencing {fence}, valid until t={until}", name(c)));
+        if self.cfg.in_line(c) {
+            // acquire.rs:331 `Local::hold` (local.rs:369-398), then the
+            // `Representing` duty ends (request.rs:188): nobody to promote.
+            let line = &mut s.lines[self.cfg.process[c as usize] as usize];
+            line.holder = Some(c);
+            line.block = None;
+            line.representative = false;
+        }
     }
 
     /// acquire.rs:321-343: give up; leave the queue if we may have joined it.
@@ -1346,6 +1540,7 @@ impl LockModel {
         } else {
             cl.phase = Phase::Done(End::Busy);
             log.say(|| format!("{}: busy, gives up", name(c)));
+            self.represent_end(s, c, log);
         }
     }
 
@@ -1361,6 +1556,185 @@ impl LockModel {
             format!(
                 "{}: gives up ({end:?}); releases in the background",
                 name(c)
+            )
+        });
+        self.represent_end(s, c, log);
+    }
+
+    /// The process of `c` in traces: `A`, or `A+B` for a shared one.
+    fn process_name(&self, c: u8) -> String {
+        self.cfg
+            .tasks_of(c)
+            .map(name)
+            .map(String::from)
+            .collect::<Vec<_>>()
+            .join("+")
+    }
+
+    /// local.rs:244-309 `Local::enter` for a task with a wait: `true` to
+    /// wait in line; `false` to acquire on the server as the line's
+    /// representative.
+    fn enter(&self, s: &mut State, c: u8) -> bool {
+        let line = &mut s.lines[self.cfg.process[c as usize] as usize];
+        // local.rs:282-287: a holder lost without a release holds nothing.
+        if line.holder.is_some_and(|h| s.clients[h as usize].lost) {
+            line.holder = None;
+            line.block = None;
+        }
+        // local.rs:288-291
+        if line.holder.is_none() && !line.representative {
+            line.representative = true;
+            return false;
+        }
+        // local.rs:292-308
+        line.waiters.push(c);
+        true
+    }
+
+    /// local.rs:99-110 `Slot::promote`: with nobody holding or acquiring on
+    /// the server, the first waiter acquires on the server for the line.
+    fn promote(&self, s: &mut State, p: u8, log: &mut Log) {
+        let now = s.now;
+        let line = &mut s.lines[p as usize];
+        if line.holder.is_some() || line.representative || line.waiters.is_empty() {
+            return;
+        }
+        let w = line.waiters.remove(0);
+        line.representative = true;
+        s.ghost.line_to_server = true;
+        // request.rs:182-184 then acquire.rs:86-124: what is left of the
+        // wait (at least 1 ms: the deadline, at the earliest now).
+        let cl = &mut s.clients[w as usize];
+        cl.deadline = cl.deadline.max(now);
+        cl.last_busy = now;
+        cl.phase = Phase::Attempting;
+        log.say(|| format!("{}: acquires on the server for its line", name(w)));
+    }
+
+    /// local.rs:217-226 `Representing::drop`: `c`'s acquisition on the
+    /// server ended without holding.
+    fn represent_end(&self, s: &mut State, c: u8, log: &mut Log) {
+        if self.cfg.in_line(c) {
+            let p = self.cfg.process[c as usize];
+            s.lines[p as usize].representative = false;
+            self.promote(s, p, log);
+        }
+    }
+
+    /// local.rs:401-416 `Local::end`: `c`'s lease goes back to the server.
+    fn line_end(&self, s: &mut State, c: u8, log: &mut Log) {
+        if !self.cfg.in_line(c) {
+            return;
+        }
+        let p = self.cfg.process[c as usize];
+        let line = &mut s.lines[p as usize];
+        if line.holder == Some(c) {
+            line.holder = None;
+            line.block = None;
+            self.promote(s, p, log);
+        }
+    }
+
+    /// local.rs:419-426 `Local::has_waiters`.
+    fn has_waiters(&self, s: &State, c: u8) -> bool {
+        self.cfg.in_line(c) && {
+            let line = &s.lines[self.cfg.process[c as usize] as usize];
+            line.holder == Some(c) && !line.waiters.is_empty()
+        }
+    }
+
+    /// local.rs:509-585 `hand_on`, from the top of its loop; `fresh`: the
+    /// first token of a block just reserved.
+    fn hand_on(&self, s: &mut State, c: u8, fresh: Option<u8>, log: &mut Log) {
+        let now = s.now;
+        let cl = &s.clients[c as usize];
+        // local.rs:518-520: somebody to hand on to, and the lease sure
+        // beyond `MARGIN` (less than a tick: sure at `now`).
+        if !self.has_waiters(s, c) || cl.lost || now >= cl.valid_until {
+            log.say(|| {
+                format!(
+                    "{}: nobody to hand on to, or the lease is not sure",
+                    name(c)
+                )
+            });
+            self.release_to_server(s, c, false, log);
+            return;
+        }
+        let p = self.cfg.process[c as usize] as usize;
+        // local.rs:521-529 and 432-470 `take_token` (no prefetch, no
+        // `BLOCK_FOR`: a block is used until it runs out).
+        let taken = fresh.or_else(|| {
+            let (next, top) = s.lines[p].block.as_mut()?;
+            (*next <= *top).then(|| {
+                *next += 1;
+                *next - 1
+            })
+        });
+        let Some(fencing) = taken else {
+            // local.rs:530-536: reserve a block.
+            let cl = &mut s.clients[c as usize];
+            cl.phase = Phase::HandingOn;
+            cl.app = Some(Net::new(Req::Reserve, 0, false));
+            log.say(|| format!("{}: sends reserve.lua to hand on in its process", name(c)));
+            return;
+        };
+        // local.rs:549-566 `pass`, 567-571 `Watchdog::hand_on` (the same
+        // entry: validity and a renewal in flight go along).
+        let w = s.lines[p].waiters.remove(0);
+        s.lines[p].holder = Some(w);
+        let giver = std::mem::replace(
+            &mut s.clients[c as usize].phase,
+            Phase::Done(End::ReleasedOk),
+        );
+        debug_assert!(matches!(giver, Phase::Hold | Phase::HandingOn));
+        let from = &mut s.clients[c as usize];
+        let (token, valid_until, wd, wd_net, lease_ended) = (
+            from.token,
+            from.valid_until,
+            from.wd.take(),
+            from.wd_net.take(),
+            from.lease_ended,
+        );
+        // guard.rs:153: `release()` answers `Ok`.
+        if from.ended_at_release {
+            s.ghost.false_ok = true;
+        }
+        let to = &mut s.clients[w as usize];
+        to.phase = Phase::Hold;
+        to.token = token;
+        to.fencing = fencing;
+        to.valid_until = valid_until;
+        to.wd = wd;
+        to.wd_net = wd_net;
+        to.lost = false;
+        to.acquired_at = now;
+        to.lease_ended = lease_ended;
+        self.issued(s, fencing);
+        s.ghost.handed_locally = true;
+        log.say(|| {
+            format!(
+                "{}: hands the lease on to {} (fencing {fencing}, valid until t={valid_until}); release() -> Ok",
+                name(c),
+                name(w)
+            )
+        });
+    }
+
+    /// guard.rs:157-221: release.lua (after `Local::end`).
+    fn release_to_server(&self, s: &mut State, c: u8, was_lost: bool, log: &mut Log) {
+        let now = s.now;
+        self.line_end(s, c, log);
+        let cl = &mut s.clients[c as usize];
+        cl.wd = None;
+        cl.wd_net = None; // unwatched: a renewal in flight is ignored
+        let valid = !cl.lost && now < cl.valid_until;
+        cl.phase = Phase::Releasing { was_lost, valid };
+        cl.app = Some(Net::new(Req::Release { dequeue: false }, 1, false));
+        log.say(|| {
+            format!(
+                "{}: sends release.lua (lease valid: {})",
+                name(c),
+                if valid { "yes" } else { "no" }
             )
         });
     }
@@ -1563,12 +1937,47 @@ impl LockModel {
                 s.clients[c as usize].phase = Phase::Done(end);
                 log.say(|| format!("{}: release() -> {end:?}", name(c)));
             }
+            (Conn::App, Req::Reserve, Phase::HandingOn) => match resp {
+                // local.rs:537-540: keep the block, hand on its first token.
+                Some(Resp::Reserved(top)) if top != 0 => {
+                    let line = &mut s.lines[self.cfg.process[ci] as usize];
+                    let first = top + 1 - self.cfg.block;
+                    // local.rs:475-481 `set_block` (only while still the holder).
+                    let fresh = (line.holder == Some(c)).then(|| {
+                        line.block = Some((first + 1, top));
+                        if self.cfg.hand_on_below_block {
+                            first - 1
+                        } else {
+                            first
+                        }
+                    });
+                    log.say(|| format!("{}: reserved tokens up to {top}", name(c)));
+                    self.hand_on(s, c, fresh, log);
+                }
+                // local.rs:541-548: 0 or an error: release to the server.
+                Some(Resp::Reserved(_)) | None => {
+                    log.say(|| {
+                        format!(
+                            "{}: reserve {}; releases to the server",
+                            name(c),
+                            if resp.is_some() {
+                                "answered 0"
+                            } else {
+                                "failed"
+                            }
+                        )
+                    });
+                    self.release_to_server(s, c, false, log);
+                }
+                Some(_) => unreachable!(),
+            },
             (Conn::App, Req::Release { .. }, Phase::GivingUp) => {
                 // acquire.rs:325-342: an error leaves the clean-up to the
                 // background release.
                 if resp.is_some() {
                     s.clients[ci].phase = Phase::Done(End::Busy);
                     log.say(|| format!("{}: left the queue; acquire() -> Busy", name(c)));
+                    self.represent_end(s, c, log);
                 } else {
                     self.fail(s, c, End::Busy, log);
                 }
@@ -1596,10 +2005,19 @@ impl Model for LockModel {
                 legacy: self.cfg.legacy_fence,
                 ..Server::default()
             },
-            clients: vec![Client::new(); self.cfg.waits.len()],
+            clients: (0..self.cfg.waits.len() as u8).map(Client::new).collect(),
             store: Store::default(),
             budget: self.cfg.faults,
             other_keys: self.cfg.other_keys,
+            lines: vec![
+                Line::default();
+                self.cfg
+                    .process
+                    .iter()
+                    .map(|&p| p as usize + 1)
+                    .max()
+                    .unwrap_or(0)
+            ],
             ghost: Ghost {
                 free_since: Some(0),
                 // Tokens up to the legacy counter were issued before.
@@ -1648,9 +2066,9 @@ impl Model for LockModel {
             Property::always(
                 "a holder that believes its lease valid owns the key",
                 |_: &LockModel, s: &State| {
-                    s.clients.iter().enumerate().all(|(i, c)| {
+                    s.clients.iter().all(|c| {
                         !c.believes_valid(s.now)
-                            || s.server.lock.is_some_and(|v| v.owner as usize == i)
+                            || s.server.lock.is_some_and(|v| v.owner == c.token)
                     })
                 },
             ),
@@ -1700,6 +2118,7 @@ impl Model for LockModel {
                                             | Phase::AcquireSent { .. }
                                             | Phase::Waiting { .. }
                                             | Phase::Confirming { .. }
+                                            | Phase::InLine
                                     ) && s.now < c.deadline
                                 })
                         })
@@ -1734,6 +2153,22 @@ impl Model for LockModel {
             properties.push(Property::sometimes(
                 "another key's token leaves a gap in this key's",
                 |_: &LockModel, s: &State| s.ghost.gap,
+            ));
+        }
+        if self
+            .cfg
+            .waits
+            .iter()
+            .enumerate()
+            .any(|(c, &w)| w != 0 && self.cfg.in_line(c as u8))
+        {
+            properties.push(Property::sometimes(
+                "a release hands the lease on within its process",
+                |_: &LockModel, s: &State| s.ghost.handed_locally,
+            ));
+            properties.push(Property::sometimes(
+                "a task waiting in line goes to the server",
+                |_: &LockModel, s: &State| s.ghost.line_to_server,
             ));
         }
         // The stale hand-over needs three clients and a pause.
@@ -1785,9 +2220,17 @@ impl Narrate for LockModel {
             if matches!(c.phase, Phase::Hold) {
                 let _ = write!(
                     out,
-                    " (fencing {}, valid until t={}, lost {})",
-                    c.fencing, c.valid_until, c.lost
+                    " (token {}, fencing {}, valid until t={}, lost {})",
+                    name(c.token),
+                    c.fencing,
+                    c.valid_until,
+                    c.lost
                 );
+            }
+        }
+        for (p, line) in s.lines.iter().enumerate() {
+            if line.holder.is_some() || !line.waiters.is_empty() || line.representative {
+                let _ = write!(out, "; line of process {p}: {line:?}");
             }
         }
         out

@@ -37,6 +37,15 @@ fn main() {
             cfg.confirm_every_handoff = true;
             cfg
         },
+        "lock: 2 tasks of one process, every fault kind, <= 2 faults" =>
+            configs::lock_line_of_two(2),
+        "lock: 2 tasks of one process and another process, start together, no faults" =>
+            configs::lock_line_of_two_and_another_process_starting_together(),
+        "lock: 2 tasks of one process, hand-over below the block (counterexample expected)" => {
+            let mut cfg = configs::lock_line_of_two(0);
+            cfg.hand_on_below_block = true;
+            cfg
+        },
         "redlock: 3 nodes, 2 clients, <= 2 lost messages, 1 pause" =>
             configs::redlock_two_clients(),
         "records: 2 requests, <= 2 faults" => configs::records_two_requests(),
@@ -47,6 +56,10 @@ fn main() {
                 configs::lock_three_clients_one_pause_other_key(),
             "lock: 3 clients, every fault kind, <= 1 fault" =>
                 configs::lock_three_clients_one_fault(),
+            "lock: 2 tasks of one process and another process, no faults" =>
+                configs::lock_line_of_two_and_another_process(),
+            "lock: 2 tasks of one process and another process, every fault kind, <= 1 fault" =>
+                configs::lock_line_of_two_and_another_process_one_fault(),
             "redlock: 3 nodes, 3 clients, <= 2 lost messages, 1 pause" =>
                 configs::redlock_three_clients(),
             "records: 3 requests, <= 3 faults" => configs::records_three_requests(),

@@ -52,7 +52,6 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     (
         "reserve.lua",
         "a2120dbac875f2c4e65e8e8db1a358941059f629",
-        "NOT modelled: the in-process hand-over it serves (lock-runtime client/local.rs) \
-         is checked by tests/tests/local_handover.rs, not by this model (FAULTS.md)",
+        "lock.rs `Server::reserve` (from `LockModel::hand_on`, local.rs `hand_on`)",
     ),
 ];

@@ -108,6 +108,69 @@ fn lock_three_clients_with_a_pause_find_the_stale_hand_over_without_the_check() 
     );
 }
 
+/// Local hand-over (client/local.rs): two tasks of one process form a line;
+/// a crash or a pause hits both.
+#[test]
+fn lock_two_tasks_of_one_process_with_every_fault_kind_keep_every_property() {
+    checked(
+        "lock line of 2",
+        check(
+            "lock: 2 tasks of one process, every fault kind, <= 2 faults",
+            configs::lock_line_of_two(2).into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+/// A line of two tasks and a client of another process: reserve.lua
+/// answers 0 once that client queued, and the line goes to the server.
+#[test]
+fn lock_a_line_of_two_tasks_and_another_process_keep_every_property() {
+    checked(
+        "lock line of 2 + 1",
+        check(
+            "lock: 2 tasks of one process and another process, start together, no faults",
+            configs::lock_line_of_two_and_another_process_starting_together().into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+/// The model is not vacuous about local hand-overs: a client that hands on
+/// the token just below its reserved block (the holder's own, when no other
+/// key took one) is caught at the first hand-over:
+///
+/// ```text
+/// 15. t=3 A: release(); A: sends reserve.lua to hand on in its process
+/// 16. t=3 Redis runs A's Reserve: kept, tokens 2..=3 reserved
+/// 17. t=3 A: reserved tokens up to 3; A: hands the lease on to B (fencing 1, ...)
+/// 19. t=3 B: writes with fencing 1: accepted
+/// ```
+#[test]
+fn lock_a_line_handing_on_a_token_below_its_block_is_found() {
+    let mut cfg = configs::lock_line_of_two(0);
+    cfg.hand_on_below_block = true;
+    let report = check(
+        "lock: 2 tasks of one process, hand-over below the block (counterexample expected)",
+        cfg.into_model(),
+        Run {
+            stop_at_first_failure: true,
+            ..Run::default()
+        },
+    );
+    println!("{report}");
+    let found = report
+        .counterexample("fencing tokens issued strictly increase")
+        .expect("a hand-over reusing the holder's token");
+    assert!(
+        found.trace.contains("sends reserve.lua") && found.trace.contains("hands the lease on"),
+        "not a local hand-over:\n{}",
+        found.trace
+    );
+}
+
 #[test]
 fn redlock_keeps_one_majority_holder_and_increasing_tokens() {
     checked(
