@@ -3,17 +3,14 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::LockError;
 use crate::backend::Released;
-use crate::client::local;
+use crate::client::handover;
 use crate::held::Held;
 use crate::inner::Inner;
-use crate::key::KeyNames;
-use crate::token::Token;
 
 /// A held lock. Renewed in the background (unless acquired with
 /// `.renew(false)`) until [`release`](LockGuard::release)d or dropped.
@@ -149,7 +146,7 @@ impl LockGuard {
         let mut held = self.held.clone();
         let keep = held.keeps_until(Instant::now());
         if !was_lost && keep.is_none() && inner.local.has_waiters(&held) {
-            match local::hand_on(inner, held).await {
+            match handover::hand_on(inner, held).await {
                 None => return Ok(()),
                 Some(last) => held = last,
             }
@@ -220,106 +217,13 @@ impl LockGuard {
     }
 }
 
-impl LockGuard {
-    /// Takes the lease out of a guard that will not release it: whoever
-    /// holds the returned `Held` is its owner now.
-    pub(crate) fn disarm(mut self) -> Arc<Held> {
-        self.done = true;
-        self.held.clone()
-    }
-}
-
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.done || !self.owner {
             return;
         }
-        let held = self.held.clone();
-        let inner = self.inner.clone();
-        // A local waiter gets the lease (in a task: handing on may take a
-        // round trip to reserve fencing tokens).
-        if !held.is_lost_now()
-            && held.keeps_until(Instant::now()).is_none()
-            && inner.local.has_waiters(&held)
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(async move {
-                if let Some(last) = local::hand_on(&inner, held).await {
-                    release_held_in_background(inner, &last);
-                }
-            });
-            return;
-        }
-        release_held_in_background(inner, &held);
+        handover::give_back(self.inner.clone(), self.held.clone());
     }
-}
-
-/// Stops watching `held` and releases it on the current runtime without
-/// blocking (see [`release_in_background`]).
-fn release_held_in_background(inner: Arc<Inner>, held: &Arc<Held>) {
-    inner.local.end(held);
-    inner.watchdog.unwatch(held.id);
-    crate::metrics::released(&held.metrics, held.since.elapsed());
-    if let Some(left) = held.keeps_until(Instant::now()) {
-        keep_in_background(inner, held, left);
-        return;
-    }
-    release_in_background(
-        inner,
-        held.key.clone(),
-        held.names.clone(),
-        held.token,
-        held.ttl,
-        false,
-    );
-}
-
-/// `hold_at_least` at a release in the background: the key's lease is set to
-/// end `left` from now instead of the key being deleted.
-fn keep_in_background(inner: Arc<Inner>, held: &Arc<Held>, left: Duration) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return; // the lease runs out by itself, no sooner than asked
-    };
-    let (key, names, token) = (held.key.clone(), held.names.clone(), held.token);
-    runtime.spawn(async move {
-        match inner.backend.keep(&names, &token, left).await {
-            Ok(true) => tracing::debug!(key = %key, "lock kept until its hold_at_least"),
-            Ok(false) => {
-                tracing::debug!(key = %key, "background release: the lock was not ours (any more)")
-            }
-            Err(e) => tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
-                "background release (hold_at_least) failed; the lease runs out by itself"),
-        }
-    });
-}
-
-/// Releases the lock `key` (named `names`, owned by `token`) on the current
-/// runtime without blocking; outside a runtime the lease runs out by itself.
-/// `dequeue`: also leave the key's waiter queue.
-pub(crate) fn release_in_background(
-    inner: Arc<Inner>,
-    key: String,
-    names: KeyNames,
-    token: Token,
-    ttl: Duration,
-    dequeue: bool,
-) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::debug!(key = %key, "lock dropped outside a tokio runtime; the lease will run out");
-        return;
-    };
-    runtime.spawn(async move {
-        match inner.backend.release(&names, &token, ttl, dequeue).await {
-            Ok(Released::Yes | Released::Gone) => {
-                tracing::debug!(key = %key, "lock released in the background");
-            }
-            Ok(Released::NotOurs) => {
-                tracing::debug!(key = %key, "background release: the lock was not ours (any more)");
-            }
-            Err(e) => tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
-                "background release failed; if it did not run, the lease will run out"),
-        }
-    });
 }
 
 impl fmt::Debug for LockGuard {

@@ -24,7 +24,7 @@
 //! one acquires on the server for the line, the others wait in-process; a
 //! holder's release hands its lease (owner token, validity, watchdog entry
 //! with any renewal in flight) to the next task in line, with a fencing
-//! token from a block it reserved with reserve.lua ([`Server::reserve`]), or
+//! token from a block it reserved with reserve.lua (`Server::reserve`), or
 //! releases to the server when reserve.lua answers 0 or fails, or its lease
 //! is not sure. The model leaves out the block reserved ahead (`prefetch`)
 //! and `BLOCK_FOR` (a block is used until it runs out: more runs than the

@@ -89,8 +89,20 @@ fn lock_three_clients_with_a_pause_keep_every_property() {
 fn lock_three_clients_with_a_pause_find_the_stale_hand_over_without_the_check() {
     let mut cfg = configs::lock_three_clients_one_pause();
     cfg.check_stale_grants = false;
-    let report = check(
+    finds(
         "lock: 3 clients, 1 pause, no stale-grant check (the client before 18d4a5a)",
+        cfg,
+        "at most one holder believes its lease valid",
+        &["a grant is waiting", "trusts the hand-over"],
+    );
+}
+
+/// Checks `cfg` up to the first failure, which must break `property` with a
+/// trace that shows every one of `steps` (the mistake switched on, not
+/// another).
+fn finds(title: &str, cfg: model::lock::LockConfig, property: &str, steps: &[&str]) {
+    let report = check(
+        title,
         cfg.into_model(),
         Run {
             stop_at_first_failure: true,
@@ -99,11 +111,11 @@ fn lock_three_clients_with_a_pause_find_the_stale_hand_over_without_the_check() 
     );
     println!("{report}");
     let found = report
-        .counterexample("at most one holder believes its lease valid")
-        .expect("the stale hand-over: two holders at once");
+        .counterexample(property)
+        .unwrap_or_else(|| panic!("{title}: no counterexample to {property:?}"));
     assert!(
-        found.trace.contains("a grant is waiting") && found.trace.contains("trusts the hand-over"),
-        "not the stale hand-over:\n{}",
+        steps.iter().all(|step| found.trace.contains(step)),
+        "not the expected counterexample ({steps:?}):\n{}",
         found.trace
     );
 }
@@ -152,22 +164,11 @@ fn lock_a_line_of_two_tasks_and_another_process_keep_every_property() {
 fn lock_a_line_handing_on_a_token_below_its_block_is_found() {
     let mut cfg = configs::lock_line_of_two(0);
     cfg.hand_on_below_block = true;
-    let report = check(
+    finds(
         "lock: 2 tasks of one process, hand-over below the block (counterexample expected)",
-        cfg.into_model(),
-        Run {
-            stop_at_first_failure: true,
-            ..Run::default()
-        },
-    );
-    println!("{report}");
-    let found = report
-        .counterexample("fencing tokens issued strictly increase")
-        .expect("a hand-over reusing the holder's token");
-    assert!(
-        found.trace.contains("sends reserve.lua") && found.trace.contains("hands the lease on"),
-        "not a local hand-over:\n{}",
-        found.trace
+        cfg,
+        "fencing tokens issued strictly increase",
+        &["sends reserve.lua", "hands the lease on"],
     );
 }
 

@@ -23,10 +23,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::handover::release_in_background;
 use crate::LockError;
 use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, WaitHandle};
 use crate::backoff::Backoff;
-use crate::guard::{LockGuard, release_in_background};
+use crate::guard::LockGuard;
 use crate::held::Held;
 use crate::inner::Inner;
 use crate::key::KeyNames;

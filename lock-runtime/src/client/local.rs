@@ -14,8 +14,8 @@
 //! block is above every token issued before it and below every token issued
 //! after it.
 //!
-//! Other processes are not starved: a block holds [`BLOCK`] tokens and is
-//! used for at most [`BLOCK_FOR`] after it was reserved (but for its first
+//! Other processes are not starved: a block holds [`BLOCK`](super::blocks::BLOCK) tokens and is
+//! used for at most [`BLOCK_FOR`](super::blocks::BLOCK_FOR) after it was reserved (but for its first
 //! token, used however long the reservation took); the next one is only
 //! granted while nobody is queued on the server. Otherwise the holder
 //! releases to the server's queue, and the first task of the line becomes
@@ -35,22 +35,13 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use crate::guard::LockGuard;
+use super::blocks::Blocks;
 use crate::held::Held;
-use crate::inner::Inner;
-
-/// Fencing tokens reserved per round trip: local hand-overs between two
-/// checks that nobody waits on the server.
-pub(crate) const BLOCK: u64 = 8;
-
-/// How long a reserved block may be used: bounds what a waiter on the server
-/// waits for a chain of local hand-overs with long holds.
-pub(crate) const BLOCK_FOR: Duration = Duration::from_millis(5);
+use crate::token::Token;
 
 /// A holder hands on only while this much of its confirmed lease is left.
-const MARGIN: Duration = Duration::from_millis(50);
+pub(crate) const MARGIN: Duration = Duration::from_millis(50);
 
 /// The lines of this client, by key.
 #[derive(Debug, Default)]
@@ -75,17 +66,8 @@ struct Slot {
     /// Tasks of the line acquiring on the server.
     representatives: usize,
     waiters: VecDeque<Waiter>,
-    /// Reserved fencing tokens: `next..=top`, usable until `until`.
-    block: Option<(u64, u64, Instant)>,
-    /// The block after it, reserved ahead (top, send time of its request),
-    /// so a chain does not stop for a round trip when a block runs out.
-    next_block: Option<(u64, Instant)>,
-    /// A reservation ahead is in flight.
-    prefetching: bool,
-    /// The highest fencing token handed on in this line: a block reserved
-    /// ahead is only used if it lies above (one reserved ahead may arrive
-    /// after a later block a holder reserved itself, and be lower).
-    issued: u64,
+    /// Reserved fencing tokens.
+    blocks: Blocks,
 }
 
 impl Slot {
@@ -111,20 +93,31 @@ impl Slot {
 }
 
 #[derive(Debug)]
-struct Waiter {
+pub(crate) struct Waiter {
     ticket: u64,
     send: oneshot::Sender<Turn>,
-    metrics: crate::metrics::Name,
-    started: Instant,
+    pub(crate) metrics: crate::metrics::Name,
+    pub(crate) started: Instant,
 }
 
 /// What a waiter in line is sent.
 #[derive(Debug)]
 enum Turn {
-    /// The lock, handed on.
-    Guard(LockGuard),
+    /// The lease, handed on.
+    Held(Arc<Held>),
     /// Acquire on the server for the line (counted as a representative).
     Represent,
+}
+
+/// What a line needs of the client it belongs to: its lines, and a way to
+/// give back a lease that was handed to a waiter gone since. The client's
+/// `Inner` is one (in `handover`); a trait, so that the lines do not depend
+/// on the client and its guards.
+pub(crate) trait Owner: Send + Sync {
+    fn lines(&self) -> &Local;
+    /// Hands `held` on to the next in line, or releases it, in the
+    /// background (as dropping its guard would).
+    fn give_back(self: Arc<Self>, held: Arc<Held>);
 }
 
 /// How a task takes part in acquiring a key: [`Local::enter`].
@@ -149,7 +142,7 @@ pub(crate) enum Entry {
 pub(crate) struct Ticket {
     ticket: u64,
     receive: oneshot::Receiver<Turn>,
-    inner: Arc<Inner>,
+    owner: Arc<dyn Owner>,
     key: String,
     /// `false` once a turn (or the end of the line) was read.
     waiting: bool,
@@ -160,7 +153,7 @@ impl Ticket {
     /// if any, is returned.
     fn leave(&mut self) -> Option<Turn> {
         self.waiting = false;
-        if let Some(slot) = self.inner.local.keys().get_mut(&self.key) {
+        if let Some(slot) = self.owner.lines().keys().get_mut(&self.key) {
             slot.waiters.retain(|w| w.ticket != self.ticket);
         }
         // A turn is sent under the lock (`promote`) or after the waiter was
@@ -172,7 +165,7 @@ impl Ticket {
 
     fn representing(&mut self) -> Representing {
         Representing {
-            inner: self.inner.clone(),
+            owner: self.owner.clone(),
             key: std::mem::take(&mut self.key),
         }
     }
@@ -184,8 +177,8 @@ impl Drop for Ticket {
             return;
         }
         match self.leave() {
-            // Its drop hands the lease on, or releases it.
-            Some(Turn::Guard(guard)) => drop(guard),
+            // Handed on, or released.
+            Some(Turn::Held(held)) => self.owner.clone().give_back(held),
             // Its drop ends the role: the next in line takes it.
             Some(Turn::Represent) => drop(self.representing()),
             None => {}
@@ -195,7 +188,8 @@ impl Drop for Ticket {
 
 /// How a wait in line ended.
 pub(crate) enum LocalWait {
-    Granted(LockGuard),
+    /// The lease, handed on: the caller's guard now.
+    Granted(Arc<Held>),
     /// Acquire on the server for the line.
     Represent(Representing),
     /// The line went away (another task took the key with other settings):
@@ -210,13 +204,13 @@ pub(crate) enum LocalWait {
 /// dropped), the line learns it, and if nobody holds the key then, the next
 /// task in line takes the role.
 pub(crate) struct Representing {
-    inner: Arc<Inner>,
+    owner: Arc<dyn Owner>,
     key: String,
 }
 
 impl Drop for Representing {
     fn drop(&mut self) {
-        let mut keys = self.inner.local.keys();
+        let mut keys = self.owner.lines().keys();
         if let Some(slot) = keys.get_mut(&self.key) {
             slot.representatives = slot.representatives.saturating_sub(1);
             if slot.promote() {
@@ -243,7 +237,7 @@ impl Local {
     /// the line's representative, or alone.
     pub(crate) fn enter(
         &self,
-        inner: &Arc<Inner>,
+        owner: &Arc<dyn Owner>,
         key: &str,
         ttl: Duration,
         renew: bool,
@@ -255,7 +249,7 @@ impl Local {
         let mut keys = self.keys();
         let represent = || {
             Entry::Represent(Representing {
-                inner: inner.clone(),
+                owner: owner.clone(),
                 key: key.to_owned(),
             })
         };
@@ -268,10 +262,7 @@ impl Local {
                     holder: None,
                     representatives: 1,
                     waiters: VecDeque::new(),
-                    block: None,
-                    next_block: None,
-                    prefetching: false,
-                    issued: 0,
+                    blocks: Blocks::default(),
                 },
             );
             return represent();
@@ -282,8 +273,7 @@ impl Local {
         if slot.holder.as_ref().is_some_and(|h| h.lost.is_cancelled()) {
             // Lost without a release: nobody of the line holds the key.
             slot.holder = None;
-            slot.block = None;
-            slot.next_block = None;
+            slot.blocks.clear();
         }
         if slot.holder.is_none() && slot.representatives == 0 {
             slot.representatives = 1;
@@ -300,7 +290,7 @@ impl Local {
         Entry::Queued(Ticket {
             ticket,
             receive,
-            inner: inner.clone(),
+            owner: owner.clone(),
             key: key.to_owned(),
             waiting: true,
         })
@@ -358,7 +348,7 @@ impl Local {
         };
         ticket.waiting = false;
         match turn {
-            Turn::Guard(guard) => LocalWait::Granted(guard),
+            Turn::Held(held) => LocalWait::Granted(held),
             Turn::Represent => LocalWait::Represent(ticket.representing()),
         }
     }
@@ -382,8 +372,7 @@ impl Local {
         match keys.get_mut(&held.key) {
             Some(slot) if slot.ttl == held.ttl && slot.renew == renew => {
                 slot.holder = Some(held.clone());
-                slot.block = None;
-                slot.next_block = None;
+                slot.blocks.clear();
             }
             Some(_) if !waited => {}
             None if !waited => {}
@@ -396,10 +385,7 @@ impl Local {
                         holder: Some(held.clone()),
                         representatives: 0,
                         waiters: VecDeque::new(),
-                        block: None,
-                        next_block: None,
-                        prefetching: false,
-                        issued: 0,
+                        blocks: Blocks::default(),
                     },
                 );
             }
@@ -417,8 +403,7 @@ impl Local {
             && slot.holds(held)
         {
             slot.holder = None;
-            slot.block = None;
-            slot.next_block = None;
+            slot.blocks.clear();
             if slot.promote() {
                 keys.remove(&held.key);
             }
@@ -433,66 +418,32 @@ impl Local {
             })
     }
 
-    /// The next reserved fencing token of `held`'s key, if a block is left
-    /// and still fresh.
-    ///
-    /// `prefetch`: the block is running out (half of its tokens or of its
-    /// time used) and no reservation ahead is kept or in flight: the caller
-    /// reserves the next one in the background ([`prefetch`]).
-    fn take_token(&self, held: &Arc<Held>) -> Option<(u64, bool)> {
+    /// The next reserved fencing token of `held`'s line, and whether to
+    /// reserve the next block in the background ([`Blocks::take`]).
+    pub(crate) fn take_token(&self, held: &Arc<Held>) -> Option<(u64, bool)> {
         let mut keys = self.keys();
         let slot = keys.get_mut(&held.key).filter(|slot| slot.holds(held))?;
-        let now = Instant::now();
-        let usable = |b: &(u64, u64, Instant)| b.0 <= b.1 && now < b.2;
-        if !slot.block.as_ref().is_some_and(usable) {
-            // The block reserved ahead, if it is still fresh and above
-            // every token handed on so far.
-            let issued = slot.issued;
-            slot.block = slot
-                .next_block
-                .take()
-                .map(|(top, reserved)| (top + 1 - BLOCK, top, reserved + BLOCK_FOR))
-                .filter(|b| usable(b) && b.0 > issued);
-        }
-        let (next, top, until) = slot.block.as_mut()?;
-        let token = *next;
-        *next += 1;
-        let running_out = *top + 1 - *next <= BLOCK / 2 || *until <= now + BLOCK_FOR / 2;
-        slot.issued = token;
-        let prefetch = running_out && slot.next_block.is_none() && !slot.prefetching;
-        if prefetch {
-            slot.prefetching = true;
-        }
-        Some((token, prefetch))
+        slot.blocks.take()
     }
 
-    /// Keeps a block reserved ahead for the line of `key`, if the line
-    /// still holds the lease `token` reserved it under.
-    fn set_next_block(&self, key: &str, token: &crate::token::Token, top: Option<(u64, Instant)>) {
-        let mut keys = self.keys();
-        let Some(slot) = keys.get_mut(key) else {
-            return;
-        };
-        slot.prefetching = false;
-        if slot.holder.as_ref().is_some_and(|h| h.token == *token) {
-            slot.next_block = top;
+    /// A block reserved ahead came back for the line of `key`: kept if the
+    /// line still holds the lease `token` reserved it under.
+    pub(crate) fn set_next_block(&self, key: &str, token: &Token, top: Option<(u64, Instant)>) {
+        if let Some(slot) = self.keys().get_mut(key) {
+            let same = slot.holder.as_ref().is_some_and(|h| h.token == *token);
+            slot.blocks.set_ahead(top, same);
         }
     }
 
-    /// Keeps the block of tokens up to `top`, reserved by a request sent at
-    /// `reserved`, for `held`'s line, and returns its first token: that one
-    /// is used however long the reservation took (see [`hand_on`]).
-    fn set_block(&self, held: &Arc<Held>, top: u64, reserved: Instant) -> Option<u64> {
+    /// Uses the block up to `top` for `held`'s line ([`Blocks::set`]).
+    pub(crate) fn set_block(&self, held: &Arc<Held>, top: u64, reserved: Instant) -> Option<u64> {
         let mut keys = self.keys();
         let slot = keys.get_mut(&held.key).filter(|slot| slot.holds(held))?;
-        let first = top + 1 - BLOCK;
-        slot.block = Some((first + 1, top, reserved + BLOCK_FOR));
-        slot.issued = first;
-        Some(first)
+        Some(slot.blocks.set(top, reserved))
     }
 
     /// Takes the first waiter still waiting, and makes `next` the holder.
-    fn pass(
+    pub(crate) fn pass(
         &self,
         held: &Arc<Held>,
         next: impl FnOnce(&Waiter) -> Arc<Held>,
@@ -511,109 +462,14 @@ impl Local {
     }
 }
 
-/// Hands the lease of `held` to the next local waiter, as many times as it
-/// takes to find one that still waits. `None`: handed on. `Some(held)`:
-/// nobody to hand on to (or the lease is no longer sure, or somebody queued
-/// on the server): the caller releases `held` (the last holder) to the
-/// server, after [`Local::end`].
-pub(crate) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<Arc<Held>> {
-    let local = &inner.local;
-    // The first token of a block just reserved. It is used whatever the
-    // round trip took: nobody was queued on the server when the block was
-    // reserved, and with a server more than `BLOCK_FOR` away every block
-    // would otherwise be stale on arrival and the holder would reserve
-    // block after block, never handing on nor releasing.
-    let mut fresh = None;
-    loop {
-        if !local.has_waiters(&held) || !held.valid_at(Instant::now() + MARGIN) {
-            return Some(held);
-        }
-        let taken = match fresh.take() {
-            Some(first) => Some(first),
-            None => local.take_token(&held).map(|(token, prefetch)| {
-                if prefetch {
-                    self::prefetch(inner, &held);
-                }
-                token
-            }),
-        };
-        let Some(fencing) = taken else {
-            let sent = Instant::now();
-            match inner
-                .backend
-                .reserve(&held.names, &held.token, held.ttl, BLOCK)
-                .await
-            {
-                Ok(Some(top)) => {
-                    fresh = local.set_block(&held, top, sent);
-                    continue;
-                }
-                Ok(None) => return Some(held),
-                Err(e) => {
-                    tracing::debug!(key = %held.key, error = &e as &dyn std::error::Error,
-                        "reserving fencing tokens for a local hand-over failed; releasing");
-                    return Some(held);
-                }
-            }
-        };
-        let Some((waiter, next)) = local.pass(&held, |waiter| {
-            Arc::new(Held {
-                id: held.id,
-                client_id: held.client_id,
-                key: held.key.clone(),
-                names: held.names.clone(),
-                token: held.token,
-                fencing,
-                ttl: held.ttl,
-                lost: CancellationToken::new(),
-                valid_until: std::sync::Mutex::new(held.valid_until()),
-                metrics: waiter.metrics.clone(),
-                since: Instant::now(),
-                hold_until: None,
-            })
-        }) else {
-            return Some(held);
-        };
-        if !inner.watchdog.hand_on(next.clone()) {
-            // Lost meanwhile: the waiter goes to the server.
-            local.end(&next);
-            return Some(next);
-        }
-        crate::metrics::released(&held.metrics, held.since.elapsed());
-        crate::metrics::acquired(&next.metrics, waiter.started.elapsed(), true);
-        tracing::debug!(key = %next.key, fencing, "lock handed on within the client");
-        match waiter
-            .send
-            .send(Turn::Guard(LockGuard::owner(next, inner.clone())))
-        {
-            Ok(()) => return None,
-            // Gone since: the lease is the new guard's; hand it on again.
-            Err(Turn::Guard(guard)) => held = guard.disarm(),
-            Err(Turn::Represent) => unreachable!("sent a guard"),
+impl Local {
+    /// Sends `next` (taken from [`Local::pass`]) to `waiter`; `Err(next)`
+    /// when the waiter is gone since: the lease is still the giver's.
+    pub(crate) fn give(&self, waiter: Waiter, next: Arc<Held>) -> Result<(), Arc<Held>> {
+        match waiter.send.send(Turn::Held(next)) {
+            Ok(()) => Ok(()),
+            Err(Turn::Held(next)) => Err(next),
+            Err(Turn::Represent) => unreachable!("sent a lease"),
         }
     }
-}
-
-/// Reserves the next block of `held`'s line in the background, while the
-/// chain goes on with the current one: a chain of short holds does not stop
-/// for a round trip every [`BLOCK`] hand-overs. The same check as a
-/// reservation in line: granted only while nobody is queued on the server.
-fn prefetch(inner: &Arc<Inner>, held: &Arc<Held>) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let inner = inner.clone();
-    let (key, names, token, ttl) = (held.key.clone(), held.names.clone(), held.token, held.ttl);
-    runtime.spawn(async move {
-        let sent = Instant::now();
-        let top = match inner.backend.reserve(&names, &token, ttl, BLOCK).await {
-            Ok(top) => top.map(|top| (top, sent)),
-            Err(e) => {
-                tracing::debug!(key = %key, error = &e as &dyn std::error::Error,
-                    "reserving fencing tokens ahead failed");
-                None
-            }
-        };
-        inner.local.set_next_block(&key, &token, top);
-    });
 }

@@ -17,7 +17,9 @@ use crate::inner::Inner;
 use crate::key::{KeyNames, validate_key};
 
 mod acquire;
+mod blocks;
 mod builder;
+pub(crate) mod handover;
 mod inspect;
 pub(crate) mod local;
 mod request;

@@ -1,12 +1,13 @@
 //! [`LockRequest`]: what a caller configures, then acquires or runs.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::acquire::{Acquisition, Asked, FOREVER};
-use super::local::{Entry, LocalWait};
+use super::local::{Entry, LocalWait, Owner};
 use super::{LockClient, MAX_TTL, validate_ttl};
 use crate::guard::LockGuard;
 use crate::key::validate_key;
@@ -162,11 +163,12 @@ impl LockRequest {
                 let deadline = started
                     .checked_add(wait)
                     .unwrap_or_else(|| started + FOREVER);
+                let owner: Arc<dyn Owner> = inner.clone();
                 loop {
                     let ticket =
                         match inner
                             .local
-                            .enter(&inner, &self.key, ttl, self.renew, &self.metrics)
+                            .enter(&owner, &self.key, ttl, self.renew, &self.metrics)
                         {
                             Entry::Queued(ticket) => ticket,
                             Entry::Represent(duty) => {
@@ -176,7 +178,9 @@ impl LockRequest {
                             Entry::Alone => break,
                         };
                     match inner.local.wait(ticket, deadline).await {
-                        LocalWait::Granted(guard) => return Ok(guard),
+                        LocalWait::Granted(held) => {
+                            return Ok(LockGuard::owner(held, inner.clone()));
+                        }
                         LocalWait::TimedOut { retry_after } => {
                             crate::metrics::busy(&self.metrics, started.elapsed());
                             return Err(LockError::Busy {
