@@ -151,9 +151,7 @@ impl LockGuard {
                 Some(last) => held = last,
             }
         }
-        inner.local.end(&held);
-        inner.watchdog.unwatch(held.id);
-        crate::metrics::released(&held.metrics, held.since.elapsed());
+        handover::retire(inner, &held);
         let started = Instant::now();
         let valid = held.valid_at(started);
         let result = match keep {

@@ -52,11 +52,6 @@ impl Held {
             .filter(|left| !left.is_zero())
     }
 
-    /// `true` once the lease is known lost.
-    pub(crate) fn is_lost_now(&self) -> bool {
-        self.lost.is_cancelled()
-    }
-
     pub(crate) fn valid_until(&self) -> Instant {
         *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -2,7 +2,8 @@
 
 /// The least an ACL user needs: the commands the client sends (`EVALSHA`,
 /// `SCRIPT LOAD` at start and after `NOSCRIPT`, `SUBSCRIBE`, `UNSUBSCRIBE`) and
-/// those the scripts run (the waiter queue's list commands included), on the
+/// those the scripts run (the waiter queue's list commands included, and
+/// reserve.lua's `INCRBY` and `LLEN` for local hand-overs), on the
 /// prefix's keys and channels. No `EVAL`, `PING`, `CLIENT` or `HELLO` is
 /// needed; `SELECT` only with a `/db` in the URL. Found by taking each one
 /// away: the `ACL LOG` names what is missing.
@@ -32,4 +33,6 @@ pub const ACL_LOCKER: &[&str] = &[
     "+lpop",
     "+lrem",
     "+lpos",
+    "+llen",
+    "+incrby",
 ];

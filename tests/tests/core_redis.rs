@@ -402,6 +402,25 @@ async fn an_acl_user_limited_to_the_lock_keys_channels_and_commands_works() {
         median < ms(100),
         "waiters woke after {median:?}: notices do not arrive"
     );
+    // A local hand-over between two tasks of one client (reserve.lua).
+    let first = a.lock("chain").wait(secs(5)).acquire().await.unwrap();
+    let second = {
+        let a = a.clone();
+        tokio::spawn(async move { a.lock("chain").wait(secs(5)).acquire().await })
+    };
+    tokio::time::sleep(ms(50)).await;
+    first.release().await.unwrap();
+    within(secs(5), "the hand-over", second)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        calls(&server, "incrby") >= 1,
+        "no block reserved as the ACL user"
+    );
     let denied = server.cli(&["ACL", "LOG"]);
     assert!(
         denied.is_empty(),

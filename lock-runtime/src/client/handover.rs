@@ -26,11 +26,19 @@ impl Owner for Inner {
     }
 }
 
+/// Before `held` goes back to the server: its line goes there too, the
+/// watchdog lets it go, and its hold time is counted.
+pub(crate) fn retire(inner: &Inner, held: &Arc<Held>) {
+    inner.local.end(held);
+    inner.watchdog.unwatch(held.id);
+    crate::metrics::released(&held.metrics, held.since.elapsed());
+}
+
 /// What dropping an owning guard does: the lease goes to a local waiter
 /// (in a task: handing on may take a round trip to reserve fencing
 /// tokens), or back to the server, without blocking.
 pub(crate) fn give_back(inner: Arc<Inner>, held: Arc<Held>) {
-    if !held.is_lost_now()
+    if !held.lost.is_cancelled()
         && held.keeps_until(Instant::now()).is_none()
         && inner.local.has_waiters(&held)
         && let Ok(runtime) = tokio::runtime::Handle::try_current()
@@ -151,9 +159,7 @@ fn prefetch(inner: &Arc<Inner>, held: &Arc<Held>) {
 /// Stops watching `held` and releases it on the current runtime without
 /// blocking (see [`release_in_background`]).
 pub(crate) fn release_held_in_background(inner: Arc<Inner>, held: &Arc<Held>) {
-    inner.local.end(held);
-    inner.watchdog.unwatch(held.id);
-    crate::metrics::released(&held.metrics, held.since.elapsed());
+    retire(&inner, held);
     if let Some(left) = held.keeps_until(Instant::now()) {
         keep_in_background(inner, held, left);
         return;

@@ -4,14 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
+use super::conn::Conn;
 pub(crate) use super::conn::RedisOptions;
-use super::conn::{Conn, SentinelConn, connect_manager, open_client};
-use super::notifier::{Notices, Source};
-use super::scripts::{
-    ACQUIRE, EXTEND, EXTEND_MANY, RELEASE, RESERVE, evalsha, load_scripts, millis, run_script,
-};
+use super::notifier::Notices;
+use super::scripts::{ACQUIRE, EXTEND, EXTEND_MANY, RELEASE, RESERVE, evalsha, millis, run_script};
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::LockError;
@@ -32,6 +28,8 @@ const TRYAGAIN_BACKOFF: Backoff =
 /// bound by its slowest majority, not by one server's throughput, and each
 /// extra connection is one more to re-establish after a node restarts.
 const CONNECTIONS: usize = 2;
+
+mod connect;
 
 pub(crate) struct RedisBackend {
     /// One or [`CONNECTIONS`] handles; a key always uses the same one, so
@@ -54,131 +52,6 @@ impl std::fmt::Debug for RedisBackend {
 }
 
 impl RedisBackend {
-    /// One server.
-    pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<Self, LockError> {
-        Self::node(
-            url,
-            options,
-            Arc::new(Registry::default()),
-            false,
-            CONNECTIONS,
-        )
-        .await
-    }
-
-    /// One Redlock node, whose waiters live in `waiters` (shared by the
-    /// nodes). Its waiters do not queue, so every release is announced.
-    pub(crate) async fn redlock_node(
-        url: &str,
-        options: &RedisOptions,
-        waiters: Arc<Registry>,
-    ) -> Result<Self, LockError> {
-        Self::node(url, options, waiters, true, 1).await
-    }
-
-    async fn node(
-        url: &str,
-        options: &RedisOptions,
-        waiters: Arc<Registry>,
-        announce_free: bool,
-        connections: usize,
-    ) -> Result<Self, LockError> {
-        let client = open_client(url)?;
-        let mut conns = Vec::with_capacity(connections);
-        for _ in 0..connections {
-            conns.push(Conn::Single(
-                connect_manager(client.clone(), options).await?,
-            ));
-        }
-        // The script cache is per server: loading through one connection does.
-        load_scripts(&mut conns[0]).await?;
-        let mut node = Self::with_pubsub(conns, Source::Fixed(Box::new(client)), options, waiters);
-        node.announce_free = announce_free;
-        Ok(node)
-    }
-
-    /// The master of the Sentinel group `master`.
-    pub(crate) async fn sentinel(
-        master: &str,
-        sentinels: &[String],
-        options: &RedisOptions,
-    ) -> Result<Self, LockError> {
-        at_least_one(sentinels, "`.sentinel(..)` needs at least one sentinel URL")?;
-        let sentinel = Arc::new(SentinelConn::new(master, sentinels, options)?);
-        sentinel
-            .current()
-            .await
-            .map_err(|e| BackendError::with_source("cannot reach the Sentinel master", e))?;
-        let mut conn = Conn::Sentinel(sentinel.clone());
-        load_scripts(&mut conn).await?;
-        Ok(Self::with_pubsub(
-            vec![conn],
-            Source::Sentinel(sentinel),
-            options,
-            Arc::new(Registry::default()),
-        ))
-    }
-
-    /// A Redis Cluster reached through `seeds`.
-    pub(crate) async fn cluster(
-        seeds: &[String],
-        options: &RedisOptions,
-    ) -> Result<Self, LockError> {
-        at_least_one(seeds, "`.cluster(..)` needs at least one seed URL")?;
-        for url in seeds {
-            open_client(url)?;
-        }
-        let (push_tx, push_rx) = mpsc::unbounded_channel();
-        let client = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
-            .connection_timeout(options.connect_timeout)
-            .response_timeout(options.response_timeout)
-            .use_protocol(redis::ProtocolVersion::RESP3)
-            .push_sender(push_tx)
-            // Retry MOVED/ASK/TRYAGAIN in milliseconds, not the driver's
-            // default seconds: a lease is measured in seconds.
-            .retries(8)
-            .min_retry_wait(2)
-            .max_retry_wait(100)
-            .retry_wait_formula(2, 2)
-            .build()
-            .map_err(|e| LockError::Config(format!("invalid cluster configuration: {e}")))?;
-        let cluster = tokio::time::timeout(
-            options
-                .connect_timeout
-                .saturating_add(Duration::from_millis(100)),
-            client.get_async_connection(),
-        )
-        .await
-        .map_err(|_| BackendError::timeout("connecting to the cluster timed out"))?
-        .map_err(|e| BackendError::with_source("cannot connect to the cluster", e))?;
-        let waiters = Arc::new(Registry::default());
-        // Scripts are loaded on each node by EVALSHA's fallback on first use.
-        Ok(Self {
-            conns: vec![Conn::Cluster(cluster.clone())],
-            notices: Notices::cluster(cluster, push_rx, waiters.clone()),
-            waiters,
-            publish: "SPUBLISH",
-            announce_free: false,
-            replica_acks: None,
-        })
-    }
-
-    fn with_pubsub(
-        conns: Vec<Conn>,
-        source: Source,
-        options: &RedisOptions,
-        waiters: Arc<Registry>,
-    ) -> Self {
-        Self {
-            conns,
-            notices: Notices::pubsub(source, options, waiters.clone()),
-            waiters,
-            publish: "PUBLISH",
-            announce_free: false,
-            replica_acks: options.replica_acks,
-        }
-    }
-
     /// The connection for `names`' commands.
     pub(super) fn conn(&self, names: &KeyNames) -> Conn {
         let i = match self.conns.len() {
@@ -520,12 +393,4 @@ impl RedisBackend {
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.conns[0], Conn::Cluster(_))
     }
-}
-
-/// `Config(message)` for an empty list of URLs.
-fn at_least_one(urls: &[String], message: &str) -> Result<(), LockError> {
-    if urls.is_empty() {
-        return Err(LockError::Config(message.into()));
-    }
-    Ok(())
 }
