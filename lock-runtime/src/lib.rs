@@ -121,7 +121,10 @@ pub mod layer;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use client::{LockClient, LockClientBuilder, LockRequest, LockState};
+pub use client::{
+    LockAllGuard, LockAllRequest, LockClient, LockClientBuilder, LockRequest, LockState,
+    RwLockRequest,
+};
 pub use context::{LockInfo, current_lock};
 pub use error::{BackendError, LockError};
 pub use global::{global_client, set_global_client};

@@ -17,14 +17,18 @@ use crate::inner::Inner;
 use crate::key::{KeyNames, validate_key};
 
 mod acquire;
+mod all;
 mod blocks;
 mod builder;
+mod family;
 pub(crate) mod handover;
 mod inspect;
 pub(crate) mod local;
 mod request;
 
+pub use all::{LockAllGuard, LockAllRequest};
 pub use builder::LockClientBuilder;
+pub use family::RwLockRequest;
 pub use inspect::LockState;
 pub use request::LockRequest;
 
@@ -99,6 +103,60 @@ impl LockClient {
     /// happens until [`LockRequest::acquire`] or [`LockRequest::run`].
     pub fn lock(&self, key: impl Into<String>) -> LockRequest {
         LockRequest::new(self.clone(), key.into())
+    }
+
+    /// Starts a request for the read-write lock named `key`: choose
+    /// [`read`](RwLockRequest::read) or [`write`](RwLockRequest::write), then
+    /// configure and acquire as with [`LockClient::lock`].
+    pub fn rw_lock(&self, key: impl Into<String>) -> RwLockRequest {
+        RwLockRequest::new(self.clone(), key.into())
+    }
+
+    /// Starts a request for one of `permits` permits of the semaphore named
+    /// `key`: at most `permits` holders at once. Configure and acquire as
+    /// with [`LockClient::lock`]; the guard holds one permit.
+    ///
+    /// Each permit has its own lease, renewed by the watchdog: a crashed
+    /// holder's permit returns when its lease ends. Waiting is notified and
+    /// FIFO; a release hands its permit to the first waiter.
+    ///
+    /// `permits` is each caller's own limit, checked when it acquires:
+    /// callers that name different counts for one key each take a permit
+    /// only while fewer than their own count are held (a caller asking for
+    /// 2 waits while 2 are held, even if another caller allows 4), and
+    /// nobody's permit is taken back when a caller names fewer. A release
+    /// hands its permit on only while the holders left are fewer than the
+    /// releaser's count. Zero permits: `LockError::Config`.
+    ///
+    /// The semaphore `"k"` is a resource of its own: it does not exclude
+    /// [`LockClient::lock`]`("k")` or a read-write lock named `"k"`. A task
+    /// that already holds a permit of `key` (inside [`LockRequest::run`] or
+    /// the attribute) re-enters it instead of taking a second one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+    /// let a = client.semaphore("exports:tenant-9", 2).acquire().await?;
+    /// let b = client.semaphore("exports:tenant-9", 2).acquire().await?;
+    /// assert!(client.semaphore("exports:tenant-9", 2).acquire().await.unwrap_err().is_busy());
+    /// a.release().await?;
+    /// b.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
+        LockRequest::new(self.clone(), key.into()).shaped(crate::key::Shape::Permits(permits))
+    }
+
+    /// Starts a request for every lock in `keys` at once: all or none. See
+    /// [`LockAllRequest`].
+    pub fn lock_all<I>(&self, keys: I) -> LockAllRequest
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        LockAllRequest::new(self.clone(), keys.into_iter().map(Into::into).collect())
     }
 
     /// Runs `fut` while holding the lock `key` (default lease, trying once).

@@ -10,7 +10,7 @@ use super::acquire::{Acquisition, Asked, FOREVER};
 use super::local::{Entry, LocalWait, Owner};
 use super::{LockClient, MAX_TTL, validate_ttl};
 use crate::guard::LockGuard;
-use crate::key::validate_key;
+use crate::key::{Shape, validate_key};
 use crate::{LockError, context};
 
 /// A request for one lock, from [`LockClient::lock`]. Configure, then
@@ -25,6 +25,8 @@ pub struct LockRequest {
     renew: bool,
     metrics: crate::metrics::Name,
     hold_at_least: Duration,
+    /// A mutex, a side of a read-write lock, or a semaphore's permit.
+    shape: Shape,
 }
 
 impl LockRequest {
@@ -37,7 +39,13 @@ impl LockRequest {
             renew: true,
             metrics: crate::metrics::Name::default(),
             hold_at_least: Duration::ZERO,
+            shape: Shape::Mutex,
         }
+    }
+
+    pub(super) fn shaped(mut self, shape: Shape) -> Self {
+        self.shape = shape;
+        self
     }
 
     /// The `name` label of this lock's metrics (feature `metrics`; default

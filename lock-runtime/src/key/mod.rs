@@ -274,6 +274,20 @@ fn unescape(s: &str) -> Option<String> {
     (escape_key_part(&out) == s).then_some(out)
 }
 
+/// What kind of lock a request is for (the synchronizer family).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) enum Shape {
+    /// `client.lock(key)`: one holder.
+    #[default]
+    Mutex,
+    /// `client.rw_lock(key).read()`: many readers, no writer.
+    Read,
+    /// `client.rw_lock(key).write()`: one writer, no reader.
+    Write,
+    /// `client.semaphore(key, n)`: at most `n` holders.
+    Permits(u32),
+}
+
 /// The names one lock uses, built once per acquisition.
 #[derive(Clone, Debug)]
 pub(crate) struct KeyNames {
