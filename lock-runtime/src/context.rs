@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::held::Held;
+use crate::key::Shape;
 
 tokio::task_local! {
     static HELD: Stack;
@@ -54,14 +55,25 @@ pub fn current_lock() -> Option<LockInfo> {
     .flatten()
 }
 
-/// The lock this task already holds for `key` on client `client_id`, if any.
-pub(crate) fn find(client_id: u64, key: &str) -> Option<Arc<Held>> {
+/// The lock of `shape`'s kind this task already holds for `key` on client
+/// `client_id`, if any: the same mutex; a read or write lock of the same
+/// read-write lock; a permit of the same semaphore (whatever its count).
+pub(crate) fn find(client_id: u64, key: &str, shape: Shape) -> Option<Arc<Held>> {
+    let kind = |shape: Shape| match shape {
+        Shape::Mutex => 0,
+        Shape::Read | Shape::Write => 1,
+        Shape::Permits(_) => 2,
+    };
     HELD.try_with(|stack| {
         stack
             .0
             .iter()
             .rev()
-            .find(|held| held.client_id == client_id && held.key == key)
+            .find(|held| {
+                held.client_id == client_id
+                    && held.key == key
+                    && kind(held.names.shape) == kind(shape)
+            })
             .cloned()
     })
     .ok()

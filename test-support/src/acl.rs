@@ -35,4 +35,14 @@ pub const ACL_LOCKER: &[&str] = &[
     "+lpos",
     "+llen",
     "+incrby",
+    // Read-write locks and semaphores (shared.lua).
+    "+time",
+    "+exists",
+    "+lindex",
+    "+zadd",
+    "+zrem",
+    "+zscore",
+    "+zcard",
+    "+zrange",
+    "+zremrangebyscore",
 ];

@@ -421,6 +421,36 @@ async fn an_acl_user_limited_to_the_lock_keys_channels_and_commands_works() {
         calls(&server, "incrby") >= 1,
         "no block reserved as the ACL user"
     );
+    // A read-write lock and a semaphore, with a hand-over each (shared.lua).
+    let reader = a.rw_lock("rw").read().acquire().await.unwrap();
+    let writer = {
+        let b = b.clone();
+        tokio::spawn(async move { b.rw_lock("rw").write().wait(secs(5)).acquire().await })
+    };
+    tokio::time::sleep(ms(50)).await;
+    reader.release().await.unwrap();
+    let writer = within(secs(1), "the writer", writer)
+        .await
+        .unwrap()
+        .unwrap();
+    let permit = a.semaphore("sem", 1).ttl(ms(150)).acquire().await.unwrap();
+    tokio::time::sleep(ms(400)).await;
+    assert!(
+        !permit.is_lost(),
+        "a permit's renewal as the ACL user failed"
+    );
+    let next = {
+        let b = b.clone();
+        tokio::spawn(async move { b.semaphore("sem", 1).wait(secs(5)).acquire().await })
+    };
+    tokio::time::sleep(ms(50)).await;
+    permit.release().await.unwrap();
+    let next = within(secs(1), "the next permit", next)
+        .await
+        .unwrap()
+        .unwrap();
+    writer.release().await.unwrap();
+    next.release().await.unwrap();
     let denied = server.cli(&["ACL", "LOG"]);
     assert!(
         denied.is_empty(),

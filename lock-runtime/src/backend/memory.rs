@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE};
-use crate::key::KeyNames;
+use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
 #[derive(Debug)]
@@ -26,12 +26,14 @@ struct Queue {
 }
 
 #[derive(Debug, Default)]
-struct State {
+pub(super) struct State {
     locks: HashMap<String, Held>,
+    /// Read-write locks and semaphores, by their writer's name.
+    pub(super) shared: HashMap<String, super::memory_shared::Shared>,
     /// One fencing counter for every key (as Redis keeps one per hash
     /// slot): tokens strictly increase per key, and nothing is kept per name
     /// once its lock and queue are gone.
-    fence: u64,
+    pub(super) fence: u64,
     queues: HashMap<String, Queue>,
     ops: u64,
 }
@@ -42,14 +44,14 @@ struct State {
 #[derive(Debug, Default)]
 pub(crate) struct MemoryBackend {
     state: Mutex<State>,
-    waiters: Arc<Registry>,
+    pub(super) waiters: Arc<Registry>,
     /// Idempotency records (`IdempotencyLayer`).
     #[cfg(feature = "axum")]
     pub(crate) records: super::records::MemoryRecords,
 }
 
 impl MemoryBackend {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -60,12 +62,19 @@ impl MemoryBackend {
         ttl: Duration,
         wait: Duration,
     ) -> AcquireOutcome {
+        if names.shape != Shape::Mutex {
+            return self.acquire_shared(names, token, ttl, wait);
+        }
         let now = Instant::now();
         let mut state = self.state();
         state.ops += 1;
         if state.ops.is_multiple_of(4096) {
             state.locks.retain(|_, held| held.expires > now);
             state.queues.retain(|_, queue| queue.expires > now);
+            state.shared.retain(|_, lock| {
+                lock.expire(now);
+                !lock.is_empty()
+            });
         }
         if let Some(held) = state.locks.get_mut(&names.lock)
             && held.expires > now
@@ -108,6 +117,9 @@ impl MemoryBackend {
     }
 
     pub(crate) fn extend(&self, names: &KeyNames, token: &Token, ttl: Duration) -> bool {
+        if names.shape != Shape::Mutex {
+            return self.extend_shared(names, token, ttl);
+        }
         let now = Instant::now();
         let mut state = self.state();
         match state.locks.get_mut(&names.lock) {
@@ -122,6 +134,9 @@ impl MemoryBackend {
     /// Releases if `token` holds the lock, then hands it to the first waiter.
     /// `dequeue`: also drop `token`'s own queue entry (an abandoned wait).
     pub(crate) fn release(&self, names: &KeyNames, token: &Token, dequeue: bool) -> bool {
+        if names.shape != Shape::Mutex {
+            return self.release_shared(names, token, dequeue);
+        }
         let now = Instant::now();
         let mut state = self.state();
         if dequeue && let Some(queue) = state.queues.get_mut(&names.queue) {

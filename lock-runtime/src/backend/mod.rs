@@ -4,12 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
-use crate::key::KeyNames;
+use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
 pub(crate) mod conn;
 mod inspect;
 pub(crate) mod memory;
+mod memory_shared;
 mod notifier;
 pub(crate) mod records;
 pub(crate) mod redis;
@@ -145,6 +146,13 @@ impl Backend {
             }
         }
         Ok(ours)
+    }
+
+    /// Whether locks of `shape` are offered here: everywhere but on
+    /// Redlock, which offers the mutex only (its quorum of independent
+    /// servers would have to agree on sets of holders and queues).
+    pub(crate) fn offers(&self, shape: Shape) -> bool {
+        shape == Shape::Mutex || !matches!(self, Backend::Redlock(_))
     }
 
     /// Where a holder may hand its lease to a waiter of its own client

@@ -30,7 +30,7 @@ use crate::backoff::Backoff;
 use crate::guard::LockGuard;
 use crate::held::Held;
 use crate::inner::Inner;
-use crate::key::KeyNames;
+use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
 /// A wait too long to represent (`Duration::MAX`): "wait forever".
@@ -99,6 +99,8 @@ pub(super) struct Asked {
     pub(super) metrics: crate::metrics::Name,
     /// `hold_at_least` (zero: none).
     pub(super) hold_at_least: Duration,
+    /// A mutex, a side of a read-write lock, or a semaphore's permit.
+    pub(super) shape: Shape,
 }
 
 impl Acquisition {
@@ -107,7 +109,7 @@ impl Acquisition {
         key: String,
         asked: Asked,
     ) -> Result<Self, LockError> {
-        let names = KeyNames::new(&inner.prefix, &key);
+        let names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
         let token = Token::random()?;
         let mut acquisition = Self::new(inner, key, names, token, asked);
         let attempt = &acquisition.attempt;
@@ -130,7 +132,7 @@ impl Acquisition {
         let Backend::Memory(memory) = &inner.backend else {
             return Err((key, asked));
         };
-        let names = KeyNames::new(&inner.prefix, &key);
+        let names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
         let token = match Token::random() {
             Ok(token) => token,
             Err(e) => return Ok(Err(e.into())),
@@ -161,6 +163,7 @@ impl Acquisition {
             renew,
             metrics,
             hold_at_least,
+            shape: _,
         } = asked;
         let started = Instant::now();
         // A wait too long to represent (`Duration::MAX`) means "wait forever".
@@ -385,7 +388,9 @@ impl Acquisition {
             granted,
             inner.backend.drift(ttl),
         );
-        inner.local.hold(&held, self.renew, !self.wait.is_zero());
+        if held.names.shape == Shape::Mutex {
+            inner.local.hold(&held, self.renew, !self.wait.is_zero());
+        }
         tracing::debug!(key = %held.key, fencing,
             waited_us = self.started.elapsed().as_micros() as u64, "lock acquired");
         LockGuard::owner(held, inner)

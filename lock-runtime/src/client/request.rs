@@ -137,7 +137,15 @@ impl LockRequest {
                 humantime::format_duration(MAX_TTL)
             )));
         }
-        if let Some(held) = context::find(inner.id, &self.key) {
+        self.check_shape()?;
+        if let Some(held) = context::find(inner.id, &self.key, self.shape) {
+            if held.names.shape == Shape::Read && self.shape == Shape::Write {
+                return Err(LockError::Config(format!(
+                    "this task holds a read lock on {:?}: a write lock inside it would wait for itself \
+                     (release the read lock first)",
+                    self.key
+                )));
+            }
             tracing::trace!(key = %self.key, "lock re-entered by the holding task");
             return Ok(LockGuard::reentered(held, inner.clone()));
         }
@@ -147,6 +155,7 @@ impl LockRequest {
             renew: self.renew,
             metrics: self.metrics.clone(),
             hold_at_least: self.hold_at_least,
+            shape: self.shape,
         };
         let (key, asked) = match Acquisition::try_embedded(inner, self.key, asked) {
             Ok(answered) => return answered,
@@ -166,7 +175,8 @@ impl LockRequest {
             let mut representing = None;
             // A request that keeps the key after its release waits on the
             // server, not in a line whose hand-overs it would hold up.
-            if !wait.is_zero() && self.hold_at_least.is_zero() {
+            // Only mutexes form lines: the other kinds are shared, or few.
+            if !wait.is_zero() && self.hold_at_least.is_zero() && self.shape == Shape::Mutex {
                 let started = Instant::now();
                 let deadline = started
                     .checked_add(wait)
@@ -222,6 +232,27 @@ impl LockRequest {
             crate::metrics::failed(&metrics);
         }
         acquired
+    }
+
+    /// Whether the backend offers this kind of lock, with valid settings.
+    fn check_shape(&self) -> Result<(), LockError> {
+        match self.shape {
+            Shape::Mutex => Ok(()),
+            Shape::Permits(0) => Err(LockError::Config(format!(
+                "the semaphore {:?} has zero permits: nobody could ever hold it",
+                self.key
+            ))),
+            shape if !self.client.0.backend.offers(shape) => Err(LockError::Config(format!(
+                "{} are not offered on the {} backend (Redlock offers the mutex, \
+                 lock_all and hold_at_least)",
+                match shape {
+                    Shape::Permits(_) => "semaphores",
+                    _ => "read-write locks",
+                },
+                self.client.0.backend.describe()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Runs `fut` while holding the lock; see [`LockClient::with_lock`].

@@ -199,6 +199,19 @@ pub(crate) enum Kind {
     Idempotency,
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     IdempotencyNotice,
+    /// A read-write lock's writer, its readers (a sorted set of tokens by
+    /// lease end), its queue and its notice channel.
+    RwWriter,
+    RwReaders,
+    RwQueue,
+    RwNotice,
+    /// A semaphore's holders (a sorted set, as a read-write lock's
+    /// readers), its queue and its notice channel; its "writer" name is
+    /// never set.
+    SemaphoreHolders,
+    SemaphoreQueue,
+    SemaphoreNotice,
+    SemaphoreWriter,
 }
 
 impl Kind {
@@ -210,6 +223,14 @@ impl Kind {
             Kind::Notice => 'N',
             Kind::Idempotency => 'I',
             Kind::IdempotencyNotice => 'J',
+            Kind::RwWriter => 'W',
+            Kind::RwReaders => 'R',
+            Kind::RwQueue => 'V',
+            Kind::RwNotice => 'X',
+            Kind::SemaphoreHolders => 'P',
+            Kind::SemaphoreQueue => 'O',
+            Kind::SemaphoreNotice => 'M',
+            Kind::SemaphoreWriter => 'T',
         }
     }
 }
@@ -291,7 +312,14 @@ pub(crate) enum Shape {
 /// The names one lock uses, built once per acquisition.
 #[derive(Clone, Debug)]
 pub(crate) struct KeyNames {
+    /// The lock (a mutex, a read-write lock's writer; a semaphore's
+    /// writer name, which is never set).
     pub(crate) lock: String,
+    /// A read-write lock's readers or a semaphore's holders (a sorted set
+    /// of tokens scored by the end of their leases); empty for a mutex.
+    pub(crate) holders: String,
+    /// What kind of lock these names are for.
+    pub(crate) shape: Shape,
     pub(crate) queue: String,
     pub(crate) notice: String,
     /// The Redis Cluster slot all four names share (`CLUSTER KEYSLOT` of
@@ -311,6 +339,39 @@ impl KeyNames {
             queue: name(prefix, Kind::Queue, key),
             notice: name(prefix, Kind::Notice, key),
             lock,
+            holders: String::new(),
+            shape: Shape::Mutex,
+        }
+    }
+
+    /// The names of a lock of `shape`: a mutex's, or those of a read-write
+    /// lock or a semaphore (other names, so `rw_lock("k")`,
+    /// `semaphore("k", n)` and `lock("k")` are three resources).
+    pub(crate) fn shaped(prefix: &str, key: &str, shape: Shape) -> Self {
+        let [lock, holders, queue, notice] = match shape {
+            Shape::Mutex => return Self::new(prefix, key),
+            Shape::Read | Shape::Write => [
+                Kind::RwWriter,
+                Kind::RwReaders,
+                Kind::RwQueue,
+                Kind::RwNotice,
+            ],
+            Shape::Permits(_) => [
+                Kind::SemaphoreWriter,
+                Kind::SemaphoreHolders,
+                Kind::SemaphoreQueue,
+                Kind::SemaphoreNotice,
+            ],
+        };
+        let lock = name(prefix, lock, key);
+        Self {
+            slot: slot(&lock),
+            kind_at: prefix.len(),
+            holders: name(prefix, holders, key),
+            queue: name(prefix, queue, key),
+            notice: name(prefix, notice, key),
+            lock,
+            shape,
         }
     }
 

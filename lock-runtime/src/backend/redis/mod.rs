@@ -13,7 +13,7 @@ use super::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::LockError;
 use crate::backoff::Backoff;
 use crate::error::{BackendError, ConnectionFailure, connection_failure};
-use crate::key::KeyNames;
+use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
 /// How long a release keeps trying while its slot is being migrated.
@@ -30,6 +30,7 @@ const TRYAGAIN_BACKOFF: Backoff =
 const CONNECTIONS: usize = 2;
 
 mod connect;
+mod shared;
 
 pub(crate) struct RedisBackend {
     /// One or [`CONNECTIONS`] handles; a key always uses the same one, so
@@ -101,6 +102,9 @@ impl RedisBackend {
         wait: Duration,
         maybe_queued: bool,
     ) -> Result<AcquireOutcome, LockError> {
+        if names.shape != Shape::Mutex {
+            return self.acquire_shared(names, token, ttl, wait).await;
+        }
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
         // > 0: ours, with this fencing token; <= 0: busy for -answer ms.
         let mut cmd = evalsha(&ACQUIRE, 4);
@@ -153,6 +157,9 @@ impl RedisBackend {
         token: &Token,
         ttl: Duration,
     ) -> Result<bool, LockError> {
+        if names.shape != Shape::Mutex {
+            return self.extend_shared(names, token, ttl).await;
+        }
         let mut cmd = evalsha(&EXTEND, 1);
         cmd.arg(&names.lock).arg(token.as_str()).arg(millis(ttl));
         let mut conn = self.conn(names);
@@ -200,6 +207,9 @@ impl RedisBackend {
         ttl: Duration,
         dequeue: bool,
     ) -> Result<Released, LockError> {
+        if names.shape != Shape::Mutex {
+            return self.release_shared(names, token, ttl, dequeue).await;
+        }
         let member = if dequeue {
             format!("{}:{}", token.as_str(), millis(ttl))
         } else {
@@ -307,6 +317,29 @@ impl RedisBackend {
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
     ) -> Result<Vec<bool>, LockError> {
+        if leases.iter().any(|(names, ..)| names.shape != Shape::Mutex) {
+            // Readers' and permits' leases: one call each (their sets are
+            // renewed by `shared.lua`), the mutexes' in one batch.
+            let (mutexes, others): (Vec<usize>, Vec<usize>) =
+                (0..leases.len()).partition(|i| leases[*i].0.shape == Shape::Mutex);
+            let batch: Vec<_> = mutexes.iter().map(|i| leases[*i]).collect();
+            let (batched, singles) = futures_util::future::join(
+                Box::pin(self.extend_batch(&batch)),
+                futures_util::future::join_all(others.iter().map(|i| {
+                    let (names, token, ttl) = leases[*i];
+                    self.extend_shared(names, token, ttl)
+                })),
+            )
+            .await;
+            let mut extended = vec![false; leases.len()];
+            for (i, e) in mutexes.iter().zip(batched?) {
+                extended[*i] = e;
+            }
+            for (i, e) in others.iter().zip(singles) {
+                extended[*i] = e?;
+            }
+            return Ok(extended);
+        }
         let Some((first, ..)) = leases.first() else {
             return Ok(Vec::new());
         };

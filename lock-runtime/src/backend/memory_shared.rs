@@ -1,0 +1,216 @@
+//! Read-write locks and semaphores in the embedded backend: the semantics
+//! of `shared.lua`, on a map behind the backend's mutex.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::memory::{MemoryBackend, State};
+use super::{AcquireOutcome, HANDOFF_LEASE};
+use crate::key::{KeyNames, Shape};
+use crate::token::Token;
+
+/// One read-write lock or semaphore.
+#[derive(Debug)]
+pub(super) struct Shared {
+    /// The writer: token and lease end.
+    writer: Option<(Token, Instant)>,
+    /// Readers or permit holders: token and lease end.
+    holders: Vec<(Token, Instant)>,
+    /// Waiters in arrival order: token, lease asked for, exclusive.
+    queue: VecDeque<(Token, Duration, bool)>,
+    queue_expires: Instant,
+}
+
+/// Exclusive, and the most shared holders (0: no limit).
+fn mode(shape: Shape) -> (bool, u32) {
+    match shape {
+        Shape::Mutex | Shape::Write => (true, 0),
+        Shape::Read => (false, 0),
+        Shape::Permits(n) => (false, n),
+    }
+}
+
+impl Shared {
+    fn new(now: Instant) -> Self {
+        Self {
+            writer: None,
+            holders: Vec::new(),
+            queue: VecDeque::new(),
+            queue_expires: now,
+        }
+    }
+
+    /// Drops what ended by `now`.
+    pub(super) fn expire(&mut self, now: Instant) {
+        self.writer = self.writer.filter(|(_, until)| *until > now);
+        self.holders.retain(|(_, until)| *until > now);
+        if self.queue_expires <= now {
+            self.queue.clear();
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.writer.is_none() && self.holders.is_empty() && self.queue.is_empty()
+    }
+
+    fn fits(&self, exclusive: bool, limit: u32) -> bool {
+        self.writer.is_none()
+            && if exclusive {
+                self.holders.is_empty()
+            } else {
+                limit == 0 || self.holders.len() < limit as usize
+            }
+    }
+
+    fn holds(&mut self, token: &Token, exclusive: bool) -> Option<&mut Instant> {
+        if exclusive {
+            self.writer
+                .as_mut()
+                .filter(|(t, _)| t == token)
+                .map(|(_, until)| until)
+        } else {
+            self.holders
+                .iter_mut()
+                .find(|(t, _)| t == token)
+                .map(|(_, until)| until)
+        }
+    }
+
+    fn take(&mut self, token: Token, exclusive: bool, until: Instant) {
+        if exclusive {
+            self.writer = Some((token, until));
+        } else {
+            self.holders.push((token, until));
+        }
+    }
+
+    /// Grants the head of the queue while it fits (FIFO), each with a
+    /// hand-over lease; returns the grants: token and fencing token.
+    fn promote(&mut self, fence: &mut u64, limit: u32, now: Instant) -> Vec<(Token, u64)> {
+        let mut granted = Vec::new();
+        while let Some(&(token, lease, exclusive)) = self.queue.front() {
+            if !self.fits(exclusive, limit) {
+                break;
+            }
+            self.queue.pop_front();
+            *fence += 1;
+            self.take(token, exclusive, now + lease.min(HANDOFF_LEASE));
+            granted.push((token, *fence));
+            if exclusive {
+                break;
+            }
+        }
+        granted
+    }
+}
+
+impl MemoryBackend {
+    fn notify(&self, names: &KeyNames, granted: Vec<(Token, u64)>, except: &Token) {
+        for (token, fencing) in granted {
+            if token != *except {
+                self.waiters.grant(&names.notice, &token.digest(), fencing);
+            }
+        }
+    }
+
+    pub(super) fn acquire_shared(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        wait: Duration,
+    ) -> AcquireOutcome {
+        let now = Instant::now();
+        let (exclusive, limit) = mode(names.shape);
+        let mut state = self.state();
+        let State { shared, fence, .. } = &mut *state;
+        let lock = shared
+            .entry(names.lock.clone())
+            .or_insert_with(|| Shared::new(now));
+        lock.expire(now);
+        let granted = lock.promote(fence, limit, now);
+        let outcome = if let Some(until) = lock.holds(token, exclusive) {
+            // Held already (granted just now, or handed over): the full lease.
+            *until = now + ttl;
+            AcquireOutcome::Acquired { fencing: *fence }
+        } else if lock.queue.is_empty() && lock.fits(exclusive, limit) {
+            *fence += 1;
+            lock.take(*token, exclusive, now + ttl);
+            AcquireOutcome::Acquired { fencing: *fence }
+        } else {
+            let remaining = lock
+                .writer
+                .iter()
+                .chain(&lock.holders)
+                .map(|(_, until)| *until - now)
+                .min()
+                .unwrap_or(ttl);
+            if !wait.is_zero() {
+                if !lock.queue.iter().any(|(t, ..)| t == token) {
+                    lock.queue.push_back((*token, ttl, exclusive));
+                }
+                lock.queue_expires = lock.queue_expires.max(now + wait + ttl);
+            }
+            AcquireOutcome::Busy {
+                remaining,
+                fence: *fence,
+            }
+        };
+        if lock.is_empty() {
+            shared.remove(&names.lock);
+        }
+        drop(state);
+        self.notify(names, granted, token);
+        outcome
+    }
+
+    pub(super) fn extend_shared(&self, names: &KeyNames, token: &Token, ttl: Duration) -> bool {
+        let now = Instant::now();
+        let (exclusive, _) = mode(names.shape);
+        let mut state = self.state();
+        let Some(lock) = state.shared.get_mut(&names.lock) else {
+            return false;
+        };
+        lock.expire(now);
+        match lock.holds(token, exclusive) {
+            Some(until) => {
+                *until = now + ttl;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(super) fn release_shared(&self, names: &KeyNames, token: &Token, dequeue: bool) -> bool {
+        let now = Instant::now();
+        let (exclusive, limit) = mode(names.shape);
+        let mut state = self.state();
+        let State { shared, fence, .. } = &mut *state;
+        let Some(lock) = shared.get_mut(&names.lock) else {
+            return false;
+        };
+        lock.expire(now);
+        if dequeue {
+            lock.queue.retain(|(t, ..)| t != token);
+        }
+        let ours = lock.holds(token, exclusive).is_some();
+        let granted = if ours {
+            if exclusive {
+                lock.writer = None;
+            } else {
+                lock.holders.retain(|(t, _)| t != token);
+            }
+            lock.promote(fence, limit, now)
+        } else {
+            Vec::new()
+        };
+        if lock.is_empty() {
+            shared.remove(&names.lock);
+        }
+        drop(state);
+        self.notify(names, granted, token);
+        ours
+    }
+}

@@ -1,0 +1,153 @@
+//! Read-write locks and semaphores on one server or a cluster: the
+//! `shared.lua` script (see it for the layout of the names it keeps).
+
+use std::time::Duration;
+
+use super::RedisBackend;
+use crate::LockError;
+use crate::backend::scripts::{SHARED, evalsha, millis, run_script};
+use crate::backend::{AcquireOutcome, HANDOFF_LEASE, Released};
+use crate::error::{BackendError, ConnectionFailure, connection_failure};
+use crate::key::{KeyNames, Shape};
+use crate::token::Token;
+
+/// The script's mode and limit for a shape: shared (`s`) with at most
+/// `limit` holders (0: no limit), or exclusive (`x`).
+fn mode(shape: Shape) -> (&'static str, u32) {
+    match shape {
+        Shape::Write | Shape::Mutex => ("x", 0),
+        Shape::Read => ("s", 0),
+        Shape::Permits(n) => ("s", n),
+    }
+}
+
+impl RedisBackend {
+    /// `shared.lua` with the arguments every operation takes.
+    fn shared_cmd(&self, op: &str, names: &KeyNames, token: &Token, ttl: Duration) -> redis::Cmd {
+        let (mode, limit) = mode(names.shape);
+        let mut cmd = evalsha(&SHARED, 4);
+        cmd.arg(&names.lock)
+            .arg(&names.holders)
+            .arg(&names.queue)
+            .arg(names.fence())
+            .arg(op)
+            .arg(token.as_str())
+            .arg(millis(ttl))
+            .arg(mode)
+            .arg(limit)
+            .arg(&names.notice)
+            .arg(millis(HANDOFF_LEASE))
+            .arg(self.publish);
+        cmd
+    }
+
+    /// Wakes the waiters of this process that a script handed over to
+    /// (`sha1hex(token), fencing` pairs), before their notices arrive.
+    fn wake_granted(&self, names: &KeyNames, grants: &[redis::Value]) {
+        for pair in grants.chunks_exact(2) {
+            if let [redis::Value::BulkString(next), redis::Value::Int(fencing)] = pair
+                && let (Ok(next), Ok(fencing)) =
+                    (std::str::from_utf8(next), u64::try_from(*fencing))
+            {
+                self.waiters.grant(&names.notice, next, fencing);
+            }
+        }
+    }
+
+    /// One attempt at a reader's, writer's or permit's lease.
+    pub(super) async fn acquire_shared(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<AcquireOutcome, LockError> {
+        let mut cmd = self.shared_cmd("acquire", names, token, ttl);
+        cmd.arg(if wait.is_zero() { 0 } else { millis(wait) });
+        let mut conn = self.conn(names);
+        let answer: Vec<redis::Value> = run_script(&mut conn, &SHARED, &cmd)
+            .await
+            .map_err(|e| BackendError::with_source("acquire failed", e))?;
+        let (first, fence) = match answer.get(..2) {
+            Some([redis::Value::Int(first), redis::Value::Int(fence)]) => (*first, *fence),
+            _ => return Err(BackendError::new("acquire: unexpected answer").into()),
+        };
+        self.wake_granted(names, &answer[2..]);
+        if first <= 0 {
+            return Ok(AcquireOutcome::Busy {
+                remaining: Duration::from_millis(first.unsigned_abs()),
+                fence: fence.unsigned_abs(),
+            });
+        }
+        if self.replica_acks.is_some()
+            && let Err(e) = self.replicated(&mut conn).await
+        {
+            let _ = self
+                .release_shared(names, token, ttl, !wait.is_zero())
+                .await;
+            return Err(e);
+        }
+        Ok(AcquireOutcome::Acquired {
+            fencing: first.unsigned_abs(),
+        })
+    }
+
+    pub(super) async fn extend_shared(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<bool, LockError> {
+        let mut cmd = self.shared_cmd("extend", names, token, ttl);
+        cmd.arg(0);
+        let mut conn = self.conn(names);
+        let extended: i64 = run_script(&mut conn, &SHARED, &cmd)
+            .await
+            .map_err(|e| BackendError::with_source("extend failed", e))?;
+        if extended == 1 {
+            self.replicated(&mut conn).await?;
+        }
+        Ok(extended == 1)
+    }
+
+    pub(super) async fn release_shared(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        dequeue: bool,
+    ) -> Result<Released, LockError> {
+        let mut cmd = self.shared_cmd("release", names, token, ttl);
+        cmd.arg(if dequeue { "1" } else { "0" });
+        let mut conn = self.conn(names);
+        let mut resent = self.is_cluster();
+        let mut answer = run_script(&mut conn, &SHARED, &cmd).await;
+        if let Err(e) = &answer
+            && connection_failure(e) == Some(ConnectionFailure::Broken)
+        {
+            // As for a mutex (see `release`): one more try, whose "not
+            // ours" may be the first copy's doing.
+            resent = true;
+            answer = run_script(&mut conn, &SHARED, &cmd).await;
+        }
+        let answer: Vec<redis::Value> = answer.map_err(|e| {
+            if connection_failure(&e).is_some() {
+                BackendError::outcome_unknown(
+                    "the release was sent and no answer came back: its outcome is unknown \
+                     (if it did not run, the lease runs out by itself)",
+                    Some(Box::new(e)),
+                )
+            } else {
+                BackendError::with_source("release failed", e)
+            }
+        })?;
+        match answer.first() {
+            Some(redis::Value::Int(1)) => {
+                self.wake_granted(names, &answer[1..]);
+                Ok(Released::Yes)
+            }
+            _ if resent => Ok(Released::Gone),
+            _ => Ok(Released::NotOurs),
+        }
+    }
+}
