@@ -28,8 +28,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
+use crate::kind::{Kind, Side};
 use crate::log::{Event, Fault, ReleaseOutcome, WriteOutcome};
 use crate::store::Record;
+
+mod synchronizers;
 
 /// One logical worker's log.
 #[derive(Clone, Debug, Default)]
@@ -45,6 +48,9 @@ pub struct WorkerLog {
 /// What the checker is given.
 #[derive(Clone, Debug, Default)]
 pub struct RunData {
+    /// The synchronizer the workers took, as the checker is to judge it (a
+    /// control may name a stricter one than the workers took).
+    pub kind: Kind,
     /// The lease the workers used, ms.
     pub ttl_ms: u64,
     /// Extra time allowed beyond a lease before a takeover or a stall counts as
@@ -100,6 +106,12 @@ pub struct Violations {
     pub blocked_wrong: u64,
     /// Holders stopped past their lease whose release said `Ok`.
     pub stale_release_ok: u64,
+    /// A semaphore's holders with valid leases, more at once than its
+    /// permits (in the workers' logs or in the store's order).
+    pub too_many_holders: u64,
+    /// `hold_at_least`: a key acquired again sooner than that after an
+    /// acquisition whose holder released it `Ok`.
+    pub held_too_briefly: u64,
     /// Workers that did not finish.
     pub hung_workers: u64,
 }
@@ -121,6 +133,8 @@ impl Violations {
             + self.leaked_watchdogs
             + self.blocked_wrong
             + self.stale_release_ok
+            + self.too_many_holders
+            + self.held_too_briefly
             + self.hung_workers
     }
 
@@ -141,6 +155,8 @@ impl Violations {
             ("leaked_watchdogs", self.leaked_watchdogs),
             ("blocked_wrong", self.blocked_wrong),
             ("stale_release_ok", self.stale_release_ok),
+            ("too_many_holders", self.too_many_holders),
+            ("held_too_briefly", self.held_too_briefly),
             ("hung_workers", self.hung_workers),
         ]
         .into_iter()
@@ -215,13 +231,18 @@ impl fmt::Display for Report {
     }
 }
 
-/// One lock operation, rebuilt from a worker's log.
-#[derive(Clone, Debug, Default)]
+/// One lock operation on one key, rebuilt from a worker's log (a
+/// `lock_all` operation is one per key, its `part`s).
+#[derive(Clone, Debug)]
 struct Op {
     worker: u32,
     process: u32,
     op: u64,
     key: String,
+    /// Which of the operation's keys (0: the first; only `lock_all` has more).
+    part: usize,
+    /// Shared (a reader, a semaphore's holder) or exclusive.
+    side: Side,
     attempt: u64,
     acquired: Option<(u64, u64)>,
     /// When it stopped waiting without the lock.
@@ -237,7 +258,42 @@ struct Op {
     released: Option<(ReleaseOutcome, u64)>,
 }
 
+impl Default for Op {
+    fn default() -> Self {
+        Self {
+            worker: 0,
+            process: 0,
+            op: 0,
+            key: String::new(),
+            part: 0,
+            side: Side::Write,
+            attempt: 0,
+            acquired: None,
+            gave_up: None,
+            cancelled: None,
+            cancelled_at: None,
+            read: None,
+            write: None,
+            blocked: None,
+            release_sent: None,
+            released: None,
+        }
+    }
+}
+
 impl Op {
+    /// The interval in which the holder's lease was surely valid, if it
+    /// released `Ok`: `[acquire returned, release sent]` (an `Ok` release
+    /// says the lease had not ended when it was sent, and leases only
+    /// grow). A holder stopped past its lease, killed, or told "not owner"
+    /// has none, whatever it did meanwhile.
+    fn valid_hold(&self) -> Option<(u64, u64)> {
+        match self.released {
+            Some((ReleaseOutcome::Ok, _)) => Some((self.acquired?.1, self.release_sent?)),
+            _ => None,
+        }
+    }
+
     /// The end of the hold as far as logs tell (release returned, or the
     /// last thing the worker did).
     fn hold_end(&self, death: Option<u64>, end_of_log: u64) -> u64 {
@@ -258,6 +314,10 @@ impl Op {
 fn ms(us: u64) -> u64 {
     us / 1000
 }
+
+/// `hold_at_least`: how much sooner than the minimum two logged
+/// acquisitions may be (see [`synchronizers::held_too_briefly`]).
+const HOLD_SLACK_US: u64 = 10_000;
 
 /// Checks one run.
 pub fn check(run: &RunData) -> Report {
@@ -289,34 +349,72 @@ pub fn check(run: &RunData) -> Report {
         .collect();
     let mut ops: Vec<Op> = Vec::new();
     let mut end_of_log: HashMap<u32, u64> = HashMap::new();
+    // A semaphore's holders share; a read-write lock's say which side.
+    let default_side = match run.kind {
+        Kind::Semaphore { .. } => Side::Read,
+        _ => Side::Write,
+    };
     for w in &run.workers {
-        let mut current: HashMap<u64, usize> = HashMap::new();
+        // Each operation's parts (one per key) in `ops`.
+        let mut current: HashMap<u64, Vec<usize>> = HashMap::new();
         for e in &w.events {
             end_of_log.insert(w.id, e.t());
-            let at = |op: u64| current.get(&op).copied();
+            let parts = |op: &u64| current.get(op).cloned().unwrap_or_default();
+            // The part of `op` on `key` (none: its first).
+            let part = |op: &u64, key: &Option<String>| {
+                let parts = current.get(op)?;
+                match key {
+                    None => parts.first().copied(),
+                    Some(k) => parts.iter().copied().find(|&i| ops[i].key == *k),
+                }
+            };
             match e {
-                Event::Attempt { op, key, t } => {
+                Event::Attempt {
+                    op,
+                    key,
+                    more_keys,
+                    side,
+                    t,
+                } => {
                     r.operations += 1;
-                    current.insert(*op, ops.len());
-                    ops.push(Op {
-                        worker: w.id,
-                        process: w.process,
-                        op: *op,
-                        key: key.clone(),
-                        attempt: *t,
-                        ..Op::default()
-                    });
+                    let keys = std::iter::once(key).chain(more_keys);
+                    let first = ops.len();
+                    for (part, key) in keys.enumerate() {
+                        ops.push(Op {
+                            worker: w.id,
+                            process: w.process,
+                            op: *op,
+                            key: key.clone(),
+                            part,
+                            side: side.unwrap_or(default_side),
+                            attempt: *t,
+                            ..Op::default()
+                        });
+                    }
+                    current.insert(*op, (first..ops.len()).collect());
                 }
                 Event::AcquireError { .. } => r.acquire_errors += 1,
-                Event::Acquired { op, fence, t } => {
-                    if let Some(i) = at(*op) {
+                Event::Acquired {
+                    op,
+                    fence,
+                    more_fences,
+                    t,
+                } => {
+                    let fences = std::iter::once(fence).chain(more_fences);
+                    let parts = parts(op);
+                    for (&i, fence) in parts.iter().zip(fences) {
                         ops[i].acquired = Some((*fence, *t));
+                    }
+                    if !parts.is_empty() {
                         r.acquired += 1;
                     }
                 }
                 Event::GaveUp { op, error, t } => {
-                    if let Some(i) = at(*op) {
+                    let parts = parts(op);
+                    for &i in &parts {
                         ops[i].gave_up = Some(*t);
+                    }
+                    if !parts.is_empty() {
                         flag(
                             &mut r.violations.waiters_never_acquired,
                             &mut examples,
@@ -325,9 +423,12 @@ pub fn check(run: &RunData) -> Report {
                     }
                 }
                 Event::Cancelled { op, watched, t } => {
-                    if let Some(i) = at(*op) {
+                    let parts = parts(op);
+                    for &i in &parts {
                         ops[i].cancelled = Some(*watched);
                         ops[i].cancelled_at = Some(*t);
+                    }
+                    if !parts.is_empty() {
                         r.cancelled += 1;
                         if *watched > 0 {
                             flag(
@@ -342,20 +443,25 @@ pub fn check(run: &RunData) -> Report {
                     }
                 }
                 Event::Read {
-                    op, ok: true, t, ..
+                    op,
+                    key,
+                    ok: true,
+                    t,
+                    ..
                 } => {
-                    if let Some(i) = at(*op) {
+                    if let Some(i) = part(op, key) {
                         ops[i].read = Some(*t);
                     }
                 }
                 Event::Write {
                     op,
+                    key,
                     outcome,
                     seq,
                     sent,
                     ..
                 } => {
-                    if let Some(i) = at(*op) {
+                    if let Some(i) = part(op, key) {
                         ops[i].write = Some((*outcome, *seq, *sent));
                     }
                 }
@@ -366,17 +472,17 @@ pub fn check(run: &RunData) -> Report {
                     t,
                     ..
                 } => {
-                    if let Some(i) = at(*op) {
+                    if let Some(i) = part(op, &None) {
                         ops[i].blocked = Some((*ms, *t, *lost_after_ms));
                     }
                 }
                 Event::ReleaseSent { op, t } => {
-                    if let Some(i) = at(*op) {
+                    for i in parts(op) {
                         ops[i].release_sent = Some(*t);
                     }
                 }
                 Event::Released { op, outcome, t } => {
-                    if let Some(i) = at(*op) {
+                    for i in parts(op) {
                         ops[i].released = Some((*outcome, *t));
                     }
                 }
@@ -387,7 +493,7 @@ pub fn check(run: &RunData) -> Report {
     // Every operation drawn from the budget began in its worker's log, but
     // one per task of a killed process whose draw's answer never arrived.
     let mut began: BTreeMap<u32, u64> = run.drawn.keys().map(|&w| (w, 0)).collect();
-    for o in &ops {
+    for o in ops.iter().filter(|o| o.part == 0) {
         *began.entry(o.worker).or_default() += 1;
     }
     for (worker, logged) in began {
@@ -406,6 +512,7 @@ pub fn check(run: &RunData) -> Report {
     }
     let max_wait = ops
         .iter()
+        .filter(|o| o.part == 0)
         .filter_map(|o| o.acquired.map(|(_, t)| t.saturating_sub(o.attempt)))
         .max()
         .unwrap_or(0);
@@ -415,14 +522,14 @@ pub fn check(run: &RunData) -> Report {
     let mut claimed: HashMap<(String, u64), (u32, u64)> = HashMap::new();
     // Writes whose answer never arrived (an error, say a response timeout
     // right after a SIGCONT): the store may have applied them.
-    let mut unanswered: HashSet<(u32, u64)> = HashSet::new();
+    let mut unanswered: HashSet<(&str, u32, u64)> = HashSet::new();
     for o in &ops {
         match o.write {
             Some((WriteOutcome::Accepted, seq, _)) => {
                 claimed.insert((o.key.clone(), seq), (o.worker, o.op));
             }
             Some((WriteOutcome::Error, ..)) => {
-                unanswered.insert((o.worker, o.op));
+                unanswered.insert((o.key.as_str(), o.worker, o.op));
             }
             _ => {}
         }
@@ -486,7 +593,7 @@ pub fn check(run: &RunData) -> Report {
                 // A worker killed before it logged the answer, or one whose
                 // answer was lost.
                 None if killed.contains_key(&process(w.worker))
-                    || unanswered.contains(&(w.worker, w.op)) => {}
+                    || unanswered.contains(&(key.as_str(), w.worker, w.op)) => {}
                 None => {
                     flag(
                         &mut r.violations.log_mismatches,
@@ -583,28 +690,32 @@ pub fn check(run: &RunData) -> Report {
             }
         }
 
-        // Overlaps of holds that released successfully.
-        let mut holds: Vec<(u64, u64, u32, u64)> = key_ops
-            .iter()
-            .filter(|o| matches!(o.released, Some((ReleaseOutcome::Ok, _))))
-            .filter_map(|o| Some((o.acquired?.1, o.release_sent?, o.worker, o.op)))
-            .collect();
-        holds.sort_unstable();
-        let mut latest: Option<(u64, u32, u64)> = None;
-        for (start, end, worker, op) in holds {
-            if let Some((prev_end, pw, pop)) = latest
-                && start < prev_end
-            {
-                flag(
-                    &mut r.violations.client_overlaps,
-                    &mut examples,
-                    format!(
-                        "{key}: worker {worker} op {op} held from {start} µs while worker {pw} op {pop} held until {prev_end} µs; both released successfully"
-                    ),
-                );
-            }
-            if latest.is_none_or(|(e, ..)| end > e) {
-                latest = Some((end, worker, op));
+        // Holds that released successfully, more at once than the kind
+        // admits (two of a mutex, a writer with anyone, more than a
+        // semaphore's permits): in the logs, and in the store's order.
+        let record = run.records.get(*key);
+        let crowded = synchronizers::crowded_in_logs(run.kind, key, key_ops)
+            .into_iter()
+            .chain(record.into_iter().flat_map(|record| {
+                synchronizers::crowded_in_store(run.kind, key, key_ops, record)
+            }));
+        for found in crowded {
+            let count = match run.kind {
+                Kind::Semaphore { .. } => &mut r.violations.too_many_holders,
+                _ => &mut r.violations.client_overlaps,
+            };
+            flag(count, &mut examples, found);
+        }
+        // A reader let in while a writer changed the record.
+        for found in record
+            .into_iter()
+            .flat_map(|record| synchronizers::reads_inside_writes(key, record))
+        {
+            flag(&mut r.violations.store_overlaps, &mut examples, found);
+        }
+        if let Kind::HoldAtLeast { ms: min } = run.kind {
+            for found in synchronizers::held_too_briefly(min, HOLD_SLACK_US, key, key_ops) {
+                flag(&mut r.violations.held_too_briefly, &mut examples, found);
             }
         }
     }
@@ -687,12 +798,10 @@ pub fn check(run: &RunData) -> Report {
                 && o.release_sent.is_none_or(|t| t >= start)
         });
         for held in held_ops {
-            let next = ops
-                .iter()
-                .filter(|o| o.key == held.key && o.process != victim)
-                .filter_map(|o| o.acquired.map(|(_, t)| t))
-                .filter(|&t| t >= start)
-                .min();
+            let key_ops = &by_key[held.key.as_str()];
+            // The next holder that the stopped one kept out (a reader keeps
+            // out writers only; a semaphore's holder, the last permit).
+            let next = synchronizers::taken_over(run.kind, key_ops, victim, held.side, start);
             // Another process wanted the key when the fault struck, or
             // within a lease after (one that had got it, or given up, or
             // died, before the fault does not count).
@@ -700,6 +809,7 @@ pub fn check(run: &RunData) -> Report {
                 let death = killed.get(&o.process).copied();
                 o.key == held.key
                     && o.process != victim
+                    && run.kind.conflicts(held.side, o.side)
                     && o.attempt <= start + ttl_us
                     && o.wait_end().or(death).is_none_or(|t| t >= start)
             });
@@ -760,7 +870,9 @@ pub fn check(run: &RunData) -> Report {
                 // right. The stop's `start` is read before the SIGSTOP, which
                 // a victim at the end of its think can outrun.
                 let sent_after_stop = held.release_sent.is_some_and(|t| t >= end);
-                match held.released {
+                // One release per operation, however many keys it held.
+                let released = held.released.filter(|_| held.part == 0);
+                match released {
                     Some((ReleaseOutcome::Lost, _)) => r.stale_release_lost += 1,
                     Some((ReleaseOutcome::Ok, _)) if sent_after_stop => {
                         flag(
@@ -836,15 +948,19 @@ mod tests {
             Event::Attempt {
                 op,
                 key: key.into(),
+                more_keys: vec![],
+                side: None,
                 t: t0,
             },
             Event::Acquired {
                 op,
                 fence,
+                more_fences: vec![],
                 t: t0 + 10,
             },
             Event::Write {
                 op,
+                key: None,
                 outcome: WriteOutcome::Accepted,
                 seq,
                 lost_before: false,
@@ -883,12 +999,19 @@ mod tests {
         Event::Attempt {
             op,
             key: "k".into(),
+            more_keys: vec![],
+            side: None,
             t,
         }
     }
 
     fn acquired(op: u64, fence: u64, t: u64) -> Event {
-        Event::Acquired { op, fence, t }
+        Event::Acquired {
+            op,
+            fence,
+            more_fences: vec![],
+            t,
+        }
     }
 
     /// A run with the workers' `logs` (worker `i` wrote `logs[i]`) and the
@@ -921,6 +1044,7 @@ mod tests {
                 version: writes.len() as u64,
                 writes,
                 rejected: 0,
+                accesses: vec![],
             },
         );
         RunData {
@@ -979,6 +1103,7 @@ mod tests {
             acquired(1, 1, 10),
             Event::Read {
                 op: 1,
+                key: None,
                 ok: true,
                 version: 0,
                 counter: 0,
@@ -986,6 +1111,7 @@ mod tests {
             },
             Event::Write {
                 op: 1,
+                key: None,
                 outcome,
                 seq: u64::from(outcome == WriteOutcome::Accepted),
                 lost_before: false,
@@ -1009,6 +1135,7 @@ mod tests {
             acquired(1, 2, 150_000),
             Event::Read {
                 op: 1,
+                key: None,
                 ok: true,
                 version: seq - 1,
                 counter: seq - 1,
@@ -1016,6 +1143,7 @@ mod tests {
             },
             Event::Write {
                 op: 1,
+                key: None,
                 outcome: WriteOutcome::Accepted,
                 seq,
                 lost_before: false,

@@ -11,11 +11,15 @@
 //!   (SIGSTOP/SIGKILL of a holder, SIGSTOP/kill -9 of redis-server,
 //!   `CLIENT KILL`), then runs the checker.
 //! * [`checker`]: reads the logs and the store and counts violations.
+//! * [`kind`]: which synchronizer the workers take (a mutex, a read-write
+//!   lock, a semaphore, `hold_at_least`, `lock_all`) and what the checker
+//!   allows of each.
 //!
 //! Run everything with `cargo run --release -p fault -- all --ops 10000`
 //! (see FAULTS.md at the repository root); CI runs short versions as tests.
 
 pub mod checker;
+pub mod kind;
 pub mod log;
 pub mod rng;
 pub mod scenario;

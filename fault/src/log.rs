@@ -21,6 +21,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::kind::Side;
+
 /// Microseconds on `CLOCK_MONOTONIC`, now: the same clock in every process.
 pub fn monotonic_micros() -> u64 {
     let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
@@ -93,6 +95,13 @@ pub enum Event {
         op: u64,
         /// The lock key.
         key: String,
+        /// `lock_all`: the other keys, in the order the request named them
+        /// after `key`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        more_keys: Vec<String>,
+        /// A read-write lock's side (none for the other kinds).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        side: Option<Side>,
         /// Time.
         t: u64,
     },
@@ -111,6 +120,9 @@ pub enum Event {
         op: u64,
         /// Fencing token.
         fence: u64,
+        /// `lock_all`: the tokens of the attempt's `more_keys`, in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        more_fences: Vec<u64>,
         /// Time (after `acquire` returned).
         t: u64,
     },
@@ -136,6 +148,9 @@ pub enum Event {
     Read {
         /// Operation.
         op: u64,
+        /// Which key's record (none: the operation's only key).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
         /// `false`: rejected by fencing (or the store failed).
         ok: bool,
         /// The record's version.
@@ -162,6 +177,9 @@ pub enum Event {
     Write {
         /// Operation.
         op: u64,
+        /// Which key's record (none: the operation's only key).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
         /// Outcome.
         outcome: WriteOutcome,
         /// The store's sequence number when accepted.
@@ -328,10 +346,20 @@ mod tests {
             Event::Attempt {
                 op: 1,
                 key: "k:{a} ü".into(),
+                more_keys: vec![],
+                side: None,
                 t: 5,
+            },
+            Event::Attempt {
+                op: 2,
+                key: "k1".into(),
+                more_keys: vec!["k0".into()],
+                side: Some(Side::Read),
+                t: 6,
             },
             Event::Write {
                 op: 1,
+                key: Some("k1".into()),
                 outcome: WriteOutcome::Accepted,
                 seq: 3,
                 lost_before: false,

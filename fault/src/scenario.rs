@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::checker::{self, Report, RunData, WorkerLog};
+use crate::kind::Kind;
 use crate::log::{self, Clock, Event, Fault, LogWriter};
 use crate::server::SentinelGroup;
 use crate::store;
@@ -160,6 +161,15 @@ pub struct Scenario {
     pub slack_ms: u64,
     /// Where the locks live.
     pub topology: Topology,
+    /// The synchronizer the workers take.
+    pub kind: Kind,
+    /// The one the fault's victim takes instead (a read-write lock's victim
+    /// that always writes, say), if any.
+    pub victim_kind: Option<Kind>,
+    /// The one the checker is told the workers took, if not `kind`: a
+    /// control whose checker must object (a semaphore of 3 checked as one
+    /// of 2).
+    pub check_as: Option<Kind>,
 }
 
 impl Scenario {
@@ -185,6 +195,9 @@ impl Scenario {
             expect_violations: false,
             slack_ms: 1000,
             topology: Topology::Single,
+            kind: Kind::Mutex,
+            victim_kind: None,
+            check_as: None,
         }
     }
 
@@ -407,11 +420,148 @@ impl Scenario {
         ]
     }
 
-    /// What `fault all` runs, in this order: scenarios 1-7, 8, 9-10.
+    /// Scenario 11: the synchronizer family on one Redis (Redlock refuses
+    /// read-write locks and semaphores). For each of a read-write lock (70 %
+    /// reads), a semaphore of 3 permits, `hold_at_least` 50 ms and
+    /// `lock_all` of 2 keys out of 4: scenario 2's fault (the victim thinks
+    /// 300 ms holding, and is stopped past its 500 ms lease or, every 2nd
+    /// time, killed), scenario 5's (`CLIENT KILL` of the normal and the
+    /// pub/sub connections, alternately, so waiters lose their line and
+    /// their notices), and a control whose checker must object: the store
+    /// without fencing (the read-write lock's victim then always writes),
+    /// or the checker told a stricter kind than the workers took (a
+    /// semaphore of 2, a `hold_at_least` of twice the real one).
+    pub fn synchronizers(ops: u64, short: bool) -> Vec<Scenario> {
+        let small = |n: u32| if short { n.min(8) } else { n };
+        let rw = Kind::Rw {
+            reads_per_mille: 700,
+        };
+        let semaphore = Kind::Semaphore { permits: 3 };
+        let hold = Kind::HoldAtLeast { ms: 50 };
+        let all = Kind::All { keys: 2 };
+        // `keys`: 4 where one key would make the run slow (`hold_at_least`
+        // takes a key at most every 50 ms) or trivial (`lock_all`).
+        let keys = |kind: Kind| match kind {
+            Kind::HoldAtLeast { .. } | Kind::All { .. } => 4,
+            _ => 1,
+        };
+        let stop = |name, title, kind: Kind| Scenario {
+            workers: small(16),
+            keys: keys(kind),
+            kind,
+            ttl_ms: 500,
+            fault: FaultPlan::StopHolder {
+                stop_ms: if short { 800 } else { 1500 },
+                victim_think_ms: 300,
+                kill_every: 2,
+            },
+            ..Scenario::base(name, title, ops)
+        };
+        let client_kill = |name, title, kind: Kind| Scenario {
+            workers: small(16),
+            keys: keys(kind),
+            kind,
+            ttl_ms: 1000,
+            fault: FaultPlan::ClientKill {
+                every_ms: if short { 500 } else { 1000 },
+            },
+            ..Scenario::base(name, title, ops)
+        };
+        let unfenced = |s: Scenario| Scenario {
+            fencing: false,
+            expect_violations: true,
+            ..s
+        };
+        let checked_as = |kind: Kind, s: Scenario| Scenario {
+            check_as: Some(kind),
+            expect_violations: true,
+            ..s
+        };
+        vec![
+            Scenario {
+                // The victim reads or writes, half and half.
+                victim_kind: Some(Kind::Rw {
+                    reads_per_mille: 500,
+                }),
+                ..stop(
+                    "rw-stop-holder",
+                    "11. rw lock (70 % reads): SIGSTOP holder > TTL (every 2nd: kill -9), fencing on",
+                    rw,
+                )
+            },
+            unfenced(Scenario {
+                victim_kind: Some(Kind::Rw { reads_per_mille: 0 }),
+                ..stop(
+                    "rw-stop-writer-unfenced",
+                    "11. same, the victim always writes, store WITHOUT fencing (checker must object)",
+                    rw,
+                )
+            }),
+            client_kill(
+                "rw-client-kill",
+                "11. rw lock (70 % reads): CLIENT KILL normal / pubsub, alternately every 1 s, TTL 1 s",
+                rw,
+            ),
+            stop(
+                "semaphore-stop-holder",
+                "11. semaphore, 3 permits: SIGSTOP holder > TTL (every 2nd: kill -9)",
+                semaphore,
+            ),
+            checked_as(
+                Kind::Semaphore { permits: 2 },
+                stop(
+                    "semaphore-checked-as-2",
+                    "11. same, checked as a semaphore of 2 (checker must object)",
+                    semaphore,
+                ),
+            ),
+            client_kill(
+                "semaphore-client-kill",
+                "11. semaphore, 3 permits: CLIENT KILL normal / pubsub, alternately every 1 s, TTL 1 s",
+                semaphore,
+            ),
+            stop(
+                "hold-at-least-stop-holder",
+                "11. hold_at_least 50 ms, 4 keys: SIGSTOP holder > TTL (every 2nd: kill -9), fencing on",
+                hold,
+            ),
+            checked_as(
+                Kind::HoldAtLeast { ms: 100 },
+                stop(
+                    "hold-at-least-checked-as-100",
+                    "11. same, checked as hold_at_least 100 ms (checker must object)",
+                    hold,
+                ),
+            ),
+            client_kill(
+                "hold-at-least-client-kill",
+                "11. hold_at_least 50 ms, 4 keys: CLIENT KILL normal / pubsub, alternately every 1 s, TTL 1 s",
+                hold,
+            ),
+            stop(
+                "lock-all-stop-holder",
+                "11. lock_all, 2 of 4 keys: SIGSTOP holder > TTL (every 2nd: kill -9), fencing on",
+                all,
+            ),
+            unfenced(stop(
+                "lock-all-stop-holder-unfenced",
+                "11. same, store WITHOUT fencing (checker must object)",
+                all,
+            )),
+            client_kill(
+                "lock-all-client-kill",
+                "11. lock_all, 2 of 4 keys: CLIENT KILL normal / pubsub, alternately every 1 s, TTL 1 s",
+                all,
+            ),
+        ]
+    }
+
+    /// What `fault all` runs, in this order: scenarios 1-7, 8, 9-10, 11.
     pub fn suite(ops: u64, short: bool) -> Vec<Scenario> {
         let mut scenarios = Self::all(ops, short);
         scenarios.extend(Self::scale_out(ops, short));
         scenarios.extend(Self::in_process(ops, short));
+        scenarios.extend(Self::synchronizers(ops, short));
         scenarios
     }
 
@@ -604,8 +754,17 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
     };
     let (lock_url, store_url) = (lock.urls(), store_server.url());
     let (topology, replica_acks) = (lock.topology(), lock.replica_acks(scenario));
+    // The fault's victim: worker 0 and its replacements.
+    let victim = |id: u32| {
+        (id == 0 || id >= scenario.workers)
+            && matches!(scenario.fault, FaultPlan::StopHolder { .. })
+    };
     let worker = |id: u32| WorkerConfig {
         id,
+        kind: match scenario.victim_kind {
+            Some(kind) if victim(id) => kind,
+            _ => scenario.kind,
+        },
         tasks: scenario.tasks,
         lock_url: lock_url.clone(),
         store_url: store_url.clone(),
@@ -632,7 +791,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         first_task_think_ms: match scenario.fault {
             FaultPlan::StopHolder {
                 victim_think_ms, ..
-            } if id == 0 || id >= scenario.workers => (victim_think_ms, victim_think_ms),
+            } if victim(id) => (victim_think_ms, victim_think_ms),
             _ => scenario.think_ms,
         },
         fencing: scenario.fencing,
@@ -748,6 +907,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         _ => None,
     };
     let data = RunData {
+        kind: scenario.check_as.unwrap_or(scenario.kind),
         ttl_ms: scenario.ttl_ms,
         slack_ms: scenario.slack_ms,
         expect_monotonic_fences: scenario.expect_monotonic_fences,
@@ -935,14 +1095,17 @@ impl Injector {
                     return Ok(None);
                 };
                 let victim = &cx.running[index];
-                let reader: Option<String> = redis::cmd("HGET")
+                // Its first task, the one that thinks long: the exclusive
+                // reader of the first key, or one of its shared holders.
+                let first = worker::logical_id(victim.id, 0, cx.scenario.tasks);
+                let shared_mark = format!("in:{first}");
+                let (reader, shared): (Option<String>, Option<String>) = redis::cmd("HMGET")
                     .arg(store::record_key(&cx.keys[0]))
                     .arg("reader")
+                    .arg(&shared_mark)
                     .query(cx.store)
                     .map_err(|e| e.to_string())?;
-                // Its first task, the one that thinks long.
-                let first = worker::logical_id(victim.id, 0, cx.scenario.tasks);
-                if reader.as_deref() != Some(first.to_string().as_str()) {
+                if reader.as_deref() != Some(first.to_string().as_str()) && shared.is_none() {
                     return Ok(None);
                 }
                 // It read and now thinks, holding the lock: strike.
@@ -957,6 +1120,7 @@ impl Injector {
                     let _: () = redis::cmd("HDEL")
                         .arg(store::record_key(&cx.keys[0]))
                         .arg("reader")
+                        .arg(&shared_mark)
                         .query(cx.store)
                         .map_err(|e| e.to_string())?;
                     return Ok(Some(Step::KilledVictim(Fault::KillWorker {

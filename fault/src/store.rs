@@ -30,6 +30,12 @@ pub fn log_key(key: &str) -> String {
     format!("wlog:{{{key}}}")
 }
 
+/// The access log's name for a lock key: every accepted access (reads,
+/// writes, shared holders' entries and exits) in store order.
+pub fn access_log_key(key: &str) -> String {
+    format!("alog:{{{key}}}")
+}
+
 /// The global operation counter the workers draw from.
 pub const OPS_KEY: &str = "ops";
 
@@ -99,13 +105,42 @@ impl Store {
             .await
     }
 
-    /// The fenced read.
+    /// The fenced read, exclusive (the first half of a read-modify-write).
     pub async fn read(&self, key: &str, fence: u64, op: u64) -> redis::RedisResult<ReadResult> {
-        let answer: Vec<u64> = self.invoke(key, "r", fence, op, 0, 0).await?;
+        self.read_as(key, "r", fence, op).await
+    }
+
+    /// The fenced shared read: a read-write lock's reader, or a semaphore's
+    /// holder entering. Refused only below the highest *exclusive* token
+    /// seen (shared holders' tokens come in any order); ended by
+    /// [`Store::exit`].
+    pub async fn shared_read(
+        &self,
+        key: &str,
+        fence: u64,
+        op: u64,
+    ) -> redis::RedisResult<ReadResult> {
+        self.read_as(key, "s", fence, op).await
+    }
+
+    async fn read_as(
+        &self,
+        key: &str,
+        kind: &str,
+        fence: u64,
+        op: u64,
+    ) -> redis::RedisResult<ReadResult> {
+        let answer: Vec<u64> = self.invoke(key, kind, fence, op, 0, 0).await?;
         Ok(match answer[..] {
             [1, version, counter] => ReadResult::Ok { version, counter },
             _ => ReadResult::Rejected,
         })
+    }
+
+    /// A shared holder leaves (logged in store order; never refused).
+    pub async fn exit(&self, key: &str, fence: u64, op: u64) -> redis::RedisResult<()> {
+        let _: Vec<u64> = self.invoke(key, "x", fence, op, 0, 0).await?;
+        Ok(())
     }
 
     /// The fenced write of `counter` after reading `version`.
@@ -136,6 +171,7 @@ impl Store {
         SCRIPT
             .key(record_key(key))
             .key(log_key(key))
+            .key(access_log_key(key))
             .arg(kind)
             .arg(fence)
             .arg(if self.fencing { "1" } else { "0" })
@@ -181,6 +217,57 @@ impl StoredWrite {
     }
 }
 
+/// What an accepted access was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessKind {
+    /// An exclusive read (`r`).
+    Read,
+    /// A write (`w`).
+    Write,
+    /// A shared read (`s`): a reader, or a semaphore holder entering.
+    Shared,
+    /// A shared holder leaving (`x`).
+    Exit,
+}
+
+/// One accepted access, as the store logged it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    /// Its place in the store's serial order of this key's accesses (from 1).
+    pub at: u64,
+    /// What it was.
+    pub kind: AccessKind,
+    /// The token it carried.
+    pub fence: u64,
+    /// Worker.
+    pub worker: u32,
+    /// The worker's operation.
+    pub op: u64,
+}
+
+impl Access {
+    /// Parses an access log entry (`at kind fence worker op`).
+    pub fn parse(entry: &str) -> Option<Self> {
+        let mut it = entry.split(' ');
+        let at = it.next()?.parse().ok()?;
+        let kind = match it.next()? {
+            "r" => AccessKind::Read,
+            "w" => AccessKind::Write,
+            "s" => AccessKind::Shared,
+            "x" => AccessKind::Exit,
+            _ => return None,
+        };
+        let mut next = || it.next()?.parse::<u64>().ok();
+        Some(Self {
+            at,
+            kind,
+            fence: next()?,
+            worker: u32::try_from(next()?).ok()?,
+            op: next()?,
+        })
+    }
+}
+
 /// Everything the store holds about one key at the end of a run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Record {
@@ -192,6 +279,8 @@ pub struct Record {
     pub writes: Vec<StoredWrite>,
     /// Operations rejected by fencing (reads and writes).
     pub rejected: u64,
+    /// Accepted accesses in store order.
+    pub accesses: Vec<Access>,
 }
 
 /// Reads the final state of `key` (a plain connection: the run is over).
@@ -211,11 +300,22 @@ pub fn fetch_record(conn: &mut redis::Connection, key: &str) -> Result<Record, S
         .iter()
         .map(|e| StoredWrite::parse(e).ok_or_else(|| format!("malformed store log entry {e:?}")))
         .collect::<Result<_, _>>()?;
+    let entries: Vec<String> = redis::cmd("LRANGE")
+        .arg(access_log_key(key))
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .map_err(|e| e.to_string())?;
+    let accesses = entries
+        .iter()
+        .map(|e| Access::parse(e).ok_or_else(|| format!("malformed access log entry {e:?}")))
+        .collect::<Result<_, _>>()?;
     Ok(Record {
         counter: num("counter"),
         version: num("version"),
         writes,
         rejected: num("rejected"),
+        accesses,
     })
 }
 
@@ -248,5 +348,17 @@ mod tests {
         );
         assert_eq!(StoredWrite::parse("3 7"), None);
         assert_eq!(StoredWrite::parse("a b c d e f"), None);
+        assert_eq!(
+            Access::parse("9 s 12 3 40"),
+            Some(Access {
+                at: 9,
+                kind: AccessKind::Shared,
+                fence: 12,
+                worker: 3,
+                op: 40
+            })
+        );
+        assert_eq!(Access::parse("9 q 12 3 40"), None);
+        assert_eq!(Access::parse("9 s 12"), None);
     }
 }

@@ -1,5 +1,7 @@
 //! One client process: takes the lock, does a slow fenced read-modify-write of
 //! the record in the store, releases, and logs every step (see [`crate::log`]).
+//! The lock is the synchronizer `--kind` names ([`Kind`]; a mutex unless
+//! said otherwise): `operation` has what each kind does with the record.
 //!
 //! Run by the harness as `fault worker --id N --lock URL --store URL ...`; see
 //! [`WorkerConfig::to_args`] for the flags. It draws operations from the
@@ -18,11 +20,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError, LockGuard};
+use lock_runtime::LockClient;
 
-use crate::log::{Clock, Event, LogWriter, ReleaseOutcome, WriteOutcome};
+use crate::kind::Kind;
+use crate::log::{Clock, Event, LogWriter};
 use crate::rng::Rng;
-use crate::store::{ReadResult, Store, WriteResult};
+use crate::store::Store;
+
+mod operation;
 
 /// The logical worker that task `task` of process `process` is, when every
 /// process runs `tasks` tasks: unique in the run, and the process number
@@ -57,6 +62,8 @@ pub struct WorkerConfig {
     pub log_dir: PathBuf,
     /// The lock keys to choose from (uniformly, but see `affinity`).
     pub keys: Vec<String>,
+    /// The synchronizer each operation takes.
+    pub kind: Kind,
     /// The process's own key (an index into `keys`) and how many operations
     /// per mille take it rather than a uniform choice (0: always uniform).
     pub affinity: (u64, u64),
@@ -105,6 +112,7 @@ impl WorkerConfig {
         put("replica-acks", format!("{replicas}/{acks_ms}"));
         put("log-dir", self.log_dir.display().to_string());
         put("keys", self.keys.join(","));
+        put("kind", self.kind.to_string());
         let (think_lo, think_hi) = self.think_ms;
         put("think-ms", format!("{think_lo}..{think_hi}"));
         let (first_lo, first_hi) = self.first_task_think_ms;
@@ -177,6 +185,10 @@ impl WorkerConfig {
             epoch: num("epoch")?,
             log_dir: PathBuf::from(get("log-dir")?),
             keys: get("keys")?.split(',').map(str::to_string).collect(),
+            // Absent: a mutex (the flag came with scenario 11).
+            kind: map
+                .get("kind")
+                .map_or(Ok(Kind::Mutex), |k| Kind::parse(k))?,
             budget: num("budget")?,
             ttl_ms: num("ttl-ms")?,
             wait_ms: num("wait-ms")?,
@@ -265,7 +277,7 @@ impl Worker {
                 break;
             }
             op += 1;
-            one_operation(&mut self, op).await;
+            operation::one_operation(&mut self, op).await;
         }
         let t = self.clock.now();
         self.log(Event::Done { t });
@@ -338,196 +350,6 @@ async fn run_async(config: WorkerConfig) -> Result<(), String> {
     result
 }
 
-async fn one_operation(w: &mut Worker, op: u64) {
-    let (home, affinity) = w.config.affinity;
-    let index = if affinity > 0 && w.rng.chance(affinity) {
-        home
-    } else {
-        w.rng.range(0, w.config.keys.len() as u64 - 1)
-    };
-    let key = w.config.keys[index as usize].clone();
-    let started = w.clock.now();
-    w.log(Event::Attempt {
-        op,
-        key: key.clone(),
-        t: started,
-    });
-    let Some(guard) = acquire(w, op, &key, started).await else {
-        return;
-    };
-    let fence = guard.fencing_token();
-    let t = w.clock.now();
-    w.log(Event::Acquired { op, fence, t });
-    let read = w.store.read(&key, fence, op).await;
-    let t = w.clock.now();
-    let (version, counter) = match read {
-        Ok(ReadResult::Ok { version, counter }) => {
-            w.log(Event::Read {
-                op,
-                ok: true,
-                version,
-                counter,
-                t,
-            });
-            (version, counter)
-        }
-        other => {
-            if let Err(e) = other {
-                eprintln!("worker {}: store read: {e}", w.id);
-            }
-            w.log(Event::Read {
-                op,
-                ok: false,
-                version: 0,
-                counter: 0,
-                t,
-            });
-            release(w, op, guard).await;
-            return;
-        }
-    };
-    think(w, op, &guard).await;
-    // Write whatever `lost()` says: a real process may have been paused right
-    // after checking it. Fencing has to make this harmless.
-    let lost_before = guard.is_lost();
-    let sent = w.clock.now();
-    let write = w.store.write(&key, fence, op, version, counter + 1).await;
-    let t = w.clock.now();
-    let (outcome, seq) = match write {
-        Ok(WriteResult::Accepted(seq)) => (WriteOutcome::Accepted, seq),
-        Ok(WriteResult::Rejected) => (WriteOutcome::Rejected, 0),
-        Err(e) => {
-            eprintln!("worker {}: store write: {e}", w.id);
-            (WriteOutcome::Error, 0)
-        }
-    };
-    w.log(Event::Write {
-        op,
-        outcome,
-        seq,
-        lost_before,
-        sent,
-        t,
-    });
-    release(w, op, guard).await;
-}
-
-/// Acquires within the wait, retrying backend errors; `None` (logged) when not.
-async fn acquire(w: &mut Worker, op: u64, key: &str, started: u64) -> Option<LockGuard> {
-    let deadline = started + w.config.wait_ms * 1000;
-    let cancel = w.config.cancel_per_mille > 0 && w.rng.chance(w.config.cancel_per_mille);
-    let cancel_after = ms(w.rng.range(0, w.config.cancel_max_ms));
-    let cancel_at = tokio::time::Instant::now() + cancel_after;
-    loop {
-        let now = w.clock.now();
-        let left = Duration::from_micros(deadline.saturating_sub(now));
-        if left.is_zero() {
-            w.log(Event::GaveUp {
-                op,
-                error: "wait exhausted after errors".into(),
-                t: now,
-            });
-            return None;
-        }
-        let request = w
-            .client
-            .lock(key)
-            .ttl(ms(w.config.ttl_ms))
-            .wait(left)
-            .acquire();
-        let result = if cancel {
-            match tokio::time::timeout_at(cancel_at, request).await {
-                Ok(result) => result,
-                Err(_) => {
-                    let watched = w.client.renewed_leases();
-                    let t = w.clock.now();
-                    w.log(Event::Cancelled { op, watched, t });
-                    return None;
-                }
-            }
-        } else {
-            request.await
-        };
-        match result {
-            Ok(guard) => return Some(guard),
-            Err(e @ LockError::Busy { .. }) => {
-                let t = w.clock.now();
-                w.log(Event::GaveUp {
-                    op,
-                    error: e.to_string(),
-                    t,
-                });
-                return None;
-            }
-            Err(e) => {
-                let t = w.clock.now();
-                w.log(Event::AcquireError {
-                    op,
-                    error: e.to_string(),
-                    t,
-                });
-                let pause = ms(20).min(left);
-                tokio::time::sleep(pause).await;
-            }
-        }
-    }
-}
-
-/// The slow part of the read-modify-write: sleep, or (scenario 7) block the
-/// runtime thread.
-async fn think(w: &mut Worker, op: u64, guard: &LockGuard) {
-    if w.config.block_per_mille > 0 && w.rng.chance(w.config.block_per_mille) {
-        w.blocks += 1;
-        let block = if w.blocks % 2 == 1 {
-            w.config.block_keep_ms
-        } else {
-            w.config.block_lose_ms
-        };
-        // Blocks the only runtime thread: the watchdog cannot run either.
-        std::thread::sleep(ms(block));
-        let after = tokio::time::Instant::now();
-        let lost_after_ms = if block > w.config.ttl_ms {
-            match tokio::time::timeout(ms(2000), guard.lost()).await {
-                Ok(()) => Some(after.elapsed().as_millis() as u64),
-                Err(_) => None,
-            }
-        } else {
-            // Let the watchdog catch up (a renewal round trip), then look.
-            tokio::time::sleep(ms(w.config.ttl_ms / 10)).await;
-            guard.is_lost().then(|| after.elapsed().as_millis() as u64)
-        };
-        let t = w.clock.now();
-        w.log(Event::Blocked {
-            op,
-            ms: block,
-            ttl_ms: w.config.ttl_ms,
-            lost_after_ms,
-            t,
-        });
-        return;
-    }
-    let (lo, hi) = w.think_ms;
-    let think = w.rng.range(lo, hi);
-    if think > 0 {
-        tokio::time::sleep(ms(think)).await;
-    }
-}
-
-async fn release(w: &mut Worker, op: u64, guard: LockGuard) {
-    let t = w.clock.now();
-    w.log(Event::ReleaseSent { op, t });
-    let outcome = match guard.release().await {
-        Ok(()) => ReleaseOutcome::Ok,
-        Err(LockError::Lost { .. }) => ReleaseOutcome::Lost,
-        Err(e) => {
-            eprintln!("worker {}: release: {e}", w.id);
-            ReleaseOutcome::Error
-        }
-    };
-    let t = w.clock.now();
-    w.log(Event::Released { op, outcome, t });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,6 +366,7 @@ mod tests {
             epoch: 99,
             log_dir: "/tmp/run".into(),
             keys: vec!["a".into(), "b:c".into()],
+            kind: Kind::Semaphore { permits: 3 },
             budget: 500,
             ttl_ms: 1000,
             wait_ms: 5000,

@@ -1,0 +1,390 @@
+//! One lock operation of a worker, for each synchronizer [`Kind`]: take the
+//! lock, touch the record in the store, think, release, logging every step.
+//!
+//! * a mutex, `hold_at_least`, a read-write lock's writer: a fenced
+//!   read-modify-write of the record ([`exclusive`]);
+//! * a read-write lock's reader, a semaphore's holder: a shared read, think,
+//!   an exit, both in the store's access log ([`shared`]);
+//! * `lock_all`: a fenced read-modify-write of each key's record with that
+//!   key's own token ([`all`]).
+
+use std::future::Future;
+use std::time::Duration;
+
+use lock_runtime::{LockAllGuard, LockError, LockGuard, LockRequest};
+
+use super::{Worker, ms};
+use crate::kind::{Kind, Side};
+use crate::log::{Event, ReleaseOutcome, WriteOutcome};
+use crate::store::{ReadResult, WriteResult};
+
+/// Draws a key (and, for a read-write lock, a side) and does one operation.
+pub(super) async fn one_operation(w: &mut Worker, op: u64) {
+    let kind = w.config.kind;
+    if let Kind::All { keys } = kind {
+        return all(w, op, keys).await;
+    }
+    let key = pick_key(w);
+    match kind {
+        Kind::Rw { reads_per_mille } if w.rng.chance(reads_per_mille) => {
+            shared(w, op, key, Some(Side::Read)).await
+        }
+        Kind::Rw { .. } => exclusive(w, op, key, Some(Side::Write)).await,
+        Kind::Semaphore { .. } => shared(w, op, key, None).await,
+        _ => exclusive(w, op, key, None).await,
+    }
+}
+
+fn pick_key(w: &mut Worker) -> String {
+    let (home, affinity) = w.config.affinity;
+    let index = if affinity > 0 && w.rng.chance(affinity) {
+        home
+    } else {
+        w.rng.range(0, w.config.keys.len() as u64 - 1)
+    };
+    w.config.keys[index as usize].clone()
+}
+
+/// The request for `key` (and `side`) as the worker's kind takes it.
+fn request(w: &Worker, key: &str, side: Option<Side>) -> LockRequest {
+    let client = &w.client;
+    let request = match (w.config.kind, side) {
+        (Kind::Rw { .. }, Some(Side::Read)) => client.rw_lock(key).read(),
+        (Kind::Rw { .. }, _) => client.rw_lock(key).write(),
+        (Kind::Semaphore { permits }, _) => client.semaphore(key, permits),
+        (Kind::HoldAtLeast { ms: min }, _) => client.lock(key).hold_at_least(ms(min)),
+        _ => client.lock(key),
+    };
+    request.ttl(ms(w.config.ttl_ms))
+}
+
+fn attempt(w: &mut Worker, op: u64, keys: &[String], side: Option<Side>) -> u64 {
+    let t = w.clock.now();
+    w.log(Event::Attempt {
+        op,
+        key: keys[0].clone(),
+        more_keys: keys[1..].to_vec(),
+        side,
+        t,
+    });
+    t
+}
+
+/// A mutex, `hold_at_least` or a writer: fenced read, think, fenced write of
+/// `counter + 1`, release.
+async fn exclusive(w: &mut Worker, op: u64, key: String, side: Option<Side>) {
+    let started = attempt(w, op, std::slice::from_ref(&key), side);
+    let Some(guard) = acquire(w, op, started, |w, left| {
+        request(w, &key, side).wait(left).acquire()
+    })
+    .await
+    else {
+        return;
+    };
+    let fence = guard.fencing_token();
+    let t = w.clock.now();
+    w.log(Event::Acquired {
+        op,
+        fence,
+        more_fences: vec![],
+        t,
+    });
+    let Some((version, counter)) = read(w, op, &key, None, fence, false).await else {
+        release(w, op, Release::One(guard)).await;
+        return;
+    };
+    think(w, op, &guard).await;
+    write(w, op, &key, None, &guard, version, counter).await;
+    release(w, op, Release::One(guard)).await;
+}
+
+/// A reader or a semaphore's holder: shared read (the entry), think, exit,
+/// release.
+async fn shared(w: &mut Worker, op: u64, key: String, side: Option<Side>) {
+    let started = attempt(w, op, std::slice::from_ref(&key), side);
+    let Some(guard) = acquire(w, op, started, |w, left| {
+        request(w, &key, side).wait(left).acquire()
+    })
+    .await
+    else {
+        return;
+    };
+    let fence = guard.fencing_token();
+    let t = w.clock.now();
+    w.log(Event::Acquired {
+        op,
+        fence,
+        more_fences: vec![],
+        t,
+    });
+    if read(w, op, &key, None, fence, true).await.is_some() {
+        think(w, op, &guard).await;
+        if let Err(e) = w.store.exit(&key, fence, op).await {
+            eprintln!("worker {}: store exit: {e}", w.id);
+        }
+    }
+    release(w, op, Release::One(guard)).await;
+}
+
+/// `lock_all`: `n` distinct keys in a random order; a fenced read of each
+/// with its own token, think, a fenced write of each, release.
+async fn all(w: &mut Worker, op: u64, n: usize) {
+    let mut pool = w.config.keys.clone();
+    let mut keys = Vec::new();
+    while keys.len() < n.min(w.config.keys.len()) {
+        let i = w.rng.range(0, pool.len() as u64 - 1) as usize;
+        keys.push(pool.swap_remove(i));
+    }
+    let started = attempt(w, op, &keys, None);
+    let Some(all) = acquire(w, op, started, |w, left| {
+        w.client
+            .lock_all(keys.clone())
+            .ttl(ms(w.config.ttl_ms))
+            .wait(left)
+            .acquire()
+    })
+    .await
+    else {
+        return;
+    };
+    // The guards come in the order they were taken; log the tokens in
+    // the order the attempt named the keys.
+    let guard_of = |key: &str| all.guards().iter().position(|g| g.key() == key);
+    let Some(order) = keys.iter().map(|k| guard_of(k)).collect::<Option<Vec<_>>>() else {
+        eprintln!("worker {}: lock_all returned other keys than asked", w.id);
+        release(w, op, Release::All(all)).await;
+        return;
+    };
+    let fences: Vec<u64> = order
+        .iter()
+        .map(|&i| all.guards()[i].fencing_token())
+        .collect();
+    let t = w.clock.now();
+    w.log(Event::Acquired {
+        op,
+        fence: fences[0],
+        more_fences: fences[1..].to_vec(),
+        t,
+    });
+    let mut read_all = Vec::new();
+    for (key, &fence) in keys.iter().zip(&fences) {
+        match read(w, op, key, Some(key.clone()), fence, false).await {
+            Some(record) => read_all.push(record),
+            None => break,
+        }
+    }
+    if read_all.len() == keys.len() {
+        think(w, op, &all.guards()[order[0]]).await;
+        for ((key, (version, counter)), &i) in keys.iter().zip(read_all).zip(&order) {
+            let guard = &all.guards()[i];
+            write(w, op, key, Some(key.clone()), guard, version, counter).await;
+        }
+    }
+    release(w, op, Release::All(all)).await;
+}
+
+/// The fenced read (`shared`: a shared one), logged; `None` when refused.
+async fn read(
+    w: &mut Worker,
+    op: u64,
+    key: &str,
+    logged_key: Option<String>,
+    fence: u64,
+    shared: bool,
+) -> Option<(u64, u64)> {
+    let read = if shared {
+        w.store.shared_read(key, fence, op).await
+    } else {
+        w.store.read(key, fence, op).await
+    };
+    let t = w.clock.now();
+    let (ok, version, counter) = match read {
+        Ok(ReadResult::Ok { version, counter }) => (true, version, counter),
+        other => {
+            if let Err(e) = other {
+                eprintln!("worker {}: store read: {e}", w.id);
+            }
+            (false, 0, 0)
+        }
+    };
+    w.log(Event::Read {
+        op,
+        key: logged_key,
+        ok,
+        version,
+        counter,
+        t,
+    });
+    ok.then_some((version, counter))
+}
+
+/// The fenced write of `counter + 1`, logged.
+async fn write(
+    w: &mut Worker,
+    op: u64,
+    key: &str,
+    logged_key: Option<String>,
+    guard: &LockGuard,
+    version: u64,
+    counter: u64,
+) {
+    // Write whatever `lost()` says: a real process may have been paused right
+    // after checking it. Fencing has to make this harmless.
+    let lost_before = guard.is_lost();
+    let sent = w.clock.now();
+    let write = w
+        .store
+        .write(key, guard.fencing_token(), op, version, counter + 1)
+        .await;
+    let t = w.clock.now();
+    let (outcome, seq) = match write {
+        Ok(WriteResult::Accepted(seq)) => (WriteOutcome::Accepted, seq),
+        Ok(WriteResult::Rejected) => (WriteOutcome::Rejected, 0),
+        Err(e) => {
+            eprintln!("worker {}: store write: {e}", w.id);
+            (WriteOutcome::Error, 0)
+        }
+    };
+    w.log(Event::Write {
+        op,
+        key: logged_key,
+        outcome,
+        seq,
+        lost_before,
+        sent,
+        t,
+    });
+}
+
+/// Acquires within the wait, retrying backend errors; `None` (logged) when
+/// not. `request(worker, wait left)` makes one attempt.
+async fn acquire<G, F>(
+    w: &mut Worker,
+    op: u64,
+    started: u64,
+    mut request: impl FnMut(&Worker, Duration) -> F,
+) -> Option<G>
+where
+    F: Future<Output = Result<G, LockError>>,
+{
+    let deadline = started + w.config.wait_ms * 1000;
+    let cancel = w.config.cancel_per_mille > 0 && w.rng.chance(w.config.cancel_per_mille);
+    let cancel_after = ms(w.rng.range(0, w.config.cancel_max_ms));
+    let cancel_at = tokio::time::Instant::now() + cancel_after;
+    loop {
+        let now = w.clock.now();
+        let left = Duration::from_micros(deadline.saturating_sub(now));
+        if left.is_zero() {
+            w.log(Event::GaveUp {
+                op,
+                error: "wait exhausted after errors".into(),
+                t: now,
+            });
+            return None;
+        }
+        let attempt = request(w, left);
+        let result = if cancel {
+            match tokio::time::timeout_at(cancel_at, attempt).await {
+                Ok(result) => result,
+                Err(_) => {
+                    let watched = w.client.renewed_leases();
+                    let t = w.clock.now();
+                    w.log(Event::Cancelled { op, watched, t });
+                    return None;
+                }
+            }
+        } else {
+            attempt.await
+        };
+        match result {
+            Ok(guard) => return Some(guard),
+            // Not worth retrying: the lock is busy at the deadline, or the
+            // request is one this backend refuses.
+            Err(e @ (LockError::Busy { .. } | LockError::Config(_))) => {
+                let t = w.clock.now();
+                w.log(Event::GaveUp {
+                    op,
+                    error: e.to_string(),
+                    t,
+                });
+                return None;
+            }
+            Err(e) => {
+                let t = w.clock.now();
+                w.log(Event::AcquireError {
+                    op,
+                    error: e.to_string(),
+                    t,
+                });
+                let pause = ms(20).min(left);
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
+
+/// The slow part of the read-modify-write: sleep, or (scenario 7) block the
+/// runtime thread.
+async fn think(w: &mut Worker, op: u64, guard: &LockGuard) {
+    if w.config.block_per_mille > 0 && w.rng.chance(w.config.block_per_mille) {
+        w.blocks += 1;
+        let block = if w.blocks % 2 == 1 {
+            w.config.block_keep_ms
+        } else {
+            w.config.block_lose_ms
+        };
+        // Blocks the only runtime thread: the watchdog cannot run either.
+        std::thread::sleep(ms(block));
+        let after = tokio::time::Instant::now();
+        let lost_after_ms = if block > w.config.ttl_ms {
+            match tokio::time::timeout(ms(2000), guard.lost()).await {
+                Ok(()) => Some(after.elapsed().as_millis() as u64),
+                Err(_) => None,
+            }
+        } else {
+            // Let the watchdog catch up (a renewal round trip), then look.
+            tokio::time::sleep(ms(w.config.ttl_ms / 10)).await;
+            guard.is_lost().then(|| after.elapsed().as_millis() as u64)
+        };
+        let t = w.clock.now();
+        w.log(Event::Blocked {
+            op,
+            ms: block,
+            ttl_ms: w.config.ttl_ms,
+            lost_after_ms,
+            t,
+        });
+        return;
+    }
+    let (lo, hi) = w.think_ms;
+    let think = w.rng.range(lo, hi);
+    if think > 0 {
+        tokio::time::sleep(ms(think)).await;
+    }
+}
+
+/// What an operation releases.
+enum Release {
+    One(LockGuard),
+    All(LockAllGuard),
+}
+
+/// Releases; `lock_all`'s outcome is `Ok` only if every key's was.
+async fn release(w: &mut Worker, op: u64, held: Release) {
+    let t = w.clock.now();
+    w.log(Event::ReleaseSent { op, t });
+    let released = match held {
+        Release::One(guard) => guard.release().await,
+        Release::All(all) => all.release().await,
+    };
+    let outcome = match released {
+        Ok(()) => ReleaseOutcome::Ok,
+        Err(LockError::Lost { .. }) => ReleaseOutcome::Lost,
+        Err(e) => {
+            eprintln!("worker {}: release: {e}", w.id);
+            ReleaseOutcome::Error
+        }
+    };
+    let t = w.clock.now();
+    w.log(Event::Released { op, outcome, t });
+}
