@@ -101,13 +101,11 @@ impl Kind {
         }
     }
 
-    /// Whether a holder on `a` keeps one on `b` out (a semaphore: only
-    /// when every permit is taken, see [`Kind::admits`]).
+    /// Whether a holder on `a` can keep one on `b` out: all but two
+    /// readers (a semaphore's holder does, when it has the last permit; see
+    /// [`Kind::admits`]).
     pub(crate) fn conflicts(self, a: Side, b: Side) -> bool {
-        !matches!(
-            (self, a, b),
-            (Kind::Rw { .. }, Side::Read, Side::Read) | (Kind::Semaphore { .. }, _, _)
-        )
+        !matches!((self, a, b), (Kind::Rw { .. }, Side::Read, Side::Read))
     }
 }
 
@@ -167,5 +165,6 @@ mod tests {
         assert!(!rw.conflicts(Side::Read, Side::Read));
         assert!(rw.conflicts(Side::Read, Side::Write));
         assert!(Kind::Mutex.conflicts(Side::Write, Side::Write));
+        assert!(sem.conflicts(Side::Read, Side::Read));
     }
 }

@@ -423,7 +423,7 @@ impl Scenario {
     /// Scenario 11: the synchronizer family on one Redis (Redlock refuses
     /// read-write locks and semaphores). For each of a read-write lock (70 %
     /// reads), a semaphore of 3 permits, `hold_at_least` 50 ms and
-    /// `lock_all` of 2 keys out of 4: scenario 2's fault (the victim thinks
+    /// `lock_all` of 2 keys out of 4, holds of 0-20 ms: scenario 2's fault (the victim thinks
     /// 300 ms holding, and is stopped past its 500 ms lease or, every 2nd
     /// time, killed), scenario 5's (`CLIENT KILL` of the normal and the
     /// pub/sub connections, alternately, so waiters lose their line and
@@ -445,10 +445,12 @@ impl Scenario {
             Kind::HoldAtLeast { .. } | Kind::All { .. } => 4,
             _ => 1,
         };
+        // Holds of 0-20 ms: a run long enough for a few strikes.
         let stop = |name, title, kind: Kind| Scenario {
             workers: small(16),
             keys: keys(kind),
             kind,
+            think_ms: (0, 20),
             ttl_ms: 500,
             fault: FaultPlan::StopHolder {
                 stop_ms: if short { 800 } else { 1500 },
@@ -461,6 +463,7 @@ impl Scenario {
             workers: small(16),
             keys: keys(kind),
             kind,
+            think_ms: (0, 20),
             ttl_ms: 1000,
             fault: FaultPlan::ClientKill {
                 every_ms: if short { 500 } else { 1000 },
@@ -1420,6 +1423,12 @@ pub fn table(outcomes: &[Outcome]) -> String {
         }
         if r.fence_regressions > 0 {
             notes.push(format!("{} token repeats/regressions", r.fence_regressions));
+        }
+        if r.shared_fence_repeats > 0 {
+            notes.push(format!(
+                "{} shared holders told another shared holder's token",
+                r.shared_fence_repeats
+            ));
         }
         if r.blocked_keep + r.blocked_lose > 0 {
             notes.push(format!(

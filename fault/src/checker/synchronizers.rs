@@ -214,18 +214,15 @@ pub(super) fn taken_over(
             .filter(|&t| t >= from)
             .min();
     };
-    // Holds of others (to their release, or the end of what is known), as
-    // edges; the first start at or after `from` that makes `permits`.
+    // Holds of others as their holders knew them (to the release sent;
+    // never ended if not), as edges; the first start at or after `from`
+    // that makes `permits`.
     let mut edges: Vec<(u64, i64)> = Vec::new();
     for o in others {
         let Some((_, start)) = o.acquired else {
             continue;
         };
-        let end = o
-            .released
-            .map(|(_, t)| t)
-            .or(o.release_sent)
-            .unwrap_or(u64::MAX);
+        let end = o.release_sent.unwrap_or(u64::MAX);
         edges.push((start, 1));
         edges.push((end.max(start), -1));
     }
