@@ -62,6 +62,27 @@ pub(crate) async fn lib_pair(client: &LockClient, key: &str) -> Result<(), Strin
         .map_err(|e| format!("release {key}: {e}"))
 }
 
+/// One acquire + release of a semaphore's permit (`Some(permits)`) or of a
+/// read lock (`None`) on a free key.
+pub(crate) async fn family_pair(
+    client: &LockClient,
+    key: &str,
+    permits: Option<u32>,
+) -> Result<(), String> {
+    let request = match permits {
+        Some(n) => client.semaphore(key, n),
+        None => client.rw_lock(key).read(),
+    };
+    let guard = request
+        .acquire()
+        .await
+        .map_err(|e| format!("acquire {key}: {e}"))?;
+    guard
+        .release()
+        .await
+        .map_err(|e| format!("release {key}: {e}"))
+}
+
 /// `n` timed calls of `a` and `n` of `b`, in alternating blocks of `BLOCK`
 /// (which side opens alternates with the block and the repetition), so
 /// drifting noise hits both sides alike. Returns each side's latencies in
