@@ -293,7 +293,65 @@ async fn reentrancy(a: &LockClient, key: &str) {
         .unwrap();
 }
 
+/// A waiter whose future is dropped leaves the queue: the next release is
+/// not handed to it (which would keep the key for a hand-over lease).
+async fn cancelled_waiters_leave_the_line(a: &LockClient, b: &LockClient, key: &str) {
+    for write in [false, true] {
+        let holder = if write {
+            a.rw_lock(key).read().acquire().await.unwrap()
+        } else {
+            a.semaphore(key, 1).acquire().await.unwrap()
+        };
+        let waiter = {
+            let b = b.clone();
+            let key = key.to_owned();
+            tokio::spawn(async move {
+                let request = if write {
+                    b.rw_lock(&key).write()
+                } else {
+                    b.semaphore(&key, 1)
+                };
+                request.wait(secs(10)).acquire().await
+            })
+        };
+        tokio::time::sleep(ms(100)).await;
+        waiter.abort();
+        let _ = waiter.await;
+        // The clean-up runs in the background.
+        tokio::time::sleep(ms(100)).await;
+        holder.release().await.unwrap();
+        let next = if write {
+            b.rw_lock(key).write().acquire().await
+        } else {
+            b.semaphore(key, 1).acquire().await
+        };
+        next.unwrap().release().await.unwrap();
+    }
+}
+
+/// `run` ends with `Lost` when a permit's or a reader's lease is lost.
+async fn run_is_cancelled_when_the_lease_is_lost(a: &LockClient, key: &str) {
+    for read in [false, true] {
+        let request = if read {
+            a.rw_lock(key).read()
+        } else {
+            a.semaphore(key, 2)
+        };
+        let started = Instant::now();
+        let err = request
+            .ttl(ms(300))
+            .renew(false)
+            .run(tokio::time::sleep(secs(10)))
+            .await
+            .unwrap_err();
+        assert!(err.is_lost(), "{err:?}");
+        assert!(started.elapsed() < secs(2), "{:?}", started.elapsed());
+    }
+}
+
 async fn all_checks(a: &LockClient, b: &LockClient) {
+    cancelled_waiters_leave_the_line(a, b, "catalog:13").await;
+    run_is_cancelled_when_the_lease_is_lost(a, "catalog:14").await;
     readers_share_and_exclude_writers(a, b, "catalog:7").await;
     a_waiting_writer_goes_before_later_readers(a, b, "catalog:8").await;
     dead_holders_expire(a, b, "catalog:9").await;
@@ -320,6 +378,39 @@ async fn one_redis() {
     let server = RedisServer::start();
     let (a, b) = two(LockClient::builder().redis(server.url())).await;
     all_checks(&a, &b).await;
+}
+
+/// An operator deleting a semaphore's holders: the holder learns it at its
+/// next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_permit_is_reported_lost() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .redis(server.url())
+        .build()
+        .await
+        .unwrap();
+    let permit = client
+        .semaphore("exports", 2)
+        .ttl(ms(300))
+        .acquire()
+        .await
+        .unwrap();
+    let reader = client
+        .rw_lock("catalog")
+        .read()
+        .ttl(ms(300))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(
+        server.cli(&["DEL", "lock:P{exports}", "lock:R{catalog}"]),
+        "2"
+    );
+    within(secs(2), "the permit is lost", permit.lost()).await;
+    within(secs(2), "the read lock is lost", reader.lost()).await;
+    assert!(permit.release().await.unwrap_err().is_lost());
+    assert!(reader.release().await.unwrap_err().is_lost());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
