@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::post;
 use http::StatusCode;
 use lock_runtime::LockInfo;
