@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockClientBuilder, LockError};
+use lock_runtime::{LockClient, LockError};
 use test_support::RedisServer;
-use test_support::helpers::{memory_client, ms, secs, within};
+use test_support::helpers::{memory_client, ms, secs, two_clients, within};
 use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
 
 /// Hand-overs must come by notice: far sooner than the 20 s leases the
@@ -361,12 +361,6 @@ async fn all_checks(a: &LockClient, b: &LockClient) {
     reentrancy(a, "catalog:12").await;
 }
 
-async fn two(builder: LockClientBuilder) -> (LockClient, LockClient) {
-    let a = builder.clone().build().await.unwrap();
-    let b = builder.build().await.unwrap();
-    (a, b)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_backend() {
     let client = memory_client().await;
@@ -376,7 +370,7 @@ async fn embedded_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_redis() {
     let server = RedisServer::start();
-    let (a, b) = two(LockClient::builder().redis(server.url())).await;
+    let (a, b) = two_clients(&LockClient::builder().redis(server.url())).await;
     all_checks(&a, &b).await;
 }
 
@@ -416,14 +410,14 @@ async fn a_deleted_permit_is_reported_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster() {
     let cluster = Cluster::start(3);
-    let (a, b) = two(LockClient::builder().cluster(cluster.seed_urls())).await;
+    let (a, b) = two_clients(&LockClient::builder().cluster(cluster.seed_urls())).await;
     all_checks(&a, &b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_with_replica_acks() {
     let (_setup, builder) = SentinelSetup::start().with_builder();
-    let (a, b) = two(builder).await;
+    let (a, b) = two_clients(&builder).await;
     all_checks(&a, &b).await;
 }
 
