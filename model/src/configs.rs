@@ -141,7 +141,7 @@ pub fn lock_line_of_two_and_another_process_one_fault() -> LockConfig {
 /// for them, and a reader that comes while the writer waits queues behind
 /// it (FIFO).
 pub fn rw_reader_writer_reader() -> LockConfig {
-    let mut cfg = LockConfig::shared(
+    let mut cfg = LockConfig::new_shared(
         vec![Mode::Read, Mode::Write, Mode::Read],
         0,
         4,
@@ -176,7 +176,7 @@ pub fn rw_reader_writer_reader_one_fault() -> LockConfig {
 /// Exhaustive: a reader, a writer and a reader starting by tick 1 and
 /// holding up to two ticks; no faults.
 pub fn rw_reader_writer_reader_longer() -> LockConfig {
-    LockConfig::shared(
+    LockConfig::new_shared(
         vec![Mode::Read, Mode::Write, Mode::Read],
         0,
         4,
@@ -187,7 +187,7 @@ pub fn rw_reader_writer_reader_longer() -> LockConfig {
 /// A read-write lock: a writer and a reader; every fault kind possible, at
 /// most `faults` in a run.
 pub fn rw_writer_and_reader(faults: u8) -> LockConfig {
-    LockConfig::shared(
+    LockConfig::new_shared(
         vec![Mode::Write, Mode::Read],
         0,
         4,
@@ -199,7 +199,7 @@ pub fn rw_writer_and_reader(faults: u8) -> LockConfig {
 /// holding at most a tick; every fault kind possible, at most `faults` in a
 /// run.
 pub fn semaphore_three_takers_of_two(faults: u8) -> LockConfig {
-    let mut cfg = LockConfig::shared(vec![Mode::Permit; 3], 2, 4, Faults::each_once(faults));
+    let mut cfg = LockConfig::new_shared(vec![Mode::Permit; 3], 2, 4, Faults::each_once(faults));
     cfg.start_by = 0;
     cfg.hold_max = 1;
     cfg

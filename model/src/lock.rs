@@ -1421,6 +1421,9 @@ impl LockModel {
             (true, Some(_)) => s.ghost.free_since = None,
             _ => {}
         }
+        if let Some(shared) = &self.cfg.shared {
+            SharedGhost::track(s, shared.limit);
+        }
     }
 
     fn spend(&self, s: &mut State) {
@@ -2128,7 +2131,7 @@ impl Model for LockModel {
                     s.clients.iter().filter(|c| c.believes_valid(s.now)).count() <= 1
                 },
             )],
-            Some(shared) => shared::properties(shared),
+            Some(shared) => shared::properties(shared, self.cfg.faults.total > 0),
         };
         properties.push(Property::always(
             "a holder that believes its lease valid owns the key",

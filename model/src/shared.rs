@@ -2,8 +2,7 @@
 //! the client of [`crate::lock`].
 //!
 //! The client's steps are the mutex's (client/acquire.rs is one
-//! `Acquisition` for every [`Shape`](../../lock_runtime/key/enum.Shape.html):
-//! attempt, busy, register, wait for a grant or the lease timer, confirm or
+//! `Acquisition` for every `Shape`: attempt, busy, register, wait for a grant or the lease timer, confirm or
 //! trust the hand-over, hold under the watchdog, release; give up leaving
 //! the queue), so this module adds the server and the properties, and the
 //! lock model runs them when [`LockConfig::shared`] is set:
@@ -18,7 +17,10 @@
 //!   lock) or no more valid holders than the limit (a semaphore), counting
 //!   the holders that believe their leases valid, as the mutex's mutual
 //!   exclusion does; the same on the server; strict FIFO (no grant
-//!   overtakes a waiter still queued); and the mutex's own properties
+//!   overtakes a waiter still queued); without faults, a waiter that fits
+//!   at the head of the queue is granted within a lease (room freed by an
+//!   expiry or a waiter leaving is promoted only at the next script call);
+//!   and the mutex's own properties
 //!   (fencing tokens, the fenced store for writers, queue entries, release
 //!   answers, termination).
 //!
@@ -48,7 +50,7 @@ pub enum Mode {
     Permit,
 }
 
-/// A read-write lock or a semaphore (see [`LockConfig::shared`]).
+/// A read-write lock or a semaphore ([`LockConfig::shared`]).
 #[derive(Clone, Debug)]
 pub struct SharedConfig {
     /// One entry per client.
@@ -65,7 +67,7 @@ impl LockConfig {
     /// Clients of a read-write lock (`limit` 0) or a semaphore of `limit`
     /// permits, one per mode, each waiting `wait` ticks, with the lock
     /// model's defaults otherwise.
-    pub fn shared(modes: Vec<Mode>, limit: u8, wait: u8, faults: Faults) -> Self {
+    pub fn new_shared(modes: Vec<Mode>, limit: u8, wait: u8, faults: Faults) -> Self {
         let mut cfg = LockConfig::new(modes.len(), wait, faults);
         cfg.shared = Some(SharedConfig {
             modes,
@@ -375,6 +377,27 @@ pub struct SharedGhost {
     pub promoted: bool,
     /// A shared entry queued behind a writer's.
     pub behind_writer: bool,
+    /// The head of the queue has fitted since this tick, ungranted.
+    pub head_fits_since: Option<u8>,
+}
+
+impl SharedGhost {
+    /// After every step: since when the head of the queue fits (room freed
+    /// by a lease that ran out, or by the waiter ahead leaving the queue,
+    /// neither of which promotes).
+    pub(crate) fn track(s: &mut State, limit: u8) {
+        let fits = s
+            .shared
+            .queue
+            .first()
+            .is_some_and(|head| s.shared.fits(head.exclusive, limit));
+        let since = &mut s.ghost.shared.head_fits_since;
+        match (fits, *since) {
+            (true, None) => *since = Some(s.now),
+            (false, Some(_)) => *since = None,
+            _ => {}
+        }
+    }
 }
 
 impl LockModel {
@@ -473,7 +496,8 @@ impl LockModel {
 
 /// The properties of a read-write lock or a semaphore, besides those of
 /// every configuration (see `LockModel::properties`).
-pub(crate) fn properties(cfg: &SharedConfig) -> Vec<Property<LockModel>> {
+/// `faults`: the configuration has some.
+pub(crate) fn properties(cfg: &SharedConfig, faults: bool) -> Vec<Property<LockModel>> {
     let mut properties = Vec::new();
     let readers = cfg.modes.iter().filter(|&&m| m == Mode::Read).count();
     if cfg.limit == 0 {
@@ -512,6 +536,23 @@ pub(crate) fn properties(cfg: &SharedConfig) -> Vec<Property<LockModel>> {
     properties.extend(never_set![LockModel;
         "no grant overtakes a waiter still queued (FIFO)" => ghost.shared.overtaken,
     ]);
+    properties.push(Property::always(
+        "without faults a waiter that fits at the head of the queue is granted within a lease",
+        |m: &LockModel, s: &State| {
+            s.ghost.faults > 0
+                || s.ghost
+                    .shared
+                    .head_fits_since
+                    .is_none_or(|t| s.now <= t + m.cfg.ttl)
+        },
+    ));
+    if faults && cfg.limit == 0 {
+        // A lease that runs out (a pause or a crash) frees room unannounced.
+        properties.push(Property::sometimes(
+            "the head of the queue fits, ungranted (room freed without a promote)",
+            |_: &LockModel, s: &State| s.ghost.shared.head_fits_since.is_some(),
+        ));
+    }
     properties.push(Property::sometimes(
         "a script grants a queued waiter",
         |_: &LockModel, s: &State| s.ghost.shared.promoted,
