@@ -56,7 +56,7 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "shared.lua",
-        "fabe405c3f5dc1444fefa125e2f6032f8b9c0961",
+        "720941887ed415d29b617eb6178a07354cd14831",
         "shared.rs `Holders::acquire`, `release`, `extend` (run by `LockModel::exec_shared`)",
     ),
 ];

@@ -310,23 +310,25 @@ impl Holders {
         )
     }
 
-    /// shared.lua `release` (122-137): leave the queue if asked, then, if
-    /// ours, free our place and promote. `(ours, grants)`.
+    /// shared.lua `release` (122-140): leave the queue if asked, free our
+    /// place if ours, and promote either way (the entry that left may have
+    /// made room). `(ours, grants)`.
     fn release(&mut self, call: &Call, dequeue: bool, fence: &mut u8) -> (bool, Taken) {
         let mut taken = Taken::new();
         if dequeue && let Some(i) = self.queue.iter().position(|e| *e == call.entry()) {
             self.queue.remove(i);
         }
-        if !self.ours(call.token, call.exclusive) {
-            return (false, taken);
+        let ours = self.ours(call.token, call.exclusive);
+        if ours {
+            if call.exclusive {
+                self.writer = None;
+            } else {
+                self.holders.retain(|h| h.token != call.token);
+            }
         }
-        if call.exclusive {
-            self.writer = None;
-        } else {
-            self.holders.retain(|h| h.token != call.token);
-        }
+        // Also when not ours: the entry that left may have made room.
         self.promote(call, fence, &mut taken);
-        (true, taken)
+        (ours, taken)
     }
 
     /// shared.lua `extend` (108-118).

@@ -101,6 +101,50 @@ async fn a_waiting_writer_goes_before_later_readers(a: &LockClient, b: &LockClie
     assert_eq!(*order.lock().unwrap(), ["writer", "reader"]);
 }
 
+/// A writer that gives up lets the readers queued behind it in at once
+/// (not when the readers' lease timers fire).
+async fn readers_behind_a_writer_that_gives_up_go_in(a: &LockClient, b: &LockClient, key: &str) {
+    let r1 = a.rw_lock(key).read().ttl(secs(20)).acquire().await.unwrap();
+    let writer = {
+        let b = b.clone();
+        let key = key.to_owned();
+        tokio::spawn(async move { b.rw_lock(&key).write().wait(ms(300)).acquire().await })
+    };
+    tokio::time::sleep(ms(100)).await;
+    let reader = {
+        let a = a.clone();
+        let key = key.to_owned();
+        tokio::spawn(async move {
+            let r = a
+                .rw_lock(&key)
+                .read()
+                .ttl(secs(20))
+                .wait(secs(10))
+                .acquire()
+                .await?;
+            let at = Instant::now();
+            r.release().await?;
+            Ok::<_, LockError>(at)
+        })
+    };
+    let busy = within(secs(2), "the writer", writer)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(busy.is_busy(), "{busy:?}");
+    let gave_up = Instant::now();
+    let at = within(secs(5), "the reader", reader)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        at.saturating_duration_since(gave_up) < PROMPT,
+        "{:?}",
+        at - gave_up
+    );
+    r1.release().await.unwrap();
+}
+
 /// A reader that died (its lease not renewed) holds writers off only until
 /// its lease ends; so does a permit.
 async fn dead_holders_expire(a: &LockClient, b: &LockClient, key: &str) {
@@ -354,6 +398,7 @@ async fn all_checks(a: &LockClient, b: &LockClient) {
     run_is_cancelled_when_the_lease_is_lost(a, "catalog:14").await;
     readers_share_and_exclude_writers(a, b, "catalog:7").await;
     a_waiting_writer_goes_before_later_readers(a, b, "catalog:8").await;
+    readers_behind_a_writer_that_gives_up_go_in(a, b, "catalog:15").await;
     dead_holders_expire(a, b, "catalog:9").await;
     permits_limit_holders(a, b, "exports:tenant-9").await;
     waiters_are_served_in_order(a, b, "exports:tenant-10").await;

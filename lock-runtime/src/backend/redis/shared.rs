@@ -124,11 +124,9 @@ impl RedisBackend {
             redis::Value::Array(items) => items,
             _ => Vec::new(),
         };
+        self.wake_granted(names, answer.get(1..).unwrap_or_default());
         match answer.first() {
-            Some(redis::Value::Int(1)) => {
-                self.wake_granted(names, &answer[1..]);
-                Ok(Released::Yes)
-            }
+            Some(redis::Value::Int(1)) => Ok(Released::Yes),
             _ if resent => Ok(Released::Gone),
             _ => Ok(Released::NotOurs),
         }
