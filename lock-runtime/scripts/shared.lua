@@ -17,7 +17,7 @@
 --   acquire.lua). grants: sha1hex(token), fencing for each waiter the call
 --   handed over to (a lease that ended made room for them).
 -- release: ARGV[9] '1' to leave the queue too (an abandoned wait). Returns
---   {0} when not ours; else {1, grants...}.
+--   {1, grants...} when released, {0, grants...} when not ours.
 -- extend: returns 1 when re-armed, 0 when not ours.
 -- Waiting is FIFO: whenever capacity frees up, the entries at the head of
 -- the queue are granted, in order, while they fit (a writer alone; shared
@@ -123,15 +123,17 @@ if op == 'release' then
   if ARGV[9] == '1' then
     redis.call('LREM', KEYS[3], 1, entry)
   end
-  if not ours() then
-    return {0}
+  local out = {0}
+  if ours() then
+    out[1] = 1
+    if mode == 'x' then
+      redis.call('DEL', KEYS[1])
+    else
+      redis.call('ZREM', KEYS[2], token)
+    end
   end
-  if mode == 'x' then
-    redis.call('DEL', KEYS[1])
-  else
-    redis.call('ZREM', KEYS[2], token)
-  end
-  local out = {1}
+  -- Also when not ours: the entry that left, or a lease that ended, may
+  -- have made room for those queued behind.
   promote(out)
   return out
 end

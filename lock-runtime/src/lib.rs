@@ -15,6 +15,11 @@
 //! * **Waiting without polling**: waiters sleep on release notices.
 //! * **Reentrancy per task**, and an **embedded backend** ([`LockClientBuilder::memory`])
 //!   with the same semantics for examples and unit tests.
+//! * **A family of synchronizers** on the same client, with the same request
+//!   builder, guard, leases and notified FIFO waiting:
+//!   [read-write locks](LockClient::rw_lock), [semaphores](LockClient::semaphore),
+//!   [several keys at once](LockClient::lock_all), and
+//!   [`hold_at_least`](LockRequest::hold_at_least) for scheduled jobs.
 //!
 //! # Quick start
 //!

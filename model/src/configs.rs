@@ -4,6 +4,7 @@
 use crate::lock::{Faults, LockConfig};
 use crate::records::RecordsConfig;
 use crate::redlock::RedlockConfig;
+use crate::shared::Mode;
 
 /// Two clients waiting 4 ticks; every fault kind possible, at most two in a
 /// run; the key was last used by an earlier version, whose per-key counter
@@ -132,5 +133,74 @@ pub fn lock_line_of_two(faults: u8) -> LockConfig {
 pub fn lock_line_of_two_and_another_process_one_fault() -> LockConfig {
     let mut cfg = lock_line_of_two_and_another_process();
     cfg.faults = Faults::each_once(1);
+    cfg
+}
+
+/// A read-write lock: a reader, a writer and a reader, starting together
+/// and holding at most a tick; no faults. Readers share, the writer waits
+/// for them, and a reader that comes while the writer waits queues behind
+/// it (FIFO).
+pub fn rw_reader_writer_reader() -> LockConfig {
+    let mut cfg = LockConfig::new_shared(
+        vec![Mode::Read, Mode::Write, Mode::Read],
+        0,
+        4,
+        Faults::NONE,
+    );
+    cfg.start_by = 0;
+    cfg.hold_max = 1;
+    cfg
+}
+
+/// [`rw_reader_writer_reader`] with one pause: a paused waiter's grant
+/// runs out, and the stale hand-over is ignored (as for a mutex, see
+/// [`lock_three_clients_one_pause`]).
+pub fn rw_reader_writer_reader_one_pause() -> LockConfig {
+    let mut cfg = rw_reader_writer_reader();
+    cfg.faults = Faults {
+        pause: 1,
+        total: 1,
+        ..Faults::NONE
+    };
+    cfg
+}
+
+/// Exhaustive: [`rw_reader_writer_reader`] with every fault kind possible,
+/// one in a run.
+pub fn rw_reader_writer_reader_one_fault() -> LockConfig {
+    let mut cfg = rw_reader_writer_reader();
+    cfg.faults = Faults::each_once(1);
+    cfg
+}
+
+/// Exhaustive: a reader, a writer and a reader starting by tick 1 and
+/// holding up to two ticks; no faults.
+pub fn rw_reader_writer_reader_longer() -> LockConfig {
+    LockConfig::new_shared(
+        vec![Mode::Read, Mode::Write, Mode::Read],
+        0,
+        4,
+        Faults::NONE,
+    )
+}
+
+/// A read-write lock: a writer and a reader; every fault kind possible, at
+/// most `faults` in a run.
+pub fn rw_writer_and_reader(faults: u8) -> LockConfig {
+    LockConfig::new_shared(
+        vec![Mode::Write, Mode::Read],
+        0,
+        4,
+        Faults::each_once(faults),
+    )
+}
+
+/// A semaphore of two permits and three takers, starting together and
+/// holding at most a tick; every fault kind possible, at most `faults` in a
+/// run.
+pub fn semaphore_three_takers_of_two(faults: u8) -> LockConfig {
+    let mut cfg = LockConfig::new_shared(vec![Mode::Permit; 3], 2, 4, Faults::each_once(faults));
+    cfg.start_by = 0;
+    cfg.hold_max = 1;
     cfg
 }

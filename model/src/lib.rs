@@ -9,6 +9,10 @@
 //!   client's acquire steps (with the stale hand-over rule), watchdog and
 //!   release outcomes; tasks of one process in line, handing the lease on
 //!   with fencing tokens reserved by reserve.lua.
+//! * [`shared`]: read-write locks and semaphores (shared.lua: a writer, a
+//!   set of holders by lease end, a FIFO queue granted from its head with
+//!   hand-over leases and notices) under the same client, with their
+//!   exclusion, limit and FIFO properties.
 //! * [`redlock`]: three masters, majority two, fencing by the quorum's highest
 //!   counter.
 //! * [`records`]: the idempotency record's claim / renew / complete / release.
@@ -26,3 +30,4 @@ pub mod lock;
 pub mod records;
 pub mod redlock;
 pub mod scripts;
+pub mod shared;

@@ -44,6 +44,7 @@ use std::fmt::Write as _;
 use stateright::{Model, Property};
 
 use crate::check::{self, Log, Narrate};
+use crate::shared::{self, Holders, SharedConfig, SharedGhost};
 
 /// Fault budgets: how many of each a run may inject.
 #[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
@@ -132,6 +133,9 @@ pub struct LockConfig {
     /// below the reserved block (the last one issued before it) instead of
     /// the block's first (local.rs:478). The model must find it.
     pub hand_on_below_block: bool,
+    /// `Some`: a read-write lock or a semaphore (shared.lua, see
+    /// [`crate::shared`]) instead of a mutex.
+    pub shared: Option<SharedConfig>,
 }
 
 impl LockConfig {
@@ -153,6 +157,7 @@ impl LockConfig {
             process: (0..clients as u8).collect(),
             block: 2,
             hand_on_below_block: false,
+            shared: None,
         }
     }
 
@@ -168,6 +173,14 @@ impl LockConfig {
     fn tasks_of(&self, c: u8) -> impl Iterator<Item = u8> + '_ {
         let p = self.process[c as usize];
         (0..self.process.len() as u8).filter(move |&t| self.process[t as usize] == p)
+    }
+
+    /// Client `c` writes to the fenced store when it holds: a mutex's
+    /// owner or a writer (readers and permit holders share the key).
+    fn writes(&self, c: u8) -> bool {
+        self.shared
+            .as_ref()
+            .is_none_or(|sh| sh.modes[c as usize] == shared::Mode::Write)
     }
 
     /// Into a model.
@@ -750,6 +763,8 @@ pub struct Ghost {
     pub handed_locally: bool,
     /// A task waiting in its process's line went to the server.
     pub line_to_server: bool,
+    /// What a read-write lock's or a semaphore's properties need.
+    pub shared: SharedGhost,
 }
 
 /// A process's line for the key (local.rs `Slot`, 69-90; what it needs of
@@ -782,8 +797,11 @@ pub struct Store {
 pub struct State {
     /// The model clock.
     pub now: u8,
-    /// The Redis server.
+    /// The Redis server: a mutex's names.
     pub server: Server,
+    /// The Redis server: a read-write lock's or a semaphore's names
+    /// (shared.lua; empty for a mutex).
+    pub shared: Holders,
     /// The clients.
     pub clients: Vec<Client>,
     /// The fenced store.
@@ -797,6 +815,25 @@ pub struct State {
     pub lines: Vec<Line>,
     /// Ghost variables.
     pub ghost: Ghost,
+}
+
+impl State {
+    /// Somebody holds the key on the server (a mutex's owner; a writer or a
+    /// shared holder).
+    pub fn held(&self) -> bool {
+        self.server.lock.is_some() || self.shared.held()
+    }
+
+    /// `token` holds the key on the server.
+    pub fn owns(&self, token: u8) -> bool {
+        self.server.lock.is_some_and(|v| v.owner == token) || self.shared.owns(token)
+    }
+
+    /// The tokens in the waiter queue, first first.
+    pub fn queued(&self) -> impl Iterator<Item = u8> + '_ {
+        let mutex = self.server.queue.iter().map(|e| e.token);
+        mutex.chain(self.shared.queue.iter().map(|e| e.token))
+    }
 }
 
 /// A step of the system.
@@ -920,7 +957,7 @@ impl LockModel {
             Phase::HandingOn => self.watchdog_actions(cl, c, now, urgent),
             Phase::Hold => {
                 self.watchdog_actions(cl, c, now, urgent);
-                if !cl.wrote && !cl.lost {
+                if !cl.wrote && !cl.lost && self.cfg.writes(c) {
                     lazy.push(Action::Write(c));
                 }
                 if now >= cl.acquired_at + self.cfg.hold_max {
@@ -982,9 +1019,7 @@ impl LockModel {
     }
 
     fn needs_time(&self, s: &State) -> bool {
-        s.clients.iter().any(|c| c.active())
-            || s.server.lock.is_some()
-            || !s.server.queue.is_empty()
+        s.clients.iter().any(|c| c.active()) || s.held() || s.queued().next().is_some()
     }
 
     /// [`Narrate::apply`]: applies `action`; `log` gets the narration when
@@ -1021,12 +1056,13 @@ impl LockModel {
                         });
                     }
                 }
-                if let Some(owner) = s.server.expire(now) {
+                let ended = s.server.expire(now).into_iter().chain(s.shared.expire(now));
+                for owner in ended.collect::<Vec<_>>() {
                     // Ghost: the lease ended without its owner's release.
                     for cl in s.clients.iter_mut().filter(|cl| cl.token == owner) {
                         cl.lease_ended = true;
                     }
-                    log.say(|| format!("{}'s key expires", name(owner)));
+                    log.say(|| format!("{}'s lease expires", name(owner)));
                 }
                 for c in &mut s.clients {
                     if c.paused_until.is_some_and(|t| now >= t) {
@@ -1083,7 +1119,11 @@ impl LockModel {
                             };
                             s.clients[ci].app = Some(Net::new(Req::Confirm, 0, false));
                             log.say(|| {
-                                format!("{}: confirms the hand-over with extend.lua", name(c))
+                                format!(
+                                    "{}: confirms the hand-over with {}",
+                                    name(c),
+                                    self.script("extend.lua", "extend")
+                                )
                             });
                         }
                     }
@@ -1107,8 +1147,9 @@ impl LockModel {
                         s.clients[ci].phase = Phase::AcquireSent { sent: now };
                         log.say(|| {
                             format!(
-                                "{}: sends acquire.lua (wait {wait_arg}, maybe queued {})",
+                                "{}: sends {} (wait {wait_arg}, maybe queued {})",
                                 name(c),
+                                self.script("acquire.lua", "acquire"),
                                 if queued_before { "yes" } else { "no" }
                             )
                         });
@@ -1210,7 +1251,13 @@ impl LockModel {
                         busy: Some(now),
                     });
                     cl.wd_net = Some(Net::new(Req::Renew, 0, false));
-                    log.say(|| format!("{}: watchdog sends extend_many.lua", name(c)));
+                    log.say(|| {
+                        format!(
+                            "{}: watchdog sends {}",
+                            name(c),
+                            self.script("extend_many.lua", "extend")
+                        )
+                    });
                 }
             }
             Action::RenewTimeout(c) => {
@@ -1227,9 +1274,9 @@ impl LockModel {
                 });
             }
             Action::Write(c) => {
+                let mine = s.owns(s.clients[c as usize].token);
                 let cl = &mut s.clients[c as usize];
                 cl.wrote = true;
-                let mine = s.server.lock.is_some_and(|v| v.owner == cl.token);
                 if !mine && !cl.paused_ever {
                     // Told lost before it could act? It was not.
                     s.ghost.acted_past_lease = true;
@@ -1369,10 +1416,13 @@ impl LockModel {
         }
         let _ = ttl;
         // Ghost: when did the key become free?
-        match (&s.server.lock, s.ghost.free_since) {
-            (None, None) => s.ghost.free_since = Some(s.now),
-            (Some(_), Some(_)) => s.ghost.free_since = None,
+        match (s.held(), s.ghost.free_since) {
+            (false, None) => s.ghost.free_since = Some(s.now),
+            (true, Some(_)) => s.ghost.free_since = None,
             _ => {}
+        }
+        if let Some(shared) = &self.cfg.shared {
+            SharedGhost::track(s, shared.limit);
         }
     }
 
@@ -1398,6 +1448,7 @@ impl LockModel {
         // The lease's owner token (`c`'s own while it acquires).
         let token = s.clients[c as usize].token;
         let (resp, text) = match net.req {
+            _ if self.cfg.shared.is_some() => self.exec_shared(s, c, net.req),
             Req::Acquire {
                 wait,
                 queued_before,
@@ -1443,17 +1494,8 @@ impl LockModel {
             Req::Release { dequeue } => {
                 let member = dequeue.then_some(Entry { token, lease: ttl });
                 let (r, notice) = s.server.release(now, token, self.cfg.handoff, member);
-                if let RelReply::Handed { to, fence } = r {
-                    self.issued(s, fence);
-                    s.clients[to as usize].lease_ended = false;
-                }
-                if let Some(notice) = notice {
-                    // release.lua:39: published to every subscribed process.
-                    for other in &mut s.clients {
-                        if other.subscribed && other.phase != Phase::Crashed {
-                            other.inbox.push(notice);
-                        }
-                    }
+                if let Some(Notice::Grant { to, fence }) = notice {
+                    self.handed(s, to, fence);
                 }
                 let text = match r {
                     RelReply::NotOurs => "not ours (0)".to_string(),
@@ -1486,7 +1528,30 @@ impl LockModel {
         !self.cfg.check_stale_grants || fence > cl.fence_seen
     }
 
-    fn issued(&self, s: &mut State, fence: u8) {
+    /// The script a step sends, for traces: `mutex` (a file), or shared.lua
+    /// with `op`.
+    fn script(&self, mutex: &'static str, op: &'static str) -> String {
+        match self.cfg.shared {
+            None => mutex.to_string(),
+            Some(_) => format!("shared.lua {op}"),
+        }
+    }
+
+    /// A script handed the lease to `to` with `fence`: a token issued, a
+    /// lease of `to`'s starts, and the notice is published to every
+    /// subscribed process (release.lua:39, shared.lua `promote`).
+    pub(crate) fn handed(&self, s: &mut State, to: u8, fence: u8) {
+        self.issued(s, fence);
+        s.clients[to as usize].lease_ended = false;
+        let notice = Notice::Grant { to, fence };
+        for other in &mut s.clients {
+            if other.subscribed && other.phase != Phase::Crashed {
+                other.inbox.push(notice);
+            }
+        }
+    }
+
+    pub(crate) fn issued(&self, s: &mut State, fence: u8) {
         if fence <= s.ghost.issued_max {
             s.ghost.fence_not_increasing = true;
         }
@@ -1533,8 +1598,9 @@ impl LockModel {
             cl.app = Some(Net::new(Req::Release { dequeue: true }, 1, false));
             log.say(|| {
                 format!(
-                    "{}: deadline passed, leaves the queue (release.lua)",
-                    name(c)
+                    "{}: deadline passed, leaves the queue ({})",
+                    name(c),
+                    self.script("release.lua", "release")
                 )
             });
         } else {
@@ -1732,8 +1798,9 @@ impl LockModel {
         cl.app = Some(Net::new(Req::Release { dequeue: false }, 1, false));
         log.say(|| {
             format!(
-                "{}: sends release.lua (lease valid: {})",
+                "{}: sends {} (lease valid: {})",
                 name(c),
+                self.script("release.lua", "release"),
                 if valid { "yes" } else { "no" }
             )
         });
@@ -2005,6 +2072,7 @@ impl Model for LockModel {
                 legacy: self.cfg.legacy_fence,
                 ..Server::default()
             },
+            shared: Holders::default(),
             clients: (0..self.cfg.waits.len() as u8).map(Client::new).collect(),
             store: Store::default(),
             budget: self.cfg.faults,
@@ -2056,23 +2124,23 @@ impl Model for LockModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        let mut properties = vec![
-            Property::always(
+        let mut properties = match &self.cfg.shared {
+            None => vec![Property::always(
                 "at most one holder believes its lease valid",
                 |_: &LockModel, s: &State| {
                     s.clients.iter().filter(|c| c.believes_valid(s.now)).count() <= 1
                 },
-            ),
-            Property::always(
-                "a holder that believes its lease valid owns the key",
-                |_: &LockModel, s: &State| {
-                    s.clients.iter().all(|c| {
-                        !c.believes_valid(s.now)
-                            || s.server.lock.is_some_and(|v| v.owner == c.token)
-                    })
-                },
-            ),
-        ];
+            )],
+            Some(shared) => shared::properties(shared, self.cfg.faults.total > 0),
+        };
+        properties.push(Property::always(
+            "a holder that believes its lease valid owns the key",
+            |_: &LockModel, s: &State| {
+                s.clients
+                    .iter()
+                    .all(|c| !c.believes_valid(s.now) || s.owns(c.token))
+            },
+        ));
         properties.extend(check::never_set![LockModel;
             "a holder not paused is told lost before it acts past its lease" =>
                 ghost.acted_past_lease,
@@ -2086,7 +2154,7 @@ impl Model for LockModel {
             Property::always(
                 "no queue entry outlives the waits that made it",
                 |m: &LockModel, s: &State| {
-                    s.server.queue.is_empty()
+                    s.queued().next().is_none()
                         || s.clients.iter().enumerate().any(|(i, c)| {
                             // acquire.rs:167 sends at least 1 ms of wait: a tick here.
                             c.queued_ever
@@ -2098,11 +2166,11 @@ impl Model for LockModel {
             Property::always(
                 "a queue entry is in the queue once",
                 |_: &LockModel, s: &State| {
-                    s.server
-                        .queue
+                    let queued: Vec<u8> = s.queued().collect();
+                    queued
                         .iter()
                         .enumerate()
-                        .all(|(i, e)| !s.server.queue[..i].iter().any(|f| f.token == e.token))
+                        .all(|(i, t)| !queued[..i].contains(t))
                 },
             ),
             Property::always(
@@ -2128,8 +2196,8 @@ impl Model for LockModel {
                 "every acquire ends, and the key, queue and mark go",
                 |_: &LockModel, s: &State| {
                     s.clients.iter().all(|c| !c.active())
-                        && s.server.lock.is_none()
-                        && s.server.queue.is_empty()
+                        && !s.held()
+                        && s.queued().next().is_none()
                 },
             ),
             // Sanity: the model reaches the situations the properties are about.
@@ -2171,8 +2239,13 @@ impl Model for LockModel {
                 |_: &LockModel, s: &State| s.ghost.line_to_server,
             ));
         }
-        // The stale hand-over needs three clients and a pause.
-        if self.cfg.check_stale_grants && self.cfg.waits.len() >= 3 && self.cfg.faults.pause > 0 {
+        // The stale hand-over needs three clients and a pause (and, for a
+        // semaphore, more takers than the three of a limit of two).
+        if self.cfg.check_stale_grants
+            && self.cfg.waits.len() >= 3
+            && self.cfg.faults.pause > 0
+            && self.cfg.shared.as_ref().is_none_or(|sh| sh.limit == 0)
+        {
             properties.push(Property::sometimes(
                 "a waiter ignores a stale hand-over",
                 |_: &LockModel, s: &State| s.ghost.stale_ignored,
@@ -2204,6 +2277,9 @@ impl Narrate for LockModel {
                 );
             }
             None => out.push_str("free"),
+        }
+        if self.cfg.shared.is_some() {
+            out = format!("t={} {}", s.now, s.shared.summary());
         }
         let _ = write!(out, ", fence counter {}", s.server.fence);
         if !s.server.queue.is_empty() {

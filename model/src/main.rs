@@ -46,6 +46,17 @@ fn main() {
             cfg.hand_on_below_block = true;
             cfg
         },
+        "rw: reader, writer, reader, 1 pause" => configs::rw_reader_writer_reader_one_pause(),
+        "rw: writer and reader, every fault kind, <= 2 faults" => configs::rw_writer_and_reader(2),
+        "semaphore: 3 takers of 2 permits, every fault kind, <= 1 fault" =>
+            configs::semaphore_three_takers_of_two(1),
+        "rw: reader, writer, reader, newcomers admitted past the queue (counterexample expected)" => {
+            let mut cfg = configs::rw_reader_writer_reader();
+            if let Some(shared) = &mut cfg.shared {
+                shared.admit_past_queue = true;
+            }
+            cfg
+        },
         "redlock: 3 nodes, 2 clients, <= 2 lost messages, 1 pause" =>
             configs::redlock_two_clients(),
         "records: 2 requests, <= 2 faults" => configs::records_two_requests(),
@@ -63,6 +74,12 @@ fn main() {
             "redlock: 3 nodes, 3 clients, <= 2 lost messages, 1 pause" =>
                 configs::redlock_three_clients(),
             "records: 3 requests, <= 3 faults" => configs::records_three_requests(),
+            "rw: reader, writer, reader, no faults, longer holds" =>
+                configs::rw_reader_writer_reader_longer(),
+            "rw: reader, writer, reader, every fault kind, <= 1 fault" =>
+                configs::rw_reader_writer_reader_one_fault(),
+            "semaphore: 3 takers of 2 permits, every fault kind, <= 2 faults" =>
+                configs::semaphore_three_takers_of_two(2),
         ]);
     }
     for r in &reports {

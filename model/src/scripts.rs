@@ -54,4 +54,9 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
         "a2120dbac875f2c4e65e8e8db1a358941059f629",
         "lock.rs `Server::reserve` (from `LockModel::hand_on`, local.rs `hand_on`)",
     ),
+    (
+        "shared.lua",
+        "720941887ed415d29b617eb6178a07354cd14831",
+        "shared.rs `Holders::acquire`, `release`, `extend` (run by `LockModel::exec_shared`)",
+    ),
 ];

@@ -197,3 +197,99 @@ fn idempotency_records_never_run_a_completed_request_again() {
     )
     .assert_clean();
 }
+
+/// A read-write lock (shared.lua): two readers and a writer starting
+/// together, one pause. Readers share, the writer waits for them, a reader
+/// that comes while the writer waits queues behind it, and a paused
+/// waiter's stale grant is ignored.
+#[test]
+fn rw_lock_readers_and_a_writer_with_a_pause_keep_every_property() {
+    checked(
+        "rw pause",
+        check(
+            "rw: reader, writer, reader, 1 pause",
+            configs::rw_reader_writer_reader_one_pause().into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+#[test]
+fn rw_lock_writer_and_reader_with_every_fault_kind_keep_every_property() {
+    checked(
+        "rw 2x2",
+        check(
+            "rw: writer and reader, every fault kind, <= 2 faults",
+            configs::rw_writer_and_reader(2).into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+#[test]
+fn semaphore_takers_with_every_fault_kind_never_pass_the_limit() {
+    checked(
+        "semaphore",
+        check(
+            "semaphore: 3 takers of 2 permits, every fault kind, <= 1 fault",
+            configs::semaphore_three_takers_of_two(1).into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+/// The FIFO property is not vacuous: a script that admits a newcomer that
+/// fits while a writer is queued (shared.lua:159 without `LLEN == 0`) lets
+/// readers overtake it:
+///
+/// ```text
+///  3. t=0 Redis runs A's Acquire ...: shared.lua acquire: granted, fencing 1
+///  6. t=0 Redis runs B's Acquire ...: shared.lua acquire: busy for 3 more ticks, counter 1; B queued
+/// 10. t=0 Redis runs C's Acquire ...: shared.lua acquire: granted, fencing 2
+///     then: no writer, holders [A until t=3], queue [B(x)] ...
+/// ```
+#[test]
+fn rw_lock_admitting_readers_past_a_queued_writer_is_found() {
+    let mut cfg = configs::rw_reader_writer_reader();
+    if let Some(shared) = &mut cfg.shared {
+        shared.admit_past_queue = true;
+    }
+    finds(
+        "rw: reader, writer, reader, newcomers admitted past the queue (counterexample expected)",
+        cfg,
+        "no grant overtakes a waiter still queued (FIFO)",
+        &[
+            "B queued",
+            "C's Acquire { wait: 4, queued_before: false }: shared.lua acquire: granted",
+        ],
+    );
+}
+
+/// The exclusion property is not vacuous: without the stale-grant check
+/// (the client before 18d4a5a) a writer paused while queued is handed the
+/// lock, its hand-over lease runs out, a reader takes it, and on resuming
+/// the writer trusts the stale grant:
+///
+/// ```text
+/// 16. t=0 FAULT B: the process stops until t=4
+/// 19. t=1 Redis runs A's Release ...: shared.lua release: released, granted B (fencing 2, lease 2), notice published
+/// 24. t=2 time passes; B's lease expires
+/// 27. t=3 Redis runs C's Acquire ...: shared.lua acquire: granted, fencing 3
+/// 33. t=4 B: acquire answered busy (2 ticks); B: a grant is waiting (fencing 2)
+/// 34. t=4 B: trusts the hand-over (fencing 2) ...; B: holds, fencing 2, valid until t=6
+///     then: holders [C until t=6] ...; B: Hold (fencing 2, valid until t=6); C: Hold (fencing 3, valid until t=6)
+/// ```
+#[test]
+fn rw_lock_without_the_stale_grant_check_finds_a_writer_with_a_reader() {
+    let mut cfg = configs::rw_reader_writer_reader_one_pause();
+    cfg.check_stale_grants = false;
+    finds(
+        "rw: reader, writer, reader, 1 pause, no stale-grant check (counterexample expected)",
+        cfg,
+        "no writer believes its lease valid while another holder does",
+        &["FAULT B", "a grant is waiting", "trusts the hand-over"],
+    );
+}

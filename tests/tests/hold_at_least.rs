@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockClientBuilder, LockError};
+use lock_runtime::{LockClient, LockError};
 use test_support::RedisServer;
-use test_support::helpers::{is_held, memory_client, ms, secs, within};
+use test_support::helpers::{is_held, memory_client, ms, secs, two_clients, within};
 use test_support::topology::{Cluster, Redlock};
 
 const MIN: Duration = Duration::from_millis(600);
@@ -84,12 +84,6 @@ async fn all_checks(a: &LockClient, b: &LockClient) {
     a_dropped_guard_keeps_the_minimum(a, b, "hourly-sync").await;
 }
 
-async fn two(builder: LockClientBuilder) -> (LockClient, LockClient) {
-    let a = builder.clone().build().await.unwrap();
-    let b = builder.build().await.unwrap();
-    (a, b)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_backend() {
     let client = memory_client().await;
@@ -99,7 +93,7 @@ async fn embedded_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_redis() {
     let server = RedisServer::start();
-    let (a, b) = two(LockClient::builder().redis(server.url())).await;
+    let (a, b) = two_clients(&LockClient::builder().redis(server.url())).await;
     all_checks(&a, &b).await;
     // Within one client too: a task of the same client waits on the
     // server, not in the client's own line, while the key is kept.
@@ -109,14 +103,14 @@ async fn one_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock() {
     let nodes = Redlock::start(3);
-    let (a, b) = two(LockClient::builder().redlock(nodes.urls())).await;
+    let (a, b) = two_clients(&LockClient::builder().redlock(nodes.urls())).await;
     all_checks(&a, &b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster() {
     let cluster = Cluster::start(3);
-    let (a, b) = two(LockClient::builder().cluster(cluster.seed_urls())).await;
+    let (a, b) = two_clients(&LockClient::builder().cluster(cluster.seed_urls())).await;
     all_checks(&a, &b).await;
 }
 
@@ -142,7 +136,7 @@ async fn the_attribute_keeps_the_key_for_its_minimum() {
         Ok(lock_runtime::current_lock().map_or(0, |l| l.fencing_token))
     }
     let server = RedisServer::start();
-    let (pod_a, pod_b) = two(LockClient::builder().redis(server.url())).await;
+    let (pod_a, pod_b) = two_clients(&LockClient::builder().redis(server.url())).await;
     let started = Instant::now();
     let first = run_job(&pod_a, "nightly").await.unwrap();
     assert!(first > 0);

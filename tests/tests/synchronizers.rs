@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockClientBuilder, LockError};
+use lock_runtime::{LockClient, LockError};
 use test_support::RedisServer;
-use test_support::helpers::{memory_client, ms, secs, within};
+use test_support::helpers::{memory_client, ms, secs, two_clients, within};
 use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
 
 /// Hand-overs must come by notice: far sooner than the 20 s leases the
@@ -99,6 +99,50 @@ async fn a_waiting_writer_goes_before_later_readers(a: &LockClient, b: &LockClie
         .unwrap()
         .unwrap();
     assert_eq!(*order.lock().unwrap(), ["writer", "reader"]);
+}
+
+/// A writer that gives up lets the readers queued behind it in at once
+/// (not when the readers' lease timers fire).
+async fn readers_behind_a_writer_that_gives_up_go_in(a: &LockClient, b: &LockClient, key: &str) {
+    let r1 = a.rw_lock(key).read().ttl(secs(20)).acquire().await.unwrap();
+    let writer = {
+        let b = b.clone();
+        let key = key.to_owned();
+        tokio::spawn(async move { b.rw_lock(&key).write().wait(ms(300)).acquire().await })
+    };
+    tokio::time::sleep(ms(100)).await;
+    let reader = {
+        let a = a.clone();
+        let key = key.to_owned();
+        tokio::spawn(async move {
+            let r = a
+                .rw_lock(&key)
+                .read()
+                .ttl(secs(20))
+                .wait(secs(10))
+                .acquire()
+                .await?;
+            let at = Instant::now();
+            r.release().await?;
+            Ok::<_, LockError>(at)
+        })
+    };
+    let busy = within(secs(2), "the writer", writer)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(busy.is_busy(), "{busy:?}");
+    let gave_up = Instant::now();
+    let at = within(secs(5), "the reader", reader)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        at.saturating_duration_since(gave_up) < PROMPT,
+        "{:?}",
+        at - gave_up
+    );
+    r1.release().await.unwrap();
 }
 
 /// A reader that died (its lease not renewed) holds writers off only until
@@ -293,20 +337,73 @@ async fn reentrancy(a: &LockClient, key: &str) {
         .unwrap();
 }
 
+/// A waiter whose future is dropped leaves the queue: the next release is
+/// not handed to it (which would keep the key for a hand-over lease).
+async fn cancelled_waiters_leave_the_line(a: &LockClient, b: &LockClient, key: &str) {
+    for write in [false, true] {
+        let holder = if write {
+            a.rw_lock(key).read().acquire().await.unwrap()
+        } else {
+            a.semaphore(key, 1).acquire().await.unwrap()
+        };
+        let waiter = {
+            let b = b.clone();
+            let key = key.to_owned();
+            tokio::spawn(async move {
+                let request = if write {
+                    b.rw_lock(&key).write()
+                } else {
+                    b.semaphore(&key, 1)
+                };
+                request.wait(secs(10)).acquire().await
+            })
+        };
+        tokio::time::sleep(ms(100)).await;
+        waiter.abort();
+        let _ = waiter.await;
+        // The clean-up runs in the background.
+        tokio::time::sleep(ms(100)).await;
+        holder.release().await.unwrap();
+        let next = if write {
+            b.rw_lock(key).write().acquire().await
+        } else {
+            b.semaphore(key, 1).acquire().await
+        };
+        next.unwrap().release().await.unwrap();
+    }
+}
+
+/// `run` ends with `Lost` when a permit's or a reader's lease is lost.
+async fn run_is_cancelled_when_the_lease_is_lost(a: &LockClient, key: &str) {
+    for read in [false, true] {
+        let request = if read {
+            a.rw_lock(key).read()
+        } else {
+            a.semaphore(key, 2)
+        };
+        let started = Instant::now();
+        let err = request
+            .ttl(ms(300))
+            .renew(false)
+            .run(tokio::time::sleep(secs(10)))
+            .await
+            .unwrap_err();
+        assert!(err.is_lost(), "{err:?}");
+        assert!(started.elapsed() < secs(2), "{:?}", started.elapsed());
+    }
+}
+
 async fn all_checks(a: &LockClient, b: &LockClient) {
+    cancelled_waiters_leave_the_line(a, b, "catalog:13").await;
+    run_is_cancelled_when_the_lease_is_lost(a, "catalog:14").await;
     readers_share_and_exclude_writers(a, b, "catalog:7").await;
     a_waiting_writer_goes_before_later_readers(a, b, "catalog:8").await;
+    readers_behind_a_writer_that_gives_up_go_in(a, b, "catalog:15").await;
     dead_holders_expire(a, b, "catalog:9").await;
     permits_limit_holders(a, b, "exports:tenant-9").await;
     waiters_are_served_in_order(a, b, "exports:tenant-10").await;
     never_more_than_the_permits(a, b, "exports:tenant-11").await;
     reentrancy(a, "catalog:12").await;
-}
-
-async fn two(builder: LockClientBuilder) -> (LockClient, LockClient) {
-    let a = builder.clone().build().await.unwrap();
-    let b = builder.build().await.unwrap();
-    (a, b)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,21 +415,54 @@ async fn embedded_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_redis() {
     let server = RedisServer::start();
-    let (a, b) = two(LockClient::builder().redis(server.url())).await;
+    let (a, b) = two_clients(&LockClient::builder().redis(server.url())).await;
     all_checks(&a, &b).await;
+}
+
+/// An operator deleting a semaphore's holders: the holder learns it at its
+/// next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_permit_is_reported_lost() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .redis(server.url())
+        .build()
+        .await
+        .unwrap();
+    let permit = client
+        .semaphore("exports", 2)
+        .ttl(ms(300))
+        .acquire()
+        .await
+        .unwrap();
+    let reader = client
+        .rw_lock("catalog")
+        .read()
+        .ttl(ms(300))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(
+        server.cli(&["DEL", "lock:P{exports}", "lock:R{catalog}"]),
+        "2"
+    );
+    within(secs(2), "the permit is lost", permit.lost()).await;
+    within(secs(2), "the read lock is lost", reader.lost()).await;
+    assert!(permit.release().await.unwrap_err().is_lost());
+    assert!(reader.release().await.unwrap_err().is_lost());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster() {
     let cluster = Cluster::start(3);
-    let (a, b) = two(LockClient::builder().cluster(cluster.seed_urls())).await;
+    let (a, b) = two_clients(&LockClient::builder().cluster(cluster.seed_urls())).await;
     all_checks(&a, &b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_with_replica_acks() {
     let (_setup, builder) = SentinelSetup::start().with_builder();
-    let (a, b) = two(builder).await;
+    let (a, b) = two_clients(&builder).await;
     all_checks(&a, &b).await;
 }
 

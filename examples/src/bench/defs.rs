@@ -24,6 +24,8 @@ pub(crate) const M8_RSS_REDIS: usize = 16;
 pub(crate) const M8_RSS_MEMORY: usize = 17;
 pub(crate) const M9_FAIR: usize = 18;
 pub(crate) const M9_RATE: usize = 19;
+pub(crate) const M10_SEM: usize = 20;
+pub(crate) const M10_READ: usize = 21;
 
 /// The label of rslock's hot-key side, as the table and the chart show it.
 pub(crate) const PEER_HOT: &str = "rslock acquire (retry loop)";
@@ -173,6 +175,20 @@ pub(crate) fn definitions() -> Vec<Metric> {
             Unit::PerSec,
             "1 process x 32 tasks (row 4)",
             Info,
+        ),
+        m(
+            "10",
+            "semaphore (4 permits) acquire+release, serial: p50",
+            Unit::Micros,
+            "mutex acquire+release (library)",
+            RatioAtMost(1.5),
+        ),
+        m(
+            "10",
+            "read lock acquire+release, serial: p50",
+            Unit::Micros,
+            "mutex acquire+release (library)",
+            RatioAtMost(1.5),
         ),
     ]
 }

@@ -143,13 +143,14 @@ pub(crate) async fn measure(
         let t = Instant::now();
         eprint!("rep {}/{}:", rep + 1, opts.reps);
         b.row4_rate = None;
-        for row in ['1', '8', '6', '5', '2', '4', '3', '9', '7'] {
+        for row in ['1', '8', 'x', '6', '5', '2', '4', '3', '9', '7'] {
             if !opts.wants(row) || (row == '6' && attr.is_err()) {
                 continue;
             }
             eprint!(" {row}");
             match row {
                 '1' | '8' => b.serial(row, rep, metrics).await?,
+                'x' => b.family(rep, metrics).await?,
                 '6' => {
                     let (a, h) = attr::serial_attr(plan.attr_iters, rep).await?;
                     metrics[M6].record(p50(&a), p50(&h));
@@ -209,6 +210,24 @@ impl Bench<'_> {
         let n = self.plan.serial_iters;
         let (l, r) = rows::serial(client, "serial", &mut self.raw, &raw_key, n, rep).await?;
         metrics[metric].record(p50(&l), p50(&r));
+        Ok(())
+    }
+
+    /// Row 10: a semaphore's permit and a read lock, serial, against the
+    /// mutex pair on the same client, in alternating blocks.
+    async fn family(&mut self, rep: usize, metrics: &mut [Metric]) -> Result<(), String> {
+        let n = self.plan.serial_iters;
+        let lib = &self.lib;
+        for (metric, permits) in [(M10_SEM, Some(4)), (M10_READ, None)] {
+            let (f, m) = rows::blocks(
+                n,
+                rep,
+                async || rows::family_pair(lib, "family", permits).await,
+                async || rows::lib_pair(lib, "serial").await,
+            )
+            .await?;
+            metrics[metric].record(p50(&f), p50(&m));
+        }
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use lock_runtime::LockClient;
+use lock_runtime::{LockClient, LockRequest};
 use tokio::task::JoinSet;
 
 use super::raw::{Raw, value};
@@ -51,8 +51,12 @@ fn sleep_until(t: Instant) -> tokio::time::Sleep {
 
 /// One library acquire + release on a free key.
 pub(crate) async fn lib_pair(client: &LockClient, key: &str) -> Result<(), String> {
-    let guard = client
-        .lock(key)
+    request_pair(client.lock(key), key).await
+}
+
+/// One acquire + release of `request` (for `key`).
+async fn request_pair(request: LockRequest, key: &str) -> Result<(), String> {
+    let guard = request
         .acquire()
         .await
         .map_err(|e| format!("acquire {key}: {e}"))?;
@@ -60,6 +64,20 @@ pub(crate) async fn lib_pair(client: &LockClient, key: &str) -> Result<(), Strin
         .release()
         .await
         .map_err(|e| format!("release {key}: {e}"))
+}
+
+/// One acquire + release of a semaphore's permit (`Some(permits)`) or of a
+/// read lock (`None`) on a free key.
+pub(crate) async fn family_pair(
+    client: &LockClient,
+    key: &str,
+    permits: Option<u32>,
+) -> Result<(), String> {
+    let request = match permits {
+        Some(n) => client.semaphore(key, n),
+        None => client.rw_lock(key).read(),
+    };
+    request_pair(request, key).await
 }
 
 /// `n` timed calls of `a` and `n` of `b`, in alternating blocks of `BLOCK`

@@ -34,7 +34,7 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
   --json PATH   where to write the results (default target/bench.json)
   --svg PATH    where to draw the hot-key rows' wait times (default beside
                 the JSON: target/bench-waits.svg)
-  --only ROWS   rows to run, e.g. 1,5,7 (default all: 1-9)
+  --only ROWS   rows to run, e.g. 1,5,7 (default all: 1-10)
   --markdown    also print the table as Markdown
 
 environment: BENCH_REPS, BENCH_QUICK=1, BENCH_JSON, BENCH_SVG, BENCH_ONLY (flags
@@ -42,7 +42,8 @@ win); REDIS_URL=redis://127.0.0.1:PORT uses that server (loopback only) instead
 of starting one; REDIS_SERVER names the redis-server binary.";
 
 /// The rows there are, as `--only` names them.
-const ROWS: [char; 9] = ['1', '2', '3', '4', '5', '6', '7', '8', '9'];
+/// Row 10 is `x` inside.
+const ROWS: [char; 10] = ['1', '2', '3', '4', '5', '6', '7', '8', '9', 'x'];
 
 struct Options {
     reps: usize,
@@ -107,8 +108,9 @@ fn parse_options() -> Result<Options, String> {
                 .map(|s| {
                     let mut chars = s.chars();
                     match (chars.next(), chars.next()) {
-                        (Some(row), None) if ROWS.contains(&row) => Ok(row),
-                        _ => Err(format!("--only: no row {s:?} (rows are 1-9)")),
+                        _ if s == "10" => Ok('x'),
+                        (Some(row), None) if ROWS.contains(&row) && row != 'x' => Ok(row),
+                        _ => Err(format!("--only: no row {s:?} (rows are 1-10)")),
                     }
                 })
                 .collect::<Result<_, _>>()?;

@@ -196,16 +196,15 @@ impl MemoryBackend {
             lock.queue.retain(|(t, ..)| t != token);
         }
         let ours = lock.holds(token, exclusive).is_some();
-        let granted = if ours {
+        if ours {
             if exclusive {
                 lock.writer = None;
             } else {
                 lock.holders.retain(|(t, _)| t != token);
             }
-            lock.promote(fence, limit, now)
-        } else {
-            Vec::new()
-        };
+        }
+        // Also when not ours: the entry that left may have made room.
+        let granted = lock.promote(fence, limit, now);
         if lock.is_empty() {
             shared.remove(&names.lock);
         }

@@ -5,7 +5,10 @@
 //!   typed value of an axum extractor (`Path<u64>`: `/orders/015` and
 //!   `/orders/15` are one order, one lock), a template over the raw path text
 //!   (`"order:<id>"`), a header or a closure;
-//!   a busy resource answers `409 Conflict` with `Retry-After`. The lock is held
+//!   a busy resource answers `409 Conflict` with `Retry-After`. With
+//!   [`permits(n)`](LockLayer::permits) it is a distributed concurrency limit
+//!   instead: up to `n` requests per key at once, the next one answered
+//!   `429 Too Many Requests` with `Retry-After`. The lock is held
 //!   until the response body has been sent (or dropped), and the handler can
 //!   read the fencing token through the [`LockInfo`](crate::LockInfo) extractor.
 //! * [`IdempotencyLayer`]: a retried `POST` with the same `Idempotency-Key` gets

@@ -225,46 +225,7 @@ impl RedisBackend {
             .arg(member)
             .arg(self.publish)
             .arg(if self.announce_free { "1" } else { "0" });
-        let mut conn = self.conn(names);
-        // The cluster driver re-sends a request whose connection broke by
-        // itself, so there a "not ours" may always follow a lost copy.
-        let mut resent = matches!(conn, Conn::Cluster(_));
-        let mut answer = run_script(&mut conn, &RELEASE, &cmd).await;
-        if let Err(e) = &answer
-            && connection_failure(e) == Some(ConnectionFailure::Broken)
-        {
-            // The connection broke: before the script was sent (a killed
-            // connection fails its next command), or after it ran and before
-            // its answer came back. The driver reconnects; one more try keeps
-            // the key from waiting out its lease, and its "not ours" may be
-            // the first copy's doing.
-            resent = true;
-            answer = run_script(&mut conn, &RELEASE, &cmd).await;
-        }
-        // A slot in mid-migration refuses multi-key scripts with TRYAGAIN
-        // (the script did not run) until the migration ends; the cluster
-        // driver's own retries last well under a second, a migration may take
-        // longer. Keep trying for a while, or the key waits out its lease.
-        let mut backoff = TRYAGAIN_BACKOFF;
-        let give_up = tokio::time::Instant::now() + TRYAGAIN_FOR;
-        while let Err(e) = &answer
-            && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
-            && tokio::time::Instant::now() + backoff.peek() < give_up
-        {
-            backoff.wait().await;
-            answer = run_script(&mut conn, &RELEASE, &cmd).await;
-        }
-        let answer: redis::Value = answer.map_err(|e| {
-            if connection_failure(&e).is_some() {
-                BackendError::outcome_unknown(
-                    "the release was sent and no answer came back: its outcome is unknown \
-                     (if it did not run, the lease runs out by itself)",
-                    Some(Box::new(e)),
-                )
-            } else {
-                BackendError::with_source("release failed", e)
-            }
-        })?;
+        let (answer, resent) = self.send_release(names, &RELEASE, &cmd).await?;
         match answer {
             redis::Value::Int(1) => Ok(Released::Yes),
             redis::Value::Array(items) if !items.is_empty() => {
@@ -285,6 +246,59 @@ impl RedisBackend {
             _ if resent => Ok(Released::Gone),
             _ => Ok(Released::NotOurs),
         }
+    }
+
+    /// Sends a release script (`script`, as `cmd`) on `names`' connection,
+    /// re-sending it once after a broken connection and while its slot is
+    /// being migrated. `resent`: a copy may have run before this answer (so
+    /// a "not ours" may be its doing).
+    pub(super) async fn send_release(
+        &self,
+        names: &KeyNames,
+        script: &redis::Script,
+        cmd: &redis::Cmd,
+    ) -> Result<(redis::Value, bool), LockError> {
+        let mut conn = self.conn(names);
+        // The cluster driver re-sends a request whose connection broke by
+        // itself, so there a "not ours" may always follow a lost copy.
+        let mut resent = matches!(conn, Conn::Cluster(_));
+        let mut answer = run_script(&mut conn, script, cmd).await;
+        if let Err(e) = &answer
+            && connection_failure(e) == Some(ConnectionFailure::Broken)
+        {
+            // The connection broke: before the script was sent (a killed
+            // connection fails its next command), or after it ran and before
+            // its answer came back. The driver reconnects; one more try keeps
+            // the key from waiting out its lease, and its "not ours" may be
+            // the first copy's doing.
+            resent = true;
+            answer = run_script(&mut conn, script, cmd).await;
+        }
+        // A slot in mid-migration refuses multi-key scripts with TRYAGAIN
+        // (the script did not run) until the migration ends; the cluster
+        // driver's own retries last well under a second, a migration may take
+        // longer. Keep trying for a while, or the key waits out its lease.
+        let mut backoff = TRYAGAIN_BACKOFF;
+        let give_up = tokio::time::Instant::now() + TRYAGAIN_FOR;
+        while let Err(e) = &answer
+            && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+            && tokio::time::Instant::now() + backoff.peek() < give_up
+        {
+            backoff.wait().await;
+            answer = run_script(&mut conn, script, cmd).await;
+        }
+        let answer: redis::Value = answer.map_err(|e| {
+            if connection_failure(&e).is_some() {
+                BackendError::outcome_unknown(
+                    "the release was sent and no answer came back: its outcome is unknown \
+                     (if it did not run, the lease runs out by itself)",
+                    Some(Box::new(e)),
+                )
+            } else {
+                BackendError::with_source("release failed", e)
+            }
+        })?;
+        Ok((answer, resent))
     }
 
     pub(crate) async fn extend_many(

@@ -7,7 +7,7 @@ use super::RedisBackend;
 use crate::LockError;
 use crate::backend::scripts::{SHARED, evalsha, millis, run_script};
 use crate::backend::{AcquireOutcome, HANDOFF_LEASE, Released};
-use crate::error::{BackendError, ConnectionFailure, connection_failure};
+use crate::error::BackendError;
 use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
@@ -119,33 +119,14 @@ impl RedisBackend {
     ) -> Result<Released, LockError> {
         let mut cmd = self.shared_cmd("release", names, token, ttl);
         cmd.arg(if dequeue { "1" } else { "0" });
-        let mut conn = self.conn(names);
-        let mut resent = self.is_cluster();
-        let mut answer = run_script(&mut conn, &SHARED, &cmd).await;
-        if let Err(e) = &answer
-            && connection_failure(e) == Some(ConnectionFailure::Broken)
-        {
-            // As for a mutex (see `release`): one more try, whose "not
-            // ours" may be the first copy's doing.
-            resent = true;
-            answer = run_script(&mut conn, &SHARED, &cmd).await;
-        }
-        let answer: Vec<redis::Value> = answer.map_err(|e| {
-            if connection_failure(&e).is_some() {
-                BackendError::outcome_unknown(
-                    "the release was sent and no answer came back: its outcome is unknown \
-                     (if it did not run, the lease runs out by itself)",
-                    Some(Box::new(e)),
-                )
-            } else {
-                BackendError::with_source("release failed", e)
-            }
-        })?;
+        let (answer, resent) = self.send_release(names, &SHARED, &cmd).await?;
+        let answer = match answer {
+            redis::Value::Array(items) => items,
+            _ => Vec::new(),
+        };
+        self.wake_granted(names, answer.get(1..).unwrap_or_default());
         match answer.first() {
-            Some(redis::Value::Int(1)) => {
-                self.wake_granted(names, &answer[1..]);
-                Ok(Released::Yes)
-            }
+            Some(redis::Value::Int(1)) => Ok(Released::Yes),
             _ if resent => Ok(Released::Gone),
             _ => Ok(Released::NotOurs),
         }

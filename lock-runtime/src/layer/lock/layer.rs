@@ -50,8 +50,25 @@ pub(super) struct Config {
     pub(super) key: KeySource,
     pub(super) ttl: Option<Duration>,
     pub(super) wait: Duration,
-    pub(super) busy_status: StatusCode,
+    /// `None`: a mutex per key; `Some(n)`: one of `n` permits of the
+    /// semaphore per key (`Some(0)` is refused on every request).
+    pub(super) permits: Option<u32>,
+    /// `None`: the default for the kind of lock (409, or 429 with permits).
+    pub(super) busy_status: Option<StatusCode>,
     pub(super) fail_open: bool,
+}
+
+impl Config {
+    /// The status of a request refused because its key is busy: the one set
+    /// with [`LockLayer::busy_status`], else `429 Too Many Requests` for a
+    /// [`permits`](LockLayer::permits) limit and `409 Conflict` for a mutex.
+    pub(super) fn busy_status(&self) -> StatusCode {
+        match (self.busy_status, self.permits) {
+            (Some(status), _) => status,
+            (None, Some(_)) => StatusCode::TOO_MANY_REQUESTS,
+            (None, None) => StatusCode::CONFLICT,
+        }
+    }
 }
 
 impl LockLayer {
@@ -67,7 +84,8 @@ impl LockLayer {
                 key: KeySource::Path,
                 ttl: None,
                 wait: Duration::ZERO,
-                busy_status: StatusCode::CONFLICT,
+                permits: None,
+                busy_status: None,
                 fail_open: false,
             }),
         }
@@ -222,9 +240,66 @@ impl LockLayer {
         /// `Duration::ZERO`: refused at once).
         pub fn wait(wait: Duration) => wait;
 
-        /// The status of a refused request (default `409 Conflict`; `423 Locked`
-        /// is the other common choice).
-        pub fn busy_status(status: StatusCode) => busy_status;
+        /// The status of a request refused because its key is busy (default
+        /// `409 Conflict`; `423 Locked` is the other common choice; with
+        /// [`permits`](Self::permits), `429 Too Many Requests`). A status set
+        /// here wins over both defaults, whichever of the two methods is
+        /// called first.
+        pub fn busy_status(status: StatusCode) => busy_status = Some(status);
+
+        /// At most `n` requests per key at once, instead of one: each request
+        /// takes one of `n` permits of the semaphore named by the key
+        /// ([`LockClient::semaphore`]), from the same key sources as the mutex
+        /// (so a route keyed by tenant runs up to `n` requests per tenant,
+        /// across every process that shares the backend).
+        ///
+        /// A request that finds every permit taken, after the configured
+        /// [`wait`](Self::wait), gets `429 Too Many Requests` (unless
+        /// [`busy_status`](Self::busy_status) says otherwise) with
+        /// `Retry-After` = the remaining lease of the permit that ends
+        /// first, rounded up to whole seconds, and an
+        /// `application/problem+json` body. Everything else is as with the
+        /// mutex: each permit has its own lease, renewed while the request runs
+        /// and its body is sent; the handler's [`LockInfo`](crate::LockInfo)
+        /// carries the key and the permit's fencing token; a backend that
+        /// cannot be reached answers `503` (or runs the handler without a
+        /// permit, with [`fail_open`](Self::fail_open)).
+        ///
+        /// The semaphore `key` is a resource of its own: it does not exclude
+        /// the mutex `key` of another `LockLayer` or of
+        /// [`LockClient::lock`]. All the layers and callers that share one
+        /// key should name the same `n` (see [`LockClient::semaphore`] for
+        /// what happens when they do not).
+        ///
+        /// `permits(0)` would admit no request: it is a configuration
+        /// mistake, answered like a malformed [`key`](Self::key) template,
+        /// with `500 Internal Server Error` on every request and an error log.
+        ///
+        /// ```
+        /// use axum::{body::Body, extract::Path, http::Request, routing::post, Router};
+        /// use lock_runtime::{layer::LockLayer, LockClient, LockInfo};
+        /// # use tower_service::Service as _;
+        ///
+        /// async fn export(Path(tenant): Path<String>, permit: LockInfo) -> String {
+        ///     format!("exporting for {tenant} under {}", permit.key)
+        /// }
+        ///
+        /// # #[tokio::main(flavor = "current_thread")]
+        /// # async fn main() -> Result<(), lock_runtime::LockError> {
+        /// let client = LockClient::builder().memory().build().await?;
+        /// let mut app: Router = Router::new().route(
+        ///     "/tenants/{tenant}/export",
+        ///     // Two exports per tenant at once; a third gets `429` with `Retry-After`.
+        ///     post(export).route_layer(LockLayer::new(client).key("export:<tenant>").permits(2)),
+        /// );
+        ///
+        /// let request = Request::post("/tenants/acme/export").body(Body::empty()).unwrap();
+        /// let response = app.call(request).await.unwrap();
+        /// assert_eq!(response.status(), 200);
+        /// # Ok(())
+        /// # }
+        /// ```
+        pub fn permits(n: u32) => permits = Some(n);
 
         /// When the backend cannot be reached: `false` (the default) answers `503
         /// Service Unavailable` with `Retry-After` (fail closed); `true` runs the
@@ -239,6 +314,7 @@ config_debug!(LockLayer, c => {
     key,
     ttl,
     wait,
-    busy_status,
+    permits,
+    busy_status = c.busy_status(),
     fail_open,
 });

@@ -1,14 +1,19 @@
-//! [`LockLayer`]: one request at a time per resource.
+//! [`LockLayer`]: one request at a time per resource, or at most `n` with
+//! [`permits(n)`](LockLayer::permits).
 //!
 //! For each request the layer builds a key (from an extractor's typed value,
 //! a template over path parameters, a header or a closure), takes the lock
-//! `key` on its [`LockClient`](crate::LockClient), and runs the inner service
-//! under it:
+//! `key` on its [`LockClient`](crate::LockClient) (with `permits(n)`: one of
+//! the `n` permits of the semaphore `key`), and runs the inner service under
+//! it:
 //!
 //! | outcome | response |
 //! | --- | --- |
 //! | lock taken | the inner service's response; the lock is held, renewed by the watchdog, until the body has produced its last frame (released just before that frame is written, so the client's next request finds it free) or is dropped |
-//! | busy after the configured wait | `409 Conflict` (or the [configured status](LockLayer::busy_status)) with `Retry-After` = the holder's remaining lease, rounded up |
+//! | busy after the configured wait | `409 Conflict` with `Retry-After` = the holder's remaining lease, rounded up |
+//! | every permit taken after the configured wait ([`permits`](LockLayer::permits)) | `429 Too Many Requests` with `Retry-After` = the remaining lease of the permit that ends first, rounded up |
+//! | either of the two, with [`busy_status`](LockLayer::busy_status) set | that status instead, with the same `Retry-After` and body |
+//! | misconfigured (a malformed template, `permits(0)`) | `500 Internal Server Error`, and an error log naming the mistake |
 //! | no key can be built for the request | `400 Bad Request`; with [`key_from`](LockLayer::key_from), the extractor's own rejection |
 //! | backend unreachable | `503 Service Unavailable` with `Retry-After` (fail closed), or the handler without the lock if [`fail_open`](LockLayer::fail_open) |
 //! | lease lost while the handler runs | the handler is cancelled; `503` |
@@ -17,9 +22,11 @@
 //! mid-request, the request future is dropped and the lock released.
 //!
 //! Inside the handler, the [`LockInfo`](crate::LockInfo) extractor (or
-//! [`current_lock`](crate::current_lock)) gives the key and the fencing token,
-//! and a `#[distributed_lock]` function locking the same key on the same
-//! client re-enters instead of waiting for the request's own lock.
+//! [`current_lock`](crate::current_lock)) gives the key and the fencing token
+//! (of the request's permit, with `permits`), and a `#[distributed_lock]`
+//! function locking the same key on the same client re-enters instead of
+//! waiting for the request's own lock (with `permits`: a function taking a
+//! permit of the same semaphore).
 
 mod body;
 mod extract;

@@ -26,7 +26,7 @@ wrapped_service! {
     /// body has been sent or dropped.
     pub struct Lock;
     made_by: super::LockLayer;
-    debug: [key]
+    debug: [key, permits]
 }
 
 impl<S, B, ResB> Service<Request<B>> for Lock<S>
@@ -47,6 +47,15 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
+        if self.config.permits == Some(0) {
+            tracing::error!(
+                "lock layer misconfigured: `permits(0)` admits no request; use at least 1"
+            );
+            return ResponseFuture::ready(misconfigured(
+                "the lock layer of this route is misconfigured: it allows no request at once \
+                 (zero permits)",
+            ));
+        }
         let (mut parts, body) = req.into_parts();
         if let KeySource::Extract { extract, .. } = &self.config.key {
             // An extractor may await: it runs inside the response future.
@@ -78,8 +87,7 @@ where
             }
             Err(KeyError::Config(why)) => {
                 tracing::error!("lock layer misconfigured: {why}");
-                return ResponseFuture::ready(problem(
-                    StatusCode::INTERNAL_SERVER_ERROR,
+                return ResponseFuture::ready(misconfigured(
                     "the lock layer of this route is misconfigured",
                 ));
             }
@@ -110,7 +118,11 @@ where
     ResB: http_body::Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
 {
-    let mut request = config.client.lock(key.clone()).wait(config.wait);
+    let request = match config.permits {
+        None => config.client.lock(key.clone()),
+        Some(permits) => config.client.semaphore(key.clone(), permits),
+    };
+    let mut request = request.wait(config.wait);
     if cfg!(feature = "metrics") {
         // The route, never the key, names the lock's metrics.
         let route = req
@@ -223,11 +235,16 @@ fn refusal(config: &Config, key: &str, e: LockError) -> Response<Body> {
     match e {
         LockError::Busy { retry_after, .. } => {
             tracing::debug!(%key, ?retry_after, "lock busy; request refused");
-            problem_retry(
-                config.busy_status,
-                &format!("`{key}` is locked by another request; retry later"),
-                retry_after,
-            )
+            let detail = match config.permits {
+                None => format!("`{key}` is locked by another request; retry later"),
+                Some(1) => {
+                    format!("the only permit of `{key}` is taken by another request; retry later")
+                }
+                Some(n) => {
+                    format!("all {n} permits of `{key}` are taken by other requests; retry later")
+                }
+            };
+            problem_retry(config.busy_status(), &detail, retry_after)
         }
         LockError::InvalidKey(why) => {
             tracing::debug!(%key, "invalid lock key: {why}");
@@ -243,10 +260,12 @@ fn refusal(config: &Config, key: &str, e: LockError) -> Response<Body> {
         }
         e => {
             tracing::error!(%key, error = &e as &dyn std::error::Error, "lock layer: cannot lock");
-            problem(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the lock layer of this route is misconfigured",
-            )
+            misconfigured("the lock layer of this route is misconfigured")
         }
     }
+}
+
+/// The `500` answer of a layer whose configuration is wrong (the log says how).
+fn misconfigured(detail: &str) -> Response<Body> {
+    problem(StatusCode::INTERNAL_SERVER_ERROR, detail)
 }

@@ -1,0 +1,588 @@
+//! Read-write locks and semaphores: shared.lua on one Redis server, under
+//! the client of [`crate::lock`].
+//!
+//! The client's steps are the mutex's (client/acquire.rs is one
+//! `Acquisition` for every `Shape`: attempt, busy, register, wait for a grant or the lease timer, confirm or
+//! trust the hand-over, hold under the watchdog, release; give up leaving
+//! the queue), so this module adds the server and the properties, and the
+//! lock model runs them when [`LockConfig::shared`] is set:
+//!
+//! * [`Holders`]: the writer (`KEYS[1]`), the holders' sorted set by lease
+//!   end (`KEYS[2]`) and the FIFO queue of `token:lease:mode` entries
+//!   (`KEYS[3]`); the fencing counter is the slot's, [`Server::fence`]. Its
+//!   methods are shared.lua's `acquire`, `release` and `extend`, line by
+//!   line; `promote` grants from the head of the queue with the hand-over
+//!   lease cap and a notice for each waiter (any of which may be lost).
+//! * The properties: no writer with another valid holder (a read-write
+//!   lock) or no more valid holders than the limit (a semaphore), counting
+//!   the holders that believe their leases valid, as the mutex's mutual
+//!   exclusion does; the same on the server; strict FIFO (no grant
+//!   overtakes a waiter still queued); without faults, a waiter that fits
+//!   at the head of the queue is granted within a lease (room freed by an
+//!   expiry or a waiter leaving is promoted only at the next script call);
+//!   and the mutex's own properties
+//!   (fencing tokens, the fenced store for writers, queue entries, release
+//!   answers, termination).
+//!
+//! What the model leaves out: a process of several clients (shared locks
+//! form no in-process line, request.rs:171, so the grants a script answers
+//! wake only waiters of the caller's own process, `wake_granted`, which is
+//! nobody here: every client has a process of its own), reentrancy, and
+//! replica acks.
+//!
+//! [`Server::fence`]: crate::lock::Server::fence
+
+use std::fmt::Write as _;
+
+use stateright::Property;
+
+use crate::check::never_set;
+use crate::lock::{AcqReply, Faults, LockConfig, LockModel, RelReply, Req, Resp, State, name};
+
+/// What a client asks for (`mode` in shared.rs).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Mode {
+    /// A reader: shared (`s`), no limit.
+    Read,
+    /// A writer: exclusive (`x`).
+    Write,
+    /// A semaphore's permit: shared (`s`), at most [`SharedConfig::limit`].
+    Permit,
+}
+
+/// A read-write lock or a semaphore ([`LockConfig::shared`]).
+#[derive(Clone, Debug)]
+pub struct SharedConfig {
+    /// One entry per client.
+    pub modes: Vec<Mode>,
+    /// `ARGV[5]`: the most shared holders (`0`: no limit, a read-write lock).
+    pub limit: u8,
+    /// Test only, a broken script: a newcomer that fits is admitted even
+    /// while somebody is queued (shared.lua:159 without `LLEN == 0`). The
+    /// model must find the waiter it overtakes.
+    pub admit_past_queue: bool,
+}
+
+impl LockConfig {
+    /// Clients of a read-write lock (`limit` 0) or a semaphore of `limit`
+    /// permits, one per mode, each waiting `wait` ticks, with the lock
+    /// model's defaults otherwise.
+    pub fn new_shared(modes: Vec<Mode>, limit: u8, wait: u8, faults: Faults) -> Self {
+        let mut cfg = LockConfig::new(modes.len(), wait, faults);
+        cfg.shared = Some(SharedConfig {
+            modes,
+            limit,
+            admit_past_queue: false,
+        });
+        cfg
+    }
+}
+
+/// A lease: a writer's key or a member of the holders' set.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Lease {
+    /// The owner's token.
+    pub token: u8,
+    /// Gone once the clock reaches this (the key's `PX`, the member's score).
+    pub expires: u8,
+}
+
+/// A queue entry `token:lease_ms:mode` (shared.lua:120).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Waiting {
+    /// The waiter's token.
+    pub token: u8,
+    /// The lease it asked for.
+    pub lease: u8,
+    /// Mode `x`.
+    pub exclusive: bool,
+}
+
+/// A read-write lock's or a semaphore's names on the server.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Holders {
+    /// `KEYS[1]`, the writer.
+    pub writer: Option<Lease>,
+    /// `KEYS[2]`, the shared holders, by token (a set).
+    pub holders: Vec<Lease>,
+    /// `KEYS[3]`, the queue, first first (gone when empty).
+    pub queue: Vec<Waiting>,
+    /// The queue's expiry (meaningless while it is empty).
+    pub queue_expires: u8,
+}
+
+/// One script call's arguments.
+struct Call {
+    now: u8,
+    /// `ARGV[2]`
+    token: u8,
+    /// `ARGV[3]`
+    lease: u8,
+    /// `ARGV[4] == 'x'`
+    exclusive: bool,
+    /// `ARGV[5]`
+    limit: u8,
+    /// `ARGV[7]`, the hand-over lease cap.
+    cap: u8,
+}
+
+impl Call {
+    fn entry(&self) -> Waiting {
+        Waiting {
+            token: self.token,
+            lease: self.lease,
+            exclusive: self.exclusive,
+        }
+    }
+}
+
+/// Every lease a call took, in the order of its `INCR`s: token, fencing.
+type Taken = Vec<(u8, u8)>;
+
+impl Holders {
+    /// The clock reaches `now`: the writer's key, holders' leases and the
+    /// queue that ended go (shared.lua:33 `ZREMRANGEBYSCORE`, the `PX` and
+    /// `PEXPIRE`s). The owners whose leases ended.
+    pub(crate) fn expire(&mut self, now: u8) -> Vec<u8> {
+        let mut ended = Vec::new();
+        if let Some(w) = self.writer
+            && w.expires <= now
+        {
+            self.writer = None;
+            ended.push(w.token);
+        }
+        self.holders.retain(|h| {
+            let gone = h.expires <= now;
+            if gone {
+                ended.push(h.token);
+            }
+            !gone
+        });
+        if !self.queue.is_empty() && self.queue_expires <= now {
+            self.queue.clear();
+        }
+        ended
+    }
+
+    /// Somebody holds it.
+    pub fn held(&self) -> bool {
+        self.writer.is_some() || !self.holders.is_empty()
+    }
+
+    /// `token` holds it, as the writer or a shared holder.
+    pub fn owns(&self, token: u8) -> bool {
+        self.writer.is_some_and(|w| w.token == token)
+            || self.holders.iter().any(|h| h.token == token)
+    }
+
+    /// shared.lua:43-48 `ours`.
+    fn ours(&self, token: u8, exclusive: bool) -> bool {
+        if exclusive {
+            self.writer.is_some_and(|w| w.token == token)
+        } else {
+            self.holders.iter().any(|h| h.token == token)
+        }
+    }
+
+    /// shared.lua:50-59 `fits`.
+    fn fits(&self, exclusive: bool, limit: u8) -> bool {
+        if self.writer.is_some() {
+            return false;
+        }
+        let held = self.holders.len();
+        if exclusive {
+            held == 0
+        } else {
+            limit == 0 || held < limit as usize
+        }
+    }
+
+    /// shared.lua:36-41 `hold_shared`: `ZADD` (the set's own `PEXPIRE`
+    /// keeps it as long as its longest lease: members end one by one here).
+    fn hold_shared(&mut self, who: u8, until: u8) {
+        let lease = Lease {
+            token: who,
+            expires: until,
+        };
+        match self.holders.iter_mut().find(|h| h.token == who) {
+            Some(h) => *h = lease,
+            None => {
+                self.holders.push(lease);
+                self.holders.sort_by_key(|h| h.token);
+            }
+        }
+    }
+
+    /// shared.lua:61-69 `take`.
+    fn take(&mut self, fence: &mut u8, who: u8, exclusive: bool, until: u8, taken: &mut Taken) {
+        *fence += 1;
+        if exclusive {
+            self.writer = Some(Lease {
+                token: who,
+                expires: until,
+            });
+        } else {
+            self.hold_shared(who, until);
+        }
+        taken.push((who, *fence));
+    }
+
+    /// shared.lua:74-102 `promote`: the head of the queue while it fits,
+    /// each with a lease capped at the hand-over cap; a writer alone.
+    fn promote(&mut self, call: &Call, fence: &mut u8, taken: &mut Taken) {
+        while let Some(&head) = self.queue.first() {
+            let lease = head.lease.min(call.cap);
+            if !self.fits(head.exclusive, call.limit) {
+                break;
+            }
+            self.queue.remove(0);
+            self.take(fence, head.token, head.exclusive, call.now + lease, taken);
+            if head.exclusive {
+                break;
+            }
+        }
+    }
+
+    /// shared.lua:112-116 and 147-151: re-armed to the full lease.
+    fn rearm(&mut self, call: &Call) {
+        if call.exclusive {
+            if let Some(w) = &mut self.writer {
+                w.expires = call.now + call.lease;
+            }
+        } else {
+            self.hold_shared(call.token, call.now + call.lease);
+        }
+    }
+
+    /// shared.lua `acquire` (141-183), with a wait of `wait` (`0`: try once).
+    fn acquire(
+        &mut self,
+        call: &Call,
+        wait: u8,
+        fence: &mut u8,
+        past_queue: bool,
+    ) -> (AcqReply, Taken) {
+        let mut taken = Taken::new();
+        // shared.lua:143: grant whoever waits at the head first.
+        self.promote(call, fence, &mut taken);
+        // shared.lua:144-158: held already: the full lease, the counter.
+        if self.ours(call.token, call.exclusive) {
+            self.rearm(call);
+            if *fence == 0 {
+                *fence += 1;
+            }
+            return (AcqReply::Granted(*fence), taken);
+        }
+        // shared.lua:159-162: a newcomer, only when nobody is queued.
+        if (self.queue.is_empty() || past_queue) && self.fits(call.exclusive, call.limit) {
+            let until = call.now + call.lease;
+            self.take(fence, call.token, call.exclusive, until, &mut taken);
+            return (AcqReply::Granted(*fence), taken);
+        }
+        // shared.lua:164-172: busy until the earliest lease that could make room.
+        let mut remaining = self.writer.map_or(call.lease, |w| w.expires - call.now);
+        if let Some(first) = self.holders.iter().map(|h| h.expires).min() {
+            remaining = remaining.min((first - call.now).max(1));
+        }
+        let mut counter = 0;
+        if wait != 0 {
+            // shared.lua:173-182: queue once; the queue outlives the wait
+            // plus a lease; the counter as this attempt saw it.
+            let entry = call.entry();
+            if !self.queue.contains(&entry) {
+                if self.queue.is_empty() {
+                    self.queue_expires = 0;
+                }
+                self.queue.push(entry);
+            }
+            let keep = wait + call.lease;
+            if self.queue_expires.saturating_sub(call.now) < keep {
+                self.queue_expires = call.now + keep;
+            }
+            counter = *fence;
+        }
+        (
+            AcqReply::Busy {
+                remaining,
+                fence: counter,
+            },
+            taken,
+        )
+    }
+
+    /// shared.lua `release` (122-140): leave the queue if asked, free our
+    /// place if ours, and promote either way (the entry that left may have
+    /// made room). `(ours, grants)`.
+    fn release(&mut self, call: &Call, dequeue: bool, fence: &mut u8) -> (bool, Taken) {
+        let mut taken = Taken::new();
+        if dequeue && let Some(i) = self.queue.iter().position(|e| *e == call.entry()) {
+            self.queue.remove(i);
+        }
+        let ours = self.ours(call.token, call.exclusive);
+        if ours {
+            if call.exclusive {
+                self.writer = None;
+            } else {
+                self.holders.retain(|h| h.token != call.token);
+            }
+        }
+        // Also when not ours: the entry that left may have made room.
+        self.promote(call, fence, &mut taken);
+        (ours, taken)
+    }
+
+    /// shared.lua `extend` (108-118).
+    fn extend(&mut self, call: &Call) -> bool {
+        if !self.ours(call.token, call.exclusive) {
+            return false;
+        }
+        self.rearm(call);
+        true
+    }
+
+    /// For traces: `writer B until t=5, holders [A until t=4], queue [C(s)]`.
+    pub(crate) fn summary(&self) -> String {
+        let mut out = match self.writer {
+            Some(w) => format!("writer {} until t={}", name(w.token), w.expires),
+            None => "no writer".to_string(),
+        };
+        let holders: Vec<String> = self
+            .holders
+            .iter()
+            .map(|h| format!("{} until t={}", name(h.token), h.expires))
+            .collect();
+        let _ = write!(out, ", holders [{}]", holders.join(", "));
+        if !self.queue.is_empty() {
+            let q: Vec<String> = self
+                .queue
+                .iter()
+                .map(|e| format!("{}({})", name(e.token), if e.exclusive { "x" } else { "s" }))
+                .collect();
+            let _ = write!(
+                out,
+                ", queue [{}] until t={}",
+                q.join(", "),
+                self.queue_expires
+            );
+        }
+        out
+    }
+}
+
+/// Ghost variables of a read-write lock's or a semaphore's properties.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub struct SharedGhost {
+    /// A lease was taken while a waiter queued ahead of its taker (or
+    /// queued at all, for a taker that was not) stayed queued.
+    pub overtaken: bool,
+    /// A script granted a queued waiter other than its caller.
+    pub promoted: bool,
+    /// A shared entry queued behind a writer's.
+    pub behind_writer: bool,
+    /// The head of the queue has fitted since this tick, ungranted.
+    pub head_fits_since: Option<u8>,
+}
+
+impl SharedGhost {
+    /// After every step: since when the head of the queue fits (room freed
+    /// by a lease that ran out, or by the waiter ahead leaving the queue,
+    /// neither of which promotes).
+    pub(crate) fn track(s: &mut State, limit: u8) {
+        let fits = s
+            .shared
+            .queue
+            .first()
+            .is_some_and(|head| s.shared.fits(head.exclusive, limit));
+        let since = &mut s.ghost.shared.head_fits_since;
+        match (fits, *since) {
+            (true, None) => *since = Some(s.now),
+            (false, Some(_)) => *since = None,
+            _ => {}
+        }
+    }
+}
+
+impl LockModel {
+    /// Redis runs client `c`'s `req` through shared.lua (shared.rs
+    /// `acquire_shared`, `extend_shared`, `release_shared`; the watchdog's
+    /// renewal and `confirm` are `extend`).
+    pub(crate) fn exec_shared(&self, s: &mut State, c: u8, req: Req) -> (Resp, String) {
+        let sh = self.cfg.shared.as_ref().expect("a shared configuration");
+        let call = Call {
+            now: s.now,
+            token: s.clients[c as usize].token,
+            lease: self.cfg.ttl,
+            exclusive: sh.modes[c as usize] == Mode::Write,
+            limit: sh.limit,
+            cap: self.cfg.handoff,
+        };
+        let before: Vec<u8> = s.queued().collect();
+        let mut fence = s.server.fence;
+        let (resp, taken, mut text) = match req {
+            Req::Acquire { wait, .. } => {
+                let (r, taken) = s
+                    .shared
+                    .acquire(&call, wait, &mut fence, sh.admit_past_queue);
+                if let AcqReply::Granted(_) = r {
+                    // Ghost: a lease of c's starts (or is re-armed) now.
+                    s.clients[c as usize].lease_ended = false;
+                }
+                let text = match r {
+                    AcqReply::Granted(f) => format!("acquire: granted, fencing {f}"),
+                    AcqReply::Busy { remaining, fence } if wait != 0 => {
+                        let queued = s.shared.queue.iter().position(|e| e.token == c);
+                        if let Some(i) = queued {
+                            s.clients[c as usize].queued_ever = true;
+                            if !call.exclusive && s.shared.queue[..i].iter().any(|e| e.exclusive) {
+                                s.ghost.shared.behind_writer = true;
+                            }
+                        }
+                        format!(
+                            "acquire: busy for {remaining} more ticks, counter {fence}; {} queued",
+                            name(c)
+                        )
+                    }
+                    AcqReply::Busy { remaining, .. } => {
+                        format!("acquire: busy for {remaining} more ticks")
+                    }
+                };
+                (Resp::Acquire(r), taken, text)
+            }
+            Req::Confirm | Req::Renew => {
+                let ok = s.shared.extend(&call);
+                let text = format!("extend: {}", if ok { "re-armed" } else { "not ours (0)" });
+                (Resp::Extended(ok), Taken::new(), text)
+            }
+            Req::Release { dequeue } => {
+                let (ours, taken) = s.shared.release(&call, dequeue, &mut fence);
+                let (r, text) = if ours {
+                    (RelReply::Released, "release: released")
+                } else {
+                    (RelReply::NotOurs, "release: not ours (0)")
+                };
+                (Resp::Release(r), taken, text.to_string())
+            }
+            Req::Reserve => unreachable!("only a mutex's line reserves"),
+        };
+        s.server.fence = fence;
+        // Ghost: FIFO. A taker overtakes whoever was queued ahead of it (or
+        // at all, if it was not queued) and still is.
+        let after: Vec<u8> = s.queued().collect();
+        for &(who, _) in &taken {
+            let ahead = match before.iter().position(|&t| t == who) {
+                Some(i) => &before[..i],
+                None => &before[..],
+            };
+            if ahead.iter().any(|t| after.contains(t)) {
+                s.ghost.shared.overtaken = true;
+            }
+        }
+        for (who, f) in taken {
+            if who == call.token {
+                self.issued(s, f);
+            } else {
+                // shared.lua:91-97: a notice to each waiter granted.
+                self.handed(s, who, f);
+                s.ghost.shared.promoted = true;
+                let _ = write!(
+                    text,
+                    ", granted {} (fencing {f}, lease {}), notice published",
+                    name(who),
+                    self.cfg.ttl.min(self.cfg.handoff)
+                );
+            }
+        }
+        (resp, format!("shared.lua {text}"))
+    }
+}
+
+/// The properties of a read-write lock or a semaphore, besides those of
+/// every configuration (see `LockModel::properties`).
+/// `faults`: the configuration has some.
+pub(crate) fn properties(cfg: &SharedConfig, faults: bool) -> Vec<Property<LockModel>> {
+    let mut properties = Vec::new();
+    let readers = cfg.modes.iter().filter(|&&m| m == Mode::Read).count();
+    if cfg.limit == 0 {
+        properties.push(Property::always(
+            "no writer believes its lease valid while another holder does",
+            |m: &LockModel, s: &State| {
+                let (writers, readers) = valid_holders(m, s);
+                writers == 0 || (writers == 1 && readers == 0)
+            },
+        ));
+        if readers >= 2 {
+            properties.push(Property::sometimes(
+                "two readers hold at once",
+                |m: &LockModel, s: &State| valid_holders(m, s).1 >= 2,
+            ));
+        }
+    } else {
+        properties.extend([
+            Property::always(
+                "no more holders believe their leases valid than the limit",
+                |m: &LockModel, s: &State| valid_holders(m, s).1 <= limit(m),
+            ),
+            Property::sometimes(
+                "as many holders as the limit hold at once",
+                |m: &LockModel, s: &State| valid_holders(m, s).1 == limit(m),
+            ),
+        ]);
+    }
+    properties.push(Property::always(
+        "the server never keeps a writer with a holder, or holders past the limit",
+        |m: &LockModel, s: &State| {
+            let held = s.shared.holders.len();
+            (s.shared.writer.is_none() || held == 0) && (limit(m) == 0 || held <= limit(m))
+        },
+    ));
+    properties.extend(never_set![LockModel;
+        "no grant overtakes a waiter still queued (FIFO)" => ghost.shared.overtaken,
+    ]);
+    properties.push(Property::always(
+        "without faults a waiter that fits at the head of the queue is granted within a lease",
+        |m: &LockModel, s: &State| {
+            s.ghost.faults > 0
+                || s.ghost
+                    .shared
+                    .head_fits_since
+                    .is_none_or(|t| s.now <= t + m.cfg.ttl)
+        },
+    ));
+    if faults && cfg.limit == 0 {
+        // A lease that runs out (a pause or a crash) frees room unannounced.
+        properties.push(Property::sometimes(
+            "the head of the queue fits, ungranted (room freed without a promote)",
+            |_: &LockModel, s: &State| s.ghost.shared.head_fits_since.is_some(),
+        ));
+    }
+    properties.push(Property::sometimes(
+        "a script grants a queued waiter",
+        |_: &LockModel, s: &State| s.ghost.shared.promoted,
+    ));
+    if readers >= 2 && cfg.modes.contains(&Mode::Write) && cfg.limit == 0 {
+        properties.push(Property::sometimes(
+            "a reader queues behind a queued writer",
+            |_: &LockModel, s: &State| s.ghost.shared.behind_writer,
+        ));
+    }
+    properties
+}
+
+fn limit(m: &LockModel) -> usize {
+    m.cfg.shared.as_ref().map_or(0, |sh| sh.limit as usize)
+}
+
+/// Holders that believe their leases valid: `(writers, shared holders)`.
+fn valid_holders(m: &LockModel, s: &State) -> (usize, usize) {
+    let modes = &m.cfg.shared.as_ref().expect("a shared configuration").modes;
+    let mut counts = (0, 0);
+    for (c, mode) in s.clients.iter().zip(modes) {
+        if c.believes_valid(s.now) {
+            match mode {
+                Mode::Write => counts.0 += 1,
+                Mode::Read | Mode::Permit => counts.1 += 1,
+            }
+        }
+    }
+    counts
+}
