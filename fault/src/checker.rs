@@ -9,8 +9,11 @@
 //! | writes accepted from a lower token | the store's write log | an accepted write carried a token lower than one the store had already seen |
 //! | lost / duplicated updates | final counter vs accepted writes; `(worker, op)` pairs | the counter is below (lost) or above (duplicated) the number of accepted writes, or one operation's write was applied twice |
 //! | log and store agree | worker logs vs store log | a worker says "accepted as seq N" and the store's N-th write is another's (a killed worker may miss its last line) |
-//! | fencing tokens are unique and increase | worker logs | two acquisitions of a key got one token; or (with persistence) a token not above one acquired before the attempt began |
-//! | overlapping holds as seen by clients | worker logs | two holds that both ended in a successful release overlap, using `[acquired, release sent]`, which lies inside the true hold, so an overlap is real |
+//! | fencing tokens are unique and increase | worker logs | two acquisitions of a key got one token, one of them exclusive; or (with persistence) a token not above one acquired before the attempt began |
+//! | overlapping holds as seen by clients | worker logs | holds that ended in a successful release, `[acquired, release sent]` (inside the true hold, so an overlap is real), more at once than the kind admits: two of a mutex, a writer with anyone, more than a semaphore's permits |
+//! | the same in store order (read-write locks, semaphores) | the store's access log | the same, each hold from its first to its last access of the record |
+//! | readers inside a write | the store's access log | a shared read accepted between another operation's exclusive read and its write |
+//! | `hold_at_least` | worker logs | a key acquired again sooner than the minimum (less 10 ms) after an acquisition released `Ok` |
 //! | waiters that never got the lock | worker logs | an operation ended without the lock although its wait was long (the scenarios use long waits) |
 //! | locks held past their TTL after the holder died | worker logs + faults | after a holder was stopped past its lease or killed, nobody else got the key within TTL + slack, though another process wanted it |
 //! | stalls | worker logs + faults | waiters waited with no reported holder for longer than TTL + slack outside server outages (an orphaned lock: a cancelled acquire, a leaked watchdog; or waiters that missed a free lock) |
@@ -19,6 +22,9 @@
 //! | stopped holders (scenarios 2, 10) | worker logs + faults | stopped past the lease and `release`, sent after the `SIGCONT`, still said `Ok` |
 //! | every operation accounted for | worker logs + the store's draws | a worker drew more operations from the budget than its log began, and it was not killed (a killed process may have drawn one per task whose answer never arrived) |
 //! | nothing hangs | the harness | a worker did not finish before the run's deadline |
+//!
+//! The rules that depend on the synchronizer are in `synchronizers`; a
+//! `lock_all` operation is checked as one operation per key.
 //!
 //! A worker here is a *logical* worker: one task of a worker process (most
 //! scenarios run one task per process). Two tasks of one process are checked

@@ -9,6 +9,13 @@
 //! newer holder's read-modify-write cannot be interleaved. With the check off
 //! (`fencing = false`) the same store accepts everything, which is how the
 //! checker is shown to catch overlaps.
+//!
+//! Shared holders (a read-write lock's readers, a semaphore's holders) read
+//! with [`Store::shared_read`] and leave with [`Store::exit`]; a shared read
+//! is refused only below the highest *exclusive* token. Every accepted
+//! access goes to the key's access log, in store order, so the checker can
+//! tell a reader let in during a writer's read-modify-write without any
+//! clock.
 
 use std::sync::LazyLock;
 

@@ -236,3 +236,154 @@ pub(super) fn taken_over(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::ReleaseOutcome;
+    use crate::store::Access;
+
+    /// Worker `worker`'s operation on `k`, held (as its holder knew) from
+    /// `from` to `to` ms, released as `outcome`.
+    fn hold(worker: u32, side: Side, from: u64, to: u64, outcome: ReleaseOutcome) -> Op {
+        Op {
+            worker,
+            process: worker,
+            op: 1,
+            key: "k".into(),
+            side,
+            attempt: from * 1000,
+            acquired: Some((u64::from(worker) + 1, from * 1000)),
+            release_sent: Some(to * 1000),
+            released: Some((outcome, to * 1000 + 1)),
+            ..Op::default()
+        }
+    }
+
+    fn ok(worker: u32, side: Side, from: u64, to: u64) -> Op {
+        hold(worker, side, from, to, ReleaseOutcome::Ok)
+    }
+
+    fn crowded_holds(kind: Kind, ops: &[Op]) -> usize {
+        let ops: Vec<&Op> = ops.iter().collect();
+        crowded_in_logs(kind, "k", &ops).len()
+    }
+
+    #[test]
+    fn readers_share_and_a_writer_holds_alone() {
+        let rw = Kind::Rw {
+            reads_per_mille: 700,
+        };
+        let readers = [ok(0, Side::Read, 0, 10), ok(1, Side::Read, 5, 15)];
+        assert_eq!(crowded_holds(rw, &readers), 0);
+        let mut with_writer = readers.to_vec();
+        with_writer.push(ok(2, Side::Write, 12, 20));
+        assert_eq!(crowded_holds(rw, &with_writer), 1);
+        // One that starts as another ends does not overlap it.
+        with_writer[2] = ok(2, Side::Write, 15, 20);
+        assert_eq!(crowded_holds(rw, &with_writer), 0);
+        // A writer stopped past its lease ("not owner") holds nothing valid.
+        with_writer[2] = hold(2, Side::Write, 0, 20, ReleaseOutcome::Lost);
+        assert_eq!(crowded_holds(rw, &with_writer), 0);
+        // As a mutex, the two readers are one too many.
+        assert_eq!(crowded_holds(Kind::Mutex, &readers), 1);
+    }
+
+    #[test]
+    fn a_semaphore_admits_its_permits_and_no_more() {
+        let three = |n: u64| Kind::Semaphore { permits: n as u32 };
+        let holds: Vec<Op> = (0..4)
+            .map(|w| ok(w, Side::Read, u64::from(w), 50))
+            .collect();
+        assert_eq!(crowded_holds(three(3), &holds[..3]), 0);
+        assert_eq!(crowded_holds(three(3), &holds), 1);
+        assert_eq!(crowded_holds(three(2), &holds[..3]), 1);
+        // The fourth came in once the first's lease was gone (not owner).
+        let mut late = holds.clone();
+        late[0] = hold(0, Side::Read, 0, 50, ReleaseOutcome::Lost);
+        assert_eq!(crowded_holds(three(3), &late), 0);
+    }
+
+    fn access(at: u64, kind: AccessKind, worker: u32) -> Access {
+        Access {
+            at,
+            kind,
+            fence: u64::from(worker),
+            worker,
+            op: 1,
+        }
+    }
+
+    #[test]
+    fn in_store_order_a_read_inside_a_read_modify_write_is_found() {
+        use AccessKind::{Exit, Read, Shared, Write};
+        let record = |accesses| Record {
+            accesses,
+            ..Record::default()
+        };
+        let inside = record(vec![
+            access(1, Read, 0),
+            access(2, Shared, 1),
+            access(3, Write, 0),
+            access(4, Exit, 1),
+        ]);
+        assert_eq!(reads_inside_writes("k", &inside).len(), 1);
+        let before = record(vec![
+            access(1, Shared, 1),
+            access(2, Exit, 1),
+            access(3, Read, 0),
+            access(4, Write, 0),
+            access(5, Shared, 2),
+        ]);
+        assert_eq!(reads_inside_writes("k", &before).len(), 0);
+        // The same histories as holds in store order, both released Ok.
+        let ops = [ok(0, Side::Write, 0, 10), ok(1, Side::Read, 0, 10)];
+        let ops: Vec<&Op> = ops.iter().collect();
+        let rw = Kind::Rw {
+            reads_per_mille: 700,
+        };
+        assert_eq!(crowded_in_store(rw, "k", &ops, &inside).len(), 1);
+        assert_eq!(crowded_in_store(rw, "k", &ops, &before).len(), 0);
+    }
+
+    #[test]
+    fn hold_at_least_spaces_acquisitions_after_an_ok_release_only() {
+        let a = ok(0, Side::Write, 0, 5);
+        let spaced = [a.clone(), ok(1, Side::Write, 50, 55)];
+        let close = [a.clone(), ok(1, Side::Write, 30, 35)];
+        let brief = |ops: &[Op]| {
+            let ops: Vec<&Op> = ops.iter().collect();
+            held_too_briefly(50, 1000, "k", &ops).len()
+        };
+        assert_eq!(brief(&spaced), 0);
+        assert_eq!(brief(&close), 1);
+        // Within the slack.
+        assert_eq!(brief(&[a, ok(1, Side::Write, 49, 55)]), 0);
+        // A holder that lost its lease lets the key go when it ends.
+        let lost = [
+            hold(0, Side::Write, 0, 5, ReleaseOutcome::Lost),
+            ok(1, Side::Write, 30, 35),
+        ];
+        assert_eq!(brief(&lost), 0);
+    }
+
+    #[test]
+    fn a_stopped_permit_holder_is_taken_over_when_every_permit_is_held_by_others() {
+        let sem = Kind::Semaphore { permits: 2 };
+        // The victim (0) is struck at 10 ms; 1 holds from 5 ms, 2 from 30.
+        let ops = [
+            hold(0, Side::Read, 0, 900, ReleaseOutcome::Lost),
+            ok(1, Side::Read, 5, 100),
+            ok(2, Side::Read, 30, 100),
+        ];
+        let ops: Vec<&Op> = ops.iter().collect();
+        assert_eq!(taken_over(sem, &ops, 0, Side::Read, 10_000), Some(30_000));
+        // A stopped reader is taken over by the next writer only.
+        let rw = Kind::Rw {
+            reads_per_mille: 700,
+        };
+        let ops = [ok(1, Side::Read, 5, 100), ok(2, Side::Write, 600, 700)];
+        let ops: Vec<&Op> = ops.iter().collect();
+        assert_eq!(taken_over(rw, &ops, 0, Side::Read, 10_000), Some(600_000));
+    }
+}
