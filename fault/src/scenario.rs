@@ -445,12 +445,15 @@ impl Scenario {
             Kind::HoldAtLeast { .. } | Kind::All { .. } => 4,
             _ => 1,
         };
-        // Holds of 0-20 ms: a run long enough for a few strikes.
+        // Holds of 0-20 ms: a run long enough for a few strikes (in CI,
+        // 0-4 ms: 500 operations are enough for one, the victim thinking
+        // 300 ms).
+        let think_ms = if short { (0, 4) } else { (0, 20) };
         let stop = |name, title, kind: Kind| Scenario {
             workers: small(16),
             keys: keys(kind),
             kind,
-            think_ms: (0, 20),
+            think_ms,
             ttl_ms: 500,
             fault: FaultPlan::StopHolder {
                 stop_ms: if short { 800 } else { 1500 },
@@ -463,7 +466,7 @@ impl Scenario {
             workers: small(16),
             keys: keys(kind),
             kind,
-            think_ms: (0, 20),
+            think_ms,
             ttl_ms: 1000,
             fault: FaultPlan::ClientKill {
                 every_ms: if short { 500 } else { 1000 },
