@@ -137,7 +137,7 @@ impl Parse for Args {
                     ));
                 }
                 input.parse::<Token![=]>()?;
-                let repeated = written.iter().any(|w| *w == name);
+                let repeated = written.contains(&name);
                 // A value that parses but is refused is reported with the
                 // other errors; a syntax error stops here.
                 let value: Result<(), syn::Error> = match option.as_str() {
@@ -153,9 +153,9 @@ impl Parse for Args {
                         };
                         parse_duration(input, &option)?.map(|d| *slot = Some(d))
                     }
-                    "renew" => Ok(renew = Some(parse_bool(input)?)),
-                    "client" => Ok(client = Some(input.parse::<Expr>()?)),
-                    _ => Ok(krate = Some(input.parse::<Path>()?)),
+                    "renew" => Ok(parse_bool(input)?).map(|b| renew = Some(b)),
+                    "client" => Ok(input.parse::<Expr>()?).map(|e| client = Some(e)),
+                    _ => Ok(input.parse::<Path>()?).map(|p| krate = Some(p)),
                 };
                 if let Err(e) = value {
                     push(e);

@@ -441,6 +441,27 @@ mod tests {
     }
 
     #[test]
+    fn keys_become_a_vec_in_the_order_written_and_every_bad_template_is_reported() {
+        let lit = |t: &str| LitStr::new(t, Span::call_site());
+        let all = |templates: &[&str], signature: &str| {
+            let keys = Keys::All(templates.iter().map(|t| lit(t)).collect());
+            keys_expr(&keys, &sig(signature), &quote!(::lock_runtime))
+                .map(|t| t.to_string())
+                .map_err(|e| e.into_iter().map(|e| e.to_string()).collect::<Vec<_>>())
+        };
+        let k = all(&["b:<to>", "a:<from>"], "async fn f(from: u8, to: u8) -> R").unwrap();
+        assert!(k.starts_with(":: std :: vec !"), "{k}");
+        assert!(
+            k.find(r#""b:{}""#).unwrap() < k.find(r#""a:{}""#).unwrap(),
+            "{k}"
+        );
+        let e = all(&["<x>", "<from>", "<y"], "async fn f(from: u8) -> R").unwrap_err();
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].contains("no parameter named `x`"), "{e:?}");
+        assert!(e[1].contains("unclosed `<`"), "{e:?}");
+    }
+
+    #[test]
     fn non_async_and_non_result_signatures_are_refused() {
         assert!(check_signature(&sig("async fn f() -> Result<(), E>")).is_ok());
         assert!(check_signature(&sig("async fn f() -> io::Result<()>")).is_ok());
