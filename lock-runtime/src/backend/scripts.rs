@@ -18,11 +18,20 @@ pub(crate) static EXTEND_MANY: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/extend_many.lua")));
 pub(crate) static RESERVE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/reserve.lua")));
+pub(crate) static ACQUIRE_ALL: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/acquire_all.lua")));
 
 /// Loads the scripts once, so the hot path is a plain EVALSHA (which still
 /// falls back to loading after a failover or restart).
 pub(crate) async fn load_scripts(conn: &mut Conn) -> Result<(), LockError> {
-    for script in [&*ACQUIRE, &*EXTEND, &*RELEASE, &*EXTEND_MANY, &*RESERVE] {
+    for script in [
+        &*ACQUIRE,
+        &*EXTEND,
+        &*RELEASE,
+        &*EXTEND_MANY,
+        &*RESERVE,
+        &*ACQUIRE_ALL,
+    ] {
         script
             .prepare_invoke()
             .load_async(conn)
