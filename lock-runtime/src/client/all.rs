@@ -487,7 +487,8 @@ impl LockAllGuard {
     /// each of them: when all keys share a slot (`{acct}:1`, `{acct}:2`,
     /// or any keys on the embedded backend), this one token is valid for
     /// each key. Across slots each key's token comes from its own slot's
-    /// counter: storage that checks tokens per key should use
+    /// counter, and on Redlock (which takes the keys one at a time) each
+    /// key has its own token: storage that checks tokens per key should use
     /// [`LockAllGuard::fencing_token_of`].
     pub fn fencing_token(&self) -> u64 {
         self.guards
