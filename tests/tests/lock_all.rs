@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError, MAX_LOCK_ALL_KEYS};
 use test_support::RedisServer;
-use test_support::helpers::{is_held, key, memory_client, ms, secs, within};
-use test_support::topology::{Cluster, Redlock};
+use test_support::helpers::{is_held, key, lock_name, memory_client, ms, secs, within};
+use test_support::topology::{self, Cluster, Redlock};
 
 /// One key busy: `Busy` naming it, and none of the others held afterwards.
 async fn one_busy_key_means_none_are_taken(a: &LockClient, b: &LockClient) {
@@ -394,6 +394,39 @@ async fn across_slots_rolls_back(cluster: &Cluster, a: &LockClient, b: &LockClie
     let all = a.lock_all(keys.iter().take(20)).acquire().await.unwrap();
     assert_eq!(all.guards().len(), 20);
     all.release().await.unwrap();
+}
+
+/// With replica acks, an atomic step counts only once a replica has it;
+/// unacknowledged, every key is given back and the error says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_acks_an_unreplicated_set_is_given_back() {
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    topology::wait_replica_online(&master, &replica);
+    let builder = LockClient::builder().redis(master.url());
+    let a = builder
+        .clone()
+        .min_replica_acks(1, ms(300))
+        .build()
+        .await
+        .unwrap();
+    let plain = builder.build().await.unwrap();
+    let exists = |server: &RedisServer, k: &str| server.cli(&["EXISTS", &lock_name(k)]) == "1";
+    let [k1, k2] = [key("acked"), key("acked")];
+    let all = a.lock_all([&k1, &k2]).acquire().await.unwrap();
+    assert!(
+        exists(&replica, &k1) && exists(&replica, &k2),
+        "acknowledged means replicated"
+    );
+    all.release().await.unwrap();
+
+    replica.pause().unwrap();
+    let refused = a.lock_all([&k1, &k2]).acquire().await;
+    replica.resume().unwrap();
+    assert!(matches!(refused, Err(LockError::Backend(_))), "{refused:?}");
+    assert!(!exists(&master, &k1) && !exists(&master, &k2));
+    assert!(!is_held(&plain, &k1).await && !is_held(&plain, &k2).await);
 }
 
 /// Bad input is an error at once, never a panic or a hang.
