@@ -298,6 +298,39 @@ async fn run_holds_reenters_and_reports_loss(a: &LockClient, b: &LockClient) {
     assert!(!is_held(b, &k6).await, "the other key was released too");
 }
 
+/// A waiting request dropped (cancelled) gives back the keys it took.
+async fn a_cancelled_request_gives_back_what_it_took(a: &LockClient, b: &LockClient) {
+    let keys: Vec<String> = (0..4).map(|_| key("cancel-all")).collect();
+    let busy = keys[2].clone();
+    let holder = b.lock(&busy).acquire().await.unwrap();
+    let request = a.lock_all(&keys).wait(secs(30)).acquire();
+    assert!(
+        tokio::time::timeout(ms(300), request).await.is_err(),
+        "still waiting"
+    );
+    holder.release().await.unwrap();
+    within(secs(5), "every key free after the cancel", async {
+        loop {
+            let mut free = true;
+            for k in &keys {
+                free &= !is_held(b, k).await;
+            }
+            if free {
+                break;
+            }
+            tokio::time::sleep(ms(20)).await;
+        }
+    })
+    .await;
+    a.lock_all(&keys)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 async fn all_checks(a: &LockClient, b: &LockClient, rounds: usize, atomic: bool) {
     one_busy_key_means_none_are_taken(a, b).await;
     each_key_is_the_mutex_of_its_name(a, b).await;
@@ -305,6 +338,7 @@ async fn all_checks(a: &LockClient, b: &LockClient, rounds: usize, atomic: bool)
     opposite_orders_never_deadlock(a, b, rounds).await;
     one_slot_shares_one_fencing_token(a, atomic).await;
     run_holds_reenters_and_reports_loss(a, b).await;
+    a_cancelled_request_gives_back_what_it_took(a, b).await;
 }
 
 async fn two(builder: LockClientBuilder) -> (LockClient, LockClient) {
