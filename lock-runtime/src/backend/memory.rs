@@ -231,6 +231,39 @@ impl MemoryBackend {
     pub(crate) fn announce(&self, channel: &str) {
         self.waiters.deliver(channel, b"");
     }
+
+    /// Takes every lock of `names` for `token`, all or none, trying once
+    /// (`lock_all`): `Ok(fencing)`, one token for all of them (one counter
+    /// serves every key here), or `Err((i, remaining))` when lock `i` is
+    /// held by another owner for `remaining` (then nothing was taken).
+    pub(crate) fn acquire_all(
+        &self,
+        names: &[&KeyNames],
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<u64, (usize, Duration)> {
+        let now = Instant::now();
+        let mut state = self.state();
+        for (i, n) in names.iter().enumerate() {
+            if let Some(held) = state.locks.get(&n.lock)
+                && held.expires > now
+                && held.token != *token
+            {
+                return Err((i, held.expires - now));
+            }
+        }
+        state.fence += 1;
+        let fencing = state.fence;
+        for n in names {
+            let held = Held {
+                token: *token,
+                fencing,
+                expires: now + ttl,
+            };
+            state.locks.insert(n.lock.clone(), held);
+        }
+        Ok(fencing)
+    }
 }
 
 /// Takes the lock for `token` and returns its new fencing token.
