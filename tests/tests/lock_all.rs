@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use lock_runtime::{LockClient, LockClientBuilder, LockError, MAX_LOCK_ALL_KEYS};
+use lock_runtime::{LockClient, LockError, MAX_LOCK_ALL_KEYS};
 use test_support::RedisServer;
-use test_support::helpers::{is_held, key, lock_name, memory_client, ms, secs, within};
-use test_support::topology::{self, Cluster, Redlock};
+use test_support::helpers::{
+    is_held, key, lock_name, memory_client, ms, secs, two_clients, within,
+};
+use test_support::topology::{self, Cluster, Redlock, SentinelSetup, Topology};
 
 /// One key busy: `Busy` naming it, and none of the others held afterwards.
 async fn one_busy_key_means_none_are_taken(a: &LockClient, b: &LockClient) {
@@ -341,12 +343,6 @@ async fn all_checks(a: &LockClient, b: &LockClient, rounds: usize, atomic: bool)
     a_cancelled_request_gives_back_what_it_took(a, b).await;
 }
 
-async fn two(builder: LockClientBuilder) -> (LockClient, LockClient) {
-    let a = builder.clone().build().await.unwrap();
-    let b = builder.build().await.unwrap();
-    (a, b)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_backend() {
     let client = memory_client().await;
@@ -356,7 +352,7 @@ async fn embedded_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_redis() {
     let server = RedisServer::start();
-    let (a, b) = two(LockClient::builder().redis(server.url())).await;
+    let (a, b) = two_clients(&LockClient::builder().redis(server.url())).await;
     all_checks(&a, &b, 60, true).await;
     // Tasks of one client too (its in-process lines).
     opposite_orders_never_deadlock(&a, &a, 40).await;
@@ -365,14 +361,21 @@ async fn one_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock() {
     let nodes = Redlock::start(3);
-    let (a, b) = two(LockClient::builder().redlock(nodes.urls())).await;
+    let (a, b) = two_clients(&LockClient::builder().redlock(nodes.urls())).await;
     all_checks(&a, &b, 30, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_with_replica_acks() {
+    let (_setup, builder) = SentinelSetup::start().with_builder();
+    let (a, b) = two_clients(&builder).await;
+    all_checks(&a, &b, 30, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster() {
     let cluster = Cluster::start(3);
-    let (a, b) = two(LockClient::builder().cluster(cluster.seed_urls())).await;
+    let (a, b) = two_clients(&LockClient::builder().cluster(cluster.seed_urls())).await;
     all_checks(&a, &b, 40, true).await;
     across_slots_rolls_back(&cluster, &a, &b).await;
 }
