@@ -26,7 +26,7 @@ async fn a_holder_that_loses_its_majority_is_told_its_lock_is_lost() {
     let guard = a.lock(&key).ttl(secs(2)).acquire().await.unwrap();
     let lost = guard.lost();
     tokio::time::sleep(ms(100)).await;
-    let holds = |i: usize| masters.server(i).cli(&["GET", &lock_name(&key)]) != "";
+    let holds = |i: usize| !masters.server(i).cli(&["GET", &lock_name(&key)]).is_empty();
     // Those that do not hold it first, then holders.
     let mut order: Vec<usize> = (0..5).collect();
     order.sort_by_key(|&i| holds(i));
