@@ -16,6 +16,11 @@ pub const MIN_TTL: Duration = Duration::from_millis(50);
 /// The longest lease accepted (one week).
 pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// The most keys one `lock_all` request (or `keys = [...]` in the
+/// attribute) may name. Every key is a lock of its own, taken and renewed
+/// one by one; more than this many is a design smell, not a lock.
+pub const MAX_LOCK_ALL_KEYS: usize = 64;
+
 /// The lease used when neither the client nor the request sets one.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 

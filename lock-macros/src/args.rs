@@ -2,17 +2,22 @@
 
 use std::time::Duration;
 
-use lock_keys::{MAX_TTL, MIN_TTL};
+use lock_keys::{MAX_LOCK_ALL_KEYS, MAX_TTL, MIN_TTL};
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
 use syn::{
-    Attribute, Block, Expr, Ident, Lit, LitBool, LitStr, Path, Signature, Token, Visibility,
+    Attribute, Block, Expr, ExprLit, ExprUnary, Ident, Lit, LitBool, LitStr, Path, Signature,
+    Token, UnOp, Visibility,
 };
 
 /// The options, in the order the docs list them.
 const OPTIONS: &[&str] = &[
     "key",
+    "keys",
+    "rw",
+    "permits",
     "ttl",
     "wait",
     "renew",
@@ -21,10 +26,42 @@ const OPTIONS: &[&str] = &[
     "crate",
 ];
 
-/// `#[distributed_lock(key = "...", ttl = "30s", wait = "2s", renew = false, client = expr, crate = path)]`.
+/// Pairs of options that cannot be written together, with why.
+const CONFLICTS: &[(&str, &str, &str)] = &[
+    (
+        "key",
+        "keys",
+        "`key` names one lock and `keys = [...]` several; write the one key into `keys`, or drop `keys`",
+    ),
+    (
+        "keys",
+        "rw",
+        "`keys = [...]` takes plain locks, all or none; there is no read-write lock over several keys",
+    ),
+    (
+        "keys",
+        "permits",
+        "`keys = [...]` takes plain locks, all or none; there is no semaphore over several keys",
+    ),
+    (
+        "rw",
+        "permits",
+        "a lock is a read-write lock (`rw`) or a semaphore (`permits`), not both",
+    ),
+    (
+        "keys",
+        "hold_at_least",
+        "a lock over several keys is released when the body ends; `hold_at_least` needs a single `key`",
+    ),
+];
+
+/// `#[distributed_lock(key = "...", ttl = "30s", wait = "2s", renew = false, client = expr, crate = path)]`,
+/// with `keys = [...]` for `key`, `rw = "read"` or `permits = n`.
 pub(crate) struct Args {
-    /// The key template (required).
-    pub(crate) key: LitStr,
+    /// The key template(s): `key` or `keys` (one of them is required).
+    pub(crate) keys: Keys,
+    /// The kind of lock: `rw`, `permits`, or neither (a mutex).
+    pub(crate) kind: Kind,
     /// The lease; `None`: the client's default.
     pub(crate) ttl: Option<Duration>,
     /// How long to wait for a busy lock; `None`: try once.
@@ -40,15 +77,41 @@ pub(crate) struct Args {
     pub(crate) krate: Option<Path>,
 }
 
+/// `key = "..."` or `keys = ["...", ...]`.
+pub(crate) enum Keys {
+    /// One lock.
+    One(LitStr),
+    /// Several locks, all or none: at least one, at most
+    /// [`MAX_LOCK_ALL_KEYS`], no template twice.
+    All(Vec<LitStr>),
+}
+
+/// The kind of lock, from `rw` and `permits`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Neither: one holder.
+    Mutex,
+    /// `rw = "read"`.
+    Read,
+    /// `rw = "write"`.
+    Write,
+    /// `permits = n`, `n >= 1`.
+    Permits(u32),
+}
+
 impl Parse for Args {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let mut key = None;
+        let mut keys = None;
+        let mut kind = None;
         let mut ttl = None;
         let mut wait = None;
         let mut renew = None;
         let mut hold_at_least = None;
         let mut client = None;
         let mut krate = None;
+        // The options written, in order, for the combination checks.
+        let mut written: Vec<Ident> = Vec::new();
         // Every error found, so that one build reports them all.
         let mut errors: Option<syn::Error> = None;
         let mut push = |e: syn::Error| match &mut errors {
@@ -74,31 +137,36 @@ impl Parse for Args {
                     ));
                 }
                 input.parse::<Token![=]>()?;
-                let repeated = match option.as_str() {
-                    "key" => key.replace(parse_key(input)?).is_some(),
+                let repeated = written.contains(&name);
+                // A value that parses but is refused is reported with the
+                // other errors; a syntax error stops here.
+                let value: Result<(), syn::Error> = match option.as_str() {
+                    "key" => parse_key(input)?.map(|k| key = Some(k)),
+                    "keys" => parse_keys(input)?.map(|k| keys = Some(k)),
+                    "rw" => parse_rw(input)?.map(|k| kind = Some(k)),
+                    "permits" => parse_permits(input)?.map(|k| kind = Some(k)),
                     "ttl" | "wait" | "hold_at_least" => {
                         let slot = match option.as_str() {
                             "ttl" => &mut ttl,
                             "wait" => &mut wait,
                             _ => &mut hold_at_least,
                         };
-                        match parse_duration(input, &option)? {
-                            Ok(d) => slot.replace(d).is_some(),
-                            Err(e) => {
-                                push(e);
-                                false
-                            }
-                        }
+                        parse_duration(input, &option)?.map(|d| *slot = Some(d))
                     }
-                    "renew" => renew.replace(parse_bool(input)?).is_some(),
-                    "client" => client.replace(input.parse::<Expr>()?).is_some(),
-                    _ => krate.replace(input.parse::<Path>()?).is_some(),
+                    "renew" => Ok(parse_bool(input)?).map(|b| renew = Some(b)),
+                    "client" => Ok(input.parse::<Expr>()?).map(|e| client = Some(e)),
+                    _ => Ok(input.parse::<Path>()?).map(|p| krate = Some(p)),
                 };
+                if let Err(e) = value {
+                    push(e);
+                }
                 if repeated {
                     push(syn::Error::new(
                         name.span(),
                         format!("duplicate argument `{option}`; each argument may appear once"),
                     ));
+                } else {
+                    written.push(name);
                 }
             }
             if input.is_empty() {
@@ -107,17 +175,22 @@ impl Parse for Args {
             input.parse::<Token![,]>()?;
         }
 
-        if key.is_none() {
+        check_combinations(&written).into_iter().for_each(&mut push);
+        let named = |option: &str| written.iter().any(|w| w == option);
+        if !named("key") && !named("keys") {
             push(missing_key());
         }
         if let Some(e) = errors {
             return Err(e);
         }
-        let Some(key) = key else {
-            return Err(missing_key());
+        let keys = match (key, keys) {
+            (Some(key), None) => Keys::One(key),
+            (None, Some(keys)) => Keys::All(keys),
+            _ => return Err(missing_key()),
         };
         Ok(Self {
-            key,
+            keys,
+            kind: kind.unwrap_or(Kind::Mutex),
             ttl,
             wait,
             renew,
@@ -128,12 +201,29 @@ impl Parse for Args {
     }
 }
 
+/// An error at the later of every two options that cannot go together.
+fn check_combinations(written: &[Ident]) -> Vec<syn::Error> {
+    let position = |option: &str| written.iter().position(|w| w == option);
+    CONFLICTS
+        .iter()
+        .filter_map(|&(a, b, why)| {
+            let (i, j) = (position(a)?, position(b)?);
+            let later = &written[i.max(j)];
+            Some(syn::Error::new(
+                later.span(),
+                format!("`{a}` and `{b}` cannot be used together: {why}"),
+            ))
+        })
+        .collect()
+}
+
 /// Spanned at the whole attribute: there is no `key` to point at.
 fn missing_key() -> syn::Error {
     syn::Error::new(
         Span::call_site(),
-        "missing argument `key`: name the lock, as in \
-         `#[distributed_lock(key = \"order:<order_id>\")]`",
+        "missing argument `key` or `keys`: name the lock, as in \
+         `#[distributed_lock(key = \"order:<order_id>\")]`, or several locks taken \
+         all or none, as in `#[distributed_lock(keys = [\"account:<from>\", \"account:<to>\"])]`",
     )
 }
 
@@ -149,6 +239,9 @@ fn choices() -> String {
 fn example(option: &str) -> &'static str {
     match option {
         "key" => "`key = \"order:<order_id>\"`",
+        "keys" => "`keys = [\"account:<from>\", \"account:<to>\"]`",
+        "rw" => "`rw = \"read\"`",
+        "permits" => "`permits = 4`",
         "ttl" => "`ttl = \"30s\"`",
         "wait" => "`wait = \"2s\"`",
         "renew" => "`renew = false`",
@@ -167,13 +260,159 @@ fn skip_value(input: ParseStream<'_>) -> syn::Result<()> {
     Ok(())
 }
 
-fn parse_key(input: ParseStream<'_>) -> syn::Result<LitStr> {
-    match input.parse::<Lit>()? {
+/// `key = "..."`. The outer `Result` is a syntax error that stops parsing;
+/// the inner one a bad value, reported with the other errors (as for every
+/// `parse_*` below).
+fn parse_key(input: ParseStream<'_>) -> syn::Result<syn::Result<LitStr>> {
+    Ok(match input.parse::<Lit>()? {
         Lit::Str(s) => Ok(s),
         other => Err(syn::Error::new(
             other.span(),
             "`key` takes a string literal, as in `key = \"order:<order_id>\"`",
         )),
+    })
+}
+
+/// `keys = ["...", ...]`: string literals, at least one, at most
+/// [`MAX_LOCK_ALL_KEYS`], none written twice. Each template is checked
+/// against the function's parameters later, as `key` is.
+fn parse_keys(input: ParseStream<'_>) -> syn::Result<syn::Result<Vec<LitStr>>> {
+    const USAGE: &str = "`keys` takes a list of key templates, as in `keys = [\"account:<from>\", \"account:<to>\"]`";
+    if !input.peek(syn::token::Bracket) {
+        let value = input.parse::<Expr>()?;
+        return Ok(Err(syn::Error::new_spanned(value, USAGE)));
+    }
+    let list;
+    let brackets = syn::bracketed!(list in input);
+    let items = Punctuated::<Lit, Token![,]>::parse_terminated(&list)?;
+    if items.is_empty() {
+        return Ok(Err(syn::Error::new(
+            brackets.span.join(),
+            "`keys` needs at least one key template, as in \
+             `keys = [\"account:<from>\", \"account:<to>\"]`",
+        )));
+    }
+    let mut errors: Option<syn::Error> = None;
+    let mut push = |e: syn::Error| match &mut errors {
+        Some(all) => all.combine(e),
+        None => errors = Some(e),
+    };
+    let mut templates: Vec<LitStr> = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let Lit::Str(template) = item else {
+            push(syn::Error::new(
+                item.span(),
+                "every entry of `keys` is a key template, a string literal such as \
+                 \"account:<from>\"",
+            ));
+            continue;
+        };
+        if i == MAX_LOCK_ALL_KEYS {
+            push(syn::Error::new(
+                template.span(),
+                format!(
+                    "`keys` takes at most {MAX_LOCK_ALL_KEYS} key templates \
+                     (`lock_runtime::MAX_LOCK_ALL_KEYS`); this is the {}th",
+                    i + 1
+                ),
+            ));
+        }
+        if templates.iter().any(|t| t.value() == template.value()) {
+            push(syn::Error::new(
+                template.span(),
+                format!(
+                    "the key template \"{}\" is already in `keys`; each lock is named once",
+                    template.value()
+                ),
+            ));
+            continue;
+        }
+        templates.push(template);
+    }
+    Ok(errors.map_or(Ok(templates), Err))
+}
+
+/// `rw = "read"` or `rw = "write"`.
+fn parse_rw(input: ParseStream<'_>) -> syn::Result<syn::Result<Kind>> {
+    let value = input.parse::<Expr>()?;
+    if let Expr::Lit(ExprLit {
+        lit: Lit::Str(s), ..
+    }) = &value
+    {
+        match s.value().as_str() {
+            "read" => return Ok(Ok(Kind::Read)),
+            "write" => return Ok(Ok(Kind::Write)),
+            other => {
+                return Ok(Err(syn::Error::new(
+                    s.span(),
+                    format!(
+                        "unknown `rw` side \"{other}\"; expected \"read\" (shared with other \
+                         readers) or \"write\" (exclusive)"
+                    ),
+                )));
+            }
+        }
+    }
+    Ok(Err(syn::Error::new_spanned(
+        value,
+        "`rw` takes \"read\" (shared with other readers) or \"write\" (exclusive), \
+         as in `rw = \"read\"`",
+    )))
+}
+
+/// `permits = n`: an integer literal from 1 to `u32::MAX`.
+fn parse_permits(input: ParseStream<'_>) -> syn::Result<syn::Result<Kind>> {
+    let value = input.parse::<Expr>()?;
+    let range = format!("between 1 and {}", u32::MAX);
+    // `new_spanned`: all of `-1`, not only the `-`.
+    let error = |message: String| Ok(Err(syn::Error::new_spanned(&value, message)));
+    let int = match &value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) => int,
+        // `-1`
+        Expr::Unary(ExprUnary {
+            op: UnOp::Neg(_),
+            expr,
+            ..
+        }) if matches!(
+            &**expr,
+            Expr::Lit(ExprLit {
+                lit: Lit::Int(_),
+                ..
+            })
+        ) =>
+        {
+            return error(format!(
+                "`permits` must be {range} (the most holders at once); got {}",
+                quote::ToTokens::to_token_stream(&value)
+                    .to_string()
+                    .replace(' ', "")
+            ));
+        }
+        _ => {
+            return error(
+                "`permits` takes an integer literal, the most holders at once, \
+                 as in `permits = 4`"
+                    .into(),
+            );
+        }
+    };
+    if !matches!(int.suffix(), "" | "u8" | "u16" | "u32" | "u64" | "usize") {
+        return error(format!(
+            "`permits` is a `u32`; write it without the suffix `{}`",
+            int.suffix()
+        ));
+    }
+    match int.base10_parse::<u64>() {
+        Ok(0) => error(
+            "`permits` must be at least 1: a semaphore with no permits could never be taken".into(),
+        ),
+        Ok(n) => match u32::try_from(n) {
+            Ok(n) => Ok(Ok(Kind::Permits(n))),
+            Err(_) => error(format!("`permits` must be {range}; got {n}")),
+        },
+        Err(_) => error(format!("`permits` must be {range}")),
     }
 }
 
@@ -191,10 +430,7 @@ fn parse_bool(input: ParseStream<'_>) -> syn::Result<bool> {
 /// A human duration in a string literal (`"30s"`, `"500ms"`, `"1m 30s"`). The
 /// outer `Result` is a syntax error that stops parsing; the inner one a bad
 /// value, reported with the other errors.
-fn parse_duration(
-    input: ParseStream<'_>,
-    option: &str,
-) -> syn::Result<Result<Duration, syn::Error>> {
+fn parse_duration(input: ParseStream<'_>, option: &str) -> syn::Result<syn::Result<Duration>> {
     let lit = input.parse::<Lit>()?;
     let Lit::Str(s) = lit else {
         return Ok(Err(syn::Error::new(

@@ -1,5 +1,5 @@
 //! Validation and tokens: the function, its body wrapped in one call to
-//! `lock_runtime::__private::run`.
+//! `lock_runtime::__private::run` (or `run_all`, for `keys = [...]`).
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{FnArg, Ident, LitStr, Pat, ReturnType, Signature, Type};
 
-use crate::args::{Args, LockedFn};
+use crate::args::{Args, Keys, Kind, LockedFn};
 use lock_keys::template::{self, Placeholder, Segment};
 
 /// Checks the function and the arguments, reporting every error found, then
@@ -20,7 +20,7 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
     let args = errors.check(args);
     let key = args
         .as_ref()
-        .and_then(|args| errors.check(key_expr(&args.key, &func.sig, &crate_path(args))));
+        .and_then(|args| errors.check(keys_expr(&args.keys, &func.sig, &crate_path(args))));
     let (Some(ret), Some(args), Some(key)) = (ret, args, key) else {
         return Err(errors.into_error());
     };
@@ -44,12 +44,25 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
     let wait = duration(args.wait.unwrap_or(Duration::ZERO));
     let renew = args.renew.unwrap_or(true);
     let hold_at_least = duration(args.hold_at_least.unwrap_or(Duration::ZERO));
+    let kind = match args.kind {
+        Kind::Mutex => quote!(Mutex),
+        Kind::Read => quote!(Read),
+        Kind::Write => quote!(Write),
+        Kind::Permits(n) => quote!(Permits(#n)),
+    };
     // The template, not the key: the `name` label of the lock's metrics.
-    let name = &args.key;
+    let (name, run) = match &args.keys {
+        Keys::One(template) => (template.clone(), quote!(#krate::__private::run)),
+        Keys::All(templates) => {
+            let joined: Vec<String> = templates.iter().map(LitStr::value).collect();
+            let name = LitStr::new(&joined.join(", "), templates[0].span());
+            (name, quote!(#krate::__private::run_all))
+        }
+    };
     // The call is spanned at the return type, and names it when it can
     // (`impl Trait` cannot be written there), so that a return type that is
     // not a `Result<T, E: From<LockError>>` is reported there, by name.
-    let run = respan(quote!(#krate::__private::run), ret_span);
+    let run = respan(run, ret_span);
     let turbofish = if mentions_impl(quote!(#ret)) {
         quote!()
     } else {
@@ -70,6 +83,7 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
                 wait: #wait,
                 renew: #renew,
                 hold_at_least: #hold_at_least,
+                kind: #krate::__private::Kind::#kind,
                 name: #name,
             },
             async move #block,
@@ -168,6 +182,22 @@ fn crate_path(args: &Args) -> TokenStream {
         Some(path) => quote!(#path),
         None => quote!(::lock_runtime),
     }
+}
+
+/// The key, or for `keys = [...]` a `Vec` of every key in the order written,
+/// each template checked (every error reported).
+fn keys_expr(keys: &Keys, sig: &Signature, krate: &TokenStream) -> syn::Result<TokenStream> {
+    let templates = match keys {
+        Keys::One(template) => return key_expr(template, sig, krate),
+        Keys::All(templates) => templates,
+    };
+    let mut errors = Errors::default();
+    let keys: Vec<TokenStream> = templates
+        .iter()
+        .filter_map(|template| errors.check(key_expr(template, sig, krate)))
+        .collect();
+    errors.finish()?;
+    Ok(quote!(::std::vec![#(#keys),*]))
 }
 
 /// `::std::format!("order:{}", key_part(&order_id))` for `"order:<order_id>"`,
@@ -408,6 +438,27 @@ mod tests {
         assert!(e.contains("the only parameter is `a`"), "{e}");
         let e = key("<x>", "async fn f() -> R").unwrap_err();
         assert!(e.contains("the function has no parameters"), "{e}");
+    }
+
+    #[test]
+    fn keys_become_a_vec_in_the_order_written_and_every_bad_template_is_reported() {
+        let lit = |t: &str| LitStr::new(t, Span::call_site());
+        let all = |templates: &[&str], signature: &str| {
+            let keys = Keys::All(templates.iter().map(|t| lit(t)).collect());
+            keys_expr(&keys, &sig(signature), &quote!(::lock_runtime))
+                .map(|t| t.to_string())
+                .map_err(|e| e.into_iter().map(|e| e.to_string()).collect::<Vec<_>>())
+        };
+        let k = all(&["b:<to>", "a:<from>"], "async fn f(from: u8, to: u8) -> R").unwrap();
+        assert!(k.starts_with(":: std :: vec !"), "{k}");
+        assert!(
+            k.find(r#""b:{}""#).unwrap() < k.find(r#""a:{}""#).unwrap(),
+            "{k}"
+        );
+        let e = all(&["<x>", "<from>", "<y"], "async fn f(from: u8) -> R").unwrap_err();
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].contains("no parameter named `x`"), "{e:?}");
+        assert!(e[1].contains("unclosed `<`"), "{e:?}");
     }
 
     #[test]

@@ -81,8 +81,10 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// and with `client = self.locks`, `lock_runtime::global_client()` becomes
-/// `self.locks.clone()`. The actual expansion is one call into
-/// `lock_runtime::__private`, which does the above.
+/// `self.locks.clone()`; with `rw = "read"`, `client.lock(key)` becomes
+/// `client.rw_lock(key).read()`; with `permits = 4`, `client.semaphore(key, 4)`;
+/// with `keys = [...]`, `client.lock_all(vec![key_1, key_2])`. The actual
+/// expansion is one call into `lock_runtime::__private`, which does the above.
 ///
 /// # Key templates
 ///
@@ -121,21 +123,68 @@ use proc_macro::TokenStream;
 ///
 /// | option | meaning | default |
 /// |---|---|---|
-/// | `key = "..."` | the key template (required) | |
+/// | `key = "..."` | the key template (this or `keys` is required) | |
+/// | `keys = ["...", "..."]` | several key templates instead of `key`: the body runs holding all of those locks, taken all or none and without deadlock whatever order callers name them in (`LockClient::lock_all`); each is the lock `key = "..."` would take; 1 to 64 templates, none twice | |
+/// | `rw = "read"` or `rw = "write"` | a read-write lock: many readers at once, or one writer (`LockClient::rw_lock`); not with `keys` or `permits` | a mutex |
+/// | `permits = 4` | a semaphore: at most this many holders at once (`LockClient::semaphore`); an integer literal, 1 to `u32::MAX`; not with `keys` or `rw` | a mutex |
 /// | `ttl = "30s"` | the lease, renewed every ttl/3 while the body runs; 50ms to 7 days | the client's `default_ttl` |
 /// | `wait = "2s"` | how long to wait for a busy lock, then `LockError::Busy` | try once |
 /// | `renew = false` | a fixed lease: the body is cancelled when it runs out | `true` |
-/// | `hold_at_least = "5m"` | the key stays taken until this long after it was acquired, even if the body ends sooner (scheduled jobs on many pods: at most one run per interval); at most 7 days | none: the key is released when the body ends |
+/// | `hold_at_least = "5m"` | the key stays taken until this long after it was acquired, even if the body ends sooner (scheduled jobs on many pods: at most one run per interval); at most 7 days; not with `keys` | none: the key is released when the body ends |
 /// | `client = <expr>` | the client: a `LockClient`, `&LockClient`, `Arc<LockClient>`, `self.locks`, ... evaluated (and cloned) before the body | the global client |
 /// | `crate = <path>` | where `lock_runtime` is, for crates that re-export it | `::lock_runtime` |
 ///
 /// Durations are [humantime](https://docs.rs/humantime) strings: `"500ms"`,
-/// `"30s"`, `"2m"`, `"1m 30s"`. Unknown or repeated options and invalid
-/// durations are compile errors.
+/// `"30s"`, `"2m"`, `"1m 30s"`. Unknown or repeated options, invalid
+/// durations, `rw` or `permits` values other than those above, and options
+/// that do not go together (`key` with `keys`; `rw` with `permits`; `keys`
+/// with `rw`, `permits` or `hold_at_least`) are compile errors at the option.
+///
+/// # Read-write locks, semaphores, several keys
+///
+/// ```
+/// use lock_runtime::{LockClient, LockError, distributed_lock};
+///
+/// /// Readers of one catalog entry run together; a writer runs alone.
+/// #[distributed_lock(key = "catalog:<id>", rw = "read", wait = "2s")]
+/// async fn price(id: u64) -> Result<u64, LockError> {
+///     Ok(id * 100)
+/// }
+///
+/// #[distributed_lock(key = "catalog:<id>", rw = "write", wait = "2s")]
+/// async fn set_price(id: u64, price: u64) -> Result<(), LockError> {
+///     Ok(())
+/// }
+///
+/// /// At most 4 exports per tenant at once, across every process.
+/// #[distributed_lock(key = "exports:<tenant>", permits = 4, wait = "30s")]
+/// async fn export(tenant: &str) -> Result<(), LockError> {
+///     Ok(())
+/// }
+///
+/// /// Both accounts or neither: two opposite transfers never deadlock.
+/// #[distributed_lock(keys = ["account:<from>", "account:<to>"], wait = "2s")]
+/// async fn transfer(from: u64, to: u64, amount: u64) -> Result<u64, LockError> {
+///     Ok(amount)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// # lock_runtime::set_global_client(LockClient::builder().memory().build().await?);
+/// let (a, b) = tokio::join!(price(7), price(7));
+/// assert_eq!((a?, b?), (700, 700));
+/// set_price(7, 800).await?;
+/// export("acme").await?;
+/// let (a, b) = tokio::join!(transfer(1, 2, 10), transfer(2, 1, 5));
+/// assert_eq!((a?, b?), (10, 5));
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// # Semantics
 ///
-/// Exactly those of [`LockRequest::run`](https://docs.rs/lock-runtime/latest/lock_runtime/struct.LockRequest.html#method.run):
+/// Exactly those of [`LockRequest::run`](https://docs.rs/lock-runtime/latest/lock_runtime/struct.LockRequest.html#method.run)
+/// (with `keys`, of [`LockAllRequest::run`](https://docs.rs/lock-runtime/latest/lock_runtime/struct.LockAllRequest.html#method.run)):
 ///
 /// * acquire, waiting up to `wait`; run the body while the watchdog renews the
 ///   lease; release when the body returns, fails or panics;

@@ -86,3 +86,11 @@ pub(crate) async fn scope<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
     stack.0.push(held);
     HELD.scope(stack, fut).await
 }
+
+/// Runs `fut` with every lock of `held` pushed on the current task's stack,
+/// in order (the last is the innermost): nested scopes, one per lock, in one.
+pub(crate) async fn scope_all<F: Future>(held: Vec<Arc<Held>>, fut: F) -> F::Output {
+    let mut stack = HELD.try_with(Stack::clone).unwrap_or_default();
+    stack.0.extend(held);
+    HELD.scope(stack, fut).await
+}

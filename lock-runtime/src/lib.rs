@@ -128,7 +128,7 @@ pub mod __private;
 
 pub use client::{
     LockAllGuard, LockAllRequest, LockClient, LockClientBuilder, LockRequest, LockState,
-    RwLockRequest,
+    MAX_LOCK_ALL_KEYS, RwLockRequest,
 };
 pub use context::{LockInfo, current_lock};
 pub use error::{BackendError, LockError};

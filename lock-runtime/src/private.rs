@@ -18,7 +18,10 @@
 //!     ::lock_runtime::__private::run(
 //!         client,
 //!         key,
-//!         ::lock_runtime::__private::Options { ttl: Some(30s), wait: 2s, renew: true, hold_at_least: 0s, name: "order:<order_id>" },
+//!         ::lock_runtime::__private::Options {
+//!             ttl: Some(30s), wait: 2s, renew: true, hold_at_least: 0s,
+//!             kind: ::lock_runtime::__private::Kind::Mutex, name: "order:<order_id>",
+//!         },
 //!         async move { body },
 //!     )
 //!     .await
@@ -26,6 +29,11 @@
 //! ```
 //!
 //! (without `client = ...`, `client` is `None`: the global client).
+//! `rw = "read"` and `permits = 4` change only `kind` (`Kind::Read`,
+//! `Kind::Permits(4)`); `keys = ["account:<from>", "account:<to>"]` renders
+//! every key into a `Vec<String>` and calls [`run_all`] instead, with
+//! `kind: Kind::Mutex`, `hold_at_least: 0s` and the templates joined by
+//! `", "` as the `name`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -44,8 +52,23 @@ pub struct Options {
     pub renew: bool,
     /// `hold_at_least = "..."`; zero: none.
     pub hold_at_least: Duration,
+    /// `rw = "..."` or `permits = n`; neither: [`Kind::Mutex`].
+    pub kind: Kind,
     /// The key template, as the `name` label of the lock's metrics.
     pub name: &'static str,
+}
+
+/// Which lock of the synchronizer family the attribute takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Neither `rw` nor `permits`: [`LockClient::lock`].
+    Mutex,
+    /// `rw = "read"`: [`LockClient::rw_lock`]`(key).read()`.
+    Read,
+    /// `rw = "write"`: [`LockClient::rw_lock`]`(key).write()`.
+    Write,
+    /// `permits = n`: [`LockClient::semaphore`]`(key, n)`.
+    Permits(u32),
 }
 
 /// What `client = <expr>` may be: a [`LockClient`] or anything that leads to
@@ -123,11 +146,56 @@ where
     let Some(client) = client.or_else(crate::global_client) else {
         return R::from_lock_error(LockError::NoClient);
     };
-    let mut request = client
-        .lock(key)
+    let request = match options.kind {
+        Kind::Mutex => client.lock(key),
+        Kind::Read => client.rw_lock(key).read(),
+        Kind::Write => client.rw_lock(key).write(),
+        Kind::Permits(permits) => client.semaphore(key, permits),
+    };
+    let mut request = request
         .wait(options.wait)
         .renew(options.renew)
         .hold_at_least(options.hold_at_least);
+    if cfg!(feature = "metrics") {
+        request = request.metrics_name(options.name);
+    }
+    if let Some(ttl) = options.ttl {
+        request = request.ttl(ttl);
+    }
+    match request.run(body).await {
+        Ok(result) => result,
+        Err(e) => R::from_lock_error(e),
+    }
+}
+
+/// Runs `body` holding every lock in `keys` (all or none), exactly like
+/// [`crate::LockAllRequest::run`], for `keys = [...]`; otherwise as [`run`].
+///
+/// The attribute refuses `rw`, `permits` and `hold_at_least` with `keys`
+/// at compile time; options that carry them anyway (a hand-written call)
+/// are `LockError::Config`, and the body does not run.
+pub async fn run_all<R, F>(
+    client: Option<LockClient>,
+    keys: Vec<String>,
+    options: Options,
+    body: F,
+) -> R
+where
+    R: LockResult,
+    F: Future<Output = R>,
+{
+    if options.kind != Kind::Mutex || !options.hold_at_least.is_zero() {
+        return R::from_lock_error(LockError::Config(
+            "`keys = [...]` takes plain locks: no `rw`, `permits` or `hold_at_least`".into(),
+        ));
+    }
+    let Some(client) = client.or_else(crate::global_client) else {
+        return R::from_lock_error(LockError::NoClient);
+    };
+    let mut request = client
+        .lock_all(keys)
+        .wait(options.wait)
+        .renew(options.renew);
     if cfg!(feature = "metrics") {
         request = request.metrics_name(options.name);
     }
@@ -219,6 +287,7 @@ mod tests {
         wait: Duration::ZERO,
         renew: true,
         hold_at_least: Duration::ZERO,
+        kind: Kind::Mutex,
         name: "k",
     };
 
@@ -288,6 +357,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn run_all_refuses_what_the_attribute_refuses() {
+        let c = memory().await;
+        for options in [
+            Options {
+                kind: Kind::Read,
+                ..TRY_ONCE
+            },
+            Options {
+                kind: Kind::Permits(2),
+                ..TRY_ONCE
+            },
+            Options {
+                hold_at_least: Duration::from_secs(1),
+                ..TRY_ONCE
+            },
+        ] {
+            let out: Result<(), LockError> = run_all(
+                Some(c.clone()),
+                vec!["a".into(), "b".into()],
+                options,
+                async { unreachable!("refused options never run the body") },
+            )
+            .await;
+            assert!(out.unwrap_err().is_config(), "{options:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn without_a_client_every_kind_is_no_client() {
+        // No global client in this test binary's other tests either.
+        if crate::global_client().is_some() {
+            return;
+        }
+        for kind in [Kind::Mutex, Kind::Read, Kind::Write, Kind::Permits(3)] {
+            let out: Result<(), LockError> =
+                run(None, "k".into(), Options { kind, ..TRY_ONCE }, async {
+                    unreachable!()
+                })
+                .await;
+            assert!(matches!(out, Err(LockError::NoClient)), "{kind:?}");
+        }
+        let out: Result<(), LockError> =
+            run_all(None, vec!["k".into()], TRY_ONCE, async { unreachable!() }).await;
+        assert!(matches!(out, Err(LockError::NoClient)));
+    }
+
+    #[tokio::test]
     async fn options_reach_the_request() {
         let c = memory().await;
         let held = c.lock("k").acquire().await.unwrap();
@@ -296,6 +412,7 @@ mod tests {
             wait: Duration::from_secs(5),
             renew: false,
             hold_at_least: Duration::ZERO,
+            kind: Kind::Mutex,
             name: "k",
         };
         let c2 = c.clone();

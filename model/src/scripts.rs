@@ -10,6 +10,16 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
         "lock.rs `Server::acquire`; redlock.rs `Node::acquire`",
     ),
     (
+        "acquire_all.lua",
+        "b2a74f249a8b81905042e327b1722b127a389472",
+        "not modelled on its own: seen from any one of its keys (the model has one), \
+         it is a try-once acquire.lua (`Server::acquire` with no wait: SET PX when \
+         free, next_fence's legacy fold and INCR; never queues, never reads the \
+         queue) whose INCR the other keys of its slot share (`Action::OtherKey`); \
+         all-or-none across keys is the atomicity of one script, and the client \
+         side (global key order, roll-back) is covered by tests/tests/lock_all.rs",
+    ),
+    (
         "extend.lua",
         "4ea30c43f8980849f88c940b319639b59ab90a81",
         "lock.rs `Server::extend` (confirm)",

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{LockClient, LockError};
 use test_support::RedisServer;
 use test_support::helpers::{is_held, memory_client, ms, secs, two_clients, within};
-use test_support::topology::{Cluster, Redlock};
+use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
 
 const MIN: Duration = Duration::from_millis(600);
 
@@ -79,6 +79,27 @@ async fn a_dropped_guard_keeps_the_minimum(a: &LockClient, b: &LockClient, key: 
     guard.release().await.unwrap();
 }
 
+/// A read lock and a semaphore's permit keep theirs too: a writer, or a
+/// caller wanting the only permit, waits until the minimum hold has passed.
+async fn shared_kinds_keep_the_minimum(a: &LockClient, b: &LockClient) {
+    for semaphore in [false, true] {
+        let (held, wanted) = if semaphore {
+            (a.semaphore("export", 1), b.semaphore("export", 1))
+        } else {
+            (a.rw_lock("report").read(), b.rw_lock("report").write())
+        };
+        let job = held.hold_at_least(MIN).acquire().await.unwrap();
+        let acquired = Instant::now();
+        job.release().await.unwrap();
+        assert!(wanted.clone().acquire().await.unwrap_err().is_busy());
+        let next = wanted.wait(secs(5)).acquire().await.unwrap();
+        let after = acquired.elapsed();
+        assert!(after >= MIN, "taken {after:?} after acquisition");
+        assert!(after < MIN + ms(1500), "the waiter slept: {after:?}");
+        next.release().await.unwrap();
+    }
+}
+
 async fn all_checks(a: &LockClient, b: &LockClient) {
     stays_taken_until_the_minimum_hold(a, b, "nightly-report").await;
     a_dropped_guard_keeps_the_minimum(a, b, "hourly-sync").await;
@@ -88,6 +109,7 @@ async fn all_checks(a: &LockClient, b: &LockClient) {
 async fn embedded_backend() {
     let client = memory_client().await;
     all_checks(&client, &client).await;
+    shared_kinds_keep_the_minimum(&client, &client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,6 +117,7 @@ async fn one_redis() {
     let server = RedisServer::start();
     let (a, b) = two_clients(&LockClient::builder().redis(server.url())).await;
     all_checks(&a, &b).await;
+    shared_kinds_keep_the_minimum(&a, &b).await;
     // Within one client too: a task of the same client waits on the
     // server, not in the client's own line, while the key is kept.
     stays_taken_until_the_minimum_hold(&a, &a, "weekly-digest").await;
@@ -108,10 +131,19 @@ async fn redlock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_with_replica_acks() {
+    let (_setup, builder) = SentinelSetup::start().with_builder();
+    let (a, b) = two_clients(&builder).await;
+    all_checks(&a, &b).await;
+    shared_kinds_keep_the_minimum(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster() {
     let cluster = Cluster::start(3);
     let (a, b) = two_clients(&LockClient::builder().cluster(cluster.seed_urls())).await;
     all_checks(&a, &b).await;
+    shared_kinds_keep_the_minimum(&a, &b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

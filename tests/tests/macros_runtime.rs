@@ -423,3 +423,242 @@ on_both_backends! {
         assert_eq!(orders.entered.load(Ordering::SeqCst), 1, "a refused key ran the body");
     }
 }
+
+// The synchronizer options (`rw`, `permits`, `keys`), on the embedded backend:
+// what the attribute adds is which request it builds; the family's own tests
+// run each primitive on every backend.
+
+/// A service whose methods take each kind of lock. Two calls "meet" when
+/// both are inside at once, which they can only be if the lock admits both.
+struct Shop {
+    locks: LockClient,
+}
+
+/// Where the calls that hold a lock wait: `inside` until every holder and the
+/// test are in, `leave` until the test lets them go.
+#[derive(Clone)]
+struct Meeting {
+    inside: Arc<Barrier>,
+    leave: Arc<Barrier>,
+}
+
+impl Meeting {
+    /// For `holders` calls and the test.
+    fn new(holders: usize) -> Self {
+        Self {
+            inside: Arc::new(Barrier::new(holders + 1)),
+            leave: Arc::new(Barrier::new(holders + 1)),
+        }
+    }
+
+    /// In a holder: wait for the others, then for the test.
+    async fn attend(&self) -> Result<(), AppError> {
+        for barrier in [&self.inside, &self.leave] {
+            tokio::time::timeout(Duration::from_secs(5), barrier.wait())
+                .await
+                .map_err(|_| AppError::Timeout)?;
+        }
+        Ok(())
+    }
+
+    /// In the test: every holder is inside at once (or panics saying `what`).
+    async fn all_inside(&self, what: &str) {
+        tokio::time::timeout(Duration::from_secs(5), self.inside.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{what}"));
+    }
+
+    /// In the test: let every holder go.
+    async fn dismiss(&self) {
+        self.leave.wait().await;
+    }
+}
+
+impl Shop {
+    fn new(locks: LockClient) -> Arc<Self> {
+        Arc::new(Self { locks })
+    }
+
+    #[distributed_lock(key = "catalog:<id>", rw = "read", client = self.locks, wait = "5s")]
+    async fn read(&self, id: u64, meeting: Meeting) -> Result<(), AppError> {
+        meeting.attend().await
+    }
+
+    /// The key the body runs under.
+    #[distributed_lock(key = "catalog:<id>", rw = "read", client = self.locks)]
+    async fn try_read(&self, id: u64) -> Result<String, AppError> {
+        Ok(lock_runtime::current_lock().expect("inside").key)
+    }
+
+    #[distributed_lock(key = "catalog:<id>", rw = "write", client = self.locks)]
+    async fn try_write(&self, id: u64) -> Result<String, AppError> {
+        Ok(lock_runtime::current_lock().expect("inside").key)
+    }
+
+    #[distributed_lock(key = "exports:<tenant>", permits = 2, client = self.locks, wait = "5s")]
+    async fn export(&self, tenant: &str, meeting: Meeting) -> Result<(), AppError> {
+        meeting.attend().await
+    }
+
+    #[distributed_lock(key = "exports:<tenant>", permits = 2, client = self.locks)]
+    async fn try_export(&self, tenant: &str) -> Result<String, AppError> {
+        Ok(lock_runtime::current_lock().expect("inside").key)
+    }
+
+    /// Holds both accounts; says, from another task, whether each one's
+    /// plain lock is busy meanwhile.
+    #[distributed_lock(keys = ["account:<from>", "account:<to>"], client = self.locks)]
+    async fn transfer(&self, from: u64, to: u64) -> Result<[bool; 2], AppError> {
+        let mut busy = [false; 2];
+        for (i, account) in [from, to].into_iter().enumerate() {
+            busy[i] = try_elsewhere(&self.locks, format!("account:{account}"))
+                .await
+                .is_err_and(|e| e.is_busy());
+        }
+        Ok(busy)
+    }
+}
+
+/// Tries the plain lock `key` once from another task (not the holder's, so
+/// nothing re-enters), releasing it if taken.
+async fn try_elsewhere(client: &LockClient, key: String) -> Result<(), LockError> {
+    let client = client.clone();
+    tokio::spawn(async move { client.lock(key).acquire().await?.release().await })
+        .await
+        .unwrap()
+}
+
+/// A call made from another task, as a concurrent caller would.
+async fn elsewhere<T: Send + 'static>(
+    call: impl Future<Output = Result<T, AppError>> + Send + 'static,
+) -> Result<T, AppError> {
+    tokio::spawn(call).await.unwrap()
+}
+
+async fn memory() -> LockClient {
+    LockClient::builder().memory().build().await.unwrap()
+}
+
+/// `rw = "read"`: two readers hold one entry together; a writer trying
+/// meanwhile is `Busy`, another reader is let in, and once the readers are
+/// out the writer gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_the_lock_and_a_writer_is_kept_out() {
+    let shop = Shop::new(memory().await);
+    let meeting = Meeting::new(2);
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn({
+                let (shop, meeting) = (shop.clone(), meeting.clone());
+                async move { shop.read(7, meeting).await }
+            })
+        })
+        .collect();
+    meeting
+        .all_inside("two readers did not hold `catalog:7` at once")
+        .await;
+    let e = elsewhere({
+        let shop = shop.clone();
+        async move { shop.try_write(7).await }
+    })
+    .await
+    .unwrap_err()
+    .into_lock();
+    assert!(e.is_busy(), "a writer got in beside readers: {e:?}");
+    let third = elsewhere({
+        let shop = shop.clone();
+        async move { shop.try_read(7).await }
+    })
+    .await;
+    assert_eq!(third.unwrap(), "catalog:7", "a third reader was kept out");
+    meeting.dismiss().await;
+    for reader in readers {
+        reader.await.unwrap().unwrap();
+    }
+    assert_eq!(shop.try_write(7).await.unwrap(), "catalog:7");
+}
+
+/// `rw = "write"`: while a writer holds the entry, a reader is `Busy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_keeps_readers_out() {
+    let client = memory().await;
+    let shop = Shop::new(client.clone());
+    let writer = client.rw_lock("catalog:8").write().acquire().await.unwrap();
+    let e = elsewhere({
+        let shop = shop.clone();
+        async move { shop.try_read(8).await }
+    })
+    .await
+    .unwrap_err()
+    .into_lock();
+    assert!(e.is_busy(), "{e:?}");
+    writer.release().await.unwrap();
+    assert_eq!(shop.try_read(8).await.unwrap(), "catalog:8");
+}
+
+/// `permits = 2`: two calls hold the semaphore at once, a third is `Busy`,
+/// and once one leaves there is room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_admit_that_many_holders_and_no_more() {
+    let shop = Shop::new(memory().await);
+    let meeting = Meeting::new(2);
+    let exports: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn({
+                let (shop, meeting) = (shop.clone(), meeting.clone());
+                async move { shop.export("acme", meeting).await }
+            })
+        })
+        .collect();
+    meeting
+        .all_inside("two holders of `permits = 2` were not inside at once")
+        .await;
+    let e = elsewhere({
+        let shop = shop.clone();
+        async move { shop.try_export("acme").await }
+    })
+    .await
+    .unwrap_err()
+    .into_lock();
+    assert!(e.is_busy(), "a third holder got one of 2 permits: {e:?}");
+    meeting.dismiss().await;
+    for export in exports {
+        export.await.unwrap().unwrap();
+    }
+    assert_eq!(shop.try_export("acme").await.unwrap(), "exports:acme");
+}
+
+/// `keys = [...]`: the body runs holding every key's plain lock, and they
+/// are all free again after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_hold_every_lock_while_the_body_runs() {
+    let client = memory().await;
+    let shop = Shop::new(client.clone());
+    assert_eq!(shop.transfer(1, 2).await.unwrap(), [true, true]);
+    // Named the other way round: the same two locks.
+    assert_eq!(shop.transfer(2, 1).await.unwrap(), [true, true]);
+    assert_released(&client, "account:1").await;
+    assert_released(&client, "account:2").await;
+}
+
+/// `keys = [...]`: when one key is taken, trying once is `Busy`, the body
+/// does not run, and the other key is not left held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_take_none_when_one_is_busy() {
+    let client = memory().await;
+    let shop = Shop::new(client.clone());
+    let held = client.lock("account:4").acquire().await.unwrap();
+    let e = elsewhere({
+        let shop = shop.clone();
+        async move { shop.transfer(3, 4).await }
+    })
+    .await
+    .unwrap_err()
+    .into_lock();
+    assert!(e.is_busy(), "{e:?}");
+    try_elsewhere(&client, "account:3".into())
+        .await
+        .expect("`account:3` was left held after a failed `keys` acquire");
+    held.release().await.unwrap();
+    assert_eq!(shop.transfer(3, 4).await.unwrap(), [true, true]);
+}

@@ -1,9 +1,13 @@
 //! A Redlock holder that loses its majority is told, and keeps its lock while
-//! a majority stands. A test binary of its own: in the scale-out suite, run
-//! beside the other tests' servers (killed and restarted on free ports), it
-//! lost its lease with three of five masters up in about one run in two,
-//! while it passed every run alone; until that interference is understood it
-//! runs alone.
+//! a majority stands.
+//!
+//! A Redlock acquire answers once a majority granted it, and the nodes
+//! still answering go on in the background, so a lock usually sits on every
+//! node. On a loaded machine a node can miss its deadline and not hold it;
+//! killing two nodes that hold it when only three do would rightly lose it
+//! (this test once failed that way in one run of two). So the nodes killed
+//! first are those that do not hold the lock, and the test checks that a
+//! majority still holds it before and after.
 
 use std::time::Instant;
 
@@ -21,13 +25,21 @@ async fn a_holder_that_loses_its_majority_is_told_its_lock_is_lost() {
     // (a tenth of the lease), so a loaded CI machine does not lose it.
     let guard = a.lock(&key).ttl(secs(2)).acquire().await.unwrap();
     let lost = guard.lost();
-    masters.kill(0);
-    masters.kill(1);
+    tokio::time::sleep(ms(100)).await;
+    let holds = |i: usize| !masters.server(i).cli(&["GET", &lock_name(&key)]).is_empty();
+    // Those that do not hold it first, then holders.
+    let mut order: Vec<usize> = (0..5).collect();
+    order.sort_by_key(|&i| holds(i));
+    let holders = order.iter().filter(|&&i| holds(i)).count();
+    println!("the lock is on {holders} of 5 nodes");
+    assert!(holders >= 3, "acquired on {holders} of 5 nodes only");
+    masters.kill(order[0]);
+    masters.kill(order[1]);
     // Still a majority: renewals go on.
     tokio::time::sleep(ms(2500)).await;
     assert!(!guard.is_lost(), "lost with three of five masters up");
     let killed = Instant::now();
-    masters.kill(2);
+    masters.kill(order[2]);
     within(secs(5), "the holder learns it lost its majority", lost).await;
     println!(
         "lost() resolved {:?} after the third master died (2 s lease)",

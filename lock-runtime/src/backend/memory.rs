@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::memory_shared::{Grants, SharedLocks};
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE};
 use crate::key::{KeyNames, Shape};
@@ -28,14 +29,27 @@ struct Queue {
 #[derive(Debug, Default)]
 pub(super) struct State {
     locks: HashMap<String, Held>,
-    /// Read-write locks and semaphores, by their writer's name.
-    pub(super) shared: HashMap<String, super::memory_shared::Shared>,
+    /// Read-write locks and semaphores.
+    shared: SharedLocks,
     /// One fencing counter for every key (as Redis keeps one per hash
     /// slot): tokens strictly increase per key, and nothing is kept per name
     /// once its lock and queue are gone.
-    pub(super) fence: u64,
+    fence: u64,
     queues: HashMap<String, Queue>,
     ops: u64,
+}
+
+impl State {
+    /// Counts an acquire; every 4096th drops what ended, so what is kept
+    /// does not grow with names whose leases ran out untouched.
+    fn tick(&mut self, now: Instant) {
+        self.ops += 1;
+        if self.ops.is_multiple_of(4096) {
+            self.locks.retain(|_, held| held.expires > now);
+            self.queues.retain(|_, queue| queue.expires > now);
+            self.shared.sweep(now);
+        }
+    }
 }
 
 /// Locks in a `HashMap` behind a mutex; expiry is checked on access with
@@ -44,14 +58,14 @@ pub(super) struct State {
 #[derive(Debug, Default)]
 pub(crate) struct MemoryBackend {
     state: Mutex<State>,
-    pub(super) waiters: Arc<Registry>,
+    waiters: Arc<Registry>,
     /// Idempotency records (`IdempotencyLayer`).
     #[cfg(feature = "axum")]
     pub(crate) records: super::records::MemoryRecords,
 }
 
 impl MemoryBackend {
-    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -63,19 +77,19 @@ impl MemoryBackend {
         wait: Duration,
     ) -> AcquireOutcome {
         if names.shape != Shape::Mutex {
-            return self.acquire_shared(names, token, ttl, wait);
+            let (outcome, granted) = {
+                let state = &mut *self.state();
+                state.tick(Instant::now());
+                state
+                    .shared
+                    .acquire(&mut state.fence, names, token, ttl, wait)
+            };
+            self.notify(names, granted);
+            return outcome;
         }
         let now = Instant::now();
         let mut state = self.state();
-        state.ops += 1;
-        if state.ops.is_multiple_of(4096) {
-            state.locks.retain(|_, held| held.expires > now);
-            state.queues.retain(|_, queue| queue.expires > now);
-            state.shared.retain(|_, lock| {
-                lock.expire(now);
-                !lock.is_empty()
-            });
-        }
+        state.tick(now);
         if let Some(held) = state.locks.get_mut(&names.lock)
             && held.expires > now
         {
@@ -118,7 +132,7 @@ impl MemoryBackend {
 
     pub(crate) fn extend(&self, names: &KeyNames, token: &Token, ttl: Duration) -> bool {
         if names.shape != Shape::Mutex {
-            return self.extend_shared(names, token, ttl);
+            return self.state().shared.extend(names, token, ttl);
         }
         let now = Instant::now();
         let mut state = self.state();
@@ -135,7 +149,14 @@ impl MemoryBackend {
     /// `dequeue`: also drop `token`'s own queue entry (an abandoned wait).
     pub(crate) fn release(&self, names: &KeyNames, token: &Token, dequeue: bool) -> bool {
         if names.shape != Shape::Mutex {
-            return self.release_shared(names, token, dequeue);
+            let (ours, granted) = {
+                let state = &mut *self.state();
+                state
+                    .shared
+                    .release(&mut state.fence, names, token, dequeue)
+            };
+            self.notify(names, granted);
+            return ours;
         }
         let now = Instant::now();
         let mut state = self.state();
@@ -177,6 +198,13 @@ impl MemoryBackend {
             }
         }
         true
+    }
+
+    /// Tells the waiters a read-write lock or a semaphore was granted to.
+    fn notify(&self, names: &KeyNames, granted: Grants) {
+        for (token, fencing) in granted {
+            self.waiters.grant(&names.notice, &token.digest(), fencing);
+        }
     }
 
     /// The lock's state (see [`super::inspect`]).
@@ -230,6 +258,39 @@ impl MemoryBackend {
     /// pub/sub would.
     pub(crate) fn announce(&self, channel: &str) {
         self.waiters.deliver(channel, b"");
+    }
+
+    /// Takes every lock of `names` for `token`, all or none, trying once
+    /// (`lock_all`): `Ok(fencing)`, one token for all of them (one counter
+    /// serves every key here), or `Err((i, remaining))` when lock `i` is
+    /// held by another owner for `remaining` (then nothing was taken).
+    pub(crate) fn acquire_all(
+        &self,
+        names: &[&KeyNames],
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<u64, (usize, Duration)> {
+        let now = Instant::now();
+        let mut state = self.state();
+        for (i, n) in names.iter().enumerate() {
+            if let Some(held) = state.locks.get(&n.lock)
+                && held.expires > now
+                && held.token != *token
+            {
+                return Err((i, held.expires - now));
+            }
+        }
+        state.fence += 1;
+        let fencing = state.fence;
+        for n in names {
+            let held = Held {
+                token: *token,
+                fencing,
+                expires: now + ttl,
+            };
+            state.locks.insert(n.lock.clone(), held);
+        }
+        Ok(fencing)
     }
 }
 

@@ -1,19 +1,20 @@
 //! Read-write locks and semaphores in the embedded backend: the semantics
-//! of `shared.lua`, on a map behind the backend's mutex.
+//! of `shared.lua`, on a map kept behind the backend's mutex. Grants to
+//! waiters are returned (token, fencing token), for the backend to notify
+//! once its mutex is released.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::memory::{MemoryBackend, State};
 use super::{AcquireOutcome, HANDOFF_LEASE};
 use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
 /// One read-write lock or semaphore.
 #[derive(Debug)]
-pub(super) struct Shared {
+struct Shared {
     /// The writer: token and lease end.
     writer: Option<(Token, Instant)>,
     /// Readers or permit holders: token and lease end.
@@ -43,7 +44,7 @@ impl Shared {
     }
 
     /// Drops what ended by `now`.
-    pub(super) fn expire(&mut self, now: Instant) {
+    fn expire(&mut self, now: Instant) {
         self.writer = self.writer.filter(|(_, until)| *until > now);
         self.holders.retain(|(_, until)| *until > now);
         if self.queue_expires <= now {
@@ -51,7 +52,7 @@ impl Shared {
         }
     }
 
-    pub(super) fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.writer.is_none() && self.holders.is_empty() && self.queue.is_empty()
     }
 
@@ -106,31 +107,38 @@ impl Shared {
     }
 }
 
-impl MemoryBackend {
-    fn notify(&self, names: &KeyNames, granted: Vec<(Token, u64)>, except: &Token) {
-        for (token, fencing) in granted {
-            if token != *except {
-                self.waiters.grant(&names.notice, &token.digest(), fencing);
-            }
-        }
+/// Every read-write lock and semaphore, by its writer's name.
+#[derive(Debug, Default)]
+pub(super) struct SharedLocks(HashMap<String, Shared>);
+
+/// Waiters granted by a call: token and fencing token.
+pub(super) type Grants = Vec<(Token, u64)>;
+
+impl SharedLocks {
+    /// Drops what ended by `now` (a periodic sweep).
+    pub(super) fn sweep(&mut self, now: Instant) {
+        self.0.retain(|_, lock| {
+            lock.expire(now);
+            !lock.is_empty()
+        });
     }
 
-    pub(super) fn acquire_shared(
-        &self,
+    pub(super) fn acquire(
+        &mut self,
+        fence: &mut u64,
         names: &KeyNames,
         token: &Token,
         ttl: Duration,
         wait: Duration,
-    ) -> AcquireOutcome {
+    ) -> (AcquireOutcome, Grants) {
         let now = Instant::now();
         let (exclusive, limit) = mode(names.shape);
-        let mut state = self.state();
-        let State { shared, fence, .. } = &mut *state;
-        let lock = shared
+        let lock = self
+            .0
             .entry(names.lock.clone())
             .or_insert_with(|| Shared::new(now));
         lock.expire(now);
-        let granted = lock.promote(fence, limit, now);
+        let mut granted = lock.promote(fence, limit, now);
         let outcome = if let Some(until) = lock.holds(token, exclusive) {
             // Held already (granted just now, or handed over): the full lease.
             *until = now + ttl;
@@ -159,18 +167,16 @@ impl MemoryBackend {
             }
         };
         if lock.is_empty() {
-            shared.remove(&names.lock);
+            self.0.remove(&names.lock);
         }
-        drop(state);
-        self.notify(names, granted, token);
-        outcome
+        granted.retain(|(t, _)| t != token);
+        (outcome, granted)
     }
 
-    pub(super) fn extend_shared(&self, names: &KeyNames, token: &Token, ttl: Duration) -> bool {
+    pub(super) fn extend(&mut self, names: &KeyNames, token: &Token, ttl: Duration) -> bool {
         let now = Instant::now();
         let (exclusive, _) = mode(names.shape);
-        let mut state = self.state();
-        let Some(lock) = state.shared.get_mut(&names.lock) else {
+        let Some(lock) = self.0.get_mut(&names.lock) else {
             return false;
         };
         lock.expire(now);
@@ -183,13 +189,17 @@ impl MemoryBackend {
         }
     }
 
-    pub(super) fn release_shared(&self, names: &KeyNames, token: &Token, dequeue: bool) -> bool {
+    pub(super) fn release(
+        &mut self,
+        fence: &mut u64,
+        names: &KeyNames,
+        token: &Token,
+        dequeue: bool,
+    ) -> (bool, Grants) {
         let now = Instant::now();
         let (exclusive, limit) = mode(names.shape);
-        let mut state = self.state();
-        let State { shared, fence, .. } = &mut *state;
-        let Some(lock) = shared.get_mut(&names.lock) else {
-            return false;
+        let Some(lock) = self.0.get_mut(&names.lock) else {
+            return (false, Grants::new());
         };
         lock.expire(now);
         if dequeue {
@@ -204,12 +214,11 @@ impl MemoryBackend {
             }
         }
         // Also when not ours: the entry that left may have made room.
-        let granted = lock.promote(fence, limit, now);
+        let mut granted = lock.promote(fence, limit, now);
         if lock.is_empty() {
-            shared.remove(&names.lock);
+            self.0.remove(&names.lock);
         }
-        drop(state);
-        self.notify(names, granted, token);
-        ours
+        granted.retain(|(t, _)| t != token);
+        (ours, granted)
     }
 }

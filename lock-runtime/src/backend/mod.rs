@@ -7,6 +7,7 @@ use crate::LockError;
 use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
+mod all;
 pub(crate) mod conn;
 mod inspect;
 pub(crate) mod memory;
@@ -18,6 +19,7 @@ pub(crate) mod redlock;
 mod scripts;
 pub(crate) mod waiters;
 
+pub(crate) use all::{AllOutcome, AtomicSteps};
 pub(crate) use waiters::WaitHandle;
 
 /// The lease a waiter gets when a release hands the lock to it (capped by the

@@ -107,17 +107,22 @@ impl RedlockBackend {
         let started = Instant::now();
         let per_node = self.per_node(ttl);
         let quorum = self.quorum();
+        // Each node's request in a task of its own, so that one still in
+        // flight when the outcome is known can finish (below).
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, node)| async move {
-                let answer = timeout(
-                    per_node,
-                    node.acquire(names, token, ttl, Duration::ZERO, false),
-                )
-                .await;
-                (i, answer)
+            .map(|(i, node)| {
+                let (node, names, token) = (node.clone(), names.clone(), *token);
+                tokio::spawn(async move {
+                    let answer = timeout(
+                        per_node,
+                        node.acquire(&names, &token, ttl, Duration::ZERO, false),
+                    )
+                    .await;
+                    (i, answer)
+                })
             })
             .collect();
         let mut acquired = Vec::new();
@@ -125,10 +130,12 @@ impl RedlockBackend {
         let mut failed = 0;
         // Decide as soon as the outcome is known: a dead node must not make
         // every acquire wait for its timeout.
-        while let Some((i, answer)) = pending.next().await {
-            match answer {
-                Ok(Ok(AcquireOutcome::Acquired { fencing })) => acquired.push((i, fencing)),
-                Ok(Ok(AcquireOutcome::Busy { remaining, .. })) => busy.push(remaining),
+        while let Some(joined) = pending.next().await {
+            match joined {
+                Ok((i, Ok(Ok(AcquireOutcome::Acquired { fencing })))) => {
+                    acquired.push((i, fencing));
+                }
+                Ok((_, Ok(Ok(AcquireOutcome::Busy { remaining, .. })))) => busy.push(remaining),
                 _ => failed += 1,
             }
             let minority = self.nodes.len() - quorum;
@@ -136,10 +143,17 @@ impl RedlockBackend {
                 break;
             }
         }
-        // Requests still in flight are dropped: if one took the lock on its
-        // node anyway, the release below (failure) or the lease (success: that
-        // copy is ours and renewed with the rest) takes care of it.
         let undecided = pending.len();
+        if acquired.len() < quorum {
+            // Not ours: requests still in flight are stopped; one that took
+            // its node anyway is undone by the release below.
+            for request in pending.iter() {
+                request.abort();
+            }
+        }
+        // Ours: the requests still in flight go on, so that the slower
+        // nodes hold the lock too (renewed with the rest) and it survives
+        // more than the bare minimum of node failures.
         drop(pending);
         let valid = |now: Instant| {
             ttl.checked_sub(now - started + drift(ttl))

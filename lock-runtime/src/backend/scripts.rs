@@ -20,6 +20,8 @@ pub(crate) static RESERVE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/reserve.lua")));
 pub(crate) static SHARED: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/shared.lua")));
+pub(crate) static ACQUIRE_ALL: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/acquire_all.lua")));
 
 /// Loads the scripts once, so the hot path is a plain EVALSHA (which still
 /// falls back to loading after a failover or restart).
@@ -31,6 +33,7 @@ pub(crate) async fn load_scripts(conn: &mut Conn) -> Result<(), LockError> {
         &*EXTEND_MANY,
         &*RESERVE,
         &*SHARED,
+        &*ACQUIRE_ALL,
     ] {
         script
             .prepare_invoke()

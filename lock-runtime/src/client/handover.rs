@@ -16,6 +16,12 @@ use crate::inner::Inner;
 use crate::key::KeyNames;
 use crate::token::Token;
 
+/// How long a background release keeps trying after connection failures
+/// (a server paused or failing over), and the pauses between its tries.
+const BACKGROUND_RETRY_FOR: Duration = Duration::from_secs(30);
+const BACKGROUND_BACKOFF: crate::backoff::Backoff =
+    crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+
 impl Owner for Inner {
     fn lines(&self) -> &Local {
         &self.local
@@ -209,15 +215,32 @@ pub(crate) fn release_in_background(
         return;
     };
     runtime.spawn(async move {
-        match inner.backend.release(&names, &token, ttl, dequeue).await {
-            Ok(Released::Yes | Released::Gone) => {
-                tracing::debug!(key = %key, "lock released in the background");
+        // A release that could not reach the server is sent again for a
+        // while: a queue entry left behind would be handed the key on every
+        // release ahead of it (each costing a hand-over lease), and a lock
+        // that was ours would wait out its lease.
+        let mut backoff = BACKGROUND_BACKOFF;
+        let give_up = Instant::now() + BACKGROUND_RETRY_FOR;
+        loop {
+            match inner.backend.release(&names, &token, ttl, dequeue).await {
+                Ok(Released::Yes | Released::Gone) => {
+                    tracing::debug!(key = %key, "lock released in the background");
+                }
+                Ok(Released::NotOurs) => {
+                    tracing::debug!(key = %key, "background release: the lock was not ours (any more)");
+                }
+                Err(crate::LockError::Backend(e))
+                    if e.is_connection() && Instant::now() + backoff.peek() < give_up =>
+                {
+                    tracing::debug!(key = %key, error = &e as &dyn std::error::Error,
+                        "background release failed; trying again");
+                    backoff.wait().await;
+                    continue;
+                }
+                Err(e) => tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
+                    "background release failed; if it did not run, the lease will run out"),
             }
-            Ok(Released::NotOurs) => {
-                tracing::debug!(key = %key, "background release: the lock was not ours (any more)");
-            }
-            Err(e) => tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
-                "background release failed; if it did not run, the lease will run out"),
+            return;
         }
     });
 }

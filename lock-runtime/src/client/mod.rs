@@ -26,7 +26,7 @@ mod inspect;
 pub(crate) mod local;
 mod request;
 
-pub use all::{LockAllGuard, LockAllRequest};
+pub use all::{LockAllGuard, LockAllRequest, MAX_LOCK_ALL_KEYS};
 pub use builder::LockClientBuilder;
 pub use family::RwLockRequest;
 pub use inspect::LockState;

@@ -29,6 +29,7 @@ const TRYAGAIN_BACKOFF: Backoff =
 /// extra connection is one more to re-establish after a node restarts.
 const CONNECTIONS: usize = 2;
 
+mod all;
 mod connect;
 mod shared;
 

@@ -1,0 +1,60 @@
+//! `acquire_all.lua`: several locks in one script, for `lock_all`.
+
+use std::time::Duration;
+
+use super::RedisBackend;
+use crate::LockError;
+use crate::backend::AllOutcome;
+use crate::backend::scripts::{ACQUIRE_ALL, evalsha, millis, run_script};
+use crate::error::BackendError;
+use crate::key::KeyNames;
+use crate::token::Token;
+
+impl RedisBackend {
+    /// Takes every lock of `names` for `token` in one script, all or none,
+    /// trying once. On a cluster `names` share one hash slot: the script
+    /// runs on that slot's node (routed by the first key). With replica
+    /// acks, the locks count as taken only once the replicas have them;
+    /// otherwise they are given back before the error is returned.
+    pub(crate) async fn acquire_all(
+        &self,
+        names: &[&KeyNames],
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<AllOutcome, LockError> {
+        let Some(first) = names.first() else {
+            return Ok(AllOutcome::Acquired(Vec::new()));
+        };
+        let mut cmd = evalsha(&ACQUIRE_ALL, 3 * names.len());
+        for n in names {
+            cmd.arg(&n.lock).arg(n.fence()).arg(n.legacy_fence());
+        }
+        cmd.arg(token.as_str()).arg(millis(ttl));
+        let mut conn = self.conn(first);
+        let answer: Vec<i64> = run_script(&mut conn, &ACQUIRE_ALL, &cmd)
+            .await
+            .map_err(|e| BackendError::with_source("acquiring several locks failed", e))?;
+        let fences = match answer[..] {
+            [0, index, remaining] => {
+                return Ok(AllOutcome::Busy {
+                    index: usize::try_from(index - 1).unwrap_or_default(),
+                    remaining: Duration::from_millis(remaining.unsigned_abs()),
+                });
+            }
+            [1, ref fences @ ..] if fences.len() == names.len() => {
+                fences.iter().map(|f| f.unsigned_abs()).collect()
+            }
+            _ => return Err(BackendError::new("acquire_all: unexpected answer").into()),
+        };
+        if self.replica_acks.is_some()
+            && let Err(e) = self.replicated(&mut conn).await
+        {
+            // Not durable enough: give them back before saying no.
+            for n in names {
+                let _ = self.release(n, token, ttl, false).await;
+            }
+            return Err(e);
+        }
+        Ok(AllOutcome::Acquired(fences))
+    }
+}

@@ -1,0 +1,464 @@
+//! [`LockAllRequest`]: several locks, all or none.
+//!
+//! The keys are taken in one global order, the same for every caller:
+//! by hash slot, then by key. Keys that one atomic step may take together
+//! (every key on one server or the embedded backend; the keys of one hash
+//! slot on a cluster) are first tried in that step (`acquire_all.lua`, or
+//! under the embedded backend's mutex). When it finds a key busy and the
+//! wait allows, that group's keys are taken one at a time through the
+//! ordinary mutex path (queued, notified, FIFO), still in the global order.
+//! A caller holds keys only in that order and waits for a key only while
+//! holding keys before it, so two callers never wait for each other in a
+//! cycle. Anything that cannot be had within the wait is a `Busy`, after
+//! every key taken so far was released.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use super::acquire::{FOREVER, watched_guard};
+use super::handover::release_in_background;
+use super::{LockClient, validate_ttl};
+use crate::backend::{AllOutcome, AtomicSteps};
+use crate::guard::LockGuard;
+use crate::held::Held;
+use crate::inner::Inner;
+use crate::key::{KeyNames, validate_key};
+use crate::token::Token;
+use crate::{LockError, context};
+
+mod guard;
+
+pub use guard::LockAllGuard;
+
+/// The most keys one [`LockClient::lock_all`] may name. More is a
+/// `LockError::Config`: one atomic step carries three names per key, and a
+/// set this large is better split by the caller (or locked by a coarser key).
+pub use lock_keys::MAX_LOCK_ALL_KEYS;
+
+/// A request for several locks at once, from [`LockClient::lock_all`]: all
+/// of them or none, whatever order callers name them in, without deadlock.
+///
+/// Each key is the same lock [`LockClient::lock`] takes: holding
+/// `lock_all(["a", "b"])` excludes `lock("a")` and `lock("b")` holders, and
+/// the other way round. Each key gets its own lease, renewed by the
+/// watchdog, and its own [`LockGuard`].
+///
+/// How the keys are taken:
+///
+/// * **Embedded backend, one server, Sentinel**: every key in one atomic
+///   step (under the embedded backend's mutex, or one Lua script); with a
+///   wait and a busy key, one at a time in the global order (by hash slot,
+///   then key), each through the ordinary waiting path.
+/// * **Redis Cluster**: a script runs on one hash slot, so the keys are
+///   grouped by slot, groups in the global order; each group is one atomic
+///   step (falling back to one at a time as above). Keys sharing a hash tag
+///   (`{acct}:1`, `{acct}:2`) are taken together.
+/// * **Redlock**: no atomic step across nodes: one key at a time, in the
+///   global order.
+///
+/// If a key cannot be had within the wait, every key already taken is
+/// released before [`LockError::Busy`] (naming that key) is returned.
+///
+/// Bad input is an error, not a panic: no keys, a key named twice or more
+/// than [`MAX_LOCK_ALL_KEYS`] keys are `LockError::Config`; a key that
+/// [`LockClient::lock`] would refuse is `LockError::InvalidKey`.
+///
+/// Reentrancy: keys the current task already holds (inside
+/// [`LockRequest::run`](crate::LockRequest::run), [`LockAllRequest::run`] or
+/// the attribute) are re-entered, and only the others are taken. Those are
+/// then taken while the re-entered ones are held, out of the global order;
+/// two tasks that each hold a key the other names wait for each other until
+/// one's wait runs out, as with nested [`LockClient::lock`] calls.
+///
+/// ```
+/// # use std::time::Duration;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+/// let both = client
+///     .lock_all(["account:1", "account:2"])
+///     .wait(Duration::from_secs(2))
+///     .acquire()
+///     .await?;
+/// // Each key is the lock `client.lock(key)` takes.
+/// assert!(client.lock("account:2").acquire().await.unwrap_err().is_busy());
+/// let fence = both.fencing_token(); // send it along with the writes
+/// # let _ = fence;
+/// both.release().await?;
+///
+/// // Any order names the same set; `run` holds it while a future runs.
+/// let moved = client
+///     .lock_all(["account:2", "account:1"])
+///     .run(async { 100 })
+///     .await?;
+/// assert_eq!(moved, 100);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a lock request does nothing until `.acquire()` or `.run(fut)`"]
+pub struct LockAllRequest {
+    client: LockClient,
+    keys: Vec<String>,
+    ttl: Option<Duration>,
+    wait: Duration,
+    renew: bool,
+    /// As given, for the one-at-a-time path's requests.
+    metrics_name: Option<Arc<str>>,
+    metrics: crate::metrics::Name,
+}
+
+/// One key of the request, with its names.
+struct Wanted {
+    key: String,
+    names: KeyNames,
+}
+
+impl LockAllRequest {
+    pub(super) fn new(client: LockClient, keys: Vec<String>) -> Self {
+        Self {
+            client,
+            keys,
+            ttl: None,
+            wait: Duration::ZERO,
+            renew: true,
+            metrics_name: None,
+            metrics: crate::metrics::Name::default(),
+        }
+    }
+
+    /// The `name` label of these locks' metrics (see [`crate::LockRequest::metrics_name`]).
+    pub fn metrics_name(mut self, name: impl Into<Arc<str>>) -> Self {
+        let name = name.into();
+        self.metrics = crate::metrics::Name::new(name.clone());
+        self.metrics_name = Some(name);
+        self
+    }
+
+    /// The lease of each lock (default: the client's).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long to wait for all of them together (default
+    /// `Duration::ZERO`: try once).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Whether the watchdog renews the leases (default `true`).
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.renew = renew;
+        self
+    }
+
+    /// Checks the keys; returns them in the global order.
+    fn checked(&self) -> Result<Vec<Wanted>, LockError> {
+        if self.keys.is_empty() {
+            return Err(LockError::Config("lock_all needs at least one key".into()));
+        }
+        if self.keys.len() > MAX_LOCK_ALL_KEYS {
+            return Err(LockError::Config(format!(
+                "lock_all takes at most {MAX_LOCK_ALL_KEYS} keys; {} were given",
+                self.keys.len()
+            )));
+        }
+        let mut seen = HashSet::with_capacity(self.keys.len());
+        for key in &self.keys {
+            validate_key(key)?;
+            if !seen.insert(key.as_str()) {
+                return Err(LockError::Config(format!(
+                    "the key {key:?} is named more than once in lock_all"
+                )));
+            }
+        }
+        let prefix = &self.client.0.prefix;
+        let mut wanted: Vec<Wanted> = self
+            .keys
+            .iter()
+            .map(|key| Wanted {
+                key: key.clone(),
+                names: KeyNames::new(prefix, key),
+            })
+            .collect();
+        wanted.sort_by(|a, b| (a.names.slot, &a.key).cmp(&(b.names.slot, &b.key)));
+        Ok(wanted)
+    }
+
+    /// Takes every lock, or none, waiting up to the configured wait.
+    ///
+    /// `Err(LockError::Busy)` names a key still held by another owner at the
+    /// deadline; every key taken before it has been released by then.
+    ///
+    /// Cancel-safe: dropping the future releases every key it took, in the
+    /// background.
+    pub async fn acquire(self) -> Result<LockAllGuard, LockError> {
+        let wanted = self.checked()?;
+        let inner = self.client.0.clone();
+        let ttl = self.ttl.unwrap_or(inner.default_ttl);
+        validate_ttl(ttl)?;
+        let started = Instant::now();
+        let deadline = started
+            .checked_add(self.wait)
+            .unwrap_or_else(|| started + FOREVER);
+        let mut taken = Vec::with_capacity(wanted.len());
+        let mut todo = Vec::with_capacity(wanted.len());
+        for w in wanted {
+            match context::find(inner.id, &w.key, crate::key::Shape::Mutex) {
+                Some(held) => {
+                    tracing::trace!(key = %w.key, "lock re-entered by the holding task (lock_all)");
+                    taken.push(LockGuard::reentered(held, inner.clone()));
+                }
+                None => todo.push(w),
+            }
+        }
+        let steps = inner.backend.atomic_steps();
+        let mut outcome = Ok(());
+        for group in groups(todo, steps) {
+            let atomic = steps != AtomicSteps::Never;
+            let step = Step {
+                inner: &inner,
+                ttl,
+                deadline,
+                started,
+            };
+            outcome = self.take_group(step, group, atomic, &mut taken).await;
+            if outcome.is_err() {
+                break;
+            }
+        }
+        if let Err(e) = outcome {
+            // All or none: give back what was taken.
+            join_all(taken.into_iter().map(LockGuard::release)).await;
+            if !e.is_busy() {
+                crate::metrics::failed(&self.metrics);
+            }
+            return Err(e);
+        }
+        taken.sort_by(|a, b| (a.held().names.slot, a.key()).cmp(&(b.held().names.slot, b.key())));
+        Ok(LockAllGuard { guards: taken })
+    }
+
+    /// Takes the keys of one group: in one atomic step if `atomic`, else (or
+    /// when that step finds a key busy and the wait allows) one at a time.
+    async fn take_group(
+        &self,
+        step: Step<'_>,
+        group: Vec<Wanted>,
+        atomic: bool,
+        taken: &mut Vec<LockGuard>,
+    ) -> Result<(), LockError> {
+        let Step {
+            inner,
+            ttl,
+            deadline,
+            started,
+        } = step;
+        let group = if atomic {
+            let token = Token::random()?;
+            let pending = Pending {
+                inner: inner.clone(),
+                group,
+                token,
+                ttl,
+                armed: true,
+            };
+            let names: Vec<&KeyNames> = pending.group.iter().map(|w| &w.names).collect();
+            let mut retried = false;
+            let (answer, sent) = loop {
+                let sent = Instant::now();
+                match inner.backend.acquire_all(&names, &token, ttl).await {
+                    // Re-sent once at once, with the same token: a copy that
+                    // ran leaves the keys ours, which the script accepts.
+                    Err(e) if e.is_connection() && !retried => {
+                        tracing::debug!(
+                            error = &e as &dyn std::error::Error,
+                            "lock_all: connection failed; retrying"
+                        );
+                        retried = true;
+                    }
+                    answer => break (answer, sent),
+                }
+            };
+            drop(names);
+            // An error leaves `pending` armed: its drop releases the group
+            // with our token, in case the step ran.
+            match answer? {
+                AllOutcome::Acquired(fences) => {
+                    let group = pending.disarm();
+                    let waited = started.elapsed();
+                    for (w, fencing) in group.into_iter().zip(fences) {
+                        crate::metrics::acquired(&self.metrics, waited, false);
+                        tracing::debug!(key = %w.key, fencing, "lock acquired (lock_all)");
+                        taken.push(watched_guard(
+                            inner,
+                            w.key,
+                            w.names,
+                            token,
+                            fencing,
+                            sent,
+                            ttl,
+                            self.renew,
+                            &self.metrics,
+                        ));
+                    }
+                    return Ok(());
+                }
+                AllOutcome::Busy { index, remaining } => {
+                    let group = pending.disarm();
+                    if self.wait.is_zero() || Instant::now() >= deadline {
+                        crate::metrics::busy(&self.metrics, started.elapsed());
+                        let key = group.get(index).unwrap_or(&group[0]).key.clone();
+                        return Err(LockError::Busy {
+                            key,
+                            retry_after: remaining,
+                        });
+                    }
+                    group
+                }
+            }
+        } else {
+            group
+        };
+        for w in group {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let mut request = self
+                .client
+                .lock(w.key)
+                .ttl(ttl)
+                .wait(wait)
+                .renew(self.renew);
+            if let Some(name) = &self.metrics_name {
+                request = request.metrics_name(name.clone());
+            }
+            taken.push(request.acquire().await?);
+        }
+        Ok(())
+    }
+
+    /// Runs `fut` while holding every lock.
+    ///
+    /// As [`LockRequest::run`](crate::LockRequest::run): if any lease is
+    /// lost mid-way, `fut` is dropped (cancelled), every lock is released
+    /// and `Err(LockError::Lost)` names the lost key. Inside `fut`, locking
+    /// one of the keys again (with [`LockClient::lock`] or the attribute)
+    /// re-enters instead of deadlocking, and [`crate::current_lock`] gives
+    /// the last key in the global order. Once `fut` has completed while
+    /// every lease was valid, its output is returned whatever the releases
+    /// answer.
+    pub async fn run<F: Future>(self, fut: F) -> Result<F::Output, LockError> {
+        let guard = self.acquire().await?;
+        let held: Vec<Arc<Held>> = guard.guards.iter().map(|g| g.held().clone()).collect();
+        let lost = guard.lost();
+        let outcome = context::scope_all(held.clone(), async move {
+            tokio::select! {
+                biased;
+                _ = lost => None,
+                output = fut => Some(output),
+            }
+        })
+        .await;
+        let Some(output) = outcome else {
+            let key = held
+                .iter()
+                .find(|h| h.lost.is_cancelled())
+                .unwrap_or(&held[0])
+                .key
+                .clone();
+            drop(guard);
+            return Err(LockError::lost(&key));
+        };
+        let now = Instant::now();
+        let valid: Vec<bool> = held.iter().map(|h| h.valid_at(now)).collect();
+        let released = join_all(guard.guards.into_iter().map(LockGuard::release)).await;
+        let mut lost_key = None;
+        for ((held, valid), result) in held.iter().zip(valid).zip(released) {
+            let Err(e) = result else { continue };
+            if valid {
+                // Finished under a valid lease: the output stands.
+                tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
+                    "the work finished under a valid lease; releasing the lock afterwards failed");
+                continue;
+            }
+            if !e.is_lost() {
+                tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
+                    "the lease may have run out before the work finished, and the release failed");
+            }
+            lost_key.get_or_insert_with(|| held.key.clone());
+        }
+        match lost_key {
+            Some(key) => Err(LockError::lost(&key)),
+            None => Ok(output),
+        }
+    }
+}
+
+/// What every group of one request shares.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    inner: &'a Arc<Inner>,
+    ttl: Duration,
+    deadline: Instant,
+    started: Instant,
+}
+
+/// Splits the keys (in the global order) into the groups one atomic step
+/// may take.
+fn groups(todo: Vec<Wanted>, steps: AtomicSteps) -> Vec<Vec<Wanted>> {
+    let mut groups: Vec<Vec<Wanted>> = Vec::new();
+    for w in todo {
+        let joins = match (steps, groups.last().and_then(|g| g.last())) {
+            (AtomicSteps::Any, Some(_)) => true,
+            (AtomicSteps::PerSlot, Some(last)) => last.names.slot == w.names.slot,
+            _ => false,
+        };
+        match groups.last_mut() {
+            Some(group) if joins => group.push(w),
+            _ => groups.push(vec![w]),
+        }
+    }
+    groups
+}
+
+/// The clean-up duty of an atomic step in flight: dropped armed (an error,
+/// or the request cancelled mid-step), it releases the group's keys with
+/// the step's token in the background, in case the step ran.
+struct Pending {
+    inner: Arc<Inner>,
+    group: Vec<Wanted>,
+    token: Token,
+    ttl: Duration,
+    armed: bool,
+}
+
+impl Pending {
+    fn disarm(mut self) -> Vec<Wanted> {
+        self.armed = false;
+        std::mem::take(&mut self.group)
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        for w in self.group.drain(..) {
+            release_in_background(
+                self.inner.clone(),
+                w.key,
+                w.names,
+                self.token,
+                self.ttl,
+                false,
+            );
+        }
+    }
+}
