@@ -312,7 +312,6 @@ fn hold_at_least_keeps_acquisitions_apart_through_stopped_and_killed_holders() {
 }
 
 #[test]
-#[ignore = "lock_all's acquire answers a Config error until it lands (`fault run lock-all-stop-holder`)"]
 fn lock_all_holders_stopped_or_killed_are_fenced_out_on_every_key() {
     let o = a_struck_holder_of("lock-all-stop-holder");
     assert_eq!(
