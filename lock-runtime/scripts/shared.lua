@@ -3,7 +3,9 @@
 -- semaphore), KEYS[2] holders (a sorted set: readers' or permit holders'
 -- tokens scored by the end of their leases, server time in ms), KEYS[3]
 -- waiter queue (a list of 'token:lease_ms:mode' entries), KEYS[4] fencing
--- counter of the key's hash slot (all in one hash slot)
+-- counter of the key's hash slot, KEYS[5] the shared holders' fencing
+-- tokens (a hash: token -> fencing token; the same members and lifetime as
+-- KEYS[2]) (all in one hash slot)
 -- ARGV[1] op: 'acquire', 'release' or 'extend'
 -- ARGV[2] owner token (128 random bits, hex), ARGV[3] lease in milliseconds,
 -- ARGV[4] mode: 's' shared (a reader, a permit) or 'x' exclusive (a writer),
@@ -30,13 +32,20 @@ local limit = tonumber(ARGV[5])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Holders whose lease ended are gone.
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local ended = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+if #ended > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  for _, who in ipairs(ended) do
+    redis.call('HDEL', KEYS[5], who)
+  end
+end
 
--- The holders' set lives as long as its longest lease.
+-- The holders' set (and their tokens) live as long as the longest lease.
 local function hold_shared(who, ms)
   redis.call('ZADD', KEYS[2], now + ms, who)
   if redis.call('PTTL', KEYS[2]) < ms then
     redis.call('PEXPIRE', KEYS[2], ms)
+    redis.call('PEXPIRE', KEYS[5], ms)
   end
 end
 
@@ -63,6 +72,7 @@ local function take(who, m, ms)
   if m == 'x' then
     redis.call('SET', KEYS[1], who, 'PX', ms)
   else
+    redis.call('HSET', KEYS[5], who, fence)
     hold_shared(who, ms)
   end
   return fence
@@ -130,6 +140,7 @@ if op == 'release' then
       redis.call('DEL', KEYS[1])
     else
       redis.call('ZREM', KEYS[2], token)
+      redis.call('HDEL', KEYS[5], token)
     end
   end
   -- Also when not ours: the entry that left, or a lease that ended, may
@@ -145,13 +156,16 @@ local out = {0, 0}
 promote(out)
 if ours() then
   -- Held already (granted just now, handed over, or a re-sent attempt):
-  -- the full lease.
+  -- the full lease, and the token issued to us (a writer's is the counter:
+  -- nothing was granted since).
+  local fence
   if mode == 'x' then
     redis.call('PEXPIRE', KEYS[1], lease)
+    fence = counter()
   else
     hold_shared(token, lease)
+    fence = tonumber(redis.call('HGET', KEYS[5], token) or '0')
   end
-  local fence = counter()
   if fence == 0 then
     fence = redis.call('INCR', KEYS[4])
   end

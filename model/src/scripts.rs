@@ -66,7 +66,7 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "shared.lua",
-        "720941887ed415d29b617eb6178a07354cd14831",
+        "a40791b8b9d7d8c984d94e9ceee70962e5151fc8",
         "shared.rs `Holders::acquire`, `release`, `extend` (run by `LockModel::exec_shared`)",
     ),
 ];

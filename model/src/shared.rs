@@ -85,6 +85,9 @@ pub struct Lease {
     pub token: u8,
     /// Gone once the clock reaches this (the key's `PX`, the member's score).
     pub expires: u8,
+    /// The fencing token it was granted (a shared holder's is kept in the
+    /// `KEYS[5]` hash, told again to a holder that asks once more).
+    pub fence: u8,
 }
 
 /// A queue entry `token:lease_ms:mode` (shared.lua:120).
@@ -199,15 +202,15 @@ impl Holders {
 
     /// shared.lua:36-41 `hold_shared`: `ZADD` (the set's own `PEXPIRE`
     /// keeps it as long as its longest lease: members end one by one here).
-    fn hold_shared(&mut self, who: u8, until: u8) {
-        let lease = Lease {
-            token: who,
-            expires: until,
-        };
+    fn hold_shared(&mut self, who: u8, until: u8, fence: u8) {
         match self.holders.iter_mut().find(|h| h.token == who) {
-            Some(h) => *h = lease,
+            Some(h) => h.expires = until,
             None => {
-                self.holders.push(lease);
+                self.holders.push(Lease {
+                    token: who,
+                    expires: until,
+                    fence,
+                });
                 self.holders.sort_by_key(|h| h.token);
             }
         }
@@ -220,9 +223,10 @@ impl Holders {
             self.writer = Some(Lease {
                 token: who,
                 expires: until,
+                fence: *fence,
             });
         } else {
-            self.hold_shared(who, until);
+            self.hold_shared(who, until, *fence);
         }
         taken.push((who, *fence));
     }
@@ -250,7 +254,7 @@ impl Holders {
                 w.expires = call.now + call.lease;
             }
         } else {
-            self.hold_shared(call.token, call.now + call.lease);
+            self.hold_shared(call.token, call.now + call.lease, 0);
         }
     }
 
@@ -265,13 +269,20 @@ impl Holders {
         let mut taken = Taken::new();
         // shared.lua:143: grant whoever waits at the head first.
         self.promote(call, fence, &mut taken);
-        // shared.lua:144-158: held already: the full lease, the counter.
+        // shared.lua: held already: the full lease, and the token issued
+        // to it (a writer's is the counter: nothing was granted since).
         if self.ours(call.token, call.exclusive) {
             self.rearm(call);
-            if *fence == 0 {
+            let own = self
+                .holders
+                .iter()
+                .find(|h| h.token == call.token && !call.exclusive)
+                .map_or(*fence, |h| h.fence);
+            if own == 0 {
                 *fence += 1;
+                return (AcqReply::Granted(*fence), taken);
             }
-            return (AcqReply::Granted(*fence), taken);
+            return (AcqReply::Granted(own), taken);
         }
         // shared.lua:159-162: a newcomer, only when nobody is queued.
         if (self.queue.is_empty() || past_queue) && self.fits(call.exclusive, call.limit) {

@@ -45,4 +45,8 @@ pub const ACL_LOCKER: &[&str] = &[
     "+zcard",
     "+zrange",
     "+zremrangebyscore",
+    "+zrangebyscore",
+    "+hset",
+    "+hget",
+    "+hdel",
 ];

@@ -145,6 +145,49 @@ async fn readers_behind_a_writer_that_gives_up_go_in(a: &LockClient, b: &LockCli
     r1.release().await.unwrap();
 }
 
+/// Readers let in together (here when a dead writer's lease ends, which
+/// sends no notice: the first reader to look grants every queued one) each
+/// get a fencing token of their own.
+async fn shared_holders_get_tokens_of_their_own(a: &LockClient, b: &LockClient, key: &str) {
+    let dead = a
+        .rw_lock(key)
+        .write()
+        .ttl(ms(600))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let writer_token = dead.fencing_token();
+    std::mem::forget(dead);
+    let readers: Vec<_> = (0..4)
+        .map(|i| {
+            let client = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let key = key.to_owned();
+            tokio::spawn(async move {
+                let r = client
+                    .rw_lock(&key)
+                    .read()
+                    .ttl(secs(20))
+                    .wait(secs(10))
+                    .acquire()
+                    .await?;
+                tokio::time::sleep(ms(200)).await;
+                let token = r.fencing_token();
+                r.release().await?;
+                Ok::<_, LockError>(token)
+            })
+        })
+        .collect();
+    let mut tokens = Vec::new();
+    for r in readers {
+        tokens.push(within(secs(5), "a reader", r).await.unwrap().unwrap());
+    }
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 4, "readers shared tokens: {tokens:?}");
+    assert!(tokens[0] > writer_token);
+}
+
 /// A reader that died (its lease not renewed) holds writers off only until
 /// its lease ends; so does a permit.
 async fn dead_holders_expire(a: &LockClient, b: &LockClient, key: &str) {
@@ -400,6 +443,7 @@ async fn all_checks(a: &LockClient, b: &LockClient) {
     a_waiting_writer_goes_before_later_readers(a, b, "catalog:8").await;
     readers_behind_a_writer_that_gives_up_go_in(a, b, "catalog:15").await;
     dead_holders_expire(a, b, "catalog:9").await;
+    shared_holders_get_tokens_of_their_own(a, b, "catalog:16").await;
     permits_limit_holders(a, b, "exports:tenant-9").await;
     waiters_are_served_in_order(a, b, "exports:tenant-10").await;
     never_more_than_the_permits(a, b, "exports:tenant-11").await;

@@ -15,10 +15,10 @@ use crate::token::Token;
 /// One read-write lock or semaphore.
 #[derive(Debug)]
 struct Shared {
-    /// The writer: token and lease end.
-    writer: Option<(Token, Instant)>,
-    /// Readers or permit holders: token and lease end.
-    holders: Vec<(Token, Instant)>,
+    /// The writer: token, lease end, fencing token.
+    writer: Option<(Token, Instant, u64)>,
+    /// Readers or permit holders: token, lease end, fencing token.
+    holders: Vec<(Token, Instant, u64)>,
     /// Waiters in arrival order: token, lease asked for, exclusive.
     queue: VecDeque<(Token, Duration, bool)>,
     queue_expires: Instant,
@@ -45,8 +45,8 @@ impl Shared {
 
     /// Drops what ended by `now`.
     fn expire(&mut self, now: Instant) {
-        self.writer = self.writer.filter(|(_, until)| *until > now);
-        self.holders.retain(|(_, until)| *until > now);
+        self.writer = self.writer.filter(|(_, until, _)| *until > now);
+        self.holders.retain(|(_, until, _)| *until > now);
         if self.queue_expires <= now {
             self.queue.clear();
         }
@@ -65,25 +65,21 @@ impl Shared {
             }
     }
 
-    fn holds(&mut self, token: &Token, exclusive: bool) -> Option<&mut Instant> {
-        if exclusive {
-            self.writer
-                .as_mut()
-                .filter(|(t, _)| t == token)
-                .map(|(_, until)| until)
+    /// `token`'s lease end and fencing token, if it holds.
+    fn holds(&mut self, token: &Token, exclusive: bool) -> Option<(&mut Instant, u64)> {
+        let held = if exclusive {
+            self.writer.as_mut().filter(|(t, ..)| t == token)
         } else {
-            self.holders
-                .iter_mut()
-                .find(|(t, _)| t == token)
-                .map(|(_, until)| until)
-        }
+            self.holders.iter_mut().find(|(t, ..)| t == token)
+        };
+        held.map(|(_, until, fencing)| (until, *fencing))
     }
 
-    fn take(&mut self, token: Token, exclusive: bool, until: Instant) {
+    fn take(&mut self, token: Token, exclusive: bool, until: Instant, fencing: u64) {
         if exclusive {
-            self.writer = Some((token, until));
+            self.writer = Some((token, until, fencing));
         } else {
-            self.holders.push((token, until));
+            self.holders.push((token, until, fencing));
         }
     }
 
@@ -97,7 +93,7 @@ impl Shared {
             }
             self.queue.pop_front();
             *fence += 1;
-            self.take(token, exclusive, now + lease.min(HANDOFF_LEASE));
+            self.take(token, exclusive, now + lease.min(HANDOFF_LEASE), *fence);
             granted.push((token, *fence));
             if exclusive {
                 break;
@@ -139,20 +135,21 @@ impl SharedLocks {
             .or_insert_with(|| Shared::new(now));
         lock.expire(now);
         let mut granted = lock.promote(fence, limit, now);
-        let outcome = if let Some(until) = lock.holds(token, exclusive) {
-            // Held already (granted just now, or handed over): the full lease.
+        let outcome = if let Some((until, fencing)) = lock.holds(token, exclusive) {
+            // Held already (granted just now, or handed over): the full
+            // lease, and the token issued to it.
             *until = now + ttl;
-            AcquireOutcome::Acquired { fencing: *fence }
+            AcquireOutcome::Acquired { fencing }
         } else if lock.queue.is_empty() && lock.fits(exclusive, limit) {
             *fence += 1;
-            lock.take(*token, exclusive, now + ttl);
+            lock.take(*token, exclusive, now + ttl, *fence);
             AcquireOutcome::Acquired { fencing: *fence }
         } else {
             let remaining = lock
                 .writer
                 .iter()
                 .chain(&lock.holders)
-                .map(|(_, until)| *until - now)
+                .map(|(_, until, _)| *until - now)
                 .min()
                 .unwrap_or(ttl);
             if !wait.is_zero() {
@@ -181,7 +178,7 @@ impl SharedLocks {
         };
         lock.expire(now);
         match lock.holds(token, exclusive) {
-            Some(until) => {
+            Some((until, _)) => {
                 *until = now + ttl;
                 true
             }
@@ -210,7 +207,7 @@ impl SharedLocks {
             if exclusive {
                 lock.writer = None;
             } else {
-                lock.holders.retain(|(t, _)| t != token);
+                lock.holders.retain(|(t, ..)| t != token);
             }
         }
         // Also when not ours: the entry that left may have made room.

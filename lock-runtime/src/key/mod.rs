@@ -205,6 +205,7 @@ pub(crate) enum Kind {
     RwReaders,
     RwQueue,
     RwNotice,
+    RwFences,
     /// A semaphore's holders (a sorted set, as a read-write lock's
     /// readers), its queue and its notice channel; its "writer" name is
     /// never set.
@@ -212,6 +213,7 @@ pub(crate) enum Kind {
     SemaphoreQueue,
     SemaphoreNotice,
     SemaphoreWriter,
+    SemaphoreFences,
 }
 
 impl Kind {
@@ -231,6 +233,8 @@ impl Kind {
             Kind::SemaphoreQueue => 'O',
             Kind::SemaphoreNotice => 'M',
             Kind::SemaphoreWriter => 'T',
+            Kind::RwFences => 'Y',
+            Kind::SemaphoreFences => 'Z',
         }
     }
 }
@@ -318,6 +322,8 @@ pub(crate) struct KeyNames {
     /// A read-write lock's readers or a semaphore's holders (a sorted set
     /// of tokens scored by the end of their leases); empty for a mutex.
     pub(crate) holders: String,
+    /// Their fencing tokens (a hash by token); empty for a mutex.
+    pub(crate) fences: String,
     /// What kind of lock these names are for.
     pub(crate) shape: Shape,
     pub(crate) queue: String,
@@ -340,6 +346,7 @@ impl KeyNames {
             notice: name(prefix, Kind::Notice, key),
             lock,
             holders: String::new(),
+            fences: String::new(),
             shape: Shape::Mutex,
         }
     }
@@ -348,17 +355,19 @@ impl KeyNames {
     /// lock or a semaphore (other names, so `rw_lock("k")`,
     /// `semaphore("k", n)` and `lock("k")` are three resources).
     pub(crate) fn shaped(prefix: &str, key: &str, shape: Shape) -> Self {
-        let [lock, holders, queue, notice] = match shape {
+        let [lock, holders, fences, queue, notice] = match shape {
             Shape::Mutex => return Self::new(prefix, key),
             Shape::Read | Shape::Write => [
                 Kind::RwWriter,
                 Kind::RwReaders,
+                Kind::RwFences,
                 Kind::RwQueue,
                 Kind::RwNotice,
             ],
             Shape::Permits(_) => [
                 Kind::SemaphoreWriter,
                 Kind::SemaphoreHolders,
+                Kind::SemaphoreFences,
                 Kind::SemaphoreQueue,
                 Kind::SemaphoreNotice,
             ],
@@ -368,6 +377,7 @@ impl KeyNames {
             slot: slot(&lock),
             kind_at: prefix.len(),
             holders: name(prefix, holders, key),
+            fences: name(prefix, fences, key),
             queue: name(prefix, queue, key),
             notice: name(prefix, notice, key),
             lock,

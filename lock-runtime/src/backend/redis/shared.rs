@@ -25,11 +25,12 @@ impl RedisBackend {
     /// `shared.lua` with the arguments every operation takes.
     fn shared_cmd(&self, op: &str, names: &KeyNames, token: &Token, ttl: Duration) -> redis::Cmd {
         let (mode, limit) = mode(names.shape);
-        let mut cmd = evalsha(&SHARED, 4);
+        let mut cmd = evalsha(&SHARED, 5);
         cmd.arg(&names.lock)
             .arg(&names.holders)
             .arg(&names.queue)
             .arg(names.fence())
+            .arg(&names.fences)
             .arg(op)
             .arg(token.as_str())
             .arg(millis(ttl))
