@@ -123,6 +123,37 @@ async fn one_redis() {
     stays_taken_until_the_minimum_hold(&a, &a, "weekly-digest").await;
 }
 
+/// A release under `hold_at_least` whose connection was just killed is sent
+/// again on a new one: the key is kept for the minimum, not for the rest of
+/// its 20 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_connection_does_not_keep_the_key_for_its_whole_lease() {
+    let server = RedisServer::start();
+    let (a, b) = two_clients(&LockClient::builder().redis(server.url())).await;
+    for round in 0..3 {
+        let key = format!("job-{round}");
+        let job = a
+            .lock(&key)
+            .ttl(secs(20))
+            .hold_at_least(MIN)
+            .acquire()
+            .await
+            .unwrap();
+        let acquired = Instant::now();
+        // Every client connection but redis-cli's own.
+        server.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+        job.release().await.unwrap();
+        let next = b.lock(&key).wait(secs(10)).acquire().await.unwrap();
+        let after = acquired.elapsed();
+        assert!(after >= MIN, "taken {after:?} after acquisition");
+        assert!(
+            after < MIN + ms(1500),
+            "kept {after:?}: the release was not sent again"
+        );
+        next.release().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock() {
     let nodes = Redlock::start(3);

@@ -139,7 +139,15 @@ impl Backend {
         token: &Token,
         left: Duration,
     ) -> Result<bool, LockError> {
-        let ours = self.extend(names, token, left).await?;
+        // Sent again once after a connection failure (it only sets the end
+        // of our own lease, so a copy that ran does no harm): otherwise the
+        // key would stay taken for the rest of its full lease.
+        let ours = match self.extend(names, token, left).await {
+            Err(LockError::Backend(e)) if e.is_connection() => {
+                self.extend(names, token, left).await?
+            }
+            answer => answer?,
+        };
         if ours {
             match self {
                 Backend::Redis(b) => b.announce(&names.notice).await,
