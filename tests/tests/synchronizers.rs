@@ -6,10 +6,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockError};
+use lock_runtime::{LockClient, LockError, LockGuard, LockRequest};
 use test_support::RedisServer;
 use test_support::helpers::{memory_client, ms, secs, two_clients, within};
 use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
+use tokio::task::JoinHandle;
+
+/// Acquires `request` in a task of its own, with a 20 s lease and a 10 s
+/// wait: the guard, and when it was held.
+fn spawn_acquire(request: LockRequest) -> JoinHandle<Result<(LockGuard, Instant), LockError>> {
+    tokio::spawn(async move {
+        let guard = request.ttl(secs(20)).wait(secs(10)).acquire().await?;
+        Ok((guard, Instant::now()))
+    })
+}
 
 /// Hand-overs must come by notice: far sooner than the 20 s leases the
 /// waiters see, after which a timer would wake them.
@@ -28,21 +38,7 @@ async fn readers_share_and_exclude_writers(a: &LockClient, b: &LockClient, key: 
         .release()
         .await
         .unwrap();
-    let writer = {
-        let b = b.clone();
-        let key = key.to_owned();
-        tokio::spawn(async move {
-            let w = b
-                .rw_lock(&key)
-                .write()
-                .ttl(secs(20))
-                .wait(secs(10))
-                .acquire()
-                .await?;
-            let at = Instant::now();
-            Ok::<_, LockError>((w, at))
-        })
-    };
+    let writer = spawn_acquire(b.rw_lock(key).write());
     tokio::time::sleep(ms(100)).await;
     r1.release().await.unwrap();
     tokio::time::sleep(ms(50)).await;
@@ -111,32 +107,18 @@ async fn readers_behind_a_writer_that_gives_up_go_in(a: &LockClient, b: &LockCli
         tokio::spawn(async move { b.rw_lock(&key).write().wait(ms(300)).acquire().await })
     };
     tokio::time::sleep(ms(100)).await;
-    let reader = {
-        let a = a.clone();
-        let key = key.to_owned();
-        tokio::spawn(async move {
-            let r = a
-                .rw_lock(&key)
-                .read()
-                .ttl(secs(20))
-                .wait(secs(10))
-                .acquire()
-                .await?;
-            let at = Instant::now();
-            r.release().await?;
-            Ok::<_, LockError>(at)
-        })
-    };
+    let reader = spawn_acquire(a.rw_lock(key).read());
     let busy = within(secs(2), "the writer", writer)
         .await
         .unwrap()
         .unwrap_err();
     assert!(busy.is_busy(), "{busy:?}");
     let gave_up = Instant::now();
-    let at = within(secs(5), "the reader", reader)
+    let (r, at) = within(secs(5), "the reader", reader)
         .await
         .unwrap()
         .unwrap();
+    r.release().await.unwrap();
     assert!(
         at.saturating_duration_since(gave_up) < PROMPT,
         "{:?}",
@@ -237,28 +219,15 @@ async fn permits_limit_holders(a: &LockClient, b: &LockClient, key: &str) {
     let p3 = b.semaphore(key, 3).acquire().await.unwrap();
     assert!(a.semaphore(key, 1).acquire().await.unwrap_err().is_busy());
     p3.release().await.unwrap();
-    let waiter = {
-        let b = b.clone();
-        let key = key.to_owned();
-        tokio::spawn(async move {
-            let p = b
-                .semaphore(&key, 2)
-                .ttl(secs(20))
-                .wait(secs(10))
-                .acquire()
-                .await?;
-            let at = Instant::now();
-            p.release().await?;
-            Ok::<_, LockError>(at)
-        })
-    };
+    let waiter = spawn_acquire(b.semaphore(key, 2));
     tokio::time::sleep(ms(100)).await;
     let released = Instant::now();
     p1.release().await.unwrap();
-    let at = within(secs(5), "the waiter", waiter)
+    let (p, at) = within(secs(5), "the waiter", waiter)
         .await
         .unwrap()
         .unwrap();
+    p.release().await.unwrap();
     assert!(
         at - released < PROMPT,
         "the waiter slept: {:?}",

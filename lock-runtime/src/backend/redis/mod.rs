@@ -7,7 +7,9 @@ use std::time::Duration;
 use super::conn::Conn;
 pub(crate) use super::conn::RedisOptions;
 use super::notifier::Notices;
-use super::scripts::{ACQUIRE, EXTEND, EXTEND_MANY, RELEASE, RESERVE, evalsha, millis, run_script};
+use super::scripts::{
+    ACQUIRE, EXTEND, EXTEND_MANY, RELEASE, RESERVE, SHARED, evalsha, millis, run_script,
+};
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::LockError;
@@ -158,13 +160,15 @@ impl RedisBackend {
         token: &Token,
         ttl: Duration,
     ) -> Result<bool, LockError> {
-        if names.shape != Shape::Mutex {
-            return self.extend_shared(names, token, ttl).await;
-        }
-        let mut cmd = evalsha(&EXTEND, 1);
-        cmd.arg(&names.lock).arg(token.as_str()).arg(millis(ttl));
+        let (script, cmd) = if names.shape == Shape::Mutex {
+            let mut cmd = evalsha(&EXTEND, 1);
+            cmd.arg(&names.lock).arg(token.as_str()).arg(millis(ttl));
+            (&*EXTEND, cmd)
+        } else {
+            (&*SHARED, self.extend_shared_cmd(names, token, ttl))
+        };
         let mut conn = self.conn(names);
-        let extended: i64 = run_script(&mut conn, &EXTEND, &cmd)
+        let extended: i64 = run_script(&mut conn, script, &cmd)
             .await
             .map_err(|e| BackendError::with_source("extend failed", e))?;
         if extended == 1 {
@@ -342,7 +346,7 @@ impl RedisBackend {
                 Box::pin(self.extend_batch(&batch)),
                 futures_util::future::join_all(others.iter().map(|i| {
                     let (names, token, ttl) = leases[*i];
-                    self.extend_shared(names, token, ttl)
+                    self.extend(names, token, ttl)
                 })),
             )
             .await;

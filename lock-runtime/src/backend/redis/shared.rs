@@ -93,22 +93,16 @@ impl RedisBackend {
         })
     }
 
-    pub(super) async fn extend_shared(
+    /// The `extend` call of a reader's, writer's or permit's lease.
+    pub(super) fn extend_shared_cmd(
         &self,
         names: &KeyNames,
         token: &Token,
         ttl: Duration,
-    ) -> Result<bool, LockError> {
+    ) -> redis::Cmd {
         let mut cmd = self.shared_cmd("extend", names, token, ttl);
         cmd.arg(0);
-        let mut conn = self.conn(names);
-        let extended: i64 = run_script(&mut conn, &SHARED, &cmd)
-            .await
-            .map_err(|e| BackendError::with_source("extend failed", e))?;
-        if extended == 1 {
-            self.replicated(&mut conn).await?;
-        }
-        Ok(extended == 1)
+        cmd
     }
 
     pub(super) async fn release_shared(
