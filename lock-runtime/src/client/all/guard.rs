@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 use crate::LockError;
 use crate::guard::LockGuard;
 
-/// Several held locks, from [`LockAllRequest::acquire`]: one [`LockGuard`]
+/// Several held locks, from [`LockAllRequest::acquire`](super::LockAllRequest::acquire): one [`LockGuard`]
 /// per key. Dropping it releases every lock (in the background, as
 /// dropping each guard would).
 #[derive(Debug)]
