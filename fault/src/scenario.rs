@@ -1427,12 +1427,6 @@ pub fn table(outcomes: &[Outcome]) -> String {
         if r.fence_regressions > 0 {
             notes.push(format!("{} token repeats/regressions", r.fence_regressions));
         }
-        if r.shared_fence_repeats > 0 {
-            notes.push(format!(
-                "{} shared holders told another shared holder's token",
-                r.shared_fence_repeats
-            ));
-        }
         if r.blocked_keep + r.blocked_lose > 0 {
             notes.push(format!(
                 "blocked {} x keep, {} x lose",
