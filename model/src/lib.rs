@@ -29,5 +29,6 @@ pub mod configs;
 pub mod lock;
 pub mod records;
 pub mod redlock;
+pub mod reply;
 pub mod scripts;
 pub mod shared;

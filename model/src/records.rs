@@ -11,7 +11,7 @@
 use stateright::{Model, Property};
 
 use crate::check::{self, Log, Narrate};
-use crate::lock::name;
+use crate::reply::name;
 
 /// A configuration of the records model.
 #[derive(Clone, Debug)]

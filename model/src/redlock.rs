@@ -8,7 +8,7 @@
 use stateright::{Model, Property};
 
 use crate::check::{self, Log, Narrate};
-use crate::lock::name;
+use crate::reply::name;
 
 /// Nodes.
 pub const NODES: usize = 3;
