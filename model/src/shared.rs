@@ -5,7 +5,7 @@
 //! `Acquisition` for every `Shape`: attempt, busy, register, wait for a grant or the lease timer, confirm or
 //! trust the hand-over, hold under the watchdog, release; give up leaving
 //! the queue), so this module adds the server and the properties, and the
-//! lock model runs them when [`LockConfig::shared`] is set:
+//! lock model runs them when [`LockConfig::shared`](crate::lock::LockConfig::shared) is set:
 //!
 //! * [`Holders`]: the writer (`KEYS[1]`), the holders' sorted set by lease
 //!   end (`KEYS[2]`) and the FIFO queue of `token:lease:mode` entries
@@ -47,7 +47,7 @@ pub enum Mode {
     Permit,
 }
 
-/// A read-write lock or a semaphore ([`LockConfig::shared`]).
+/// A read-write lock or a semaphore ([`LockConfig::shared`](crate::lock::LockConfig::shared)).
 #[derive(Clone, Debug)]
 pub struct SharedConfig {
     /// One entry per client.
