@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::client::local::Local;
+use crate::token::{Salt, Token};
 use crate::watchdog::Watchdog;
 
 /// One client's backend, watchdog and settings, behind the `Arc` of
@@ -18,4 +19,13 @@ pub(crate) struct Inner {
     pub(crate) next_lock_id: AtomicU64,
     /// Held keys that this client's own waiters queue on in-process.
     pub(crate) local: Local,
+    /// Folded into every token this client draws.
+    pub(crate) salt: Salt,
+}
+
+impl Inner {
+    /// A fresh ownership token.
+    pub(crate) fn token(&self) -> Token {
+        Token::random(&self.salt)
+    }
 }

@@ -317,7 +317,7 @@ mod tests {
     async fn expired_locks_can_be_taken_and_fences_keep_counting() {
         let m = MemoryBackend::default();
         let names = KeyNames::new("t:", "k");
-        let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
+        let (a, b) = (Token::for_test(), Token::for_test());
         let ttl = Duration::from_millis(100);
         let zero = Duration::ZERO;
         assert_eq!(
@@ -342,7 +342,7 @@ mod tests {
     async fn release_hands_over_to_the_first_waiter_in_line() {
         let m = MemoryBackend::default();
         let names = KeyNames::new("t:", "k");
-        let [a, b, c] = [(); 3].map(|_| Token::random().unwrap());
+        let [a, b, c] = [(); 3].map(|_| Token::for_test());
         let (ttl, wait) = (Duration::from_secs(1), Duration::from_secs(5));
         assert!(matches!(
             m.acquire(&names, &a, ttl, wait),
@@ -379,7 +379,7 @@ mod tests {
         let mut last = 0;
         for i in 0..200_000u32 {
             let names = KeyNames::new("t:", &format!("order:{i}"));
-            let (a, b) = (Token::random().unwrap(), Token::random().unwrap());
+            let (a, b) = (Token::for_test(), Token::for_test());
             let AcquireOutcome::Acquired { fencing } = m.acquire(&names, &a, ttl, wait) else {
                 panic!("free");
             };

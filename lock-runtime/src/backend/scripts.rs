@@ -45,11 +45,19 @@ pub(crate) async fn load_scripts(conn: &mut Conn) -> Result<(), LockError> {
 }
 
 /// `EVALSHA` of `script` with `keys` keys; the caller appends the keys, then
-/// the arguments. Built as one command: the driver's `ScriptInvocation` would
-/// copy every argument twice on each call, and these calls are the hot path.
-pub(crate) fn evalsha(script: &redis::Script, keys: usize) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys);
+/// the arguments: `args` of them in all (keys included), about `bytes` long.
+/// Built as one command: the driver's `ScriptInvocation` would copy every
+/// argument twice on each call, and these calls are the hot path; sized
+/// once, so appending does not grow it step by step.
+pub(crate) fn evalsha(
+    script: &redis::Script,
+    keys: usize,
+    args: usize,
+    bytes: usize,
+) -> redis::Cmd {
+    // "EVALSHA", the 40-digit hash, the key count.
+    let mut cmd = redis::Cmd::with_capacity(args + 3, bytes + 7 + 40 + 4);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
     cmd
 }
 

@@ -110,7 +110,7 @@ impl Acquisition {
         asked: Asked,
     ) -> Result<Self, LockError> {
         let names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
-        let token = Token::random()?;
+        let token = inner.token();
         let mut acquisition = Self::new(inner, key, names, token, asked);
         let attempt = &acquisition.attempt;
         let names = attempt.names.as_ref().expect("set until the end");
@@ -133,10 +133,7 @@ impl Acquisition {
             return Err((key, asked));
         };
         let names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
-        let token = match Token::random() {
-            Ok(token) => token,
-            Err(e) => return Ok(Err(e.into())),
-        };
+        let token = inner.token();
         // Try once: a busy answer neither queues nor registers.
         match memory.acquire(&names, &token, asked.ttl, Duration::ZERO) {
             AcquireOutcome::Acquired { fencing } => {

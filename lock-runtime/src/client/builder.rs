@@ -13,6 +13,7 @@ use crate::backend::{memory::MemoryBackend, redis::RedisBackend, redis::RedisOpt
 use crate::client::local::Local;
 use crate::inner::Inner;
 use crate::key::validate_prefix;
+use crate::token::Salt;
 use crate::watchdog::Watchdog;
 
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
@@ -243,6 +244,7 @@ impl LockClientBuilder {
                 Backend::Redlock(Arc::new(RedlockBackend::connect(&urls, &options).await?))
             }
         };
+        let salt = Salt::from_os()?;
         tracing::debug!(backend = backend.describe(), prefix = %self.prefix, "lock client ready");
         Ok(LockClient(Arc::new(Inner {
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
@@ -252,6 +254,7 @@ impl LockClientBuilder {
             prefix: self.prefix,
             default_ttl: self.default_ttl,
             next_lock_id: AtomicU64::new(1),
+            salt,
         })))
     }
 }

@@ -185,7 +185,14 @@ pub(crate) fn slot_tag(slot: u16) -> &'static str {
 
 /// The fencing counter every key of `slot` shares.
 fn slot_counter(prefix: &str, slot: u16) -> String {
-    format!("{prefix}S{{{}}}", slot_tag(slot))
+    // Pushed, not `format!`ed: this runs on every acquire and release.
+    let tag = slot_tag(slot);
+    let mut name = String::with_capacity(prefix.len() + tag.len() + 3);
+    name.push_str(prefix);
+    name.push_str("S{");
+    name.push_str(tag);
+    name.push('}');
+    name
 }
 
 /// What a derived name is for.

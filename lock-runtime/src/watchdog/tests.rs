@@ -18,7 +18,7 @@ fn held(id: u64) -> Arc<Held> {
         client_id: 1,
         key: format!("k{id}"),
         names: KeyNames::new("t:", &format!("k{id}")),
-        token: Token::random().unwrap(),
+        token: Token::for_test(),
         fencing: id,
         ttl: TTL,
         lost: CancellationToken::new(),
@@ -195,7 +195,7 @@ fn watch_record(state: &mut State, id: u64, due: Instant, valid_until: Instant) 
         Entry {
             lease: Lease::Record(Arc::new(RecordLease {
                 record: format!("t:I{{r{id}}}"),
-                token: Token::random().unwrap(),
+                token: Token::for_test(),
             })),
             ttl: TTL,
             drift: Duration::ZERO,

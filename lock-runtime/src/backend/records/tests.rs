@@ -11,7 +11,7 @@ fn response(status: u16) -> StoredResponse {
 }
 
 fn token() -> Token {
-    Token::random().unwrap()
+    Token::for_test()
 }
 
 #[tokio::test(start_paused = true)]

@@ -25,7 +25,12 @@ impl RedisBackend {
         let Some(first) = names.first() else {
             return Ok(AllOutcome::Acquired(Vec::new()));
         };
-        let mut cmd = evalsha(&ACQUIRE_ALL, 3 * names.len());
+        let mut cmd = evalsha(
+            &ACQUIRE_ALL,
+            3 * names.len(),
+            3 * names.len() + 2,
+            names.len() * 3 * first.lock.len() + 48,
+        );
         for n in names {
             cmd.arg(&n.lock).arg(n.fence()).arg(n.legacy_fence());
         }

@@ -110,7 +110,8 @@ impl RedisBackend {
         }
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
         // > 0: ours, with this fencing token; <= 0: busy for -answer ms.
-        let mut cmd = evalsha(&ACQUIRE, 4);
+        // Four names of about the lock's length, a token, three numbers.
+        let mut cmd = evalsha(&ACQUIRE, 4, 8, 4 * names.lock.len() + 64);
         cmd.arg(&names.lock)
             .arg(names.fence())
             .arg(&names.queue)
@@ -161,7 +162,7 @@ impl RedisBackend {
         ttl: Duration,
     ) -> Result<bool, LockError> {
         let (script, cmd) = if names.shape == Shape::Mutex {
-            let mut cmd = evalsha(&EXTEND, 1);
+            let mut cmd = evalsha(&EXTEND, 1, 3, names.lock.len() + 48);
             cmd.arg(&names.lock).arg(token.as_str()).arg(millis(ttl));
             (&*EXTEND, cmd)
         } else {
@@ -187,7 +188,7 @@ impl RedisBackend {
         ttl: Duration,
         count: u64,
     ) -> Result<Option<u64>, LockError> {
-        let mut cmd = evalsha(&RESERVE, 3);
+        let mut cmd = evalsha(&RESERVE, 3, 6, 3 * names.lock.len() + 64);
         cmd.arg(&names.lock)
             .arg(names.fence())
             .arg(&names.queue)
@@ -220,7 +221,8 @@ impl RedisBackend {
         } else {
             String::new()
         };
-        let mut cmd = evalsha(&RELEASE, 3);
+        // Four names of about the lock's length, a token, a queue entry, flags.
+        let mut cmd = evalsha(&RELEASE, 3, 9, 4 * names.lock.len() + 96);
         cmd.arg(&names.lock)
             .arg(names.fence())
             .arg(&names.queue)
@@ -362,7 +364,12 @@ impl RedisBackend {
         let Some((first, ..)) = leases.first() else {
             return Ok(Vec::new());
         };
-        let mut cmd = evalsha(&EXTEND_MANY, leases.len());
+        let mut cmd = evalsha(
+            &EXTEND_MANY,
+            leases.len(),
+            3 * leases.len(),
+            leases.len() * (first.lock.len() + 48),
+        );
         for (names, ..) in leases {
             cmd.arg(&names.lock);
         }

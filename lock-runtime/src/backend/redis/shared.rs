@@ -25,7 +25,7 @@ impl RedisBackend {
     /// `shared.lua` with the arguments every operation takes.
     fn shared_cmd(&self, op: &str, names: &KeyNames, token: &Token, ttl: Duration) -> redis::Cmd {
         let (mode, limit) = mode(names.shape);
-        let mut cmd = evalsha(&SHARED, 5);
+        let mut cmd = evalsha(&SHARED, 5, 14, 6 * names.lock.len() + 96);
         cmd.arg(&names.lock)
             .arg(&names.holders)
             .arg(&names.queue)

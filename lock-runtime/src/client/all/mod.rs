@@ -262,7 +262,7 @@ impl LockAllRequest {
             started,
         } = step;
         let group = if atomic {
-            let token = Token::random()?;
+            let token = inner.token();
             let pending = Pending {
                 inner: inner.clone(),
                 group,

@@ -146,16 +146,7 @@ where
         .unwrap_or_else(|| client.default_ttl())
         .clamp(MIN_TTL, MAX_TTL);
 
-    let token = match Token::random() {
-        Ok(token) => token,
-        Err(e) => {
-            tracing::error!(
-                error = &e as &dyn std::error::Error,
-                "idempotency: no owner token"
-            );
-            return Ok(unavailable());
-        }
-    };
+    let token = client.0.token();
     let started = Instant::now();
     let deadline = started + config.wait;
     // Registered for the record's notices once it was found in flight (at
