@@ -16,12 +16,19 @@ const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then 
 const COMPARE_DELETE_PUBLISH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '1') return 1 end return 0";
 
+/// The library's own acquire and release scripts, sent by hand in row 1's
+/// informational line: what a pair costs with no client code around it.
+const LIBRARY_ACQUIRE: &str = include_str!("../../../lock-runtime/scripts/acquire.lua");
+const LIBRARY_RELEASE: &str = include_str!("../../../lock-runtime/scripts/release.lua");
+
 /// A multiplexed connection and the scripts' SHA1s. Clones share the connection.
 #[derive(Clone)]
 pub(crate) struct Raw {
     conn: MultiplexedConnection,
     del_sha: String,
     del_pub_sha: String,
+    lib_acquire_sha: String,
+    lib_release_sha: String,
     /// Prepended to every key, so runs against a shared server do not collide.
     pub(crate) prefix: String,
 }
@@ -42,10 +49,14 @@ impl Raw {
         };
         let del_sha = load(COMPARE_AND_DELETE).await?;
         let del_pub_sha = load(COMPARE_DELETE_PUBLISH).await?;
+        let lib_acquire_sha = load(LIBRARY_ACQUIRE).await?;
+        let lib_release_sha = load(LIBRARY_RELEASE).await?;
         Ok(Self {
             conn,
             del_sha,
             del_pub_sha,
+            lib_acquire_sha,
+            lib_release_sha,
             prefix: prefix.to_string(),
         })
     }
@@ -109,6 +120,49 @@ impl Raw {
         }
         if !self.release(key, value).await? {
             return Err(format!("raw baseline: {key} was not ours at release"));
+        }
+        Ok(())
+    }
+}
+
+impl Raw {
+    /// One uncontended pair of the library's own scripts, as the library
+    /// sends them for a try-once `lock(name)` on one server (the names a key
+    /// `name` gets: the lock, the slot's fencing counter, the queue, the
+    /// earlier versions' counter, the notice channel), built by hand with
+    /// none of the client's work around them.
+    pub(crate) async fn scripted_pair(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let names =
+            ["L", "S", "Q", "F", "N"].map(|kind| format!("{}{kind}{{{name}}}", self.prefix));
+        let fencing: i64 = redis::cmd("EVALSHA")
+            .arg(&self.lib_acquire_sha)
+            .arg(4)
+            .arg(&names[..4])
+            .arg(value)
+            .arg(30_000)
+            .arg(0)
+            .arg("0")
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|e| format!("library acquire script: {e}"))?;
+        if fencing <= 0 {
+            return Err(format!("scripted pair: {name} was unexpectedly held"));
+        }
+        let released: redis::Value = redis::cmd("EVALSHA")
+            .arg(&self.lib_release_sha)
+            .arg(3)
+            .arg(&names[..3])
+            .arg(value)
+            .arg(&names[4])
+            .arg(1_000)
+            .arg("")
+            .arg("PUBLISH")
+            .arg("0")
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|e| format!("library release script: {e}"))?;
+        if released != redis::Value::Int(1) {
+            return Err(format!("scripted pair: {name} was not ours at release"));
         }
         Ok(())
     }

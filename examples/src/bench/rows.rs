@@ -132,6 +132,33 @@ pub(crate) async fn serial(
     .await
 }
 
+/// `n` pairs of the library's scripts sent by hand and `n` raw pairs, in
+/// alternating blocks. Returns the per-pair latencies in microseconds:
+/// (scripts, raw).
+pub(crate) async fn scripted(
+    raw: &mut Raw,
+    raw_key: &str,
+    n: usize,
+    rep: usize,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let (mut scripted, mut plain) = (0u64, 0u64);
+    // Two handles on the one connection: each side borrows its own.
+    let mut scripts = raw.clone();
+    blocks(
+        n,
+        rep,
+        async || {
+            scripted += 1;
+            scripts.scripted_pair("scripted", &value(1, scripted)).await
+        },
+        async || {
+            plain += 1;
+            raw.pair(raw_key, &value(0, plain)).await
+        },
+    )
+    .await
+}
+
 /// `tasks` tasks, each taking and giving back its own key on `side` in a
 /// loop for `window`. Returns pairs per second (only pairs completed inside
 /// the window count).
