@@ -221,6 +221,10 @@ pub(crate) enum ConnectionFailure {
     /// Refused, dropped or otherwise unusable: the connection must be (and
     /// is, by the driver) re-established.
     Broken,
+    /// No server to send to: the sentinels name no master that answers as
+    /// one (mid-failover: the old master is down, the new one not yet
+    /// promoted). Nothing was sent; asking again once they do is safe.
+    Unreachable,
 }
 
 /// The one place that decides whether a driver error is the connection's
@@ -235,7 +239,47 @@ pub(crate) fn connection_failure(e: &redis::RedisError) -> Option<ConnectionFail
         || e.is_unrecoverable_error()
     {
         Some(ConnectionFailure::Broken)
+    } else if matches!(
+        e.kind(),
+        redis::ErrorKind::MasterNameNotFoundBySentinel
+            | redis::ErrorKind::NoValidReplicasFoundBySentinel
+    ) {
+        Some(ConnectionFailure::Unreachable)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn driver(kind: redis::ErrorKind) -> redis::RedisError {
+        redis::RedisError::from((kind, "test"))
+    }
+
+    #[test]
+    fn no_master_named_by_the_sentinels_is_worth_a_retry_and_ran_nothing() {
+        // Mid-failover the sentinels name no master that answers as one; a
+        // background release that gave up on it left its queue entry to be
+        // handed the key, one hand-over lease each (FAULTS.md, scenario 8).
+        for kind in [
+            redis::ErrorKind::MasterNameNotFoundBySentinel,
+            redis::ErrorKind::NoValidReplicasFoundBySentinel,
+        ] {
+            let e = driver(kind);
+            assert_eq!(connection_failure(&e), Some(ConnectionFailure::Unreachable));
+            let backend = BackendError::with_source("release failed", e);
+            assert!(backend.is_connection(), "{kind:?}");
+            assert!(!backend.is_outcome_unknown(), "{kind:?}");
+            assert!(LockError::Backend(backend).is_connection());
+        }
+    }
+
+    #[test]
+    fn answers_the_server_sent_on_purpose_are_not_connection_failures() {
+        let e = driver(redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly));
+        assert_eq!(connection_failure(&e), None);
+        assert!(!BackendError::with_source("release failed", e).is_connection());
     }
 }

@@ -2,7 +2,8 @@
 //! the shared semantic suite through master discovery, a lock acknowledged
 //! by the replica surviving a failover, the documented loss window without
 //! replica acknowledgements (asserted to exist), and `min_replica_acks`
-//! refusing a lock no replica acknowledged, with Sentinel and with one URL.
+//! refusing a lock no replica acknowledged, with Sentinel and with one URL,
+//! and a wait abandoned mid-failover leaving the line on the new master.
 
 use std::time::Instant;
 
@@ -210,4 +211,61 @@ async fn with_replica_acks_renewals_that_no_replica_confirms_end_in_a_lost_lease
     replica.resume().unwrap();
     println!("lost() resolved {after:?} after the replica stopped acknowledging (900 ms lease)");
     assert!(guard.is_lost());
+}
+
+/// Polls `LLEN queue` on `server` every 50 ms until it is `want`, for at most
+/// `limit`; how long that took.
+async fn queue_length_becomes(
+    server: &RedisServer,
+    queue: &str,
+    want: i64,
+    limit: std::time::Duration,
+) -> std::time::Duration {
+    let started = Instant::now();
+    loop {
+        let len: Option<i64> = server
+            .try_cli(&["LLEN", queue])
+            .ok()
+            .and_then(|n| n.parse().ok());
+        if len == Some(want) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "LLEN {queue} is {len:?}, not {want}, after {limit:?}"
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+}
+
+/// A wait abandoned while the master is down leaves the line once the
+/// sentinels name the new master. Mid-failover the sentinels name no master
+/// that answers as one; the background release that takes an abandoned
+/// waiter out of the line gave up at that answer, and the entry left behind
+/// was handed the key later, one hand-over lease per such entry (the long
+/// waits after scenario 8's failover in FAULTS.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_abandoned_during_a_failover_leaves_the_line_on_the_new_master() {
+    let (mut setup, builder) = sentinel_setup();
+    let holder = client(&builder).await;
+    let waiter = client(&builder).await;
+    let key = key("abandoned-in-failover");
+    let queue = format!("lock:Q{{{key}}}");
+    let _held = fixed_lease(&holder, &key, secs(60))
+        .await
+        .expect("the key is free");
+    let waiting = {
+        let key = key.clone();
+        tokio::spawn(async move { waiter.lock(&key).wait(secs(60)).acquire().await })
+    };
+    // The waiter is in line, on the replica too.
+    queue_length_becomes(setup.replica(), &queue, 1, secs(5)).await;
+
+    setup.kill_master();
+    // Given up while there is no master: its release meets the failover.
+    waiting.abort();
+    let failover = tokio::task::block_in_place(|| setup.wait_for_failover());
+    // Out of line well before the queue's own expiry (wait + lease: 120 s).
+    let left = queue_length_becomes(setup.replica(), &queue, 0, secs(20)).await;
+    println!("failover {failover:?} after the kill; the entry left {left:?} after that");
 }

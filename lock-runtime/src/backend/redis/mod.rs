@@ -294,15 +294,17 @@ impl RedisBackend {
             backoff.wait().await;
             answer = run_script(&mut conn, script, cmd).await;
         }
-        let answer: redis::Value = answer.map_err(|e| {
-            if connection_failure(&e).is_some() {
+        let answer: redis::Value = answer.map_err(|e| match connection_failure(&e) {
+            // Nothing was sent: the outcome is known (it did not run).
+            Some(ConnectionFailure::Unreachable) | None => {
+                BackendError::with_source("release failed", e)
+            }
+            Some(ConnectionFailure::TimedOut | ConnectionFailure::Broken) => {
                 BackendError::outcome_unknown(
                     "the release was sent and no answer came back: its outcome is unknown \
                      (if it did not run, the lease runs out by itself)",
                     Some(Box::new(e)),
                 )
-            } else {
-                BackendError::with_source("release failed", e)
             }
         })?;
         Ok((answer, resent))
