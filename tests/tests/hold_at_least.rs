@@ -4,25 +4,29 @@
 
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockError};
+use lock_runtime::{LockClient, LockError, LockGuard};
 use test_support::RedisServer;
 use test_support::helpers::{is_held, memory_client, ms, secs, two_clients, within};
 use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
 
 const MIN: Duration = Duration::from_millis(600);
 
+/// `key` on `a` with a 20 s lease and the minimum hold.
+async fn long_job(a: &LockClient, key: &str) -> LockGuard {
+    a.lock(key)
+        .ttl(secs(20))
+        .hold_at_least(MIN)
+        .acquire()
+        .await
+        .unwrap()
+}
+
 /// The checks every backend passes: `a` holds with a minimum hold and
 /// releases at once; `b` (another client, or `a` itself on the embedded
 /// backend) finds the key taken until the minimum hold has passed, and a
 /// waiter gets it soon after (woken, not sleeping out the lease it saw).
 async fn stays_taken_until_the_minimum_hold(a: &LockClient, b: &LockClient, key: &str) {
-    let job = a
-        .lock(key)
-        .ttl(secs(20))
-        .hold_at_least(MIN)
-        .acquire()
-        .await
-        .unwrap();
+    let job = long_job(a, key).await;
     let acquired = Instant::now();
     let fence = job.fencing_token();
     // A waiter queued while the job runs, with a 20 s lease in view.
@@ -132,13 +136,7 @@ async fn a_killed_connection_does_not_keep_the_key_for_its_whole_lease() {
     let (a, b) = two_clients(&LockClient::builder().redis(server.url())).await;
     for round in 0..3 {
         let key = format!("job-{round}");
-        let job = a
-            .lock(&key)
-            .ttl(secs(20))
-            .hold_at_least(MIN)
-            .acquire()
-            .await
-            .unwrap();
+        let job = long_job(&a, &key).await;
         let acquired = Instant::now();
         // Every client connection but redis-cli's own.
         server.cli(&["CLIENT", "KILL", "TYPE", "normal"]);

@@ -126,14 +126,22 @@ impl Raw {
 }
 
 impl Raw {
+    /// The names the library gives the key `name`: the lock, the slot's
+    /// fencing counter, the queue, the earlier versions' counter, the notice
+    /// channel.
+    pub(crate) fn library_names(&self, name: &str) -> [String; 5] {
+        ["L", "S", "Q", "F", "N"].map(|kind| format!("{}{kind}{{{name}}}", self.prefix))
+    }
+
     /// One uncontended pair of the library's own scripts, as the library
-    /// sends them for a try-once `lock(name)` on one server (the names a key
-    /// `name` gets: the lock, the slot's fencing counter, the queue, the
-    /// earlier versions' counter, the notice channel), built by hand with
-    /// none of the client's work around them.
-    pub(crate) async fn scripted_pair(&mut self, name: &str, value: &str) -> Result<(), String> {
-        let names =
-            ["L", "S", "Q", "F", "N"].map(|kind| format!("{}{kind}{{{name}}}", self.prefix));
+    /// sends them for a try-once `lock(name)` on one server, on `names`
+    /// ([`Raw::library_names`], built once outside the timing), with none of
+    /// the client's work around them.
+    pub(crate) async fn scripted_pair(
+        &mut self,
+        names: &[String; 5],
+        value: &str,
+    ) -> Result<(), String> {
         let fencing: i64 = redis::cmd("EVALSHA")
             .arg(&self.lib_acquire_sha)
             .arg(4)
@@ -146,7 +154,7 @@ impl Raw {
             .await
             .map_err(|e| format!("library acquire script: {e}"))?;
         if fencing <= 0 {
-            return Err(format!("scripted pair: {name} was unexpectedly held"));
+            return Err(format!("scripted pair: {} was unexpectedly held", names[0]));
         }
         let released: redis::Value = redis::cmd("EVALSHA")
             .arg(&self.lib_release_sha)
@@ -162,7 +170,10 @@ impl Raw {
             .await
             .map_err(|e| format!("library release script: {e}"))?;
         if released != redis::Value::Int(1) {
-            return Err(format!("scripted pair: {name} was not ours at release"));
+            return Err(format!(
+                "scripted pair: {} was not ours at release",
+                names[0]
+            ));
         }
         Ok(())
     }

@@ -144,12 +144,13 @@ pub(crate) async fn scripted(
     let (mut scripted, mut plain) = (0u64, 0u64);
     // Two handles on the one connection: each side borrows its own.
     let mut scripts = raw.clone();
+    let names = scripts.library_names("scripted");
     blocks(
         n,
         rep,
         async || {
             scripted += 1;
-            scripts.scripted_pair("scripted", &value(1, scripted)).await
+            scripts.scripted_pair(&names, &value(1, scripted)).await
         },
         async || {
             plain += 1;

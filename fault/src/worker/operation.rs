@@ -70,17 +70,19 @@ fn attempt(w: &mut Worker, op: u64, keys: &[String], side: Option<Side>) -> u64 
     t
 }
 
-/// A mutex, `hold_at_least` or a writer: fenced read, think, fenced write of
-/// `counter + 1`, release.
-async fn exclusive(w: &mut Worker, op: u64, key: String, side: Option<Side>) {
-    let started = attempt(w, op, std::slice::from_ref(&key), side);
-    let Some(guard) = acquire(w, op, started, |w, left| {
-        request(w, &key, side).wait(left).acquire()
+/// Logs the attempt on `key`, acquires it (one lock of any kind) and logs
+/// the grant: the guard and its fencing token, or `None` (logged).
+async fn acquire_one(
+    w: &mut Worker,
+    op: u64,
+    key: &str,
+    side: Option<Side>,
+) -> Option<(LockGuard, u64)> {
+    let started = attempt(w, op, &[key.to_owned()], side);
+    let guard = acquire(w, op, started, |w, left| {
+        request(w, key, side).wait(left).acquire()
     })
-    .await
-    else {
-        return;
-    };
+    .await?;
     let fence = guard.fencing_token();
     let t = w.clock.now();
     w.log(Event::Acquired {
@@ -89,6 +91,15 @@ async fn exclusive(w: &mut Worker, op: u64, key: String, side: Option<Side>) {
         more_fences: vec![],
         t,
     });
+    Some((guard, fence))
+}
+
+/// A mutex, `hold_at_least` or a writer: fenced read, think, fenced write of
+/// `counter + 1`, release.
+async fn exclusive(w: &mut Worker, op: u64, key: String, side: Option<Side>) {
+    let Some((guard, fence)) = acquire_one(w, op, &key, side).await else {
+        return;
+    };
     let Some((version, counter)) = read(w, op, &key, None, fence, false).await else {
         release(w, op, Release::One(guard)).await;
         return;
@@ -101,22 +112,9 @@ async fn exclusive(w: &mut Worker, op: u64, key: String, side: Option<Side>) {
 /// A reader or a semaphore's holder: shared read (the entry), think, exit,
 /// release.
 async fn shared(w: &mut Worker, op: u64, key: String, side: Option<Side>) {
-    let started = attempt(w, op, std::slice::from_ref(&key), side);
-    let Some(guard) = acquire(w, op, started, |w, left| {
-        request(w, &key, side).wait(left).acquire()
-    })
-    .await
-    else {
+    let Some((guard, fence)) = acquire_one(w, op, &key, side).await else {
         return;
     };
-    let fence = guard.fencing_token();
-    let t = w.clock.now();
-    w.log(Event::Acquired {
-        op,
-        fence,
-        more_fences: vec![],
-        t,
-    });
     if read(w, op, &key, None, fence, true).await.is_some() {
         think(w, op, &guard).await;
         if let Err(e) = w.store.exit(&key, fence, op).await {
