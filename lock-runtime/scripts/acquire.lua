@@ -1,10 +1,12 @@
 -- Acquire a lock, or join its queue of waiters.
 -- KEYS[1] lock key, KEYS[2] fencing counter of the key's hash slot (shared by
--- every key there), KEYS[3] waiter queue, KEYS[4] the key's own counter of
--- earlier versions (all in one hash slot)
+-- every key there), KEYS[3] waiter queue (a list of 'token:lease_ms' entries,
+-- in arrival order), KEYS[4] the queue's deadlines (a sorted set: each entry
+-- scored by the end of its wait, server time in ms) (all in one hash slot)
 -- ARGV[1] owner token (128 random bits, hex), ARGV[2] lease in milliseconds,
 -- ARGV[3] how long the caller will wait, in milliseconds ('0': try once, do not queue),
--- ARGV[4] '1' when an earlier attempt of this token may have queued it
+-- ARGV[4] notice channel, ARGV[5] hand-over lease cap (ms),
+-- ARGV[6] 'PUBLISH', or 'SPUBLISH' on a cluster (chosen by the library)
 -- Returns the fencing token (> 0) when acquired (also when the lock was handed
 -- over to this token, or an earlier attempt's reply was lost), or
 -- -remaining_lease_ms (<= 0) when held by another owner; a waiting attempt
@@ -13,25 +15,59 @@
 -- higher token) from a stale one sent before it (a token at most this).
 -- The lock's value is its owner's token, followed by '+' once somebody may be
 -- queued behind it: only then does a release look at the queue.
--- The next fencing token: the slot counter, first raised past a per-key
--- counter left by an earlier version (then deleted), so no token repeats.
-local function next_fence()
-  local legacy = redis.call('GET', KEYS[4])
-  if legacy then
-    if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(legacy) then
-      redis.call('SET', KEYS[2], legacy)
-    end
-    redis.call('DEL', KEYS[4])
-  end
-  return redis.call('INCR', KEYS[2])
-end
--- Free: one write takes it (no read first: the uncontended path is the hot one).
+-- Waiting is FIFO, also when a lease runs out (a holder that crashed): a
+-- key found free with a line behind it goes to the head of the line, as a
+-- release would hand it, and the caller (unless it is that head) is busy.
+-- Entries whose wait has ended (a waiter that died in line) are skipped.
+local member = ARGV[1] .. ':' .. ARGV[2]
+
+-- Free: one write takes it (no read first: the uncontended path is the hot
+-- one), and one lookup tells that nobody queues for it.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[4] == '1' then
-    redis.call('LREM', KEYS[3], 1, ARGV[1] .. ':' .. ARGV[2])
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    return redis.call('INCR', KEYS[2])
   end
-  return next_fence()
+  -- Free with a line behind it: the lease of a holder that never released
+  -- ran out. The first live entry gets it.
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local head
+  while true do
+    head = redis.call('LINDEX', KEYS[3], 0)
+    if not head then
+      break
+    end
+    local deadline = redis.call('ZSCORE', KEYS[4], head)
+    if head == member or not deadline or tonumber(deadline) > now then
+      break
+    end
+    -- Its wait is over: the waiter gave up (or died) without leaving.
+    redis.call('LPOP', KEYS[3])
+    redis.call('ZREM', KEYS[4], head)
+  end
+  if head == member or not head then
+    if head then
+      redis.call('LPOP', KEYS[3])
+      redis.call('ZREM', KEYS[4], head)
+      if redis.call('LLEN', KEYS[3]) > 0 then
+        -- Marked: more waiters stand behind us.
+        redis.call('SET', KEYS[1], ARGV[1] .. '+', 'KEEPTTL')
+      end
+    end
+    return redis.call('INCR', KEYS[2])
+  end
+  -- Somebody else is first in line: hand it over, as release.lua does.
+  redis.call('LPOP', KEYS[3])
+  redis.call('ZREM', KEYS[4], head)
+  local sep = string.find(head, ':', 1, true)
+  local token = string.sub(head, 1, sep - 1)
+  local lease = math.min(tonumber(string.sub(head, sep + 1)), tonumber(ARGV[5]))
+  local fence = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[1], token .. '+', 'PX', lease)
+  -- pcall: a notice refused by an ACL must not undo the hand-over.
+  redis.pcall(ARGV[6], ARGV[4], redis.sha1hex(token) .. ':' .. fence)
 end
+
 local owner = redis.call('GET', KEYS[1])
 if owner == ARGV[1] or owner == ARGV[1] .. '+' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -41,7 +77,7 @@ if owner == ARGV[1] or owner == ARGV[1] .. '+' then
   if fence then
     return tonumber(fence)
   end
-  return next_fence()
+  return redis.call('INCR', KEYS[2])
 end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then
@@ -49,9 +85,11 @@ if ttl < 0 then
   ttl = tonumber(ARGV[2])
 end
 if ARGV[3] ~= '0' then
-  local member = ARGV[1] .. ':' .. ARGV[2]
   if not redis.call('LPOS', KEYS[3], member) then
     redis.call('RPUSH', KEYS[3], member)
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), member)
   end
   if string.sub(owner, -1) ~= '+' then
     redis.call('SET', KEYS[1], owner .. '+', 'KEEPTTL')
@@ -60,6 +98,7 @@ if ARGV[3] ~= '0' then
   local keep = tonumber(ARGV[3]) + tonumber(ARGV[2])
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)
+    redis.call('PEXPIRE', KEYS[4], keep)
   end
   return {-ttl, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end

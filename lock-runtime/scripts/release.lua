@@ -1,6 +1,6 @@
 -- Release a lock we hold and hand it to the first waiter in line.
 -- KEYS[1] lock key, KEYS[2] fencing counter of the key's slot, KEYS[3] waiter
--- queue (one hash slot)
+-- queue, KEYS[4] the queue's deadlines (see acquire.lua) (one hash slot)
 -- ARGV[1] owner token, ARGV[2] notice channel, ARGV[3] hand-over lease cap (ms),
 -- ARGV[4] our own queue entry to drop first ('' when we never queued),
 -- ARGV[5] 'PUBLISH', or 'SPUBLISH' on a cluster (chosen by the library),
@@ -14,6 +14,7 @@
 -- this owner, so the queue is not even looked at.
 if ARGV[4] ~= '' then
   redis.call('LREM', KEYS[3], 1, ARGV[4])
+  redis.call('ZREM', KEYS[4], ARGV[4])
 end
 local owner = redis.call('GET', KEYS[1])
 local queued = false
@@ -25,7 +26,21 @@ if owner ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1])
 if queued then
+  -- The first entry whose wait has not ended (a waiter that died in line
+  -- is skipped once its wait is over).
   local entry = redis.call('LPOP', KEYS[3])
+  if entry then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    while entry do
+      local deadline = redis.call('ZSCORE', KEYS[4], entry)
+      redis.call('ZREM', KEYS[4], entry)
+      if not deadline or tonumber(deadline) > now then
+        break
+      end
+      entry = redis.call('LPOP', KEYS[3])
+    end
+  end
   if entry then
     local sep = string.find(entry, ':', 1, true)
     local token = string.sub(entry, 1, sep - 1)

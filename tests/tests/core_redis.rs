@@ -892,25 +892,3 @@ async fn twenty_thousand_names_leave_at_most_one_counter_per_hash_slot() {
     before.release().await.unwrap();
     assert!(client.lock(key).acquire().await.unwrap().fencing_token() > t);
 }
-
-/// A per-key counter left by an earlier version is folded into the slot's
-/// counter at the key's next acquisition: no token is issued twice across
-/// the upgrade, and the old counter goes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_per_key_counter_of_an_earlier_version_is_folded_into_the_slot_counter() {
-    let server = RedisServer::start();
-    let client = client(&server).await;
-    server.cli(&["SET", "lock:F{order:9}", "500"]);
-    let guard = client.lock("order:9").acquire().await.unwrap();
-    assert_eq!(guard.fencing_token(), 501);
-    guard.release().await.unwrap();
-    assert_eq!(last_number(&server.cli(&["EXISTS", "lock:F{order:9}"])), 0);
-    let guard = client.lock("order:9").acquire().await.unwrap();
-    assert_eq!(guard.fencing_token(), 502);
-    guard.release().await.unwrap();
-    // A counter already above the old one keeps counting from where it is.
-    server.cli(&["SET", "lock:F{order:9}", "3"]);
-    let guard = client.lock("order:9").acquire().await.unwrap();
-    assert_eq!(guard.fencing_token(), 503);
-    guard.release().await.unwrap();
-}

@@ -19,10 +19,21 @@ struct Held {
     expires: Instant,
 }
 
+/// A place in a mutex's line.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    token: Token,
+    /// The lease it asked for (a hand-over gives at most `HANDOFF_LEASE`).
+    lease: Duration,
+    /// When its wait ends: past it, the entry is skipped (its waiter gave
+    /// up, or died in line).
+    until: Instant,
+}
+
 #[derive(Debug)]
 struct Queue {
-    /// Waiters in arrival order: token and requested lease.
-    entries: VecDeque<(Token, Duration)>,
+    /// Waiters in arrival order.
+    entries: VecDeque<Entry>,
     expires: Instant,
 }
 
@@ -40,6 +51,83 @@ pub(super) struct State {
 }
 
 impl State {
+    /// The first entry of a mutex's line whose wait has not ended, the
+    /// others before it dropped (as acquire.lua and release.lua do); the
+    /// line goes with its last entry.
+    fn first_in_line(&mut self, queue: &str, now: Instant) -> Option<Entry> {
+        let line = self.queues.get_mut(queue)?;
+        if line.expires <= now {
+            line.entries.clear();
+        }
+        while line.entries.front().is_some_and(|e| e.until <= now) {
+            line.entries.pop_front();
+        }
+        let head = line.entries.front().copied();
+        if head.is_none() {
+            self.queues.remove(queue);
+        }
+        head
+    }
+
+    /// Takes the head of a line off (after [`first_in_line`](Self::first_in_line)).
+    fn pop_line(&mut self, queue: &str) {
+        if let Some(line) = self.queues.get_mut(queue) {
+            line.entries.pop_front();
+            if line.entries.is_empty() {
+                self.queues.remove(queue);
+            }
+        }
+    }
+
+    /// The answer to a mutex acquire once nobody else is first in line for
+    /// a free key: ours if free (or ours already), else busy for the rest of
+    /// the owner's lease, in line (once) when `wait` is not zero.
+    fn busy(
+        &mut self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        wait: Duration,
+        now: Instant,
+    ) -> AcquireOutcome {
+        let Some(held) = self
+            .locks
+            .get_mut(&names.lock)
+            .filter(|held| held.expires > now)
+        else {
+            let fencing = grant(self, names, *token, ttl, now);
+            return AcquireOutcome::Acquired { fencing };
+        };
+        if held.token == *token {
+            held.expires = now + ttl;
+            return AcquireOutcome::Acquired {
+                fencing: held.fencing,
+            };
+        }
+        let remaining = held.expires - now;
+        if !wait.is_zero() {
+            let queue = self.queues.entry(names.queue.clone()).or_insert(Queue {
+                entries: VecDeque::new(),
+                expires: now,
+            });
+            if queue.expires <= now {
+                queue.entries.clear();
+            }
+            if !queue.entries.iter().any(|e| e.token == *token) {
+                queue.entries.push_back(Entry {
+                    token: *token,
+                    lease: ttl,
+                    until: now + wait,
+                });
+            }
+            queue.expires = queue.expires.max(now + wait + ttl);
+        }
+        AcquireOutcome::Busy {
+            remaining,
+            fence: self.fence,
+        }
+    }
+
     /// Counts an acquire; every 4096th drops what ended, so what is kept
     /// does not grow with names whose leases ran out untouched.
     fn tick(&mut self, now: Instant) {
@@ -90,44 +178,39 @@ impl MemoryBackend {
         let now = Instant::now();
         let mut state = self.state();
         state.tick(now);
-        if let Some(held) = state.locks.get_mut(&names.lock)
-            && held.expires > now
-        {
-            if held.token == *token {
-                held.expires = now + ttl;
-                return AcquireOutcome::Acquired {
-                    fencing: held.fencing,
-                };
-            }
-            let remaining = held.expires - now;
-            if !wait.is_zero() {
-                let queue = state.queues.entry(names.queue.clone()).or_insert(Queue {
-                    entries: VecDeque::new(),
-                    expires: now,
-                });
-                if queue.expires <= now {
-                    queue.entries.clear();
+        let mut handed = None;
+        let free = match state.locks.get(&names.lock) {
+            Some(held) => held.expires <= now,
+            None => true,
+        };
+        if free {
+            // Free: ours unless somebody lives in line for it (a holder's
+            // lease ran out): then the head of the line gets it, as a
+            // release would hand it.
+            match state.first_in_line(&names.queue, now) {
+                None => {
+                    let fencing = grant(&mut state, names, *token, ttl, now);
+                    return AcquireOutcome::Acquired { fencing };
                 }
-                if !queue.entries.iter().any(|(t, _)| t == token) {
-                    queue.entries.push_back((*token, ttl));
+                Some(head) if head.token == *token => {
+                    state.pop_line(&names.queue);
+                    let fencing = grant(&mut state, names, *token, ttl, now);
+                    return AcquireOutcome::Acquired { fencing };
                 }
-                queue.expires = queue.expires.max(now + wait + ttl);
-            }
-            return AcquireOutcome::Busy {
-                remaining,
-                fence: state.fence,
-            };
-        }
-        if !wait.is_zero()
-            && let Some(queue) = state.queues.get_mut(&names.queue)
-        {
-            queue.entries.retain(|(t, _)| t != token);
-            if queue.entries.is_empty() {
-                state.queues.remove(&names.queue);
+                Some(head) => {
+                    state.pop_line(&names.queue);
+                    let lease = head.lease.min(HANDOFF_LEASE);
+                    let fencing = grant(&mut state, names, head.token, lease, now);
+                    handed = Some((head.token, fencing));
+                }
             }
         }
-        let fencing = grant(&mut state, names, *token, ttl, now);
-        AcquireOutcome::Acquired { fencing }
+        let outcome = state.busy(names, token, ttl, wait, now);
+        drop(state);
+        if let Some((next, fencing)) = handed {
+            self.waiters.grant(&names.notice, &next.digest(), fencing);
+        }
+        outcome
     }
 
     pub(crate) fn extend(&self, names: &KeyNames, token: &Token, ttl: Duration) -> bool {
@@ -161,7 +244,7 @@ impl MemoryBackend {
         let now = Instant::now();
         let mut state = self.state();
         if dequeue && let Some(queue) = state.queues.get_mut(&names.queue) {
-            queue.entries.retain(|(t, _)| t != token);
+            queue.entries.retain(|entry| entry.token != *token);
         }
         match state.locks.get(&names.lock) {
             Some(held) if held.token == *token && held.expires > now => {}
@@ -173,24 +256,17 @@ impl MemoryBackend {
         }
         state.locks.remove(&names.lock);
         // Nobody queued (the common case): one failed lookup.
-        let next = match state.queues.get_mut(&names.queue) {
-            None => None,
-            Some(queue) => {
-                let next = (queue.expires > now)
-                    .then(|| queue.entries.pop_front())
-                    .flatten();
-                if queue.entries.is_empty() || queue.expires <= now {
-                    // As in Redis, where a list goes with its last entry.
-                    state.queues.remove(&names.queue);
-                }
-                next
-            }
-        };
+        let next = state.first_in_line(&names.queue, now);
+        if next.is_some() {
+            state.pop_line(&names.queue);
+        }
         match next {
-            Some((next, ttl)) => {
-                let fencing = grant(&mut state, names, next, ttl.min(HANDOFF_LEASE), now);
+            Some(next) => {
+                let lease = next.lease.min(HANDOFF_LEASE);
+                let fencing = grant(&mut state, names, next.token, lease, now);
                 drop(state);
-                self.waiters.grant(&names.notice, &next.digest(), fencing);
+                self.waiters
+                    .grant(&names.notice, &next.token.digest(), fencing);
             }
             None => {
                 drop(state);

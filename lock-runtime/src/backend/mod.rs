@@ -75,18 +75,17 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// One attempt; `maybe_queued` when an earlier attempt with a wait may
-    /// have queued `token`.
+    /// One attempt; `wait` (zero: try once) is how long the caller will
+    /// wait from now, the length of its place in line.
     pub(crate) async fn acquire(
         &self,
         names: &KeyNames,
         token: &Token,
         ttl: Duration,
         wait: Duration,
-        maybe_queued: bool,
     ) -> Result<AcquireOutcome, LockError> {
         match self {
-            Backend::Redis(b) => b.acquire(names, token, ttl, wait, maybe_queued).await,
+            Backend::Redis(b) => b.acquire(names, token, ttl, wait).await,
             Backend::Redlock(b) => b.acquire(names, token, ttl).await,
             Backend::Memory(b) => Ok(b.acquire(names, token, ttl, wait)),
         }

@@ -116,11 +116,8 @@ impl RedlockBackend {
             .map(|(i, node)| {
                 let (node, names, token) = (node.clone(), names.clone(), *token);
                 tokio::spawn(async move {
-                    let answer = timeout(
-                        per_node,
-                        node.acquire(&names, &token, ttl, Duration::ZERO, false),
-                    )
-                    .await;
+                    let answer =
+                        timeout(per_node, node.acquire(&names, &token, ttl, Duration::ZERO)).await;
                     (i, answer)
                 })
             })

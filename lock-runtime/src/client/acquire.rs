@@ -62,8 +62,6 @@ pub(super) struct Acquisition {
     /// has ended and the key is someone else's (a waiter paused past the
     /// hand-over lease, found by the model checker), so it is ignored.
     fence_seen: u64,
-    /// Whether an earlier attempt with a wait may have queued our token.
-    maybe_queued: bool,
     /// Connection retries so far, over the whole acquisition, and the pause
     /// before the next (the first retry goes at once).
     retries: u32,
@@ -183,7 +181,6 @@ impl Acquisition {
             waiter: None,
             last_busy: started,
             fence_seen: 0,
-            maybe_queued: false,
             retries: 0,
             backoff: RETRY_BACKOFF,
             metrics,
@@ -234,17 +231,9 @@ impl Acquisition {
                     .saturating_duration_since(sent)
                     .max(Duration::from_millis(1))
             };
-            // Only an attempt after the first can find itself already queued.
-            let queued_before = std::mem::replace(&mut self.maybe_queued, !wait.is_zero());
             let answer = inner
                 .backend
-                .acquire(
-                    names,
-                    &self.attempt.token,
-                    self.attempt.ttl,
-                    wait,
-                    queued_before,
-                )
+                .acquire(names, &self.attempt.token, self.attempt.ttl, wait)
                 .await;
             match answer {
                 Ok(AcquireOutcome::Acquired { fencing }) => {

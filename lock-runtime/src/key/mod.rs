@@ -201,6 +201,8 @@ pub(crate) enum Kind {
     Lock,
     Fence,
     Queue,
+    /// A mutex queue's deadlines: each entry scored by the end of its wait.
+    QueueDeadlines,
     Notice,
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     Idempotency,
@@ -229,6 +231,7 @@ impl Kind {
             Kind::Lock => 'L',
             Kind::Fence => 'F',
             Kind::Queue => 'Q',
+            Kind::QueueDeadlines => 'D',
             Kind::Notice => 'N',
             Kind::Idempotency => 'I',
             Kind::IdempotencyNotice => 'J',
@@ -396,6 +399,15 @@ impl KeyNames {
     /// Built when a script needs it: the embedded backend never does.
     pub(crate) fn fence(&self) -> String {
         slot_counter(&self.lock[..self.kind_at], self.slot)
+    }
+
+    /// The deadlines of the mutex queue's entries (a sorted set beside
+    /// the queue, in its slot). Built when a script needs it.
+    pub(crate) fn deadlines(&self) -> String {
+        let mut name = self.lock.clone();
+        let letter = Kind::QueueDeadlines.letter();
+        name.replace_range(self.kind_at..=self.kind_at, letter.encode_utf8(&mut [0; 4]));
+        name
     }
 
     /// The key's own counter in versions before slot counters: folded into

@@ -46,7 +46,7 @@ fn keys() -> impl Strategy<Value = String> {
     .prop_filter("a valid key", |k| validate_key(k).is_ok())
 }
 
-/// Asserts that the lock, legacy counter, queue and notice names of `key`
+/// Asserts that the lock, legacy counter, queue, deadlines and notice names of `key`
 /// under the prefix `lock:` are the prefix, the kind's letter and `tail`.
 fn assert_names(key: &str, tail: &str) -> KeyNames {
     let n = KeyNames::new("lock:", key);
@@ -54,6 +54,7 @@ fn assert_names(key: &str, tail: &str) -> KeyNames {
         (&n.lock, 'L'),
         (&n.legacy_fence(), 'F'),
         (&n.queue, 'Q'),
+        (&n.deadlines(), 'D'),
         (&n.notice, 'N'),
     ] {
         assert_eq!(*name, format!("lock:{kind}{tail}"), "{key}");
@@ -239,6 +240,7 @@ fn every_name_of_a_key_shares_its_slot_counter() {
         let n = KeyNames::new("lock:", key);
         assert_eq!(slot(&n.fence()), n.slot, "{key}");
         assert_eq!(slot(&n.legacy_fence()), n.slot, "{key}");
+        assert_eq!(slot(&n.deadlines()), n.slot, "{key}");
         assert!(n.fence().starts_with("lock:S{"), "{}", n.fence());
     }
 }

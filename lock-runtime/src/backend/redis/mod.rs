@@ -95,31 +95,32 @@ impl RedisBackend {
         self.replica_acks.is_some()
     }
 
-    /// One attempt; `maybe_queued` when an earlier attempt may have queued
-    /// `token` (the entry then goes if this one takes the lock).
+    /// One attempt (acquire.lua): `wait` zero tries once, else the caller
+    /// queues (once) for that long.
     pub(crate) async fn acquire(
         &self,
         names: &KeyNames,
         token: &Token,
         ttl: Duration,
         wait: Duration,
-        maybe_queued: bool,
     ) -> Result<AcquireOutcome, LockError> {
         if names.shape != Shape::Mutex {
             return self.acquire_shared(names, token, ttl, wait).await;
         }
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
         // > 0: ours, with this fencing token; <= 0: busy for -answer ms.
-        // Four names of about the lock's length, a token, three numbers.
-        let mut cmd = evalsha(&ACQUIRE, 4, 8, 4 * names.lock.len() + 64);
+        // Five names of about the lock's length, a token, four numbers.
+        let mut cmd = evalsha(&ACQUIRE, 4, 10, 5 * names.lock.len() + 80);
         cmd.arg(&names.lock)
             .arg(names.fence())
             .arg(&names.queue)
-            .arg(names.legacy_fence())
+            .arg(names.deadlines())
             .arg(token.as_str())
             .arg(millis(ttl))
             .arg(wait_ms)
-            .arg(if maybe_queued { "1" } else { "0" });
+            .arg(&names.notice)
+            .arg(millis(HANDOFF_LEASE))
+            .arg(self.publish);
         let mut conn = self.conn(names);
         let answer: redis::Value = run_script(&mut conn, &ACQUIRE, &cmd)
             .await
@@ -222,10 +223,11 @@ impl RedisBackend {
             String::new()
         };
         // Four names of about the lock's length, a token, a queue entry, flags.
-        let mut cmd = evalsha(&RELEASE, 3, 9, 4 * names.lock.len() + 96);
+        let mut cmd = evalsha(&RELEASE, 4, 10, 5 * names.lock.len() + 96);
         cmd.arg(&names.lock)
             .arg(names.fence())
             .arg(&names.queue)
+            .arg(names.deadlines())
             .arg(token.as_str())
             .arg(&names.notice)
             .arg(millis(HANDOFF_LEASE))
