@@ -90,6 +90,7 @@ every_queueing_backend! {
     a_try_once_newcomer_never_takes_a_key_others_queue_for,
     a_waiter_that_died_in_line_stalls_it_for_at_most_its_own_wait,
     a_release_hands_the_key_past_a_waiter_whose_wait_is_over,
+    lock_all_never_takes_a_key_others_queue_for,
 }
 
 /// A holder that crashed: its fixed lease is never released, only runs out.
@@ -207,6 +208,64 @@ async fn a_try_once_newcomer_never_takes_a_key_others_queue_for(store: Store) {
         .await
         .unwrap();
     assert_eq!(second.0, 1);
+}
+
+/// `lock_all` tries its keys once, in one step: it must not take a key
+/// whose crashed holder's lease ran out while a waiter queues for it.
+async fn lock_all_never_takes_a_key_others_queue_for(store: Store) {
+    let key = key("fifo-all");
+    let other = format!("{key}-b");
+    let holder = store.independent().await;
+    let guard = holder
+        .lock(&key)
+        .ttl(ms(300))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let ends = Instant::now() + ms(300);
+    crash(guard);
+    let waiter = {
+        let client = store.independent().await;
+        let key = key.clone();
+        tokio::spawn(async move {
+            let guard = client
+                .lock(&key)
+                .ttl(ms(800))
+                .renew(false)
+                .wait(secs(10))
+                .acquire()
+                .await
+                .unwrap();
+            (Instant::now(), guard, client)
+        })
+    };
+    let all = store.independent().await;
+    tokio::time::sleep_until((ends - ms(20)).into()).await;
+    let mut tries = 0;
+    while !waiter.is_finished() {
+        match all
+            .lock_all([key.as_str(), other.as_str()])
+            .ttl(ms(800))
+            .acquire()
+            .await
+        {
+            Err(LockError::Busy { .. }) => tries += 1,
+            Ok(_) => panic!(
+                "lock_all took a key a waiter queued for ({} after the lease ended)",
+                humantime(ends.elapsed())
+            ),
+            Err(e) => panic!("lock_all: {e:?}"),
+        }
+        assert!(ends.elapsed() < secs(5), "the waiter never held");
+        tokio::time::sleep(ms(2)).await;
+    }
+    let (held, _guard, _client) = waiter.await.unwrap();
+    println!(
+        "the waiter held {} after the lease ended; {tries} lock_all tries were busy",
+        humantime(held.saturating_duration_since(ends))
+    );
+    assert!(held < ends + ms(500), "the waiter held late");
 }
 
 /// A waiter that died in line (its process gone, its queue entry left

@@ -541,8 +541,8 @@ async fn a_waiter_on_a_key_with_odd_braces_is_woken_by_the_release() {
         let waiter = spawn_timed_waiter(&b, key, secs(8));
         tokio::time::sleep(ms(200)).await;
         assert!(!waiter.is_finished(), "the waiter got `{key}` while held");
-        let what = format!("waiter queue of `{key}`");
-        let queue = new_ones_share_one_slot(&cluster, &held, all_names(&cluster), 1, &what);
+        let what = format!("waiter queue of `{key}` and its deadlines");
+        let queue = new_ones_share_one_slot(&cluster, &held, all_names(&cluster), 2, &what);
         assert_eq!(queue, slot, "{what}");
         let what = format!("release-notice channel of `{key}`");
         let now = all_shard_channels(&cluster);

@@ -127,10 +127,10 @@ impl Raw {
 
 impl Raw {
     /// The names the library gives the key `name`: the lock, the slot's
-    /// fencing counter, the queue, the earlier versions' counter, the notice
+    /// fencing counter, the queue, the queue's deadlines, the notice
     /// channel.
     pub(crate) fn library_names(&self, name: &str) -> [String; 5] {
-        ["L", "S", "Q", "F", "N"].map(|kind| format!("{}{kind}{{{name}}}", self.prefix))
+        ["L", "S", "Q", "D", "N"].map(|kind| format!("{}{kind}{{{name}}}", self.prefix))
     }
 
     /// One uncontended pair of the library's own scripts, as the library
@@ -149,7 +149,9 @@ impl Raw {
             .arg(value)
             .arg(30_000)
             .arg(0)
-            .arg("0")
+            .arg(&names[4])
+            .arg(1_000)
+            .arg("PUBLISH")
             .query_async(&mut self.conn)
             .await
             .map_err(|e| format!("library acquire script: {e}"))?;
@@ -158,8 +160,8 @@ impl Raw {
         }
         let released: redis::Value = redis::cmd("EVALSHA")
             .arg(&self.lib_release_sha)
-            .arg(3)
-            .arg(&names[..3])
+            .arg(4)
+            .arg(&names[..4])
             .arg(value)
             .arg(&names[4])
             .arg(1_000)

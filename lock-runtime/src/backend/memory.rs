@@ -339,7 +339,8 @@ impl MemoryBackend {
     /// Takes every lock of `names` for `token`, all or none, trying once
     /// (`lock_all`): `Ok(fencing)`, one token for all of them (one counter
     /// serves every key here), or `Err((i, remaining))` when lock `i` is
-    /// held by another owner for `remaining` (then nothing was taken).
+    /// held by another owner for `remaining` (then nothing was taken), or
+    /// was free with waiters in line (then it went to the first of them).
     pub(crate) fn acquire_all(
         &self,
         names: &[&KeyNames],
@@ -349,11 +350,23 @@ impl MemoryBackend {
         let now = Instant::now();
         let mut state = self.state();
         for (i, n) in names.iter().enumerate() {
-            if let Some(held) = state.locks.get(&n.lock)
-                && held.expires > now
-                && held.token != *token
-            {
-                return Err((i, held.expires - now));
+            match state.locks.get(&n.lock) {
+                Some(held) if held.expires > now && held.token != *token => {
+                    return Err((i, held.expires - now));
+                }
+                Some(held) if held.expires > now => {}
+                // Free: not while somebody lives in line for it (as
+                // acquire_all.lua: the head gets it).
+                _ => {
+                    if let Some(head) = state.first_in_line(&n.queue, now) {
+                        state.pop_line(&n.queue);
+                        let lease = head.lease.min(HANDOFF_LEASE);
+                        let fencing = grant(&mut state, n, head.token, lease, now);
+                        drop(state);
+                        self.waiters.grant(&n.notice, &head.token.digest(), fencing);
+                        return Err((i, lease));
+                    }
+                }
             }
         }
         state.fence += 1;

@@ -199,7 +199,6 @@ fn slot_counter(prefix: &str, slot: u16) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     Lock,
-    Fence,
     Queue,
     /// A mutex queue's deadlines: each entry scored by the end of its wait.
     QueueDeadlines,
@@ -229,7 +228,6 @@ impl Kind {
     fn letter(self) -> char {
         match self {
             Kind::Lock => 'L',
-            Kind::Fence => 'F',
             Kind::Queue => 'Q',
             Kind::QueueDeadlines => 'D',
             Kind::Notice => 'N',
@@ -406,15 +404,6 @@ impl KeyNames {
     pub(crate) fn deadlines(&self) -> String {
         let mut name = self.lock.clone();
         let letter = Kind::QueueDeadlines.letter();
-        name.replace_range(self.kind_at..=self.kind_at, letter.encode_utf8(&mut [0; 4]));
-        name
-    }
-
-    /// The key's own counter in versions before slot counters: folded into
-    /// the slot counter by the acquire script, then deleted.
-    pub(crate) fn legacy_fence(&self) -> String {
-        let mut name = self.lock.clone();
-        let letter = Kind::Fence.letter();
         name.replace_range(self.kind_at..=self.kind_at, letter.encode_utf8(&mut [0; 4]));
         name
     }

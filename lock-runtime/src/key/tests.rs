@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 const KINDS: [Kind; 6] = [
     Kind::Lock,
-    Kind::Fence,
+    Kind::QueueDeadlines,
     Kind::Queue,
     Kind::Notice,
     Kind::Idempotency,
@@ -46,13 +46,12 @@ fn keys() -> impl Strategy<Value = String> {
     .prop_filter("a valid key", |k| validate_key(k).is_ok())
 }
 
-/// Asserts that the lock, legacy counter, queue, deadlines and notice names of `key`
+/// Asserts that the lock, queue, deadlines and notice names of `key`
 /// under the prefix `lock:` are the prefix, the kind's letter and `tail`.
 fn assert_names(key: &str, tail: &str) -> KeyNames {
     let n = KeyNames::new("lock:", key);
     for (name, kind) in [
         (&n.lock, 'L'),
-        (&n.legacy_fence(), 'F'),
         (&n.queue, 'Q'),
         (&n.deadlines(), 'D'),
         (&n.notice, 'N'),
@@ -71,7 +70,7 @@ fn untagged_keys_are_wrapped_in_a_hash_tag() {
 fn tagged_keys_keep_their_own_tag() {
     let n = KeyNames::new("lock:", "{tenant:7}:order:1");
     assert_eq!(n.lock, "lock:L:{tenant:7}:order:1");
-    assert_eq!(n.legacy_fence(), "lock:F:{tenant:7}:order:1");
+    assert_eq!(n.deadlines(), "lock:D:{tenant:7}:order:1");
     assert_eq!(n.slot, slot("tenant:7"));
 }
 
@@ -83,7 +82,10 @@ fn untagged_keys_with_braces_elsewhere_keep_the_names_they_had() {
     assert_eq!(name("lock:", Kind::Lock, "{}x"), "lock:L{{}x}");
     assert_eq!(name("lock:", Kind::Lock, "x{}y"), "lock:L{x{}y}");
     assert_eq!(name("lock:", Kind::Lock, "{"), "lock:L{{}");
-    assert_eq!(name("lock:", Kind::Fence, "a}b{c}"), "lock:F:a}b{c}");
+    assert_eq!(
+        name("lock:", Kind::QueueDeadlines, "a}b{c}"),
+        "lock:D:a}b{c}"
+    );
 }
 
 #[test]
@@ -100,7 +102,7 @@ fn a_key_cannot_name_another_keys_counter_or_lock() {
     // Without the body marker these would collide.
     assert_ne!(name("p:", Kind::Lock, "a"), name("p:", Kind::Lock, "{a}"));
     assert_ne!(
-        name("p:", Kind::Fence, "{t}:a"),
+        name("p:", Kind::QueueDeadlines, "{t}:a"),
         name("p:", Kind::Lock, "{t}:a:fence")
     );
     // The escaped form of `}x` is not the wrapped form of its escape.
@@ -239,7 +241,6 @@ fn every_name_of_a_key_shares_its_slot_counter() {
     for key in ["order:42", "{tenant:7}:order:1", "}x", "a}b{c}"] {
         let n = KeyNames::new("lock:", key);
         assert_eq!(slot(&n.fence()), n.slot, "{key}");
-        assert_eq!(slot(&n.legacy_fence()), n.slot, "{key}");
         assert_eq!(slot(&n.deadlines()), n.slot, "{key}");
         assert!(n.fence().starts_with("lock:S{"), "{}", n.fence());
     }

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::RedisBackend;
 use crate::LockError;
-use crate::backend::AllOutcome;
 use crate::backend::scripts::{ACQUIRE_ALL, evalsha, millis, run_script};
+use crate::backend::{AllOutcome, HANDOFF_LEASE};
 use crate::error::BackendError;
 use crate::key::KeyNames;
 use crate::token::Token;
@@ -25,16 +25,26 @@ impl RedisBackend {
         let Some(first) = names.first() else {
             return Ok(AllOutcome::Acquired(Vec::new()));
         };
+        // Per lock four names and a channel, of about the lock's length.
         let mut cmd = evalsha(
             &ACQUIRE_ALL,
-            3 * names.len(),
-            3 * names.len() + 2,
-            names.len() * 3 * first.lock.len() + 48,
+            4 * names.len(),
+            5 * names.len() + 4,
+            names.len() * 5 * first.lock.len() + 64,
         );
         for n in names {
-            cmd.arg(&n.lock).arg(n.fence()).arg(n.legacy_fence());
+            cmd.arg(&n.lock)
+                .arg(n.fence())
+                .arg(&n.queue)
+                .arg(n.deadlines());
         }
-        cmd.arg(token.as_str()).arg(millis(ttl));
+        cmd.arg(token.as_str())
+            .arg(millis(ttl))
+            .arg(millis(HANDOFF_LEASE))
+            .arg(self.publish);
+        for n in names {
+            cmd.arg(&n.notice);
+        }
         let mut conn = self.conn(first);
         let answer: Vec<i64> = run_script(&mut conn, &ACQUIRE_ALL, &cmd)
             .await
