@@ -76,7 +76,7 @@ fn a_locks_life_is_counted_under_its_name_never_its_key() {
                 .acquire()
                 .await
                 .unwrap();
-            tokio::time::sleep(Duration::from_millis(120)).await; // one renewal
+            tokio::time::sleep(Duration::from_millis(180)).await; // a renewal (due at 100 ms), with room for a loaded machine
             guard.release().await.unwrap();
         }
         // Busy.
