@@ -145,9 +145,17 @@ macro_rules! config_debug {
     };
 }
 
+mod completion;
 pub mod idempotency;
 pub mod lock;
 mod problem;
+
+/// Counts the handlers the layers run to completion, so a graceful shutdown
+/// can wait for them: give one to [`LockLayer::task_tracker`] and
+/// [`IdempotencyLayer::task_tracker`], then `close()` and `wait()` it after
+/// the server stopped accepting requests (tokio-util's type, re-exported so
+/// its version matches this crate's).
+pub use tokio_util::task::TaskTracker;
 
 #[doc(inline)]
 pub use idempotency::IdempotencyLayer;

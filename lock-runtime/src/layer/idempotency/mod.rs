@@ -132,6 +132,7 @@ mod future;
 mod key;
 mod layer;
 mod running;
+mod scope;
 mod service;
 mod stored;
 

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::key::RecordNames;
 use crate::backend::records::StoredResponse;
+use crate::layer::completion::Completion;
 use crate::token::Token;
 use crate::watchdog::RecordLease;
 use crate::{LockClient, LockError};
@@ -84,9 +85,10 @@ impl Running {
         fingerprint: String,
         retention: Duration,
         lease: Duration,
+        spawner: &Completion,
     ) {
         self.settled = true;
-        let finishing = tokio::spawn(finish(
+        let finishing = spawner.spawn(finish(
             self.client.clone(),
             self.names.clone(),
             self.token,
