@@ -14,7 +14,8 @@ use layers_common::{Backends, Charges, charge, is_replay};
 use lock_runtime::LockClient;
 use lock_runtime::layer::{IdempotencyLayer, LockLayer};
 use serde_json::{Value, json};
-use test_support::helpers::{eventually, memory_client, ms, secs};
+use test_support::RedisServer;
+use test_support::helpers::{eventually, memory_client, ms, redis_client, secs};
 use test_support::http::{raw_request, serve};
 
 /// How long the charge takes, and how long the client waits for it.
@@ -278,4 +279,38 @@ async fn without_run_to_completion_a_client_that_gives_up_cuts_its_handler_off()
         (2, 1),
         "the first was cut off"
     );
+}
+
+/// The likeliest cause of the non-2xx replays seen under `wrk`: a request cut
+/// off while its claim was on the wire. The claim ran on Redis, nobody was
+/// left to run the handler or release the record, and the key answered `409`
+/// for a whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_dropped_while_claiming_does_not_leave_its_key_in_flight() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let charges = Charges::taking(Duration::ZERO);
+    let layer = IdempotencyLayer::new(client).ttl(secs(30));
+    let base = charges_app(layer, &charges).await;
+    let url = format!("{base}/charges");
+    // Once, so that the claim is one EVALSHA (the script is loaded).
+    let r = post_with_key(&url, "\"warm-up\"", secs(5)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    // Redis holds the claim until the client has gone away.
+    server.pause().unwrap();
+    let conn = raw_request(
+        &base,
+        "POST /charges HTTP/1.1\r\nhost: x\r\nidempotency-key: \"cut\"\r\ncontent-length: 0\r\n\r\n",
+    );
+    tokio::time::sleep(ms(150)).await;
+    drop(conn);
+    tokio::time::sleep(ms(100)).await;
+    server.resume().unwrap();
+    let r = post_with_key(&url, "\"cut\"", secs(5)).await.unwrap();
+    assert_eq!(
+        (r.status(), is_replay(r.headers())),
+        (StatusCode::CREATED, false),
+        "the retry runs (the first never did), not 409 for the 30 s lease"
+    );
+    assert_eq!(charges.started(), 2);
 }

@@ -134,6 +134,50 @@ impl Running {
     }
 }
 
+/// A claim on its way: if the request future is dropped before its answer is
+/// read (the client went away), the claim may have run on the server with
+/// nobody left to run the handler or release it, which would keep the key
+/// `409` for a whole lease. Dropped armed, it releases the record for its
+/// token in the background (a no-op where the claim did not take it).
+pub(super) struct Claiming {
+    client: LockClient,
+    names: RecordNames,
+    token: Token,
+    armed: bool,
+}
+
+impl Claiming {
+    pub(super) fn new(client: &LockClient, names: &RecordNames, token: Token) -> Self {
+        Self {
+            client: client.clone(),
+            names: names.clone(),
+            token,
+            armed: true,
+        }
+    }
+
+    /// The answer was read: whoever holds the record now settles it.
+    pub(super) fn answered(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Claiming {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!(
+                "idempotency: request dropped while claiming; releasing what it may have claimed"
+            );
+            Running::settle_in_background(
+                self.client.clone(),
+                self.names.clone(),
+                self.token,
+                false,
+            );
+        }
+    }
+}
+
 /// Releases `record`, once more if no answer came back (a second release of
 /// a record already released finds nothing, harmlessly), so a lost reply
 /// does not keep the key blocked for a lease.

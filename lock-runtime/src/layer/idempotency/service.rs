@@ -26,7 +26,7 @@ use crate::token::Token;
 use crate::{LockClient, LockError, MAX_TTL, MIN_TTL};
 
 use super::body::{Buffered, buffer, read_body};
-use super::running::{MAX_POLL, Running};
+use super::running::{Claiming, MAX_POLL, Running};
 use crate::backend::WaitHandle;
 
 wrapped_service! {
@@ -164,7 +164,10 @@ where
     loop {
         // The record's lease starts no earlier than this.
         claim_sent = Instant::now();
-        match claim(client, &names, &token, &fingerprint, lease).await {
+        let claiming = Claiming::new(client, &names, token);
+        let answer = claim(client, &names, &token, &fingerprint, lease).await;
+        claiming.answered();
+        match answer {
             Ok(Claim::Claimed) => {
                 crate::metrics::idempotency(route, "claimed");
                 break;
