@@ -90,6 +90,7 @@ pub(crate) async fn scope<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
 /// `fut`, carrying the current task's locks with it: a future spawned as a
 /// task of its own (a handler run to completion by a tower layer) sees the
 /// same `current_lock()` and re-enters the same locks as its spawner.
+#[cfg(feature = "axum")]
 pub(crate) fn carried<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     let stack = HELD.try_with(Stack::clone).unwrap_or_default();
     HELD.scope(stack, fut)
