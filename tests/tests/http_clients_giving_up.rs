@@ -164,7 +164,9 @@ async fn giving_up(what: &str, client: LockClient, run_for: Duration) {
         .collect();
     assert!(
         twice.is_empty(),
-        "{what}: handlers started twice: {twice:?}"
+        "{what}: the handlers of {} of {} keys started more than once: {twice:?}",
+        twice.len(),
+        seen.len()
     );
     let cut: Vec<_> = runs
         .iter()
