@@ -177,6 +177,11 @@ impl IdempotencyLayer {
     /// With `false`, the handler is dropped with the connection and the record
     /// released, so the retry runs the handler again from the start (axum's
     /// default): only for handlers that are safe to cut off anywhere.
+    ///
+    /// Requests the layer does not protect run as axum runs them, whatever
+    /// this says: those served unprotected with [`fail_open`](Self::fail_open)
+    /// while the backend is down, and requests with a safe method or without
+    /// a key where none is required.
     pub fn run_to_completion(mut self, run_to_completion: bool) -> Self {
         self.config().completion.enabled = run_to_completion;
         self

@@ -330,6 +330,10 @@ impl LockLayer {
     /// With `false`, the handler is dropped with the connection and the lock
     /// released at once (axum's default): for handlers that are safe to cut
     /// off anywhere.
+    ///
+    /// Requests the layer does not lock run as axum runs them, whatever
+    /// this says: those served unlocked with [`fail_open`](Self::fail_open)
+    /// while the backend is down.
     pub fn run_to_completion(mut self, run_to_completion: bool) -> Self {
         self.config().completion.enabled = run_to_completion;
         self

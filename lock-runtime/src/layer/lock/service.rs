@@ -156,7 +156,8 @@ where
         Ok(answer) => answer,
         Err(Aborted) => {
             // The guard was dropped with the task: released in the background.
-            tracing::error!(%key, "lock layer: the handler panicked; lock released");
+            // Logged by `Completion::run` (a panic, or the runtime shutting down).
+            tracing::debug!(%key, "lock layer: the handler did not end; lock released");
             let mut response = problem(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the request failed; it may be retried",
