@@ -1,12 +1,13 @@
 //! The `order-service` binary, run as its users run it: startup failures,
-//! and two instances on two ports behind one Redis.
+//! two instances on two ports behind one Redis, and a graceful shutdown
+//! mid-payment.
 
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use test_support::{RedisServer, free_port};
+use test_support::{RedisServer, free_port, signal};
 
 const BIN: &str = env!("CARGO_BIN_EXE_order-service");
 
@@ -268,4 +269,47 @@ async fn without_redis_one_instance_pays_aliases_of_one_order_once() {
 /// `GET url`, its body as JSON.
 async fn get_json(http: &reqwest::Client, url: String) -> Value {
     http.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+/// A rolling deploy sends SIGTERM while a payment runs whose client gave up:
+/// its handler runs on, detached from the connection (the server no longer
+/// sees it), and the process waits for it before it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_payment_waits_for_the_payment_whose_client_gave_up() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let shared = [("REDIS_URL", url.as_str()), ("NAMESPACE", "deploy")];
+    let mut a = Instance::start(&shared);
+    let http = reqwest::Client::new();
+    let r = create(&http, &a, "order-1", "book").await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    // The client gives up long before the 3 s payment ends.
+    let gave_up = http
+        .post(a.url("/orders/1/pay"))
+        .timeout(Duration::from_millis(200))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "{gave_up:?}");
+    let asked = Instant::now();
+    signal(a.child.id(), "TERM").unwrap();
+    let status = tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = a.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "order-service did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let stopped_after = asked.elapsed();
+    println!("stopped {stopped_after:?} after SIGTERM");
+    assert!(status.success(), "{status}");
+    let b = Instance::start(&shared);
+    let order = get_json(&http, b.url("/orders/1")).await;
+    assert_eq!(order["status"], "paid", "after the shutdown: {order}");
+    assert!(
+        stopped_after > Duration::from_millis(2000),
+        "stopped {stopped_after:?} after SIGTERM: before the payment ended"
+    );
 }

@@ -87,6 +87,15 @@ pub(crate) async fn scope<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
     HELD.scope(stack, fut).await
 }
 
+/// `fut`, carrying the current task's locks with it: a future spawned as a
+/// task of its own (a handler run to completion by a tower layer) sees the
+/// same `current_lock()` and re-enters the same locks as its spawner.
+#[cfg(feature = "axum")]
+pub(crate) fn carried<F: Future>(fut: F) -> impl Future<Output = F::Output> {
+    let stack = HELD.try_with(Stack::clone).unwrap_or_default();
+    HELD.scope(stack, fut)
+}
+
 /// Runs `fut` with every lock of `held` pushed on the current task's stack,
 /// in order (the last is the innermost): nested scopes, one per lock, in one.
 pub(crate) async fn scope_all<F: Future>(held: Vec<Arc<Held>>, fut: F) -> F::Output {

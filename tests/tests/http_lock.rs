@@ -70,6 +70,7 @@ fn slow_pay_app(
     client: &LockClient,
     ttl: Duration,
     work: Duration,
+    run_to_completion: bool,
 ) -> (Router, Arc<Notify>, Arc<AtomicUsize>) {
     let started = Arc::new(Notify::new());
     let finished = Arc::new(AtomicUsize::new(0));
@@ -84,7 +85,12 @@ fn slow_pay_app(
                     finished.fetch_add(1, Ordering::SeqCst);
                 }),
             )
-            .route_layer(LockLayer::new(client.clone()).key("order:<id>").ttl(ttl))
+            .route_layer(
+                LockLayer::new(client.clone())
+                    .key("order:<id>")
+                    .ttl(ttl)
+                    .run_to_completion(run_to_completion),
+            )
     };
     (app, started, finished)
 }
@@ -217,11 +223,12 @@ async fn pays_on_different_orders_run_in_parallel() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_disconnect_mid_handler_releases_the_lock() {
+async fn without_run_to_completion_a_client_disconnect_mid_handler_cancels_it_and_releases_the_lock()
+ {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
     // A long lease: getting the lock back soon proves a release, not an expiry.
-    let (app, started, finished) = slow_pay_app(&client, secs(30), secs(30));
+    let (app, started, finished) = slow_pay_app(&client, secs(30), secs(30), false);
     let base = serve(app).await;
 
     // A raw connection, so that dropping it is exactly a client going away.
@@ -464,7 +471,7 @@ async fn the_handler_sees_its_lock_and_a_nested_lock_of_the_same_key_re_enters()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_lost_mid_handler_cancels_it_with_503() {
     let client = memory_client().await;
-    let (app, started, finished) = slow_pay_app(&client, ms(300), secs(5));
+    let (app, started, finished) = slow_pay_app(&client, ms(300), secs(5), true);
     let base = serve(app).await;
     let request = tokio::spawn(async move {
         reqwest::Client::new()

@@ -34,6 +34,7 @@ const TOOLS: &[(&str, &str)] = &[
     ("redis-sentinel", "redis-sentinel"),
     ("redis-cli", "redis-tools"),
     ("openssl", "openssl"),
+    ("wrk", "wrk"),
 ];
 
 fn main() -> ExitCode {

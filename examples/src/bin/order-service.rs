@@ -26,6 +26,11 @@
 //! * `PORT` (default 3000), on 127.0.0.1. `PAYMENT_DELAY_MS` (default 1000):
 //!   how long the fake payment provider takes.
 //!
+//! SIGTERM or ctrl-c stops it gracefully: no new requests, then it waits (up
+//! to 30 s) for the handlers still running, a payment whose client went away
+//! included (the layers run handlers to completion), so a rolling deploy does
+//! not cut a payment half-way.
+//!
 //! A startup failure (bad URL, unreachable server, refused password) prints
 //! one line with the error and its causes and exits with status 1:
 //!
@@ -148,7 +153,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lock_runtime::layer::{IdempotencyLayer, LockLayer};
+use lock_runtime::layer::{IdempotencyLayer, LockLayer, TaskTracker};
 use lock_runtime::{LockClient, LockError, LockInfo};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::Deserialize;
@@ -310,14 +315,29 @@ async fn metrics(State(prometheus): State<PrometheusHandle>) -> String {
     prometheus.render()
 }
 
-fn app(client: &LockClient, state: AppState, prometheus: PrometheusHandle) -> Router {
+/// How long a shutdown waits for handlers still running (a payment whose
+/// client went away, or still reading its response) before the process exits.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// The app; `handlers` counts the handlers the layers run to completion.
+fn app(
+    client: &LockClient,
+    state: AppState,
+    prometheus: PrometheusHandle,
+    handlers: &TaskTracker,
+) -> Router {
     let scrape = Router::new()
         .route("/metrics", get(metrics))
         .with_state(prometheus);
     Router::new()
         .route(
             "/orders",
-            post(create_order).route_layer(IdempotencyLayer::new(client.clone())),
+            post(create_order).route_layer(
+                // Records belong to the caller's credentials (Authorization,
+                // cookies); handlers run to completion (the default), counted
+                // for the graceful shutdown.
+                IdempotencyLayer::new(client.clone()).task_tracker(handlers.clone()),
+            ),
         )
         .route(
             "/orders/{id}/pay",
@@ -326,7 +346,10 @@ fn app(client: &LockClient, state: AppState, prometheus: PrometheusHandle) -> Ro
                     // The id the handler parses, not the path text:
                     // `/orders/015/pay` and `/orders/+15/pay` lock `order:15`.
                     .key_from(|Path(id): Path<u64>| format!("order:{id}"))
-                    .ttl(Duration::from_secs(10)),
+                    .ttl(Duration::from_secs(10))
+                    // A payment whose client gave up still finishes (then the
+                    // lock is released); a shutdown waits for it.
+                    .task_tracker(handlers.clone()),
             ),
         )
         .route("/orders/{id}", get(get_order))
@@ -405,10 +428,56 @@ async fn run() -> Result<(), Startup> {
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| Startup::because("cannot install the metrics recorder", e))?;
-    axum::serve(listener, app(&client, state, prometheus))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+    let handlers = TaskTracker::new();
+    axum::serve(listener, app(&client, state, prometheus, &handlers))
+        .with_graceful_shutdown(shutdown_requested())
         .await
-        .map_err(|e| Startup::because("the server failed", e))
+        .map_err(|e| Startup::because("the server failed", e))?;
+    // No new requests, and every connection is closed; handlers whose client
+    // went away may still run (a payment half-way): let them finish, bounded.
+    handlers.close();
+    if !handlers.is_empty() {
+        tracing::info!(
+            running = handlers.len(),
+            "shutting down: waiting for handlers still running"
+        );
+    }
+    if tokio::time::timeout(SHUTDOWN_GRACE, handlers.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            running = handlers.len(),
+            "shutting down with handlers still running after {SHUTDOWN_GRACE:?}; their locks \
+             and records expire with their leases"
+        );
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on ctrl-c (SIGINT) or SIGTERM (what a rolling deploy sends).
+async fn shutdown_requested() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; ctrl-c only");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutting down: no new requests");
 }

@@ -16,6 +16,13 @@
 //!   handler again; a duplicate while the first still runs gets `409`, the same
 //!   key with another payload `422`.
 //!
+//! Both run the wrapped handler to its end even when the client goes away
+//! mid-request (axum drops the request's future with its connection, and the
+//! client that timed out is the very one that retries): the response is
+//! stored and the lock released when the handler ends. `run_to_completion(false)`
+//! keeps axum's default; a [`TaskTracker`] given to the layers lets a
+//! graceful shutdown wait for the handlers still running.
+//!
 //! Both work with `Router::route_layer` (where path parameters and the matched
 //! route are known) and keep the inner service's error type: lock and
 //! idempotency outcomes are responses, with an `application/problem+json` body
@@ -145,9 +152,17 @@ macro_rules! config_debug {
     };
 }
 
+mod completion;
 pub mod idempotency;
 pub mod lock;
 mod problem;
+
+/// Counts the handlers the layers run to completion, so a graceful shutdown
+/// can wait for them: give one to [`LockLayer::task_tracker`] and
+/// [`IdempotencyLayer::task_tracker`], then `close()` and `wait()` it after
+/// the server stopped accepting requests (tokio-util's type, re-exported so
+/// its version matches this crate's).
+pub use tokio_util::task::TaskTracker;
 
 #[doc(inline)]
 pub use idempotency::IdempotencyLayer;

@@ -14,8 +14,10 @@ type Running<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send 
 pin_project! {
     /// The response future of [`Idempotency`](super::Idempotency).
     ///
-    /// Dropping it while the handler runs (the client went away) releases the
-    /// record, so the key can be retried.
+    /// Dropping it (the client went away) does not stop a handler that
+    /// runs: it runs to its end and its response is stored, unless the layer
+    /// was built with `run_to_completion(false)`, where dropping it releases
+    /// the record so that the key can be retried.
     #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<F, E> {
         #[pin]

@@ -98,7 +98,7 @@ fn is_token_char(c: u8) -> bool {
 
 /// SHA-256 over length-prefixed `parts` (so no two lists collide) and `tail`,
 /// in hex.
-fn digest(parts: &[&[u8]], tail: &[u8]) -> String {
+pub(super) fn digest(parts: &[&[u8]], tail: &[u8]) -> String {
     let mut hasher = Sha256::new();
     for part in parts {
         hasher.update((part.len() as u64).to_be_bytes());

@@ -6,10 +6,10 @@ use http::request::Parts;
 use http::{HeaderName, Method, header};
 
 use super::BodyFingerprint;
+use super::scope::Scope;
 use crate::LockClient;
-
-/// A closure naming whose records a request may see (the principal).
-pub(crate) type ScopeFn = Arc<dyn Fn(&Parts) -> String + Send + Sync + 'static>;
+use crate::layer::TaskTracker;
+use crate::layer::completion::Completion;
 
 /// Makes retried requests with the same `Idempotency-Key` safe: see the
 /// [module docs](super).
@@ -53,7 +53,7 @@ pub struct IdempotencyLayer {
 #[derive(Clone)]
 pub(super) struct Config {
     pub(super) client: LockClient,
-    pub(super) scope: Option<ScopeFn>,
+    pub(super) scope: Scope,
     pub(super) required_on: Vec<Method>,
     pub(super) lease: Option<Duration>,
     pub(super) retention: Duration,
@@ -64,6 +64,7 @@ pub(super) struct Config {
     pub(super) store_server_errors: bool,
     pub(super) stored_headers: Vec<HeaderName>,
     pub(super) fail_open: bool,
+    pub(super) completion: Completion,
 }
 
 /// The default retention of a completed record: 24 hours.
@@ -76,8 +77,10 @@ impl IdempotencyLayer {
     /// A layer keeping its records on `client`'s backend, under its key prefix.
     ///
     /// Defaults: a key is required on `POST` (optional elsewhere; requests
-    /// with safe methods pass through untouched); records are not scoped
-    /// (call [`scope`](Self::scope) when clients must not share keys); the
+    /// with safe methods pass through untouched); records belong to the
+    /// caller's credentials (`Authorization`, cookies: see
+    /// [`scope`](Self::scope)); handlers [run to
+    /// completion](Self::run_to_completion); the
     /// in-flight lease is the client's default TTL; completed records are kept
     /// 24 hours; request and stored response bodies up to 1 MiB
     /// ([`DEFAULT_MAX_BODY`]); the body is fingerprinted byte for byte; `5xx`
@@ -86,7 +89,7 @@ impl IdempotencyLayer {
         Self {
             config: Arc::new(Config {
                 client,
-                scope: None,
+                scope: Scope::Credentials,
                 required_on: vec![Method::POST],
                 lease: None,
                 retention: DEFAULT_RETENTION,
@@ -109,6 +112,7 @@ impl IdempotencyLayer {
                     header::VARY,
                 ],
                 fail_open: false,
+                completion: Completion::default(),
             }),
         }
     }
@@ -121,12 +125,74 @@ impl IdempotencyLayer {
     /// principal (from a header, or an extension an auth layer inserted).
     /// Two requests share a record only if the scope, the method, the matched
     /// route and the key are all equal, so one client cannot replay another's
-    /// response by guessing its key.
+    /// response by guessing its key, nor have its own request dropped as a
+    /// "replay" of another's.
+    ///
+    /// Without this call the scope is the request's credentials: the
+    /// SHA-256 of its `Authorization` header values and of its cookies (every
+    /// `Cookie` header, as `name=value` pairs in any order). Requests whose
+    /// credentials differ in any way never share a record, and the credentials
+    /// are never stored (only a hash of the hash, in the record's name).
+    /// Requests with neither header share one anonymous scope. Every cookie
+    /// counts, since the layer cannot tell which one identifies the caller: a
+    /// client whose cookies change between a request and its retry (another
+    /// response set one meanwhile) makes a new record, and the retry runs.
+    /// Where that matters, name the principal here (the session cookie alone,
+    /// the user an auth layer found).
+    ///
+    /// For an API without principals, where every caller may see every
+    /// response, see [`records_shared_by_all_callers`](Self::records_shared_by_all_callers).
     pub fn scope<F>(mut self, f: F) -> Self
     where
         F: Fn(&Parts) -> String + Send + Sync + 'static,
     {
-        self.config().scope = Some(Arc::new(f));
+        self.config().scope = Scope::Custom(Arc::new(f));
+        self
+    }
+
+    /// Opts out of scoping: every caller that sends a key shares one record
+    /// for it, so a caller that guesses or reuses another's key is handed
+    /// that caller's stored response (and its own request does not run).
+    /// Only for APIs without principals, where every response may be seen by
+    /// every caller; the default scopes records by credentials
+    /// ([`scope`](Self::scope)). The long name is on purpose.
+    pub fn records_shared_by_all_callers(mut self) -> Self {
+        self.config().scope = Scope::SharedByAllCallers;
+        self
+    }
+
+    /// Whether the handler runs to its end when the client goes away
+    /// mid-request (default `true`).
+    ///
+    /// axum drops a request's future when its connection closes, and with it
+    /// the handler, wherever it was. The client that timed out is the very
+    /// one that retries, so with `true` the layer runs the claimed part of the
+    /// request (the handler, then storing its response or releasing the
+    /// record) as a task of its own: the handler finishes, the record's lease
+    /// is renewed until it does, a retry meanwhile gets `409` (or
+    /// [waits](Self::wait)), and once the response is stored the retry gets it
+    /// with `Idempotent-Replayed: true`. The handler never runs twice for
+    /// one key. A handler that panics releases the record (`500`).
+    ///
+    /// With `false`, the handler is dropped with the connection and the record
+    /// released, so the retry runs the handler again from the start (axum's
+    /// default): only for handlers that are safe to cut off anywhere.
+    ///
+    /// Requests the layer does not protect run as axum runs them, whatever
+    /// this says: those served unprotected with [`fail_open`](Self::fail_open)
+    /// while the backend is down, and requests with a safe method or without
+    /// a key where none is required.
+    pub fn run_to_completion(mut self, run_to_completion: bool) -> Self {
+        self.config().completion.enabled = run_to_completion;
+        self
+    }
+
+    /// Counts the handlers this layer runs to completion (and the storing
+    /// of their responses) in `tracker`, so a graceful shutdown can wait for
+    /// those whose client went away; see
+    /// [`LockLayer::task_tracker`](crate::LockLayer::task_tracker).
+    pub fn task_tracker(mut self, tracker: TaskTracker) -> Self {
+        self.config().completion.tracker = Some(tracker);
         self
     }
 
@@ -241,7 +307,7 @@ impl IdempotencyLayer {
 
 config_debug!(IdempotencyLayer, c => {
     client,
-    scoped = c.scope.is_some(),
+    scope,
     required_on,
     lease,
     retention,
@@ -252,4 +318,6 @@ config_debug!(IdempotencyLayer, c => {
     store_server_errors,
     stored_headers,
     fail_open,
+    run_to_completion = c.completion.enabled,
+    task_tracker = c.completion.tracker.is_some(),
 });

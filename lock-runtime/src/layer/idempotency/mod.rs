@@ -31,7 +31,12 @@
 //!   declined payment, say) marks it with [`StoreResponse`].
 //! * A handler that panics, or whose response body fails: nothing is stored,
 //!   the record is released and the client gets `500`.
-//! * A request whose client goes away mid-handler: the record is released.
+//! * A request whose client goes away mid-handler: the handler [runs to its
+//!   end](IdempotencyLayer::run_to_completion) and its response is stored as
+//!   above, so the client's retry gets it (`409` until then). With
+//!   `run_to_completion(false)`, the handler is dropped with the connection
+//!   and the record released. A request cut off while its claim was on the
+//!   wire releases what the claim may have taken (nothing ran yet).
 //! * A refusal by an inner [`LockLayer`](crate::layer::LockLayer) (busy,
 //!   backend down, lease lost mid-way; any status): not stored, the record is
 //!   released.
@@ -88,8 +93,12 @@
 //! # Records
 //!
 //! One record per (scope, method, matched route, key), named
-//! `<prefix>I{<sha-256>}` on the client's backend; the [scope](IdempotencyLayer::scope)
-//! is the principal, so clients cannot see each other's responses. The
+//! `<prefix>I{<sha-256>}` on the client's backend. The [scope](IdempotencyLayer::scope)
+//! is the caller: by default a SHA-256 of its credentials (`Authorization`,
+//! cookies), so requests whose credentials differ never share a record and
+//! one caller is never handed another's response; `.scope(..)` names the
+//! principal instead, and [`records_shared_by_all_callers`](IdempotencyLayer::records_shared_by_all_callers)
+//! opts out. The
 //! record also holds the request fingerprint (method, route, path and query,
 //! SHA-256 of the body's bytes or, with [`BodyFingerprint::Json`], of its
 //! JSON value with members sorted and whitespace dropped). Claim, renew, complete and release are each one
@@ -132,6 +141,7 @@ mod future;
 mod key;
 mod layer;
 mod running;
+mod scope;
 mod service;
 mod stored;
 

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::key::RecordNames;
 use crate::backend::records::StoredResponse;
+use crate::layer::completion::Completion;
 use crate::token::Token;
 use crate::watchdog::RecordLease;
 use crate::{LockClient, LockError};
@@ -84,9 +85,10 @@ impl Running {
         fingerprint: String,
         retention: Duration,
         lease: Duration,
+        spawner: &Completion,
     ) {
         self.settled = true;
-        let finishing = tokio::spawn(finish(
+        let finishing = spawner.spawn(finish(
             self.client.clone(),
             self.names.clone(),
             self.token,
@@ -129,6 +131,50 @@ impl Running {
                 log_release(released);
             }
         });
+    }
+}
+
+/// A claim on its way: if the request future is dropped before its answer is
+/// read (the client went away), the claim may have run on the server with
+/// nobody left to run the handler or release it, which would keep the key
+/// `409` for a whole lease. Dropped armed, it releases the record for its
+/// token in the background (a no-op where the claim did not take it).
+pub(super) struct Claiming {
+    client: LockClient,
+    names: RecordNames,
+    token: Token,
+    armed: bool,
+}
+
+impl Claiming {
+    pub(super) fn new(client: &LockClient, names: &RecordNames, token: Token) -> Self {
+        Self {
+            client: client.clone(),
+            names: names.clone(),
+            token,
+            armed: true,
+        }
+    }
+
+    /// The answer was read: whoever holds the record now settles it.
+    pub(super) fn answered(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Claiming {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!(
+                "idempotency: request dropped while claiming; releasing what it may have claimed"
+            );
+            Running::settle_in_background(
+                self.client.clone(),
+                self.names.clone(),
+                self.token,
+                false,
+            );
+        }
     }
 }
 

@@ -20,12 +20,13 @@ use super::layer::Config;
 use super::stored::{Rebuilt, encode_headers, replay};
 use super::{ResponseFuture, StoreResponse};
 use crate::backend::records::{Claim, StoredResponse};
+use crate::layer::completion::Aborted;
 use crate::layer::problem::{Refusal, problem, problem_retry};
 use crate::token::Token;
 use crate::{LockClient, LockError, MAX_TTL, MIN_TTL};
 
 use super::body::{Buffered, buffer, read_body};
-use super::running::{MAX_POLL, Running};
+use super::running::{Claiming, MAX_POLL, Running};
 use crate::backend::WaitHandle;
 
 wrapped_service! {
@@ -107,7 +108,9 @@ async fn idempotent<S, B, ResB>(
     key: String,
 ) -> Result<Response<Body>, S::Error>
 where
-    S: Service<Request<Body>, Response = Response<ResB>> + Send,
+    S: Service<Request<Body>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
     ResB: http_body::Body<Data = Bytes> + Send + 'static,
@@ -124,7 +127,7 @@ where
         .extensions
         .get::<MatchedPath>()
         .map_or(parts.uri.path(), MatchedPath::as_str);
-    let scope = config.scope.as_ref().map(|f| f(&parts)).unwrap_or_default();
+    let scope = config.scope.of(&parts);
     let names = record_names(client.key_prefix(), &scope, method, route, &key);
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let fingerprint = match fingerprinted_body(config.body_fingerprint, &body) {
@@ -161,7 +164,10 @@ where
     loop {
         // The record's lease starts no earlier than this.
         claim_sent = Instant::now();
-        match claim(client, &names, &token, &fingerprint, lease).await {
+        let claiming = Claiming::new(client, &names, token);
+        let answer = claim(client, &names, &token, &fingerprint, lease).await;
+        claiming.answered();
+        match answer {
             Ok(Claim::Claimed) => {
                 crate::metrics::idempotency(route, "claimed");
                 break;
@@ -237,14 +243,44 @@ where
     // Running now: no more notices for us.
     drop(waiter);
     let running = Running::start(client.clone(), names, token, lease, claim_sent);
-    let record = running.names.record.clone();
     let req = Request::from_parts(parts, Body::from(body));
-    let failed = |why: &str| {
-        problem(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("{why}; the request may be retried with the same Idempotency-Key"),
-        )
-    };
+    // Claimed: from here on the request runs to its end (unless configured
+    // otherwise), whether or not its client is still there, so a retry finds
+    // its stored response instead of running the handler again.
+    let run = run_claimed(config.clone(), inner, req, key, running, fingerprint, lease);
+    match config.completion.run(run).await {
+        Ok(answer) => answer,
+        // The record was dropped with the task: released in the background.
+        Err(Aborted) => Ok(failed("the request failed")),
+    }
+}
+
+/// The `500` answer to a request that failed before its response could be
+/// stored (the record is released).
+fn failed(why: &str) -> Response<Body> {
+    problem(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &format!("{why}; the request may be retried with the same Idempotency-Key"),
+    )
+}
+
+/// Runs the claimed request `req` on `inner`, then stores its response in
+/// the record `running` (or releases it) and answers.
+async fn run_claimed<S, ResB>(
+    config: Arc<Config>,
+    mut inner: S,
+    req: Request<Body>,
+    key: String,
+    running: Running,
+    fingerprint: String,
+    lease: Duration,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<Body>, Response = Response<ResB>>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    let record = running.names.record.clone();
     let response = match AssertUnwindSafe(inner.call(req)).catch_unwind().await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
@@ -299,7 +335,13 @@ where
     // The handler succeeded: whatever happens to the record now, its
     // response goes to the client.
     running
-        .complete(stored, fingerprint, config.retention, lease)
+        .complete(
+            stored,
+            fingerprint,
+            config.retention,
+            lease,
+            &config.completion,
+        )
         .await;
     let body = match buffered {
         Buffered::Complete { data, trailers } => {

@@ -10,7 +10,9 @@ type Running<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send 
 
 /// The response future of [`Lock`](super::Lock).
 ///
-/// Dropping it (the client went away) releases a lock it took; a response it
+/// Dropping it (the client went away) does not stop a handler that runs: it
+/// runs to its end, then the lock is released (with `run_to_completion(false)`,
+/// dropping it drops the handler and releases the lock). A response it
 /// produced keeps the lock in its body until sent or dropped.
 #[must_use = "futures do nothing unless polled"]
 pub struct ResponseFuture<E> {

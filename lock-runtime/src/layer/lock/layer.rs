@@ -8,6 +8,8 @@ use http::{HeaderName, StatusCode};
 
 use super::key::{KeySource, parse_template};
 use crate::LockClient;
+use crate::layer::TaskTracker;
+use crate::layer::completion::Completion;
 
 /// Applies a per-resource lock to the routes it wraps: see the [module
 /// docs](super).
@@ -56,6 +58,7 @@ pub(super) struct Config {
     /// `None`: the default for the kind of lock (409, or 429 with permits).
     pub(super) busy_status: Option<StatusCode>,
     pub(super) fail_open: bool,
+    pub(super) completion: Completion,
 }
 
 impl Config {
@@ -87,6 +90,7 @@ impl LockLayer {
                 permits: None,
                 busy_status: None,
                 fail_open: false,
+                completion: Completion::default(),
             }),
         }
     }
@@ -309,6 +313,60 @@ impl LockLayer {
     }
 }
 
+impl LockLayer {
+    /// Whether the handler runs to its end when the client goes away
+    /// mid-request (default `true`).
+    ///
+    /// axum drops a request's future when its connection closes, and with it
+    /// the handler, wherever it was. With `true`, the layer runs the locked
+    /// part of the request (the handler, then the release) as a task of its
+    /// own: the handler finishes, the lock is held (and renewed) until it
+    /// does, and a second request for the key gets the lock only after
+    /// that. A response body still being produced when the client stays
+    /// holds the lock until it has been sent, as always; when the client is
+    /// gone, the response is dropped once the handler returns it, which
+    /// releases the lock. A handler that panics answers `500` and releases.
+    ///
+    /// With `false`, the handler is dropped with the connection and the lock
+    /// released at once (axum's default): for handlers that are safe to cut
+    /// off anywhere.
+    ///
+    /// Requests the layer does not lock run as axum runs them, whatever
+    /// this says: those served unlocked with [`fail_open`](Self::fail_open)
+    /// while the backend is down.
+    pub fn run_to_completion(mut self, run_to_completion: bool) -> Self {
+        self.config().completion.enabled = run_to_completion;
+        self
+    }
+
+    /// Counts the handlers this layer runs to completion in `tracker`, so a
+    /// graceful shutdown can wait for those whose client went away (the
+    /// server no longer sees them). See [`TaskTracker`](crate::layer::TaskTracker).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use axum::{routing::post, Router};
+    /// use lock_runtime::layer::{LockLayer, TaskTracker};
+    /// # use lock_runtime::LockClient;
+    ///
+    /// # async fn demo(client: LockClient, server_stopped: impl std::future::Future<Output = ()>) {
+    /// let handlers = TaskTracker::new();
+    /// let app: Router = Router::new()
+    ///     .route("/orders/{id}/pay", post(|| async { "paid" }))
+    ///     .route_layer(LockLayer::new(client).key("order:<id>").task_tracker(handlers.clone()));
+    /// // Serve `app` with `axum::serve(..).with_graceful_shutdown(..)`; once it returned:
+    /// server_stopped.await;
+    /// handlers.close();
+    /// // Let the handlers still running finish, for at most 30 s.
+    /// let _ = tokio::time::timeout(Duration::from_secs(30), handlers.wait()).await;
+    /// # }
+    /// ```
+    pub fn task_tracker(mut self, tracker: TaskTracker) -> Self {
+        self.config().completion.tracker = Some(tracker);
+        self
+    }
+}
+
 config_debug!(LockLayer, c => {
     client,
     key,
@@ -317,4 +375,6 @@ config_debug!(LockLayer, c => {
     permits,
     busy_status = c.busy_status(),
     fail_open,
+    run_to_completion = c.completion.enabled,
+    task_tracker = c.completion.tracker.is_some(),
 });

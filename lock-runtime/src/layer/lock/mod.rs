@@ -19,7 +19,10 @@
 //! | lease lost while the handler runs | the handler is cancelled; `503` |
 //!
 //! Refusals carry an `application/problem+json` body. If the client goes away
-//! mid-request, the request future is dropped and the lock released.
+//! mid-request, the handler [runs to its end](LockLayer::run_to_completion)
+//! and the lock is released then, so the next request for the key gets it
+//! only after the handler finished (with `run_to_completion(false)`: the
+//! handler is dropped with the connection and the lock released at once).
 //!
 //! Inside the handler, the [`LockInfo`](crate::LockInfo) extractor (or
 //! [`current_lock`](crate::current_lock)) gives the key and the fencing token

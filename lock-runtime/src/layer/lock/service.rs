@@ -17,6 +17,7 @@ use super::ResponseFuture;
 use super::body::LockedBody;
 use super::key::{KeyError, KeySource};
 use super::layer::Config;
+use crate::layer::completion::Aborted;
 use crate::layer::problem::{Refusal, problem, problem_retry};
 use crate::{LockError, LockGuard, LockInfo, context};
 
@@ -114,7 +115,10 @@ async fn locked<S, B, ResB>(
     key: String,
 ) -> Result<Response<Body>, S::Error>
 where
-    S: Service<Request<B>, Response = Response<ResB>>,
+    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
     ResB: http_body::Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
 {
@@ -143,9 +147,41 @@ where
         Err(e) => return Ok(refusal(&config, &key, e)),
     };
     req.extensions_mut().insert(LockInfo {
-        key,
+        key: key.clone(),
         fencing_token: guard.fencing_token(),
     });
+    // Locked: from here on the request runs to its end (unless configured
+    // otherwise), whether or not its client is still there.
+    match config.completion.run(run_locked(inner, req, guard)).await {
+        Ok(answer) => answer,
+        Err(Aborted) => {
+            // The guard was dropped with the task: released in the background.
+            // Logged by `Completion::run` (a panic, or the runtime shutting down).
+            tracing::debug!(%key, "lock layer: the handler did not end; lock released");
+            let mut response = problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the request failed; it may be retried",
+            );
+            // Not the handler's outcome: an outer IdempotencyLayer must not
+            // store it.
+            response.extensions_mut().insert(Refusal);
+            Ok(response)
+        }
+    }
+}
+
+/// Runs `req` on `inner` under the lock of `guard`, cancelled if the lease is
+/// lost, and hands the lock on to the response body.
+async fn run_locked<S, B, ResB>(
+    mut inner: S,
+    req: Request<B>,
+    guard: LockGuard,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<B>, Response = Response<ResB>>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
     let lost = guard.lost();
     // Inside the scope the handler sees `current_lock()`, and a nested lock of
     // the same key (a `#[distributed_lock]` function) re-enters.
