@@ -20,12 +20,23 @@ fn main() {
     let exhaustive = std::env::args().any(|a| a == "--exhaustive");
     let run = Run::default();
     let mut reports: Vec<Report> = checks![run;
-        "lock: 2 clients, every fault kind, <= 2 faults, legacy counter 2" =>
+        "lock: 2 clients, every fault kind, <= 2 faults" =>
             configs::lock_two_clients_two_faults(),
         "lock: 2 clients, every fault kind, <= 1 fault, 1 other key's token" =>
             configs::lock_two_clients_one_fault_other_key(),
         "lock: 3 clients, no faults" => configs::lock_three_clients_no_faults(),
         "lock: 3 clients, 1 pause" => configs::lock_three_clients_one_pause(),
+        "lock: 3 clients, 1 crash, one waiting a tick" => configs::lock_three_clients_one_crash(),
+        "lock: 3 clients, 1 crash, the acquire.lua before 7dbf470 (counterexample expected)" => {
+            let mut cfg = configs::lock_three_clients_one_crash();
+            cfg.fifo_on_expiry = false;
+            cfg
+        },
+        "lock: 3 clients, 1 crash, no skipping of ended waits (counterexample expected)" => {
+            let mut cfg = configs::lock_three_clients_one_crash();
+            cfg.skip_ended_waits = false;
+            cfg
+        },
         "lock: 3 clients, 1 pause, no stale-grant check (counterexample expected)" => {
             let mut cfg = configs::lock_three_clients_one_pause();
             cfg.check_stale_grants = false;
