@@ -60,6 +60,15 @@ pub fn lock_three_clients_one_crash() -> LockConfig {
     cfg
 }
 
+/// Exhaustive: [`lock_three_clients_one_crash`] with every fault kind
+/// possible, one in a run (a lost request, reply or notice, or a pause,
+/// around an expiry with a line behind it).
+pub fn lock_three_clients_one_fault_one_waiting_a_tick() -> LockConfig {
+    let mut cfg = lock_three_clients_one_crash();
+    cfg.faults = Faults::each_once(1);
+    cfg
+}
+
 /// Two clients; every fault kind possible, at most one in a run; another key
 /// of the slot takes a token once, anywhere between this key's round trips
 /// (a gap in this key's tokens, and a re-entered acquire answering a counter

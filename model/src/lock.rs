@@ -4,13 +4,16 @@
 //! the stale hand-over rule of `fence_seen`), its watchdog and its release,
 //! with a model clock and faults.
 //!
-//! Each transition that mirrors code cites it (`acquire.lua:29-34`,
-//! `acquire.rs:157-212`). Time is a small integer clock: a tick is longer
-//! than a round trip, so a step that takes one round trip (a script call and
-//! its answer, a notice) happens before the next tick unless a fault delays
-//! it (a paused client does nothing until it resumes; a lost request, reply
-//! or notice never arrives). This is "urgency": [`Action::Tick`] is enabled
-//! only when no client has a step to take now. Durations are in ticks: with
+//! Each transition that mirrors code cites it, by name where it was last
+//! touched (`Server::acquire` follows acquire.lua step by step; line
+//! numbers go stale), by lines elsewhere (`acquire.rs:157-212`).
+//!
+//! Time is a small integer clock: a tick is longer than a round trip, so a
+//! step that takes one round trip (a script call and its answer, a notice)
+//! happens before the next tick unless a fault delays it (a paused client
+//! does nothing until it resumes; a lost request, reply or notice never
+//! arrives). This is "urgency": [`Action::Tick`] is enabled only when no
+//! client has a step to take now. Durations are in ticks: with
 //! the defaults a lease is 3 ticks, a hand-over lease 2 and the watchdog
 //! renews every tick (`ttl / 3`).
 //!
@@ -214,7 +217,7 @@ impl LockConfig {
     }
 
     fn granted_on_handoff(&self) -> u8 {
-        // acquire.rs:270 `ttl.min(HANDOFF_LEASE)`; release.lua:32 caps the same way.
+        // acquire.rs:270 `ttl.min(HANDOFF_LEASE)`; release.lua's hand-over caps the same way.
         self.ttl.min(self.handoff)
     }
 }
@@ -227,7 +230,7 @@ pub struct LockModel {
 }
 
 /// The value of the lock key: its owner's token, `+` once someone may be
-/// queued behind it (acquire.lua:14-15), and its expiry.
+/// queued behind it (acquire.lua's header), and its expiry.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Val {
     /// The owner's token (a client index).
@@ -306,7 +309,8 @@ pub enum RelReply {
     },
 }
 
-/// A release notice on the key's channel (release.lua:11-12).
+/// A grant notice on the key's channel (release.lua's header; acquire.lua's
+/// free path sends the same).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Notice {
     /// `sha1(token):fence`: the lock was handed to `to`.
@@ -1211,7 +1215,8 @@ impl LockModel {
                         }
                     }
                     _ => {
-                        // acquire.rs:161-180
+                        // acquire.rs `Acquisition::attempt`: what is left of the
+                        // wait (at least 1 ms), or 0 to try once.
                         let wait_arg = if self.cfg.waits[c as usize] == 0 {
                             0
                         } else {
@@ -1700,7 +1705,7 @@ impl LockModel {
 
     /// A script handed the lease to `to` with `fence`: a token issued, a
     /// lease of `to`'s starts, and the notice is published to every
-    /// subscribed process (release.lua:39, shared.lua `promote`).
+    /// subscribed process (release.lua's and acquire.lua's `PUBLISH`, shared.lua `promote`).
     pub(crate) fn handed(&self, s: &mut State, to: u8, fence: u8) {
         self.issued(s, fence);
         s.clients[to as usize].lease_ended = false;
