@@ -142,6 +142,20 @@ fn lock_three_clients_with_a_crash_find_the_old_acquire_script_overtaking_a_wait
     );
 }
 
+/// The same with a holder that stops (a pause past its lease) instead of
+/// dying: the old acquire.lua lets the second waiter overtake the first.
+#[test]
+fn lock_three_clients_with_a_pause_find_the_old_acquire_script_overtaking_a_waiter() {
+    let mut cfg = configs::lock_three_clients_one_pause();
+    cfg.fifo_on_expiry = false;
+    finds(
+        "lock: 3 clients, 1 pause, the acquire.lua before 7dbf470 (counterexample expected)",
+        cfg,
+        "no waiter is overtaken by a later arrival",
+        &["FAULT", "lease expires", "granted"],
+    );
+}
+
 /// A waiter that dies in line cannot stall it past its wait: without the
 /// skipping of entries whose wait has ended (the scripts before commit
 /// 7dbf470) a release hands the key to a waiter whose wait is over:
