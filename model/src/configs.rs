@@ -69,6 +69,17 @@ pub fn lock_three_clients_one_fault_one_waiting_a_tick() -> LockConfig {
     cfg
 }
 
+/// Exhaustive: two clients waiting 4 ticks and a try-once newcomer (C),
+/// starting by tick 3, holds of a tick, one crash: a newcomer that comes
+/// after a dead holder's lease ran out finds the key free with a line
+/// behind it, hands it to the head of the line and is busy.
+pub fn lock_two_waiters_and_a_try_once_newcomer_one_crash() -> LockConfig {
+    let mut cfg = lock_three_clients_one_crash();
+    cfg.waits = vec![4, 4, 0];
+    cfg.start_by = 3;
+    cfg
+}
+
 /// Two clients; every fault kind possible, at most one in a run; another key
 /// of the slot takes a token once, anywhere between this key's round trips
 /// (a gap in this key's tokens, and a re-entered acquire answering a counter

@@ -91,6 +91,13 @@ fn main() {
                 configs::lock_three_clients_one_fault(),
             "lock: 3 clients start together, every fault kind, <= 1 fault, one waiting a tick" =>
                 configs::lock_three_clients_one_fault_one_waiting_a_tick(),
+            "lock: 2 waiters and a try-once newcomer, starting by t=3, 1 crash" =>
+                configs::lock_two_waiters_and_a_try_once_newcomer_one_crash(),
+            "lock: 2 waiters and a try-once newcomer, the acquire.lua before 7dbf470 (counterexample expected)" => {
+                let mut cfg = configs::lock_two_waiters_and_a_try_once_newcomer_one_crash();
+                cfg.fifo_on_expiry = false;
+                cfg
+            },
             "lock: 2 tasks of one process and another process, no faults" =>
                 configs::lock_line_of_two_and_another_process(),
             "lock: 2 tasks of one process and another process, every fault kind, <= 1 fault" =>
