@@ -7,12 +7,9 @@ use crate::redlock::RedlockConfig;
 use crate::shared::Mode;
 
 /// Two clients waiting 4 ticks; every fault kind possible, at most two in a
-/// run; the key was last used by an earlier version, whose per-key counter
-/// stands at 2 (folded into the slot counter at the first acquisition).
+/// run.
 pub fn lock_two_clients_two_faults() -> LockConfig {
-    let mut cfg = LockConfig::new(2, 4, Faults::each_once(2));
-    cfg.legacy_fence = 2;
-    cfg
+    LockConfig::new(2, 4, Faults::each_once(2))
 }
 
 /// Three clients, no faults.
@@ -36,6 +33,50 @@ pub fn lock_three_clients_one_pause() -> LockConfig {
     );
     cfg.start_by = 0;
     cfg.hold_max = 1;
+    cfg
+}
+
+/// Three clients starting together, holding at most a tick, one crash; A
+/// and C wait 4 ticks, B one. A holder that dies with two clients queued
+/// behind it (its lease runs out: the key goes to the head of the line, as
+/// the crashed holder), and a waiter that dies in line (its entry is
+/// skipped once its wait is over, so it cannot stall the line). With
+/// [`LockConfig::fifo_on_expiry`] or [`LockConfig::skip_ended_waits`] off
+/// (the scripts before commit 7dbf470) the model finds the overtaking and
+/// the stalled line.
+pub fn lock_three_clients_one_crash() -> LockConfig {
+    let mut cfg = LockConfig::new(
+        3,
+        4,
+        Faults {
+            crash: 1,
+            total: 1,
+            ..Faults::NONE
+        },
+    );
+    cfg.waits[1] = 1;
+    cfg.start_by = 0;
+    cfg.hold_max = 1;
+    cfg
+}
+
+/// Exhaustive: [`lock_three_clients_one_crash`] with every fault kind
+/// possible, one in a run (a lost request, reply or notice, or a pause,
+/// around an expiry with a line behind it).
+pub fn lock_three_clients_one_fault_one_waiting_a_tick() -> LockConfig {
+    let mut cfg = lock_three_clients_one_crash();
+    cfg.faults = Faults::each_once(1);
+    cfg
+}
+
+/// Exhaustive: two clients waiting 4 ticks and a try-once newcomer (C),
+/// starting by tick 3, holds of a tick, one crash: a newcomer that comes
+/// after a dead holder's lease ran out finds the key free with a line
+/// behind it, hands it to the head of the line and is busy.
+pub fn lock_two_waiters_and_a_try_once_newcomer_one_crash() -> LockConfig {
+    let mut cfg = lock_three_clients_one_crash();
+    cfg.waits = vec![4, 4, 0];
+    cfg.start_by = 3;
     cfg
 }
 

@@ -4,13 +4,16 @@
 //! the stale hand-over rule of `fence_seen`), its watchdog and its release,
 //! with a model clock and faults.
 //!
-//! Each transition that mirrors code cites it (`acquire.lua:29-34`,
-//! `acquire.rs:157-212`). Time is a small integer clock: a tick is longer
-//! than a round trip, so a step that takes one round trip (a script call and
-//! its answer, a notice) happens before the next tick unless a fault delays
-//! it (a paused client does nothing until it resumes; a lost request, reply
-//! or notice never arrives). This is "urgency": [`Action::Tick`] is enabled
-//! only when no client has a step to take now. Durations are in ticks: with
+//! Each transition that mirrors code cites it, by name where it was last
+//! touched (`Server::acquire` follows acquire.lua step by step; line
+//! numbers go stale), by lines elsewhere (`acquire.rs:157-212`).
+//!
+//! Time is a small integer clock: a tick is longer than a round trip, so a
+//! step that takes one round trip (a script call and its answer, a notice)
+//! happens before the next tick unless a fault delays it (a paused client
+//! does nothing until it resumes; a lost request, reply or notice never
+//! arrives). This is "urgency": [`Action::Tick`] is enabled only when no
+//! client has a step to take now. Durations are in ticks: with
 //! the defaults a lease is 3 ticks, a hand-over lease 2 and the watchdog
 //! renews every tick (`ttl / 3`).
 //!
@@ -35,9 +38,21 @@
 //! key's hash slot (`prefix S{tag}`, `KEYS[2]`), which every key of the slot
 //! shares: other keys' acquisitions and hand-overs raise it too
 //! ([`Action::OtherKey`], within [`LockConfig::other_keys`]), so the tokens
-//! of this key strictly increase with gaps. [`Server::legacy`] is the key's
-//! own counter left by an earlier version (`KEYS[4]`), folded into the slot
-//! counter at the next acquisition (`next_fence`, acquire.lua:18-27).
+//! of this key strictly increase with gaps.
+//!
+//! Waiting is FIFO also when a lease runs out (a holder that crashed or
+//! stopped): acquire.lua's free path gives a key with a line behind it to
+//! the first entry whose wait has not ended, as release.lua hands it, and
+//! both scripts skip entries whose wait has ended (each entry carries its
+//! end, [`Entry::until`], the queue's deadlines set `KEYS[4]`). Ghost state
+//! checks every grant of the key by a script (acquire, either hand-over,
+//! reserve.lua keeping it for the owner's process) against the queue as it
+//! stood: no live waiter that joined before the new owner (or at all, if it
+//! never queued) is passed over, and no hand-over goes to an entry whose
+//! wait is over (a crashed waiter cannot stall the line past its wait).
+//! [`LockConfig::fifo_on_expiry`] and [`LockConfig::skip_ended_waits`]
+//! switch back to the scripts before commit 7dbf470, for the tests that
+//! show the model finds what they did.
 
 use std::fmt::Write as _;
 
@@ -121,9 +136,19 @@ pub struct LockConfig {
     /// How many times other keys of the slot may take a fencing token (an
     /// `INCR` of the shared counter) during a run.
     pub other_keys: u8,
-    /// The key's per-key counter left by an earlier version (`KEYS[4]`,
-    /// `0`: none); tokens up to it count as issued before the run.
-    pub legacy_fence: u8,
+    /// `true`: today's acquire.lua: a key found free with a line behind it
+    /// (a lease ran out) goes to the first live entry of the line, and the
+    /// caller is busy unless it is that entry. `false`: the script before
+    /// commit 7dbf470, a bare `SET NX` that never looks at the queue (then
+    /// it removed the caller's own entry, which the client of then asked
+    /// for after an attempt with a wait): whoever tries first after an
+    /// expiry takes the key. The model must find the overtaking.
+    pub fifo_on_expiry: bool,
+    /// `true`: today's scripts skip queue entries whose wait has ended
+    /// (the queue's deadlines, `KEYS[4]`). `false`: every entry is handed
+    /// the key in turn, as before commit 7dbf470: a waiter that crashed in
+    /// line holds the line up past its wait, for a hand-over lease.
+    pub skip_ended_waits: bool,
     /// The process of each client: clients of one process are tasks of one
     /// `LockClient` that want the key with the same settings, so they form
     /// its in-process line (local hand-over, client/local.rs). Distinct
@@ -155,7 +180,8 @@ impl LockConfig {
             confirm_every_handoff: false,
             check_stale_grants: true,
             other_keys: 0,
-            legacy_fence: 0,
+            fifo_on_expiry: true,
+            skip_ended_waits: true,
             process: (0..clients as u8).collect(),
             block: 2,
             hand_on_below_block: false,
@@ -191,7 +217,7 @@ impl LockConfig {
     }
 
     fn granted_on_handoff(&self) -> u8 {
-        // acquire.rs:270 `ttl.min(HANDOFF_LEASE)`; release.lua:32 caps the same way.
+        // acquire.rs:270 `ttl.min(HANDOFF_LEASE)`; release.lua's hand-over caps the same way.
         self.ttl.min(self.handoff)
     }
 }
@@ -204,7 +230,7 @@ pub struct LockModel {
 }
 
 /// The value of the lock key: its owner's token, `+` once someone may be
-/// queued behind it (acquire.lua:14-15), and its expiry.
+/// queued behind it (acquire.lua's header), and its expiry.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Val {
     /// The owner's token (a client index).
@@ -215,16 +241,33 @@ pub struct Val {
     pub expires: u8,
 }
 
-/// A queue entry `token:lease` (acquire.lua:52).
+/// A queue entry `token:lease` (acquire.lua, the busy path's `RPUSH`),
+/// with its score in the queue's deadlines.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Entry {
     /// The waiter's token.
     pub token: u8,
     /// The lease it asked for.
     pub lease: u8,
+    /// The end of its wait (`ZADD` of server time + `ARGV[3]` when it
+    /// joined): from this tick on, the scripts skip it.
+    pub until: u8,
 }
 
-/// The key's names on the server: lock, fencing counter, waiter queue.
+impl Entry {
+    /// The queue's member `token:lease` (the deadline is not part of it).
+    fn is(&self, token: u8, lease: u8) -> bool {
+        self.token == token && self.lease == lease
+    }
+
+    /// Its wait has not ended at `now` (the scripts' `deadline > now`).
+    pub fn waiting_at(&self, now: u8) -> bool {
+        now < self.until
+    }
+}
+
+/// The key's names on the server: lock, fencing counter, waiter queue and
+/// its deadlines.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
 pub struct Server {
     /// `KEYS[1]`, the lock.
@@ -232,13 +275,22 @@ pub struct Server {
     /// `KEYS[2]`, the fencing counter of the key's hash slot, shared by every
     /// key there (never expires; `0`: absent).
     pub fence: u8,
-    /// `KEYS[4]` of acquire.lua, the key's own counter of an earlier version
-    /// (`0`: absent, as it is once folded in).
-    pub legacy: u8,
-    /// `KEYS[3]`, the waiter queue (a list; gone when empty).
+    /// `KEYS[3]`, the waiter queue (a list; gone when empty), with
+    /// `KEYS[4]`, the deadlines (a sorted set of the same members, kept in
+    /// step by every script and expiring with the list): one entry each.
     pub queue: Vec<Entry>,
-    /// The queue's expiry (meaningless while it is empty).
+    /// The expiry of the queue and its deadlines (meaningless while empty).
     pub queue_expires: u8,
+}
+
+/// The scripts before commit 7dbf470 or today's ([`LockConfig::fifo_on_expiry`],
+/// [`LockConfig::skip_ended_waits`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Scripts {
+    /// A free key with a line behind it goes to the line.
+    pub fifo_on_expiry: bool,
+    /// Entries whose wait has ended are skipped.
+    pub skip_ended_waits: bool,
 }
 
 /// What the release script answers.
@@ -257,7 +309,8 @@ pub enum RelReply {
     },
 }
 
-/// A release notice on the key's channel (release.lua:11-12).
+/// A grant notice on the key's channel (release.lua's header; acquire.lua's
+/// free path sends the same).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Notice {
     /// `sha1(token):fence`: the lock was handed to `to`.
@@ -284,88 +337,151 @@ impl Server {
         ended
     }
 
-    /// `next_fence` (acquire.lua:18-27): the slot counter, first raised to
-    /// the key's legacy counter (then deleted), plus one.
-    fn next_fence(&mut self) -> u8 {
-        if self.legacy != 0 {
-            self.fence = self.fence.max(self.legacy);
-            self.legacy = 0;
+    /// The hand-over shared by release.lua and acquire.lua's free path:
+    /// pops the line's first entry whose wait has not ended (with
+    /// `skip_ended_waits`; else the first) and sets the key to it, marked,
+    /// for `min(its lease, cap)`, with an `INCR` of the slot counter; the
+    /// grant notice. `None` when nobody is left in line.
+    fn hand_to_head(&mut self, now: u8, cap: u8, skip_ended: bool) -> Option<Notice> {
+        let mut entry = None;
+        while !self.queue.is_empty() {
+            // `LPOP`, `ZSCORE`, `ZREM`: an entry whose wait has ended is a
+            // waiter that gave up (or died) without leaving.
+            let e = self.queue.remove(0);
+            if !skip_ended || e.waiting_at(now) {
+                entry = Some(e);
+                break;
+            }
         }
+        let entry = entry?;
         self.fence += 1;
-        self.fence
+        self.lock = Some(Val {
+            owner: entry.token,
+            marked: true,
+            expires: now + entry.lease.min(cap),
+        });
+        Some(Notice::Grant {
+            to: entry.token,
+            fence: self.fence,
+        })
     }
 
-    /// acquire.lua, line by line. `wait == 0`: try once.
+    /// acquire.lua, step by step. `wait == 0`: try once. The notice of a
+    /// hand-over its free path made, if any.
     fn acquire(
         &mut self,
         now: u8,
         token: u8,
         lease: u8,
         wait: u8,
-        queued_before: bool,
-    ) -> AcqReply {
-        let member = Entry { token, lease };
-        match self.lock {
-            // acquire.lua:29-34: absent: `SET NX` takes it, leave the queue if an
-            // earlier attempt may have joined it, take the next token.
-            None => {
-                self.lock = Some(Val {
-                    owner: token,
-                    marked: false,
-                    expires: now + lease,
-                });
-                if queued_before && let Some(i) = self.queue.iter().position(|e| *e == member) {
-                    self.queue.remove(i);
-                }
-                AcqReply::Granted(self.next_fence())
+        cap: u8,
+        scripts: Scripts,
+    ) -> (AcqReply, Option<Notice>) {
+        let mut notice = None;
+        if self.lock.is_none() {
+            // Free: `SET NX PX` takes it.
+            self.lock = Some(Val {
+                owner: token,
+                marked: false,
+                expires: now + lease,
+            });
+            // `EXISTS` of the queue: nobody queues, the uncontended path.
+            if self.queue.is_empty() {
+                self.fence += 1;
+                return (AcqReply::Granted(self.fence), None);
             }
-            // acquire.lua:36-45: ours (with or without the mark): re-arm,
-            // answer the counter as it is: at least the token issued to us,
-            // below any later owner's (other keys may have raised it since).
-            Some(v) if v.owner == token => {
-                self.lock = Some(Val {
-                    expires: now + lease,
-                    ..v
-                });
-                if self.fence != 0 {
-                    AcqReply::Granted(self.fence)
-                } else {
-                    AcqReply::Granted(self.next_fence())
-                }
+            if !scripts.fifo_on_expiry {
+                // The script before 7dbf470: `LREM` of the caller's own entry
+                // (the client of then asked after an attempt with a wait),
+                // `INCR`. The line is not looked at.
+                self.queue.retain(|e| !e.is(token, lease));
+                self.fence += 1;
+                return (AcqReply::Granted(self.fence), None);
             }
-            // acquire.lua:46-66: another owner's. (46-50: a key without an
-            // expiry is never set by these scripts.)
-            Some(v) => {
-                let ttl = v.expires - now;
-                if wait != 0 {
-                    // acquire.lua:52-55: join the queue once.
-                    if !self.queue.contains(&member) {
-                        if self.queue.is_empty() {
-                            self.queue_expires = 0;
-                        }
-                        self.queue.push(member);
+            // A line behind a free key: a lease ran out. Drop ended entries
+            // at the head, unless the head is the caller's own.
+            while let Some(head) = self.queue.first()
+                && !head.is(token, lease)
+                && scripts.skip_ended_waits
+                && !head.waiting_at(now)
+            {
+                self.queue.remove(0);
+            }
+            match self.queue.first() {
+                // The caller is first in line (or the line emptied): it
+                // takes the key, leaving the line; marked if others remain.
+                Some(head) if head.is(token, lease) => {
+                    self.queue.remove(0);
+                    if let Some(v) = &mut self.lock {
+                        v.marked = !self.queue.is_empty();
                     }
-                    // acquire.lua:56-58: mark the holder, keeping its expiry.
-                    self.lock = Some(Val { marked: true, ..v });
-                    // acquire.lua:60-63: the queue outlives the longest wait
-                    // in it plus one lease.
-                    let keep = wait + lease;
-                    if self.queue_expires.saturating_sub(now) < keep {
-                        self.queue_expires = now + keep;
-                    }
-                    // acquire.lua:64: the counter as this attempt saw it.
-                    return AcqReply::Busy {
-                        remaining: ttl,
-                        fence: self.fence,
-                    };
+                    self.fence += 1;
+                    return (AcqReply::Granted(self.fence), None);
                 }
-                // acquire.lua:66
-                AcqReply::Busy {
-                    remaining: ttl,
-                    fence: 0,
+                None => {
+                    self.fence += 1;
+                    return (AcqReply::Granted(self.fence), None);
+                }
+                // Somebody else is first: handed the key as release.lua
+                // does; the caller goes on as if it found it held.
+                Some(_) => {
+                    notice = self.hand_to_head(now, cap, scripts.skip_ended_waits);
                 }
             }
         }
+        let v = self.lock.expect("set above or held");
+        if v.owner == token {
+            // Ours (with or without the mark): re-arm, answer the counter as
+            // it is: at least the token issued to us, below any later
+            // owner's (other keys may have raised it since).
+            self.lock = Some(Val {
+                expires: now + lease,
+                ..v
+            });
+            if self.fence == 0 {
+                self.fence += 1;
+            }
+            return (AcqReply::Granted(self.fence), notice);
+        }
+        // Another owner's. (A key without an expiry is never set by these
+        // scripts.)
+        let ttl = v.expires - now;
+        if wait == 0 {
+            return (
+                AcqReply::Busy {
+                    remaining: ttl,
+                    fence: 0,
+                },
+                notice,
+            );
+        }
+        // Join the queue once (`LPOS`, `RPUSH`, `ZADD` now + wait).
+        if !self.queue.iter().any(|e| e.is(token, lease)) {
+            if self.queue.is_empty() {
+                self.queue_expires = 0;
+            }
+            self.queue.push(Entry {
+                token,
+                lease,
+                until: now + wait,
+            });
+        }
+        // Mark the holder, keeping its expiry.
+        self.lock = Some(Val { marked: true, ..v });
+        // The queue (and its deadlines) outlive the longest wait in it plus
+        // one lease.
+        let keep = wait + lease;
+        if self.queue_expires.saturating_sub(now) < keep {
+            self.queue_expires = now + keep;
+        }
+        // `{-ttl, counter}`: the counter as this attempt saw it.
+        (
+            AcqReply::Busy {
+                remaining: ttl,
+                fence: self.fence,
+            },
+            notice,
+        )
     }
 
     /// extend.lua and extend_many.lua (one lease): re-arm if ours.
@@ -403,8 +519,7 @@ impl Server {
         if let Some(v) = &mut self.lock {
             v.expires = now + lease;
         }
-        // reserve.lua:19: `INCRBY` the slot counter (no legacy counter: the
-        // owner took its token through `next_fence`, which folded it).
+        // reserve.lua:19: `INCRBY` the slot counter.
         self.fence += block;
         self.fence
     }
@@ -414,46 +529,30 @@ impl Server {
         &mut self,
         now: u8,
         token: u8,
-        handoff_cap: u8,
-        dequeue: Option<Entry>,
+        cap: u8,
+        dequeue: Option<(u8, u8)>,
+        skip_ended: bool,
     ) -> (RelReply, Option<Notice>) {
-        // release.lua:15-17: leave the queue first.
-        if let Some(member) = dequeue
-            && let Some(i) = self.queue.iter().position(|e| *e == member)
+        // Leave the queue first (`LREM`, `ZREM` of `ARGV[4]`).
+        if let Some((token, lease)) = dequeue
+            && let Some(i) = self.queue.iter().position(|e| e.is(token, lease))
         {
             self.queue.remove(i);
         }
-        // release.lua:18-25: ours, or ours with the mark.
+        // Ours, or ours with the mark.
         let Some(v) = self.lock.filter(|v| v.owner == token) else {
             return (RelReply::NotOurs, None);
         };
-        // release.lua:26
         self.lock = None;
-        // release.lua:27-42: marked: hand over to the head of the queue, with
-        // an INCR of the slot counter (no legacy counter: the current owner
-        // took its token through `next_fence`, which folded it).
-        if v.marked && !self.queue.is_empty() {
-            let entry = self.queue.remove(0);
-            let lease = entry.lease.min(handoff_cap);
-            self.fence += 1;
-            self.lock = Some(Val {
-                owner: entry.token,
-                marked: true,
-                expires: now + lease,
-            });
-            let fence = self.fence;
-            return (
-                RelReply::Handed {
-                    to: entry.token,
-                    fence,
-                },
-                Some(Notice::Grant {
-                    to: entry.token,
-                    fence,
-                }),
-            );
+        // Marked: hand over to the first entry whose wait has not ended
+        // (`hand_to_head`). Unmarked: the queue is not looked at.
+        if v.marked
+            && let Some(notice) = self.hand_to_head(now, cap, skip_ended)
+        {
+            let Notice::Grant { to, fence } = notice;
+            return (RelReply::Handed { to, fence }, Some(notice));
         }
-        // release.lua:43-46: ARGV[6] is '0' on single Redis: no notice.
+        // `ARGV[6]` is '0' on single Redis: no notice.
         (RelReply::Released, None)
     }
 }
@@ -461,12 +560,10 @@ impl Server {
 /// A script call and what became of it.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Req {
-    /// acquire.lua with this wait (`0`: try once) and `ARGV[4]`.
+    /// acquire.lua with this wait (`0`: try once).
     Acquire {
         /// `ARGV[3]`, in ticks.
         wait: u8,
-        /// `ARGV[4] == '1'`.
-        queued_before: bool,
     },
     /// extend.lua, from `confirm` (acquire.rs:267-284).
     Confirm,
@@ -628,8 +725,6 @@ pub struct Client {
     /// acquire.rs:60, the highest counter a busy attempt saw (kept at 0
     /// without [`LockConfig::check_stale_grants`], as the old client had none).
     pub fence_seen: u8,
-    /// acquire.rs:62
-    pub maybe_queued: bool,
     /// acquire.rs:65
     pub retries: u8,
     /// The process is subscribed to the key's channel.
@@ -680,7 +775,6 @@ impl Client {
             deadline: 0,
             last_busy: 0,
             fence_seen: 0,
-            maybe_queued: false,
             retries: 0,
             subscribed: false,
             registered: false,
@@ -749,6 +843,18 @@ pub struct Ghost {
     pub handed_locally: bool,
     /// A task waiting in its process's line went to the server.
     pub line_to_server: bool,
+    /// A script gave the key to a later arrival (or dropped an entry)
+    /// while a waiter queued ahead of it was still waiting.
+    pub overtaken: bool,
+    /// A hand-over went to a queue entry whose wait was over.
+    pub handed_to_ended: bool,
+    /// A script skipped a queue entry whose wait was over.
+    pub skipped_ended: bool,
+    /// ... the entry of a waiter whose process had died.
+    pub skipped_crashed: bool,
+    /// acquire.lua found the key free with a line behind it and handed it to
+    /// the head of the line.
+    pub expiry_handed: bool,
     /// What a read-write lock's or a semaphore's properties need.
     pub shared: SharedGhost,
 }
@@ -1109,29 +1215,21 @@ impl LockModel {
                         }
                     }
                     _ => {
-                        // acquire.rs:161-180
+                        // acquire.rs `Acquisition::attempt`: what is left of the
+                        // wait (at least 1 ms), or 0 to try once.
                         let wait_arg = if self.cfg.waits[c as usize] == 0 {
                             0
                         } else {
                             s.clients[ci].deadline.saturating_sub(now).max(1)
                         };
-                        let queued_before = s.clients[ci].maybe_queued;
-                        s.clients[ci].maybe_queued = wait_arg != 0;
-                        s.clients[ci].app = Some(Net::new(
-                            Req::Acquire {
-                                wait: wait_arg,
-                                queued_before,
-                            },
-                            0,
-                            false,
-                        ));
+                        s.clients[ci].app =
+                            Some(Net::new(Req::Acquire { wait: wait_arg }, 0, false));
                         s.clients[ci].phase = Phase::AcquireSent { sent: now };
                         log.say(|| {
                             format!(
-                                "{}: sends {} (wait {wait_arg}, maybe queued {})",
+                                "{}: sends {} (wait {wait_arg})",
                                 name(c),
                                 self.script("acquire.lua", "acquire"),
-                                if queued_before { "yes" } else { "no" }
                             )
                         });
                     }
@@ -1428,14 +1526,16 @@ impl LockModel {
         let net = *self.net_mut(s, c, conn);
         // The lease's owner token (`c`'s own while it acquires).
         let token = s.clients[c as usize].token;
+        // Ghost: the line and the key's owner before the call.
+        let line_before = s.server.queue.clone();
+        let owner_before = s.server.lock.map(|v| v.owner);
         let (resp, text) = match net.req {
             _ if self.cfg.shared.is_some() => self.exec_shared(s, c, net.req),
-            Req::Acquire {
-                wait,
-                queued_before,
-            } => {
+            Req::Acquire { wait } => {
                 let before = s.server.fence;
-                let r = s.server.acquire(now, token, ttl, wait, queued_before);
+                let (r, notice) =
+                    s.server
+                        .acquire(now, token, ttl, wait, self.cfg.handoff, self.scripts());
                 if let AcqReply::Granted(f) = r {
                     if s.server.fence != before {
                         self.issued(s, f);
@@ -1446,7 +1546,17 @@ impl LockModel {
                 if wait != 0 && s.server.queue.iter().any(|e| e.token == c) {
                     s.clients[c as usize].queued_ever = true;
                 }
-                let text = match r {
+                let mut text = String::new();
+                if let Some(Notice::Grant { to, fence }) = notice {
+                    self.handed(s, to, fence);
+                    s.ghost.expiry_handed = true;
+                    text = format!(
+                        "free with a line behind it: handed to {} (fencing {fence}, lease {}), notice published; ",
+                        name(to),
+                        ttl.min(self.cfg.handoff)
+                    );
+                }
+                text += &match r {
                     AcqReply::Granted(f) => format!("granted, fencing {f}"),
                     AcqReply::Busy { remaining, fence } if wait != 0 => {
                         format!(
@@ -1473,8 +1583,13 @@ impl LockModel {
                 )
             }
             Req::Release { dequeue } => {
-                let member = dequeue.then_some(Entry { token, lease: ttl });
-                let (r, notice) = s.server.release(now, token, self.cfg.handoff, member);
+                let (r, notice) = s.server.release(
+                    now,
+                    token,
+                    self.cfg.handoff,
+                    dequeue.then_some((token, ttl)),
+                    self.cfg.skip_ended_waits,
+                );
                 if let Some(Notice::Grant { to, fence }) = notice {
                     self.handed(s, to, fence);
                 }
@@ -1501,6 +1616,76 @@ impl LockModel {
         };
         self.net_mut(s, c, conn).stage = Stage::Replied(resp);
         log.say(|| format!("Redis runs {}'s {:?}: {text}", name(c), net.req));
+        if self.cfg.shared.is_none() {
+            let owner = s.server.lock.map(|v| v.owner);
+            let to = match resp {
+                // reserve.lua keeps the key for the owner's process: the
+                // next task in line takes it without queueing on the server.
+                Resp::Reserved(top) if top != 0 => Some(None),
+                _ if owner != owner_before => owner.map(Some),
+                _ => None,
+            };
+            self.line_ghost(s, &line_before, to, token);
+        }
+    }
+
+    /// Which scripts the configuration runs.
+    fn scripts(&self) -> Scripts {
+        Scripts {
+            fifo_on_expiry: self.cfg.fifo_on_expiry,
+            skip_ended_waits: self.cfg.skip_ended_waits,
+        }
+    }
+
+    /// `c`'s entry `e` in the queue stands for a waiter still waiting: its
+    /// wait not over, and its client not crashed, done or giving up.
+    fn live_waiter(&self, s: &State, e: &Entry) -> bool {
+        let cl = &s.clients[e.token as usize];
+        cl.token == e.token
+            && e.waiting_at(s.now)
+            && matches!(
+                cl.phase,
+                Phase::Attempting
+                    | Phase::AcquireSent { .. }
+                    | Phase::Waiting { .. }
+                    | Phase::Confirming { .. }
+            )
+    }
+
+    /// Ghost, after a script call that ran with the queue `before` and gave
+    /// the key to `to` (`Some(None)`: kept for the caller's process line;
+    /// `None`: no grant): FIFO. The new owner passes over no live waiter
+    /// queued ahead of it (every one, if it was not queued); a hand-over
+    /// never goes to an entry whose wait is over; entries dropped otherwise
+    /// are skipped ones (the caller's own dequeue aside).
+    fn line_ghost(&self, s: &mut State, before: &[Entry], to: Option<Option<u8>>, caller: u8) {
+        let now = s.now;
+        if let Some(to) = to {
+            let at = to.and_then(|t| before.iter().position(|e| e.token == t));
+            let ahead = &before[..at.unwrap_or(before.len())];
+            if ahead.iter().any(|e| self.live_waiter(s, e)) {
+                s.ghost.overtaken = true;
+            }
+            if let Some(i) = at
+                && to != Some(caller)
+                && !before[i].waiting_at(now)
+            {
+                s.ghost.handed_to_ended = true;
+            }
+        }
+        for e in before {
+            let kept = s.server.queue.iter().any(|q| q.token == e.token);
+            if !kept && Some(Some(e.token)) != to && e.token != caller {
+                // A live waiter's entry must never be dropped.
+                if self.live_waiter(s, e) {
+                    s.ghost.overtaken = true;
+                }
+                s.ghost.skipped_ended = true;
+                if s.clients[e.token as usize].phase == Phase::Crashed {
+                    s.ghost.skipped_crashed = true;
+                }
+            }
+        }
     }
 
     /// acquire.rs:230: a grant above the counter a busy attempt saw was
@@ -1520,7 +1705,7 @@ impl LockModel {
 
     /// A script handed the lease to `to` with `fence`: a token issued, a
     /// lease of `to`'s starts, and the notice is published to every
-    /// subscribed process (release.lua:39, shared.lua `promote`).
+    /// subscribed process (release.lua's and acquire.lua's `PUBLISH`, shared.lua `promote`).
     pub(crate) fn handed(&self, s: &mut State, to: u8, fence: u8) {
         self.issued(s, fence);
         s.clients[to as usize].lease_ended = false;
@@ -2049,10 +2234,7 @@ impl Model for LockModel {
     fn init_states(&self) -> Vec<State> {
         vec![State {
             now: 0,
-            server: Server {
-                legacy: self.cfg.legacy_fence,
-                ..Server::default()
-            },
+            server: Server::default(),
             shared: Holders::default(),
             clients: (0..self.cfg.waits.len() as u8).map(Client::new).collect(),
             store: Store::default(),
@@ -2069,8 +2251,6 @@ impl Model for LockModel {
             ],
             ghost: Ghost {
                 free_since: Some(0),
-                // Tokens up to the legacy counter were issued before.
-                issued_max: self.cfg.legacy_fence,
                 ..Ghost::default()
             },
         }]
@@ -2106,12 +2286,7 @@ impl Model for LockModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         let mut properties = match &self.cfg.shared {
-            None => vec![Property::always(
-                "at most one holder believes its lease valid",
-                |_: &LockModel, s: &State| {
-                    s.clients.iter().filter(|c| c.believes_valid(s.now)).count() <= 1
-                },
-            )],
+            None => self.mutex_properties(),
             Some(shared) => shared_properties(shared, self.cfg.faults.total > 0),
         };
         properties.push(Property::always(
@@ -2190,9 +2365,13 @@ impl Model for LockModel {
                         .any(|c| matches!(c.phase, Phase::Hold) && c.fencing >= 2)
                 },
             ),
-            // Without faults no lease is lost: then this is vacuously true.
+            // Without a pause or a lost message no lease is lost (a crash
+            // leaves nobody to tell): then this is vacuously true.
             Property::sometimes("a holder is told lost", |m: &LockModel, s: &State| {
-                m.cfg.faults.total == 0 || s.clients.iter().any(|c| c.lost)
+                let f = m.cfg.faults;
+                f.total == 0
+                    || f.pause + f.lost_request + f.lost_reply == 0
+                    || s.clients.iter().any(|c| c.lost)
             }),
             Property::sometimes("a waiter gives up", |_: &LockModel, s: &State| {
                 s.clients.iter().any(|c| c.phase == Phase::Done(End::Busy))
@@ -2230,6 +2409,50 @@ impl Model for LockModel {
             properties.push(Property::sometimes(
                 "a waiter ignores a stale hand-over",
                 |_: &LockModel, s: &State| s.ghost.stale_ignored,
+            ));
+        }
+        properties
+    }
+}
+
+impl LockModel {
+    /// The properties of a mutex, besides those of every configuration.
+    fn mutex_properties(&self) -> Vec<Property<LockModel>> {
+        let mut properties = vec![Property::always(
+            "at most one holder believes its lease valid",
+            |_: &LockModel, s: &State| {
+                s.clients.iter().filter(|c| c.believes_valid(s.now)).count() <= 1
+            },
+        )];
+        properties.extend(check::never_set![LockModel;
+            "no waiter is overtaken by a later arrival" => ghost.overtaken,
+            "no hand-over goes to a waiter whose wait is over" => ghost.handed_to_ended,
+        ]);
+        let cfg = &self.cfg;
+        let processes = |min_wait: u8| {
+            let mut ps: Vec<u8> = (0..cfg.waits.len())
+                .filter(|&c| cfg.waits[c] >= min_wait)
+                .map(|c| cfg.process[c])
+                .collect();
+            ps.sort_unstable();
+            ps.dedup();
+            ps.len()
+        };
+        // A holder's lease runs out (a crash or a pause) with two other
+        // processes queued for longer than a lease.
+        let expiries = cfg.faults.crash > 0 || cfg.faults.pause > 0;
+        if cfg.fifo_on_expiry && expiries && processes(0) >= 3 && processes(cfg.ttl + 1) >= 2 {
+            properties.push(Property::sometimes(
+                "a key whose lease ran out goes to the head of its line",
+                |_: &LockModel, s: &State| s.ghost.expiry_handed,
+            ));
+        }
+        // A waiter dies in line and a holder releases after its wait.
+        let short = cfg.waits.iter().any(|&w| w != 0 && w <= cfg.hold_max);
+        if cfg.skip_ended_waits && cfg.faults.crash > 0 && processes(0) >= 3 && short {
+            properties.push(Property::sometimes(
+                "a script skips the entry of a waiter that died in line",
+                |_: &LockModel, s: &State| s.ghost.skipped_crashed,
             ));
         }
         properties

@@ -3,29 +3,51 @@
 //! ```sh
 //! cargo run --release -p model                 # the CI configurations
 //! cargo run --release -p model -- --exhaustive # the larger ones too (minutes)
+//! cargo run --release -p model -- --exhaustive crash # only those whose name has "crash"
 //! ```
 
 use model::check::{Report, Run, check};
 use model::configs;
 
-/// Checks each `name => configuration` in order (the configurations are of
-/// different model types, hence a macro rather than a slice).
+/// Checks each `name => configuration` in order whose name contains
+/// `$only` (the configurations are of different model types, hence a macro
+/// rather than a slice).
 macro_rules! checks {
-    ($run:expr; $($name:literal => $config:expr),* $(,)?) => {
-        vec![$(check($name, $config.into_model(), $run)),*]
-    };
+    ($run:expr, $only:expr; $($name:literal => $config:expr),* $(,)?) => {{
+        let mut reports = Vec::new();
+        $(if $name.contains($only) {
+            reports.push(check($name, $config.into_model(), $run));
+        })*
+        reports
+    }};
 }
 
 fn main() {
     let exhaustive = std::env::args().any(|a| a == "--exhaustive");
+    let only = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
+        .unwrap_or_default();
+    let only = only.as_str();
     let run = Run::default();
-    let mut reports: Vec<Report> = checks![run;
-        "lock: 2 clients, every fault kind, <= 2 faults, legacy counter 2" =>
+    let mut reports: Vec<Report> = checks![run, only;
+        "lock: 2 clients, every fault kind, <= 2 faults" =>
             configs::lock_two_clients_two_faults(),
         "lock: 2 clients, every fault kind, <= 1 fault, 1 other key's token" =>
             configs::lock_two_clients_one_fault_other_key(),
         "lock: 3 clients, no faults" => configs::lock_three_clients_no_faults(),
         "lock: 3 clients, 1 pause" => configs::lock_three_clients_one_pause(),
+        "lock: 3 clients, 1 crash, one waiting a tick" => configs::lock_three_clients_one_crash(),
+        "lock: 3 clients, 1 crash, the acquire.lua before 7dbf470 (counterexample expected)" => {
+            let mut cfg = configs::lock_three_clients_one_crash();
+            cfg.fifo_on_expiry = false;
+            cfg
+        },
+        "lock: 3 clients, 1 crash, no skipping of ended waits (counterexample expected)" => {
+            let mut cfg = configs::lock_three_clients_one_crash();
+            cfg.skip_ended_waits = false;
+            cfg
+        },
         "lock: 3 clients, 1 pause, no stale-grant check (counterexample expected)" => {
             let mut cfg = configs::lock_three_clients_one_pause();
             cfg.check_stale_grants = false;
@@ -62,11 +84,20 @@ fn main() {
         "records: 2 requests, <= 2 faults" => configs::records_two_requests(),
     ];
     if exhaustive {
-        reports.extend(checks![run;
+        reports.extend(checks![run, only;
             "lock: 3 clients, 1 pause, 1 other key's token" =>
                 configs::lock_three_clients_one_pause_other_key(),
             "lock: 3 clients, every fault kind, <= 1 fault" =>
                 configs::lock_three_clients_one_fault(),
+            "lock: 3 clients start together, every fault kind, <= 1 fault, one waiting a tick" =>
+                configs::lock_three_clients_one_fault_one_waiting_a_tick(),
+            "lock: 2 waiters and a try-once newcomer, starting by t=3, 1 crash" =>
+                configs::lock_two_waiters_and_a_try_once_newcomer_one_crash(),
+            "lock: 2 waiters and a try-once newcomer, the acquire.lua before 7dbf470 (counterexample expected)" => {
+                let mut cfg = configs::lock_two_waiters_and_a_try_once_newcomer_one_crash();
+                cfg.fifo_on_expiry = false;
+                cfg
+            },
             "lock: 2 tasks of one process and another process, no faults" =>
                 configs::lock_line_of_two_and_another_process(),
             "lock: 2 tasks of one process and another process, every fault kind, <= 1 fault" =>

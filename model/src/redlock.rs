@@ -50,27 +50,28 @@ pub struct Node {
     /// `(owner, expires)`.
     pub lock: Option<(u8, u8)>,
     /// The node's fencing counter (of the key's hash slot; no other key
-    /// and no legacy counter here: see `lock.rs` for both).
+    /// here: see `lock.rs`).
     pub fence: u8,
 }
 
 impl Node {
-    /// acquire.lua with `ARGV[3] = '0'` (Redlock does not queue):
-    /// `Ok(fence)` or `Err(())` busy (a plain `-ttl`, no counter).
+    /// acquire.lua with `ARGV[3] = '0'` (Redlock tries once and never
+    /// queues, so no queue exists): `Ok(fence)` or `Err(())` busy (a plain
+    /// `-ttl`, no counter).
     fn acquire(&mut self, now: u8, token: u8, ttl: u8) -> Result<u8, ()> {
         match self.lock {
-            // acquire.lua:29-34 (`next_fence`, 18-27, with no legacy counter)
+            // Free: `SET NX PX`, no queue (`EXISTS` is 0), `INCR`.
             None => {
                 self.lock = Some((token, now + ttl));
                 self.fence += 1;
                 Ok(self.fence)
             }
-            // acquire.lua:36-45
+            // Ours: `PEXPIRE`, the counter as it is.
             Some((o, _)) if o == token => {
                 self.lock = Some((o, now + ttl));
                 Ok(self.fence)
             }
-            // acquire.lua:46-66 (no queue: the wait is 0)
+            // Another owner's, try once: `-ttl`.
             Some(_) => Err(()),
         }
     }
@@ -91,7 +92,8 @@ impl Node {
         }
     }
 
-    /// release.lua:18-26 (no queue on Redlock).
+    /// release.lua's compare-and-delete (no queue on Redlock, so no mark
+    /// and no hand-over).
     fn release(&mut self, token: u8) -> bool {
         if self.lock.is_some_and(|(o, _)| o == token) {
             self.lock = None;

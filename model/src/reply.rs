@@ -7,7 +7,7 @@ pub enum AcqReply {
     /// `> 0`: ours, with this fencing token.
     Granted(u8),
     /// `<= 0`: held by another owner for `remaining` more ticks; a waiting
-    /// attempt gets `{-remaining, counter}` (acquire.lua:51-64), a try-once
+    /// attempt gets `{-remaining, counter}` (acquire.lua's busy path), a try-once
     /// attempt `-remaining` (`fence` 0, as redis.rs:254-272 reads it).
     Busy {
         /// The holder's remaining lease.

@@ -6,16 +6,20 @@
 pub const MIRRORED: &[(&str, &str, &str)] = &[
     (
         "acquire.lua",
-        "152feb445b2f4df5544f5239fb5b18a45a2fa16b",
-        "lock.rs `Server::acquire`; redlock.rs `Node::acquire`",
+        "a62767489b10cd908f687bfb7d5c0534f0bea2dd",
+        "lock.rs `Server::acquire` (its free path's hand-over: `Server::hand_to_head`); \
+         redlock.rs `Node::acquire`",
     ),
     (
         "acquire_all.lua",
         "b2a74f249a8b81905042e327b1722b127a389472",
         "not modelled on its own: seen from any one of its keys (the model has one), \
-         it is a try-once acquire.lua (`Server::acquire` with no wait: SET PX when \
-         free, next_fence's legacy fold and INCR; never queues, never reads the \
-         queue) whose INCR the other keys of its slot share (`Action::OtherKey`); \
+         it is a try-once acquire.lua without the line (SET PX when free, a fold of \
+         the per-key counter of earlier versions, which no released version wrote, \
+         and INCR; never queues, never reads the queue: like `Server::acquire` with \
+         `fifo_on_expiry` off, so a lock_all after a holder's lease ran out can take \
+         a key others queue for) whose INCR the other keys of its slot share \
+         (`Action::OtherKey`); \
          all-or-none across keys is the atomicity of one script, and the client \
          side (global key order, roll-back) is covered by tests/tests/lock_all.rs",
     ),
@@ -56,8 +60,9 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "release.lua",
-        "d5a79fa5650179b9cd595559c113f9a9b484bd75",
-        "lock.rs `Server::release`; redlock.rs `Node::release`",
+        "7aa8783fdd6d06d3e37da24ebabfd271c799f411",
+        "lock.rs `Server::release` (its hand-over: `Server::hand_to_head`); \
+         redlock.rs `Node::release`",
     ),
     (
         "reserve.lua",

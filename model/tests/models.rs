@@ -16,7 +16,7 @@ fn lock_two_clients_with_every_fault_kind_keep_every_property() {
     checked(
         "lock 2x2",
         check(
-            "lock: 2 clients, every fault kind, <= 2 faults, legacy counter 2",
+            "lock: 2 clients, every fault kind, <= 2 faults",
             configs::lock_two_clients_two_faults().into_model(),
             Run::default(),
         ),
@@ -94,6 +94,91 @@ fn lock_three_clients_with_a_pause_find_the_stale_hand_over_without_the_check() 
         cfg,
         "at most one holder believes its lease valid",
         &["a grant is waiting", "trusts the hand-over"],
+    );
+}
+
+/// A holder that dies with two clients queued behind it, or a waiter that
+/// dies in line (issue 23): the key whose lease ran out goes to the head of
+/// the line, and a dead waiter's entry is skipped once its wait is over.
+#[test]
+fn lock_three_clients_with_a_crash_keep_every_property() {
+    checked(
+        "lock 3 crash",
+        check(
+            "lock: 3 clients, 1 crash, one waiting a tick",
+            configs::lock_three_clients_one_crash().into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+/// The FIFO property is not vacuous: with acquire.lua before commit
+/// 7dbf470 (a bare `SET NX` on a free key) the waiter that retries first
+/// after a dead holder's lease runs out takes the key, past the one queued
+/// ahead of it:
+///
+/// ```text
+///  5. t=0 Redis runs B's Acquire { wait: 1 }: granted, fencing 1
+///  9. t=0 Redis runs A's Acquire { wait: 4 }: busy for 3 more ticks, counter 1; A queued, holder marked +
+/// 16. t=0 Redis runs C's Acquire { wait: 4 }: busy for 3 more ticks, counter 1; C queued, holder marked +
+/// 18. t=0 FAULT B: the process dies
+/// 21. t=2 time passes; B's lease expires
+/// 22. t=3 C: its lease timer fires, tries again
+/// 24. t=3 Redis runs C's Acquire { wait: 1 }: granted, fencing 2
+///     then: key held by C until t=6, queue [A]; A: Waiting { retry_at: 3 }
+/// ```
+///
+/// Today's acquire.lua hands the key to A at step 24 and answers C busy.
+#[test]
+fn lock_three_clients_with_a_crash_find_the_old_acquire_script_overtaking_a_waiter() {
+    let mut cfg = configs::lock_three_clients_one_crash();
+    cfg.fifo_on_expiry = false;
+    finds(
+        "lock: 3 clients, 1 crash, the acquire.lua before 7dbf470 (counterexample expected)",
+        cfg,
+        "no waiter is overtaken by a later arrival",
+        &["FAULT", "lease expires", "granted"],
+    );
+}
+
+/// The same with a holder that stops (a pause past its lease) instead of
+/// dying: the old acquire.lua lets the second waiter overtake the first.
+#[test]
+fn lock_three_clients_with_a_pause_find_the_old_acquire_script_overtaking_a_waiter() {
+    let mut cfg = configs::lock_three_clients_one_pause();
+    cfg.fifo_on_expiry = false;
+    finds(
+        "lock: 3 clients, 1 pause, the acquire.lua before 7dbf470 (counterexample expected)",
+        cfg,
+        "no waiter is overtaken by a later arrival",
+        &["FAULT", "lease expires", "granted"],
+    );
+}
+
+/// A waiter that dies in line cannot stall it past its wait: without the
+/// skipping of entries whose wait has ended (the scripts before commit
+/// 7dbf470) a release hands the key to a waiter whose wait is over:
+///
+/// ```text
+///  3. t=0 Redis runs A's Acquire { wait: 4 }: granted, fencing 1
+/// 10. t=0 Redis runs B's Acquire { wait: 1 }: busy for 3 more ticks, counter 1; B queued, holder marked +
+/// 16. t=1 A: release(); Redis runs A's Release { dequeue: false }: released and handed to B (fencing 2, lease 2)
+/// ```
+///
+/// B's wait ended at t=1: alive, it gives up; dead, the line waits out the
+/// hand-over lease for nobody. Today's release.lua skips B's entry and hands
+/// the key to C; the configuration's `sometimes` property shows the model
+/// reaches a dead waiter's entry skipped.
+#[test]
+fn lock_three_clients_with_a_crash_find_a_waiter_handed_the_key_past_its_wait_without_skipping() {
+    let mut cfg = configs::lock_three_clients_one_crash();
+    cfg.skip_ended_waits = false;
+    finds(
+        "lock: 3 clients, 1 crash, no skipping of ended waits (counterexample expected)",
+        cfg,
+        "no hand-over goes to a waiter whose wait is over",
+        &["B queued", "handed to B"],
     );
 }
 
@@ -263,7 +348,7 @@ fn rw_lock_admitting_readers_past_a_queued_writer_is_found() {
         "no grant overtakes a waiter still queued (FIFO)",
         &[
             "B queued",
-            "C's Acquire { wait: 4, queued_before: false }: shared.lua acquire: granted",
+            "C's Acquire { wait: 4 }: shared.lua acquire: granted",
         ],
     );
 }
