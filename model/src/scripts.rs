@@ -12,16 +12,16 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "acquire_all.lua",
-        "b2a74f249a8b81905042e327b1722b127a389472",
+        "9aad4bf7df88f88eac5453cd3757d6e1351725c5",
         "not modelled on its own: seen from any one of its keys (the model has one), \
-         it is a try-once acquire.lua without the line (SET PX when free, a fold of \
-         the per-key counter of earlier versions, which no released version wrote, \
-         and INCR; never queues, never reads the queue: like `Server::acquire` with \
-         `fifo_on_expiry` off, so a lock_all after a holder's lease ran out can take \
-         a key others queue for) whose INCR the other keys of its slot share \
-         (`Action::OtherKey`); \
+         it is a try-once acquire.lua that never queues: a free key with no live \
+         waiter is taken (SET PX, INCR), a free key with live waiters in line goes \
+         to the first of them exactly as `Server::hand_to_head` hands it (entries \
+         whose wait ended skipped) and the call is busy, another owner's key is \
+         busy; its INCR is one the other keys of its slot share (`Action::OtherKey`); \
          all-or-none across keys is the atomicity of one script, and the client \
-         side (global key order, roll-back) is covered by tests/tests/lock_all.rs",
+         side (global key order, roll-back) and the line are covered by \
+         tests/tests/lock_all.rs and tests/tests/fifo_expiry.rs",
     ),
     (
         "extend.lua",
