@@ -109,6 +109,7 @@ mod backoff;
 mod client;
 mod context;
 mod error;
+pub mod fence;
 mod global;
 mod guard;
 mod held;
