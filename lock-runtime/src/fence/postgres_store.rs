@@ -72,8 +72,17 @@ pub async fn postgres(
         )));
     };
     let failed = |e: sqlx::Error| {
+        let no_table = e
+            .as_database_error()
+            .and_then(|d| d.code())
+            .is_some_and(|code| code == "42P01"); // undefined_table
+        let hint = if no_table {
+            " (create its table with `fence::POSTGRES_SCHEMA`)"
+        } else {
+            ""
+        };
         LockError::Backend(BackendError::with_source(
-            format!("the fence of `{resource}` in PostgreSQL failed"),
+            format!("the fence of `{resource}` in PostgreSQL failed{hint}"),
             e,
         ))
     };
