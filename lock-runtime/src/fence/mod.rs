@@ -71,9 +71,9 @@
 //!
 //! # PostgreSQL
 //!
-//! With the `postgres` feature, [`postgres()`](fn@postgres) fences the
-//! caller's transaction: called first in it, with `&mut *tx`, it raises the
-//! resource's row in the table [`POSTGRES_SCHEMA`] creates, or fails with
+//! With the `postgres` feature, `fence::postgres` fences the caller's
+//! transaction: called first in it, with `&mut *tx`, it raises the
+//! resource's row in the table `fence::POSTGRES_SCHEMA` creates, or fails with
 //! [`LockError::Stale`], and the caller rolls back. The statement
 //! (`INSERT .. ON CONFLICT (resource) DO UPDATE .. WHERE token <= EXCLUDED.token`)
 //! locks the row until the transaction ends, so concurrent writers of one
