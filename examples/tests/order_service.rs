@@ -1,13 +1,13 @@
 //! The `order-service` binary, run as its users run it: startup failures,
-//! two instances on two ports behind one Redis, and a graceful shutdown
-//! mid-payment.
+//! two instances on two ports behind one Redis, a graceful shutdown
+//! mid-payment, and orders in PostgreSQL.
 
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use test_support::{RedisServer, free_port, signal};
+use test_support::{PostgresServer, RedisServer, free_port, signal};
 
 const BIN: &str = env!("CARGO_BIN_EXE_order-service");
 
@@ -26,6 +26,7 @@ impl Instance {
         let port = free_port();
         let child = Command::new(BIN)
             .env_remove("REDIS_URL")
+            .env_remove("DATABASE_URL")
             .env_remove("NAMESPACE")
             .env("PORT", port.to_string())
             .env("PAYMENT_DELAY_MS", PAYMENT_DELAY_MS)
@@ -264,6 +265,44 @@ async fn without_redis_one_instance_pays_aliases_of_one_order_once() {
         .map(|path| (&one, *path))
         .collect();
     assert_one_paid_rest_conflict(&pay_all(&http, &pays).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_postgres_two_instances_share_orders_and_pay_each_once() {
+    let (redis, postgres) = (RedisServer::start(), PostgresServer::start());
+    let (redis_url, database_url) = (redis.url(), postgres.url());
+    let shared = [
+        ("REDIS_URL", redis_url.as_str()),
+        ("DATABASE_URL", database_url.as_str()),
+        ("NAMESPACE", "shop"),
+    ];
+    let (a, b) = (Instance::start(&shared), Instance::start(&shared));
+    let http = reqwest::Client::new();
+    for n in 1..=15 {
+        let on = if n % 2 == 0 { &b } else { &a };
+        let r = create(&http, on, &format!("order-{n}"), "pen").await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+        assert_eq!(r.json::<Value>().await.unwrap()["id"], n);
+    }
+    let replay = create(&http, &b, "order-1", "pen").await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let pays: Vec<_> = ["/orders/15/pay", "/orders/015/pay", "/orders/+15/pay"]
+        .iter()
+        .flat_map(|path| [(&a, *path), (&b, *path)])
+        .collect();
+    let paid = assert_one_paid_rest_conflict(&pay_all(&http, &pays).await);
+    assert!(paid["paid_with_fencing_token"].as_u64().is_some(), "{paid}");
+    for on in [&a, &b] {
+        assert_eq!(get_json(&http, on.url("/orders/15")).await, paid);
+    }
+    // The orders are in PostgreSQL, not in Redis.
+    assert!(!redis.cli(&["KEYS", "shop:order*"]).contains("shop:order"));
+    // Without Redis: the embedded lock backend, orders still in PostgreSQL.
+    let alone = Instance::start(&[
+        ("DATABASE_URL", database_url.as_str()),
+        ("NAMESPACE", "shop"),
+    ]);
+    assert_eq!(get_json(&http, alone.url("/orders/15")).await, paid);
 }
 
 /// `GET url`, its body as JSON.

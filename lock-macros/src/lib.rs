@@ -49,6 +49,31 @@ use proc_macro::TokenStream;
 /// # }
 /// ```
 ///
+/// # Fencing the write
+///
+/// The fencing token is what makes a holder paused past its lease harmless,
+/// if the write it protects is refused when stale: pass it to
+/// `lock_runtime::fence`, which checks it in the store, atomically with the
+/// write.
+///
+/// ```no_run
+/// use lock_runtime::{LockError, distributed_lock, fence};
+///
+/// #[distributed_lock(key = "order:<order_id>", ttl = "30s", wait = "2s")]
+/// async fn mark_paid(
+///     redis: &mut redis::aio::MultiplexedConnection,
+///     order_id: u64,
+/// ) -> Result<(), LockError> {
+///     let token = lock_runtime::current_lock().unwrap().fencing_token;
+///     let order = format!("order:{order_id}");
+///     fence::redis(redis, &order, token)
+///         .cmd(redis::cmd("HSET").arg(&order).arg("status").arg("paid"))
+///         .run()
+///         .await?; // Err(LockError::Stale { .. }) if a later holder wrote first
+///     Ok(())
+/// }
+/// ```
+///
 /// # The same code without the attribute
 ///
 /// The attribute keeps the signature and wraps the body; `pay` above is

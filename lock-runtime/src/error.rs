@@ -48,6 +48,20 @@ pub enum LockError {
     /// The key is empty, too long or contains control characters.
     #[error("invalid lock key: {0}")]
     InvalidKey(String),
+    /// A fenced write was refused, and nothing was written: a holder with a
+    /// later fencing token already wrote to `resource` (see
+    /// [`fence`](crate::fence)). The lease that `token` came from has ended.
+    #[error(
+        "write to `{resource}` refused: fencing token {token} is stale, token {highest} already wrote"
+    )]
+    Stale {
+        /// The resource as given to the fence.
+        resource: String,
+        /// The token of the refused write.
+        token: u64,
+        /// The highest token recorded for `resource`, greater than `token`.
+        highest: u64,
+    },
 }
 
 impl LockError {
@@ -81,6 +95,11 @@ impl LockError {
     /// error: see [`BackendError::is_connection`]. Usually worth a retry.
     pub fn is_connection(&self) -> bool {
         matches!(self, Self::Backend(e) if e.is_connection())
+    }
+
+    /// `true` for [`LockError::Stale`].
+    pub fn is_stale(&self) -> bool {
+        matches!(self, Self::Stale { .. })
     }
 
     /// `true` for [`LockError::NoClient`].

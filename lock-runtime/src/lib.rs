@@ -77,7 +77,8 @@
 //! it resumes, another holder may have the lock. The watchdog tells the holder as
 //! soon as it can ([`LockGuard::lost`]), but only the **fencing token** makes such
 //! writes harmless: pass it with every write, and have the storage reject tokens
-//! lower than the highest it has seen.
+//! lower than the highest it has seen; [`fence`] does that for Redis and
+//! PostgreSQL.
 //!
 //! With a single Redis and asynchronous replication, a failover can lose a
 //! just-acquired lock (the replica never saw it), so two holders may coexist
@@ -100,6 +101,8 @@
 //!   facade (acquisitions by outcome, wait and hold times, hand-overs, lost
 //!   leases, renewals, idempotency outcomes), labelled by
 //!   [`LockRequest::metrics_name`], never by key.
+//! * `postgres`: `fence::postgres`, fenced writes to PostgreSQL (sqlx, tokio,
+//!   rustls); [`fence::redis`] needs no feature.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_debug_implementations, clippy::return_self_not_must_use)]
@@ -109,6 +112,7 @@ mod backoff;
 mod client;
 mod context;
 mod error;
+pub mod fence;
 mod global;
 mod guard;
 mod held;

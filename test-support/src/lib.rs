@@ -4,6 +4,9 @@
 //! * [`RedisServer`]: one `redis-server` launcher: a free loopback port, a
 //!   temporary directory, extra options, TLS, restart, SIGSTOP/SIGCONT/SIGKILL,
 //!   `redis-cli`, and windows of lost replies ([`RedisServer::lose_replies`]).
+//! * [`PostgresServer`]: one PostgreSQL launcher (`initdb` and `postgres` on
+//!   a free loopback port in a temporary directory, as the `postgres` user
+//!   when run as root).
 //! * [`topology`]: independent masters for Redlock, a Sentinel deployment and
 //!   a Redis Cluster, on loopback.
 //! * [`helpers`]: small async helpers for tests of `lock_runtime`.
@@ -22,12 +25,14 @@ mod acl;
 pub mod helpers;
 #[cfg(feature = "http")]
 pub mod http;
+mod postgres;
 mod replies;
 mod server;
 mod tls;
 pub mod topology;
 
 pub use acl::ACL_LOCKER;
+pub use postgres::{PostgresServer, postgres_bin_dir};
 pub use replies::{KILL_OTHER_CLIENTS, LostReplies, RawConnection};
 pub use server::{RedisServer, free_port, redis_server_bin, signal, try_free_port};
 pub use tls::{TlsFiles, self_signed_cert};

@@ -3,8 +3,9 @@
 //! by developers and by CI (`.ci/run` calls `cargo xtask ci`).
 //!
 //! * `cargo xtask test [ARGS]`: installs what the tests need when it is
-//!   missing (`redis-server`, `redis-sentinel`, `redis-cli`, `openssl`, from
-//!   Debian's packages, with `sudo` when not root), then runs
+//!   missing (`redis-server`, `redis-sentinel`, `redis-cli`, `openssl`,
+//!   PostgreSQL's `initdb` and server, from Debian's packages, with `sudo`
+//!   when not root), then runs
 //!   `cargo test --workspace --all-features [ARGS]`.
 //! * `cargo xtask lint`: `cargo fmt --check`; clippy with `-D warnings` on the
 //!   workspace and on every feature combination of `lock-runtime`; rustdoc
@@ -26,6 +27,8 @@ const FEATURE_SETS: &[&str] = &[
     "axum,tls",
     "macros,axum",
     "axum,metrics",
+    "postgres",
+    "postgres,axum",
 ];
 
 /// Commands the tests run, and the Debian package that provides each.
@@ -35,6 +38,9 @@ const TOOLS: &[(&str, &str)] = &[
     ("redis-cli", "redis-tools"),
     ("openssl", "openssl"),
     ("wrk", "wrk"),
+    // Debian keeps PostgreSQL's server programs off the PATH, in
+    // /usr/lib/postgresql/<version>/bin: see `installed`.
+    ("initdb", "postgresql"),
 ];
 
 fn main() -> ExitCode {
@@ -93,11 +99,23 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// `true` when `tool` is on the `PATH`, or, for PostgreSQL's programs, where
+/// Debian installs them (the tests look there too: `test_support::postgres_bin_dir`).
+fn installed(tool: &str) -> bool {
+    on_path(tool)
+        || (tool == "initdb"
+            && std::fs::read_dir("/usr/lib/postgresql").is_ok_and(|versions| {
+                versions
+                    .flatten()
+                    .any(|v| v.path().join("bin").join(tool).is_file())
+            }))
+}
+
 /// Installs the Debian packages of the missing tools.
 fn deps() -> Result<(), String> {
     let missing: Vec<&str> = TOOLS
         .iter()
-        .filter(|(tool, _)| !on_path(tool))
+        .filter(|(tool, _)| !installed(tool))
         .map(|&(_, package)| package)
         .collect();
     if missing.is_empty() {

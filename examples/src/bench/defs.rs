@@ -6,27 +6,28 @@ use super::report::{Metric, Target, Unit};
 // Indexes into the metric list; the order is the table's.
 pub(crate) const M1: usize = 0;
 pub(crate) const M1_SCRIPTS: usize = 1;
-pub(crate) const M2: usize = 2;
-pub(crate) const M2_PEER: usize = 3;
-pub(crate) const M3_GRANTS: usize = 4;
-pub(crate) const M3_WAIT: usize = 5;
-pub(crate) const M4_GRANTS: usize = 6;
-pub(crate) const M4_SPIN: usize = 7;
-pub(crate) const M4_FAIR: usize = 8;
-pub(crate) const M4_WAIT: usize = 9;
-pub(crate) const M5: usize = 10;
-pub(crate) const M5_FLOOR: usize = 11;
-pub(crate) const M6: usize = 12;
-pub(crate) const M7: usize = 13;
-pub(crate) const M7_CPU: usize = 14;
-pub(crate) const M7_SAFE: usize = 15;
-pub(crate) const M8: usize = 16;
-pub(crate) const M8_RSS_REDIS: usize = 17;
-pub(crate) const M8_RSS_MEMORY: usize = 18;
-pub(crate) const M9_FAIR: usize = 19;
-pub(crate) const M9_RATE: usize = 20;
-pub(crate) const M10_SEM: usize = 21;
-pub(crate) const M10_READ: usize = 22;
+pub(crate) const M1_FENCE: usize = 2;
+pub(crate) const M2: usize = 3;
+pub(crate) const M2_PEER: usize = 4;
+pub(crate) const M3_GRANTS: usize = 5;
+pub(crate) const M3_WAIT: usize = 6;
+pub(crate) const M4_GRANTS: usize = 7;
+pub(crate) const M4_SPIN: usize = 8;
+pub(crate) const M4_FAIR: usize = 9;
+pub(crate) const M4_WAIT: usize = 10;
+pub(crate) const M5: usize = 11;
+pub(crate) const M5_FLOOR: usize = 12;
+pub(crate) const M6: usize = 13;
+pub(crate) const M7: usize = 14;
+pub(crate) const M7_CPU: usize = 15;
+pub(crate) const M7_SAFE: usize = 16;
+pub(crate) const M8: usize = 17;
+pub(crate) const M8_RSS_REDIS: usize = 18;
+pub(crate) const M8_RSS_MEMORY: usize = 19;
+pub(crate) const M9_FAIR: usize = 20;
+pub(crate) const M9_RATE: usize = 21;
+pub(crate) const M10_SEM: usize = 22;
+pub(crate) const M10_READ: usize = 23;
 
 /// The label of rslock's hot-key side, as the table and the chart show it.
 pub(crate) const PEER_HOT: &str = "rslock acquire (retry loop)";
@@ -49,6 +50,13 @@ pub(crate) fn definitions() -> Vec<Metric> {
             "the library's two scripts sent by hand (no client code): p50",
             Unit::Micros,
             "raw SET NX PX + EVALSHA del",
+            Info,
+        ),
+        m(
+            "1",
+            "a fenced write (fence::redis, one HSET): p50",
+            Unit::Micros,
+            "the same HSET, unfenced",
             Info,
         ),
         m(

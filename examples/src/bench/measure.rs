@@ -215,6 +215,10 @@ impl Bench<'_> {
             // against the same raw pair.
             let (s, r) = rows::scripted(&mut self.raw, &raw_key, n, rep).await?;
             metrics[M1_SCRIPTS].record(p50(&s), p50(&r));
+            // What fencing a write costs: one script call against the bare
+            // command.
+            let (f, u) = rows::fenced(&mut self.raw, n, rep).await?;
+            metrics[M1_FENCE].record(p50(&f), p50(&u));
         }
         Ok(())
     }

@@ -34,6 +34,33 @@ pub(crate) struct Raw {
 }
 
 impl Raw {
+    /// One `HSET` of `field` on `key`, as the unfenced baseline of a fenced
+    /// write.
+    pub(crate) async fn hset(&mut self, key: &str, field: u64) -> Result<(), String> {
+        redis::cmd("HSET")
+            .arg(key)
+            .arg("paid_by")
+            .arg(field)
+            .exec_async(&mut self.conn)
+            .await
+            .map_err(|e| format!("HSET: {e}"))
+    }
+
+    /// The same `HSET` through `lock_runtime::fence::redis`, with `token`.
+    pub(crate) async fn fenced_hset(
+        &mut self,
+        key: &str,
+        token: u64,
+        field: u64,
+    ) -> Result<(), String> {
+        lock_runtime::fence::redis(&mut self.conn, key, token)
+            .cmd(redis::cmd("HSET").arg(key).arg("paid_by").arg(field))
+            .run()
+            .await
+            .map(drop)
+            .map_err(|e| format!("fenced HSET: {e}"))
+    }
+
     pub(crate) async fn connect(client: &redis::Client, prefix: &str) -> Result<Self, String> {
         let mut conn = client
             .get_multiplexed_async_connection()

@@ -160,6 +160,32 @@ pub(crate) async fn scripted(
     .await
 }
 
+/// `n` fenced writes (one `HSET` through `fence::redis`, the token rising)
+/// and `n` of the same `HSET` unfenced, in alternating blocks. Returns the
+/// latencies in microseconds: (fenced, unfenced).
+pub(crate) async fn fenced(
+    raw: &mut Raw,
+    n: usize,
+    rep: usize,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let (fenced_key, plain_key) = (raw.key("fenced"), raw.key("unfenced"));
+    let mut other = raw.clone();
+    let (mut token, mut plain) = ((rep as u64) << 32, 0u64);
+    blocks(
+        n,
+        rep,
+        async || {
+            token += 1;
+            raw.fenced_hset(&fenced_key, token, token).await
+        },
+        async || {
+            plain += 1;
+            other.hset(&plain_key, plain).await
+        },
+    )
+    .await
+}
+
 /// `tasks` tasks, each taking and giving back its own key on `side` in a
 /// loop for `window`. Returns pairs per second (only pairs completed inside
 /// the window count).

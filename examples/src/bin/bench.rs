@@ -243,7 +243,15 @@ async fn cleanup(url: &str, prefixes: &Prefixes) -> Result<usize, String> {
             }
         }
     }
-    Ok(deleted)
+    // Row 1's fenced writes leave their record under the fence's own
+    // namespace, outside the prefixes.
+    let record = lock_runtime::fence::record_key(&format!("{}fenced", prefixes.raw));
+    let n: usize = redis::cmd("DEL")
+        .arg(record)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(deleted + n)
 }
 
 /// Resolves on SIGINT or SIGTERM, naming it.

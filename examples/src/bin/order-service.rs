@@ -11,7 +11,7 @@
 //!   is a `#[distributed_lock]` function on the same key, which re-enters the
 //!   request's lock (and locks on its own when called from elsewhere, e.g. a
 //!   job). The store refuses a payment whose fencing token is older than one
-//!   it already accepted.
+//!   it already accepted (`lock_runtime::fence` on Redis and PostgreSQL).
 //! * `GET /orders/{id}`.
 //!
 //! Settings (environment):
@@ -19,6 +19,10 @@
 //! * `REDIS_URL`: locks, idempotency records and orders on this Redis, shared
 //!   by every instance that uses it. Unset: the embedded lock backend and an
 //!   in-memory order store, for this process only.
+//! * `DATABASE_URL` (`postgres://...`): orders in this PostgreSQL database
+//!   instead (tables created at start); payments go through
+//!   `lock_runtime::fence::postgres` in the transaction that marks the order
+//!   paid. Locks and idempotency records stay where `REDIS_URL` says.
 //! * `NAMESPACE` (default `orders`): every Redis name starts with
 //!   `<namespace>:`; instances with the same one share orders, a new one starts
 //!   afresh (the demo below picks a new one per session, so it can be run
@@ -377,10 +381,10 @@ async fn main() -> ExitCode {
 async fn run() -> Result<(), Startup> {
     let settings = Settings::from_env()?;
     let builder = LockClient::builder().key_prefix(format!("{}:", settings.namespace));
-    let (client, orders) = match &settings.redis_url {
+    let client = match &settings.redis_url {
         Some(url) => {
             let shown = redact(url);
-            let client = builder.redis(url).build().await.map_err(|e| {
+            builder.redis(url).build().await.map_err(|e| {
                 let doing = match e {
                     LockError::Config(_) => {
                         format!("cannot start: REDIS_URL={shown} is not usable")
@@ -388,30 +392,47 @@ async fn run() -> Result<(), Startup> {
                     _ => format!("cannot start: cannot use Redis at {shown} (REDIS_URL) for locks"),
                 };
                 Startup::because(doing, e)
-            })?;
-            let orders = Orders::redis(url, &settings.namespace).await.map_err(|e| {
-                Startup::because(
-                    format!("cannot start: cannot use Redis at {shown} (REDIS_URL) for orders"),
-                    e,
-                )
-            })?;
-            tracing::info!(
-                redis = %shown,
-                namespace = %settings.namespace,
-                "locks, idempotency records and orders on Redis"
-            );
-            (client, orders)
+            })?
         }
         None => {
-            let client = builder.memory().build().await.map_err(|e| {
+            builder.memory().build().await.map_err(|e| {
                 Startup::because("cannot start: the embedded lock backend failed", e)
-            })?;
-            tracing::info!(
-                "locks, idempotency records and orders in this process (set REDIS_URL for Redis)"
-            );
-            (client, Orders::memory())
+            })?
         }
     };
+    let orders = match (&settings.database_url, &settings.redis_url) {
+        (Some(url), _) => {
+            let shown = redact(url);
+            Orders::postgres(url, &settings.namespace)
+                .await
+                .map_err(|e| {
+                    Startup::because(
+                        format!("cannot start: cannot use PostgreSQL at {shown} (DATABASE_URL)"),
+                        e,
+                    )
+                })?
+        }
+        (None, Some(url)) => Orders::redis(url, &settings.namespace).await.map_err(|e| {
+            Startup::because(
+                format!(
+                    "cannot start: cannot use Redis at {} (REDIS_URL) for orders",
+                    redact(url)
+                ),
+                e,
+            )
+        })?,
+        (None, None) => Orders::memory(),
+    };
+    tracing::info!(
+        namespace = %settings.namespace,
+        locks = %settings.redis_url.as_deref().map_or("in this process".into(), redact),
+        orders = %match (&settings.database_url, &settings.redis_url) {
+            (Some(url), _) => redact(url),
+            (None, Some(url)) => redact(url),
+            (None, None) => "in this process".into(),
+        },
+        "locks and idempotency records, orders"
+    );
     // What `#[distributed_lock]` uses; the same client as the layers, so the
     // charge re-enters the request's lock.
     lock_runtime::set_global_client(client.clone());

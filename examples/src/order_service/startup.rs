@@ -63,6 +63,9 @@ pub struct Settings {
     /// `REDIS_URL`: locks, idempotency records and orders on this Redis;
     /// unset: all in this process.
     pub redis_url: Option<String>,
+    /// `DATABASE_URL`: orders in this PostgreSQL database (locks and
+    /// idempotency records stay where `REDIS_URL` says).
+    pub database_url: Option<String>,
     /// `NAMESPACE` (default `orders`): every Redis name starts with
     /// `<namespace>:`. Instances that share one share orders.
     pub namespace: String,
@@ -86,6 +89,7 @@ impl Settings {
         }
         Ok(Settings {
             redis_url: var("REDIS_URL")?,
+            database_url: var("DATABASE_URL")?,
             namespace,
             port: number("PORT", 3000)?,
             payment_delay: Duration::from_millis(number("PAYMENT_DELAY_MS", 1000)?),

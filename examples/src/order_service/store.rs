@@ -1,18 +1,21 @@
-//! Where the order service keeps its orders: in Redis, beside the locks and
-//! idempotency records, so that every instance sees every order; or in this
-//! process's memory when there is no Redis.
+//! Where the order service keeps its orders: in PostgreSQL, or in Redis
+//! beside the locks and idempotency records, so that every instance sees
+//! every order; or in this process's memory.
 //!
-//! Both refuse a payment whose fencing token is older than the newest one a
+//! Each refuses a payment whose fencing token is older than the newest one a
 //! write to the order was accepted with: such a payment comes from a holder
-//! whose lease ran out while it worked.
+//! whose lease ran out while it worked. Redis and PostgreSQL leave that check
+//! to `lock_runtime::fence`, atomically with the write.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lock_runtime::{LockError, fence};
 use redis::AsyncCommands as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::Serialize;
+use sqlx::PgPool;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Order {
@@ -58,6 +61,25 @@ impl From<redis::RedisError> for StoreError {
     }
 }
 
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError(e.to_string())
+    }
+}
+
+impl From<LockError> for StoreError {
+    fn from(e: LockError) -> Self {
+        // The error and its causes, on one line.
+        let mut text = e.to_string();
+        let mut next = std::error::Error::source(&e);
+        while let Some(cause) = next {
+            text += &format!(": {cause}");
+            next = cause.source();
+        }
+        StoreError(text)
+    }
+}
+
 /// The orders, cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Orders(Arc<Backend>);
@@ -71,7 +93,11 @@ enum Backend {
         order_key: String,
         /// The id counter.
         ids_key: String,
-        pay: redis::Script,
+    },
+    Postgres {
+        pool: PgPool,
+        /// Orders of other namespaces share the tables, not the ids.
+        namespace: String,
     },
 }
 
@@ -102,7 +128,38 @@ impl Orders {
             conn,
             order_key: format!("{namespace}:order:"),
             ids_key: format!("{namespace}:order-ids"),
-            pay: redis::Script::new(include_str!("pay.lua")),
+        })))
+    }
+
+    /// Orders in the PostgreSQL database at `url`, in the tables `orders`
+    /// and `order_ids` (created if missing, with the fence's `lock_fence`).
+    pub async fn postgres(url: &str, namespace: &str) -> Result<Self, sqlx::Error> {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(10)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect(url)
+            .await?;
+        sqlx::raw_sql(fence::POSTGRES_SCHEMA).execute(&pool).await?;
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS order_ids (
+                 namespace text PRIMARY KEY,
+                 last_id   bigint NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS orders (
+                 namespace    text   NOT NULL,
+                 id           bigint NOT NULL,
+                 item         text   NOT NULL,
+                 amount_cents bigint NOT NULL,
+                 status       text   NOT NULL,
+                 paid_with_fencing_token bigint,
+                 PRIMARY KEY (namespace, id)
+             );",
+        )
+        .execute(&pool)
+        .await?;
+        Ok(Orders(Arc::new(Backend::Postgres {
+            pool,
+            namespace: namespace.to_owned(),
         })))
     }
 
@@ -148,6 +205,35 @@ impl Orders {
                     paid_with_fencing_token: None,
                 })
             }
+            Backend::Postgres { pool, namespace } => {
+                let mut tx = pool.begin().await?;
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO order_ids (namespace, last_id) VALUES ($1, 1)
+                     ON CONFLICT (namespace) DO UPDATE SET last_id = order_ids.last_id + 1
+                     RETURNING last_id",
+                )
+                .bind(namespace)
+                .fetch_one(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "INSERT INTO orders (namespace, id, item, amount_cents, status)
+                     VALUES ($1, $2, $3, $4, 'created')",
+                )
+                .bind(namespace)
+                .bind(id)
+                .bind(&item)
+                .bind(i64::try_from(amount_cents).map_err(|_| too_large("amount_cents"))?)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(Order {
+                    id: id as u64,
+                    item,
+                    amount_cents,
+                    status: OrderStatus::Created,
+                    paid_with_fencing_token: None,
+                })
+            }
         }
     }
 
@@ -164,6 +250,29 @@ impl Orders {
                     return Ok(None);
                 }
                 order_from_fields(id, &fields).map(Some)
+            }
+            Backend::Postgres { pool, namespace } => {
+                let Ok(id) = i64::try_from(id) else {
+                    return Ok(None);
+                };
+                let row: Option<(String, i64, String, Option<i64>)> = sqlx::query_as(
+                    "SELECT item, amount_cents, status, paid_with_fencing_token
+                     FROM orders WHERE namespace = $1 AND id = $2",
+                )
+                .bind(namespace)
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+                let Some((item, amount_cents, status, token)) = row else {
+                    return Ok(None);
+                };
+                Ok(Some(Order {
+                    id: id as u64,
+                    item,
+                    amount_cents: amount_cents as u64,
+                    status: parse_status(id as u64, &status)?,
+                    paid_with_fencing_token: token.map(|t| t as u64),
+                }))
             }
         }
     }
@@ -186,26 +295,78 @@ impl Orders {
                 Ok(Payment::Recorded(order.clone()))
             }
             Backend::Redis {
-                conn,
-                order_key,
-                pay,
-                ..
+                conn, order_key, ..
             } => {
-                let outcome: i64 = pay
-                    .key(format!("{order_key}{id}"))
-                    .arg(fence)
-                    .invoke_async(&mut conn.clone())
-                    .await?;
-                match outcome {
-                    1 => match self.get(id).await? {
+                // Orders are never deleted: one that exists now exists at the write.
+                if self.get(id).await?.is_none() {
+                    return Ok(Payment::NoSuchOrder);
+                }
+                // The order's key is the fence's resource: the record lives
+                // in its hash slot, as a cluster requires.
+                let order = format!("{order_key}{id}");
+                let written = fence::redis(&mut conn.clone(), &order, fence)
+                    .cmd(
+                        redis::cmd("HSET")
+                            .arg(&order)
+                            .arg("status")
+                            .arg("paid")
+                            .arg("paid_with_fencing_token")
+                            .arg(fence),
+                    )
+                    .run()
+                    .await;
+                match written {
+                    Ok(_) => match self.get(id).await? {
                         Some(order) => Ok(Payment::Recorded(order)),
                         None => Ok(Payment::NoSuchOrder),
                     },
-                    0 => Ok(Payment::NoSuchOrder),
-                    _ => Ok(Payment::StaleFence),
+                    Err(LockError::Stale { .. }) => Ok(Payment::StaleFence),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Backend::Postgres { pool, namespace } => {
+                let Ok(signed_id) = i64::try_from(id) else {
+                    return Ok(Payment::NoSuchOrder);
+                };
+                let mut tx = pool.begin().await?;
+                // First in the transaction: a stale token rolls it all back
+                // (dropping `tx` does), and a newer writer waits for us.
+                match fence::postgres(&mut tx, &format!("{namespace}:order:{id}"), fence).await {
+                    Ok(()) => {}
+                    Err(LockError::Stale { .. }) => return Ok(Payment::StaleFence),
+                    Err(e) => return Err(e.into()),
+                }
+                let paid = sqlx::query(
+                    "UPDATE orders SET status = 'paid', paid_with_fencing_token = $3
+                     WHERE namespace = $1 AND id = $2",
+                )
+                .bind(namespace)
+                .bind(signed_id)
+                .bind(i64::try_from(fence).map_err(|_| too_large("fencing token"))?)
+                .execute(&mut *tx)
+                .await?;
+                if paid.rows_affected() == 0 {
+                    return Ok(Payment::NoSuchOrder);
+                }
+                tx.commit().await?;
+                match self.get(id).await? {
+                    Some(order) => Ok(Payment::Recorded(order)),
+                    None => Ok(Payment::NoSuchOrder),
                 }
             }
         }
+    }
+}
+
+fn too_large(what: &str) -> StoreError {
+    StoreError(format!("{what} does not fit PostgreSQL's bigint"))
+}
+
+fn parse_status(id: u64, status: &str) -> Result<OrderStatus, StoreError> {
+    match status {
+        "created" => Ok(OrderStatus::Created),
+        "paid" => Ok(OrderStatus::Paid),
+        other => Err(StoreError(format!("order {id}: unknown status {other:?}"))),
     }
 }
 
@@ -224,11 +385,7 @@ fn order_from_fields(id: u64, fields: &HashMap<String, String>) -> Result<Order,
             .parse()
             .map_err(|_| StoreError(format!("order {id}: `{name}` is not a number")))
     };
-    let status = match field("status")?.as_str() {
-        "created" => OrderStatus::Created,
-        "paid" => OrderStatus::Paid,
-        other => return Err(StoreError(format!("order {id}: unknown status {other:?}"))),
-    };
+    let status = parse_status(id, field("status")?)?;
     Ok(Order {
         id,
         item: field("item")?.clone(),

@@ -121,8 +121,12 @@ pub(crate) fn has_hash_tag(key: &str) -> bool {
 
 /// The Redis Cluster slot of a name: CRC16 (XMODEM) of its hash tag, mod 16384.
 pub(crate) fn slot(name: &str) -> u16 {
-    let bytes = name.as_bytes();
-    let tagged = name.find('{').and_then(|open| {
+    slot_of_bytes(name.as_bytes())
+}
+
+/// [`slot`] of a name that need not be UTF-8.
+pub(crate) fn slot_of_bytes(bytes: &[u8]) -> u16 {
+    let tagged = bytes.iter().position(|b| *b == b'{').and_then(|open| {
         let rest = &bytes[open + 1..];
         rest.iter()
             .position(|b| *b == b'}')

@@ -1,0 +1,248 @@
+//! The commands a fenced write may run, where their keys are, and how they
+//! travel to the script: as data, never as script text.
+
+use crate::LockError;
+
+/// Where a command's keys are among its arguments (after the name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keys {
+    /// The first argument; the rest are values.
+    First,
+    /// The first two arguments (source and destination).
+    FirstTwo,
+    /// Every argument (`DEL`, `UNLINK`).
+    All,
+    /// Every other argument, from the first (`MSET key value ...`).
+    Pairs,
+}
+
+/// The allow-list: write commands whose keys sit at fixed positions, so the
+/// client can declare every key the script touches (a cluster requires it,
+/// and the slot check needs them). Each with its arity as Redis's command
+/// table gives it (name included; negative: at least that many), checked
+/// before sending, since a command that fails inside the script leaves the
+/// ones before it applied.
+const ALLOWED: &[(&str, i32, Keys)] = &[
+    // Strings
+    ("SET", -3, Keys::First),
+    ("SETEX", 4, Keys::First),
+    ("PSETEX", 4, Keys::First),
+    ("SETNX", 3, Keys::First),
+    ("SETRANGE", 4, Keys::First),
+    ("APPEND", 3, Keys::First),
+    ("GETSET", 3, Keys::First),
+    ("GETDEL", 2, Keys::First),
+    ("GETEX", -2, Keys::First),
+    ("INCR", 2, Keys::First),
+    ("INCRBY", 3, Keys::First),
+    ("INCRBYFLOAT", 3, Keys::First),
+    ("DECR", 2, Keys::First),
+    ("DECRBY", 3, Keys::First),
+    ("SETBIT", 4, Keys::First),
+    ("MSET", -3, Keys::Pairs),
+    // Keys
+    ("DEL", -2, Keys::All),
+    ("UNLINK", -2, Keys::All),
+    ("EXPIRE", -3, Keys::First),
+    ("PEXPIRE", -3, Keys::First),
+    ("EXPIREAT", -3, Keys::First),
+    ("PEXPIREAT", -3, Keys::First),
+    ("PERSIST", 2, Keys::First),
+    ("RENAME", 3, Keys::FirstTwo),
+    // Hashes
+    ("HSET", -4, Keys::First),
+    ("HSETNX", 4, Keys::First),
+    ("HMSET", -4, Keys::First),
+    ("HDEL", -3, Keys::First),
+    ("HINCRBY", 4, Keys::First),
+    ("HINCRBYFLOAT", 4, Keys::First),
+    // Lists
+    ("LPUSH", -3, Keys::First),
+    ("RPUSH", -3, Keys::First),
+    ("LPUSHX", -3, Keys::First),
+    ("RPUSHX", -3, Keys::First),
+    ("LPOP", -2, Keys::First),
+    ("RPOP", -2, Keys::First),
+    ("LSET", 4, Keys::First),
+    ("LREM", 4, Keys::First),
+    ("LTRIM", 4, Keys::First),
+    ("LINSERT", 5, Keys::First),
+    ("LMOVE", 5, Keys::FirstTwo),
+    ("RPOPLPUSH", 3, Keys::FirstTwo),
+    // Sets
+    ("SADD", -3, Keys::First),
+    ("SREM", -3, Keys::First),
+    ("SPOP", -2, Keys::First),
+    ("SMOVE", 4, Keys::FirstTwo),
+    // Sorted sets
+    ("ZADD", -4, Keys::First),
+    ("ZREM", -3, Keys::First),
+    ("ZINCRBY", 4, Keys::First),
+    ("ZPOPMIN", -2, Keys::First),
+    ("ZPOPMAX", -2, Keys::First),
+    ("ZREMRANGEBYSCORE", 4, Keys::First),
+    ("ZREMRANGEBYRANK", 4, Keys::First),
+    ("ZREMRANGEBYLEX", 4, Keys::First),
+    // Streams, HyperLogLog
+    ("XADD", -5, Keys::First),
+    ("XDEL", -3, Keys::First),
+    ("XTRIM", -4, Keys::First),
+    ("PFADD", -2, Keys::First),
+];
+
+/// The names of the commands a fenced write accepts, upper case.
+pub fn allowed_commands() -> impl Iterator<Item = &'static str> {
+    ALLOWED.iter().map(|(name, ..)| *name)
+}
+
+/// Arguments one command may have: the script spreads them with Lua's
+/// `unpack`, whose stack holds a little under 8,000 values.
+const MAX_ARGS: usize = 4096;
+
+/// One command, split for the script: its keys (to declare in `KEYS`) and
+/// `name, shape, values...` (for `ARGV`).
+#[derive(Debug)]
+pub(super) struct Encoded {
+    pub(super) keys: Vec<Vec<u8>>,
+    pub(super) argv: Vec<Vec<u8>>,
+}
+
+/// Checks `cmd` against the allow-list and splits it; `Config` names what is
+/// wrong.
+pub(super) fn encode(cmd: &redis::Cmd) -> Result<Encoded, LockError> {
+    let mut args = Vec::with_capacity(cmd.args_iter().len());
+    for arg in cmd.args_iter() {
+        match arg {
+            redis::Arg::Simple(bytes) => args.push(bytes),
+            _ => {
+                return Err(LockError::Config(
+                    "a fenced command cannot take a cursor argument".into(),
+                ));
+            }
+        }
+    }
+    let Some((name, rest)) = args.split_first() else {
+        return Err(LockError::Config("a fenced command is empty".into()));
+    };
+    let upper = String::from_utf8_lossy(name).to_ascii_uppercase();
+    let Some(&(name, arity, keys)) = ALLOWED.iter().find(|(n, ..)| *n == upper) else {
+        return Err(LockError::Config(format!(
+            "`{}` cannot run in a fenced write: it takes write commands whose keys are at \
+             known positions ({})",
+            upper.escape_debug(),
+            allowed_commands().collect::<Vec<_>>().join(", ")
+        )));
+    };
+    let given = args.len();
+    let arity_ok = match usize::try_from(arity) {
+        Ok(exact) => given == exact,
+        Err(_) => given >= arity.unsigned_abs() as usize,
+    } && (keys != Keys::Pairs || rest.len() % 2 == 0);
+    if !arity_ok {
+        return Err(LockError::Config(format!(
+            "`{name}` with {} argument(s): wrong number of arguments",
+            rest.len()
+        )));
+    }
+    if rest.len() > MAX_ARGS {
+        return Err(LockError::Config(format!(
+            "`{name}` with {} arguments: a fenced command takes at most {MAX_ARGS}",
+            rest.len()
+        )));
+    }
+    let mut shape = Vec::with_capacity(rest.len());
+    let mut encoded = Encoded {
+        keys: Vec::new(),
+        argv: vec![name.as_bytes().to_vec(), Vec::new()],
+    };
+    for (i, arg) in rest.iter().enumerate() {
+        let is_key = match keys {
+            Keys::First => i == 0,
+            Keys::FirstTwo => i < 2,
+            Keys::All => true,
+            Keys::Pairs => i % 2 == 0,
+        };
+        if is_key {
+            shape.push(b'K');
+            encoded.keys.push(arg.to_vec());
+        } else {
+            shape.push(b'V');
+            encoded.argv.push(arg.to_vec());
+        }
+    }
+    encoded.argv[1] = shape;
+    Ok(encoded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode_ok(cmd: &redis::Cmd) -> (Vec<String>, Vec<String>) {
+        let e = encode(cmd).expect("allowed");
+        let text = |v: Vec<Vec<u8>>| {
+            v.into_iter()
+                .map(|b| String::from_utf8(b).unwrap())
+                .collect()
+        };
+        (text(e.keys), text(e.argv))
+    }
+
+    #[test]
+    fn keys_are_split_from_values_by_the_commands_layout() {
+        let (keys, argv) = encode_ok(redis::cmd("hset").arg("order:1").arg("status").arg("paid"));
+        assert_eq!(keys, ["order:1"]);
+        assert_eq!(argv, ["HSET", "KVV", "status", "paid"]);
+
+        let (keys, argv) = encode_ok(redis::cmd("MSET").arg("a").arg("1").arg("b").arg("2"));
+        assert_eq!(keys, ["a", "b"]);
+        assert_eq!(argv, ["MSET", "KVKV", "1", "2"]);
+
+        let (keys, argv) = encode_ok(redis::cmd("DEL").arg("a").arg("b"));
+        assert_eq!(keys, ["a", "b"]);
+        assert_eq!(argv, ["DEL", "KK"]);
+
+        let (keys, argv) = encode_ok(
+            redis::cmd("LMOVE")
+                .arg("a")
+                .arg("b")
+                .arg("LEFT")
+                .arg("RIGHT"),
+        );
+        assert_eq!(keys, ["a", "b"]);
+        assert_eq!(argv, ["LMOVE", "KKVV", "LEFT", "RIGHT"]);
+    }
+
+    #[test]
+    fn commands_off_the_allow_list_are_refused_by_name() {
+        for name in ["EVAL", "FLUSHALL", "GET", "CONFIG", "set\0", ""] {
+            let err = encode(redis::cmd(name).arg("x")).unwrap_err();
+            assert!(err.is_config(), "{name}: {err}");
+        }
+        let err = encode(redis::cmd("FLUSHALL").arg("x")).unwrap_err();
+        assert!(err.to_string().contains("`FLUSHALL` cannot run"), "{err}");
+        assert!(encode(&redis::Cmd::new()).unwrap_err().is_config());
+    }
+
+    #[test]
+    fn wrong_argument_counts_are_refused_before_sending() {
+        assert!(encode(redis::cmd("HSET").arg("k").arg("f")).is_err());
+        assert!(encode(redis::cmd("INCRBY").arg("k")).is_err());
+        assert!(encode(redis::cmd("INCRBY").arg("k").arg(1).arg(2)).is_err());
+        assert!(encode(redis::cmd("MSET").arg("a").arg("1").arg("b")).is_err());
+        assert!(encode(&redis::cmd("DEL")).is_err());
+        assert!(encode(redis::cmd("SET").arg("k").arg("v").arg("EX").arg(5)).is_ok());
+        let mut big = redis::cmd("SADD");
+        big.arg("k").arg(vec!["m"; MAX_ARGS]);
+        assert!(encode(&big).unwrap_err().is_config());
+    }
+
+    #[test]
+    fn every_allowed_command_is_named_once_in_upper_case() {
+        let names: Vec<_> = allowed_commands().collect();
+        for name in &names {
+            assert_eq!(*name, name.to_ascii_uppercase());
+            assert_eq!(names.iter().filter(|n| *n == name).count(), 1, "{name}");
+        }
+    }
+}
