@@ -202,7 +202,7 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             let client = LockClient::builder()
-                .redis(&server.url())
+                .redis(server.url())
                 .build()
                 .await
                 .unwrap();
