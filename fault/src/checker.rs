@@ -22,6 +22,7 @@
 //! | stopped holders (scenarios 2, 10) | worker logs + faults | stopped past the lease and `release`, sent after the `SIGCONT`, still said `Ok` |
 //! | every operation accounted for | worker logs + the store's draws | a worker drew more operations from the budget than its log began, and it was not killed (a killed process may have drawn one per task whose answer never arrived) |
 //! | nothing hangs | the harness | a worker did not finish before the run's deadline |
+//! | waiters keep their order (scenario 12) | worker logs + faults | an acquisition was granted while a waiter seen in the key's queue before it was attempted was still waiting, alive ([`fifo`]) |
 //!
 //! The rules that depend on the synchronizer are in `synchronizers`; a
 //! `lock_all` operation is checked as one operation per key.
@@ -38,6 +39,7 @@ use crate::kind::{Kind, Side};
 use crate::log::{Event, Fault, ReleaseOutcome, WriteOutcome};
 use crate::store::Record;
 
+pub mod fifo;
 mod synchronizers;
 
 /// One logical worker's log.
@@ -75,6 +77,8 @@ pub struct RunData {
     pub drawn: BTreeMap<u32, u64>,
     /// Worker processes that had not finished at the deadline.
     pub hung: Vec<u32>,
+    /// Check that waiters keep their order ([`fifo`]; scenario 12).
+    pub fifo: bool,
 }
 
 /// Violations by kind; [`Violations::total`] adds them up.
@@ -120,6 +124,9 @@ pub struct Violations {
     pub held_too_briefly: u64,
     /// Workers that did not finish.
     pub hung_workers: u64,
+    /// Acquisitions granted while an earlier waiter, alive and still
+    /// waiting, stood in line for the key ([`fifo`]).
+    pub overtaken: u64,
 }
 
 impl Violations {
@@ -142,6 +149,7 @@ impl Violations {
             + self.too_many_holders
             + self.held_too_briefly
             + self.hung_workers
+            + self.overtaken
     }
 
     /// The non-zero kinds, as `name=count` pairs.
@@ -164,6 +172,7 @@ impl Violations {
             ("too_many_holders", self.too_many_holders),
             ("held_too_briefly", self.held_too_briefly),
             ("hung_workers", self.hung_workers),
+            ("overtaken", self.overtaken),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)
@@ -216,6 +225,8 @@ pub struct Report {
     pub max_takeover_ms: u64,
     /// Violations.
     pub violations: Violations,
+    /// What the waiters' order rests on, when checked ([`RunData::fifo`]).
+    pub fifo: Option<fifo::Stats>,
     /// Up to 20 human-readable examples of violations.
     pub examples: Vec<String>,
 }
@@ -492,7 +503,21 @@ pub fn check(run: &RunData) -> Report {
                         ops[i].released = Some((*outcome, *t));
                     }
                 }
-                Event::Start { .. } | Event::Read { ok: false, .. } | Event::Done { .. } => {}
+                // A try-once acquire found the key busy: its wait is over.
+                Event::TryOnce {
+                    op,
+                    granted: false,
+                    t,
+                } => {
+                    for i in parts(op) {
+                        ops[i].gave_up = Some(*t);
+                    }
+                }
+                Event::Start { .. }
+                | Event::Read { ok: false, .. }
+                | Event::Queued { .. }
+                | Event::TryOnce { granted: true, .. }
+                | Event::Done { .. } => {}
             }
         }
     }
@@ -932,6 +957,14 @@ pub fn check(run: &RunData) -> Report {
                 ),
             );
         }
+    }
+
+    if run.fifo {
+        let found = fifo::check(run);
+        for example in found.overtaken {
+            flag(&mut r.violations.overtaken, &mut examples, example);
+        }
+        r.fifo = Some(found.stats);
     }
 
     r.violations.hung_workers = run.hung.len() as u64;

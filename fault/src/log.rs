@@ -208,6 +208,24 @@ pub enum Event {
         /// Time.
         t: u64,
     },
+    /// A waiting acquire (scenario 12) was seen in the key's queue of
+    /// waiters: at `t` (a queue read's answer) it surely stood in line.
+    Queued {
+        /// Operation.
+        op: u64,
+        /// Time (the answer of the first queue read that listed it).
+        t: u64,
+    },
+    /// A try-once acquire (wait 0, scenario 12) was answered: `granted` (an
+    /// `Acquired` line follows) or busy (the operation ends here).
+    TryOnce {
+        /// Operation.
+        op: u64,
+        /// The lock was taken.
+        granted: bool,
+        /// Time.
+        t: u64,
+    },
     /// The worker finished its share.
     Done {
         /// Time.
@@ -230,6 +248,8 @@ impl Event {
             | Event::Write { t, .. }
             | Event::ReleaseSent { t, .. }
             | Event::Released { t, .. }
+            | Event::Queued { t, .. }
+            | Event::TryOnce { t, .. }
             | Event::Done { t } => *t,
         }
     }

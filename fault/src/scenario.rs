@@ -170,6 +170,11 @@ pub struct Scenario {
     /// control whose checker must object (a semaphore of 3 checked as one
     /// of 2).
     pub check_as: Option<Kind>,
+    /// Scenario 12: waiters must keep their order. `Some(n)`: fixed leases
+    /// (`renew(false)`), a lease of its own per worker so that a worker can
+    /// find itself in the key's queue, `n` per mille of the operations
+    /// try-once, and the checker's FIFO rule.
+    pub fifo: Option<u64>,
 }
 
 impl Scenario {
@@ -198,6 +203,7 @@ impl Scenario {
             kind: Kind::Mutex,
             victim_kind: None,
             check_as: None,
+            fifo: None,
         }
     }
 
@@ -568,7 +574,51 @@ impl Scenario {
         scenarios.extend(Self::scale_out(ops, short));
         scenarios.extend(Self::in_process(ops, short));
         scenarios.extend(Self::synchronizers(ops, short));
+        scenarios.extend(Self::fifo(ops, short));
         scenarios
+    }
+
+    /// Scenario 12: waiters keep their order when holders crash. Workers
+    /// take one key with a 10 s wait and fixed leases (`renew(false)`) of
+    /// 401-500 ms (each worker its own, 500 less its number: see
+    /// [`Scenario::fifo`]); one operation in five tries once (wait 0).
+    /// Scenario 2's fault strikes the holder: stopped past its lease or,
+    /// every 2nd time, killed, so the key goes on by expiry, not by a
+    /// release, every cycle; releases in between. On one Redis and on a
+    /// Sentinel group (`min_replica_acks(1, 500 ms)`, no failover); not on
+    /// Redlock, whose waiters do not queue.
+    pub fn fifo(ops: u64, short: bool) -> Vec<Scenario> {
+        let crash = |name, title, topology| Scenario {
+            workers: if short { 8 } else { 16 },
+            ttl_ms: 500,
+            wait_ms: 10_000,
+            // Holds long enough for a dozen strikes in 3,000 operations
+            // (and two or more in CI's 500).
+            think_ms: if short { (2, 10) } else { (0, 10) },
+            fault: FaultPlan::StopHolder {
+                stop_ms: 800,
+                victim_think_ms: 300,
+                kill_every: 2,
+            },
+            topology,
+            fifo: Some(200),
+            ..Scenario::base(name, title, ops)
+        };
+        vec![
+            crash(
+                "fifo-crashed-holders",
+                "12. FIFO: 16 clients, 1 key, fixed leases 401-500 ms, 1 in 5 try-once; holder SIGSTOPped past its lease or (every 2nd) killed",
+                Topology::Single,
+            ),
+            crash(
+                "fifo-crashed-holders-sentinel",
+                "12. same on Sentinel, min_replica_acks(1, 500 ms), no failover",
+                Topology::Sentinel {
+                    replicas: 1,
+                    timeout_ms: 500,
+                },
+            ),
+        ]
     }
 
     /// Demonstrations of an operator action that loses data: not part of
@@ -789,7 +839,13 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
             scenario.affinity_per_mille,
         ),
         budget: scenario.ops,
-        ttl_ms: scenario.ttl_ms,
+        // Scenario 12: a lease of its own per worker (its queue entry
+        // names it), at most the scenario's.
+        ttl_ms: match scenario.fifo {
+            Some(_) => scenario.ttl_ms - (u64::from(id) % 100).min(scenario.ttl_ms / 2),
+            None => scenario.ttl_ms,
+        },
+        try_once_per_mille: scenario.fifo,
         wait_ms: scenario.wait_ms,
         think_ms: scenario.think_ms,
         // The victim's first task thinks long: the harness strikes while it
@@ -922,6 +978,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         records,
         drawn,
         hung,
+        fifo: scenario.fifo.is_some(),
     };
     let report = checker::check(&data);
     drop(sampler);
@@ -1435,6 +1492,12 @@ pub fn table(outcomes: &[Outcome]) -> String {
         }
         if o.faults > 0 {
             notes.push(format!("{} faults", o.faults));
+        }
+        if let Some(f) = r.fifo {
+            notes.push(format!(
+                "{} waiters seen in line, {} grants with an earlier waiter in line, try-once {} granted / {} busy",
+                f.queued, f.behind, f.try_once_granted, f.try_once_refused
+            ));
         }
         if let Some(e) = &o.error {
             let first = e.lines().next().unwrap_or_default();

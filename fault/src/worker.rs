@@ -27,6 +27,7 @@ use crate::log::{Clock, Event, LogWriter};
 use crate::rng::Rng;
 use crate::store::Store;
 
+mod fifo;
 mod operation;
 
 /// The logical worker that task `task` of process `process` is, when every
@@ -94,6 +95,10 @@ pub struct WorkerConfig {
     pub block_lose_ms: u64,
     /// Seed of the worker's choices.
     pub seed: u64,
+    /// Scenario 12 (FIFO): `Some(n)`: fixed leases (`renew(false)`),
+    /// waiting acquires watched until they show up in the key's queue, and
+    /// `n` per mille of the operations try-once.
+    pub try_once_per_mille: Option<u64>,
 }
 
 impl WorkerConfig {
@@ -135,6 +140,9 @@ impl WorkerConfig {
             ("seed", self.seed),
         ] {
             put(k, v.to_string());
+        }
+        if let Some(n) = self.try_once_per_mille {
+            put("try-once-per-mille", n.to_string());
         }
         a
     }
@@ -203,6 +211,11 @@ impl WorkerConfig {
             block_keep_ms: num("block-keep-ms")?,
             block_lose_ms: num("block-lose-ms")?,
             seed: num("seed")?,
+            // Absent: not scenario 12.
+            try_once_per_mille: match map.contains_key("try-once-per-mille") {
+                true => Some(num("try-once-per-mille")?),
+                false => None,
+            },
         })
     }
 }
@@ -251,6 +264,8 @@ struct Worker {
     rng: Rng,
     think_ms: (u64, u64),
     blocks: u64,
+    /// Scenario 12: reads the lock server's queues (`None` elsewhere).
+    probe: Option<fifo::Probe>,
 }
 
 impl Worker {
@@ -317,8 +332,15 @@ async fn run_async(config: WorkerConfig) -> Result<(), String> {
         }
     };
     let config = Arc::new(config);
+    let mut probes = Vec::new();
+    for _ in 0..config.tasks {
+        probes.push(match config.try_once_per_mille {
+            Some(_) => Some(fifo::Probe::connect(&config).await?),
+            None => None,
+        });
+    }
     let mut tasks = tokio::task::JoinSet::new();
-    for (task, id, log) in logs {
+    for ((task, id, log), probe) in logs.into_iter().zip(probes) {
         tasks.spawn(
             Worker {
                 id,
@@ -334,6 +356,7 @@ async fn run_async(config: WorkerConfig) -> Result<(), String> {
                     config.think_ms
                 },
                 blocks: 0,
+                probe,
             }
             .run(),
         );
@@ -381,11 +404,20 @@ mod tests {
             block_keep_ms: 0,
             block_lose_ms: 0,
             seed: 42,
+            try_once_per_mille: Some(200),
         };
         let args = c.to_args();
         assert_eq!(args[0], "worker");
         assert_eq!(WorkerConfig::from_args(&args[1..]).unwrap(), c);
         assert!(WorkerConfig::from_args(&["--id".into()]).is_err());
+        // Without the scenario-12 flag (every other scenario): none.
+        let plain = WorkerConfig {
+            try_once_per_mille: None,
+            ..c
+        };
+        let args = plain.to_args();
+        assert!(!args.iter().any(|a| a.contains("try-once")));
+        assert_eq!(WorkerConfig::from_args(&args[1..]).unwrap(), plain);
     }
 
     #[test]

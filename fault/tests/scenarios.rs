@@ -1,5 +1,5 @@
-//! Short versions of the fault scenarios 1-10 and of scenario 11's stopped
-//! holders and controls (500 lock operations each, a few seconds): the `fault` binary re-executed as worker processes, real
+//! Short versions of the fault scenarios 1-10, of scenario 11's stopped
+//! holders and controls, and of scenario 12 (waiters' order) (500 lock operations each, a few seconds): the `fault` binary re-executed as worker processes, real
 //! redis-servers, real faults, and the checker's verdict.
 //!
 //! The long run is `cargo run --release -p fault -- all --ops 10000` (FAULTS.md).
@@ -318,4 +318,32 @@ fn lock_all_holders_stopped_or_killed_are_fenced_out_on_every_key() {
         o.report.stale_writes_rejected, o.report.stale_writes,
         "a stale write was accepted"
     );
+}
+
+/// Scenario 12 on `name`'s topology: waiters keep their order while the
+/// holder is stopped past its fixed lease or killed (the key goes on by
+/// expiry) and others release. No violation (no waiter overtaken, nothing
+/// else either), a stop and a kill struck, every waiting operation got the
+/// key, and the rule had something to check: waiters seen in line, grants
+/// with an earlier waiter in line, try-once newcomers turned away.
+fn waiters_keep_their_order(name: &str) {
+    let o = run_clean(name);
+    let r = &o.report;
+    assert!(o.faults >= 2, "the holder was struck {} times", o.faults);
+    assert!(r.max_takeover_ms > 0, "no key went on after a strike: {r}");
+    let fifo = r.fifo.expect("the FIFO rule ran");
+    assert_eq!(r.acquired, OPS - fifo.try_once_refused, "{r}");
+    assert!(fifo.queued >= OPS / 2, "{fifo:?}");
+    assert!(fifo.behind >= OPS / 4, "{fifo:?}");
+    assert!(fifo.try_once_refused > 0, "{fifo:?}");
+}
+
+#[test]
+fn waiters_keep_their_order_when_holders_are_stopped_or_killed_on_one_redis() {
+    waiters_keep_their_order("fifo-crashed-holders");
+}
+
+#[test]
+fn waiters_keep_their_order_when_holders_are_stopped_or_killed_on_sentinel() {
+    waiters_keep_their_order("fifo-crashed-holders-sentinel");
 }

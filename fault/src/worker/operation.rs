@@ -46,7 +46,7 @@ fn pick_key(w: &mut Worker) -> String {
 }
 
 /// The request for `key` (and `side`) as the worker's kind takes it.
-fn request(w: &Worker, key: &str, side: Option<Side>) -> LockRequest {
+pub(super) fn request(w: &Worker, key: &str, side: Option<Side>) -> LockRequest {
     let client = &w.client;
     let request = match (w.config.kind, side) {
         (Kind::Rw { .. }, Some(Side::Read)) => client.rw_lock(key).read(),
@@ -55,10 +55,14 @@ fn request(w: &Worker, key: &str, side: Option<Side>) -> LockRequest {
         (Kind::HoldAtLeast { ms: min }, _) => client.lock(key).hold_at_least(ms(min)),
         _ => client.lock(key),
     };
-    request.ttl(ms(w.config.ttl_ms))
+    // Scenario 12 (FIFO): fixed leases, so that a crashed holder's key goes
+    // on when its lease runs out.
+    request
+        .ttl(ms(w.config.ttl_ms))
+        .renew(w.config.try_once_per_mille.is_none())
 }
 
-fn attempt(w: &mut Worker, op: u64, keys: &[String], side: Option<Side>) -> u64 {
+pub(super) fn attempt(w: &mut Worker, op: u64, keys: &[String], side: Option<Side>) -> u64 {
     let t = w.clock.now();
     w.log(Event::Attempt {
         op,
@@ -78,6 +82,9 @@ async fn acquire_one(
     key: &str,
     side: Option<Side>,
 ) -> Option<(LockGuard, u64)> {
+    if w.config.try_once_per_mille.is_some() {
+        return super::fifo::acquire_one(w, op, key).await;
+    }
     let started = attempt(w, op, &[key.to_owned()], side);
     let guard = acquire(w, op, started, |w, left| {
         request(w, key, side).wait(left).acquire()
@@ -256,7 +263,7 @@ async fn write(
 
 /// Acquires within the wait, retrying backend errors; `None` (logged) when
 /// not. `request(worker, wait left)` makes one attempt.
-async fn acquire<G, F>(
+pub(super) async fn acquire<G, F>(
     w: &mut Worker,
     op: u64,
     started: u64,
