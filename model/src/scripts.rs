@@ -34,6 +34,15 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
         "lock.rs `Server::extend` (watchdog); redlock.rs `Node::extend`",
     ),
     (
+        "fence.lua",
+        "8480eccbfe839028e416ee8a34e0567c8badda33",
+        "lock.rs `Store` (the fenced store every holder writes to: a write is \
+         accepted when its token is at least the highest recorded, which it then \
+         becomes, else refused and nothing written; `lock_runtime::fence::redis`); \
+         the allow-listed commands it runs are data, outside the model, and \
+         tests/tests/fence_redis.rs covers them",
+    ),
+    (
         "fence_raise.lua",
         "abb7c167397484529727affa6a1289fc3996952a",
         "redlock.rs `Node::fence_raise`",
