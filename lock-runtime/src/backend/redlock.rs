@@ -87,6 +87,14 @@ impl RedlockBackend {
         })
     }
 
+    /// Restarts every node's notices if they ended with their runtime.
+    pub(crate) async fn restart_if_ended(&self) -> Result<(), LockError> {
+        join_all(self.nodes.iter().map(|node| node.restart_if_ended()))
+            .await
+            .into_iter()
+            .collect()
+    }
+
     /// How many nodes make a majority.
     pub(crate) fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1

@@ -32,6 +32,20 @@ pub use family::RwLockRequest;
 pub use inspect::LockState;
 pub use request::LockRequest;
 
+/// Restarts the client's background tasks (the watchdog, the notices) on
+/// the runtime in use if they ended with the runtime they ran on: a client
+/// built in one tokio runtime and used in another after the first ended (a
+/// global client filled by a first `#[tokio::test]`). Without it, a lease
+/// taken now would go unrenewed. An error naming the cause where they cannot
+/// be restarted (a cluster connection cannot move; no runtime).
+pub(crate) async fn keep_tasks_running(inner: &Inner) -> Result<(), LockError> {
+    if !inner.watchdog.has_ended() {
+        return Ok(());
+    }
+    inner.backend.restart_if_ended().await?;
+    inner.watchdog.restart_if_ended()
+}
+
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {
     if ttl < MIN_TTL {
         return Err(LockError::Config(format!(

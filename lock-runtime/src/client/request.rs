@@ -149,6 +149,7 @@ impl LockRequest {
             tracing::trace!(key = %self.key, "lock re-entered by the holding task");
             return Ok(LockGuard::reentered(held, inner.clone()));
         }
+        super::keep_tasks_running(inner).await?;
         let asked = Asked {
             ttl,
             wait: self.wait,

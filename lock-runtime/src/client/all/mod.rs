@@ -204,6 +204,7 @@ impl LockAllRequest {
         let inner = self.client.0.clone();
         let ttl = self.ttl.unwrap_or(inner.default_ttl);
         validate_ttl(ttl)?;
+        super::keep_tasks_running(&inner).await?;
         let started = Instant::now();
         let deadline = started
             .checked_add(self.wait)
@@ -368,7 +369,7 @@ impl LockAllRequest {
         let Some(output) = outcome else {
             let key = held
                 .iter()
-                .find(|h| h.lost.is_cancelled())
+                .find(|h| h.is_lost())
                 .unwrap_or(&held[0])
                 .key
                 .clone();
