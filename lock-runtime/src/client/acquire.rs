@@ -72,7 +72,17 @@ pub(super) struct Acquisition {
     metrics: crate::metrics::Name,
     /// `hold_at_least` (zero: none).
     hold_at_least: Duration,
+    /// Since when a split vote is likelier our retry crossing a release on
+    /// the masters than a contender's: the retry right after registering,
+    /// or the first free notice (since the last lease timer).
+    crossing_since: Option<Instant>,
 }
+
+/// Redlock: within a per-node timeout of a free notice (or of the retry
+/// after registering), a split vote pauses at most this long (a retry that
+/// crossed the release on the masters), not up to a per-node timeout;
+/// contenders who keep splitting longer pause as before.
+const FREED_SPLIT_PAUSE: Duration = Duration::from_millis(4);
 
 /// What one attempt found.
 enum Attempted {
@@ -84,8 +94,10 @@ enum Attempted {
 enum Woken {
     /// A release handed the lock to us, with this fencing token.
     Granted(u64),
-    /// Notified that the key is free, or the holder's lease ran out: try again.
+    /// The holder's lease ran out (or our hand-over was stale): try again.
     Retry,
+    /// A notice said the key is free: try again.
+    Freed,
     /// The deadline passed.
     TimedOut,
 }
@@ -188,6 +200,7 @@ impl Acquisition {
             backoff: RETRY_BACKOFF,
             metrics,
             hold_at_least,
+            crossing_since: None,
         }
     }
 
@@ -206,6 +219,7 @@ impl Acquisition {
                     return Err(self.give_up(remaining).await);
                 }
                 self.queue().await;
+                self.crossing_since = Some(Instant::now());
                 continue;
             }
             match self.wait_for_turn(remaining).await {
@@ -214,7 +228,8 @@ impl Acquisition {
                         return Ok(self.hold(fencing, sent, granted, true));
                     }
                 }
-                Woken::Retry => {}
+                Woken::Retry => self.crossing_since = None,
+                Woken::Freed => _ = self.crossing_since.get_or_insert_with(Instant::now),
                 Woken::TimedOut => return Err(self.give_up(remaining).await),
             }
         }
@@ -236,16 +251,20 @@ impl Acquisition {
             };
             // Only an attempt after the first can find itself already queued.
             let queued_before = std::mem::replace(&mut self.maybe_queued, !wait.is_zero());
-            let answer = inner
-                .backend
-                .acquire(
-                    names,
-                    &self.attempt.token,
-                    self.attempt.ttl,
-                    wait,
-                    queued_before,
-                )
-                .await;
+            let (token, ttl) = (&self.attempt.token, self.attempt.ttl);
+            let answer = match &inner.backend {
+                Backend::Redlock(redlock) => {
+                    let window = redlock.per_node(ttl);
+                    let brief = self.crossing_since.is_some_and(|at| at.elapsed() < window);
+                    let pause = brief.then_some(FREED_SPLIT_PAUSE);
+                    redlock.acquire_paced(names, token, ttl, pause).await
+                }
+                backend => {
+                    backend
+                        .acquire(names, token, ttl, wait, queued_before)
+                        .await
+                }
+            };
             match answer {
                 Ok(AcquireOutcome::Acquired { fencing }) => {
                     return Ok(Attempted::Acquired { fencing, sent });
@@ -318,7 +337,7 @@ impl Acquisition {
                 None => {}
             }
             if !handle.waiter.take_handoff_seen() {
-                return Woken::Retry; // the key was freed: act now
+                return Woken::Freed; // act now
             }
             // The lock went to another waiter with a short lease: if that
             // waiter is dead, the key is free when it runs out.
@@ -450,42 +469,4 @@ impl Drop for Attempt {
             );
         }
     }
-}
-
-/// A watched guard for a lock taken outside an [`Acquisition`] (the atomic
-/// step of `lock_all`), as [`Acquisition::hold`] makes one: a lease of `ttl`
-/// set by a request sent at `sent`, under the watchdog, and the holder of
-/// its key's line if this client has one (a try-once acquisition starts none).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn watched_guard(
-    inner: &Arc<Inner>,
-    key: String,
-    names: KeyNames,
-    token: Token,
-    fencing: u64,
-    sent: Instant,
-    ttl: Duration,
-    renew: bool,
-    metrics: &crate::metrics::Name,
-) -> LockGuard {
-    let held = Arc::new(Held {
-        id: inner.next_lock_id.fetch_add(1, Ordering::Relaxed),
-        client_id: inner.id,
-        key,
-        names,
-        token,
-        fencing,
-        ttl,
-        lost: CancellationToken::new(),
-        valid_until: std::sync::Mutex::new(sent),
-        metrics: metrics.clone(),
-        since: sent,
-        hold_until: None,
-    });
-    let drift = inner.backend.drift(ttl);
-    inner
-        .watchdog
-        .watch(held.clone(), ttl, renew, sent, ttl, drift);
-    inner.local.hold(&held, renew, false);
-    LockGuard::owner(held, inner.clone())
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use super::acquire::{FOREVER, watched_guard};
+use super::acquire::FOREVER;
 use super::handover::release_in_background;
 use super::{LockClient, validate_ttl};
 use crate::backend::{AllOutcome, AtomicSteps};
@@ -32,6 +32,7 @@ use crate::token::Token;
 use crate::{LockError, context};
 
 mod guard;
+use guard::watched_guard;
 
 pub use guard::LockAllGuard;
 
