@@ -79,6 +79,7 @@ every_backend! {
     a_client_built_in_an_ended_runtime_renews_its_leases_in_the_runtime_in_use,
     a_guard_that_outlived_its_runtime_is_lost_once_its_lease_may_have_run_out,
     lost_resolves_at_the_end_of_a_lease_nothing_renews,
+    run_is_cancelled_at_the_lease_deadline_when_the_runtime_of_the_clients_tasks_ends,
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -227,4 +228,35 @@ fn lost_resolves_at_the_end_of_a_lease_nothing_renews(builder: LockClientBuilder
         drop(guard);
         drop(client);
     });
+}
+
+fn run_is_cancelled_at_the_lease_deadline_when_the_runtime_of_the_clients_tasks_ends(
+    builder: LockClientBuilder,
+    _: &str,
+) {
+    // The client lives in one runtime (its watchdog runs there), the work in
+    // another; the first ends while the work holds the lock.
+    let tasks = runtime();
+    let client = tasks.block_on(client(&builder));
+    let work = runtime();
+    let key = key("run-cancelled");
+    let started = Instant::now();
+    let running = work.spawn(async move {
+        let work = async {
+            tokio::time::sleep(secs(4)).await;
+            "finished"
+        };
+        client.lock(&key).ttl(secs(1)).run(work).await
+    });
+    std::thread::sleep(ms(200));
+    drop(tasks);
+    let outcome = work.block_on(running).expect("the work task");
+    let at = started.elapsed();
+    println!("run answered {outcome:?} after {at:?} (1 s lease, 4 s of work)");
+    assert!(
+        matches!(outcome, Err(LockError::Lost { .. })),
+        "run answered {outcome:?} after its lease ended unrenewed"
+    );
+    assert!(at >= ms(900), "cancelled at {at:?}, within the lease");
+    assert!(at < ms(1500), "cancelled only at {at:?}");
 }

@@ -178,7 +178,10 @@ impl LockClient {
     /// The lock is released when `fut` completes, returns an error or panics.
     /// If the lease is lost mid-way, `fut` is dropped (cancelled) and
     /// `Err(LockError::Lost)` is returned: `Lost` means the lease may have
-    /// ended before the work finished. Once `fut` has completed while the
+    /// ended before the work finished. Lost is lost as
+    /// [`LockGuard::lost`](crate::LockGuard::lost) says: the server said so,
+    /// or the lease's own deadline passed without a confirmed renewal (even
+    /// if the task that renews it is gone). Once `fut` has completed while the
     /// lease was valid, its output is returned whatever the release answers
     /// (a failed release is a `tracing` warning naming the key; the lease then
     /// runs out by itself), so a caller is never told "lost" about work that

@@ -88,7 +88,7 @@ impl Watchdog {
     pub(crate) fn start(backend: Backend) -> Self {
         let shared = Arc::new(Shared::default());
         shared.running.store(true, Ordering::Release);
-        tokio::spawn(run(backend.clone(), shared.clone()));
+        tokio::spawn(run(backend.clone(), restart::Running(shared.clone())));
         Self {
             shared,
             backend,
@@ -263,8 +263,11 @@ type Answer = Option<Result<Vec<Option<bool>>, LockError>>;
 
 type Call = Pin<Box<dyn std::future::Future<Output = (Vec<u64>, Instant, Answer)> + Send>>;
 
-async fn run(backend: Backend, shared: Arc<Shared>) {
-    let _running = restart::Running(shared.clone());
+/// The scheduler. `running` is an argument, not a local: a task dropped
+/// with its runtime before its first poll drops its arguments, not its
+/// locals, and must clear the flag too.
+async fn run(backend: Backend, running: restart::Running) {
+    let shared = running.0.clone();
     let mut calls: FuturesUnordered<Call> = FuturesUnordered::new();
     loop {
         if shared.closed.load(Ordering::Acquire) {

@@ -53,7 +53,7 @@ impl Watchdog {
             }
             state.sleeping_until = None;
         }
-        runtime.spawn(run(self.backend.clone(), self.shared.clone()));
+        runtime.spawn(run(self.backend.clone(), Running(self.shared.clone())));
         tracing::info!(
             "lock client: the watchdog ended with the tokio runtime it ran on; restarted on the \
              runtime in use"
