@@ -72,17 +72,20 @@ pub(super) struct Acquisition {
     metrics: crate::metrics::Name,
     /// `hold_at_least` (zero: none).
     hold_at_least: Duration,
-    /// Since when a split vote is likelier our retry crossing a release on
-    /// the masters than a contender's: the retry right after registering,
-    /// or the first free notice (since the last lease timer).
-    crossing_since: Option<Instant>,
+    /// Redlock: since when a split vote is likelier our retry crossing a
+    /// release on the masters than a contender's (the retry right after
+    /// registering, or a free notice), and the brief pauses taken since.
+    crossing: Option<(Instant, u32)>,
 }
 
-/// Redlock: within a per-node timeout of a free notice (or of the retry
-/// after registering), a split vote pauses at most this long (a retry that
-/// crossed the release on the masters), not up to a per-node timeout;
-/// contenders who keep splitting longer pause as before.
-const FREED_SPLIT_PAUSE: Duration = Duration::from_millis(4);
+/// Redlock: within this long of a free notice (or of the retry after
+/// registering), the first [`CROSSING_TRIES`] split votes with every master
+/// answering pause briefly, [`CROSSING_PAUSE`] doubled each time (4, 8, 16,
+/// 32 ms at most): a retry that crossed the release on the masters holds
+/// once the release got there. Other splits pause up to a per-node timeout.
+const CROSSING_WINDOW: Duration = Duration::from_millis(100);
+const CROSSING_TRIES: u32 = 4;
+const CROSSING_PAUSE: Duration = Duration::from_millis(4);
 
 /// What one attempt found.
 enum Attempted {
@@ -200,7 +203,7 @@ impl Acquisition {
             backoff: RETRY_BACKOFF,
             metrics,
             hold_at_least,
-            crossing_since: None,
+            crossing: None,
         }
     }
 
@@ -219,7 +222,7 @@ impl Acquisition {
                     return Err(self.give_up(remaining).await);
                 }
                 self.queue().await;
-                self.crossing_since = Some(Instant::now());
+                self.crossing = Some((Instant::now(), 0));
                 continue;
             }
             match self.wait_for_turn(remaining).await {
@@ -228,8 +231,15 @@ impl Acquisition {
                         return Ok(self.hold(fencing, sent, granted, true));
                     }
                 }
-                Woken::Retry => self.crossing_since = None,
-                Woken::Freed => _ = self.crossing_since.get_or_insert_with(Instant::now),
+                Woken::Retry => self.crossing = None,
+                Woken::Freed => {
+                    if self
+                        .crossing
+                        .is_none_or(|(at, _)| at.elapsed() >= CROSSING_WINDOW)
+                    {
+                        self.crossing = Some((Instant::now(), 0));
+                    }
+                }
                 Woken::TimedOut => return Err(self.give_up(remaining).await),
             }
         }
@@ -254,9 +264,7 @@ impl Acquisition {
             let (token, ttl) = (&self.attempt.token, self.attempt.ttl);
             let answer = match &inner.backend {
                 Backend::Redlock(redlock) => {
-                    let window = redlock.per_node(ttl);
-                    let brief = self.crossing_since.is_some_and(|at| at.elapsed() < window);
-                    let pause = brief.then_some(FREED_SPLIT_PAUSE);
+                    let pause = brief_split_pause(&mut self.crossing);
                     redlock.acquire_paced(names, token, ttl, pause).await
                 }
                 backend => {
@@ -469,4 +477,15 @@ impl Drop for Attempt {
             );
         }
     }
+}
+
+/// Redlock: the pause after a split vote of the next attempt, when it is a
+/// brief one (see [`CROSSING_WINDOW`]); `None`: the usual one.
+fn brief_split_pause(crossing: &mut Option<(Instant, u32)>) -> Option<Duration> {
+    let (since, tries) = crossing.as_mut()?;
+    if since.elapsed() >= CROSSING_WINDOW || *tries >= CROSSING_TRIES {
+        return None;
+    }
+    *tries += 1;
+    Some(CROSSING_PAUSE * (1 << (*tries - 1)))
 }

@@ -104,7 +104,7 @@ impl RedlockBackend {
     }
 
     /// The per-node timeout of a request under a lease of `ttl`.
-    pub(crate) fn per_node(&self, ttl: Duration) -> Duration {
+    fn per_node(&self, ttl: Duration) -> Duration {
         self.node_timeout
             .min((ttl / 10).max(Duration::from_millis(5)))
     }
@@ -118,13 +118,14 @@ impl RedlockBackend {
         self.acquire_paced(names, token, ttl, None).await
     }
 
-    /// [`RedlockBackend::acquire`], pausing at most `split_pause` (default:
-    /// one per-node timeout) after a split vote, half of it at least when
-    /// given. For a waiter woken by a free notice: its split is likeliest
-    /// its retry crossing the release on the nodes (it reached a node before
-    /// the release did, which a loaded releaser's tasks can delay by a few
-    /// milliseconds), and a pause of up to a per-node timeout (a second by
-    /// default) would only delay the hand-over.
+    /// [`RedlockBackend::acquire`], pausing at most `split_pause` (half of
+    /// it at least) after a split vote where every node answered, instead of
+    /// up to one per-node timeout. For a waiter woken by a free notice: its
+    /// split is likeliest its retry crossing the release on the nodes (it
+    /// reached a node before the release did, which a loaded releaser's
+    /// tasks can delay by milliseconds), and a pause of up to a per-node
+    /// timeout (a second by default) would only delay the hand-over. With a
+    /// node down, the usual pause (see [`random_below`]).
     pub(crate) async fn acquire_paced(
         &self,
         names: &KeyNames,
@@ -220,9 +221,11 @@ impl RedlockBackend {
             // needs every live node). Woken by the same notices, they would
             // all try again at once and split again; a random pause before
             // the next attempt lets one of them win (Redlock's advice).
+            // With a node down, attempts last up to a per-node timeout and
+            // contenders need the long pause to stop splitting in lockstep.
             let pause = match split_pause {
-                Some(cap) => cap / 2 + random_below(cap / 2),
-                None => random_below(per_node),
+                Some(cap) if failed == 0 => cap / 2 + random_below(cap / 2),
+                _ => random_below(per_node),
             };
             tracing::debug!(key = %names.lock, took = acquired.len(), busy = busy.len(),
                 pause_us = pause.as_micros() as u64, "Redlock: split vote; pausing");
