@@ -145,6 +145,14 @@ impl Watchdog {
         drift: Duration,
     ) {
         self.live_records.fetch_add(1, Ordering::Relaxed);
+        // A record's claim does not go through an acquire, which restarts the
+        // scheduler if its runtime ended: do that here (a cheap check).
+        if let Err(e) = self.restart_if_ended() {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "idempotency record not renewed"
+            );
+        }
         self.insert(
             id,
             Entry {
