@@ -3,14 +3,15 @@
 //! still frozen (SIGSTOP) past the lease when `release()` is called, so the
 //! release gets no answer. A caller that checks the release to flag work
 //! that may have overlapped another holder must not be told "outcome
-//! unknown, the lease runs out by itself" instead.
+//! unknown, the lease runs out by itself" instead. On one Redis, Redlock
+//! (every master frozen) and Cluster (the master of the key's slot frozen).
 
 use std::time::Instant;
 
 use lock_runtime::{LockClient, LockError};
 use test_support::RedisServer;
 use test_support::helpers::*;
-use test_support::topology::{Redlock, Topology};
+use test_support::topology::{Cluster, Redlock, Topology};
 
 /// Takes `key` for 1 s, freezes the servers with `pause`, waits for `lost()`,
 /// then releases while they are still frozen: the answer must be `Lost`.
@@ -64,4 +65,19 @@ async fn a_guard_reported_lost_on_frozen_redlock_masters_answers_its_release_wit
     .await;
     let next = client.lock("frozen").wait(secs(3)).acquire().await.unwrap();
     next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_reported_lost_on_a_frozen_cluster_master_answers_its_release_with_lost() {
+    let cluster = Cluster::start(3);
+    let client = short_timeout_client(cluster.builder()).await;
+    let owner = cluster.owner_of(cluster.slot_of(&lock_name("frozen")));
+    let node = cluster.node(owner);
+    release_of_a_lost_guard_on_frozen_servers(
+        &client,
+        "frozen",
+        || node.pause().unwrap(),
+        || node.resume().unwrap(),
+    )
+    .await;
 }
