@@ -19,7 +19,7 @@
 use std::any::Any;
 use std::time::Instant;
 
-use lock_runtime::{LockClient, LockClientBuilder, LockError};
+use lock_runtime::{LockClient, LockClientBuilder, LockError, distributed_lock};
 use test_support::RedisServer;
 use test_support::helpers::*;
 use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
@@ -259,4 +259,37 @@ fn run_is_cancelled_at_the_lease_deadline_when_the_runtime_of_the_clients_tasks_
     );
     assert!(at >= ms(900), "cancelled at {at:?}, within the lease");
     assert!(at < ms(1500), "cancelled only at {at:?}");
+}
+
+/// Holds `job`'s lock (1 s lease) for 3 s through the global client, and
+/// answers whether its lease was still good at the end.
+#[distributed_lock(key = "global-job:<job>", ttl = "1s")]
+async fn hold_three_leases(job: u64) -> Result<bool, LockError> {
+    tokio::time::sleep(secs(3)).await;
+    Ok(lock_runtime::current_lock().is_some())
+}
+
+/// The global client as the first `#[tokio::test]` of a binary leaves it:
+/// filled in a runtime that has ended, then used by the attribute in another.
+/// The only test of this binary that sets the global client.
+#[test]
+fn the_attribute_renews_its_lease_on_a_global_client_filled_in_an_ended_runtime() {
+    let server = RedisServer::start();
+    let builder = LockClient::builder().redis(server.url());
+    lock_runtime::set_global_client(built_in_an_ended_runtime(&builder));
+    runtime().block_on(async {
+        let observer = client(&builder).await;
+        let job = std::process::id().into();
+        let held = tokio::spawn(hold_three_leases(job));
+        tokio::time::sleep(ms(2000)).await;
+        assert!(
+            is_held(&observer, &format!("global-job:{job}")).await,
+            "the key was free 2 s into a 1 s lease the watchdog should renew"
+        );
+        let outcome = held.await.expect("the locked task");
+        assert!(
+            matches!(outcome, Ok(true)),
+            "the attribute's work answered {outcome:?} (lost?)"
+        );
+    });
 }
