@@ -92,6 +92,14 @@ impl LockGuard {
     /// or no renewal was confirmed before it may have run out. Never resolves
     /// while the lock is held; resolves at once if it is already lost.
     ///
+    /// The deadline is the lease's own: the send time of the acquire, moved
+    /// on by each confirmed renewal to that renewal's send time plus the TTL
+    /// (less the clock drift allowance on Redlock). It is kept by this future
+    /// and by [`is_lost`](LockGuard::is_lost) themselves, not only by a message
+    /// from the watchdog: a guard whose renewals stopped for any reason (its
+    /// client's runtime ended, the process was paused) is lost at that
+    /// deadline, before anyone else can have taken the key.
+    ///
     /// The future owns what it needs, so it can be raced against the work:
     ///
     /// ```
@@ -108,12 +116,14 @@ impl LockGuard {
     /// # }
     /// ```
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.held.lost.clone().cancelled_owned()
+        self.held.lost()
     }
 
-    /// `true` once the lease is known to be lost.
+    /// `true` once the lease is lost: the server said it is not ours any
+    /// more, or its deadline passed without a confirmed renewal (see
+    /// [`lost`](LockGuard::lost)). Once `true`, it stays `true`.
     pub fn is_lost(&self) -> bool {
-        self.held.lost.is_cancelled()
+        self.held.is_lost()
     }
 
     /// Releases the lock and wakes its waiters.
@@ -128,8 +138,11 @@ impl LockGuard {
     ///   the key is not ours although nothing we sent could have released it
     ///   (an operator's `DEL`, data lost in a failover). Never for a valid
     ///   lease whose release reply was lost.
+    ///   A guard already lost when `release` is called (its deadline passed
+    ///   without a confirmed renewal, or the watchdog was told the key is not
+    ///   ours) always gets `Lost`, also when the server cannot be reached.
     /// * `Err(LockError::Backend)`: the server could not be reached or did not
-    ///   answer; when the release was sent and its answer lost,
+    ///   answer, for a guard not known lost; when the release was sent and its answer lost,
     ///   [`BackendError::is_outcome_unknown`](crate::BackendError::is_outcome_unknown)
     ///   is `true`: it either ran or the lease runs out by itself.
     pub async fn release(mut self) -> Result<(), LockError> {
@@ -204,6 +217,14 @@ impl LockGuard {
                     tracing::warn!(key = %key, fencing = held.fencing,
                         "lock release: not the owner any more (the lease had run out)");
                 }
+                Err(LockError::lost(key))
+            }
+            // Reported lost before: whatever became of the release, the work
+            // done under the lease may have overlapped another holder, which
+            // is what `Lost` tells the caller.
+            Err(e) if was_lost => {
+                tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
+                    "lock release failed, after the lease had been given up for lost");
                 Err(LockError::lost(key))
             }
             Err(e) => {

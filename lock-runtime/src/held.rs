@@ -2,7 +2,8 @@
 //! reentrancy stack share it: [`Held`].
 
 use std::fmt;
-use std::sync::Mutex;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -42,6 +43,53 @@ impl Held {
     /// before the end of the last confirmed lease.
     pub(crate) fn valid_at(&self, at: Instant) -> bool {
         !self.lost.is_cancelled() && at < self.valid_until()
+    }
+
+    /// `true` once the lease is lost: reported lost (by the watchdog, or a
+    /// release that found the key not ours), or past the end of the last
+    /// confirmed lease, whatever became of the task that should have renewed
+    /// it. The latter marks it lost, so that it stays lost (a renewal
+    /// confirmed later changes nothing: work may have gone on meanwhile).
+    pub(crate) fn is_lost(&self) -> bool {
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        if Instant::now() >= self.valid_until() {
+            self.lose_at_deadline();
+            return true;
+        }
+        false
+    }
+
+    /// Resolves once [`Held::is_lost`]: on the watchdog's word, or at the end
+    /// of the last confirmed lease (re-armed each time a renewal moves it on),
+    /// on the runtime that polls it, so a watchdog that died with its runtime
+    /// cannot keep it pending.
+    pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
+        let held = self.clone();
+        async move {
+            loop {
+                if held.is_lost() {
+                    return;
+                }
+                let deadline = held.valid_until();
+                tokio::select! {
+                    () = held.lost.cancelled() => return,
+                    () = tokio::time::sleep_until(deadline) => {}
+                }
+            }
+        }
+    }
+
+    /// Marks the lease lost because its deadline passed unconfirmed.
+    fn lose_at_deadline(&self) {
+        if self.lost.is_cancelled() {
+            return;
+        }
+        tracing::warn!(key = %self.key, fencing = self.fencing,
+            "lock lost: no renewal was confirmed before the lease may have run out");
+        crate::metrics::lost(&self.metrics);
+        self.lost.cancel();
     }
 
     /// `hold_at_least`: how much longer the key must stay taken after a

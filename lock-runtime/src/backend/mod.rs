@@ -211,6 +211,17 @@ impl Backend {
         self.notices_ready_on(&names.notice)
     }
 
+    /// Restarts the backend's own tasks (the notices') on the runtime in use
+    /// if they ended with the runtime they ran on; an error that names the
+    /// cause where that cannot be done (a cluster connection).
+    pub(crate) async fn restart_if_ended(&self) -> Result<(), LockError> {
+        match self {
+            Backend::Redis(b) => b.restart_if_ended().await,
+            Backend::Redlock(b) => b.restart_if_ended().await,
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
     /// As [`Backend::notices_ready`], for any notice channel (a lock's or an
     /// idempotency record's).
     pub(crate) fn notices_ready_on(&self, channel: &str) -> bool {

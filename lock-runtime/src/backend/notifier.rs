@@ -20,8 +20,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::conn::{RedisOptions, SentinelConn};
 use super::waiters::Registry;
+use crate::LockError;
 use crate::backoff::Backoff;
-use crate::error::connection_failure;
+use crate::error::{BackendError, connection_failure};
 
 /// How often channels nobody waited on during a whole period are unsubscribed.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -32,7 +33,7 @@ const RECONNECT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Durat
 /// Where release notices come from, and how to subscribe to them.
 pub(crate) enum Notices {
     /// A pub/sub connection owned by the notifier task.
-    PubSub(mpsc::UnboundedSender<Command>),
+    PubSub(PubSub),
     /// Sharded pub/sub on the cluster connection. Dropping `_stop` ends the
     /// push-routing task, which holds a clone of the connection: without it,
     /// the task (and so the connection, whose push sender keeps the task's
@@ -48,8 +49,56 @@ impl Notices {
     /// on the first subscription and ends when the returned handle is dropped.
     pub(crate) fn pubsub(source: Source, options: &RedisOptions, waiters: Arc<Registry>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(notifier(source, options.clone(), waiters, rx));
-        Notices::PubSub(tx)
+        tokio::spawn(notifier(source.clone(), options.clone(), waiters, rx));
+        Notices::PubSub(PubSub {
+            commands: std::sync::Mutex::new(tx),
+            source,
+            options: options.clone(),
+        })
+    }
+
+    /// Restarts the task behind the notices on the runtime in use if it
+    /// ended with the runtime it ran on (a client built in one runtime and
+    /// used in another); its subscriptions are made again as waiters ask,
+    /// and every waiter is woken (it may have missed a notice). A cluster's
+    /// connection cannot move: an error that says so.
+    pub(crate) fn restart_if_ended(&self, waiters: &Arc<Registry>) -> Result<(), LockError> {
+        match self {
+            Notices::PubSub(pubsub) => {
+                let mut commands = pubsub.commands.lock().unwrap_or_else(|e| e.into_inner());
+                if !commands.is_closed() {
+                    return Ok(());
+                }
+                let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+                    BackendError::new(
+                        "lock notices: their task ended with the tokio runtime it ran on, and \
+                         this call runs outside a tokio runtime to restart it on",
+                    )
+                })?;
+                let (tx, rx) = mpsc::unbounded_channel();
+                waiters.clear_subscribed();
+                runtime.spawn(notifier(
+                    pubsub.source.clone(),
+                    pubsub.options.clone(),
+                    waiters.clone(),
+                    rx,
+                ));
+                *commands = tx;
+                drop(commands);
+                waiters.wake_all();
+                tracing::info!(
+                    "lock notices: their task ended with the tokio runtime it ran on; \
+                     restarted on the runtime in use"
+                );
+                Ok(())
+            }
+            Notices::Cluster { .. } => Err(BackendError::new(
+                "this Redis Cluster client's connection ended with the tokio runtime it was \
+                     built in, and a cluster connection cannot move to another runtime: build \
+                     the client in the runtime that uses it (or keep that runtime alive)",
+            )
+            .into()),
+        }
     }
 
     /// Routes a cluster connection's pushes (from `pushes`) to `waiters`.
@@ -80,7 +129,12 @@ impl Notices {
             return;
         }
         match self {
-            Notices::PubSub(notifier) => {
+            Notices::PubSub(pubsub) => {
+                let notifier = pubsub
+                    .commands
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
                 let (ack, acked) = oneshot::channel();
                 if notifier
                     .send(Command::Subscribe(channel.to_owned(), ack))
@@ -105,6 +159,13 @@ impl Notices {
             }
         }
     }
+}
+
+/// The notifier task's handle, and what it takes to start it again.
+pub(crate) struct PubSub {
+    commands: std::sync::Mutex<mpsc::UnboundedSender<Command>>,
+    source: Source,
+    options: RedisOptions,
 }
 
 /// Where the notifier finds the server to subscribe on.

@@ -70,7 +70,20 @@ pub(super) struct Acquisition {
     metrics: crate::metrics::Name,
     /// `hold_at_least` (zero: none).
     hold_at_least: Duration,
+    /// Redlock: since when a split vote is likelier our retry crossing a
+    /// release on the masters than a contender's (the retry right after
+    /// registering, or a free notice), and the brief pauses taken since.
+    crossing: Option<(Instant, u32)>,
 }
+
+/// Redlock: within this long of a free notice (or of the retry after
+/// registering), the first [`CROSSING_TRIES`] split votes with every master
+/// answering pause briefly, [`CROSSING_PAUSE`] doubled each time (4, 8, 16,
+/// 32 ms at most): a retry that crossed the release on the masters holds
+/// once the release got there. Other splits pause up to a per-node timeout.
+const CROSSING_WINDOW: Duration = Duration::from_millis(100);
+const CROSSING_TRIES: u32 = 4;
+const CROSSING_PAUSE: Duration = Duration::from_millis(4);
 
 /// What one attempt found.
 enum Attempted {
@@ -82,8 +95,10 @@ enum Attempted {
 enum Woken {
     /// A release handed the lock to us, with this fencing token.
     Granted(u64),
-    /// Notified that the key is free, or the holder's lease ran out: try again.
+    /// The holder's lease ran out (or our hand-over was stale): try again.
     Retry,
+    /// A notice said the key is free: try again.
+    Freed,
     /// The deadline passed.
     TimedOut,
 }
@@ -185,6 +200,7 @@ impl Acquisition {
             backoff: RETRY_BACKOFF,
             metrics,
             hold_at_least,
+            crossing: None,
         }
     }
 
@@ -203,6 +219,7 @@ impl Acquisition {
                     return Err(self.give_up(remaining).await);
                 }
                 self.queue().await;
+                self.crossing = Some((Instant::now(), 0));
                 continue;
             }
             match self.wait_for_turn(remaining).await {
@@ -211,7 +228,15 @@ impl Acquisition {
                         return Ok(self.hold(fencing, sent, granted, true));
                     }
                 }
-                Woken::Retry => {}
+                Woken::Retry => self.crossing = None,
+                Woken::Freed => {
+                    if self
+                        .crossing
+                        .is_none_or(|(at, _)| at.elapsed() >= CROSSING_WINDOW)
+                    {
+                        self.crossing = Some((Instant::now(), 0));
+                    }
+                }
                 Woken::TimedOut => return Err(self.give_up(remaining).await),
             }
         }
@@ -231,10 +256,14 @@ impl Acquisition {
                     .saturating_duration_since(sent)
                     .max(Duration::from_millis(1))
             };
-            let answer = inner
-                .backend
-                .acquire(names, &self.attempt.token, self.attempt.ttl, wait)
-                .await;
+            let (token, ttl) = (&self.attempt.token, self.attempt.ttl);
+            let answer = match &inner.backend {
+                Backend::Redlock(redlock) => {
+                    let pause = brief_split_pause(&mut self.crossing);
+                    redlock.acquire_paced(names, token, ttl, pause).await
+                }
+                backend => backend.acquire(names, token, ttl, wait).await,
+            };
             match answer {
                 Ok(AcquireOutcome::Acquired { fencing }) => {
                     return Ok(Attempted::Acquired { fencing, sent });
@@ -307,7 +336,7 @@ impl Acquisition {
                 None => {}
             }
             if !handle.waiter.take_handoff_seen() {
-                return Woken::Retry; // the key was freed: act now
+                return Woken::Freed; // act now
             }
             // The lock went to another waiter with a short lease: if that
             // waiter is dead, the key is free when it runs out.
@@ -441,40 +470,13 @@ impl Drop for Attempt {
     }
 }
 
-/// A watched guard for a lock taken outside an [`Acquisition`] (the atomic
-/// step of `lock_all`), as [`Acquisition::hold`] makes one: a lease of `ttl`
-/// set by a request sent at `sent`, under the watchdog, and the holder of
-/// its key's line if this client has one (a try-once acquisition starts none).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn watched_guard(
-    inner: &Arc<Inner>,
-    key: String,
-    names: KeyNames,
-    token: Token,
-    fencing: u64,
-    sent: Instant,
-    ttl: Duration,
-    renew: bool,
-    metrics: &crate::metrics::Name,
-) -> LockGuard {
-    let held = Arc::new(Held {
-        id: inner.next_lock_id.fetch_add(1, Ordering::Relaxed),
-        client_id: inner.id,
-        key,
-        names,
-        token,
-        fencing,
-        ttl,
-        lost: CancellationToken::new(),
-        valid_until: std::sync::Mutex::new(sent),
-        metrics: metrics.clone(),
-        since: sent,
-        hold_until: None,
-    });
-    let drift = inner.backend.drift(ttl);
-    inner
-        .watchdog
-        .watch(held.clone(), ttl, renew, sent, ttl, drift);
-    inner.local.hold(&held, renew, false);
-    LockGuard::owner(held, inner.clone())
+/// Redlock: the pause after a split vote of the next attempt, when it is a
+/// brief one (see [`CROSSING_WINDOW`]); `None`: the usual one.
+fn brief_split_pause(crossing: &mut Option<(Instant, u32)>) -> Option<Duration> {
+    let (since, tries) = crossing.as_mut()?;
+    if since.elapsed() >= CROSSING_WINDOW || *tries >= CROSSING_TRIES {
+        return None;
+    }
+    *tries += 1;
+    Some(CROSSING_PAUSE * (1 << (*tries - 1)))
 }

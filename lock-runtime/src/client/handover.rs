@@ -44,7 +44,7 @@ pub(crate) fn retire(inner: &Inner, held: &Arc<Held>) {
 /// (in a task: handing on may take a round trip to reserve fencing
 /// tokens), or back to the server, without blocking.
 pub(crate) fn give_back(inner: Arc<Inner>, held: Arc<Held>) {
-    if !held.lost.is_cancelled()
+    if !held.is_lost()
         && held.keeps_until(Instant::now()).is_none()
         && inner.local.has_waiters(&held)
         && let Ok(runtime) = tokio::runtime::Handle::try_current()

@@ -270,7 +270,7 @@ impl Local {
         if slot.ttl != ttl || slot.renew != renew {
             return Entry::Alone;
         }
-        if slot.holder.as_ref().is_some_and(|h| h.lost.is_cancelled()) {
+        if slot.holder.as_ref().is_some_and(|h| h.is_lost()) {
             // Lost without a release: nobody of the line holds the key.
             slot.holder = None;
             slot.blocks.clear();
@@ -309,7 +309,7 @@ impl Local {
                 .and_then(|slot| slot.holder.clone());
             let holder_lost = async {
                 match &holder {
-                    Some(held) => held.lost.cancelled().await,
+                    Some(held) => held.lost().await,
                     None => std::future::pending().await,
                 }
             };

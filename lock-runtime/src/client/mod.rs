@@ -32,6 +32,20 @@ pub use family::RwLockRequest;
 pub use inspect::LockState;
 pub use request::LockRequest;
 
+/// Restarts the client's background tasks (the watchdog, the notices) on
+/// the runtime in use if they ended with the runtime they ran on: a client
+/// built in one tokio runtime and used in another after the first ended (a
+/// global client filled by a first `#[tokio::test]`). Without it, a lease
+/// taken now would go unrenewed. An error naming the cause where they cannot
+/// be restarted (a cluster connection cannot move; no runtime).
+pub(crate) async fn keep_tasks_running(inner: &Inner) -> Result<(), LockError> {
+    if !inner.watchdog.has_ended() {
+        return Ok(());
+    }
+    inner.backend.restart_if_ended().await?;
+    inner.watchdog.restart_if_ended()
+}
+
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {
     if ttl < MIN_TTL {
         return Err(LockError::Config(format!(
@@ -164,7 +178,10 @@ impl LockClient {
     /// The lock is released when `fut` completes, returns an error or panics.
     /// If the lease is lost mid-way, `fut` is dropped (cancelled) and
     /// `Err(LockError::Lost)` is returned: `Lost` means the lease may have
-    /// ended before the work finished. Once `fut` has completed while the
+    /// ended before the work finished. Lost is lost as
+    /// [`LockGuard::lost`](crate::LockGuard::lost) says: the server said so,
+    /// or the lease's own deadline passed without a confirmed renewal (even
+    /// if the task that renews it is gone). Once `fut` has completed while the
     /// lease was valid, its output is returned whatever the release answers
     /// (a failed release is a `tracing` warning naming the key; the lease then
     /// runs out by itself), so a caller is never told "lost" about work that

@@ -149,6 +149,7 @@ impl LockRequest {
             tracing::trace!(key = %self.key, "lock re-entered by the holding task");
             return Ok(LockGuard::reentered(held, inner.clone()));
         }
+        super::keep_tasks_running(inner).await?;
         let asked = Asked {
             ttl,
             wait: self.wait,
@@ -300,17 +301,16 @@ impl LockRequest {
             }
             return Ok(output);
         }
-        // The last confirmed lease ran out before the work ended. Only the
-        // server can still prove it never did: our token still on the key.
-        match guard.release().await {
-            Ok(()) => Ok(output),
-            Err(e) => {
-                if !e.is_lost() {
-                    tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
-                        "the lease may have run out before the work finished, and the release failed");
-                }
-                Err(LockError::lost(&held.key))
-            }
+        // The lease's deadline passed without a confirmed renewal before the
+        // work was seen to end (a runtime blocked past it): the guard is
+        // lost, as `lost()` says, whatever the server still holds. The
+        // release frees the key if it is still ours.
+        if let Err(e) = guard.release().await
+            && !e.is_lost()
+        {
+            tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
+                "the lease may have run out before the work finished, and the release failed");
         }
+        Err(LockError::lost(&held.key))
     }
 }

@@ -36,6 +36,7 @@ use crate::backend::{Backend, RENEW_BATCH};
 use crate::held::Held;
 
 mod lease;
+mod restart;
 
 #[cfg(feature = "axum")]
 pub(crate) use lease::RecordLease;
@@ -52,6 +53,8 @@ const IDLE_LOOK: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
+    /// To restart the scheduler with, if its task ends with its runtime.
+    backend: Backend,
     live: AtomicUsize,
     /// Idempotency records under watch.
     live_records: AtomicUsize,
@@ -62,6 +65,9 @@ struct Shared {
     state: Mutex<State>,
     wake: Notify,
     closed: AtomicBool,
+    /// `true` while the scheduler task exists: its future clears it when
+    /// dropped, which is how a task that ended with its runtime is noticed.
+    running: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -81,9 +87,11 @@ impl Shared {
 impl Watchdog {
     pub(crate) fn start(backend: Backend) -> Self {
         let shared = Arc::new(Shared::default());
-        tokio::spawn(run(backend, shared.clone()));
+        shared.running.store(true, Ordering::Release);
+        tokio::spawn(run(backend.clone(), restart::Running(shared.clone())));
         Self {
             shared,
+            backend,
             live: AtomicUsize::new(0),
             live_records: AtomicUsize::new(0),
         }
@@ -137,6 +145,14 @@ impl Watchdog {
         drift: Duration,
     ) {
         self.live_records.fetch_add(1, Ordering::Relaxed);
+        // A record's claim does not go through an acquire, which restarts the
+        // scheduler if its runtime ended: do that here (a cheap check).
+        if let Err(e) = self.restart_if_ended() {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "idempotency record not renewed"
+            );
+        }
         self.insert(
             id,
             Entry {
@@ -255,7 +271,11 @@ type Answer = Option<Result<Vec<Option<bool>>, LockError>>;
 
 type Call = Pin<Box<dyn std::future::Future<Output = (Vec<u64>, Instant, Answer)> + Send>>;
 
-async fn run(backend: Backend, shared: Arc<Shared>) {
+/// The scheduler. `running` is an argument, not a local: a task dropped
+/// with its runtime before its first poll drops its arguments, not its
+/// locals, and must clear the flag too.
+async fn run(backend: Backend, running: restart::Running) {
+    let shared = running.0.clone();
     let mut calls: FuturesUnordered<Call> = FuturesUnordered::new();
     loop {
         if shared.closed.load(Ordering::Acquire) {
@@ -305,6 +325,16 @@ fn take_due(state: &mut State, now: Instant) -> Batch {
             state.timers.remove(&(due, id));
             continue;
         };
+        if entry
+            .lease
+            .as_lock()
+            .is_some_and(|held| held.lost.is_cancelled())
+        {
+            // Lost by its own deadline (or a release's answer) meanwhile.
+            state.timers.remove(&(due, id));
+            state.entries.remove(&id);
+            continue;
+        }
         if entry.renew && due <= now + entry.ttl / 6 {
             state.timers.remove(&(due, id));
             if now >= entry.valid_until && entry.lease.lost_at_validity_end() {

@@ -425,6 +425,26 @@ impl RedisBackend {
         handle
     }
 
+    /// Restarts the notices' task if it ended with the runtime it ran on
+    /// (see [`Notices::restart_if_ended`]), and reconnects the connections,
+    /// whose tasks ended with it too: the first command on each fails and
+    /// makes it reconnect on the runtime in use; a `PING` does that here
+    /// rather than in a lock's acquire or renewal.
+    pub(crate) async fn restart_if_ended(&self) -> Result<(), LockError> {
+        self.notices.restart_if_ended(&self.waiters)?;
+        for conn in &self.conns {
+            let mut conn = conn.clone();
+            for _ in 0..2 {
+                let pong: redis::RedisResult<String> =
+                    redis::cmd("PING").query_async(&mut conn).await;
+                if pong.is_ok() {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Makes sure notices on `channel` reach this process (see [`Self::register`]).
     pub(crate) async fn subscribe(&self, channel: &str) {
         self.notices.subscribe(&self.waiters, channel).await;

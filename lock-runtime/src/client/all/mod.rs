@@ -20,7 +20,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use super::acquire::{FOREVER, watched_guard};
+use super::acquire::FOREVER;
 use super::handover::release_in_background;
 use super::{LockClient, validate_ttl};
 use crate::backend::{AllOutcome, AtomicSteps};
@@ -32,6 +32,7 @@ use crate::token::Token;
 use crate::{LockError, context};
 
 mod guard;
+use guard::watched_guard;
 
 pub use guard::LockAllGuard;
 
@@ -204,6 +205,7 @@ impl LockAllRequest {
         let inner = self.client.0.clone();
         let ttl = self.ttl.unwrap_or(inner.default_ttl);
         validate_ttl(ttl)?;
+        super::keep_tasks_running(&inner).await?;
         let started = Instant::now();
         let deadline = started
             .checked_add(self.wait)
@@ -368,7 +370,7 @@ impl LockAllRequest {
         let Some(output) = outcome else {
             let key = held
                 .iter()
-                .find(|h| h.lost.is_cancelled())
+                .find(|h| h.is_lost())
                 .unwrap_or(&held[0])
                 .key
                 .clone();

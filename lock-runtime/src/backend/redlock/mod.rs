@@ -36,8 +36,11 @@ use crate::error::BackendError;
 use crate::key::KeyNames;
 use crate::token::Token;
 
+mod tally;
+use tally::ReleaseTally;
+
 static FENCE_RAISE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/fence_raise.lua")));
+    LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/fence_raise.lua")));
 
 /// The clock drift allowance of a lease.
 pub(crate) fn drift(ttl: Duration) -> Duration {
@@ -87,6 +90,14 @@ impl RedlockBackend {
         })
     }
 
+    /// Restarts every node's notices if they ended with their runtime.
+    pub(crate) async fn restart_if_ended(&self) -> Result<(), LockError> {
+        join_all(self.nodes.iter().map(|node| node.restart_if_ended()))
+            .await
+            .into_iter()
+            .collect()
+    }
+
     /// How many nodes make a majority.
     pub(crate) fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1
@@ -103,6 +114,24 @@ impl RedlockBackend {
         names: &KeyNames,
         token: &Token,
         ttl: Duration,
+    ) -> Result<AcquireOutcome, LockError> {
+        self.acquire_paced(names, token, ttl, None).await
+    }
+
+    /// [`RedlockBackend::acquire`], pausing at most `split_pause` (half of
+    /// it at least) after a split vote where every node answered, instead of
+    /// up to one per-node timeout. For a waiter woken by a free notice: its
+    /// split is likeliest its retry crossing the release on the nodes (it
+    /// reached a node before the release did, which a loaded releaser's
+    /// tasks can delay by milliseconds), and a pause of up to a per-node
+    /// timeout (a second by default) would only delay the hand-over. With a
+    /// node down, the usual pause (see [`random_below`]).
+    pub(crate) async fn acquire_paced(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        split_pause: Option<Duration>,
     ) -> Result<AcquireOutcome, LockError> {
         let started = Instant::now();
         let per_node = self.per_node(ttl);
@@ -189,7 +218,15 @@ impl RedlockBackend {
             // needs every live node). Woken by the same notices, they would
             // all try again at once and split again; a random pause before
             // the next attempt lets one of them win (Redlock's advice).
-            tokio::time::sleep(split_pause(per_node)).await;
+            // With a node down, attempts last up to a per-node timeout and
+            // contenders need the long pause to stop splitting in lockstep.
+            let pause = match split_pause {
+                Some(cap) if failed == 0 => cap / 2 + random_below(cap / 2),
+                _ => random_below(per_node),
+            };
+            tracing::debug!(key = %names.lock, took = acquired.len(), busy = busy.len(),
+                pause_us = pause.as_micros() as u64, "Redlock: split vote; pausing");
+            tokio::time::sleep(pause).await;
         }
         if busy.len() > self.nodes.len() - quorum {
             busy.sort();
@@ -364,131 +401,11 @@ impl RedlockBackend {
     }
 }
 
-/// Combines the nodes' answers to one release, as they come in.
-#[derive(Debug)]
-struct ReleaseTally {
-    nodes: usize,
-    yes: usize,
-    gone: usize,
-    not_ours: usize,
-    failed: usize,
-}
-
-impl ReleaseTally {
-    fn new(nodes: usize) -> Self {
-        Self {
-            nodes,
-            yes: 0,
-            gone: 0,
-            not_ours: 0,
-            failed: 0,
-        }
-    }
-
-    /// One node's answer; `None`: it failed or did not answer in time.
-    fn add(&mut self, answer: Option<Released>) {
-        match answer {
-            Some(Released::Yes) => self.yes += 1,
-            Some(Released::Gone) => self.gone += 1,
-            Some(Released::NotOurs) => self.not_ours += 1,
-            None => self.failed += 1,
-        }
-    }
-
-    fn answered(&self) -> usize {
-        self.yes + self.gone + self.not_ours
-    }
-
-    /// The outcome, once the answers so far decide it whatever the rest say.
-    fn decided(&self) -> Option<Released> {
-        let quorum = self.nodes / 2 + 1;
-        let open = self.nodes - self.yes - self.gone - self.not_ours - self.failed;
-        if self.yes >= quorum {
-            return Some(Released::Yes);
-        }
-        // A majority released it or may have (a lost copy), and the nodes
-        // still out cannot make it a plain `Yes` any more.
-        if self.yes + self.gone >= quorum && self.yes + open < quorum {
-            return Some(Released::Gone);
-        }
-        // Not ours on so many nodes that no majority can have released it,
-        // whatever the nodes still out or failed did.
-        if self.nodes - self.not_ours < quorum {
-            return Some(Released::NotOurs);
-        }
-        None
-    }
-}
-
-/// A random pause in `[0, per_node)` after a split vote: an attempt that
-/// waits for a dead node lasts up to `per_node` (at most a tenth of the
-/// lease), so contenders are staggered by up to a whole attempt.
-fn split_pause(per_node: Duration) -> Duration {
-    let cap = per_node.as_micros().max(1) as u64;
+/// A random pause in `[0, cap)`. After a split vote, `cap` is `per_node`:
+/// an attempt that waits for a dead node lasts up to `per_node` (at most a
+/// tenth of the lease), so contenders are staggered by up to a whole attempt.
+fn random_below(cap: Duration) -> Duration {
+    let cap = cap.as_micros().max(1) as u64;
     let draw = getrandom::u64().unwrap_or(0);
     Duration::from_micros(draw % cap)
-}
-
-#[cfg(test)]
-mod release_tally_tests {
-    use super::*;
-
-    fn tally(nodes: usize, answers: &[Option<Released>]) -> Option<Released> {
-        let mut t = ReleaseTally::new(nodes);
-        let mut decided = None;
-        for a in answers {
-            t.add(*a);
-            decided = decided.or(t.decided());
-        }
-        decided
-    }
-
-    use Released::{Gone, NotOurs, Yes};
-
-    #[test]
-    fn a_majority_of_releases_decides_at_once() {
-        assert_eq!(tally(3, &[Some(Yes), Some(Yes)]), Some(Yes));
-        assert_eq!(tally(5, &[Some(Yes), Some(Yes)]), None);
-        assert_eq!(
-            tally(5, &[Some(Yes), None, Some(Yes), Some(Yes)]),
-            Some(Yes)
-        );
-    }
-
-    #[test]
-    fn lost_copies_count_towards_a_majority_once_yes_is_out_of_reach() {
-        // 1 yes + 1 gone of 3: the third could still say yes; wait for it.
-        assert_eq!(tally(3, &[Some(Yes), Some(Gone)]), None);
-        assert_eq!(
-            tally(3, &[Some(Yes), Some(Gone), Some(NotOurs)]),
-            Some(Gone)
-        );
-        assert_eq!(tally(3, &[Some(Gone), Some(Gone)]), Some(Gone));
-        assert_eq!(tally(3, &[Some(Yes), Some(Gone), None]), Some(Gone));
-    }
-
-    #[test]
-    fn not_ours_on_a_blocking_minority_or_more_is_not_ours() {
-        assert_eq!(tally(3, &[Some(NotOurs), Some(NotOurs)]), Some(NotOurs));
-        assert_eq!(tally(5, &[Some(NotOurs), Some(NotOurs)]), None);
-        assert_eq!(
-            tally(5, &[Some(NotOurs), Some(NotOurs), Some(NotOurs)]),
-            Some(NotOurs)
-        );
-        assert_eq!(
-            tally(3, &[Some(Yes), Some(NotOurs), Some(NotOurs)]),
-            Some(NotOurs)
-        );
-    }
-
-    #[test]
-    fn failed_nodes_leave_the_outcome_unknown() {
-        // A node that did not answer may have released: neither way is proven.
-        assert_eq!(tally(3, &[Some(Yes), None, Some(NotOurs)]), None);
-        assert_eq!(tally(3, &[None, None, Some(Yes)]), None);
-        assert_eq!(
-            tally(5, &[Some(Gone), Some(Yes), None, None, Some(NotOurs)]),
-            None
-        );
-    }
 }

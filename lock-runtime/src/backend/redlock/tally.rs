@@ -1,0 +1,123 @@
+//! How the nodes' answers to one release decide its outcome.
+
+use crate::backend::Released;
+
+/// Combines the nodes' answers to one release, as they come in.
+#[derive(Debug)]
+pub(super) struct ReleaseTally {
+    nodes: usize,
+    yes: usize,
+    gone: usize,
+    not_ours: usize,
+    failed: usize,
+}
+
+impl ReleaseTally {
+    pub(super) fn new(nodes: usize) -> Self {
+        Self {
+            nodes,
+            yes: 0,
+            gone: 0,
+            not_ours: 0,
+            failed: 0,
+        }
+    }
+
+    /// One node's answer; `None`: it failed or did not answer in time.
+    pub(super) fn add(&mut self, answer: Option<Released>) {
+        match answer {
+            Some(Released::Yes) => self.yes += 1,
+            Some(Released::Gone) => self.gone += 1,
+            Some(Released::NotOurs) => self.not_ours += 1,
+            None => self.failed += 1,
+        }
+    }
+
+    pub(super) fn answered(&self) -> usize {
+        self.yes + self.gone + self.not_ours
+    }
+
+    /// The outcome, once the answers so far decide it whatever the rest say.
+    pub(super) fn decided(&self) -> Option<Released> {
+        let quorum = self.nodes / 2 + 1;
+        let open = self.nodes - self.yes - self.gone - self.not_ours - self.failed;
+        if self.yes >= quorum {
+            return Some(Released::Yes);
+        }
+        // A majority released it or may have (a lost copy), and the nodes
+        // still out cannot make it a plain `Yes` any more.
+        if self.yes + self.gone >= quorum && self.yes + open < quorum {
+            return Some(Released::Gone);
+        }
+        // Not ours on so many nodes that no majority can have released it,
+        // whatever the nodes still out or failed did.
+        if self.nodes - self.not_ours < quorum {
+            return Some(Released::NotOurs);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod release_tally_tests {
+    use super::*;
+
+    fn tally(nodes: usize, answers: &[Option<Released>]) -> Option<Released> {
+        let mut t = ReleaseTally::new(nodes);
+        let mut decided = None;
+        for a in answers {
+            t.add(*a);
+            decided = decided.or(t.decided());
+        }
+        decided
+    }
+
+    use Released::{Gone, NotOurs, Yes};
+
+    #[test]
+    fn a_majority_of_releases_decides_at_once() {
+        assert_eq!(tally(3, &[Some(Yes), Some(Yes)]), Some(Yes));
+        assert_eq!(tally(5, &[Some(Yes), Some(Yes)]), None);
+        assert_eq!(
+            tally(5, &[Some(Yes), None, Some(Yes), Some(Yes)]),
+            Some(Yes)
+        );
+    }
+
+    #[test]
+    fn lost_copies_count_towards_a_majority_once_yes_is_out_of_reach() {
+        // 1 yes + 1 gone of 3: the third could still say yes; wait for it.
+        assert_eq!(tally(3, &[Some(Yes), Some(Gone)]), None);
+        assert_eq!(
+            tally(3, &[Some(Yes), Some(Gone), Some(NotOurs)]),
+            Some(Gone)
+        );
+        assert_eq!(tally(3, &[Some(Gone), Some(Gone)]), Some(Gone));
+        assert_eq!(tally(3, &[Some(Yes), Some(Gone), None]), Some(Gone));
+    }
+
+    #[test]
+    fn not_ours_on_a_blocking_minority_or_more_is_not_ours() {
+        assert_eq!(tally(3, &[Some(NotOurs), Some(NotOurs)]), Some(NotOurs));
+        assert_eq!(tally(5, &[Some(NotOurs), Some(NotOurs)]), None);
+        assert_eq!(
+            tally(5, &[Some(NotOurs), Some(NotOurs), Some(NotOurs)]),
+            Some(NotOurs)
+        );
+        assert_eq!(
+            tally(3, &[Some(Yes), Some(NotOurs), Some(NotOurs)]),
+            Some(NotOurs)
+        );
+    }
+
+    #[test]
+    fn failed_nodes_leave_the_outcome_unknown() {
+        // A node that did not answer may have released: neither way is proven.
+        assert_eq!(tally(3, &[Some(Yes), None, Some(NotOurs)]), None);
+        assert_eq!(tally(3, &[None, None, Some(Yes)]), None);
+        assert_eq!(
+            tally(5, &[Some(Gone), Some(Yes), None, None, Some(NotOurs)]),
+            None
+        );
+    }
+}
