@@ -178,7 +178,7 @@ async fn fenced(
     if !fencing {
         return Ok(true);
     }
-    match lock_runtime::fence::postgres(&mut **tx, key, fence).await {
+    match lock_runtime::fence::postgres(tx, key, fence).await {
         Ok(()) => Ok(true),
         Err(lock_runtime::LockError::Stale { .. }) => Ok(false),
         Err(e) => Err(sqlx::Error::Protocol(format!(
