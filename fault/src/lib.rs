@@ -6,6 +6,8 @@
 //! * [`store`]: the record, on a redis-server of its own, behind a Lua script
 //!   that rejects fencing tokens lower than the highest it has seen (or, to
 //!   prove the checker, does not).
+//! * [`postgres`]: the same record in PostgreSQL, fenced by
+//!   `lock_runtime::fence::postgres` (or, to prove the checker, not).
 //! * [`scenario`]: the scenarios and the harness that runs one: it starts the
 //!   servers, re-executes the `fault` binary as the workers, injects the fault
 //!   (SIGSTOP/SIGKILL of a holder, SIGSTOP/kill -9 of redis-server,
@@ -21,6 +23,7 @@
 pub mod checker;
 pub mod kind;
 pub mod log;
+pub mod postgres;
 pub mod rng;
 pub mod scenario;
 pub mod server;

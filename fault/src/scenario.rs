@@ -13,7 +13,7 @@ use crate::server::SentinelGroup;
 use crate::store;
 use crate::timeline::Sampler;
 use crate::worker::{self, WorkerConfig};
-use test_support::{RedisServer, signal};
+use test_support::{PostgresServer, RedisServer, signal};
 
 /// The fault a scenario injects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,6 +143,10 @@ pub struct Scenario {
     pub think_ms: (u64, u64),
     /// The store checks fencing tokens.
     pub fencing: bool,
+    /// The record lives in a PostgreSQL server of the run's own, written in
+    /// transactions fenced by `lock_runtime::fence::postgres` (when
+    /// `fencing`), instead of the Redis store ([`crate::postgres`]).
+    pub postgres: bool,
     /// Client response timeout, ms.
     pub response_timeout_ms: u64,
     /// Scenario 6: cancel rate per mille and the latest cancel point, ms.
@@ -191,6 +195,7 @@ impl Scenario {
             wait_ms: 60_000,
             think_ms: (0, 2),
             fencing: true,
+            postgres: false,
             response_timeout_ms: 500,
             cancel: (0, 0),
             block: (0, 0, 0),
@@ -222,6 +227,17 @@ impl Scenario {
             },
             expect_violations: !fencing,
             ..Scenario::base(name, title, ops)
+        };
+        // Scenario 2 with the record in PostgreSQL, every 2nd strike a kill
+        // (so that CI's short run sees both).
+        let postgres = |name, title, fencing| Scenario {
+            postgres: true,
+            fault: FaultPlan::StopHolder {
+                stop_ms: if short { 800 } else { 1500 },
+                victim_think_ms: 300,
+                kill_every: 2,
+            },
+            ..stop(name, title, fencing)
         };
         // kill -9 of the lock server every `every_ms` (at most `max_kills`
         // times), restarted after 500 ms.
@@ -259,6 +275,16 @@ impl Scenario {
             stop(
                 "stop-holder-unfenced",
                 "2. same, store WITHOUT fencing (checker must object)",
+                false,
+            ),
+            postgres(
+                "stop-holder-postgres",
+                "2. same on a PostgreSQL record fenced by fence::postgres (every 2nd: kill -9)",
+                true,
+            ),
+            postgres(
+                "stop-holder-postgres-unfenced",
+                "2. same PostgreSQL record WITHOUT the fence (checker must object)",
                 false,
             ),
             Scenario {
@@ -782,10 +808,19 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
     let store_server = RedisServer::try_start(&[])?;
     let store_client = redis::Client::open(store_server.url()).map_err(|e| e.to_string())?;
     let mut store_conn = store_client.get_connection().map_err(|e| e.to_string())?;
+    let keys: Vec<String> = (0..scenario.keys).map(|i| format!("k{i}")).collect();
+    let pg_server = match scenario.postgres {
+        true => {
+            let server = PostgresServer::try_start()?;
+            crate::postgres::setup(&server.url(), &keys)?;
+            Some(server)
+        }
+        false => None,
+    };
+    let record_url = pg_server.as_ref().map(PostgresServer::url);
 
     let epoch = log::monotonic_micros();
     let clock = Clock::new(epoch);
-    let keys: Vec<String> = (0..scenario.keys).map(|i| format!("k{i}")).collect();
     let sampler = match &lock {
         LockSide::Sentinel(group) => {
             let (servers, sentinels) = group.ports();
@@ -824,6 +859,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         tasks: scenario.tasks,
         lock_url: lock_url.clone(),
         store_url: store_url.clone(),
+        record_url: record_url.clone(),
         topology: topology.clone(),
         replica_acks,
         epoch,
@@ -959,10 +995,16 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
             });
         }
     }
-    let mut records = BTreeMap::new();
-    for key in &keys {
-        records.insert(key.clone(), store::fetch_record(&mut store_conn, key)?);
-    }
+    let records = match &record_url {
+        Some(url) => crate::postgres::fetch_records(url, &keys)?,
+        None => {
+            let mut records = BTreeMap::new();
+            for key in &keys {
+                records.insert(key.clone(), store::fetch_record(&mut store_conn, key)?);
+            }
+            records
+        }
+    };
     let drawn = store::fetch_drawn(&mut store_conn)?;
     let tokens = match &mut lock {
         LockSide::Single(server) if scenario.tasks > 1 => Some(TokenCalls::of(server)?),
@@ -994,6 +1036,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
     }
     drop(lock);
     drop(store_server);
+    drop(pg_server);
     Ok(Outcome {
         scenario: scenario.clone(),
         report,

@@ -21,8 +21,19 @@ use std::sync::LazyLock;
 
 use redis::aio::ConnectionManager;
 
+use crate::postgres::PgRecord;
+
 static SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("store.lua")));
+
+/// With the record in PostgreSQL: the harness's strike mark, kept in Redis
+/// as `store.lua` keeps it (the reader of the key until its write).
+static UNMARK: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('HGET', KEYS[1], 'reader') == ARGV[1] then \
+           redis.call('HDEL', KEYS[1], 'reader') end return 1",
+    )
+});
 
 static DRAW: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("draw.lua")));
@@ -55,6 +66,9 @@ pub struct Store {
     conn: ConnectionManager,
     fencing: bool,
     worker: u32,
+    /// The record in PostgreSQL instead (scenario 2 on PostgreSQL): reads
+    /// and writes go there; draws and strike marks stay in Redis.
+    pg: Option<PgRecord>,
 }
 
 /// A read's answer.
@@ -81,14 +95,25 @@ pub enum WriteResult {
 }
 
 impl Store {
-    /// Connects to the store at `url`.
-    pub async fn connect(url: &str, fencing: bool, worker: u32) -> redis::RedisResult<Self> {
+    /// Connects to the store at `url` and, with `record_url`, to the
+    /// PostgreSQL database that then holds the record.
+    pub async fn connect(
+        url: &str,
+        record_url: Option<&str>,
+        fencing: bool,
+        worker: u32,
+    ) -> redis::RedisResult<Self> {
         let client = redis::Client::open(url)?;
         let conn = ConnectionManager::new(client).await?;
+        let pg = match record_url {
+            Some(url) => Some(PgRecord::connect(url).await.map_err(pg_error)?),
+            None => None,
+        };
         Ok(Self {
             conn,
             fencing,
             worker,
+            pg,
         })
     }
 
@@ -114,6 +139,21 @@ impl Store {
 
     /// The fenced read, exclusive (the first half of a read-modify-write).
     pub async fn read(&self, key: &str, fence: u64, op: u64) -> redis::RedisResult<ReadResult> {
+        if let Some(pg) = &self.pg {
+            let read = pg
+                .read(key, fence, self.fencing, self.worker, op)
+                .await
+                .map_err(pg_error)?;
+            if read != ReadResult::Rejected {
+                let _: () = redis::cmd("HSET")
+                    .arg(record_key(key))
+                    .arg("reader")
+                    .arg(self.worker)
+                    .query_async(&mut self.conn.clone())
+                    .await?;
+            }
+            return Ok(read);
+        }
         self.read_as(key, "r", fence, op).await
     }
 
@@ -127,6 +167,9 @@ impl Store {
         fence: u64,
         op: u64,
     ) -> redis::RedisResult<ReadResult> {
+        if self.pg.is_some() {
+            return Err(unsupported());
+        }
         self.read_as(key, "s", fence, op).await
     }
 
@@ -146,6 +189,9 @@ impl Store {
 
     /// A shared holder leaves (logged in store order; never refused).
     pub async fn exit(&self, key: &str, fence: u64, op: u64) -> redis::RedisResult<()> {
+        if self.pg.is_some() {
+            return Err(unsupported());
+        }
         let _: Vec<u64> = self.invoke(key, "x", fence, op, 0, 0).await?;
         Ok(())
     }
@@ -159,6 +205,17 @@ impl Store {
         version: u64,
         counter: u64,
     ) -> redis::RedisResult<WriteResult> {
+        if let Some(pg) = &self.pg {
+            let _: i64 = UNMARK
+                .key(record_key(key))
+                .arg(self.worker)
+                .invoke_async(&mut self.conn.clone())
+                .await?;
+            return pg
+                .write(key, fence, self.fencing, self.worker, op, version, counter)
+                .await
+                .map_err(pg_error);
+        }
         let answer: Vec<u64> = self.invoke(key, "w", fence, op, version, counter).await?;
         Ok(match answer[..] {
             [1, seq] => WriteResult::Accepted(seq),
@@ -189,6 +246,18 @@ impl Store {
             .invoke_async(&mut self.conn.clone())
             .await
     }
+}
+
+fn pg_error(e: sqlx::Error) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, "postgres", e.to_string()))
+}
+
+fn unsupported() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "the PostgreSQL record",
+        "shared holders are not supported there (mutexes only)".to_string(),
+    ))
 }
 
 /// One accepted write, as the store logged it.

@@ -57,6 +57,9 @@ pub struct WorkerConfig {
     pub replica_acks: (u32, u64),
     /// The store's URL.
     pub store_url: String,
+    /// The PostgreSQL database holding the record instead of the store
+    /// (the operation draws and the strike marks stay in the store).
+    pub record_url: Option<String>,
     /// The run's epoch (a `CLOCK_MONOTONIC` reading in µs, see [`crate::log`]).
     pub epoch: u64,
     /// The directory of the logs: one per task, [`log_file`].
@@ -141,6 +144,9 @@ impl WorkerConfig {
         ] {
             put(k, v.to_string());
         }
+        if let Some(url) = &self.record_url {
+            put("record", url.clone());
+        }
         if let Some(n) = self.try_once_per_mille {
             put("try-once-per-mille", n.to_string());
         }
@@ -190,6 +196,8 @@ impl WorkerConfig {
                     .map_err(|e| format!("--replica-acks: {e}"))?,
             ),
             store_url: get("store")?.clone(),
+            // Absent: the record is in the store.
+            record_url: map.get("record").cloned(),
             epoch: num("epoch")?,
             log_dir: PathBuf::from(get("log-dir")?),
             keys: get("keys")?.split(',').map(str::to_string).collect(),
@@ -310,9 +318,14 @@ async fn run_async(config: WorkerConfig) -> Result<(), String> {
             Ok((task, id, log))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let store = Store::connect(&config.store_url, config.fencing, config.id)
-        .await
-        .map_err(|e| format!("store: {e}"))?;
+    let store = Store::connect(
+        &config.store_url,
+        config.record_url.as_deref(),
+        config.fencing,
+        config.id,
+    )
+    .await
+    .map_err(|e| format!("store: {e}"))?;
     // The lock server may be down (scenario 4): retry for a while.
     let mut tries = 0;
     let client = loop {
@@ -384,6 +397,7 @@ mod tests {
             tasks: 8,
             lock_url: "redis://127.0.0.1:1".into(),
             store_url: "redis://127.0.0.1:2".into(),
+            record_url: Some("postgres://postgres@127.0.0.1:3/postgres".into()),
             topology: "sentinel:m".into(),
             replica_acks: (1, 300),
             epoch: 99,
@@ -410,13 +424,19 @@ mod tests {
         assert_eq!(args[0], "worker");
         assert_eq!(WorkerConfig::from_args(&args[1..]).unwrap(), c);
         assert!(WorkerConfig::from_args(&["--id".into()]).is_err());
-        // Without the scenario-12 flag (every other scenario): none.
+        // Without the scenario-12 flag and the PostgreSQL record (every
+        // other scenario): none.
         let plain = WorkerConfig {
             try_once_per_mille: None,
+            record_url: None,
             ..c
         };
         let args = plain.to_args();
-        assert!(!args.iter().any(|a| a.contains("try-once")));
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.contains("try-once") || a == "--record")
+        );
         assert_eq!(WorkerConfig::from_args(&args[1..]).unwrap(), plain);
     }
 

@@ -1,4 +1,4 @@
-//! Short versions of the fault scenarios 1-10, of scenario 11's stopped
+//! Short versions of the fault scenarios 1-10 (2 also on a PostgreSQL record), of scenario 11's stopped
 //! holders and controls, and of scenario 12 (waiters' order) (500 lock operations each, a few seconds): the `fault` binary re-executed as worker processes, real
 //! redis-servers, real faults, and the checker's verdict.
 //!
@@ -106,6 +106,18 @@ fn reports_stale_writes(o: &Outcome) {
         o.report
     );
     assert!(o.as_expected());
+}
+
+#[test]
+fn a_holder_stopped_past_its_lease_is_fenced_out_of_a_postgresql_record_by_fence_postgres() {
+    let o = run_clean("stop-holder-postgres");
+    fenced_out(&o);
+    assert!(o.faults >= 2, "no stop and kill: {:?}", o.report);
+}
+
+#[test]
+fn without_fence_postgres_the_checker_reports_the_stopped_holders_writes_to_postgresql() {
+    reports_stale_writes(&run("stop-holder-postgres-unfenced"));
 }
 
 #[test]
