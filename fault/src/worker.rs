@@ -27,6 +27,7 @@ use crate::log::{Clock, Event, LogWriter};
 use crate::rng::Rng;
 use crate::store::Store;
 
+mod acquiring;
 mod fifo;
 mod operation;
 

@@ -23,7 +23,7 @@ use std::time::Duration;
 use lock_runtime::{LockError, LockGuard};
 use redis::aio::ConnectionManager;
 
-use super::operation::{acquire, attempt, request};
+use super::acquiring::{acquire, attempt, request};
 use super::{Worker, WorkerConfig};
 use crate::log::Event;
 
