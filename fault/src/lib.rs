@@ -24,6 +24,7 @@ pub mod checker;
 pub mod kind;
 pub mod log;
 pub mod postgres;
+pub mod record;
 pub mod rng;
 pub mod scenario;
 pub mod server;

@@ -22,7 +22,7 @@
 
 use sqlx::PgPool;
 
-use crate::store::{Access, AccessKind, ReadResult, Record, StoredWrite, WriteResult};
+use crate::record::{Access, AccessKind, ReadResult, Record, StoredWrite, WriteResult};
 
 /// The harness's tables, beside the library's `fence::POSTGRES_SCHEMA`.
 const SCHEMA: &str = "\

@@ -22,6 +22,7 @@ use std::sync::LazyLock;
 use redis::aio::ConnectionManager;
 
 use crate::postgres::PgRecord;
+pub use crate::record::{Access, AccessKind, ReadResult, Record, StoredWrite, WriteResult};
 
 static SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("store.lua")));
@@ -69,29 +70,6 @@ pub struct Store {
     /// The record in PostgreSQL instead (scenario 2 on PostgreSQL): reads
     /// and writes go there; draws and strike marks stay in Redis.
     pg: Option<PgRecord>,
-}
-
-/// A read's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReadResult {
-    /// The record's version and counter.
-    Ok {
-        /// Version (the number of accepted writes so far).
-        version: u64,
-        /// Counter.
-        counter: u64,
-    },
-    /// A higher token was seen.
-    Rejected,
-}
-
-/// A write's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteResult {
-    /// Accepted as the `seq`-th write.
-    Accepted(u64),
-    /// A higher token was seen.
-    Rejected,
 }
 
 impl Store {
@@ -258,105 +236,6 @@ fn unsupported() -> redis::RedisError {
         "the PostgreSQL record",
         "shared holders are not supported there (mutexes only)".to_string(),
     ))
-}
-
-/// One accepted write, as the store logged it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StoredWrite {
-    /// The store's sequence number (the record's version after it).
-    pub seq: u64,
-    /// The writer's fencing token.
-    pub fence: u64,
-    /// The highest token the store had seen before this write.
-    pub max_before: u64,
-    /// The version the writer had read.
-    pub read_version: u64,
-    /// Worker.
-    pub worker: u32,
-    /// The worker's operation.
-    pub op: u64,
-}
-
-impl StoredWrite {
-    /// Parses a log entry (`seq fence max read_version worker op`).
-    pub fn parse(entry: &str) -> Option<Self> {
-        let mut it = entry.split(' ').map(str::parse::<u64>);
-        let mut next = || it.next()?.ok();
-        Some(Self {
-            seq: next()?,
-            fence: next()?,
-            max_before: next()?,
-            read_version: next()?,
-            worker: u32::try_from(next()?).ok()?,
-            op: next()?,
-        })
-    }
-}
-
-/// What an accepted access was.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AccessKind {
-    /// An exclusive read (`r`).
-    Read,
-    /// A write (`w`).
-    Write,
-    /// A shared read (`s`): a reader, or a semaphore holder entering.
-    Shared,
-    /// A shared holder leaving (`x`).
-    Exit,
-}
-
-/// One accepted access, as the store logged it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Access {
-    /// Its place in the store's serial order of this key's accesses (from 1).
-    pub at: u64,
-    /// What it was.
-    pub kind: AccessKind,
-    /// The token it carried.
-    pub fence: u64,
-    /// Worker.
-    pub worker: u32,
-    /// The worker's operation.
-    pub op: u64,
-}
-
-impl Access {
-    /// Parses an access log entry (`at kind fence worker op`).
-    pub fn parse(entry: &str) -> Option<Self> {
-        let mut it = entry.split(' ');
-        let at = it.next()?.parse().ok()?;
-        let kind = match it.next()? {
-            "r" => AccessKind::Read,
-            "w" => AccessKind::Write,
-            "s" => AccessKind::Shared,
-            "x" => AccessKind::Exit,
-            _ => return None,
-        };
-        let mut next = || it.next()?.parse::<u64>().ok();
-        Some(Self {
-            at,
-            kind,
-            fence: next()?,
-            worker: u32::try_from(next()?).ok()?,
-            op: next()?,
-        })
-    }
-}
-
-/// Everything the store holds about one key at the end of a run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Record {
-    /// The final counter.
-    pub counter: u64,
-    /// The final version.
-    pub version: u64,
-    /// Accepted writes in store order.
-    pub writes: Vec<StoredWrite>,
-    /// Operations rejected by fencing (reads and writes).
-    pub rejected: u64,
-    /// Accepted accesses in store order.
-    pub accesses: Vec<Access>,
 }
 
 /// Reads the final state of `key` (a plain connection: the run is over).
