@@ -43,18 +43,21 @@ pub struct StoredWrite {
 }
 
 impl StoredWrite {
-    /// Parses a log entry (`seq fence max read_version worker op`).
-    pub fn parse(entry: &str) -> Option<Self> {
+    /// Parses the Redis store's write log entry (`fence read_version worker
+    /// op`), the `seq`-th of its list, with `max_before` left at 0 for
+    /// [`derive_max_before`] to fill in.
+    pub fn parse(seq: u64, entry: &str) -> Option<Self> {
         let mut it = entry.split(' ').map(str::parse::<u64>);
         let mut next = || it.next()?.ok();
-        Some(Self {
-            seq: next()?,
+        let write = Self {
+            seq,
             fence: next()?,
-            max_before: next()?,
+            max_before: 0,
             read_version: next()?,
             worker: u32::try_from(next()?).ok()?,
             op: next()?,
-        })
+        };
+        it.next().is_none().then_some(write)
     }
 }
 
@@ -87,10 +90,10 @@ pub struct Access {
 }
 
 impl Access {
-    /// Parses an access log entry (`at kind fence worker op`).
-    pub fn parse(entry: &str) -> Option<Self> {
+    /// Parses the Redis store's access log entry (`kind fence worker op`),
+    /// the `at`-th of its list.
+    pub fn parse(at: u64, entry: &str) -> Option<Self> {
         let mut it = entry.split(' ');
-        let at = it.next()?.parse().ok()?;
         let kind = match it.next()? {
             "r" => AccessKind::Read,
             "w" => AccessKind::Write,
@@ -99,13 +102,47 @@ impl Access {
             _ => return None,
         };
         let mut next = || it.next()?.parse::<u64>().ok();
-        Some(Self {
+        let access = Self {
             at,
             kind,
             fence: next()?,
             worker: u32::try_from(next()?).ok()?,
             op: next()?,
-        })
+        };
+        it.next().is_none().then_some(access)
+    }
+}
+
+/// Fills in each write's `max_before` from the access log: the highest
+/// token of the reads, writes and shared reads accepted before it, which is
+/// what the store's record of the highest token held when the write came
+/// (the Redis store's writes go through `fence::redis`, whose record only
+/// ever holds the highest accepted token, and shared reads raise it too).
+/// The `k`-th write of the write log is the `k`-th write of the access log:
+/// both are appended in one atomic step. An error names a write the two
+/// logs disagree on.
+pub fn derive_max_before(writes: &mut [StoredWrite], accesses: &[Access]) -> Result<(), String> {
+    let mut highest = 0;
+    let mut pending = writes.iter_mut();
+    for a in accesses {
+        match a.kind {
+            AccessKind::Exit => continue,
+            AccessKind::Write => {
+                let Some(w) = pending.next() else {
+                    return Err(format!("access log write {a:?} missing from the write log"));
+                };
+                if (w.worker, w.op, w.fence) != (a.worker, a.op, a.fence) {
+                    return Err(format!("write log {w:?} and access log {a:?} disagree"));
+                }
+                w.max_before = highest;
+            }
+            AccessKind::Read | AccessKind::Shared => {}
+        }
+        highest = highest.max(a.fence);
+    }
+    match pending.next() {
+        Some(w) => Err(format!("write {w:?} missing from the access log")),
+        None => Ok(()),
     }
 }
 

@@ -1,34 +1,53 @@
 //! The shared record the workers update, on a redis-server of its own (never
-//! faulted): a hash per lock key, changed only through one Lua script that
-//! can reject a fencing token lower than the highest it has seen, and a list
-//! recording every accepted write in the store's own (serial) order.
+//! faulted): a hash per lock key, a list recording every accepted write in
+//! the store's own (serial) order, and a list of every accepted access.
 //!
-//! Both the read and the write of a read-modify-write carry the token, and
-//! both raise the record's highest token: a holder paused between its read and
-//! its write finds its write rejected once a newer holder has *read*, so the
-//! newer holder's read-modify-write cannot be interleaved. With the check off
-//! (`fencing = false`) the same store accepts everything, which is how the
-//! checker is shown to catch overlaps.
+//! Exclusive reads and writes go through the library's
+//! [`lock_runtime::fence::redis`]: one atomic step checks the token against
+//! the highest recorded for the key, records it and applies the record's
+//! commands (`HINCRBY version`, `HSET counter`, `RPUSH` to the logs, `HSET`
+//! of the strike mark), or refuses with `LockError::Stale` and writes
+//! nothing. The harness has no check of its own for them. Both the read and
+//! the write of a read-modify-write carry the token, and both raise the
+//! record: a holder paused between its read and its write finds its write
+//! refused once a newer holder has *read*, so the newer holder's
+//! read-modify-write cannot be interleaved. A read takes the version and
+//! counter with `HMGET` right after its fenced step (the allow-list has
+//! only write commands): a write from a lower token after that step is
+//! refused, and one from a higher token refuses ours, so what an accepted
+//! write read is what the store held at its read. With the check off
+//! (`fencing = false`) the same commands go in a `MULTI`/`EXEC` with no check,
+//! which is how the checker is shown to catch overlaps.
 //!
 //! Shared holders (a read-write lock's readers, a semaphore's holders) read
-//! with [`Store::shared_read`] and leave with [`Store::exit`]; a shared read
-//! is refused only below the highest *exclusive* token. Every accepted
+//! with [`Store::shared_read`] and leave with [`Store::exit`], in
+//! `store.lua`: a shared read is refused only below the highest *exclusive*
+//! token (kept by the fenced exclusive accesses with `ZADD .. GT`), and
+//! raises `fence::redis`'s record ([`lock_runtime::fence::record_key`]), so
+//! an older writer is refused once a newer reader has read. Every accepted
 //! access goes to the key's access log, in store order, so the checker can
 //! tell a reader let in during a writer's read-modify-write without any
-//! clock.
+//! clock; the highest token before each write comes from the same log
+//! ([`crate::record::derive_max_before`]).
 
 use std::sync::LazyLock;
 
+use lock_runtime::{LockError, fence};
 use redis::aio::ConnectionManager;
 
 use crate::postgres::PgRecord;
+use crate::record::derive_max_before;
 pub use crate::record::{Access, AccessKind, ReadResult, Record, StoredWrite, WriteResult};
 
 static SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("store.lua")));
 
-/// With the record in PostgreSQL: the harness's strike mark, kept in Redis
-/// as `store.lua` keeps it (the reader of the key until its write).
+/// The harness's strike mark ends at a write: the record forgets its writer
+/// as the key's reader, so the harness strikes (SIGSTOP, SIGKILL) only a
+/// worker between its read and its write, never one that has moved on to
+/// claim its next operation (a kill there would lose an operation the log
+/// never saw begin). Before the write, refused or not; conditional, so a
+/// newer reader's mark stays.
 static UNMARK: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         "if redis.call('HGET', KEYS[1], 'reader') == ARGV[1] then \
@@ -53,6 +72,12 @@ pub fn log_key(key: &str) -> String {
 /// writes, shared holders' entries and exits) in store order.
 pub fn access_log_key(key: &str) -> String {
     format!("alog:{{{key}}}")
+}
+
+/// The name of the highest *exclusive* token's sorted set for a lock key
+/// (member `max`): the bar of shared reads.
+pub fn exclusive_key(key: &str) -> String {
+    format!("excl:{{{key}}}")
 }
 
 /// The global operation counter the workers draw from.
@@ -132,7 +157,39 @@ impl Store {
             }
             return Ok(read);
         }
-        self.read_as(key, "r", fence, op).await
+        let mut mark = redis::cmd("HSET");
+        mark.arg(record_key(key)).arg("reader").arg(self.worker);
+        let commands = [
+            self.logged(key, "r", fence, op),
+            mark,
+            exclusive(key, fence),
+        ];
+        let mut values = redis::cmd("HMGET");
+        values.arg(record_key(key)).arg("version").arg("counter");
+        let read: Option<(Option<u64>, Option<u64>)> = if self.fencing {
+            match self.fenced(key, fence, &commands).await? {
+                None => None,
+                Some(_) => Some(values.query_async(&mut self.conn.clone()).await?),
+            }
+        } else {
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            for c in commands {
+                pipe.add_command(c).ignore();
+            }
+            let (record,): ((Option<u64>, Option<u64>),) = pipe
+                .add_command(values)
+                .query_async(&mut self.conn.clone())
+                .await?;
+            Some(record)
+        };
+        Ok(match read {
+            Some((version, counter)) => ReadResult::Ok {
+                version: version.unwrap_or(0),
+                counter: counter.unwrap_or(0),
+            },
+            None => ReadResult::Rejected,
+        })
     }
 
     /// The fenced shared read: a read-write lock's reader, or a semaphore's
@@ -148,17 +205,7 @@ impl Store {
         if self.pg.is_some() {
             return Err(unsupported());
         }
-        self.read_as(key, "s", fence, op).await
-    }
-
-    async fn read_as(
-        &self,
-        key: &str,
-        kind: &str,
-        fence: u64,
-        op: u64,
-    ) -> redis::RedisResult<ReadResult> {
-        let answer: Vec<u64> = self.invoke(key, kind, fence, op, 0, 0).await?;
+        let answer = self.invoke(key, "s", fence, op).await?;
         Ok(match answer[..] {
             [1, version, counter] => ReadResult::Ok { version, counter },
             _ => ReadResult::Rejected,
@@ -170,11 +217,13 @@ impl Store {
         if self.pg.is_some() {
             return Err(unsupported());
         }
-        let _: Vec<u64> = self.invoke(key, "x", fence, op, 0, 0).await?;
+        self.invoke(key, "x", fence, op).await?;
         Ok(())
     }
 
-    /// The fenced write of `counter` after reading `version`.
+    /// The fenced write of `counter` after reading `version`. Applied
+    /// whatever version it read (no compare-and-set: that would hide the
+    /// overlaps the checker looks for); the write log keeps what it read.
     pub async fn write(
         &self,
         key: &str,
@@ -183,22 +232,94 @@ impl Store {
         version: u64,
         counter: u64,
     ) -> redis::RedisResult<WriteResult> {
+        let _: i64 = UNMARK
+            .key(record_key(key))
+            .arg(self.worker)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
         if let Some(pg) = &self.pg {
-            let _: i64 = UNMARK
-                .key(record_key(key))
-                .arg(self.worker)
-                .invoke_async(&mut self.conn.clone())
-                .await?;
             return pg
                 .write(key, fence, self.fencing, self.worker, op, version, counter)
                 .await
                 .map_err(pg_error);
         }
-        let answer: Vec<u64> = self.invoke(key, "w", fence, op, version, counter).await?;
-        Ok(match answer[..] {
-            [1, seq] => WriteResult::Accepted(seq),
-            _ => WriteResult::Rejected,
-        })
+        let record = record_key(key);
+        let mut seq = redis::cmd("HINCRBY");
+        seq.arg(&record).arg("version").arg(1);
+        let mut set = redis::cmd("HSET");
+        set.arg(&record).arg("counter").arg(counter);
+        let mut accepted = redis::cmd("HINCRBY");
+        accepted.arg(&record).arg("accepted").arg(1);
+        let mut log = redis::cmd("RPUSH");
+        log.arg(log_key(key))
+            .arg(format!("{fence} {version} {} {op}", self.worker));
+        // The new version comes first: it is the write's place in the log.
+        let commands = [
+            seq,
+            set,
+            accepted,
+            log,
+            self.logged(key, "w", fence, op),
+            exclusive(key, fence),
+        ];
+        let replies = if self.fencing {
+            match self.fenced(key, fence, &commands).await? {
+                Some(replies) => replies,
+                None => return Ok(WriteResult::Rejected),
+            }
+        } else {
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            for c in commands {
+                pipe.add_command(c);
+            }
+            pipe.query_async(&mut self.conn.clone()).await?
+        };
+        let seq = match replies.first() {
+            Some(v) => redis::from_redis_value::<u64>(v.clone())?,
+            None => return Err(unexpected(&replies)),
+        };
+        Ok(WriteResult::Accepted(seq))
+    }
+
+    /// The access log's entry for this access.
+    fn logged(&self, key: &str, kind: &str, fence: u64, op: u64) -> redis::Cmd {
+        let mut log = redis::cmd("RPUSH");
+        log.arg(access_log_key(key))
+            .arg(format!("{kind} {fence} {} {op}", self.worker));
+        log
+    }
+
+    /// `commands` through `fence::redis`: their replies, or `None` when the
+    /// token is stale (counted in the record; nothing else written).
+    async fn fenced(
+        &self,
+        key: &str,
+        fence: u64,
+        commands: &[redis::Cmd],
+    ) -> redis::RedisResult<Option<Vec<redis::Value>>> {
+        let mut conn = self.conn.clone();
+        let mut write = fence::redis(&mut conn, key, fence);
+        for c in commands {
+            write = write.cmd(c);
+        }
+        match write.run().await {
+            Ok(replies) => Ok(Some(replies)),
+            Err(LockError::Stale { .. }) => {
+                let _: i64 = redis::cmd("HINCRBY")
+                    .arg(record_key(key))
+                    .arg("rejected")
+                    .arg(1)
+                    .query_async(&mut self.conn.clone())
+                    .await?;
+                Ok(None)
+            }
+            Err(e) => Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "fence::redis",
+                e.to_string(),
+            ))),
+        }
     }
 
     async fn invoke(
@@ -207,23 +328,36 @@ impl Store {
         kind: &str,
         fence: u64,
         op: u64,
-        version: u64,
-        counter: u64,
     ) -> redis::RedisResult<Vec<u64>> {
         SCRIPT
             .key(record_key(key))
-            .key(log_key(key))
             .key(access_log_key(key))
+            .key(exclusive_key(key))
+            .key(fence::record_key(key))
             .arg(kind)
             .arg(fence)
             .arg(if self.fencing { "1" } else { "0" })
             .arg(self.worker)
             .arg(op)
-            .arg(version)
-            .arg(counter)
+            .arg(fence::DEFAULT_RETENTION.as_millis().to_string())
             .invoke_async(&mut self.conn.clone())
             .await
     }
+}
+
+/// Raises the key's highest exclusive token to `fence` (`ZADD .. GT`).
+fn exclusive(key: &str, fence: u64) -> redis::Cmd {
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg(exclusive_key(key)).arg("GT").arg(fence).arg("max");
+    zadd
+}
+
+fn unexpected(replies: &[redis::Value]) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "the store's write",
+        format!("no new version in {replies:?}"),
+    ))
 }
 
 fn pg_error(e: sqlx::Error) -> redis::RedisError {
@@ -251,20 +385,25 @@ pub fn fetch_record(conn: &mut redis::Connection, key: &str) -> Result<Record, S
         .arg(-1)
         .query(conn)
         .map_err(|e| e.to_string())?;
-    let writes = entries
-        .iter()
-        .map(|e| StoredWrite::parse(e).ok_or_else(|| format!("malformed store log entry {e:?}")))
-        .collect::<Result<_, _>>()?;
+    let mut writes = (1..)
+        .zip(&entries)
+        .map(|(seq, e)| {
+            StoredWrite::parse(seq, e).ok_or_else(|| format!("malformed store log entry {e:?}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let entries: Vec<String> = redis::cmd("LRANGE")
         .arg(access_log_key(key))
         .arg(0)
         .arg(-1)
         .query(conn)
         .map_err(|e| e.to_string())?;
-    let accesses = entries
-        .iter()
-        .map(|e| Access::parse(e).ok_or_else(|| format!("malformed access log entry {e:?}")))
+    let accesses: Vec<Access> = (1..)
+        .zip(&entries)
+        .map(|(at, e)| {
+            Access::parse(at, e).ok_or_else(|| format!("malformed access log entry {e:?}"))
+        })
         .collect::<Result<_, _>>()?;
+    derive_max_before(&mut writes, &accesses)?;
     Ok(Record {
         counter: num("counter"),
         version: num("version"),
@@ -287,24 +426,26 @@ pub fn fetch_drawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::derive_max_before;
 
     #[test]
     fn log_entries_parse_and_garbage_does_not() {
         assert_eq!(
-            StoredWrite::parse("3 7 6 2 11 40"),
+            StoredWrite::parse(3, "7 2 11 40"),
             Some(StoredWrite {
                 seq: 3,
                 fence: 7,
-                max_before: 6,
+                max_before: 0,
                 read_version: 2,
                 worker: 11,
                 op: 40
             })
         );
-        assert_eq!(StoredWrite::parse("3 7"), None);
-        assert_eq!(StoredWrite::parse("a b c d e f"), None);
+        assert_eq!(StoredWrite::parse(3, "7 2"), None);
+        assert_eq!(StoredWrite::parse(3, "7 2 11 40 1"), None);
+        assert_eq!(StoredWrite::parse(3, "a b c d"), None);
         assert_eq!(
-            Access::parse("9 s 12 3 40"),
+            Access::parse(9, "s 12 3 40"),
             Some(Access {
                 at: 9,
                 kind: AccessKind::Shared,
@@ -313,7 +454,36 @@ mod tests {
                 op: 40
             })
         );
-        assert_eq!(Access::parse("9 q 12 3 40"), None);
-        assert_eq!(Access::parse("9 s 12"), None);
+        assert_eq!(Access::parse(9, "q 12 3 40"), None);
+        assert_eq!(Access::parse(9, "s 12"), None);
+    }
+
+    #[test]
+    fn a_writes_highest_token_before_it_comes_from_the_accesses_before_it() {
+        let access = |at, entry| Access::parse(at, entry).unwrap();
+        // A reads with 5, a reader with 9 enters and leaves, A writes: 9
+        // was seen before A's write; an exit's token raises nothing.
+        let accesses = [
+            access(1, "r 5 1 10"),
+            access(2, "s 9 2 20"),
+            access(3, "x 12 2 20"),
+            access(4, "w 5 1 10"),
+            access(5, "r 10 3 30"),
+            access(6, "w 10 3 30"),
+        ];
+        let mut writes = vec![
+            StoredWrite::parse(1, "5 0 1 10").unwrap(),
+            StoredWrite::parse(2, "10 1 3 30").unwrap(),
+        ];
+        derive_max_before(&mut writes, &accesses).unwrap();
+        assert_eq!(
+            writes.iter().map(|w| w.max_before).collect::<Vec<_>>(),
+            [9, 10]
+        );
+        // Logs that disagree are an error, not a guess.
+        let mut swapped = vec![writes[1], writes[0]];
+        assert!(derive_max_before(&mut swapped, &accesses).is_err());
+        assert!(derive_max_before(&mut writes[..1], &accesses).is_err());
+        assert!(derive_max_before(&mut writes, &accesses[..4]).is_err());
     }
 }
