@@ -3,9 +3,10 @@
 //!
 //! * [`worker`]: a client process that repeatedly takes a lock and does a slow
 //!   read-modify-write of a shared record, logging every step ([`log`]).
-//! * [`store`]: the record, on a redis-server of its own, behind a Lua script
-//!   that rejects fencing tokens lower than the highest it has seen (or, to
-//!   prove the checker, does not).
+//! * [`store`]: the record, on a redis-server of its own: exclusive reads and
+//!   writes fenced by `lock_runtime::fence::redis`, shared reads by a Lua
+//!   script against the highest exclusive token (or, to prove the checker,
+//!   neither).
 //! * [`postgres`]: the same record in PostgreSQL, fenced by
 //!   `lock_runtime::fence::postgres` (or, to prove the checker, not).
 //! * [`scenario`]: the scenarios and the harness that runs one: it starts the

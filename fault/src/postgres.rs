@@ -5,7 +5,7 @@
 //! token is `LockError::Stale`, the transaction rolls back and the access is
 //! a refused one, as the Redis store's are.
 //!
-//! As in the Redis store (`store.lua`), both the read and the write of a
+//! As in the Redis store (`store.rs`), both the read and the write of a
 //! read-modify-write are fenced, so a holder paused between its read and its
 //! write is refused once a newer holder has read. The fence is the library's
 //! (its `lock_fence` table); the harness's own bookkeeping beside it, in the
