@@ -4,10 +4,9 @@
 //! capture of the library's `tracing` warnings. (The small timing helpers are
 //! in `test_support::helpers`.)
 //!
-//! Included by the test files with
-//! `#[macro_use] #[path = "../src/core_support.rs"] mod core_support;`
-//! (it needs [`test_support::RedisServer`]).
-#![allow(dead_code)]
+//! A module of the `tests` crate's library: a test file takes what it needs
+//! with `use tests::core_support::{Env, warnings_for};` and the macro with
+//! `use tests::both_backends;`.
 
 use std::sync::{Mutex, OnceLock};
 
@@ -18,14 +17,19 @@ use test_support::helpers::{default_redis_client, memory_client};
 /// Which backend a fixture runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// The embedded backend (`.memory()`).
     Memory,
+    /// A `redis-server` of the fixture's own.
     Redis,
 }
 
 /// One backend under test: its client, and for Redis the server it talks to.
 pub struct Env {
+    /// Its backend.
     pub kind: Kind,
+    /// A client on that backend.
     pub client: LockClient,
+    /// The server, for Redis.
     pub server: Option<RedisServer>,
 }
 
@@ -53,6 +57,7 @@ impl Env {
         }
     }
 
+    /// A fixture on `kind`.
     pub async fn new(kind: Kind) -> Self {
         match kind {
             Kind::Memory => Self::memory().await,
@@ -80,10 +85,12 @@ impl Env {
         }
     }
 
+    /// The Redis fixture's server (panics on the embedded backend).
     pub fn server(&self) -> &RedisServer {
         self.server.as_ref().expect("a Redis fixture")
     }
 
+    /// Whether the fixture runs on Redis.
     pub fn is_redis(&self) -> bool {
         self.kind == Kind::Redis
     }
@@ -91,8 +98,8 @@ impl Env {
 
 /// Generates, for each named `async fn name(env: Env)`, a test
 /// `memory::name` and a test `redis::name` on a multi-thread runtime.
-/// (Textual scope: include this module with `#[macro_use]`.)
 /// Attributes written before a name (`#[cfg(unix)]`, say) go on both tests.
+#[macro_export]
 macro_rules! both_backends {
     ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
         mod memory {
@@ -100,7 +107,7 @@ macro_rules! both_backends {
                 $(#[$attr])*
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name(crate::core_support::Env::memory().await).await
+                    super::$name($crate::core_support::Env::memory().await).await
                 }
             )*
         }
@@ -109,7 +116,7 @@ macro_rules! both_backends {
                 $(#[$attr])*
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name(crate::core_support::Env::redis().await).await
+                    super::$name($crate::core_support::Env::redis().await).await
                 }
             )*
         }
@@ -122,8 +129,11 @@ macro_rules! both_backends {
 /// level for the keys passed to [`watch_events`].
 #[derive(Clone, Debug)]
 pub struct Captured {
+    /// Its level.
     pub level: tracing::Level,
+    /// Its message.
     pub message: String,
+    /// Its `key` field, if any.
     pub key: Option<String>,
     /// The names of the event's fields (`waited_us`, `fencing`, ...).
     pub fields: Vec<&'static str>,

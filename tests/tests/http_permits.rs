@@ -17,10 +17,8 @@ use test_support::http::{send, serve};
 use tokio::sync::{Barrier, Semaphore};
 use tokio::task::JoinHandle;
 
-#[macro_use]
-#[path = "../src/core_support.rs"]
-mod core_support;
-use core_support::Env;
+use tests::both_backends;
+use tests::core_support::Env;
 
 // Braces: rustfmt leaves the list alone.
 both_backends! {

@@ -25,12 +25,8 @@ use lock_runtime::{LockClient, LockClientBuilder, LockError, current_lock, distr
 use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
 use test_support::{KILL_OTHER_CLIENTS, LostReplies, RawConnection, RedisServer};
 
-#[allow(unused_macros)]
-#[macro_use]
-#[path = "../src/core_support.rs"]
-mod core_support;
-use core_support::{capture_warnings, warnings_for};
 use test_support::helpers::*;
+use tests::core_support::{capture_warnings, warnings_for};
 
 /// The lease of every lock here: far longer than anything a test does, so
 /// the lease is valid whenever a release is sent.

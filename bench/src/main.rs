@@ -3,8 +3,8 @@
 //! each row measures.
 //!
 //! ```text
-//! cargo run --release -p examples --bin bench -- [--reps N] [--quick] [--json PATH]
-//!                                                [--svg PATH] [--only 1,3,7] [--markdown]
+//! cargo run --release -p bench -- [--reps N] [--quick] [--json PATH]
+//!                                 [--svg PATH] [--only 1,3,7] [--markdown]
 //! ```
 //!
 //! Starts its own `redis-server` on a free loopback port (killed on exit)
@@ -12,19 +12,27 @@
 //! with its baselines in each repetition; the table shows medians over
 //! the repetitions. The hot-key rows' wait times are also drawn as an SVG.
 
-#[path = "../bench/mod.rs"]
-mod bench;
+mod attr;
+mod chart;
+mod defs;
+mod held;
+mod measure;
+mod probe;
+mod raw;
+mod report;
+mod rows;
+mod server;
+mod sides;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use bench::chart;
-use bench::defs::{M8_RSS_MEMORY, M8_RSS_REDIS, definitions};
-use bench::measure::{Prefixes, measure};
-use bench::probe::{self, RSS_LOCKS};
-use bench::report::{self, Metric};
-use bench::server::check_loopback;
+use defs::{M8_RSS_MEMORY, M8_RSS_REDIS, definitions};
+use measure::{Prefixes, measure};
+use probe::RSS_LOCKS;
+use report::Metric;
+use server::check_loopback;
 
 const USAGE: &str = "\
 usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--markdown]
