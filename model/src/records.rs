@@ -80,13 +80,13 @@ pub enum Stage {
 pub enum Phase {
     /// Not arrived.
     Idle,
-    /// Claiming (service.rs:171-190, 293-320).
+    /// Claiming (`idempotent` and `claim`, layer/idempotency/service.rs).
     Claiming,
-    /// The handler runs (renewed in the background, running.rs:30-46).
+    /// The handler runs (renewed in the background, `Running::start`, layer/idempotency/running.rs).
     Running,
-    /// Completing (running.rs:125-175).
+    /// Completing (`Running::complete` and `finish`).
     Completing,
-    /// Releasing after the handler failed (running.rs:85-89).
+    /// Releasing after the handler failed (`Running::release`).
     Releasing,
     /// Answered (replayed, 409, or the handler's response).
     Done,
@@ -393,7 +393,7 @@ impl Narrate for RecordsModel {
                 let r = &mut s.requests[i as usize];
                 let (req, stage) = r.net.take().expect("answered");
                 match (req, stage) {
-                    // service.rs:299-320: a claim without an answer is sent again.
+                    // `claim`: a claim without an answer is sent again.
                     (Req::Claim, Stage::Failed) => {
                         r.net = Some((Req::Claim, Stage::Sent));
                         log.say(|| format!("{}: claim unanswered, sent again", name(i)));
@@ -419,7 +419,7 @@ impl Narrate for RecordsModel {
                             )
                         });
                     }
-                    // running.rs:141-171: sent again while unanswered.
+                    // `finish`: sent again while unanswered.
                     (Req::Complete, Stage::Failed) => {
                         r.net = Some((Req::Complete, Stage::Sent));
                         log.say(|| format!("{}: completion unanswered, sent again", name(i)));

@@ -1,4 +1,4 @@
-//! Redlock over three masters, majority two (backend/redlock.rs): acquire on
+//! Redlock over three masters, majority two (backend/redlock/mod.rs): acquire on
 //! every node with lost requests and replies, the fencing token as the
 //! quorum's highest counter raised back on the quorum (fence_raise.lua), a
 //! failed attempt released everywhere, renewals and releases needing a
@@ -12,7 +12,7 @@ use crate::reply::name;
 
 /// Nodes.
 pub const NODES: usize = 3;
-/// A majority of them (redlock.rs:90).
+/// A majority of them (`RedlockBackend::quorum`).
 pub const QUORUM: usize = 2;
 
 /// A configuration of the Redlock model.
@@ -50,7 +50,7 @@ pub struct Node {
     /// `(owner, expires)`.
     pub lock: Option<(u8, u8)>,
     /// The node's fencing counter (of the key's hash slot; no other key
-    /// here: see `lock.rs`).
+    /// here: see `lock/`).
     pub fence: u8,
 }
 
@@ -111,9 +111,9 @@ pub enum Stage {
     Sent,
     /// `Ok(fence)` or busy.
     Replied(Result<u8, ()>),
-    /// Lost (counted as failed, redlock.rs:132).
+    /// Lost (counted as failed by `RedlockBackend::acquire_paced`).
     Failed,
-    /// The client stopped waiting for it (redlock.rs:137-140); it may still run.
+    /// The client stopped waiting for it (`RedlockBackend::acquire_paced`); it may still run.
     Dropped,
 }
 
@@ -176,7 +176,7 @@ pub enum Action {
     Start(u8),
     /// Node `n` runs client `c`'s acquire.
     Exec(u8, u8),
-    /// Client `c` decides from the answers so far (redlock.rs:126-199).
+    /// Client `c` decides from the answers so far (`RedlockBackend::acquire_paced`).
     Decide(u8),
     /// Client `c`'s watchdog renews on every node (majority needed).
     Renew(u8),
@@ -206,7 +206,7 @@ impl RedlockModel {
             .filter(|s| matches!(s, Some(Stage::Failed)))
             .count();
         let minority = NODES - QUORUM;
-        // redlock.rs:133-136
+        // `RedlockBackend::acquire_paced`
         acquired >= QUORUM
             || busy > minority
             || failed > minority
@@ -343,7 +343,7 @@ impl Narrate for RedlockModel {
                     if c.paused_until.is_some_and(|t| s.now >= t) {
                         c.paused_until = None;
                     }
-                    // The watchdog's timer at the validity (watchdog/mod.rs:278-285).
+                    // The watchdog's timer at the validity (`settle`, watchdog/mod.rs).
                     if c.paused_until.is_none()
                         && let Phase::Hold {
                             valid_until, lost, ..
@@ -406,10 +406,10 @@ impl Narrate for RedlockModel {
                         _ => None,
                     };
                 }
-                // redlock.rs:143-146: validity = ttl - elapsed - drift (drift 0 here).
+                // `RedlockBackend::acquire_paced`: validity = ttl - elapsed - drift (drift 0 here).
                 let valid = |t: u8| ttl > t - started;
                 if acquired.len() >= QUORUM && valid(now) {
-                    // redlock.rs:147-168: the quorum's highest counter, raised back
+                    // `RedlockBackend::acquire_paced`: the quorum's highest counter, raised back
                     // (the raise is one round trip within this tick).
                     let fence = acquired.iter().map(|(_, f)| *f).max().unwrap_or(0);
                     for (i, _) in &acquired {
@@ -431,7 +431,7 @@ impl Narrate for RedlockModel {
                         )
                     });
                 } else {
-                    // redlock.rs:170-171: undo everywhere before answering.
+                    // `RedlockBackend::acquire_paced`: undo everywhere before answering.
                     for n in &mut s.nodes {
                         n.release(c);
                     }
@@ -440,7 +440,7 @@ impl Narrate for RedlockModel {
                 }
             }
             Action::Renew(c) => {
-                // redlock.rs:224-256: a lease is extended when a majority confirms.
+                // `RedlockBackend::extend_many`: a lease is extended when a majority confirms.
                 let extended = s
                     .nodes
                     .iter_mut()

@@ -8,7 +8,7 @@ pub enum AcqReply {
     Granted(u8),
     /// `<= 0`: held by another owner for `remaining` more ticks; a waiting
     /// attempt gets `{-remaining, counter}` (acquire.lua's busy path), a try-once
-    /// attempt `-remaining` (`fence` 0, as redis.rs:254-272 reads it).
+    /// attempt `-remaining` (`fence` 0, as `RedisBackend::acquire` reads it).
     Busy {
         /// The holder's remaining lease.
         remaining: u8,

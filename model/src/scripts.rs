@@ -7,7 +7,7 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     (
         "acquire.lua",
         "a62767489b10cd908f687bfb7d5c0534f0bea2dd",
-        "lock.rs `Server::acquire` (its free path's hand-over: `Server::hand_to_head`); \
+        "lock/server.rs `Server::acquire` (its free path's hand-over: `Server::hand_to_head`); \
          redlock.rs `Node::acquire`",
     ),
     (
@@ -26,17 +26,17 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     (
         "extend.lua",
         "4ea30c43f8980849f88c940b319639b59ab90a81",
-        "lock.rs `Server::extend` (confirm)",
+        "lock/server.rs `Server::extend` (confirm)",
     ),
     (
         "extend_many.lua",
         "422006ece04fd85f5d3acd42fd2997fa6f29e1cf",
-        "lock.rs `Server::extend` (watchdog); redlock.rs `Node::extend`",
+        "lock/server.rs `Server::extend` (watchdog); redlock.rs `Node::extend`",
     ),
     (
         "fence.lua",
         "8480eccbfe839028e416ee8a34e0567c8badda33",
-        "lock.rs `Store` (the fenced store every holder writes to: a write is \
+        "lock/state.rs `Store` (the fenced store every holder writes to: a write is \
          accepted when its token is at least the highest recorded, which it then \
          becomes, else refused and nothing written; `lock_runtime::fence::redis`); \
          the allow-listed commands it runs are data, outside the model, and \
@@ -70,13 +70,13 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     (
         "release.lua",
         "7aa8783fdd6d06d3e37da24ebabfd271c799f411",
-        "lock.rs `Server::release` (its hand-over: `Server::hand_to_head`); \
+        "lock/server.rs `Server::release` (its hand-over: `Server::hand_to_head`); \
          redlock.rs `Node::release`",
     ),
     (
         "reserve.lua",
         "a2120dbac875f2c4e65e8e8db1a358941059f629",
-        "lock.rs `Server::reserve` (from `LockModel::hand_on`, local.rs `hand_on`)",
+        "lock/server.rs `Server::reserve` (from `LockModel::hand_on`, client/handover.rs `hand_on`)",
     ),
     (
         "shared.lua",

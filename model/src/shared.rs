@@ -25,7 +25,7 @@
 //!   answers, termination).
 //!
 //! What the model leaves out: a process of several clients (shared locks
-//! form no in-process line, request.rs:171, so the grants a script answers
+//! form no in-process line, `LockRequest::acquire`, so the grants a script answers
 //! wake only waiters of the caller's own process, `wake_granted`, which is
 //! nobody here: every client has a process of its own), reentrancy, and
 //! replica acks.

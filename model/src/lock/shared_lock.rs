@@ -1,0 +1,223 @@
+//! Read-write locks and semaphores in the lock model: their configuration,
+//! shared.lua's calls, their properties.
+
+use super::*;
+
+impl LockConfig {
+    /// Clients of a read-write lock (`limit` 0) or a semaphore of `limit`
+    /// permits, one per mode, each waiting `wait` ticks, with the lock
+    /// model's defaults otherwise.
+    pub fn new_shared(modes: Vec<Mode>, limit: u8, wait: u8, faults: Faults) -> Self {
+        let mut cfg = LockConfig::new(modes.len(), wait, faults);
+        cfg.shared = Some(SharedConfig {
+            modes,
+            limit,
+            admit_past_queue: false,
+        });
+        cfg
+    }
+}
+
+impl SharedGhost {
+    /// After every step: since when the head of the queue fits (room freed
+    /// by a lease that ran out, or by the waiter ahead leaving the queue,
+    /// neither of which promotes).
+    pub(crate) fn track(s: &mut State, limit: u8) {
+        let fits = s
+            .shared
+            .queue
+            .first()
+            .is_some_and(|head| s.shared.fits(head.exclusive, limit));
+        let since = &mut s.ghost.shared.head_fits_since;
+        match (fits, *since) {
+            (true, None) => *since = Some(s.now),
+            (false, Some(_)) => *since = None,
+            _ => {}
+        }
+    }
+}
+
+impl LockModel {
+    /// Redis runs client `c`'s `req` through shared.lua (shared.rs
+    /// `acquire_shared`, `extend_shared`, `release_shared`; the watchdog's
+    /// renewal and `confirm` are `extend`).
+    pub(crate) fn exec_shared(&self, s: &mut State, c: u8, req: Req) -> (Resp, String) {
+        let sh = self.cfg.shared.as_ref().expect("a shared configuration");
+        let call = Call {
+            now: s.now,
+            token: s.clients[c as usize].token,
+            lease: self.cfg.ttl,
+            exclusive: sh.modes[c as usize] == Mode::Write,
+            limit: sh.limit,
+            cap: self.cfg.handoff,
+        };
+        let before: Vec<u8> = s.queued().collect();
+        let mut fence = s.server.fence;
+        let (resp, taken, mut text) = match req {
+            Req::Acquire { wait, .. } => {
+                let (r, taken) = s
+                    .shared
+                    .acquire(&call, wait, &mut fence, sh.admit_past_queue);
+                if let AcqReply::Granted(_) = r {
+                    // Ghost: a lease of c's starts (or is re-armed) now.
+                    s.clients[c as usize].lease_ended = false;
+                }
+                let text = match r {
+                    AcqReply::Granted(f) => format!("acquire: granted, fencing {f}"),
+                    AcqReply::Busy { remaining, fence } if wait != 0 => {
+                        let queued = s.shared.queue.iter().position(|e| e.token == c);
+                        if let Some(i) = queued {
+                            s.clients[c as usize].queued_ever = true;
+                            if !call.exclusive && s.shared.queue[..i].iter().any(|e| e.exclusive) {
+                                s.ghost.shared.behind_writer = true;
+                            }
+                        }
+                        format!(
+                            "acquire: busy for {remaining} more ticks, counter {fence}; {} queued",
+                            name(c)
+                        )
+                    }
+                    AcqReply::Busy { remaining, .. } => {
+                        format!("acquire: busy for {remaining} more ticks")
+                    }
+                };
+                (Resp::Acquire(r), taken, text)
+            }
+            Req::Confirm | Req::Renew => {
+                let ok = s.shared.extend(&call);
+                let text = format!("extend: {}", if ok { "re-armed" } else { "not ours (0)" });
+                (Resp::Extended(ok), Taken::new(), text)
+            }
+            Req::Release { dequeue } => {
+                let (ours, taken) = s.shared.release(&call, dequeue, &mut fence);
+                let (r, text) = if ours {
+                    (RelReply::Released, "release: released")
+                } else {
+                    (RelReply::NotOurs, "release: not ours (0)")
+                };
+                (Resp::Release(r), taken, text.to_string())
+            }
+            Req::Reserve => unreachable!("only a mutex's line reserves"),
+        };
+        s.server.fence = fence;
+        // Ghost: FIFO. A taker overtakes whoever was queued ahead of it (or
+        // at all, if it was not queued) and still is.
+        let after: Vec<u8> = s.queued().collect();
+        for &(who, _) in &taken {
+            let ahead = match before.iter().position(|&t| t == who) {
+                Some(i) => &before[..i],
+                None => &before[..],
+            };
+            if ahead.iter().any(|t| after.contains(t)) {
+                s.ghost.shared.overtaken = true;
+            }
+        }
+        for (who, f) in taken {
+            if who == call.token {
+                self.issued(s, f);
+            } else {
+                // shared.lua:91-97: a notice to each waiter granted.
+                self.handed(s, who, f);
+                s.ghost.shared.promoted = true;
+                let _ = write!(
+                    text,
+                    ", granted {} (fencing {f}, lease {}), notice published",
+                    name(who),
+                    self.cfg.ttl.min(self.cfg.handoff)
+                );
+            }
+        }
+        (resp, format!("shared.lua {text}"))
+    }
+}
+
+/// The properties of a read-write lock or a semaphore, besides those of
+/// every configuration (see `LockModel::properties`).
+/// `faults`: the configuration has some.
+pub(crate) fn shared_properties(cfg: &SharedConfig, faults: bool) -> Vec<Property<LockModel>> {
+    let mut properties = Vec::new();
+    let readers = cfg.modes.iter().filter(|&&m| m == Mode::Read).count();
+    if cfg.limit == 0 {
+        properties.push(Property::always(
+            "no writer believes its lease valid while another holder does",
+            |m: &LockModel, s: &State| {
+                let (writers, readers) = valid_holders(m, s);
+                writers == 0 || (writers == 1 && readers == 0)
+            },
+        ));
+        if readers >= 2 {
+            properties.push(Property::sometimes(
+                "two readers hold at once",
+                |m: &LockModel, s: &State| valid_holders(m, s).1 >= 2,
+            ));
+        }
+    } else {
+        properties.extend([
+            Property::always(
+                "no more holders believe their leases valid than the limit",
+                |m: &LockModel, s: &State| valid_holders(m, s).1 <= limit(m),
+            ),
+            Property::sometimes(
+                "as many holders as the limit hold at once",
+                |m: &LockModel, s: &State| valid_holders(m, s).1 == limit(m),
+            ),
+        ]);
+    }
+    properties.push(Property::always(
+        "the server never keeps a writer with a holder, or holders past the limit",
+        |m: &LockModel, s: &State| {
+            let held = s.shared.holders.len();
+            (s.shared.writer.is_none() || held == 0) && (limit(m) == 0 || held <= limit(m))
+        },
+    ));
+    properties.extend(never_set![LockModel;
+        "no grant overtakes a waiter still queued (FIFO)" => ghost.shared.overtaken,
+    ]);
+    properties.push(Property::always(
+        "without faults a waiter that fits at the head of the queue is granted within a lease",
+        |m: &LockModel, s: &State| {
+            s.ghost.faults > 0
+                || s.ghost
+                    .shared
+                    .head_fits_since
+                    .is_none_or(|t| s.now <= t + m.cfg.ttl)
+        },
+    ));
+    if faults && cfg.limit == 0 {
+        // A lease that runs out (a pause or a crash) frees room unannounced.
+        properties.push(Property::sometimes(
+            "the head of the queue fits, ungranted (room freed without a promote)",
+            |_: &LockModel, s: &State| s.ghost.shared.head_fits_since.is_some(),
+        ));
+    }
+    properties.push(Property::sometimes(
+        "a script grants a queued waiter",
+        |_: &LockModel, s: &State| s.ghost.shared.promoted,
+    ));
+    if readers >= 2 && cfg.modes.contains(&Mode::Write) && cfg.limit == 0 {
+        properties.push(Property::sometimes(
+            "a reader queues behind a queued writer",
+            |_: &LockModel, s: &State| s.ghost.shared.behind_writer,
+        ));
+    }
+    properties
+}
+
+pub(super) fn limit(m: &LockModel) -> usize {
+    m.cfg.shared.as_ref().map_or(0, |sh| sh.limit as usize)
+}
+
+/// Holders that believe their leases valid: `(writers, shared holders)`.
+pub(super) fn valid_holders(m: &LockModel, s: &State) -> (usize, usize) {
+    let modes = &m.cfg.shared.as_ref().expect("a shared configuration").modes;
+    let mut counts = (0, 0);
+    for (c, mode) in s.clients.iter().zip(modes) {
+        if c.believes_valid(s.now) {
+            match mode {
+                Mode::Write => counts.0 += 1,
+                Mode::Read | Mode::Permit => counts.1 += 1,
+            }
+        }
+    }
+    counts
+}
