@@ -11,6 +11,8 @@
 //! | `lock_leases_lost_total` | counter | `name` |
 //! | `lock_renewal_calls_total` | counter | |
 //! | `lock_renewed_total` | counter | (leases re-armed by those calls) |
+//! | `lock_leader` | gauge | `name` (the election's): 1 while this process leads it, 0 while it campaigns or after |
+//! | `lock_leader_terms_total` | counter | `name` (the election's): terms won by this process |
 //! | `idempotency_requests_total` | counter | `route`, `outcome` = `claimed` / `replayed` / `in_flight` / `payload_mismatch` / `store_unavailable` |
 //!
 //! `name` is never the key (one series per order would explode): it is what
@@ -84,6 +86,48 @@ mod report {
         metrics::counter!("lock_leases_lost_total", "name" => name.label()).increment(1);
     }
 
+    pub(crate) fn leading(name: &str, leading: bool) {
+        metrics::gauge!("lock_leader", "name" => name.to_owned()).set(if leading {
+            1.0
+        } else {
+            0.0
+        });
+    }
+
+    pub(crate) fn elected(name: &str) {
+        metrics::counter!("lock_leader_terms_total", "name" => name.to_owned()).increment(1);
+    }
+
+    /// Sets `lock_leader{name}` to 0 when the leadership is lost or dropped.
+    pub(crate) struct LeadingGauge {
+        name: String,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl LeadingGauge {
+        pub(crate) fn new(
+            name: &str,
+            lost: impl std::future::Future<Output = ()> + Send + 'static,
+        ) -> Self {
+            let owned = name.to_owned();
+            let task = tokio::spawn(async move {
+                lost.await;
+                leading(&owned, false);
+            });
+            Self {
+                name: name.to_owned(),
+                task,
+            }
+        }
+    }
+
+    impl Drop for LeadingGauge {
+        fn drop(&mut self) {
+            self.task.abort();
+            leading(&self.name, false);
+        }
+    }
+
     pub(crate) fn renewal_call(renewed: usize) {
         metrics::counter!("lock_renewal_calls_total").increment(1);
         metrics::counter!("lock_renewed_total").increment(renewed as u64);
@@ -107,6 +151,8 @@ mod report {
     pub(crate) fn released(name: &Name, held_for: Duration) {}
     pub(crate) fn lost(name: &Name) {}
     pub(crate) fn renewal_call(renewed: usize) {}
+    pub(crate) fn leading(name: &str, leading: bool) {}
+    pub(crate) fn elected(name: &str) {}
     #[cfg(feature = "axum")]
     pub(crate) fn idempotency(route: &str, outcome: &'static str) {}
 }
