@@ -144,7 +144,7 @@ impl LeaderRequest {
     pub async fn campaign(self) -> Result<Leadership, LockError> {
         validate_key(&self.name)?;
         let label = self.checked_label()?;
-        crate::metrics::leading(&self.name, false);
+        crate::metrics::campaigning(&self.name);
         let guard = self
             .client
             .lock(self.name.clone())
@@ -155,7 +155,6 @@ impl LeaderRequest {
             .acquire()
             .await?;
         crate::metrics::elected(&self.name);
-        crate::metrics::leading(&self.name, true);
         tracing::info!(name = %self.name, term = guard.fencing_token(), label = %label, "elected leader");
         Ok(Leadership::new(guard, label))
     }
@@ -264,7 +263,6 @@ impl Leadership {
     pub async fn resign(self) -> Result<(), LockError> {
         let name = self.guard.key().to_owned();
         let resigned = self.guard.release().await;
-        crate::metrics::leading(&name, false);
         tracing::info!(name = %name, "resigned leadership");
         resigned
     }
