@@ -19,13 +19,32 @@
 -- key found free with a line behind it goes to the head of the line, as a
 -- release would hand it, and the caller (unless it is that head) is busy.
 -- Entries whose wait has ended (a waiter that died in line) are skipped.
+-- A leader election passes two more names, KEYS[5] the leader's record and
+-- KEYS[6] the candidates' labels (a hash by token), and ARGV[7] our label:
+-- every grant then writes the record, '<term>:<label>' expiring with the
+-- lease, and publishes the new owner, so observers follow every change.
 local member = ARGV[1] .. ':' .. ARGV[2]
+
+local function crown(token, fence, lease, label)
+  redis.call('SET', KEYS[5], fence .. ':' .. label, 'PX', lease)
+  redis.call('HDEL', KEYS[6], token)
+end
+
+-- Granted to us without a hand-over: our fencing token.
+local function ours()
+  local fence = redis.call('INCR', KEYS[2])
+  if KEYS[5] then
+    crown(ARGV[1], fence, ARGV[2], ARGV[7])
+    redis.pcall(ARGV[6], ARGV[4], redis.sha1hex(ARGV[1]) .. ':' .. fence)
+  end
+  return fence
+end
 
 -- Free: one write takes it (no read first: the uncontended path is the hot
 -- one), and one lookup tells that nobody queues for it.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if redis.call('EXISTS', KEYS[3]) == 0 then
-    return redis.call('INCR', KEYS[2])
+    return ours()
   end
   -- Free with a line behind it: the lease of a holder that never released
   -- ran out. The first live entry gets it.
@@ -54,7 +73,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
         redis.call('SET', KEYS[1], ARGV[1] .. '+', 'KEEPTTL')
       end
     end
-    return redis.call('INCR', KEYS[2])
+    return ours()
   end
   -- Somebody else is first in line: hand it over, as release.lua does.
   redis.call('LPOP', KEYS[3])
@@ -64,6 +83,9 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local lease = math.min(tonumber(string.sub(head, sep + 1)), tonumber(ARGV[5]))
   local fence = redis.call('INCR', KEYS[2])
   redis.call('SET', KEYS[1], token .. '+', 'PX', lease)
+  if KEYS[5] then
+    crown(token, fence, lease, redis.call('HGET', KEYS[6], token) or '')
+  end
   -- pcall: a notice refused by an ACL must not undo the hand-over.
   redis.pcall(ARGV[6], ARGV[4], redis.sha1hex(token) .. ':' .. fence)
 end
@@ -91,11 +113,17 @@ if ARGV[3] ~= '0' then
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), member)
   end
+  local keep = tonumber(ARGV[3]) + tonumber(ARGV[2])
+  if KEYS[6] then
+    redis.call('HSET', KEYS[6], ARGV[1], ARGV[7])
+    if redis.call('PTTL', KEYS[6]) < keep then
+      redis.call('PEXPIRE', KEYS[6], keep)
+    end
+  end
   if string.sub(owner, -1) ~= '+' then
     redis.call('SET', KEYS[1], owner .. '+', 'KEEPTTL')
   end
   -- The queue outlives the longest wait in it plus one lease, then goes.
-  local keep = tonumber(ARGV[3]) + tonumber(ARGV[2])
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)
     redis.call('PEXPIRE', KEYS[4], keep)

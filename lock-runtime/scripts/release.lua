@@ -12,9 +12,15 @@
 -- revealing its token, or '' (free).
 -- A value without the '+' mark (see acquire.lua) means nobody queued behind
 -- this owner, so the queue is not even looked at.
+-- A leader election passes KEYS[5] the leader's record and KEYS[6] the
+-- candidates' labels (see acquire.lua): a hand-over writes the new leader's
+-- record, a release to nobody deletes it and publishes '' (no leader).
 if ARGV[4] ~= '' then
   redis.call('LREM', KEYS[3], 1, ARGV[4])
   redis.call('ZREM', KEYS[4], ARGV[4])
+  if KEYS[6] then
+    redis.call('HDEL', KEYS[6], ARGV[1])
+  end
 end
 local owner = redis.call('GET', KEYS[1])
 local queued = false
@@ -48,6 +54,11 @@ if queued then
     local fence = redis.call('INCR', KEYS[2])
     -- Marked: more waiters may stand behind the new owner.
     redis.call('SET', KEYS[1], token .. '+', 'PX', lease)
+    if KEYS[5] then
+      local label = redis.call('HGET', KEYS[6], token) or ''
+      redis.call('SET', KEYS[5], fence .. ':' .. label, 'PX', lease)
+      redis.call('HDEL', KEYS[6], token)
+    end
     -- pcall: a notice refused by an ACL must not undo the release; waiters
     -- then wake at their lease timers instead.
     local id = redis.sha1hex(token)
@@ -55,7 +66,10 @@ if queued then
     return {1, id, fence}
   end
 end
-if ARGV[6] == '1' then
+if KEYS[5] then
+  redis.call('DEL', KEYS[5])
+end
+if ARGV[6] == '1' or KEYS[5] then
   redis.pcall(ARGV[5], ARGV[2], '')
 end
 return 1

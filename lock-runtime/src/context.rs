@@ -63,6 +63,7 @@ pub(crate) fn find(client_id: u64, key: &str, shape: Shape) -> Option<Arc<Held>>
         Shape::Mutex => 0,
         Shape::Read | Shape::Write => 1,
         Shape::Permits(_) => 2,
+        Shape::Leader => 3,
     };
     HELD.try_with(|stack| {
         stack
@@ -72,7 +73,11 @@ pub(crate) fn find(client_id: u64, key: &str, shape: Shape) -> Option<Arc<Held>>
             .find(|held| {
                 held.client_id == client_id
                     && held.key == key
-                    && kind(held.names.shape) == kind(shape)
+                    && if held.names.is_leader() {
+                        shape == Shape::Leader
+                    } else {
+                        kind(held.names.shape) == kind(shape)
+                    }
             })
             .cloned()
     })

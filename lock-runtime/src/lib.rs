@@ -118,6 +118,7 @@ mod guard;
 mod held;
 mod inner;
 mod key;
+mod leader;
 mod metrics;
 mod token;
 mod watchdog;
@@ -139,6 +140,7 @@ pub use error::{BackendError, LockError};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
 pub use key::escape_key_part;
+pub use leader::{Leader, LeaderRequest, Leadership, MAX_LABEL_LEN};
 // Defined in the internal `lock-keys` crate, which the attribute reads too.
 #[doc(inline)]
 pub use lock_keys::{DEFAULT_TTL, MAX_KEY_LEN, MAX_PREFIX_LEN, MAX_TTL, MIN_TTL};

@@ -11,6 +11,8 @@
 //! | `lock_leases_lost_total` | counter | `name` |
 //! | `lock_renewal_calls_total` | counter | |
 //! | `lock_renewed_total` | counter | (leases re-armed by those calls) |
+//! | `lock_leader` | gauge | `name` (the election's): 1 while this process leads it, else 0 (from its first campaign) |
+//! | `lock_leader_terms_total` | counter | `name` (the election's): terms won by this process |
 //! | `idempotency_requests_total` | counter | `route`, `outcome` = `claimed` / `replayed` / `in_flight` / `payload_mismatch` / `store_unavailable` |
 //!
 //! `name` is never the key (one series per order would explode): it is what
@@ -84,6 +86,56 @@ mod report {
         metrics::counter!("lock_leases_lost_total", "name" => name.label()).increment(1);
     }
 
+    fn leader_gauge(name: &str) -> metrics::Gauge {
+        metrics::gauge!("lock_leader", "name" => name.to_owned())
+    }
+
+    /// A campaign starts: the series exists (0 unless this process leads).
+    pub(crate) fn campaigning(name: &str) {
+        leader_gauge(name).increment(0.0);
+    }
+
+    pub(crate) fn elected(name: &str) {
+        metrics::counter!("lock_leader_terms_total", "name" => name.to_owned()).increment(1);
+    }
+
+    /// One leadership's part of `lock_leader{name}` (the leaderships of
+    /// `name` this process holds: 1 or 0): added when won, taken back once,
+    /// when the lease is lost or the leadership resigned or dropped.
+    pub(crate) struct LeadingGauge {
+        gauge: metrics::Gauge,
+        ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl LeadingGauge {
+        pub(crate) fn new(
+            name: &str,
+            lost: impl std::future::Future<Output = ()> + Send + 'static,
+        ) -> Self {
+            let gauge = leader_gauge(name);
+            gauge.increment(1.0);
+            let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (on_loss, flag) = (gauge.clone(), ended.clone());
+            let task = tokio::spawn(async move {
+                lost.await;
+                if !flag.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                    on_loss.decrement(1.0);
+                }
+            });
+            Self { gauge, ended, task }
+        }
+    }
+
+    impl Drop for LeadingGauge {
+        fn drop(&mut self) {
+            self.task.abort();
+            if !self.ended.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                self.gauge.decrement(1.0);
+            }
+        }
+    }
+
     pub(crate) fn renewal_call(renewed: usize) {
         metrics::counter!("lock_renewal_calls_total").increment(1);
         metrics::counter!("lock_renewed_total").increment(renewed as u64);
@@ -107,6 +159,8 @@ mod report {
     pub(crate) fn released(name: &Name, held_for: Duration) {}
     pub(crate) fn lost(name: &Name) {}
     pub(crate) fn renewal_call(renewed: usize) {}
+    pub(crate) fn campaigning(name: &str) {}
+    pub(crate) fn elected(name: &str) {}
     #[cfg(feature = "axum")]
     pub(crate) fn idempotency(route: &str, outcome: &'static str) {}
 }

@@ -258,6 +258,18 @@ pub mod testing {
     pub async fn force_delete(client: &LockClient, key: &str) -> Result<(), LockError> {
         client.force_delete(key).await
     }
+
+    /// Deletes the leader election `name`'s lock regardless of its owner,
+    /// as an operator's `DEL` would (its record stays until its lease
+    /// ends). The leader finds out at its next renewal.
+    pub async fn force_delete_leader(client: &LockClient, name: &str) -> Result<(), LockError> {
+        client.backend().delete(&client.leader_names(name)).await
+    }
+
+    /// The Redis name of the leader election `name`'s lock under `prefix`.
+    pub fn leader_lock_name(prefix: &str, name: &str) -> String {
+        crate::key::KeyNames::leader(prefix, name).lock
+    }
 }
 
 #[cfg(test)]

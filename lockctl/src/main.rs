@@ -4,6 +4,7 @@
 //! lockctl [--redis URL] [--key-prefix P] [--json] inspect KEY
 //! lockctl [--redis URL] [--key-prefix P] [--json] list [--prefix P] [--limit N]
 //! lockctl [--redis URL] [--key-prefix P] force-release KEY [--yes]
+//! lockctl [--redis URL] [--key-prefix P] [--json] leaders [--prefix P] [--limit N]
 //! ```
 //!
 //! `--redis` defaults to `REDIS_URL`. Output is a table, or JSON with
@@ -19,6 +20,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use lock_runtime::{LockClient, LockState};
 use serde_json::json;
+
+mod leaders;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -53,6 +56,15 @@ enum Command {
         #[arg(long, default_value = "")]
         prefix: String,
         /// At most this many locks.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// The elected leaders (`client.leader(name)`): name, label, term.
+    Leaders {
+        /// Only names starting with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// At most this many leaders.
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
@@ -132,6 +144,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             print_states(&states, cli.json, false);
             Ok(())
         }
+        Command::Leaders { prefix, limit } => leaders::print(&client, &prefix, limit, cli.json)
+            .await
+            .map_err(bad),
         Command::ForceRelease { key, yes } => {
             let state = client.inspect(&key).await.map_err(bad)?;
             if !state.held {

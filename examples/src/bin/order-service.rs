@@ -13,6 +13,11 @@
 //!   job). The store refuses a payment whose fencing token is older than one
 //!   it already accepted (`lock_runtime::fence` on Redis and PostgreSQL).
 //! * `GET /orders/{id}`.
+//! * A sweeper (`order_service/sweeper.rs`) cancels orders left unpaid
+//!   longer than `CANCEL_UNPAID_AFTER_MS`, on one instance at a time: the
+//!   leader of the election `order-sweeper` (`client.leader(..)`); each sweep
+//!   logs its term, and cancels go through the fence with it. `GET /sweeper`
+//!   says who leads (`{"label":..,"term":..}`, or `null`), followed by notice.
 //!
 //! Settings (environment):
 //!
@@ -29,6 +34,8 @@
 //!   again against the same Redis with the same answers).
 //! * `PORT` (default 3000), on 127.0.0.1. `PAYMENT_DELAY_MS` (default 1000):
 //!   how long the fake payment provider takes.
+//! * `CANCEL_UNPAID_AFTER_MS` (default 900000, 15 minutes) and
+//!   `SWEEP_EVERY_MS` (default 5000): the sweeper's.
 //!
 //! SIGTERM or ctrl-c stops it gracefully: no new requests, then it waits (up
 //! to 30 s) for the handlers still running, a payment whose client went away
@@ -147,6 +154,8 @@
 mod startup;
 #[path = "../order_service/store.rs"]
 mod store;
+#[path = "../order_service/sweeper.rs"]
+mod sweeper;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
@@ -175,11 +184,15 @@ struct NewOrder {
 struct AppState {
     orders: Orders,
     payment_delay: Duration,
+    /// Who leads the sweeper.
+    sweeper: tokio::sync::watch::Receiver<Option<lock_runtime::Leader>>,
 }
 
 #[derive(Debug)]
 enum AppError {
     NotFound(u64),
+    /// The sweeper cancelled it (left unpaid too long).
+    Cancelled(u64),
     Invalid(&'static str),
     /// A write carried a fencing token older than one already accepted.
     StaleFence(u64),
@@ -205,6 +218,10 @@ impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let (status, detail) = match &self {
             AppError::NotFound(id) => (StatusCode::NOT_FOUND, format!("no order {id}")),
+            AppError::Cancelled(id) => (
+                StatusCode::CONFLICT,
+                format!("order {id} was cancelled: left unpaid too long"),
+            ),
             AppError::Invalid(why) => (StatusCode::UNPROCESSABLE_ENTITY, (*why).to_owned()),
             AppError::StaleFence(id) => (
                 StatusCode::CONFLICT,
@@ -283,6 +300,10 @@ async fn charge(state: &AppState, order_id: u64) -> Result<Order, AppError> {
     if order.status == OrderStatus::Paid {
         return Ok(order); // checked under the lock: never charged twice
     }
+    if order.status == OrderStatus::Cancelled {
+        // Under the same lock as the sweeper's cancel: never both.
+        return Err(AppError::Cancelled(order_id));
+    }
     // The payment provider is slow.
     tokio::time::sleep(state.payment_delay).await;
     // Inside the attribute's scope there is always a lock; its token goes
@@ -311,6 +332,15 @@ async fn get_order(
         .await?
         .map(Json)
         .ok_or(AppError::NotFound(id))
+}
+
+/// `GET /sweeper`: who leads the sweeper, as the observer last heard.
+async fn sweeper_leader(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let leader = state.sweeper.borrow().clone();
+    Json(match leader {
+        Some(l) => serde_json::json!({ "label": l.label, "term": l.term }),
+        None => serde_json::Value::Null,
+    })
 }
 
 /// `GET /metrics`: the library's metrics (feature `metrics` of
@@ -357,6 +387,7 @@ fn app(
             ),
         )
         .route("/orders/{id}", get(get_order))
+        .route("/sweeper", get(sweeper_leader))
         .with_state(state)
         .merge(scrape)
 }
@@ -437,9 +468,19 @@ async fn run() -> Result<(), Startup> {
     // charge re-enters the request's lock.
     lock_runtime::set_global_client(client.clone());
 
+    let sweeping = sweeper::Sweep {
+        unpaid_for: settings.cancel_unpaid_after,
+        every: settings.sweep_every,
+        label: format!("127.0.0.1:{} pid {}", settings.port, std::process::id()),
+    };
+    let observed = sweeper::observe(&client)
+        .await
+        .map_err(|e| Startup::because("cannot start: cannot observe the sweeper's leader", e))?;
+    tokio::spawn(sweeper::run(client.clone(), orders.clone(), sweeping));
     let state = AppState {
         orders,
         payment_delay: settings.payment_delay,
+        sweeper: observed,
     };
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, settings.port));
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {

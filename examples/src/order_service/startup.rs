@@ -73,6 +73,11 @@ pub struct Settings {
     pub port: u16,
     /// `PAYMENT_DELAY_MS` (default 1000): how long the fake payment provider takes.
     pub payment_delay: Duration,
+    /// `CANCEL_UNPAID_AFTER_MS` (default 15 minutes): the sweeper cancels
+    /// orders left unpaid longer.
+    pub cancel_unpaid_after: Duration,
+    /// `SWEEP_EVERY_MS` (default 5000): between the sweeper's sweeps.
+    pub sweep_every: Duration,
 }
 
 impl Settings {
@@ -93,6 +98,8 @@ impl Settings {
             namespace,
             port: number("PORT", 3000)?,
             payment_delay: Duration::from_millis(number("PAYMENT_DELAY_MS", 1000)?),
+            cancel_unpaid_after: Duration::from_millis(number("CANCEL_UNPAID_AFTER_MS", 900_000)?),
+            sweep_every: Duration::from_millis(number("SWEEP_EVERY_MS", 5000)?.max(1)),
         })
     }
 }

@@ -32,6 +32,8 @@ pub struct Order {
 pub enum OrderStatus {
     Created,
     Paid,
+    /// Left unpaid too long: cancelled by the sweeper (`sweeper.rs`).
+    Cancelled,
 }
 
 /// What became of a payment write.
@@ -106,6 +108,8 @@ struct Memory {
     last_id: u64,
     /// Each order with the newest fencing token a write to it was accepted with.
     orders: HashMap<u64, (Order, u64)>,
+    /// When each order was created (the sweeper's clock).
+    created: HashMap<u64, std::time::Instant>,
 }
 
 impl Orders {
@@ -153,7 +157,9 @@ impl Orders {
                  status       text   NOT NULL,
                  paid_with_fencing_token bigint,
                  PRIMARY KEY (namespace, id)
-             );",
+             );
+             ALTER TABLE orders ADD COLUMN IF NOT EXISTS
+                 created_at timestamptz NOT NULL DEFAULT now();",
         )
         .execute(&pool)
         .await?;
@@ -177,6 +183,7 @@ impl Orders {
                     paid_with_fencing_token: None,
                 };
                 m.orders.insert(order.id, (order.clone(), 0));
+                m.created.insert(order.id, std::time::Instant::now());
                 Ok(order)
             }
             Backend::Redis {
@@ -194,6 +201,7 @@ impl Orders {
                             ("item", item.clone()),
                             ("amount_cents", amount_cents.to_string()),
                             ("status", "created".to_owned()),
+                            ("created_ms", sweep::now_ms().to_string()),
                         ],
                     )
                     .await?;
@@ -358,6 +366,10 @@ impl Orders {
     }
 }
 
+#[path = "sweep.rs"]
+mod sweep;
+pub use sweep::Cancel;
+
 fn too_large(what: &str) -> StoreError {
     StoreError(format!("{what} does not fit PostgreSQL's bigint"))
 }
@@ -366,6 +378,7 @@ fn parse_status(id: u64, status: &str) -> Result<OrderStatus, StoreError> {
     match status {
         "created" => Ok(OrderStatus::Created),
         "paid" => Ok(OrderStatus::Paid),
+        "cancelled" => Ok(OrderStatus::Cancelled),
         other => Err(StoreError(format!("order {id}: unknown status {other:?}"))),
     }
 }

@@ -162,7 +162,7 @@ async fn scan(node: &RedisBackend, pattern: &str, limit: usize) -> Result<Vec<St
 }
 
 /// `s` with the glob characters of `SCAN MATCH` escaped.
-fn glob_escape(s: &str) -> String {
+pub(super) fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

@@ -17,10 +17,12 @@ struct Held {
     token: Token,
     fencing: u64,
     expires: Instant,
+    /// A leader's label (empty for other locks): its record.
+    label: String,
 }
 
 /// A place in a mutex's line.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Entry {
     token: Token,
     /// The lease it asked for (a hand-over gives at most `HANDOFF_LEASE`).
@@ -28,6 +30,8 @@ struct Entry {
     /// When its wait ends: past it, the entry is skipped (its waiter gave
     /// up, or died in line).
     until: Instant,
+    /// A candidate's label (empty for other locks).
+    label: String,
 }
 
 #[derive(Debug)]
@@ -62,7 +66,7 @@ impl State {
         while line.entries.front().is_some_and(|e| e.until <= now) {
             line.entries.pop_front();
         }
-        let head = line.entries.front().copied();
+        let head = line.entries.front().cloned();
         if head.is_none() {
             self.queues.remove(queue);
         }
@@ -95,7 +99,7 @@ impl State {
             .get_mut(&names.lock)
             .filter(|held| held.expires > now)
         else {
-            let fencing = grant(self, names, *token, ttl, now);
+            let fencing = grant(self, names, *token, ttl, now, &names.label);
             return AcquireOutcome::Acquired { fencing };
         };
         if held.token == *token {
@@ -118,6 +122,7 @@ impl State {
                     token: *token,
                     lease: ttl,
                     until: now + wait,
+                    label: names.label.clone(),
                 });
             }
             queue.expires = queue.expires.max(now + wait + ttl);
@@ -187,22 +192,28 @@ impl MemoryBackend {
             // Free: ours unless somebody lives in line for it (a holder's
             // lease ran out): then the head of the line gets it, as a
             // release would hand it.
-            match state.first_in_line(&names.queue, now) {
-                None => {
-                    let fencing = grant(&mut state, names, *token, ttl, now);
-                    return AcquireOutcome::Acquired { fencing };
-                }
+            let mine = match state.first_in_line(&names.queue, now) {
+                None => true,
                 Some(head) if head.token == *token => {
                     state.pop_line(&names.queue);
-                    let fencing = grant(&mut state, names, *token, ttl, now);
-                    return AcquireOutcome::Acquired { fencing };
+                    true
                 }
                 Some(head) => {
                     state.pop_line(&names.queue);
                     let lease = head.lease.min(HANDOFF_LEASE);
-                    let fencing = grant(&mut state, names, head.token, lease, now);
+                    let fencing = grant(&mut state, names, head.token, lease, now, &head.label);
                     handed = Some((head.token, fencing));
+                    false
                 }
+            };
+            if mine {
+                let fencing = grant(&mut state, names, *token, ttl, now, &names.label);
+                drop(state);
+                if names.is_leader() {
+                    // Observers follow every new leader (as acquire.lua publishes).
+                    self.waiters.grant(&names.notice, &token.digest(), fencing);
+                }
+                return AcquireOutcome::Acquired { fencing };
             }
         }
         let outcome = state.busy(names, token, ttl, wait, now);
@@ -263,7 +274,7 @@ impl MemoryBackend {
         match next {
             Some(next) => {
                 let lease = next.lease.min(HANDOFF_LEASE);
-                let fencing = grant(&mut state, names, next.token, lease, now);
+                let fencing = grant(&mut state, names, next.token, lease, now, &next.label);
                 drop(state);
                 self.waiters
                     .grant(&names.notice, &next.token.digest(), fencing);
@@ -304,6 +315,15 @@ impl MemoryBackend {
         }
     }
 
+    /// A leader's record: its label, term and the lease left; `None` when
+    /// nobody leads `names`.
+    pub(crate) fn leader(&self, names: &KeyNames) -> Option<(String, u64, Duration)> {
+        let now = Instant::now();
+        let state = self.state();
+        let held = state.locks.get(&names.lock).filter(|h| h.expires > now)?;
+        Some((held.label.clone(), held.fencing, held.expires - now))
+    }
+
     /// Up to `limit` names of live locks under `prefix`.
     pub(crate) fn lock_names(&self, prefix: &str, limit: usize) -> Vec<String> {
         let now = Instant::now();
@@ -327,6 +347,26 @@ impl MemoryBackend {
 
     pub(crate) fn register(&self, channel: &str, token: &Token) -> WaitHandle {
         WaitHandle::new(&self.waiters, channel, &token.digest()).0
+    }
+
+    /// Registers an observer `id` of `channel` (see `leaders`).
+    pub(crate) fn register_id(&self, channel: &str, id: &str) -> WaitHandle {
+        WaitHandle::new(&self.waiters, channel, id).0
+    }
+
+    /// Every leader under `prefix`: (name, record).
+    pub(crate) fn leaders(&self, prefix: &str) -> Vec<(String, super::Record)> {
+        let now = Instant::now();
+        let leaders = format!("{prefix}E");
+        self.state()
+            .locks
+            .iter()
+            .filter(|(name, held)| held.expires > now && name.starts_with(&leaders))
+            .filter_map(|(name, held)| {
+                let (_, key) = crate::key::parse(prefix, name)?;
+                Some((key, (held.label.clone(), held.fencing, held.expires - now)))
+            })
+            .collect()
     }
 
     /// Wakes every waiter of `channel` (a record's notice: completed or
@@ -361,7 +401,7 @@ impl MemoryBackend {
                     if let Some(head) = state.first_in_line(&n.queue, now) {
                         state.pop_line(&n.queue);
                         let lease = head.lease.min(HANDOFF_LEASE);
-                        let fencing = grant(&mut state, n, head.token, lease, now);
+                        let fencing = grant(&mut state, n, head.token, lease, now, "");
                         drop(state);
                         self.waiters.grant(&n.notice, &head.token.digest(), fencing);
                         return Err((i, lease));
@@ -376,6 +416,7 @@ impl MemoryBackend {
                 token: *token,
                 fencing,
                 expires: now + ttl,
+                label: String::new(),
             };
             state.locks.insert(n.lock.clone(), held);
         }
@@ -383,8 +424,16 @@ impl MemoryBackend {
     }
 }
 
-/// Takes the lock for `token` and returns its new fencing token.
-fn grant(state: &mut State, names: &KeyNames, token: Token, lease: Duration, now: Instant) -> u64 {
+/// Takes the lock for `token` (a leader's: labelled `label`) and returns
+/// its new fencing token.
+fn grant(
+    state: &mut State,
+    names: &KeyNames,
+    token: Token,
+    lease: Duration,
+    now: Instant,
+    label: &str,
+) -> u64 {
     state.fence += 1;
     let fencing = state.fence;
     state.locks.insert(
@@ -393,105 +442,12 @@ fn grant(state: &mut State, names: &KeyNames, token: Token, lease: Duration, now
             token,
             fencing,
             expires: now + lease,
+            label: label.to_owned(),
         },
     );
     fencing
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn expired_locks_can_be_taken_and_fences_keep_counting() {
-        let m = MemoryBackend::default();
-        let names = KeyNames::new("t:", "k");
-        let (a, b) = (Token::for_test(), Token::for_test());
-        let ttl = Duration::from_millis(100);
-        let zero = Duration::ZERO;
-        assert_eq!(
-            m.acquire(&names, &a, ttl, zero),
-            AcquireOutcome::Acquired { fencing: 1 }
-        );
-        assert!(matches!(
-            m.acquire(&names, &b, ttl, zero),
-            AcquireOutcome::Busy { .. }
-        ));
-        tokio::time::advance(Duration::from_millis(101)).await;
-        assert!(!m.extend(&names, &a, ttl));
-        assert_eq!(
-            m.acquire(&names, &b, ttl, zero),
-            AcquireOutcome::Acquired { fencing: 2 }
-        );
-        assert!(!m.release(&names, &a, false));
-        assert!(m.release(&names, &b, false));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn release_hands_over_to_the_first_waiter_in_line() {
-        let m = MemoryBackend::default();
-        let names = KeyNames::new("t:", "k");
-        let [a, b, c] = [(); 3].map(|_| Token::for_test());
-        let (ttl, wait) = (Duration::from_secs(1), Duration::from_secs(5));
-        assert!(matches!(
-            m.acquire(&names, &a, ttl, wait),
-            AcquireOutcome::Acquired { .. }
-        ));
-        let wb = m.register(&names.notice, &b);
-        let wc = m.register(&names.notice, &c);
-        assert!(matches!(
-            m.acquire(&names, &b, ttl, wait),
-            AcquireOutcome::Busy { .. }
-        ));
-        assert!(matches!(
-            m.acquire(&names, &c, ttl, wait),
-            AcquireOutcome::Busy { .. }
-        ));
-        assert!(m.release(&names, &a, false));
-        assert_eq!(wb.waiter.take_grant(), Some(2));
-        assert_eq!(wc.waiter.take_grant(), None);
-        // The hand-over is visible to the new owner's next attempt too.
-        assert_eq!(
-            m.acquire(&names, &b, ttl, wait),
-            AcquireOutcome::Acquired { fencing: 2 }
-        );
-        // An abandoned waiter leaves the line.
-        assert!(!m.release(&names, &c, true));
-        assert!(m.release(&names, &b, false));
-        assert_eq!(wc.waiter.take_grant(), None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn what_is_kept_does_not_grow_with_the_number_of_names() {
-        let m = MemoryBackend::default();
-        let (ttl, wait) = (Duration::from_secs(1), Duration::from_secs(1));
-        let mut last = 0;
-        for i in 0..200_000u32 {
-            let names = KeyNames::new("t:", &format!("order:{i}"));
-            let (a, b) = (Token::for_test(), Token::for_test());
-            let AcquireOutcome::Acquired { fencing } = m.acquire(&names, &a, ttl, wait) else {
-                panic!("free");
-            };
-            assert!(fencing > last, "tokens only increase");
-            last = fencing;
-            if i % 10 == 0 {
-                // Every tenth name has a waiter, handed the lock on release.
-                assert!(matches!(
-                    m.acquire(&names, &b, ttl, wait),
-                    AcquireOutcome::Busy { .. }
-                ));
-                assert!(m.release(&names, &a, false));
-                assert!(m.release(&names, &b, false));
-            } else {
-                assert!(m.release(&names, &a, false));
-            }
-            let state = m.state();
-            assert!(
-                state.locks.is_empty() && state.queues.is_empty(),
-                "name {i}: {} locks, {} queues kept",
-                state.locks.len(),
-                state.queues.len()
-            );
-        }
-    }
-}
+#[path = "memory_tests.rs"]
+mod tests;

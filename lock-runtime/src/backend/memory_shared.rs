@@ -27,7 +27,7 @@ struct Shared {
 /// Exclusive, and the most shared holders (0: no limit).
 fn mode(shape: Shape) -> (bool, u32) {
     match shape {
-        Shape::Mutex | Shape::Write => (true, 0),
+        Shape::Mutex | Shape::Write | Shape::Leader => (true, 0),
         Shape::Read => (false, 0),
         Shape::Permits(n) => (false, n),
     }

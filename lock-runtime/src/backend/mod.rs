@@ -10,6 +10,7 @@ use crate::token::Token;
 mod all;
 pub(crate) mod conn;
 mod inspect;
+mod leaders;
 pub(crate) mod memory;
 mod memory_shared;
 mod notifier;
@@ -20,6 +21,7 @@ mod scripts;
 pub(crate) mod waiters;
 
 pub(crate) use all::{AllOutcome, AtomicSteps};
+pub(crate) use leaders::Record;
 pub(crate) use waiters::WaitHandle;
 
 /// The lease a waiter gets when a release hands the lock to it (capped by the

@@ -14,6 +14,11 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+/// What an observer registers under instead of a token digest (digests are
+/// hex, so never start with it): observers hear every notice of a channel
+/// (a leader election's watchers), and never take a waiter's part.
+pub(crate) const OBSERVER: &str = "observer:";
+
 /// One waiting acquisition.
 #[derive(Debug, Default)]
 pub(crate) struct Waiter {
@@ -108,9 +113,15 @@ impl Registry {
         if let Some(waiter) = waiters.get(token) {
             waiter.grant(fencing);
         }
-        if let Some((_, watcher)) = waiters.iter().find(|(t, _)| t.as_str() != token) {
+        if let Some((_, watcher)) = waiters
+            .iter()
+            .find(|(t, _)| t.as_str() != token && !t.starts_with(OBSERVER))
+        {
             watcher.handoff_seen.store(true, Ordering::Release);
             watcher.notify.notify_one();
+        }
+        for (_, observer) in waiters.iter().filter(|(t, _)| t.starts_with(OBSERVER)) {
+            observer.notify.notify_one();
         }
     }
 
@@ -233,6 +244,23 @@ mod tests {
         assert_eq!(b.waiter.take_grant(), Some(7));
         drop((a, b));
         assert_eq!(registry.len(), 0);
+    }
+
+    #[test]
+    fn observers_hear_every_grant_and_take_no_waiter_part() {
+        let registry = Arc::new(Registry::default());
+        let (w, _) = WaitHandle::new(&registry, "ch", "aaaa");
+        let (o, _) = WaitHandle::new(&registry, "ch", &format!("{OBSERVER}1"));
+        registry.deliver("ch", b"bbbb:7");
+        assert!(
+            w.waiter.take_handoff_seen(),
+            "the waiter learns of the hand-over"
+        );
+        assert!(!o.waiter.take_handoff_seen());
+        assert_eq!(o.waiter.take_grant(), None);
+        let woken = o.waiter.notify.notified();
+        futures_util::pin_mut!(woken);
+        assert!(woken.as_mut().enable(), "the observer was woken");
     }
 
     #[test]

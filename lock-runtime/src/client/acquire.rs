@@ -112,8 +112,11 @@ pub(super) struct Asked {
     pub(super) metrics: crate::metrics::Name,
     /// `hold_at_least` (zero: none).
     pub(super) hold_at_least: Duration,
-    /// A mutex, a side of a read-write lock, or a semaphore's permit.
+    /// A mutex, a side of a read-write lock, a semaphore's permit, or a
+    /// leadership.
     pub(super) shape: Shape,
+    /// A leadership's label, written into its record; empty for locks.
+    pub(super) label: String,
 }
 
 impl Acquisition {
@@ -122,7 +125,8 @@ impl Acquisition {
         key: String,
         asked: Asked,
     ) -> Result<Self, LockError> {
-        let names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
+        let mut names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
+        names.label = asked.label.clone();
         let token = inner.token();
         let mut acquisition = Self::new(inner, key, names, token, asked);
         let attempt = &acquisition.attempt;
@@ -145,7 +149,8 @@ impl Acquisition {
         let Backend::Memory(memory) = &inner.backend else {
             return Err((key, asked));
         };
-        let names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
+        let mut names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
+        names.label = asked.label.clone();
         let token = inner.token();
         // Try once: a busy answer neither queues nor registers.
         match memory.acquire(&names, &token, asked.ttl, Duration::ZERO) {
@@ -174,6 +179,7 @@ impl Acquisition {
             metrics,
             hold_at_least,
             shape: _,
+            label: _,
         } = asked;
         let started = Instant::now();
         // A wait too long to represent (`Duration::MAX`) means "wait forever".
@@ -403,7 +409,7 @@ impl Acquisition {
             granted,
             inner.backend.drift(ttl),
         );
-        if held.names.shape == Shape::Mutex {
+        if held.names.shape == Shape::Mutex && !held.names.is_leader() {
             inner.local.hold(&held, self.renew, !self.wait.is_zero());
         }
         tracing::debug!(key = %held.key, fencing,

@@ -25,8 +25,11 @@ pub struct LockRequest {
     renew: bool,
     metrics: crate::metrics::Name,
     hold_at_least: Duration,
-    /// A mutex, a side of a read-write lock, or a semaphore's permit.
+    /// A mutex, a side of a read-write lock, a semaphore's permit, or a
+    /// leadership.
     shape: Shape,
+    /// A leadership's label (what observers see); empty for locks.
+    label: String,
 }
 
 impl LockRequest {
@@ -40,11 +43,19 @@ impl LockRequest {
             metrics: crate::metrics::Name::default(),
             hold_at_least: Duration::ZERO,
             shape: Shape::Mutex,
+            label: String::new(),
         }
     }
 
     pub(super) fn shaped(mut self, shape: Shape) -> Self {
         self.shape = shape;
+        self
+    }
+
+    /// A campaign for the leadership `key` under `label` (see `leader`).
+    pub(crate) fn leadership(mut self, label: String) -> Self {
+        self.shape = Shape::Leader;
+        self.label = label;
         self
     }
 
@@ -157,6 +168,7 @@ impl LockRequest {
             metrics: self.metrics.clone(),
             hold_at_least: self.hold_at_least,
             shape: self.shape,
+            label: std::mem::take(&mut self.label),
         };
         let (key, asked) = match Acquisition::try_embedded(inner, self.key, asked) {
             Ok(answered) => return answered,
@@ -239,6 +251,18 @@ impl LockRequest {
     fn check_shape(&self) -> Result<(), LockError> {
         match self.shape {
             Shape::Mutex => Ok(()),
+            Shape::Leader
+                if matches!(self.client.0.backend, crate::backend::Backend::Redlock(_)) =>
+            {
+                Err(LockError::Config(
+                    "leader election is not offered on Redlock: a leader's record (its label and \
+                     term) is written in the same script call as the grant, and candidates queue \
+                     on the server, which Redlock's independent masters cannot do as one step; \
+                     use one Redis, Sentinel or a Cluster"
+                        .into(),
+                ))
+            }
+            Shape::Leader => Ok(()),
             Shape::Permits(0) => Err(LockError::Config(format!(
                 "the semaphore {:?} has zero permits: nobody could ever hold it",
                 self.key

@@ -4,7 +4,9 @@
 //!
 //! * `kind` is one letter naming what the name is for (`L` the lock, `F` the
 //!   fencing counter, `Q` the waiter queue, `N` the release-notice channel, `I`
-//!   an idempotency record, `J` the notice channel of an idempotency record);
+//!   an idempotency record, `J` the notice channel of an idempotency record;
+//!   a leader election's `E` lock, `G` queue, `K` deadlines, `H` notices, `A`
+//!   record and `B` candidates' labels; see [`Kind`] for the rest);
 //! * `body` is one of three forms, chosen from the key alone:
 //!   - `:key` when the key carries a Redis Cluster hash tag of its own
 //!     (`{tenant:7}:order:1`), so the caller's tag decides the slot;
@@ -226,6 +228,17 @@ pub(crate) enum Kind {
     SemaphoreNotice,
     SemaphoreWriter,
     SemaphoreFences,
+    /// A leader election's lock, its candidates' queue, the queue's
+    /// deadlines and its notice channel (a mutex's, under letters of their
+    /// own: `leader("x")` never meets `lock("x")`), the leader's record
+    /// (`term:label`, with the lease's expiry) and the candidates' labels
+    /// (a hash by token).
+    Leader,
+    LeaderQueue,
+    LeaderDeadlines,
+    LeaderNotice,
+    LeaderRecord,
+    LeaderLabels,
 }
 
 impl Kind {
@@ -247,6 +260,12 @@ impl Kind {
             Kind::SemaphoreWriter => 'T',
             Kind::RwFences => 'Y',
             Kind::SemaphoreFences => 'Z',
+            Kind::Leader => 'E',
+            Kind::LeaderQueue => 'G',
+            Kind::LeaderDeadlines => 'K',
+            Kind::LeaderNotice => 'H',
+            Kind::LeaderRecord => 'A',
+            Kind::LeaderLabels => 'B',
         }
     }
 }
@@ -323,6 +342,10 @@ pub(crate) enum Shape {
     Write,
     /// `client.semaphore(key, n)`: at most `n` holders.
     Permits(u32),
+    /// `client.leader(name)`: a mutex under names of its own, with a
+    /// record of its holder (see [`KeyNames::record`]). Its [`KeyNames`]
+    /// say `Mutex`: the backends take and hand it over as one.
+    Leader,
 }
 
 /// The names one lock uses, built once per acquisition.
@@ -344,6 +367,13 @@ pub(crate) struct KeyNames {
     /// each): picks the cluster node's batch and, on one server, the
     /// command connection.
     pub(crate) slot: u16,
+    /// A leader election's record (`term:label`, expiring with the lease)
+    /// and its candidates' labels; both empty for every other lock.
+    pub(crate) record: String,
+    pub(crate) labels: String,
+    /// The label a leader's acquire writes into the record (empty for
+    /// other locks).
+    pub(crate) label: String,
     /// Where the kind letter stands in every name (the prefix's length).
     kind_at: usize,
 }
@@ -360,7 +390,34 @@ impl KeyNames {
             holders: String::new(),
             fences: String::new(),
             shape: Shape::Mutex,
+            record: String::new(),
+            labels: String::new(),
+            label: String::new(),
         }
+    }
+
+    /// The names of the leader election `name`: a mutex's under letters of
+    /// their own, plus the record and the candidates' labels.
+    pub(crate) fn leader(prefix: &str, key: &str) -> Self {
+        let lock = name(prefix, Kind::Leader, key);
+        Self {
+            slot: slot(&lock),
+            kind_at: prefix.len(),
+            queue: name(prefix, Kind::LeaderQueue, key),
+            notice: name(prefix, Kind::LeaderNotice, key),
+            record: name(prefix, Kind::LeaderRecord, key),
+            labels: name(prefix, Kind::LeaderLabels, key),
+            lock,
+            holders: String::new(),
+            fences: String::new(),
+            shape: Shape::Mutex,
+            label: String::new(),
+        }
+    }
+
+    /// `true` for a leader election's names.
+    pub(crate) fn is_leader(&self) -> bool {
+        !self.record.is_empty()
     }
 
     /// The names of a lock of `shape`: a mutex's, or those of a read-write
@@ -369,6 +426,7 @@ impl KeyNames {
     pub(crate) fn shaped(prefix: &str, key: &str, shape: Shape) -> Self {
         let [lock, holders, fences, queue, notice] = match shape {
             Shape::Mutex => return Self::new(prefix, key),
+            Shape::Leader => return Self::leader(prefix, key),
             Shape::Read | Shape::Write => [
                 Kind::RwWriter,
                 Kind::RwReaders,
@@ -394,6 +452,9 @@ impl KeyNames {
             notice: name(prefix, notice, key),
             lock,
             shape,
+            record: String::new(),
+            labels: String::new(),
+            label: String::new(),
         }
     }
 
@@ -407,7 +468,11 @@ impl KeyNames {
     /// the queue, in its slot). Built when a script needs it.
     pub(crate) fn deadlines(&self) -> String {
         let mut name = self.lock.clone();
-        let letter = Kind::QueueDeadlines.letter();
+        let letter = if self.is_leader() {
+            Kind::LeaderDeadlines.letter()
+        } else {
+            Kind::QueueDeadlines.letter()
+        };
         name.replace_range(self.kind_at..=self.kind_at, letter.encode_utf8(&mut [0; 4]));
         name
     }

@@ -110,17 +110,29 @@ impl RedisBackend {
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
         // > 0: ours, with this fencing token; <= 0: busy for -answer ms.
         // Five names of about the lock's length, a token, four numbers.
-        let mut cmd = evalsha(&ACQUIRE, 4, 10, 5 * names.lock.len() + 80);
+        let leader = names.is_leader();
+        let mut cmd = evalsha(
+            &ACQUIRE,
+            if leader { 6 } else { 4 },
+            13,
+            7 * names.lock.len() + 80 + names.label.len(),
+        );
         cmd.arg(&names.lock)
             .arg(names.fence())
             .arg(&names.queue)
-            .arg(names.deadlines())
-            .arg(token.as_str())
+            .arg(names.deadlines());
+        if leader {
+            cmd.arg(&names.record).arg(&names.labels);
+        }
+        cmd.arg(token.as_str())
             .arg(millis(ttl))
             .arg(wait_ms)
             .arg(&names.notice)
             .arg(millis(HANDOFF_LEASE))
             .arg(self.publish);
+        if leader {
+            cmd.arg(&names.label);
+        }
         let mut conn = self.conn(names);
         let answer: redis::Value = run_script(&mut conn, &ACQUIRE, &cmd)
             .await
@@ -163,8 +175,18 @@ impl RedisBackend {
         ttl: Duration,
     ) -> Result<bool, LockError> {
         let (script, cmd) = if names.shape == Shape::Mutex {
-            let mut cmd = evalsha(&EXTEND, 1, 3, names.lock.len() + 48);
-            cmd.arg(&names.lock).arg(token.as_str()).arg(millis(ttl));
+            let leader = names.is_leader();
+            let mut cmd = evalsha(
+                &EXTEND,
+                1 + usize::from(leader),
+                4,
+                2 * names.lock.len() + 48,
+            );
+            cmd.arg(&names.lock);
+            if leader {
+                cmd.arg(&names.record);
+            }
+            cmd.arg(token.as_str()).arg(millis(ttl));
             (&*EXTEND, cmd)
         } else {
             (&*SHARED, self.extend_shared_cmd(names, token, ttl))
@@ -223,12 +245,21 @@ impl RedisBackend {
             String::new()
         };
         // Four names of about the lock's length, a token, a queue entry, flags.
-        let mut cmd = evalsha(&RELEASE, 4, 10, 5 * names.lock.len() + 96);
+        let leader = names.is_leader();
+        let mut cmd = evalsha(
+            &RELEASE,
+            if leader { 6 } else { 4 },
+            12,
+            7 * names.lock.len() + 96,
+        );
         cmd.arg(&names.lock)
             .arg(names.fence())
             .arg(&names.queue)
-            .arg(names.deadlines())
-            .arg(token.as_str())
+            .arg(names.deadlines());
+        if leader {
+            cmd.arg(&names.record).arg(&names.labels);
+        }
+        cmd.arg(token.as_str())
             .arg(&names.notice)
             .arg(millis(HANDOFF_LEASE))
             .arg(member)
@@ -342,11 +373,13 @@ impl RedisBackend {
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
     ) -> Result<Vec<bool>, LockError> {
-        if leases.iter().any(|(names, ..)| names.shape != Shape::Mutex) {
-            // Readers' and permits' leases: one call each (their sets are
-            // renewed by `shared.lua`), the mutexes' in one batch.
+        let batched = |names: &KeyNames| names.shape == Shape::Mutex && !names.is_leader();
+        if leases.iter().any(|(names, ..)| !batched(names)) {
+            // Readers', permits' and leaders' leases: one call each (their
+            // sets are renewed by `shared.lua`, a leader's record with its
+            // lease by `extend.lua`), the mutexes' in one batch.
             let (mutexes, others): (Vec<usize>, Vec<usize>) =
-                (0..leases.len()).partition(|i| leases[*i].0.shape == Shape::Mutex);
+                (0..leases.len()).partition(|i| batched(leases[*i].0));
             let batch: Vec<_> = mutexes.iter().map(|i| leases[*i]).collect();
             let (batched, singles) = futures_util::future::join(
                 Box::pin(self.extend_batch(&batch)),
@@ -421,6 +454,14 @@ impl RedisBackend {
     /// end (notices are best effort).
     pub(crate) async fn register(&self, channel: &str, token: &Token) -> WaitHandle {
         let (handle, _) = WaitHandle::new(&self.waiters, channel, &token.digest());
+        self.subscribe(channel).await;
+        handle
+    }
+
+    /// Registers an observer `id` of `channel` (see `leaders`), as
+    /// [`Self::register`] registers a waiter.
+    pub(crate) async fn register_id(&self, channel: &str, id: &str) -> WaitHandle {
+        let (handle, _) = WaitHandle::new(&self.waiters, channel, id);
         self.subscribe(channel).await;
         handle
     }

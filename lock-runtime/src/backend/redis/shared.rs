@@ -15,7 +15,7 @@ use crate::token::Token;
 /// `limit` holders (0: no limit), or exclusive (`x`).
 fn mode(shape: Shape) -> (&'static str, u32) {
     match shape {
-        Shape::Write | Shape::Mutex => ("x", 0),
+        Shape::Write | Shape::Mutex | Shape::Leader => ("x", 0),
         Shape::Read => ("s", 0),
         Shape::Permits(n) => ("s", n),
     }

@@ -1,0 +1,334 @@
+//! Leader election: [`LockClient::leader`], [`Leadership`], [`Leader`].
+//!
+//! A leadership is a lock of its own kind (`leader("x")` never meets
+//! `lock("x")`), taken, queued for, renewed, handed over and lost exactly
+//! as a mutex is: candidates queue in order, a resign is a release (the
+//! next candidate is elected in about one round trip), a leader that dies
+//! is replaced within its lease plus one round trip, and the watchdog
+//! renews the lease every `ttl / 3`. The **term** is the lock's fencing
+//! token: strictly increasing across leaders, so it fences the leader's
+//! writes ([`crate::fence`]).
+//!
+//! Observers read a small record beside the lock, `<term>:<label>`,
+//! written by the same script call as each grant or hand-over with the
+//! lease's expiry, deleted by a resign that hands over to nobody, and
+//! announced on the name's notice channel at every change ([`observe`]).
+//!
+//! `request`: what a candidate configures; `observe`: following who leads.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::LockClient;
+use crate::guard::LockGuard;
+use crate::key::{KeyNames, validate_key};
+use crate::{LockError, context};
+
+mod observe;
+
+/// The longest label, in bytes.
+pub const MAX_LABEL_LEN: usize = 256;
+
+/// The label a candidate gets when it sets none: `hostname:pid`.
+///
+/// The host name is `$HOSTNAME`, else the kernel's (`/proc/sys/kernel/hostname`,
+/// `/etc/hostname`), else `localhost`.
+pub(crate) fn default_label() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}:{}", std::process::id())
+}
+
+/// Checks a label: not empty, at most [`MAX_LABEL_LEN`] bytes, no control
+/// characters (it is printed by `lockctl leaders` and in logs).
+fn validate_label(label: &str) -> Result<(), LockError> {
+    if label.is_empty() {
+        return Err(LockError::Config("the leader's label is empty".into()));
+    }
+    if label.len() > MAX_LABEL_LEN {
+        return Err(LockError::Config(format!(
+            "the leader's label is {} bytes long; the limit is {MAX_LABEL_LEN}",
+            label.len()
+        )));
+    }
+    if let Some(c) = label.chars().find(|c| c.is_control()) {
+        return Err(LockError::Config(format!(
+            "the leader's label contains the control character {c:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Who leads an election: what [`LeaderRequest::observe`] and
+/// [`LockClient::leaders`] report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The election's name (as given to [`LockClient::leader`]).
+    pub name: String,
+    /// The leader's label ([`LeaderRequest::label`]).
+    pub label: String,
+    /// Its term: the fencing token of its leadership, strictly greater than
+    /// every earlier leader's.
+    pub term: u64,
+}
+
+/// A campaign for the leadership `name`, from [`LockClient::leader`].
+/// Configure, then [`campaign`](Self::campaign), [`run`](Self::run) or
+/// [`observe`](Self::observe).
+#[derive(Clone, Debug)]
+#[must_use = "a leader request does nothing until `.campaign()`, `.run(fut)` or `.observe()`"]
+pub struct LeaderRequest {
+    client: LockClient,
+    name: String,
+    ttl: Option<Duration>,
+    wait: Option<Duration>,
+    label: Option<String>,
+}
+
+impl LeaderRequest {
+    pub(crate) fn new(client: LockClient, name: String) -> Self {
+        Self {
+            client,
+            name,
+            ttl: None,
+            wait: None,
+            label: None,
+        }
+    }
+
+    /// The lease (default: the client's), renewed every `ttl / 3` while
+    /// leading. A leader that dies is replaced within it plus one round trip.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long [`campaign`](Self::campaign) waits to be elected (default:
+    /// without bound); then `LockError::Busy`. `Duration::ZERO`: try once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// What observers see while this candidate leads (default: `hostname:pid`).
+    /// At most [`MAX_LABEL_LEN`] bytes, no control characters; never a secret.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    fn checked_label(&self) -> Result<String, LockError> {
+        let label = self.label.clone().unwrap_or_else(default_label);
+        validate_label(&label)?;
+        Ok(label)
+    }
+
+    /// Waits until elected (in line behind earlier candidates), then leads
+    /// until [`Leadership::resign`], a drop of the [`Leadership`], or a lost
+    /// lease ([`Leadership::lost`]).
+    ///
+    /// Errors: `Busy` when [`wait`](Self::wait) ran out; `InvalidKey` for a
+    /// bad name; `Config` for a bad lease or label, or on Redlock (a
+    /// leader's record is written in the same script call as the grant, and
+    /// candidates queue on the server: Redlock's independent masters cannot
+    /// do either as one step).
+    pub async fn campaign(self) -> Result<Leadership, LockError> {
+        validate_key(&self.name)?;
+        let label = self.checked_label()?;
+        crate::metrics::campaigning(&self.name);
+        let guard = self
+            .client
+            .lock(self.name.clone())
+            .ttl(self.ttl.unwrap_or(self.client.0.default_ttl))
+            .wait(self.wait.unwrap_or(Duration::MAX))
+            .metrics_name(self.name.as_str())
+            .leadership(label.clone())
+            .acquire()
+            .await?;
+        crate::metrics::elected(&self.name);
+        tracing::info!(name = %self.name, term = guard.fencing_token(), label = %label, "elected leader");
+        Ok(Leadership::new(guard, label))
+    }
+
+    /// Runs `fut` while leading: campaigns (as [`campaign`](Self::campaign)),
+    /// runs `fut`, and resigns when it ends. If the leadership is lost
+    /// mid-way, `fut` is dropped (cancelled) and `Err(LockError::Lost)` is
+    /// returned. Inside `fut`, [`crate::current_lock`] gives the term as its
+    /// fencing token.
+    pub async fn run<F: Future>(self, fut: F) -> Result<F::Output, LockError> {
+        let leadership = self.campaign().await?;
+        let held = leadership.guard.held().clone();
+        let lost = leadership.lost();
+        let outcome = context::scope(held.clone(), async move {
+            tokio::select! {
+                biased;
+                _ = lost => None,
+                output = fut => Some(output),
+            }
+        })
+        .await;
+        let Some(output) = outcome else {
+            drop(leadership);
+            return Err(LockError::lost(&held.key));
+        };
+        // As `LockRequest::run`: work that ended under a valid lease is the
+        // caller's, whatever the resign answers.
+        let valid = held.valid_at(Instant::now());
+        match leadership.resign().await {
+            Err(e) if valid => {
+                tracing::warn!(name = %held.key, error = &e as &dyn std::error::Error,
+                    "the work ended while leading; resigning afterwards failed");
+                Ok(output)
+            }
+            _ if valid => Ok(output),
+            _ => Err(LockError::lost(&held.key)),
+        }
+    }
+
+    /// Follows who leads `name`, without campaigning: the receiver holds the
+    /// current leader (or `None`) when this returns, and each change after
+    /// it (a new term, a resign with nobody waiting, a leader whose lease
+    /// ran out), in about one round trip. Changes come by notice on the
+    /// name's channel, not by polling; a notice lost (a dropped pub/sub
+    /// connection) is made up for at the end of the leader's lease.
+    ///
+    /// The updates stop when every receiver is dropped, or when the client
+    /// (every clone of it) is dropped.
+    pub async fn observe(self) -> Result<tokio::sync::watch::Receiver<Option<Leader>>, LockError> {
+        validate_key(&self.name)?;
+        observe::start(&self.client, self.name).await
+    }
+}
+
+/// A held leadership, from [`LeaderRequest::campaign`]. Dropping it without
+/// [`resign`](Self::resign) resigns in the background.
+pub struct Leadership {
+    guard: LockGuard,
+    label: String,
+    #[cfg(feature = "metrics")]
+    _gauge: crate::metrics::LeadingGauge,
+}
+
+impl Leadership {
+    fn new(guard: LockGuard, label: String) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            _gauge: crate::metrics::LeadingGauge::new(guard.key(), guard.lost()),
+            guard,
+            label,
+        }
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        self.guard.key()
+    }
+
+    /// The term: the leadership's fencing token, strictly greater than
+    /// every earlier leader's of this name. Pass it with every write the
+    /// leader makes ([`crate::fence::redis`], `fence::postgres`), so a
+    /// leader that was paused past its lease cannot overwrite its
+    /// successor's work.
+    pub fn term(&self) -> u64 {
+        self.guard.fencing_token()
+    }
+
+    /// The label observers see.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Resolves when the leadership is lost (as [`LockGuard::lost`]).
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.guard.lost()
+    }
+
+    /// `true` once the leadership is lost.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// Steps down: the next candidate in line is elected at once (or
+    /// observers see `None` when nobody waits). `Err(LockError::Lost)` if
+    /// the leadership had been lost already.
+    pub async fn resign(self) -> Result<(), LockError> {
+        let name = self.guard.key().to_owned();
+        let resigned = self.guard.release().await;
+        tracing::info!(name = %name, "resigned leadership");
+        resigned
+    }
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("name", &self.name())
+            .field("term", &self.term())
+            .field("label", &self.label)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl LockClient {
+    /// Starts a campaign for (or a look at) the leadership `name`: at most
+    /// one leader per name at a time, elected in line, with a term that is
+    /// a fencing token. See [`LeaderRequest`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+    /// let mut who = client.leader("report-scheduler").observe().await?;
+    /// let leadership = client
+    ///     .leader("report-scheduler")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .label("pod-a")
+    ///     .campaign()
+    ///     .await?;
+    /// who.changed().await.unwrap();
+    /// assert_eq!(who.borrow().as_ref().unwrap().term, leadership.term());
+    /// leadership.resign().await?;
+    /// who.changed().await.unwrap();
+    /// assert!(who.borrow().is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn leader(&self, name: impl Into<String>) -> LeaderRequest {
+        LeaderRequest::new(self.clone(), name.into())
+    }
+
+    /// Up to `limit` elected leaders whose names start with `starting_with`
+    /// (`""`: all), by name. Found by `SCAN` (never `KEYS`), on a cluster
+    /// master after master; `Config` on Redlock.
+    pub async fn leaders(
+        &self,
+        starting_with: &str,
+        limit: usize,
+    ) -> Result<Vec<Leader>, LockError> {
+        let found = self
+            .0
+            .backend
+            .scan_leaders(&self.0.prefix, starting_with, limit)
+            .await?;
+        Ok(found
+            .into_iter()
+            .map(|(name, (label, term, _))| Leader { name, label, term })
+            .collect())
+    }
+
+    /// The names of the leadership `name` (for the observer).
+    pub(crate) fn leader_names(&self, name: &str) -> KeyNames {
+        KeyNames::leader(&self.0.prefix, name)
+    }
+}

@@ -1,0 +1,83 @@
+//! The `metrics` feature for leader election: `lock_leader{name}` is 1 while
+//! this process leads `name` (also while another of its tasks campaigns),
+//! and 0 after a resign and after a lost lease; `lock_leader_terms_total{name}`
+//! counts terms won.
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+/// What `lock_leader{name}` and `lock_leader_terms_total{name}` moved by
+/// since the last call (the debugging recorder's snapshots take both
+/// counters' and gauges' changes, resetting them); `None`: not reported.
+fn values(snapshotter: &Snapshotter, name: &str) -> (Option<f64>, Option<f64>) {
+    let snapshot = snapshotter.snapshot().into_vec();
+    let value = |metric: &str| {
+        snapshot.iter().find_map(|(key, _, _, value)| {
+            let key = key.key();
+            let labelled = key.labels().any(|l| l.key() == "name" && l.value() == name);
+            (key.name() == metric && labelled).then(|| match value {
+                DebugValue::Gauge(v) => v.into_inner(),
+                DebugValue::Counter(n) => *n as f64,
+                other => panic!("unexpected {other:?}"),
+            })
+        })
+    };
+    (value("lock_leader"), value("lock_leader_terms_total"))
+}
+
+#[test]
+fn the_leader_gauge_follows_the_leadership_and_terms_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let client = lock_runtime::LockClient::builder()
+                .memory()
+                .build()
+                .await
+                .unwrap();
+            // The gauge's and the counter's values: sums of the changes.
+            let (mut gauge, mut terms) = (0.0, 0.0);
+            let mut seen = || {
+                let (g, t) = values(&snapshotter, "sweeper");
+                assert!(g.is_some(), "the gauge is reported");
+                gauge += g.unwrap_or(0.0);
+                terms += t.unwrap_or(0.0);
+                (gauge, terms)
+            };
+
+            let leadership = client.leader("sweeper").campaign().await.unwrap();
+            assert_eq!(seen(), (1.0, 1.0));
+            // Another candidate of the same process, busy: still led here.
+            let busy = client
+                .leader("sweeper")
+                .wait(std::time::Duration::ZERO)
+                .campaign()
+                .await;
+            assert!(busy.unwrap_err().is_busy());
+            assert_eq!(seen(), (1.0, 1.0));
+            leadership.resign().await.unwrap();
+            assert_eq!(seen(), (0.0, 1.0));
+
+            let leadership = client
+                .leader("sweeper")
+                .ttl(std::time::Duration::from_millis(300))
+                .campaign()
+                .await
+                .unwrap();
+            assert_eq!(seen(), (1.0, 2.0), "one more term");
+            lock_runtime::__private::testing::force_delete_leader(&client, "sweeper")
+                .await
+                .unwrap();
+            tokio::time::timeout(std::time::Duration::from_secs(2), leadership.lost())
+                .await
+                .expect("lost at the next renewal");
+            tokio::task::yield_now().await;
+            assert_eq!(seen().0, 0.0, "0 once the lease is lost");
+            drop(leadership);
+        });
+    });
+}
