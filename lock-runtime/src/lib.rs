@@ -20,6 +20,9 @@
 //!   [read-write locks](LockClient::rw_lock), [semaphores](LockClient::semaphore),
 //!   [several keys at once](LockClient::lock_all), and
 //!   [`hold_at_least`](LockRequest::hold_at_least) for scheduled jobs.
+//! * **Leader election** ([`LockClient::leader`]): one leader per name, elected
+//!   in line, replaced within its lease when it dies, with a term that is a
+//!   fencing token, and observers that follow every change by notice.
 //!
 //! # Quick start
 //!

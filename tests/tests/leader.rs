@@ -33,6 +33,7 @@ macro_rules! per_scenario {
                 bad_names_ttls_and_labels_are_clear_errors,
                 leaders_lists_the_elected_leaders_with_labels_and_terms,
                 a_leadership_and_a_lock_of_the_same_name_do_not_exclude_each_other,
+                a_renewed_leader_stays_visible_long_past_its_first_lease,
             );
         }
     };
@@ -88,6 +89,7 @@ async fn all_scenarios(clients: &[LockClient], backend: &str) {
     bad_names_ttls_and_labels_are_clear_errors(clients, backend).await;
     leaders_lists_the_elected_leaders_with_labels_and_terms(clients, backend).await;
     a_leadership_and_a_lock_of_the_same_name_do_not_exclude_each_other(clients, backend).await;
+    a_renewed_leader_stays_visible_long_past_its_first_lease(clients, backend).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,9 +198,11 @@ async fn a_resign_hands_over_to_the_next_candidate_at_once(clients: &[LockClient
     second.resign().await.unwrap();
 }
 
-/// The next value of an observer, within a few seconds.
+/// The next value of an observer, within a second: a change comes by
+/// notice, in about one round trip (the leases here, the fallback, are
+/// longer).
 async fn next_seen(rx: &mut watch::Receiver<Option<Leader>>, what: &str) -> Option<Leader> {
-    within(secs(5), what, rx.changed())
+    within(secs(1), what, rx.changed())
         .await
         .expect("the observer still runs");
     rx.borrow_and_update().clone()
@@ -410,4 +414,32 @@ async fn a_leadership_and_a_lock_of_the_same_name_do_not_exclude_each_other(
         .unwrap();
     assert!(!nested.unwrap(), "a lock inside a leadership is its own");
     leadership.resign().await.unwrap();
+}
+
+/// The record is renewed with the lease: a leader with a 300 ms lease,
+/// renewed by the watchdog, is still seen by observers and listed two
+/// seconds on (its record would have expired with the first lease).
+async fn a_renewed_leader_stays_visible_long_past_its_first_lease(
+    clients: &[LockClient],
+    test: &str,
+) {
+    let name = key(&format!("{test}-renewed"));
+    let mut rx = clients[3].leader(&name).observe().await.unwrap();
+    let leadership = clients[0]
+        .leader(&name)
+        .ttl(ms(300))
+        .label("steady")
+        .campaign()
+        .await
+        .unwrap();
+    let seen = next_seen(&mut rx, "the leader").await.expect("a leader");
+    assert_eq!(seen.term, leadership.term());
+    tokio::time::sleep(secs(2)).await;
+    assert!(!leadership.is_lost());
+    assert!(!rx.has_changed().unwrap(), "{:?}", *rx.borrow());
+    let listed = clients[3].leaders(&name, 10).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].label, "steady");
+    leadership.resign().await.unwrap();
+    assert_eq!(next_seen(&mut rx, "nobody").await, None);
 }

@@ -116,7 +116,8 @@ pub(super) struct Asked {
     /// leadership.
     pub(super) shape: Shape,
     /// A leadership's label, written into its record; empty for locks.
-    pub(super) label: String,
+    /// (Boxed: this struct travels in `try_embedded`'s error variant.)
+    pub(super) label: Box<str>,
 }
 
 impl Acquisition {
@@ -126,7 +127,7 @@ impl Acquisition {
         asked: Asked,
     ) -> Result<Self, LockError> {
         let mut names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
-        names.label = asked.label.clone();
+        names.label = String::from(&*asked.label);
         let token = inner.token();
         let mut acquisition = Self::new(inner, key, names, token, asked);
         let attempt = &acquisition.attempt;
@@ -150,7 +151,7 @@ impl Acquisition {
             return Err((key, asked));
         };
         let mut names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
-        names.label = asked.label.clone();
+        names.label = String::from(&*asked.label);
         let token = inner.token();
         // Try once: a busy answer neither queues nor registers.
         match memory.acquire(&names, &token, asked.ttl, Duration::ZERO) {

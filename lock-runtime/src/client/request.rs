@@ -168,7 +168,7 @@ impl LockRequest {
             metrics: self.metrics.clone(),
             hold_at_least: self.hold_at_least,
             shape: self.shape,
-            label: std::mem::take(&mut self.label),
+            label: std::mem::take(&mut self.label).into_boxed_str(),
         };
         let (key, asked) = match Acquisition::try_embedded(inner, self.key, asked) {
             Ok(answered) => return answered,

@@ -10,7 +10,7 @@ use super::notifier::Notices;
 use super::scripts::{
     ACQUIRE, EXTEND, EXTEND_MANY, RELEASE, RESERVE, SHARED, evalsha, millis, run_script,
 };
-use super::waiters::{Registry, WaitHandle};
+use super::waiters::Registry;
 use super::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::LockError;
 use crate::backoff::Backoff;
@@ -33,6 +33,7 @@ const CONNECTIONS: usize = 2;
 
 mod all;
 mod connect;
+mod notices;
 mod shared;
 
 pub(crate) struct RedisBackend {
@@ -446,64 +447,6 @@ impl RedisBackend {
     /// A plain connection handle, for the other modules' scripts.
     pub(crate) fn connection(&self) -> Conn {
         self.conns[0].clone()
-    }
-
-    /// Registers a waiter for notices on `channel` (a lock's or a record's).
-    /// Returns once the server confirmed the subscription, or once
-    /// subscribing failed: then the waiter still wakes at the holder's lease
-    /// end (notices are best effort).
-    pub(crate) async fn register(&self, channel: &str, token: &Token) -> WaitHandle {
-        let (handle, _) = WaitHandle::new(&self.waiters, channel, &token.digest());
-        self.subscribe(channel).await;
-        handle
-    }
-
-    /// Registers an observer `id` of `channel` (see `leaders`), as
-    /// [`Self::register`] registers a waiter.
-    pub(crate) async fn register_id(&self, channel: &str, id: &str) -> WaitHandle {
-        let (handle, _) = WaitHandle::new(&self.waiters, channel, id);
-        self.subscribe(channel).await;
-        handle
-    }
-
-    /// Restarts the notices' task if it ended with the runtime it ran on
-    /// (see [`Notices::restart_if_ended`]), and reconnects the connections,
-    /// whose tasks ended with it too: the first command on each fails and
-    /// makes it reconnect on the runtime in use; a `PING` does that here
-    /// rather than in a lock's acquire or renewal.
-    pub(crate) async fn restart_if_ended(&self) -> Result<(), LockError> {
-        self.notices.restart_if_ended(&self.waiters)?;
-        for conn in &self.conns {
-            let mut conn = conn.clone();
-            for _ in 0..2 {
-                let pong: redis::RedisResult<String> =
-                    redis::cmd("PING").query_async(&mut conn).await;
-                if pong.is_ok() {
-                    break;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Makes sure notices on `channel` reach this process (see [`Self::register`]).
-    pub(crate) async fn subscribe(&self, channel: &str) {
-        self.notices.subscribe(&self.waiters, channel).await;
-    }
-
-    /// Publishes a free notice (`''`) on `channel`, best effort: waiters
-    /// that miss it wake at their lease timers.
-    pub(crate) async fn announce(&self, channel: &str) {
-        let mut cmd = redis::cmd(self.publish);
-        cmd.arg(channel).arg("");
-        let mut conn = self.conns[0].clone();
-        if let Err(e) = cmd.query_async::<()>(&mut conn).await {
-            tracing::debug!(
-                channel,
-                error = &e as &dyn std::error::Error,
-                "a free notice was not published"
-            );
-        }
     }
 
     /// The command a script publishes notices with: `PUBLISH`, or `SPUBLISH`
