@@ -131,7 +131,7 @@ pub mod layer;
 pub mod __private;
 
 pub use client::{
-    LockAllGuard, LockAllRequest, LockClient, LockClientBuilder, LockRequest, LockState,
+    LockAllGuard, LockAllRequest, LockClient, LockClientBuilder, LockKind, LockRequest, LockState,
     MAX_LOCK_ALL_KEYS, RwLockRequest,
 };
 pub use context::{LockInfo, current_lock};

@@ -12,6 +12,8 @@ use super::{AcquireOutcome, HANDOFF_LEASE};
 use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
+mod observe;
+
 #[derive(Debug)]
 struct Held {
     token: Token,
@@ -280,27 +282,6 @@ impl MemoryBackend {
     fn notify(&self, names: &KeyNames, granted: Grants) {
         for (token, fencing) in granted {
             self.waiters.grant(&names.notice, &token.digest(), fencing);
-        }
-    }
-
-    /// The lock's state (see [`super::inspect`]).
-    pub(crate) fn observe(&self, names: &KeyNames) -> super::inspect::Observed {
-        let now = Instant::now();
-        let state = self.state();
-        let held = state
-            .locks
-            .get(&names.lock)
-            .filter(|held| held.expires > now);
-        let queued = state
-            .queues
-            .get(&names.queue)
-            .filter(|queue| queue.expires > now)
-            .map_or(0, |queue| queue.entries.len());
-        super::inspect::Observed {
-            held: held.is_some(),
-            remaining: held.map(|held| held.expires - now),
-            fence: state.fence,
-            queued,
         }
     }
 

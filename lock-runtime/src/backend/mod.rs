@@ -9,7 +9,8 @@ use crate::token::Token;
 
 mod all;
 pub(crate) mod conn;
-mod inspect;
+pub(crate) mod inspect;
+pub(crate) mod labels;
 pub(crate) mod memory;
 mod memory_shared;
 mod notifier;
