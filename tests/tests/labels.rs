@@ -257,3 +257,21 @@ async fn a_client_gone_past_its_registry_lease_shows_by_its_id() {
     assert_eq!(seen.holder.as_deref(), Some("unknown"), "{seen:?}");
     assert!(seen.since.is_none());
 }
+
+#[tokio::test]
+async fn a_force_release_evicts_every_holder_and_raises_the_counter_on_the_embedded_backend() {
+    let client = LockClient::builder().memory().label("solo").build().await.unwrap();
+    let readers = [
+        client.rw_lock("rw").read().acquire().await.unwrap(),
+        client.rw_lock("rw").read().acquire().await.unwrap(),
+    ];
+    let before = client.inspect("rw").await.unwrap();
+    assert_eq!(before.holders.len(), 2, "{before:?}");
+    assert!(client.force_release("rw").await.unwrap());
+    let after = client.inspect("rw").await.unwrap();
+    assert!(!after.held && after.holders.is_empty(), "{after:?}");
+    assert!(after.fencing_counter > before.fencing_counter, "{after:?}");
+    let writer = client.rw_lock("rw").write().acquire().await.unwrap();
+    assert!(writer.fencing_token() > readers[1].fencing_token());
+    writer.release().await.unwrap();
+}

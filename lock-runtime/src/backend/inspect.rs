@@ -5,7 +5,11 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::timeout;
 
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+
 use super::Backend;
+use super::conn::Conn;
 use super::redis::RedisBackend;
 use super::redlock::RedlockBackend;
 use crate::LockError;
@@ -294,14 +298,16 @@ async fn observe_majority(
 }
 
 impl Backend {
-    /// Up to `limit` lock names under `prefix`, by `SCAN` (never `KEYS`);
-    /// on Redlock the union over the nodes that answer.
+    /// Up to `limit` lock names under `prefix`, by `SCAN` (never `KEYS`):
+    /// on a cluster, on each master; on Redlock the union over the nodes
+    /// that answer.
     pub(crate) async fn scan_locks(
         &self,
         prefix: &str,
         limit: usize,
     ) -> Result<Vec<String>, LockError> {
-        let pattern = format!("{}L*", glob_escape(prefix));
+        // Mutexes, read-write locks (writer, readers), semaphores (holders).
+        let pattern = format!("{}[LWRP]*", glob_escape(prefix));
         match self {
             Backend::Redis(b) => scan(b, &pattern, limit).await,
             Backend::Redlock(b) => {
@@ -324,23 +330,14 @@ impl Backend {
 }
 
 async fn scan(node: &RedisBackend, pattern: &str, limit: usize) -> Result<Vec<String>, LockError> {
-    if node.is_cluster() {
-        return Err(LockError::Config(
-            "listing locks needs one server (or a Sentinel group): on a cluster, list each \
-             master by its own URL"
-                .into(),
-        ));
-    }
     let mut conn = node.connection();
-    let mut cursor = 0u64;
+    if let Conn::Cluster(cluster) = &mut conn {
+        return scan_masters(cluster, pattern, limit).await;
+    }
     let mut names = Vec::new();
+    let mut cursor = 0u64;
     loop {
-        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
+        let (next, found): (u64, Vec<String>) = scan_command(cursor, pattern)
             .query_async(&mut conn)
             .await
             .map_err(|e| BackendError::with_source("cannot list the locks (SCAN)", e))?;
@@ -353,6 +350,87 @@ async fn scan(node: &RedisBackend, pattern: &str, limit: usize) -> Result<Vec<St
     }
 }
 
+fn scan_command(cursor: u64, pattern: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(1000);
+    cmd
+}
+
+/// A cluster: the masters from `CLUSTER NODES`, then `SCAN` on each (a
+/// `SCAN` sent to the cluster would see one node's keys).
+async fn scan_masters(
+    cluster: &mut ClusterConnection,
+    pattern: &str,
+    limit: usize,
+) -> Result<Vec<String>, LockError> {
+    let nodes = cluster
+        .route_command(
+            redis::cmd("CLUSTER").arg("NODES").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await
+        .and_then(|v| Ok(redis::from_redis_value::<String>(v)?))
+        .map_err(|e| BackendError::with_source("cannot list the cluster's masters", e))?;
+    let mut names = Vec::new();
+    for (host, port) in masters(&nodes) {
+        let mut cursor = 0u64;
+        loop {
+            let at = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port,
+            });
+            let (next, found) = cluster
+                .route_command(scan_command(cursor, pattern), at)
+                .await
+                .and_then(|v| Ok(redis::from_redis_value::<(u64, Vec<String>)>(v)?))
+                .map_err(|e| {
+                    BackendError::with_source(
+                        format!("cannot list the locks on {host}:{port} (SCAN)"),
+                        e,
+                    )
+                })?;
+            names.extend(found);
+            cursor = next;
+            if names.len() >= limit {
+                names.truncate(limit);
+                return Ok(names);
+            }
+            if cursor == 0 {
+                break;
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// The addresses of the masters that serve slots, from `CLUSTER NODES`
+/// (`<id> <host:port@cport[,hostname]> <flags> <master> <ping> <pong>
+/// <epoch> <link> <slot> ...`).
+fn masters(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = fields.get(2)?;
+            let serving = fields.len() > 8;
+            if !flags.split(',').any(|f| f == "master")
+                || flags.contains("fail")
+                || flags.contains("noaddr")
+                || !serving
+            {
+                return None;
+            }
+            let address = fields.get(1)?.split(['@', ',']).next()?;
+            let (host, port) = address.rsplit_once(':')?;
+            Some((host.to_owned(), port.parse().ok()?))
+        })
+        .collect()
+}
+
 /// `s` with the glob characters of `SCAN MATCH` escaped.
 fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -363,4 +441,22 @@ fn glob_escape(s: &str) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_masters_that_serve_slots_are_read_from_cluster_nodes() {
+        let nodes = "\
+a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7001@17001,host-b master - 0 0 2 connected 5461-10922
+c3 127.0.0.1:7003@17003 slave b2 0 0 2 connected
+d4 127.0.0.1:7002@17002 master,fail - 0 0 3 connected 10923-16383
+e5 127.0.0.1:7004@17004 master - 0 0 0 connected
+";
+        assert_eq!(
+            super::masters(nodes),
+            [("127.0.0.1".to_owned(), 7000), ("127.0.0.1".to_owned(), 7001)]
+        );
+    }
 }

@@ -259,4 +259,22 @@ impl SharedLocks {
         granted.retain(|(t, _)| t != token);
         (ours, granted)
     }
+
+    /// Drops every holder of `names` (an operator's force-release) and
+    /// grants the waiters that now fit.
+    pub(super) fn evict(&mut self, names: &KeyNames, fence: &mut u64) -> Grants {
+        let now = Instant::now();
+        let (_, limit) = mode(names.shape);
+        let Some(lock) = self.0.get_mut(&names.lock) else {
+            return Grants::new();
+        };
+        lock.writer = None;
+        lock.holders.clear();
+        lock.expire(now);
+        let granted = lock.promote(fence, limit, now);
+        if lock.is_empty() {
+            self.0.remove(&names.lock);
+        }
+        granted
+    }
 }

@@ -8,6 +8,7 @@ use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
 mod all;
+mod force;
 pub(crate) mod conn;
 pub(crate) mod inspect;
 pub(crate) mod labels;

@@ -177,11 +177,12 @@ impl LockClient {
 
 impl LockClient {
     /// The locks held now whose keys start with `starting_with` (`""`: all),
-    /// at most `limit` of them, each as [`LockClient::inspect`] sees it,
-    /// sorted by key. Found with `SCAN` (bounded by `limit`, never `KEYS`).
-    /// On one server, a Sentinel group, Redlock (the union over the masters)
-    /// and the embedded backend; on a Redis Cluster it is a `Config` error:
-    /// list each master through a client of its own URL.
+    /// at most `limit` of them, each as [`LockClient::inspect`] sees it
+    /// (mutexes, read-write locks and semaphores; holders and waiters
+    /// named), sorted by key. Found with `SCAN` (bounded by `limit`, never
+    /// `KEYS`): on one server, a Sentinel group, Redlock (the union over the
+    /// masters), a Redis Cluster (every master that serves slots, found with
+    /// `CLUSTER NODES`) and the embedded backend (mutexes).
     pub async fn list(
         &self,
         starting_with: &str,
@@ -196,7 +197,7 @@ impl LockClient {
         let mut keys: Vec<String> = names
             .iter()
             .filter_map(|name| match crate::key::parse(prefix, name) {
-                Some(('L', key)) if key.starts_with(starting_with) => Some(key),
+                Some(('L' | 'W' | 'R' | 'P', key)) if key.starts_with(starting_with) => Some(key),
                 _ => None,
             })
             .collect();
@@ -220,10 +221,32 @@ impl LockClient {
     /// holder is not asked, and finds out at its next renewal (its `lost()`
     /// resolves), while a new holder may already run. Logged as a `tracing`
     /// warning naming the key.
+    ///
+    /// It takes the lock [`inspect`](Self::inspect) reports (the mutex, or
+    /// every holder of the read-write lock or the semaphore), and raises the
+    /// key's fencing counter: the next holder's token is above every token
+    /// issued before, and the record that [`fence::redis`](crate::fence::redis)
+    /// keeps for resource `key` on the lock's server is raised to it too, so
+    /// the evicted holder's next fenced write there is refused
+    /// (`LockError::Stale`) even before a new holder writes. Waiters are told
+    /// to try again at once.
     pub async fn force_release(&self, key: &str) -> Result<bool, LockError> {
-        let held = self.inspect(key).await?.held;
-        self.force_delete(key).await?;
-        tracing::warn!(%key, was_held = held, "lock force-released by an operator");
-        Ok(held)
+        let state = self.inspect(key).await?;
+        let shape = match state.kind {
+            LockKind::Mutex => Shape::Mutex,
+            LockKind::RwLock => Shape::Write,
+            LockKind::Semaphore => Shape::Permits(1),
+        };
+        let names = KeyNames::shaped(&self.0.prefix, key, shape);
+        let fence = self.0.backend.force_release(&names, key).await?;
+        tracing::warn!(
+            %key,
+            kind = state.kind.as_str(),
+            was_held = state.held,
+            holder = state.holder.as_deref().unwrap_or("-"),
+            fencing_counter = fence,
+            "lock force-released by an operator"
+        );
+        Ok(state.held)
     }
 }

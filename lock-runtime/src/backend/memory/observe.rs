@@ -50,3 +50,21 @@ impl MemoryBackend {
         }
     }
 }
+
+impl MemoryBackend {
+    /// An operator's force-release (see `Backend::force_release`): the lock
+    /// of `names` deleted whoever holds it, the counter raised; returns it.
+    pub(crate) fn force_release(&self, names: &KeyNames) -> u64 {
+        let granted = {
+            let mut state = self.state();
+            state.locks.remove(&names.lock);
+            let state = &mut *state;
+            let granted = state.shared.evict(names, &mut state.fence);
+            state.fence += 1;
+            (granted, state.fence)
+        };
+        self.notify(names, granted.0);
+        self.announce(&names.notice);
+        granted.1
+    }
+}
