@@ -456,7 +456,10 @@ e5 127.0.0.1:7004@17004 master - 0 0 0 connected
 ";
         assert_eq!(
             super::masters(nodes),
-            [("127.0.0.1".to_owned(), 7000), ("127.0.0.1".to_owned(), 7001)]
+            [
+                ("127.0.0.1".to_owned(), 7000),
+                ("127.0.0.1".to_owned(), 7001)
+            ]
         );
     }
 }

@@ -8,8 +8,8 @@ use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
 mod all;
-mod force;
 pub(crate) mod conn;
+mod force;
 pub(crate) mod inspect;
 pub(crate) mod labels;
 pub(crate) mod memory;
