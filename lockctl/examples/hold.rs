@@ -37,7 +37,9 @@ async fn run(args: &[String]) -> Result<(), String> {
     let (ttl, wait) = (Duration::from_secs(30), Duration::from_secs(3600));
     let how = rest.first().map_or("mutex", String::as_str);
     let secs: u64 = match rest.get(1) {
-        Some(s) => s.parse().map_err(|_| format!("not a number of seconds: {s}"))?,
+        Some(s) => s
+            .parse()
+            .map_err(|_| format!("not a number of seconds: {s}"))?,
         None => 300,
     };
     let request = match how {
@@ -58,7 +60,10 @@ async fn run(args: &[String]) -> Result<(), String> {
         .acquire()
         .await
         .map_err(|e| e.to_string())?;
-    eprintln!("hold: {label} holds `{key}` with fencing token {}", guard.fencing_token());
+    eprintln!(
+        "hold: {label} holds `{key}` with fencing token {}",
+        guard.fencing_token()
+    );
     tokio::select! {
         _ = tokio::time::sleep(Duration::from_secs(secs)) => {
             guard.release().await.map_err(|e| e.to_string())?;

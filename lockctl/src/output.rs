@@ -69,11 +69,31 @@ pub(crate) fn show(s: &LockState, as_json: bool) {
         ("KEY", s.key.clone()),
         ("KIND", s.kind.as_str().to_owned()),
         ("HELD", if s.held { "yes" } else { "no" }.to_owned()),
-        (if s.holders.len() > 1 { "HOLDERS" } else { "HOLDER" }, holders),
+        (
+            if s.holders.len() > 1 {
+                "HOLDERS"
+            } else {
+                "HOLDER"
+            },
+            holders,
+        ),
         ("SINCE", since(s)),
         ("LEASE LEFT", lease(s)),
         ("FENCING COUNTER", s.fencing_counter.to_string()),
-        ("WAITING", format!("{} {}", s.waiters, if s.waiters == 0 { String::new() } else { format!("({})", waiting(s)) }).trim_end().to_owned()),
+        (
+            "WAITING",
+            format!(
+                "{} {}",
+                s.waiters,
+                if s.waiters == 0 {
+                    String::new()
+                } else {
+                    format!("({})", waiting(s))
+                }
+            )
+            .trim_end()
+            .to_owned(),
+        ),
     ];
     for (name, value) in rows {
         println!("{name:<16} {value}");
@@ -88,7 +108,12 @@ pub(crate) fn list(states: &[LockState], as_json: bool) {
     }
     let holder = |s: &LockState| s.holders.join(", ");
     let key_w = states.iter().map(|s| s.key.len()).max().unwrap_or(0).max(3);
-    let holder_w = states.iter().map(|s| holder(s).len()).max().unwrap_or(0).max(6);
+    let holder_w = states
+        .iter()
+        .map(|s| holder(s).len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
     println!(
         "{:key_w$}  {:9}  {:holder_w$}  {:>12}  {:>15}  WAITING",
         "KEY", "KIND", "HOLDER", "LEASE LEFT", "FENCING COUNTER"

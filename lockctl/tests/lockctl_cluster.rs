@@ -72,7 +72,12 @@ async fn lockctl_lists_every_master_shows_holders_and_fences_out_a_force_release
     let out = lockctl(&cluster, &["show", &keys[0]], "");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let shown = text(&out.stdout);
-    for line in ["HOLDER           pod-a", "WAITING          1 (pod-b)", "SINCE", "LEASE LEFT"] {
+    for line in [
+        "HOLDER           pod-a",
+        "WAITING          1 (pod-b)",
+        "SINCE",
+        "LEASE LEFT",
+    ] {
         assert!(shown.contains(line), "{line}: {shown}");
     }
     let state = json(&lockctl(&cluster, &["--json", "show", &keys[0]], ""));
@@ -104,7 +109,11 @@ async fn lockctl_lists_every_master_shows_holders_and_fences_out_a_force_release
     assert!(a.inspect(resource).await.unwrap().held);
     let out = lockctl(&cluster, &["force-release", "--yes", resource], "");
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("force-released"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("force-released"),
+        "{}",
+        text(&out.stderr)
+    );
     let err = write(token).await.unwrap_err();
     assert!(err.is_stale(), "the evicted holder wrote: {err:?}");
     tokio::time::timeout(Duration::from_secs(15), held_0.lost())
@@ -117,12 +126,18 @@ async fn lockctl_lists_every_master_shows_holders_and_fences_out_a_force_release
         .unwrap()
         .unwrap();
     assert!(next.fencing_token() > token);
-    write(next.fencing_token()).await.expect("the new holder writes");
+    write(next.fencing_token())
+        .await
+        .expect("the new holder writes");
 
     // Nothing to release, an unknown server: one line, exit 1.
     let out = lockctl(&cluster, &["force-release", "--yes", "order:free"], "");
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("not held"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not held"),
+        "{}",
+        text(&out.stderr)
+    );
     let port = test_support::free_port();
     let out = Command::new(env!("CARGO_BIN_EXE_lockctl"))
         .args(["--cluster", &format!("redis://127.0.0.1:{port}"), "list"])
@@ -130,5 +145,10 @@ async fn lockctl_lists_every_master_shows_holders_and_fences_out_a_force_release
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(text(&out.stderr).trim_end().lines().count(), 1, "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr).trim_end().lines().count(),
+        1,
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -260,7 +260,12 @@ async fn a_client_gone_past_its_registry_lease_shows_by_its_id() {
 
 #[tokio::test]
 async fn a_force_release_evicts_every_holder_and_raises_the_counter_on_the_embedded_backend() {
-    let client = LockClient::builder().memory().label("solo").build().await.unwrap();
+    let client = LockClient::builder()
+        .memory()
+        .label("solo")
+        .build()
+        .await
+        .unwrap();
     let readers = [
         client.rw_lock("rw").read().acquire().await.unwrap(),
         client.rw_lock("rw").read().acquire().await.unwrap(),

@@ -152,13 +152,13 @@ impl SentinelConn {
             .iter()
             .map(|url| open_client(url).map(|c| c.get_connection_info().clone()))
             .collect::<Result<Vec<_>, _>>()?;
-        // `build` takes a `String` without redis' TLS feature and `impl AsRef<str>`
-        // with it; an owned string fits both.
-        #[allow(clippy::unnecessary_to_owned)]
         // The master's connections: as before (the driver's defaults), but
         // without `CLIENT SETINFO` (see `open_client`).
         let master_info = redis::sentinel::SentinelNodeConnectionInfo::default()
             .set_redis_connection_info(skip_set_lib_name(Default::default()));
+        // `build` takes a `String` without redis' TLS feature and `impl AsRef<str>`
+        // with it; an owned string fits both.
+        #[allow(clippy::unnecessary_to_owned)]
         let sentinel = SentinelClient::build(
             infos,
             master.to_owned(),
