@@ -306,8 +306,9 @@ impl Backend {
         prefix: &str,
         limit: usize,
     ) -> Result<Vec<String>, LockError> {
-        // Mutexes, read-write locks (writer, readers), semaphores (holders).
-        let pattern = format!("{}[LWRP]*", glob_escape(prefix));
+        // Mutexes, read-write locks (writer, readers), semaphores (holders),
+        // idempotency records.
+        let pattern = format!("{}[LWRPI]*", glob_escape(prefix));
         match self {
             Backend::Redis(b) => scan(b, &pattern, limit).await,
             Backend::Redlock(b) => {

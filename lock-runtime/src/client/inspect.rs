@@ -20,6 +20,9 @@ pub enum LockKind {
     RwLock,
     /// `client.semaphore(key, n)`: permits.
     Semaphore,
+    /// An `IdempotencyLayer` record in flight (listed by
+    /// [`LockClient::list`]; its key is the record's hashed name).
+    IdempotencyRecord,
 }
 
 impl LockKind {
@@ -29,6 +32,7 @@ impl LockKind {
             LockKind::Mutex => "mutex",
             LockKind::RwLock => "rw_lock",
             LockKind::Semaphore => "semaphore",
+            LockKind::IdempotencyRecord => "idempotency_record",
         }
     }
 }
@@ -156,6 +160,45 @@ impl LockClient {
         })
     }
 
+    /// The idempotency record `name` (key `key`) as a held lock, while a
+    /// request runs it: its claimer named by label.
+    async fn record_in_flight(
+        &self,
+        key: String,
+        name: &str,
+    ) -> Result<Option<LockState>, LockError> {
+        #[cfg(feature = "axum")]
+        if let Some(seen) = self.0.backend.record_in_flight(name).await? {
+            let labels = self.labels_of(std::iter::once(seen.owner.as_str())).await?;
+            let (holder, since) = match public_part(&seen.owner) {
+                Some((id, ms)) => (
+                    labels
+                        .get(id)
+                        .cloned()
+                        .unwrap_or_else(|| format!("unknown client {id}")),
+                    Some(UNIX_EPOCH + Duration::from_millis(ms)),
+                ),
+                None => ("unknown".to_owned(), None),
+            };
+            return Ok(Some(LockState {
+                key,
+                kind: LockKind::IdempotencyRecord,
+                holder: Some(holder.clone()),
+                holders: vec![holder],
+                waiting: Vec::new(),
+                since,
+                held: true,
+                remaining: seen.remaining,
+                fencing_counter: 0,
+                waiters: 0,
+                held_by_this_client: false,
+                fencing_token: None,
+            }));
+        }
+        let _ = (key, name);
+        Ok(None)
+    }
+
     /// The labels of the clients that drew `tokens`, by client id: this
     /// client's own without a round trip, the others' from the registry.
     async fn labels_of<'a>(
@@ -179,7 +222,9 @@ impl LockClient {
     /// The locks held now whose keys start with `starting_with` (`""`: all),
     /// at most `limit` of them, each as [`LockClient::inspect`] sees it
     /// (mutexes, read-write locks and semaphores; holders and waiters
-    /// named), sorted by key. Found with `SCAN` (bounded by `limit`, never
+    /// named; with the `axum` feature also `IdempotencyLayer` records in
+    /// flight, by their hashed names, named by the claimer's label), sorted
+    /// by key. Found with `SCAN` (bounded by `limit`, never
     /// `KEYS`): on one server, a Sentinel group, Redlock (the union over the
     /// masters), a Redis Cluster (every master that serves slots, found with
     /// `CLUSTER NODES`) and the embedded backend (mutexes).
@@ -194,21 +239,30 @@ impl LockClient {
             .backend
             .scan_locks(prefix, limit.saturating_mul(4).max(limit))
             .await?;
-        let mut keys: Vec<String> = names
+        let mut keys: Vec<(String, Option<&String>)> = names
             .iter()
             .filter_map(|name| match crate::key::parse(prefix, name) {
-                Some(('L' | 'W' | 'R' | 'P', key)) if key.starts_with(starting_with) => Some(key),
+                Some(('L' | 'W' | 'R' | 'P', key)) if key.starts_with(starting_with) => {
+                    Some((key, None))
+                }
+                Some(('I', key)) if key.starts_with(starting_with) => Some((key, Some(name))),
                 _ => None,
             })
             .collect();
         keys.sort();
         keys.dedup();
         let mut held = Vec::new();
-        for key in keys {
+        for (key, record) in keys {
             if held.len() == limit {
                 break;
             }
-            let state = self.inspect(&key).await?;
+            let state = match record {
+                None => self.inspect(&key).await?,
+                Some(name) => match self.record_in_flight(key, name).await? {
+                    Some(state) => state,
+                    None => continue,
+                },
+            };
             if state.held {
                 held.push(state);
             }
@@ -236,6 +290,7 @@ impl LockClient {
             LockKind::Mutex => Shape::Mutex,
             LockKind::RwLock => Shape::Write,
             LockKind::Semaphore => Shape::Permits(1),
+            LockKind::IdempotencyRecord => Shape::Mutex,
         };
         let names = KeyNames::shaped(&self.0.prefix, key, shape);
         let fence = self.0.backend.force_release(&names, key).await?;
