@@ -77,6 +77,12 @@ async fn keys_with_separators_braces_spaces_and_unicode_are_distinct_locks() {
     // What stays: the fencing counters of the keys' hash slots (tokens must
     // keep increasing), at most one per key.
     let left = server.try_cli(&["--scan"]).unwrap();
+    // (And each client's registry entry: its label.)
+    let left: String = left
+        .lines()
+        .filter(|n| !n.starts_with("lock:C{"))
+        .map(|n| format!("{n}\n"))
+        .collect();
     assert!(left.lines().all(|n| n.starts_with("lock:S{")), "{left}");
     let mut counters: Vec<String> = keys
         .iter()
@@ -95,9 +101,15 @@ async fn keys_with_separators_braces_spaces_and_unicode_are_distinct_locks() {
             &bad[..bad.len().min(10)]
         );
     }
+    // The counters, and one registry entry per client (`a`, `b`, `c`).
+    let clients = server
+        .try_cli(&["--scan", "--pattern", "lock:C{*"])
+        .unwrap()
+        .lines()
+        .count();
     assert_eq!(
         server.try_cli(&["DBSIZE"]).unwrap(),
-        counters.len().to_string()
+        (counters.len() + clients).to_string()
     );
 }
 
@@ -165,7 +177,8 @@ async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
 
     // Forged tokens against the scripts themselves.
     let owner = server.try_cli(&["GET", "lock:L{k}"]).unwrap();
-    assert_eq!(owner.len(), 32, "a 128-bit hex token: {owner:?}");
+    let random = owner.split('.').next().unwrap();
+    assert_eq!(random.len(), 32, "a 128-bit hex token: {owner:?}");
     let before: i64 = server
         .try_cli(&["PTTL", "lock:L{k}"])
         .unwrap()
@@ -362,6 +375,9 @@ async fn an_acl_user_limited_to_the_lock_prefix_works_and_the_library_touches_no
             for key in &args[3..3 + n] {
                 assert!(key.starts_with("lock:"), "outside the prefix: {line}");
             }
+        } else if name == "SET" {
+            // The client's registry entry (its label), in the prefix.
+            assert!(args[1].starts_with("lock:C{"), "{line}");
         } else if name == "SUBSCRIBE" || name == "UNSUBSCRIBE" {
             assert!(args[1..].iter().all(|c| c.starts_with("lock:")), "{line}");
         } else {

@@ -19,8 +19,13 @@ pub(crate) struct Inner {
     pub(crate) next_lock_id: AtomicU64,
     /// Held keys that this client's own waiters queue on in-process.
     pub(crate) local: Local,
-    /// Folded into every token this client draws.
+    /// Folded into every token this client draws; holds the client's id.
     pub(crate) salt: Salt,
+    /// The client's name, shown by `inspect` (`LockClientBuilder::label`).
+    pub(crate) label: String,
+    /// The task that renews the client's registry entry, and how it finds
+    /// the client (it stops once the client is gone).
+    pub(crate) registration: std::sync::Mutex<Option<crate::client::Registration>>,
 }
 
 impl Inner {

@@ -134,8 +134,9 @@ pub mod layer;
 #[path = "private.rs"]
 pub mod __private;
 
+pub use backend::labels::MAX_LABEL_LEN;
 pub use client::{
-    LockAllGuard, LockAllRequest, LockClient, LockClientBuilder, LockRequest, LockState,
+    LockAllGuard, LockAllRequest, LockClient, LockClientBuilder, LockKind, LockRequest, LockState,
     MAX_LOCK_ALL_KEYS, RwLockRequest,
 };
 pub use context::{LockInfo, current_lock};
@@ -143,7 +144,7 @@ pub use error::{BackendError, LockError};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
 pub use key::escape_key_part;
-pub use leader::{Leader, LeaderRequest, Leadership, MAX_LABEL_LEN};
+pub use leader::{Leader, LeaderRequest, Leadership};
 // Defined in the internal `lock-keys` crate, which the attribute reads too.
 #[doc(inline)]
 pub use lock_keys::{DEFAULT_TTL, MAX_KEY_LEN, MAX_PREFIX_LEN, MAX_TTL, MIN_TTL};

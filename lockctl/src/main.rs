@@ -1,38 +1,43 @@
-//! `lockctl`: see and, in an emergency, break the locks of `lock-runtime`.
+//! `lockctl`: see who holds and waits for the locks of `lock-runtime`, and,
+//! in an emergency, break one.
 //!
 //! ```text
-//! lockctl [--redis URL] [--key-prefix P] [--json] inspect KEY
-//! lockctl [--redis URL] [--key-prefix P] [--json] list [--prefix P] [--limit N]
-//! lockctl [--redis URL] [--key-prefix P] force-release KEY [--yes]
-//! lockctl [--redis URL] [--key-prefix P] [--json] leaders [--prefix P] [--limit N]
+//! lockctl [--redis URL | --cluster URL...] [--key-prefix P] [--json] show KEY
+//! lockctl [--redis URL | --cluster URL...] [--key-prefix P] [--json] list [--prefix P] [--limit N]
+//! lockctl [--redis URL | --cluster URL...] [--key-prefix P] [--json] leaders [--prefix P] [--limit N]
+//! lockctl [--redis URL | --cluster URL...] [--key-prefix P] [--json] force-release KEY [--yes]
 //! ```
 //!
-//! `--redis` defaults to `REDIS_URL`. Output is a table, or JSON with
-//! `--json`. Every failure (a bad URL, an unreachable server, a bad key) is
-//! one line on standard error and a non-zero exit: 1 when the command could
-//! not do what was asked (nothing to release, release declined), 2 for bad
-//! input or an unreachable server.
+//! `--redis` defaults to `REDIS_URL`; `--cluster` takes the seeds of a
+//! Redis Cluster (then `list` covers every master). Output is a table, or
+//! JSON with `--json`. Every failure (a bad URL, an unreachable server, a
+//! bad key, nothing to release, a declined confirmation) is one line on
+//! standard error and exit code 1.
 
-use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use lock_runtime::{LockClient, LockState};
-use serde_json::json;
+use lock_runtime::LockClient;
 
+mod force;
 mod leaders;
+mod output;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "lockctl",
     version,
-    about = "Inspect, list and force-release lock-runtime locks"
+    about = "Show who holds and waits for lock-runtime locks, list them, force-release one"
 )]
 struct Cli {
     /// The Redis server (or Sentinel-less master) the locks live on.
     #[arg(long, env = "REDIS_URL", value_name = "URL")]
-    redis: String,
+    redis: Option<String>,
+    /// A seed node of a Redis Cluster (repeat for more); used instead of
+    /// --redis.
+    #[arg(long, value_name = "URL")]
+    cluster: Vec<String>,
     /// The prefix the services' clients use (`LockClientBuilder::key_prefix`).
     #[arg(long, default_value = "lock:", value_name = "PREFIX")]
     key_prefix: String,
@@ -45,12 +50,16 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Whether KEY is held, the lease left, the fencing counter, the waiters.
-    Inspect {
+    /// KEY's lock (the mutex, read-write lock or semaphore in use): its
+    /// holder (label), since when, the lease left, the fencing counter, and
+    /// the queue of waiters by label, in line order.
+    #[command(alias = "inspect")]
+    Show {
         /// The lock's key, as the service names it (without the prefix).
         key: String,
     },
-    /// The locks held now (found with SCAN, bounded; never KEYS).
+    /// The locks held now, with their holders (found with SCAN, bounded;
+    /// never KEYS; on a cluster, on every master).
     List {
         /// Only keys starting with this.
         #[arg(long, default_value = "")]
@@ -68,8 +77,12 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
-    /// Deletes KEY's lock whoever holds it (the holder learns at its next
-    /// renewal). Asks first unless --yes; logs who did it.
+    /// Deletes KEY's lock whoever holds it (every holder of a read-write
+    /// lock or semaphore), and raises the key's fencing counter: the
+    /// evicted holder learns at its next renewal, and its next fenced write
+    /// (fence::redis with KEY as the resource, on the lock's server) is
+    /// refused as stale, as is any write with a token issued before. Asks
+    /// first unless --yes; logs who did it.
     ForceRelease {
         /// The lock's key.
         key: String,
@@ -79,15 +92,21 @@ enum Command {
     },
 }
 
-/// A failure: its one-line message and exit code.
-struct Failure(u8, String);
+/// A failure: its one-line message (the exit code is 1).
+struct Failure(String);
+
+impl From<lock_runtime::LockError> for Failure {
+    fn from(err: lock_runtime::LockError) -> Self {
+        Failure(one_line(&err))
+    }
+}
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
         .without_time()
-        .with_max_level(tracing::Level::WARN)
+        .with_max_level(tracing::Level::ERROR)
         .init();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -97,152 +116,66 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("lockctl: cannot start: {e}");
-            return ExitCode::from(2);
+            return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure(code, message)) => {
+        Err(Failure(message)) => {
             eprintln!("lockctl: {message}");
-            ExitCode::from(code)
+            ExitCode::FAILURE
         }
     }
 }
 
 /// An error and its causes on one line.
 fn one_line(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
+    let mut text = err.to_string().replace('\n', " ");
     let mut next = err.source();
     while let Some(cause) = next {
-        text += &format!(": {cause}");
+        text += &format!(": {}", cause.to_string().replace('\n', " "));
         next = cause.source();
     }
     text
 }
 
-fn bad(err: lock_runtime::LockError) -> Failure {
-    Failure(2, one_line(&err))
-}
-
-async fn run(cli: Cli) -> Result<(), Failure> {
-    let client = LockClient::builder()
-        .redis(&cli.redis)
+async fn client(cli: &Cli) -> Result<LockClient, Failure> {
+    let builder = LockClient::builder();
+    let builder = match (&cli.redis, cli.cluster.is_empty()) {
+        (_, false) => builder.cluster(cli.cluster.iter().cloned()),
+        (Some(url), true) => builder.redis(url),
+        (None, true) => {
+            return Err(Failure(
+                "no server: give --redis URL (or set REDIS_URL), or --cluster URL".into(),
+            ));
+        }
+    };
+    Ok(builder
         .key_prefix(&cli.key_prefix)
+        .label(format!("lockctl:{}", force::operator()))
         .connect_timeout(Duration::from_secs(2))
         .response_timeout(Duration::from_secs(2))
         .build()
-        .await
-        .map_err(bad)?;
+        .await?)
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let client = client(&cli).await?;
     match cli.command {
-        Command::Inspect { key } => {
-            let state = client.inspect(&key).await.map_err(bad)?;
-            print_states(&[state], cli.json, true);
-            Ok(())
+        Command::Show { key } => {
+            let state = client.inspect(&key).await?;
+            output::show(&state, cli.json);
         }
         Command::List { prefix, limit } => {
-            let states = client.list(&prefix, limit).await.map_err(bad)?;
-            print_states(&states, cli.json, false);
-            Ok(())
+            let states = client.list(&prefix, limit).await?;
+            output::list(&states, cli.json);
         }
-        Command::Leaders { prefix, limit } => leaders::print(&client, &prefix, limit, cli.json)
-            .await
-            .map_err(bad),
+        Command::Leaders { prefix, limit } => {
+            leaders::print(&client, &prefix, limit, cli.json).await?;
+        }
         Command::ForceRelease { key, yes } => {
-            let state = client.inspect(&key).await.map_err(bad)?;
-            if !state.held {
-                return Err(Failure(
-                    1,
-                    format!("`{key}` is not held: nothing to release"),
-                ));
-            }
-            if !yes && !confirm(&state)? {
-                return Err(Failure(1, "not released".into()));
-            }
-            let who = operator();
-            let held = client.force_release(&key).await.map_err(bad)?;
-            eprintln!("lockctl: {who} force-released `{key}` (held: {held})");
-            if cli.json {
-                println!("{}", json!({ "key": key, "released": held, "by": who }));
-            } else {
-                println!("released `{key}`");
-            }
-            Ok(())
+            force::release(&client, &key, yes, cli.json).await?;
         }
     }
-}
-
-/// `user@host` of whoever runs this, for the log.
-fn operator() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/etc/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "unknown-host".into());
-    format!("{user}@{host}")
-}
-
-fn confirm(state: &LockState) -> Result<bool, Failure> {
-    eprint!(
-        "force-release `{}` (lease left {}, {} waiting)? The holder may still be working. [y/N] ",
-        state.key,
-        lease(state),
-        state.waiters
-    );
-    let _ = std::io::stderr().flush();
-    let mut answer = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut answer)
-        .map_err(|e| Failure(2, format!("cannot read the answer: {e}")))?;
-    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
-}
-
-fn lease(state: &LockState) -> String {
-    match (state.held, state.remaining) {
-        (false, _) => "-".into(),
-        (true, None) => "no expiry".into(),
-        (true, Some(left)) => {
-            humantime::format_duration(Duration::from_millis(left.as_millis() as u64)).to_string()
-        }
-    }
-}
-
-fn print_states(states: &[LockState], as_json: bool, show_free: bool) {
-    if as_json {
-        let rows: Vec<_> = states
-            .iter()
-            .map(|s| {
-                json!({
-                    "key": s.key,
-                    "held": s.held,
-                    "remaining_ms": s.remaining.map(|d| d.as_millis() as u64),
-                    "fencing_counter": s.fencing_counter,
-                    "waiters": s.waiters,
-                })
-            })
-            .collect();
-        let out = if show_free && rows.len() == 1 {
-            rows[0].clone()
-        } else {
-            serde_json::Value::Array(rows)
-        };
-        println!("{out}");
-        return;
-    }
-    let width = states.iter().map(|s| s.key.len()).max().unwrap_or(3).max(3);
-    println!(
-        "{:width$}  {:5}  {:>12}  {:>15}  {:>7}",
-        "KEY", "HELD", "LEASE LEFT", "FENCING COUNTER", "WAITERS"
-    );
-    for s in states {
-        println!(
-            "{:width$}  {:5}  {:>12}  {:>15}  {:>7}",
-            s.key,
-            if s.held { "yes" } else { "no" },
-            lease(s),
-            s.fencing_counter,
-            s.waiters
-        );
-    }
+    Ok(())
 }

@@ -99,13 +99,13 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
     ] {
         let out = lockctl(&url, &args, "");
         let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{url}: {err}");
+        assert_eq!(out.status.code(), Some(1), "{url}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{url}: {err}");
         assert!(err.to_lowercase().contains(says), "{url}: {err}");
     }
     let server = RedisServer::start();
     let out = lockctl(&server.url(), &["inspect", ""], "");
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("invalid lock key"),
         "{}",

@@ -10,6 +10,9 @@
 //! * [`topology`]: independent masters for Redlock, a Sentinel deployment and
 //!   a Redis Cluster, on loopback.
 //! * [`helpers`]: small async helpers for tests of `lock_runtime`.
+//! * [`CommandProxy`]: a loopback proxy that records every command name a
+//!   client sends (what `ACL LOG` and `MONITOR` cannot show on servers that
+//!   do not know the command).
 //! * `http` (feature `http`): an axum app served on a loopback port.
 //!
 //! Constructors come in two flavours: `start*` panic (for tests), `try_*`
@@ -26,6 +29,7 @@ pub mod helpers;
 #[cfg(feature = "http")]
 pub mod http;
 mod postgres;
+mod proxy;
 mod replies;
 mod server;
 mod tls;
@@ -33,6 +37,7 @@ pub mod topology;
 
 pub use acl::ACL_LOCKER;
 pub use postgres::{PostgresServer, postgres_bin_dir};
+pub use proxy::CommandProxy;
 pub use replies::{KILL_OTHER_CLIENTS, LostReplies, RawConnection};
 pub use server::{RedisServer, free_port, redis_server_bin, signal, try_free_port};
 pub use tls::{TlsFiles, self_signed_cert};

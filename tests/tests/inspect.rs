@@ -121,10 +121,8 @@ async fn inspect_on_sentinel() {
 async fn inspect_on_a_cluster() {
     let cluster = Cluster::start(3);
     let client = cluster.builder().build().await.unwrap();
-    let err = client.list("", 10).await.unwrap_err();
-    assert!(
-        err.is_config(),
-        "listing a cluster needs each master's URL: {err:?}"
-    );
+    // Listed on every master (lockctl/tests/lockctl_cluster.rs holds locks
+    // on each): nothing held yet.
+    assert!(client.list("", 10).await.unwrap().is_empty());
     a_lock_is_seen_free_held_waited_for_and_free_again(cluster.builder(), true).await;
 }

@@ -23,10 +23,16 @@ pub(crate) struct RedisOptions {
 
 /// Parses a URL into a driver client, as a configuration error when malformed.
 pub(crate) fn open_client(url: &str) -> Result<redis::Client, LockError> {
-    let client = redis::Client::open(url).map_err(|e| {
-        // Never echo the URL: it may carry a password.
-        LockError::Config(format!("invalid Redis URL: {e}"))
-    })?;
+    use redis::IntoConnectionInfo;
+    // Never echo the URL: it may carry a password.
+    let invalid = |e: redis::RedisError| LockError::Config(format!("invalid Redis URL: {e}"));
+    let info = url.into_connection_info().map_err(invalid)?;
+    // No `CLIENT SETINFO` after connecting (redis-rs names itself by
+    // default): a least-privilege ACL user need not be allowed it, and
+    // servers that know the command (Redis 7.2+, Valkey) would log every
+    // refusal in `ACL LOG`.
+    let settings = skip_set_lib_name(info.redis_settings().clone());
+    let client = redis::Client::open(info.set_redis_settings(settings)).map_err(invalid)?;
     #[cfg(not(feature = "tls"))]
     if url.starts_with("rediss://") {
         return Err(LockError::Config(
@@ -39,6 +45,13 @@ pub(crate) fn open_client(url: &str) -> Result<redis::Client, LockError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
     Ok(client)
+}
+
+/// `settings` without the `CLIENT SETINFO` that redis-rs sends on connect.
+pub(crate) fn skip_set_lib_name(
+    settings: redis::RedisConnectionInfo,
+) -> redis::RedisConnectionInfo {
+    settings.set_skip_set_lib_name()
 }
 
 /// A cheap-to-clone connection handle for scripts and commands.
@@ -139,13 +152,17 @@ impl SentinelConn {
             .iter()
             .map(|url| open_client(url).map(|c| c.get_connection_info().clone()))
             .collect::<Result<Vec<_>, _>>()?;
+        // The master's connections: as before (the driver's defaults), but
+        // without `CLIENT SETINFO` (see `open_client`).
+        let master_info = redis::sentinel::SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(skip_set_lib_name(Default::default()));
         // `build` takes a `String` without redis' TLS feature and `impl AsRef<str>`
         // with it; an owned string fits both.
         #[allow(clippy::unnecessary_to_owned)]
         let sentinel = SentinelClient::build(
             infos,
             master.to_owned(),
-            None,
+            Some(master_info),
             redis::sentinel::SentinelServerType::Master,
         )
         .map_err(|e| LockError::Config(format!("invalid Sentinel configuration: {e}")))?;

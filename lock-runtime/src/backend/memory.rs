@@ -12,6 +12,8 @@ use super::{AcquireOutcome, HANDOFF_LEASE};
 use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
+mod observe;
+
 #[derive(Debug)]
 struct Held {
     token: Token,
@@ -294,27 +296,6 @@ impl MemoryBackend {
         }
     }
 
-    /// The lock's state (see [`super::inspect`]).
-    pub(crate) fn observe(&self, names: &KeyNames) -> super::inspect::Observed {
-        let now = Instant::now();
-        let state = self.state();
-        let held = state
-            .locks
-            .get(&names.lock)
-            .filter(|held| held.expires > now);
-        let queued = state
-            .queues
-            .get(&names.queue)
-            .filter(|queue| queue.expires > now)
-            .map_or(0, |queue| queue.entries.len());
-        super::inspect::Observed {
-            held: held.is_some(),
-            remaining: held.map(|held| held.expires - now),
-            fence: state.fence,
-            queued,
-        }
-    }
-
     /// A leader's record: its label, term and the lease left; `None` when
     /// nobody leads `names`.
     pub(crate) fn leader(&self, names: &KeyNames) -> Option<(String, u64, Duration)> {
@@ -449,5 +430,4 @@ fn grant(
 }
 
 #[cfg(test)]
-#[path = "memory_tests.rs"]
 mod tests;

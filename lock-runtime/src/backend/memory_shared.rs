@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::inspect::{Holding, Observed};
 use super::{AcquireOutcome, HANDOFF_LEASE};
 use crate::key::{KeyNames, Shape};
 use crate::token::Token;
@@ -111,6 +112,46 @@ pub(super) struct SharedLocks(HashMap<String, Shared>);
 pub(super) type Grants = Vec<(Token, u64)>;
 
 impl SharedLocks {
+    /// The state of the read-write lock or semaphore `names` (see
+    /// [`super::inspect`]): holders by fencing token, waiters in line.
+    pub(super) fn observe(&self, names: &KeyNames, fence: u64) -> Observed {
+        let now = Instant::now();
+        let Some(lock) = self.0.get(&names.lock) else {
+            return Observed {
+                fence,
+                ..Observed::default()
+            };
+        };
+        let mut holders: Vec<Holding> = lock
+            .writer
+            .iter()
+            .chain(&lock.holders)
+            .filter(|(_, until, _)| *until > now)
+            .map(|(token, until, fencing)| Holding {
+                token: token.as_str().to_owned(),
+                fencing: Some(*fencing),
+                remaining: Some(*until - now),
+            })
+            .collect();
+        holders.sort_by_key(|h| h.fencing);
+        let waiting: Vec<String> = if lock.queue_expires > now {
+            lock.queue
+                .iter()
+                .map(|(t, ..)| t.as_str().to_owned())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Observed {
+            held: !holders.is_empty(),
+            remaining: holders.first().and_then(|h| h.remaining),
+            fence,
+            queued: waiting.len(),
+            holders,
+            waiting,
+        }
+    }
+
     /// Drops what ended by `now` (a periodic sweep).
     pub(super) fn sweep(&mut self, now: Instant) {
         self.0.retain(|_, lock| {
@@ -217,5 +258,23 @@ impl SharedLocks {
         }
         granted.retain(|(t, _)| t != token);
         (ours, granted)
+    }
+
+    /// Drops every holder of `names` (an operator's force-release) and
+    /// grants the waiters that now fit.
+    pub(super) fn evict(&mut self, names: &KeyNames, fence: &mut u64) -> Grants {
+        let now = Instant::now();
+        let (_, limit) = mode(names.shape);
+        let Some(lock) = self.0.get_mut(&names.lock) else {
+            return Grants::new();
+        };
+        lock.writer = None;
+        lock.holders.clear();
+        lock.expire(now);
+        let granted = lock.promote(fence, limit, now);
+        if lock.is_empty() {
+            self.0.remove(&names.lock);
+        }
+        granted
     }
 }

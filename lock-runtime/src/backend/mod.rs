@@ -9,7 +9,9 @@ use crate::token::Token;
 
 mod all;
 pub(crate) mod conn;
-mod inspect;
+mod force;
+pub(crate) mod inspect;
+pub(crate) mod labels;
 mod leaders;
 pub(crate) mod memory;
 mod memory_shared;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::{DEFAULT_TTL, LockClient, validate_ttl};
 use crate::LockError;
 use crate::backend::Backend;
+use crate::backend::labels::{default_label, validate_label};
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::{memory::MemoryBackend, redis::RedisBackend, redis::RedisOptions};
 use crate::client::local::Local;
@@ -29,6 +30,7 @@ pub struct LockClientBuilder {
     response_timeout: Duration,
     replica_acks: Option<(u32, Duration)>,
     local_handover: bool,
+    label: Option<String>,
 }
 
 #[derive(Clone)]
@@ -51,6 +53,7 @@ impl Default for LockClientBuilder {
             response_timeout: Duration::from_secs(1),
             replica_acks: None,
             local_handover: true,
+            label: None,
         }
     }
 }
@@ -74,6 +77,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("replica_acks", &self.replica_acks)
             .field("local_handover", &self.local_handover)
+            .field("label", &self.label)
             .finish()
     }
 }
@@ -191,6 +195,21 @@ impl LockClientBuilder {
         self
     }
 
+    /// The client's name, shown to operators as the holder or a waiter of
+    /// its locks (`inspect`, `lockctl show`); default `hostname:pid`. Say
+    /// which pod or process this is (`"pod-a"`, `"billing-7f9c:4121"`): it
+    /// is stored readable by anybody who can read the lock keys, so never a
+    /// secret. 1 to 128 bytes, no control characters (else `build` fails
+    /// with `LockError::Config`).
+    ///
+    /// Kept at no cost per acquire: each token carries the client's id, and
+    /// one registry entry per client (renewed by the client while it lives,
+    /// gone a minute after it ends) maps the id to the label.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// Checks the configuration, connects and loads the scripts.
     ///
     /// `LockError::Config` for a missing backend, a malformed URL or a bad
@@ -199,6 +218,11 @@ impl LockClientBuilder {
     pub async fn build(self) -> Result<LockClient, LockError> {
         validate_prefix(&self.prefix)?;
         validate_ttl(self.default_ttl)?;
+        let label = match self.label {
+            Some(label) => label,
+            None => default_label(),
+        };
+        validate_label(&label)?;
         for (name, t) in [
             ("connect_timeout", self.connect_timeout),
             ("response_timeout", self.response_timeout),
@@ -246,7 +270,7 @@ impl LockClientBuilder {
         };
         let salt = Salt::from_os()?;
         tracing::debug!(backend = backend.describe(), prefix = %self.prefix, "lock client ready");
-        Ok(LockClient(Arc::new(Inner {
+        let inner = Arc::new(Inner {
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
             local: Local::new(self.local_handover && backend.hands_on_locally()),
             watchdog: Watchdog::start(backend.clone()),
@@ -255,7 +279,11 @@ impl LockClientBuilder {
             default_ttl: self.default_ttl,
             next_lock_id: AtomicU64::new(1),
             salt,
-        })))
+            label,
+            registration: Default::default(),
+        });
+        super::registry::register(&inner).await;
+        Ok(LockClient(inner))
     }
 }
 

@@ -1,19 +1,73 @@
 //! [`LockClient::inspect`]: who holds what, for operators and dashboards.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::LockClient;
 use crate::LockError;
-use crate::key::{KeyNames, validate_key};
+use crate::backend::inspect::Observed;
+use crate::key::{KeyNames, Shape, validate_key};
+use crate::token::public_part;
+
+/// Which of the three locks a key names [`LockClient::inspect`] reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// `client.lock(key)` (and `lock_all`, which takes mutexes).
+    #[default]
+    Mutex,
+    /// `client.rw_lock(key)`: a writer, or readers.
+    RwLock,
+    /// `client.semaphore(key, n)`: permits.
+    Semaphore,
+    /// An `IdempotencyLayer` record in flight (listed by
+    /// [`LockClient::list`]; its key is the record's hashed name).
+    IdempotencyRecord,
+}
+
+impl LockKind {
+    /// `"mutex"`, `"rw_lock"` or `"semaphore"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockKind::Mutex => "mutex",
+            LockKind::RwLock => "rw_lock",
+            LockKind::Semaphore => "semaphore",
+            LockKind::IdempotencyRecord => "idempotency_record",
+        }
+    }
+}
 
 /// A lock's state as [`LockClient::inspect`] read it: a snapshot, stale the
 /// moment it is returned. For operators, dashboards and tests; never decide
 /// to skip taking a lock from it.
+///
+/// Holders and waiters are named by their clients' labels
+/// ([`LockClientBuilder::label`](crate::LockClientBuilder::label)); a
+/// client whose registry entry is gone (it ended over a minute ago) shows as
+/// `unknown client <id>`, a value set by hand as `unknown`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockState {
     /// The key, as given (without the client's prefix).
     pub key: String,
+    /// Which of the key's locks this is: the first of the mutex, the
+    /// read-write lock and the semaphore that is held or has waiters (the
+    /// mutex when none is).
+    pub kind: LockKind,
+    /// The holder's label; where several readers or permits hold, the first
+    /// of them (the one that took it first).
+    pub holder: Option<String>,
+    /// Every holder's label, in the order they took it (one entry per
+    /// guard: a client holding two permits appears twice).
+    pub holders: Vec<String>,
+    /// The queued waiters' labels, in line order, one entry per waiting
+    /// task (at most 1,000 are read).
+    pub waiting: Vec<String>,
+    /// When the (first) holder asked for the lock: derived from its token,
+    /// which carries the time the holder's client drew it, at the start of
+    /// the acquire (so a holder that waited in line shows when it began to
+    /// wait), by that client's clock. `None` for a value set by hand.
+    pub since: Option<SystemTime>,
     /// Somebody holds the lock (on Redlock: a majority of the masters).
     pub held: bool,
     /// The lease left, when held with one (`None` when free, or when the key
@@ -34,9 +88,12 @@ pub struct LockState {
 }
 
 impl LockClient {
-    /// Reads the state of the lock `key` without touching it: whether it is
-    /// held and for how long, the fencing counter, how many wait, and
-    /// whether this client is the holder.
+    /// Reads the state of the lock `key` without touching it: which of the
+    /// key's locks is in use (see [`LockState::kind`]), whether it is held,
+    /// by whom and for how long, the fencing counter, who waits in line, and
+    /// whether this client is the holder. Two round trips at most: one for
+    /// the key's locks (one hash slot), one for the labels of clients other
+    /// than this one.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -45,6 +102,7 @@ impl LockClient {
     /// let guard = client.lock("order:42").acquire().await?;
     /// let state = client.inspect("order:42").await?;
     /// assert!(state.held && state.held_by_this_client);
+    /// assert_eq!(state.holder, Some(client.label().to_owned()));
     /// assert_eq!(state.fencing_token, Some(guard.fencing_token()));
     /// guard.release().await?;
     /// assert!(!client.inspect("order:42").await?.held);
@@ -53,28 +111,123 @@ impl LockClient {
     /// ```
     pub async fn inspect(&self, key: &str) -> Result<LockState, LockError> {
         validate_key(key)?;
-        let names = KeyNames::new(&self.0.prefix, key);
-        let seen = self.0.backend.inspect(&names).await?;
+        let prefix = &self.0.prefix;
+        let seen = self.0.backend.inspect(prefix, key).await?;
+        let busy = |o: &Observed| o.held || o.queued > 0;
+        let (kind, shape, seen) = if busy(&seen.mutex) {
+            (LockKind::Mutex, Shape::Mutex, seen.mutex)
+        } else if busy(&seen.rw) {
+            (LockKind::RwLock, Shape::Read, seen.rw)
+        } else if busy(&seen.semaphore) {
+            (LockKind::Semaphore, Shape::Permits(1), seen.semaphore)
+        } else {
+            (LockKind::Mutex, Shape::Mutex, seen.mutex)
+        };
+        let names = KeyNames::shaped(prefix, key, shape);
         let mine = self.0.watchdog.holding(&names.lock);
+        let tokens = seen
+            .holders
+            .iter()
+            .map(|h| h.token.as_str())
+            .chain(seen.waiting.iter().map(String::as_str));
+        let labels = self.labels_of(tokens).await?;
+        let name = |token: &str| match public_part(token) {
+            Some((id, _)) => labels
+                .get(id)
+                .cloned()
+                .unwrap_or_else(|| format!("unknown client {id}")),
+            None => "unknown".to_owned(),
+        };
+        let holders: Vec<String> = seen.holders.iter().map(|h| name(&h.token)).collect();
+        let since = seen
+            .holders
+            .first()
+            .and_then(|h| public_part(&h.token))
+            .map(|(_, ms)| UNIX_EPOCH + Duration::from_millis(ms));
         Ok(LockState {
             held_by_this_client: mine.is_some(),
             fencing_token: mine,
             key: key.to_owned(),
+            kind,
+            holder: holders.first().cloned(),
+            waiting: seen.waiting.iter().map(|t| name(t)).collect(),
+            holders,
+            since,
             held: seen.held,
             remaining: seen.remaining,
             fencing_counter: seen.fence,
             waiters: seen.queued,
         })
     }
+
+    /// The idempotency record `name` (key `key`) as a held lock, while a
+    /// request runs it: its claimer named by label.
+    async fn record_in_flight(
+        &self,
+        key: String,
+        name: &str,
+    ) -> Result<Option<LockState>, LockError> {
+        #[cfg(feature = "axum")]
+        if let Some(seen) = self.0.backend.record_in_flight(name).await? {
+            let labels = self.labels_of(std::iter::once(seen.owner.as_str())).await?;
+            let (holder, since) = match public_part(&seen.owner) {
+                Some((id, ms)) => (
+                    labels
+                        .get(id)
+                        .cloned()
+                        .unwrap_or_else(|| format!("unknown client {id}")),
+                    Some(UNIX_EPOCH + Duration::from_millis(ms)),
+                ),
+                None => ("unknown".to_owned(), None),
+            };
+            return Ok(Some(LockState {
+                key,
+                kind: LockKind::IdempotencyRecord,
+                holder: Some(holder.clone()),
+                holders: vec![holder],
+                waiting: Vec::new(),
+                since,
+                held: true,
+                remaining: seen.remaining,
+                fencing_counter: 0,
+                waiters: 0,
+                held_by_this_client: false,
+                fencing_token: None,
+            }));
+        }
+        let _ = (key, name);
+        Ok(None)
+    }
+
+    /// The labels of the clients that drew `tokens`, by client id: this
+    /// client's own without a round trip, the others' from the registry.
+    async fn labels_of<'a>(
+        &self,
+        tokens: impl Iterator<Item = &'a str>,
+    ) -> Result<HashMap<String, String>, LockError> {
+        let own = self.0.salt.client_id();
+        let mut ids: Vec<&str> = tokens
+            .filter_map(|t| public_part(t).map(|(id, _)| id))
+            .filter(|id| *id != own)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut labels = self.0.backend.labels_of(&self.0.prefix, &ids).await?;
+        labels.insert(own.to_owned(), self.0.label.clone());
+        Ok(labels)
+    }
 }
 
 impl LockClient {
     /// The locks held now whose keys start with `starting_with` (`""`: all),
-    /// at most `limit` of them, each as [`LockClient::inspect`] sees it,
-    /// sorted by key. Found with `SCAN` (bounded by `limit`, never `KEYS`).
-    /// On one server, a Sentinel group, Redlock (the union over the masters)
-    /// and the embedded backend; on a Redis Cluster it is a `Config` error:
-    /// list each master through a client of its own URL.
+    /// at most `limit` of them, each as [`LockClient::inspect`] sees it
+    /// (mutexes, read-write locks and semaphores; holders and waiters
+    /// named; with the `axum` feature also `IdempotencyLayer` records in
+    /// flight, by their hashed names, named by the claimer's label), sorted
+    /// by key. Found with `SCAN` (bounded by `limit`, never
+    /// `KEYS`): on one server, a Sentinel group, Redlock (the union over the
+    /// masters), a Redis Cluster (every master that serves slots, found with
+    /// `CLUSTER NODES`) and the embedded backend (mutexes).
     pub async fn list(
         &self,
         starting_with: &str,
@@ -86,21 +239,30 @@ impl LockClient {
             .backend
             .scan_locks(prefix, limit.saturating_mul(4).max(limit))
             .await?;
-        let mut keys: Vec<String> = names
+        let mut keys: Vec<(String, Option<&String>)> = names
             .iter()
             .filter_map(|name| match crate::key::parse(prefix, name) {
-                Some(('L', key)) if key.starts_with(starting_with) => Some(key),
+                Some(('L' | 'W' | 'R' | 'P', key)) if key.starts_with(starting_with) => {
+                    Some((key, None))
+                }
+                Some(('I', key)) if key.starts_with(starting_with) => Some((key, Some(name))),
                 _ => None,
             })
             .collect();
         keys.sort();
         keys.dedup();
         let mut held = Vec::new();
-        for key in keys {
+        for (key, record) in keys {
             if held.len() == limit {
                 break;
             }
-            let state = self.inspect(&key).await?;
+            let state = match record {
+                None => self.inspect(&key).await?,
+                Some(name) => match self.record_in_flight(key, name).await? {
+                    Some(state) => state,
+                    None => continue,
+                },
+            };
             if state.held {
                 held.push(state);
             }
@@ -113,10 +275,33 @@ impl LockClient {
     /// holder is not asked, and finds out at its next renewal (its `lost()`
     /// resolves), while a new holder may already run. Logged as a `tracing`
     /// warning naming the key.
+    ///
+    /// It takes the lock [`inspect`](Self::inspect) reports (the mutex, or
+    /// every holder of the read-write lock or the semaphore), and raises the
+    /// key's fencing counter: the next holder's token is above every token
+    /// issued before, and the record that [`fence::redis`](crate::fence::redis)
+    /// keeps for resource `key` on the lock's server is raised to it too, so
+    /// the evicted holder's next fenced write there is refused
+    /// (`LockError::Stale`) even before a new holder writes. Waiters are told
+    /// to try again at once.
     pub async fn force_release(&self, key: &str) -> Result<bool, LockError> {
-        let held = self.inspect(key).await?.held;
-        self.force_delete(key).await?;
-        tracing::warn!(%key, was_held = held, "lock force-released by an operator");
-        Ok(held)
+        let state = self.inspect(key).await?;
+        let shape = match state.kind {
+            LockKind::Mutex => Shape::Mutex,
+            LockKind::RwLock => Shape::Write,
+            LockKind::Semaphore => Shape::Permits(1),
+            LockKind::IdempotencyRecord => Shape::Mutex,
+        };
+        let names = KeyNames::shaped(&self.0.prefix, key, shape);
+        let fence = self.0.backend.force_release(&names, key).await?;
+        tracing::warn!(
+            %key,
+            kind = state.kind.as_str(),
+            was_held = state.held,
+            holder = state.holder.as_deref().unwrap_or("-"),
+            fencing_counter = fence,
+            "lock force-released by an operator"
+        );
+        Ok(state.held)
     }
 }

@@ -24,12 +24,14 @@ mod family;
 pub(crate) mod handover;
 mod inspect;
 pub(crate) mod local;
+mod registry;
 mod request;
 
 pub use all::{LockAllGuard, LockAllRequest, MAX_LOCK_ALL_KEYS};
 pub use builder::LockClientBuilder;
 pub use family::RwLockRequest;
-pub use inspect::LockState;
+pub use inspect::{LockKind, LockState};
+pub(crate) use registry::Registration;
 pub use request::LockRequest;
 
 /// Restarts the client's background tasks (the watchdog, the notices) on
@@ -43,7 +45,9 @@ pub(crate) async fn keep_tasks_running(inner: &Inner) -> Result<(), LockError> {
         return Ok(());
     }
     inner.backend.restart_if_ended().await?;
-    inner.watchdog.restart_if_ended()
+    inner.watchdog.restart_if_ended()?;
+    registry::restart_if_ended(inner);
+    Ok(())
 }
 
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {
@@ -111,6 +115,12 @@ impl LockClient {
     /// Starts configuring a client.
     pub fn builder() -> LockClientBuilder {
         LockClientBuilder::default()
+    }
+
+    /// This client's label ([`LockClientBuilder::label`]): how `inspect`
+    /// names it as a holder or waiter.
+    pub fn label(&self) -> &str {
+        &self.0.label
     }
 
     /// Starts a request for the lock named `key` (without the prefix). Nothing

@@ -22,50 +22,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::labels;
 use crate::client::LockClient;
 use crate::guard::LockGuard;
 use crate::key::{KeyNames, validate_key};
 use crate::{LockError, context};
 
 mod observe;
-
-/// The longest label, in bytes.
-pub const MAX_LABEL_LEN: usize = 256;
-
-/// The label a candidate gets when it sets none: `hostname:pid`.
-///
-/// The host name is `$HOSTNAME`, else the kernel's (`/proc/sys/kernel/hostname`,
-/// `/etc/hostname`), else `localhost`.
-pub(crate) fn default_label() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into());
-    format!("{host}:{}", std::process::id())
-}
-
-/// Checks a label: not empty, at most [`MAX_LABEL_LEN`] bytes, no control
-/// characters (it is printed by `lockctl leaders` and in logs).
-fn validate_label(label: &str) -> Result<(), LockError> {
-    if label.is_empty() {
-        return Err(LockError::Config("the leader's label is empty".into()));
-    }
-    if label.len() > MAX_LABEL_LEN {
-        return Err(LockError::Config(format!(
-            "the leader's label is {} bytes long; the limit is {MAX_LABEL_LEN}",
-            label.len()
-        )));
-    }
-    if let Some(c) = label.chars().find(|c| c.is_control()) {
-        return Err(LockError::Config(format!(
-            "the leader's label contains the control character {c:?}"
-        )));
-    }
-    Ok(())
-}
 
 /// Who leads an election: what [`LeaderRequest::observe`] and
 /// [`LockClient::leaders`] report.
@@ -119,16 +82,20 @@ impl LeaderRequest {
         self
     }
 
-    /// What observers see while this candidate leads (default: `hostname:pid`).
-    /// At most [`MAX_LABEL_LEN`] bytes, no control characters; never a secret.
+    /// What observers see while this candidate leads (default: the client's
+    /// [label](crate::LockClientBuilder::label), `hostname:pid` unless set).
+    /// At most [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes, no control characters; never a secret.
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = Some(label.into());
         self
     }
 
     fn checked_label(&self) -> Result<String, LockError> {
-        let label = self.label.clone().unwrap_or_else(default_label);
-        validate_label(&label)?;
+        let label = self
+            .label
+            .clone()
+            .unwrap_or_else(|| self.client.label().to_owned());
+        labels::validate("leader's label", &label)?;
         Ok(label)
     }
 

@@ -37,6 +37,7 @@ use crate::token::Token;
 
 mod memory;
 mod redis;
+mod seen;
 #[cfg(test)]
 mod tests;
 

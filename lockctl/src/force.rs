@@ -1,0 +1,87 @@
+//! `lockctl force-release`: ask, release, raise the fence, say who did it.
+
+use std::io::{BufRead, Write};
+
+use lock_runtime::{LockClient, LockState};
+use serde_json::json;
+
+use crate::Failure;
+use crate::output::{lease, waiting};
+
+pub(crate) async fn release(
+    client: &LockClient,
+    key: &str,
+    yes: bool,
+    as_json: bool,
+) -> Result<(), Failure> {
+    let state = client.inspect(key).await?;
+    if !state.held {
+        return Err(Failure(format!("`{key}` is not held: nothing to release")));
+    }
+    if !yes && !confirm(&state)? {
+        return Err(Failure("not released".into()));
+    }
+    let who = operator();
+    let held = client.force_release(key).await?;
+    let after = client.inspect(key).await?;
+    let holder = state.holder.as_deref().unwrap_or("-");
+    eprintln!(
+        "lockctl: {who} force-released `{key}` (held by {holder}: {held}; fencing counter now {})",
+        after.fencing_counter
+    );
+    if as_json {
+        println!(
+            "{}",
+            json!({
+                "key": key,
+                "released": held,
+                "by": who,
+                "holder": state.holder,
+                "holders": state.holders,
+                "fencing_counter": after.fencing_counter,
+            })
+        );
+    } else {
+        println!(
+            "released `{key}` (held by {holder}); fencing counter now {}: fenced writes with an \
+             earlier token are refused",
+            after.fencing_counter
+        );
+    }
+    Ok(())
+}
+
+/// `user@host` of whoever runs this, for the log.
+pub(crate) fn operator() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown-host".into());
+    let who: String = format!("{user}@{host}")
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(100)
+        .collect();
+    who
+}
+
+fn confirm(state: &LockState) -> Result<bool, Failure> {
+    eprint!(
+        "force-release `{}` ({} held by {}, lease left {}, waiting: {})? The holder may still \
+         be working; its fenced writes will be refused. [y/N] ",
+        state.key,
+        state.kind.as_str(),
+        state.holders.join(", "),
+        lease(state),
+        waiting(state),
+    );
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| Failure(format!("cannot read the answer: {e}")))?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}

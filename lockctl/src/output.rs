@@ -1,0 +1,132 @@
+//! Tables for people, JSON for scripts.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lock_runtime::LockState;
+use serde_json::{Value, json};
+
+/// The lease left, for people.
+pub(crate) fn lease(state: &LockState) -> String {
+    match (state.held, state.remaining) {
+        (false, _) => "-".into(),
+        (true, None) => "no expiry".into(),
+        (true, Some(left)) => humantime::format_duration(Duration::from_millis(
+            u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+        ))
+        .to_string(),
+    }
+}
+
+/// The queue, for people: `-`, or the labels in line order.
+pub(crate) fn waiting(state: &LockState) -> String {
+    if state.waiting.is_empty() {
+        "-".into()
+    } else {
+        state.waiting.join(", ")
+    }
+}
+
+/// When the holder took it, for people: the time, and how long ago.
+fn since(state: &LockState) -> String {
+    let Some(since) = state.since else {
+        return "-".into();
+    };
+    let ago = SystemTime::now().duration_since(since).unwrap_or_default();
+    format!(
+        "{} ({} ago)",
+        humantime::format_rfc3339_seconds(since),
+        humantime::format_duration(Duration::from_secs(ago.as_secs()))
+    )
+}
+
+fn to_json(s: &LockState) -> Value {
+    json!({
+        "key": s.key,
+        "kind": s.kind.as_str(),
+        "held": s.held,
+        "holder": s.holder,
+        "holders": s.holders,
+        "since_ms": s.since.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_millis() as u64),
+        "remaining_ms": s.remaining.map(|d| d.as_millis() as u64),
+        "fencing_counter": s.fencing_counter,
+        "waiters": s.waiters,
+        "waiting": s.waiting,
+    })
+}
+
+/// `show KEY`: one lock, field by field.
+pub(crate) fn show(s: &LockState, as_json: bool) {
+    if as_json {
+        println!("{}", to_json(s));
+        return;
+    }
+    let holders = if s.holders.len() > 1 {
+        s.holders.join(", ")
+    } else {
+        s.holder.clone().unwrap_or_else(|| "-".into())
+    };
+    let rows = [
+        ("KEY", s.key.clone()),
+        ("KIND", s.kind.as_str().to_owned()),
+        ("HELD", if s.held { "yes" } else { "no" }.to_owned()),
+        (
+            if s.holders.len() > 1 {
+                "HOLDERS"
+            } else {
+                "HOLDER"
+            },
+            holders,
+        ),
+        ("SINCE", since(s)),
+        ("LEASE LEFT", lease(s)),
+        ("FENCING COUNTER", s.fencing_counter.to_string()),
+        (
+            "WAITING",
+            format!(
+                "{} {}",
+                s.waiters,
+                if s.waiters == 0 {
+                    String::new()
+                } else {
+                    format!("({})", waiting(s))
+                }
+            )
+            .trim_end()
+            .to_owned(),
+        ),
+    ];
+    for (name, value) in rows {
+        println!("{name:<16} {value}");
+    }
+}
+
+/// `list`: one lock a line.
+pub(crate) fn list(states: &[LockState], as_json: bool) {
+    if as_json {
+        println!("{}", Value::Array(states.iter().map(to_json).collect()));
+        return;
+    }
+    let holder = |s: &LockState| s.holders.join(", ");
+    let key_w = states.iter().map(|s| s.key.len()).max().unwrap_or(0).max(3);
+    let holder_w = states
+        .iter()
+        .map(|s| holder(s).len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    println!(
+        "{:key_w$}  {:9}  {:holder_w$}  {:>12}  {:>15}  WAITING",
+        "KEY", "KIND", "HOLDER", "LEASE LEFT", "FENCING COUNTER"
+    );
+    for s in states {
+        println!(
+            "{:key_w$}  {:9}  {:holder_w$}  {:>12}  {:>15}  {}",
+            s.key,
+            s.kind.as_str(),
+            holder(s),
+            lease(s),
+            s.fencing_counter,
+            waiting(s)
+        );
+    }
+}

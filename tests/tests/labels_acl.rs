@@ -1,0 +1,71 @@
+//! The least-privilege ACL (`test_support::ACL_LOCKER`, the README's
+//! list) covers every command the client sends, whatever the server: a
+//! proxy records each command name on the wire, so a command this Redis
+//! does not know (`CLIENT SETINFO`, which redis-rs sends on connect unless
+//! told not to, and which Valkey 8 refused 18 times in the project's ACL
+//! test) fails the test here too.
+
+use std::time::Duration;
+
+use lock_runtime::LockClient;
+use test_support::{ACL_LOCKER, CommandProxy, RedisServer};
+
+/// The commands the ACL allows (`+evalsha`, `+script|load`, ...), and
+/// `auth`, which every user may send.
+fn documented() -> Vec<String> {
+    ACL_LOCKER
+        .iter()
+        .filter_map(|rule| rule.strip_prefix('+'))
+        .map(str::to_owned)
+        .chain(["auth".to_owned()])
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sends_nothing_outside_the_documented_acl() {
+    let server = RedisServer::start();
+    assert_eq!(server.cli(ACL_LOCKER), "OK");
+    let proxy = CommandProxy::start(server.port);
+    let url = format!("redis://locker:locker-pw@127.0.0.1:{}", proxy.port);
+    let build = |label: &'static str| {
+        LockClient::builder()
+            .redis(url.clone())
+            .label(label)
+            .build()
+    };
+    let (a, b) = (build("pod-a").await.unwrap(), build("pod-b").await.unwrap());
+
+    // A mutex handed over through a notice, renewed, released.
+    let held = a
+        .lock("k")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock("k").wait(Duration::from_secs(5)).acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!held.is_lost(), "renewal as the ACL user failed");
+    held.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+    // A read-write lock, a semaphore, several keys at once.
+    let reader = a.rw_lock("rw").read().acquire().await.unwrap();
+    reader.release().await.unwrap();
+    let permit = b.semaphore("s", 2).acquire().await.unwrap();
+    permit.release().await.unwrap();
+    let all = a.lock_all(["x", "y"]).acquire().await.unwrap();
+    all.release().await.unwrap();
+
+    let sent = proxy.commands();
+    assert!(sent.iter().any(|c| c == "evalsha"), "{sent:?}");
+    let allowed = documented();
+    let outside: Vec<&String> = sent.iter().filter(|c| !allowed.contains(c)).collect();
+    assert!(
+        outside.is_empty(),
+        "sent outside the documented ACL: {outside:?} (all: {sent:?})"
+    );
+    // And the server refused nothing.
+    assert_eq!(server.cli(&["ACL", "LOG"]), "", "ACL LOG");
+}
