@@ -83,7 +83,7 @@ impl Backend {
 
 /// One server: the mutex of a key and, given their names, its read-write
 /// lock and semaphore, in one round trip (one slot).
-async fn observe(
+pub(crate) async fn observe(
     node: &RedisBackend,
     mutex: &KeyNames,
     shared: Option<(&KeyNames, &KeyNames)>,

@@ -14,6 +14,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use super::Backend;
 use super::conn::Conn;
+use super::inspect::Observed;
 use super::redis::RedisBackend;
 use super::waiters::WaitHandle;
 use crate::LockError;
@@ -39,6 +40,17 @@ impl Backend {
             Backend::Redis(b) => read(&mut b.conn(names), &names.record).await,
             Backend::Memory(b) => Ok(b.leader(names)),
             Backend::Redlock(_) => Err(not_on_redlock()),
+        }
+    }
+
+    /// The lock behind the election `names`, read as
+    /// [`inspect`](Backend::inspect) reads a mutex: the leader's token and
+    /// the candidates' in line (nothing on Redlock, which has no elections).
+    pub(crate) async fn observe_leader(&self, names: &KeyNames) -> Result<Observed, LockError> {
+        match self {
+            Backend::Redis(b) => Ok(super::inspect::observe(b, names, None).await?.mutex),
+            Backend::Memory(b) => Ok(b.observe(names)),
+            Backend::Redlock(_) => Ok(Observed::default()),
         }
     }
 

@@ -20,18 +20,23 @@ pub enum LockKind {
     RwLock,
     /// `client.semaphore(key, n)`: permits.
     Semaphore,
+    /// `client.leader(key)`: an election, its leader the holder and its
+    /// candidates the waiters (holder named by the leader's own label).
+    Leader,
     /// An `IdempotencyLayer` record in flight (listed by
     /// [`LockClient::list`]; its key is the record's hashed name).
     IdempotencyRecord,
 }
 
 impl LockKind {
-    /// `"mutex"`, `"rw_lock"` or `"semaphore"`.
+    /// `"mutex"`, `"rw_lock"`, `"semaphore"`, `"leader"` or
+    /// `"idempotency_record"`.
     pub fn as_str(self) -> &'static str {
         match self {
             LockKind::Mutex => "mutex",
             LockKind::RwLock => "rw_lock",
             LockKind::Semaphore => "semaphore",
+            LockKind::Leader => "leader",
             LockKind::IdempotencyRecord => "idempotency_record",
         }
     }
@@ -51,8 +56,8 @@ pub struct LockState {
     /// The key, as given (without the client's prefix).
     pub key: String,
     /// Which of the key's locks this is: the first of the mutex, the
-    /// read-write lock and the semaphore that is held or has waiters (the
-    /// mutex when none is).
+    /// read-write lock, the semaphore and the leader election named `key`
+    /// that is held or has waiters (the mutex when none is).
     pub kind: LockKind,
     /// The holder's label; where several readers or permits hold, the first
     /// of them (the one that took it first).
@@ -91,9 +96,10 @@ impl LockClient {
     /// Reads the state of the lock `key` without touching it: which of the
     /// key's locks is in use (see [`LockState::kind`]), whether it is held,
     /// by whom and for how long, the fencing counter, who waits in line, and
-    /// whether this client is the holder. Two round trips at most: one for
-    /// the key's locks (one hash slot), one for the labels of clients other
-    /// than this one.
+    /// whether this client is the holder. Two round trips: one for the
+    /// key's locks (one hash slot), one for the labels of clients other
+    /// than this one; two more when none of them is in use, for the leader
+    /// election named `key` (its lock, then its leader's label).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -121,9 +127,18 @@ impl LockClient {
         } else if busy(&seen.semaphore) {
             (LockKind::Semaphore, Shape::Permits(1), seen.semaphore)
         } else {
-            (LockKind::Mutex, Shape::Mutex, seen.mutex)
+            let names = KeyNames::leader(prefix, key);
+            let election = self.0.backend.observe_leader(&names).await?;
+            if busy(&election) {
+                (LockKind::Leader, Shape::Mutex, election)
+            } else {
+                (LockKind::Mutex, Shape::Mutex, seen.mutex)
+            }
         };
-        let names = KeyNames::shaped(prefix, key, shape);
+        let names = match kind {
+            LockKind::Leader => KeyNames::leader(prefix, key),
+            _ => KeyNames::shaped(prefix, key, shape),
+        };
         let mine = self.0.watchdog.holding(&names.lock);
         let tokens = seen
             .holders
@@ -138,7 +153,15 @@ impl LockClient {
                 .unwrap_or_else(|| format!("unknown client {id}")),
             None => "unknown".to_owned(),
         };
-        let holders: Vec<String> = seen.holders.iter().map(|h| name(&h.token)).collect();
+        let mut holders: Vec<String> = seen.holders.iter().map(|h| name(&h.token)).collect();
+        if kind == LockKind::Leader && seen.held {
+            // The label the leader campaigned under, which observers see.
+            if let (Some(first), Some((label, ..))) =
+                (holders.first_mut(), self.0.backend.leader(&names).await?)
+            {
+                *first = label;
+            }
+        }
         let since = seen
             .holders
             .first()
@@ -276,8 +299,11 @@ impl LockClient {
     /// resolves), while a new holder may already run. Logged as a `tracing`
     /// warning naming the key.
     ///
-    /// It takes the lock [`inspect`](Self::inspect) reports (the mutex, or
-    /// every holder of the read-write lock or the semaphore), and raises the
+    /// It takes the lock [`inspect`](Self::inspect) reports (the mutex,
+    /// every holder of the read-write lock or the semaphore, or the leader of
+    /// the election `key`: the next candidate in line is elected at once,
+    /// and with none the old leader's record, which observers read, stays
+    /// until its lease ends), and raises the
     /// key's fencing counter: the next holder's token is above every token
     /// issued before, and the record that [`fence::redis`](crate::fence::redis)
     /// keeps for resource `key` on the lock's server is raised to it too, so
@@ -286,13 +312,13 @@ impl LockClient {
     /// to try again at once.
     pub async fn force_release(&self, key: &str) -> Result<bool, LockError> {
         let state = self.inspect(key).await?;
-        let shape = match state.kind {
-            LockKind::Mutex => Shape::Mutex,
-            LockKind::RwLock => Shape::Write,
-            LockKind::Semaphore => Shape::Permits(1),
-            LockKind::IdempotencyRecord => Shape::Mutex,
+        let prefix = &self.0.prefix;
+        let names = match state.kind {
+            LockKind::Mutex | LockKind::IdempotencyRecord => KeyNames::new(prefix, key),
+            LockKind::RwLock => KeyNames::shaped(prefix, key, Shape::Write),
+            LockKind::Semaphore => KeyNames::shaped(prefix, key, Shape::Permits(1)),
+            LockKind::Leader => KeyNames::leader(prefix, key),
         };
-        let names = KeyNames::shaped(&self.0.prefix, key, shape);
         let fence = self.0.backend.force_release(&names, key).await?;
         tracing::warn!(
             %key,
