@@ -213,7 +213,13 @@ pub(crate) async fn row(
         };
         let measured = async {
             run(warm).await?;
-            run(window).await
+            let before = commandstats(redis).await?;
+            let cpu = crate::report::cpu_seconds();
+            let mut load = run(window).await?;
+            load.app_cpu = cpu.zip(crate::report::cpu_seconds()).map(|(a, b)| b - a);
+            let after = commandstats(redis).await?;
+            load.commands = delta(&before, &after);
+            Ok::<_, String>(load)
         }
         .await;
         task.abort();
@@ -263,6 +269,83 @@ pub(crate) struct Load {
     pub(crate) non_2xx: u64,
     /// Socket errors (connect, read, write, timeout), summed.
     pub(crate) errors: u64,
+    /// Requests answered in the window.
+    pub(crate) requests: u64,
+    /// Redis commands run in the window (`INFO commandstats`): name, calls,
+    /// and microseconds of Redis CPU.
+    pub(crate) commands: Vec<(String, u64, u64)>,
+    /// CPU seconds the app's process (this one: axum, the layer, the
+    /// client) used in the window.
+    pub(crate) app_cpu: Option<f64>,
+}
+
+impl Load {
+    /// Redis commands and Redis CPU microseconds per request, with the
+    /// commands per request by name: `"2.00 commands (set 1.00, evalsha
+    /// 1.00), 4.1 us"`.
+    pub(crate) fn profile(&self) -> String {
+        let n = self.requests.max(1) as f64;
+        let calls: u64 = self.commands.iter().map(|c| c.1).sum();
+        let usec: u64 = self.commands.iter().map(|c| c.2).sum();
+        let by_name: Vec<String> = self
+            .commands
+            .iter()
+            .filter(|c| c.1 as f64 / n >= 0.01)
+            .map(|(name, c, _)| format!("{name} {:.2}", *c as f64 / n))
+            .collect();
+        let app = self
+            .app_cpu
+            .map_or("?".into(), |s| format!("{:.1}", s * 1e6 / n));
+        format!(
+            "{:.2} commands ({}), {:.1} us of Redis CPU, {app} us of the app's CPU",
+            calls as f64 / n,
+            by_name.join(", "),
+            usec as f64 / n
+        )
+    }
+}
+
+/// `INFO commandstats`: (command, calls, usec), `info` itself left out.
+async fn commandstats(redis: &redis::Client) -> Result<Vec<(String, u64, u64)>, String> {
+    let mut conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("INFO connection: {e}"))?;
+    let text: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| format!("INFO commandstats: {e}"))?;
+    let field = |fields: &str, name: &str| -> u64 {
+        fields
+            .split(',')
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(text
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
+        .filter(|(name, _)| !name.starts_with("info"))
+        .map(|(name, f)| (name.to_string(), field(f, "calls"), field(f, "usec")))
+        .collect())
+}
+
+fn delta(
+    before: &[(String, u64, u64)],
+    after: &[(String, u64, u64)],
+) -> Vec<(String, u64, u64)> {
+    after
+        .iter()
+        .map(|(name, calls, usec)| {
+            let (c0, u0) = before
+                .iter()
+                .find(|b| &b.0 == name)
+                .map_or((0, 0), |b| (b.1, b.2));
+            (name.clone(), calls - c0.min(*calls), usec - u0.min(*usec))
+        })
+        .filter(|c| c.1 > 0)
+        .collect()
 }
 
 /// Runs `wrk` against `base` for `duration` (whole seconds, at least one) with
@@ -301,7 +384,9 @@ fn parse(text: &str) -> Option<Load> {
     let mut load = Load::default();
     let mut rate = None;
     for line in text.lines().map(str::trim) {
-        if let Some(v) = line.strip_prefix("Requests/sec:") {
+        if line.contains(" requests in ") {
+            load.requests = line.split_whitespace().next()?.parse().ok()?;
+        } else if let Some(v) = line.strip_prefix("Requests/sec:") {
             rate = v.trim().parse().ok();
         } else if let Some(v) = line.strip_prefix("Non-2xx or 3xx responses:") {
             load.non_2xx = v.trim().parse().unwrap_or(0);
@@ -324,11 +409,12 @@ mod tests {
     #[test]
     fn wrk_output_is_read_for_its_rate_and_its_failures() {
         let text = "Running 3s test @ http://127.0.0.1:1\n  2 threads and 32 connections\n\
+                    \x20 93308 requests in 3.00s, 11.21MB read\n\
                     \x20 Socket errors: connect 0, read 2, write 0, timeout 3\n\
                     \x20 Non-2xx or 3xx responses: 7\nRequests/sec:  31102.55\n";
         let load = parse(text).unwrap();
         assert_eq!(load.per_sec, 31102.55);
-        assert_eq!((load.non_2xx, load.errors), (7, 5));
+        assert_eq!((load.non_2xx, load.errors, load.requests), (7, 5, 93308));
         assert!(parse("Transfer/sec: 1MB\n").is_none());
     }
 }

@@ -299,6 +299,12 @@ impl Bench<'_> {
         let prefix = &self.prefixes.raw;
         let [l, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
         metrics[metric].record(l.per_sec, r.per_sec);
+        metrics[metric].notes.push(format!(
+            "rep {}: per request, library: {}; hand-rolled: {}",
+            rep + 1,
+            l.profile(),
+            r.profile()
+        ));
         for (load, side) in [(&l, "library"), (&r, "hand-rolled")] {
             if load.non_2xx + load.errors > 0 {
                 metrics[metric].notes.push(format!(
