@@ -86,7 +86,11 @@ async fn raw_idempotency(State(raw): State<Raw>, req: Request, next: Next) -> Re
     let Some(key) = req.headers().get("idempotency-key") else {
         return StatusCode::BAD_REQUEST.into_response();
     };
-    let key = format!("{}idem:{}", raw.prefix, String::from_utf8_lossy(key.as_bytes()));
+    let key = format!(
+        "{}idem:{}",
+        raw.prefix,
+        String::from_utf8_lossy(key.as_bytes())
+    );
     let mut conn = raw.conn.clone();
     let claim: redis::RedisResult<Option<String>> = redis::cmd("SET")
         .arg(&key)
@@ -99,10 +103,8 @@ async fn raw_idempotency(State(raw): State<Raw>, req: Request, next: Next) -> Re
     match claim {
         Ok(Some(_)) => {}
         Ok(None) => {
-            let stored: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("GET")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await;
+            let stored: redis::RedisResult<Option<Vec<u8>>> =
+                redis::cmd("GET").arg(&key).query_async(&mut conn).await;
             return match stored {
                 Ok(Some(body)) if body != b"inflight" => (StatusCode::OK, body).into_response(),
                 Ok(_) => StatusCode::CONFLICT.into_response(),
@@ -331,10 +333,7 @@ async fn commandstats(redis: &redis::Client) -> Result<Vec<(String, u64, u64)>, 
         .collect())
 }
 
-fn delta(
-    before: &[(String, u64, u64)],
-    after: &[(String, u64, u64)],
-) -> Vec<(String, u64, u64)> {
+fn delta(before: &[(String, u64, u64)], after: &[(String, u64, u64)]) -> Vec<(String, u64, u64)> {
     after
         .iter()
         .map(|(name, calls, usec)| {

@@ -53,9 +53,7 @@ of starting one; REDIS_SERVER names the redis-server binary.";
 
 /// The rows there are, as `--only` names them.
 /// Rows 10, 11 and 12 are `x`, `y` and `z` inside.
-const ROWS: [char; 12] = [
-    '1', '2', '3', '4', '5', '6', '7', '8', '9', 'x', 'y', 'z',
-];
+const ROWS: [char; 12] = ['1', '2', '3', '4', '5', '6', '7', '8', '9', 'x', 'y', 'z'];
 
 /// The name of a row as the table shows it (`x` is "10").
 fn row_name(row: char) -> &'static str {
@@ -149,9 +147,7 @@ fn parse_options() -> Result<Options, String> {
                     let mut chars = s.chars();
                     match (chars.next(), chars.next()) {
                         _ if ["10", "11", "12"].contains(&s) => Ok(row_id(s)),
-                        (Some(row), None) if row.is_ascii_digit() && ROWS.contains(&row) => {
-                            Ok(row)
-                        }
+                        (Some(row), None) if row.is_ascii_digit() && ROWS.contains(&row) => Ok(row),
                         _ => Err(format!("--only: no row {s:?} (rows are 1-12)")),
                     }
                 })
