@@ -230,8 +230,43 @@ pub(crate) async fn row(
     Ok(out)
 }
 
+/// Records a repetition of a row into `metric`: the rates, and notes with
+/// each side's per-request profile and any failed answers.
+pub(crate) fn record(metric: &mut crate::report::Metric, rep: usize, l: &Load, r: &Load) {
+    metric.record(l.per_sec, r.per_sec);
+    metric.notes.push(format!(
+        "rep {}: per request, library: {}; hand-rolled: {}",
+        rep + 1,
+        l.profile(),
+        r.profile()
+    ));
+    for (load, side) in [(l, "library"), (r, "hand-rolled")] {
+        if load.non_2xx + load.errors > 0 {
+            metric.notes.push(format!(
+                "rep {}: {side}: {} non-2xx answers, {} socket errors",
+                rep + 1,
+                load.non_2xx,
+                load.errors
+            ));
+        }
+    }
+}
+
+/// Whether rows 11 and 12 can run (always, when not `wanted`): if `wrk`
+/// cannot be run, both rows are marked not measured, saying why.
+pub(crate) fn check_wrk(wanted: bool, metrics: &mut [crate::report::Metric]) -> bool {
+    use crate::defs::{M11, M12};
+    let Err(why) = wanted.then(wrk_available).unwrap_or(Ok(())) else {
+        return true;
+    };
+    eprintln!("rows 11 and 12 NOT YET: {why}");
+    metrics[M11].not_measured = Some(why.clone());
+    metrics[M12].not_measured = Some(why);
+    false
+}
+
 /// Whether `wrk` can be run; `Err` says how to get it.
-pub(crate) fn wrk_available() -> Result<(), String> {
+fn wrk_available() -> Result<(), String> {
     match Command::new("wrk").arg("--version").output() {
         Ok(_) => Ok(()),
         Err(e) => Err(format!(

@@ -140,23 +140,14 @@ pub(crate) async fn measure(
         eprintln!("row 6 NOT YET: {why}");
         metrics[M6].not_measured = Some(why.clone());
     }
-    let wrk = if opts.wants('y') || opts.wants('z') {
-        http::wrk_available()
-    } else {
-        Ok(())
-    };
-    if let Err(why) = &wrk {
-        eprintln!("rows 11 and 12 NOT YET: {why}");
-        metrics[M11].not_measured = Some(why.clone());
-        metrics[M12].not_measured = Some(why.clone());
-    }
+    let wrk = http::check_wrk(opts.wants('y') || opts.wants('z'), metrics);
     for rep in 0..opts.reps {
         let t = Instant::now();
         eprint!("rep {}/{}:", rep + 1, opts.reps);
         b.row4_rate = None;
         for row in ['1', '8', 'x', '6', '5', '2', '4', '3', '9', '7', 'y', 'z'] {
             let http = row == 'y' || row == 'z';
-            if !opts.wants(row) || (row == '6' && attr.is_err()) || (http && wrk.is_err()) {
+            if !opts.wants(row) || (row == '6' && attr.is_err()) || (http && !wrk) {
                 continue;
             }
             eprint!(" {}", crate::row_name(row));
@@ -298,23 +289,7 @@ impl Bench<'_> {
         let windows = (self.plan.http_warm, self.plan.http_window);
         let prefix = &self.prefixes.raw;
         let [l, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
-        metrics[metric].record(l.per_sec, r.per_sec);
-        metrics[metric].notes.push(format!(
-            "rep {}: per request, library: {}; hand-rolled: {}",
-            rep + 1,
-            l.profile(),
-            r.profile()
-        ));
-        for (load, side) in [(&l, "library"), (&r, "hand-rolled")] {
-            if load.non_2xx + load.errors > 0 {
-                metrics[metric].notes.push(format!(
-                    "rep {}: {side}: {} non-2xx answers, {} socket errors",
-                    rep + 1,
-                    load.non_2xx,
-                    load.errors
-                ));
-            }
-        }
+        http::record(&mut metrics[metric], rep, &l, &r);
         Ok(())
     }
 
