@@ -28,6 +28,8 @@ pub(crate) const M9_FAIR: usize = 20;
 pub(crate) const M9_RATE: usize = 21;
 pub(crate) const M10_SEM: usize = 22;
 pub(crate) const M10_READ: usize = 23;
+pub(crate) const M11: usize = 24;
+pub(crate) const M12: usize = 25;
 
 /// The label of rslock's hot-key side, as the table and the chart show it.
 pub(crate) const PEER_HOT: &str = "rslock acquire (retry loop)";
@@ -205,6 +207,20 @@ pub(crate) fn definitions() -> Vec<Metric> {
             Unit::Micros,
             "mutex acquire+release (library)",
             RatioAtMost(1.5),
+        ),
+        m(
+            "11",
+            "axum route behind LockLayer, wrk 32 conns, distinct ids: req/s",
+            Unit::PerSec,
+            "hand-rolled SET NX PX + EVALSHA del middleware",
+            RatioAtLeast(0.9),
+        ),
+        m(
+            "12",
+            "axum route behind IdempotencyLayer, wrk 32 conns, unique keys: req/s",
+            Unit::PerSec,
+            "hand-rolled SET NX claim + SET store middleware",
+            RatioAtLeast(0.9),
         ),
     ]
 }

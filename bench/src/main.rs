@@ -16,6 +16,7 @@ mod attr;
 mod chart;
 mod defs;
 mod held;
+mod http;
 mod measure;
 mod probe;
 mod raw;
@@ -42,7 +43,8 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
   --json PATH   where to write the results (default target/bench.json)
   --svg PATH    where to draw the hot-key rows' wait times (default beside
                 the JSON: target/bench-waits.svg)
-  --only ROWS   rows to run, e.g. 1,5,7 (default all: 1-10)
+  --only ROWS   rows to run, e.g. 1,5,7 (default all: 1-12; 11 and 12, the
+                HTTP rows, need `wrk`: apt-get install wrk)
   --markdown    also print the table as Markdown
 
 environment: BENCH_REPS, BENCH_QUICK=1, BENCH_JSON, BENCH_SVG, BENCH_ONLY (flags
@@ -50,8 +52,36 @@ win); REDIS_URL=redis://127.0.0.1:PORT uses that server (loopback only) instead
 of starting one; REDIS_SERVER names the redis-server binary.";
 
 /// The rows there are, as `--only` names them.
-/// Row 10 is `x` inside.
-const ROWS: [char; 10] = ['1', '2', '3', '4', '5', '6', '7', '8', '9', 'x'];
+/// Rows 10, 11 and 12 are `x`, `y` and `z` inside.
+const ROWS: [char; 12] = ['1', '2', '3', '4', '5', '6', '7', '8', '9', 'x', 'y', 'z'];
+
+/// The name of a row as the table shows it (`x` is "10").
+fn row_name(row: char) -> &'static str {
+    match row {
+        'x' => "10",
+        'y' => "11",
+        'z' => "12",
+        '1' => "1",
+        '2' => "2",
+        '3' => "3",
+        '4' => "4",
+        '5' => "5",
+        '6' => "6",
+        '7' => "7",
+        '8' => "8",
+        _ => "9",
+    }
+}
+
+/// The inside name of a row as the table shows it ("10" is `x`).
+fn row_id(row: &str) -> char {
+    match row {
+        "10" => 'x',
+        "11" => 'y',
+        "12" => 'z',
+        _ => row.chars().next().unwrap_or('0'),
+    }
+}
 
 struct Options {
     reps: usize,
@@ -116,9 +146,9 @@ fn parse_options() -> Result<Options, String> {
                 .map(|s| {
                     let mut chars = s.chars();
                     match (chars.next(), chars.next()) {
-                        _ if s == "10" => Ok('x'),
-                        (Some(row), None) if ROWS.contains(&row) && row != 'x' => Ok(row),
-                        _ => Err(format!("--only: no row {s:?} (rows are 1-10)")),
+                        _ if ["10", "11", "12"].contains(&s) => Ok(row_id(s)),
+                        (Some(row), None) if row.is_ascii_digit() && ROWS.contains(&row) => Ok(row),
+                        _ => Err(format!("--only: no row {s:?} (rows are 1-12)")),
                     }
                 })
                 .collect::<Result<_, _>>()?;
@@ -172,6 +202,9 @@ struct Plan {
     held_locks: usize,
     held_ttl: Duration,
     held_periods: u32,
+    /// Rows 11 and 12: `wrk`'s warm-up, then its measured window, per side.
+    http_warm: Duration,
+    http_window: Duration,
 }
 
 impl Plan {
@@ -195,6 +228,8 @@ impl Plan {
             held_locks: 10_000,
             held_ttl: Duration::from_secs(3),
             held_periods: 3,
+            http_warm: Duration::from_secs(1),
+            http_window: Duration::from_secs(3),
         };
         if !quick {
             return full;
@@ -212,6 +247,7 @@ impl Plan {
             handoff_slices: 1,
             held_ttl: Duration::from_millis(1500),
             held_periods: 2,
+            http_window: Duration::from_secs(1),
             ..full
         }
     }
@@ -366,7 +402,7 @@ fn run(opts: &Options) -> Result<bool, String> {
 
     let metrics: Vec<Metric> = metrics
         .into_iter()
-        .filter(|m| opts.wants(m.row.chars().next().unwrap_or('0')))
+        .filter(|m| opts.wants(row_id(m.row)))
         .collect();
     let (date, time) = report::utc_now();
     let machine = report::machine();

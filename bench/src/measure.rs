@@ -9,6 +9,7 @@ use super::attr;
 use super::chart::{Panel, Series};
 use super::defs::*;
 use super::held::held_under_watchdog;
+use super::http::{self, Side};
 use super::probe;
 use super::raw::{Raw, value};
 use super::report::{Metric, median, percentile};
@@ -139,15 +140,17 @@ pub(crate) async fn measure(
         eprintln!("row 6 NOT YET: {why}");
         metrics[M6].not_measured = Some(why.clone());
     }
+    let wrk = http::check_wrk(opts.wants('y') || opts.wants('z'), metrics);
     for rep in 0..opts.reps {
         let t = Instant::now();
         eprint!("rep {}/{}:", rep + 1, opts.reps);
         b.row4_rate = None;
-        for row in ['1', '8', 'x', '6', '5', '2', '4', '3', '9', '7'] {
-            if !opts.wants(row) || (row == '6' && attr.is_err()) {
+        for row in ['1', '8', 'x', '6', '5', '2', '4', '3', '9', '7', 'y', 'z'] {
+            let http = row == 'y' || row == 'z';
+            if !opts.wants(row) || (row == '6' && attr.is_err()) || (http && !wrk) {
                 continue;
             }
-            eprint!(" {row}");
+            eprint!(" {}", crate::row_name(row));
             match row {
                 '1' | '8' => b.serial(row, rep, metrics).await?,
                 'x' => b.family(rep, metrics).await?,
@@ -160,6 +163,7 @@ pub(crate) async fn measure(
                 '4' => b.hot_zero_hold(rep, metrics).await?,
                 '3' => b.hot_hold(rep, metrics).await?,
                 '9' => b.two_processes(rep, metrics).await?,
+                'y' | 'z' => b.http(row, rep, metrics).await?,
                 _ => b.held(rep, metrics).await?,
             }
         }
@@ -271,6 +275,21 @@ impl Bench<'_> {
         .await?;
         metrics[M2].record(mean(&l), mean(&r));
         metrics[M2_PEER].record(mean(&l), mean(&p));
+        Ok(())
+    }
+
+    /// Rows 11 and 12: an axum route under `wrk`, behind the library's layer
+    /// and behind the hand-rolled middleware doing the same job.
+    async fn http(&mut self, row: char, rep: usize, metrics: &mut [Metric]) -> Result<(), String> {
+        let (metric, sides) = if row == 'y' {
+            (M11, [Side::LockLayer, Side::RawLock])
+        } else {
+            (M12, [Side::Idempotency, Side::RawIdempotency])
+        };
+        let windows = (self.plan.http_warm, self.plan.http_window);
+        let prefix = &self.prefixes.raw;
+        let [l, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
+        http::record(&mut metrics[metric], rep, &l, &r);
         Ok(())
     }
 

@@ -1,0 +1,454 @@
+//! Rows 11 and 12: an axum route under `wrk` load (32 connections, a key of
+//! its own per request), behind the library's layer and behind a hand-rolled
+//! middleware on raw redis-rs doing the same job, side by side.
+//!
+//! Row 11: `LockLayer` (keyed by the path) against `SET key token NX PX 30000`,
+//! the handler, then a compare-and-delete script by `EVALSHA`; busy -> 409.
+//! Row 12: `IdempotencyLayer` (its defaults) against a claim `SET idem:<key>
+//! inflight NX PX 30000`, the handler, then a store `SET idem:<key> <body> PX
+//! 86400000`; a duplicate gets the stored body, or 409 while in flight.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use lock_runtime::LockClient;
+use lock_runtime::layer::{IdempotencyLayer, LockLayer};
+use redis::aio::MultiplexedConnection;
+
+/// Connections `wrk` keeps open, as in issue 26.
+pub(crate) const CONNECTIONS: usize = 32;
+
+/// The handler every side serves: a small JSON body after no work.
+async fn handler() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        r#"{"ok":true}"#,
+    )
+        .into_response()
+}
+
+/// What the hand-rolled middlewares share: a connection and their key prefix.
+#[derive(Clone)]
+struct Raw {
+    conn: MultiplexedConnection,
+    prefix: String,
+    script: std::sync::Arc<redis::Script>,
+    tokens: std::sync::Arc<AtomicU64>,
+}
+
+const COMPARE_AND_DELETE: &str = r#"
+if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end
+return 0"#;
+
+/// The hand-rolled lock: `SET NX PX`, the handler, compare-and-delete.
+async fn raw_lock(State(raw): State<Raw>, req: Request, next: Next) -> Response {
+    let key = format!("{}{}", raw.prefix, req.uri().path());
+    let token = raw.tokens.fetch_add(1, Ordering::Relaxed).to_string();
+    let mut conn = raw.conn.clone();
+    let set: redis::RedisResult<Option<String>> = redis::cmd("SET")
+        .arg(&key)
+        .arg(&token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut conn)
+        .await;
+    match set {
+        Ok(Some(_)) => {}
+        Ok(None) => return StatusCode::CONFLICT.into_response(),
+        Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+    let response = next.run(req).await;
+    let released: redis::RedisResult<i64> = raw
+        .script
+        .key(&key)
+        .arg(&token)
+        .invoke_async(&mut conn)
+        .await;
+    match released {
+        Ok(_) => response,
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// The hand-rolled idempotency: claim with `SET NX`, the handler, store with
+/// `SET`; a duplicate gets the stored body, or 409 while the first runs.
+async fn raw_idempotency(State(raw): State<Raw>, req: Request, next: Next) -> Response {
+    let Some(key) = req.headers().get("idempotency-key") else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let key = format!(
+        "{}idem:{}",
+        raw.prefix,
+        String::from_utf8_lossy(key.as_bytes())
+    );
+    let mut conn = raw.conn.clone();
+    let claim: redis::RedisResult<Option<String>> = redis::cmd("SET")
+        .arg(&key)
+        .arg("inflight")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut conn)
+        .await;
+    match claim {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            let stored: redis::RedisResult<Option<Vec<u8>>> =
+                redis::cmd("GET").arg(&key).query_async(&mut conn).await;
+            return match stored {
+                Ok(Some(body)) if body != b"inflight" => (StatusCode::OK, body).into_response(),
+                Ok(_) => StatusCode::CONFLICT.into_response(),
+                Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+            };
+        }
+        Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+    let (parts, body) = next.run(req).await.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, 1 << 20).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let stored: redis::RedisResult<()> = redis::cmd("SET")
+        .arg(&key)
+        .arg(body.as_ref())
+        .arg("PX")
+        .arg(86_400_000)
+        .query_async(&mut conn)
+        .await;
+    match stored {
+        Ok(()) => Response::from_parts(parts, Body::from(body)),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// Which middleware a side puts in front of the handler.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Side {
+    /// `LockLayer::new(client)`: the key is the path.
+    LockLayer,
+    /// The hand-rolled lock middleware.
+    RawLock,
+    /// `IdempotencyLayer::new(client)`: its defaults.
+    Idempotency,
+    /// The hand-rolled claim + store middleware.
+    RawIdempotency,
+}
+
+/// The app of `side`, on the route `POST /orders/{id}/pay`.
+pub(crate) async fn app(
+    side: Side,
+    lib: &LockClient,
+    redis: &redis::Client,
+    raw_prefix: &str,
+) -> Result<Router, String> {
+    let route = post(handler);
+    let route = match side {
+        Side::LockLayer => route.route_layer(LockLayer::new(lib.clone())),
+        Side::Idempotency => route.route_layer(IdempotencyLayer::new(lib.clone())),
+        Side::RawLock | Side::RawIdempotency => {
+            let raw = Raw {
+                conn: redis
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| format!("raw connection: {e}"))?,
+                prefix: raw_prefix.to_string(),
+                script: std::sync::Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+                tokens: std::sync::Arc::default(),
+            };
+            if matches!(side, Side::RawLock) {
+                route.route_layer(middleware::from_fn_with_state(raw, raw_lock))
+            } else {
+                route.route_layer(middleware::from_fn_with_state(raw, raw_idempotency))
+            }
+        }
+    };
+    Ok(Router::new().route("/orders/{id}/pay", route))
+}
+
+/// Serves `app` on a free loopback port until the returned handle is aborted.
+pub(crate) async fn serve(app: Router) -> Result<(String, tokio::task::JoinHandle<()>), String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("bind a loopback port: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("the listener's address: {e}"))?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            eprintln!("bench: the HTTP app stopped: {e}");
+        }
+    });
+    Ok((format!("http://{addr}"), task))
+}
+
+/// One repetition of a row: `sides[0]` (the library's layer) and `sides[1]`
+/// (its hand-rolled baseline), each served alone on a fresh port, loaded for
+/// `warm` and then measured for `window`; the order alternates with `rep`.
+pub(crate) async fn row(
+    sides: [Side; 2],
+    lib: &LockClient,
+    redis: &redis::Client,
+    raw_prefix: &str,
+    (warm, window): (Duration, Duration),
+    rep: usize,
+) -> Result<[Load; 2], String> {
+    let mut out: [Load; 2] = Default::default();
+    for k in 0..2 {
+        let index = (k + rep) % 2;
+        let (base, task) = serve(app(sides[index], lib, redis, raw_prefix).await?).await?;
+        let run = |d: Duration| {
+            let base = base.clone();
+            async move {
+                tokio::task::spawn_blocking(move || wrk(&base, d))
+                    .await
+                    .map_err(|e| format!("wrk's thread: {e}"))?
+            }
+        };
+        let measured = async {
+            run(warm).await?;
+            let before = commandstats(redis).await?;
+            let cpu = crate::report::cpu_seconds();
+            let mut load = run(window).await?;
+            load.app_cpu = cpu.zip(crate::report::cpu_seconds()).map(|(a, b)| b - a);
+            let after = commandstats(redis).await?;
+            load.commands = delta(&before, &after);
+            Ok::<_, String>(load)
+        }
+        .await;
+        task.abort();
+        out[index] = measured?;
+    }
+    Ok(out)
+}
+
+/// Records a repetition of a row into `metric`: the rates, and notes with
+/// each side's per-request profile and any failed answers.
+pub(crate) fn record(metric: &mut crate::report::Metric, rep: usize, l: &Load, r: &Load) {
+    metric.record(l.per_sec, r.per_sec);
+    metric.notes.push(format!(
+        "rep {}: per request, library: {}; hand-rolled: {}",
+        rep + 1,
+        l.profile(),
+        r.profile()
+    ));
+    for (load, side) in [(l, "library"), (r, "hand-rolled")] {
+        if load.non_2xx + load.errors > 0 {
+            metric.notes.push(format!(
+                "rep {}: {side}: {} non-2xx answers, {} socket errors",
+                rep + 1,
+                load.non_2xx,
+                load.errors
+            ));
+        }
+    }
+}
+
+/// Whether rows 11 and 12 can run (always, when not `wanted`): if `wrk`
+/// cannot be run, both rows are marked not measured, saying why.
+pub(crate) fn check_wrk(wanted: bool, metrics: &mut [crate::report::Metric]) -> bool {
+    use crate::defs::{M11, M12};
+    let Err(why) = wanted.then(wrk_available).unwrap_or(Ok(())) else {
+        return true;
+    };
+    eprintln!("rows 11 and 12 NOT YET: {why}");
+    metrics[M11].not_measured = Some(why.clone());
+    metrics[M12].not_measured = Some(why);
+    false
+}
+
+/// Whether `wrk` can be run; `Err` says how to get it.
+fn wrk_available() -> Result<(), String> {
+    match Command::new("wrk").arg("--version").output() {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "`wrk` cannot be run ({e}): apt-get install wrk (`cargo xtask test` installs it)"
+        )),
+    }
+}
+
+/// A `wrk` script posting to `/orders/<id>/pay` with a distinct id and a
+/// distinct `Idempotency-Key` per request: `<run>-<thread>-<n>`, `run` new
+/// for every invocation, so no request repeats an earlier one's key.
+fn script(run: &str) -> String {
+    format!(
+        r#"
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("id", threads)
+end
+n = 0
+function request()
+  n = n + 1
+  local key = string.format("{run}-%d-%d", id, n)
+  return wrk.format("POST", "/orders/" .. key .. "/pay",
+    {{ ["Idempotency-Key"] = '"' .. key .. '"', ["Content-Length"] = "0" }}, "")
+end
+"#
+    )
+}
+
+/// What one `wrk` run measured.
+#[derive(Debug, Default)]
+pub(crate) struct Load {
+    pub(crate) per_sec: f64,
+    /// Answers that were not `2xx`/`3xx` (each request has its own key, so
+    /// every one should have been served).
+    pub(crate) non_2xx: u64,
+    /// Socket errors (connect, read, write, timeout), summed.
+    pub(crate) errors: u64,
+    /// Requests answered in the window.
+    pub(crate) requests: u64,
+    /// Redis commands run in the window (`INFO commandstats`): name, calls,
+    /// and microseconds of Redis CPU.
+    pub(crate) commands: Vec<(String, u64, u64)>,
+    /// CPU seconds the app's process (this one: axum, the layer, the
+    /// client) used in the window.
+    pub(crate) app_cpu: Option<f64>,
+}
+
+impl Load {
+    /// Redis commands and Redis CPU microseconds per request, with the
+    /// commands per request by name: `"2.00 commands (set 1.00, evalsha
+    /// 1.00), 4.1 us"`.
+    pub(crate) fn profile(&self) -> String {
+        let n = self.requests.max(1) as f64;
+        let calls: u64 = self.commands.iter().map(|c| c.1).sum();
+        let usec: u64 = self.commands.iter().map(|c| c.2).sum();
+        let by_name: Vec<String> = self
+            .commands
+            .iter()
+            .filter(|c| c.1 as f64 / n >= 0.01)
+            .map(|(name, c, _)| format!("{name} {:.2}", *c as f64 / n))
+            .collect();
+        let app = self
+            .app_cpu
+            .map_or("?".into(), |s| format!("{:.1}", s * 1e6 / n));
+        format!(
+            "{:.2} commands ({}), {:.1} us of Redis CPU, {app} us of the app's CPU",
+            calls as f64 / n,
+            by_name.join(", "),
+            usec as f64 / n
+        )
+    }
+}
+
+/// `INFO commandstats`: (command, calls, usec), `info` itself left out.
+async fn commandstats(redis: &redis::Client) -> Result<Vec<(String, u64, u64)>, String> {
+    let mut conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("INFO connection: {e}"))?;
+    let text: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| format!("INFO commandstats: {e}"))?;
+    let field = |fields: &str, name: &str| -> u64 {
+        fields
+            .split(',')
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(text
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
+        .filter(|(name, _)| !name.starts_with("info"))
+        .map(|(name, f)| (name.to_string(), field(f, "calls"), field(f, "usec")))
+        .collect())
+}
+
+fn delta(before: &[(String, u64, u64)], after: &[(String, u64, u64)]) -> Vec<(String, u64, u64)> {
+    after
+        .iter()
+        .map(|(name, calls, usec)| {
+            let (c0, u0) = before
+                .iter()
+                .find(|b| &b.0 == name)
+                .map_or((0, 0), |b| (b.1, b.2));
+            (name.clone(), calls - c0.min(*calls), usec - u0.min(*usec))
+        })
+        .filter(|c| c.1 > 0)
+        .collect()
+}
+
+/// Runs `wrk` against `base` for `duration` (whole seconds, at least one) with
+/// `CONNECTIONS` connections on two threads; blocks, so call it from
+/// `spawn_blocking`.
+pub(crate) fn wrk(base: &str, duration: Duration) -> Result<Load, String> {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let run = format!(
+        "r{}x{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    );
+    let path = std::env::temp_dir().join(format!("bench-http-{run}.lua"));
+    std::fs::write(&path, script(&run)).map_err(|e| format!("write {path:?}: {e}"))?;
+    let secs = duration.as_secs().max(1);
+    let out = Command::new("wrk")
+        .args(["-t2", &format!("-c{CONNECTIONS}"), &format!("-d{secs}s")])
+        .args(["--timeout", "5s", "-s"])
+        .arg(&path)
+        .arg(base)
+        .output();
+    let _ = std::fs::remove_file(&path);
+    let out = out.map_err(|e| format!("run wrk: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "wrk failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    parse(&text).ok_or_else(|| format!("no Requests/sec in wrk's output: {text}"))
+}
+
+/// Reads `Requests/sec`, `Non-2xx or 3xx responses` and `Socket errors`.
+fn parse(text: &str) -> Option<Load> {
+    let mut load = Load::default();
+    let mut rate = None;
+    for line in text.lines().map(str::trim) {
+        if line.contains(" requests in ") {
+            load.requests = line.split_whitespace().next()?.parse().ok()?;
+        } else if let Some(v) = line.strip_prefix("Requests/sec:") {
+            rate = v.trim().parse().ok();
+        } else if let Some(v) = line.strip_prefix("Non-2xx or 3xx responses:") {
+            load.non_2xx = v.trim().parse().unwrap_or(0);
+        } else if let Some(v) = line.strip_prefix("Socket errors:") {
+            // "connect 0, read 0, write 0, timeout 0"
+            load.errors = v
+                .split(',')
+                .filter_map(|f| f.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum();
+        }
+    }
+    load.per_sec = rate?;
+    Some(load)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrk_output_is_read_for_its_rate_and_its_failures() {
+        let text = "Running 3s test @ http://127.0.0.1:1\n  2 threads and 32 connections\n\
+                    \x20 93308 requests in 3.00s, 11.21MB read\n\
+                    \x20 Socket errors: connect 0, read 2, write 0, timeout 3\n\
+                    \x20 Non-2xx or 3xx responses: 7\nRequests/sec:  31102.55\n";
+        let load = parse(text).unwrap();
+        assert_eq!(load.per_sec, 31102.55);
+        assert_eq!((load.non_2xx, load.errors, load.requests), (7, 5, 93308));
+        assert!(parse("Transfer/sec: 1MB\n").is_none());
+    }
+}
