@@ -137,6 +137,26 @@ async fn every_kind_is_named_from_another_client(
     assert_eq!(seen.holders, names(&["pod-a", "pod-c"]), "{seen:?}");
     permit_a.release().await.unwrap();
     permit_c.release().await.unwrap();
+
+    // A leader election: the leader by the label it campaigned under, the
+    // candidates in line by their clients' labels.
+    let name = "labels:sweeper";
+    let leading = a.leader(name).label("sweeper-a").campaign().await.unwrap();
+    let b2 = b.clone();
+    let candidate = tokio::spawn(async move { b2.leader(name).wait(WAIT).campaign().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = observer.inspect(name).await.unwrap();
+    assert_eq!(seen.kind, LockKind::Leader, "{seen:?}");
+    assert_eq!(seen.holder.as_deref(), Some("sweeper-a"), "{seen:?}");
+    assert_eq!(seen.waiting, names(&["pod-b"]), "{seen:?}");
+    assert!(seen.fencing_counter >= leading.term(), "{seen:?}");
+    recent(&seen);
+    leading.resign().await.unwrap();
+    let next = candidate.await.unwrap().unwrap();
+    let seen = observer.inspect(name).await.unwrap();
+    assert_eq!(seen.holder.as_deref(), Some("pod-b"), "{seen:?}");
+    next.resign().await.unwrap();
+    assert!(!observer.inspect(name).await.unwrap().held);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
