@@ -32,7 +32,7 @@
 //! against each other as two processes are; a `SIGSTOP` or `SIGKILL` of the
 //! process strikes all of its tasks at once ([`WorkerLog::process`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::kind::{Kind, Side};
@@ -40,6 +40,8 @@ use crate::log::{Event, Fault, ReleaseOutcome, WriteOutcome};
 use crate::store::Record;
 
 pub mod fifo;
+mod properties;
+mod rebuild;
 mod synchronizers;
 
 /// One logical worker's log.
@@ -336,628 +338,35 @@ fn ms(us: u64) -> u64 {
 /// acquisitions may be (see [`synchronizers::held_too_briefly`]).
 const HOLD_SLACK_US: u64 = 10_000;
 
-/// Checks one run.
+/// Checks one run: each property in a function of its own
+/// (in `checker/properties.rs`).
 pub fn check(run: &RunData) -> Report {
+    use properties::{
+        blocked_runtimes, draws, holds, stalls, store_writes, struck_holders, tokens,
+    };
     let mut r = Report::default();
     let mut examples = Vec::new();
-    let note = |examples: &mut Vec<String>, s: String| {
-        if examples.len() < 20 {
-            examples.push(s);
-        }
-    };
-    // A violation: counted, and noted as an example.
-    let flag = |count: &mut u64, examples: &mut Vec<String>, s: String| {
-        *count += 1;
-        note(examples, s);
-    };
-    let slack_us = run.slack_ms * 1000;
-    let ttl_us = run.ttl_ms * 1000;
-
-    // Rebuild operations. Faults name processes, logs logical workers.
-    let process_of: HashMap<u32, u32> = run.workers.iter().map(|w| (w.id, w.process)).collect();
-    let process = |worker: u32| process_of.get(&worker).copied().unwrap_or(worker);
-    let killed: HashMap<u32, u64> = run
-        .faults
-        .iter()
-        .filter_map(|f| match f {
-            Fault::KillWorker { worker, t } => Some((*worker, *t)),
-            _ => None,
-        })
-        .collect();
-    let mut ops: Vec<Op> = Vec::new();
-    let mut end_of_log: HashMap<u32, u64> = HashMap::new();
-    // A semaphore's holders share; a read-write lock's say which side.
-    let default_side = match run.kind {
-        Kind::Semaphore { .. } => Side::Read,
-        _ => Side::Write,
-    };
-    for w in &run.workers {
-        // Each operation's parts (one per key) in `ops`.
-        let mut current: HashMap<u64, Vec<usize>> = HashMap::new();
-        for e in &w.events {
-            end_of_log.insert(w.id, e.t());
-            let parts = |op: &u64| current.get(op).cloned().unwrap_or_default();
-            // The part of `op` on `key` (none: its first).
-            let part = |op: &u64, key: &Option<String>| {
-                let parts = current.get(op)?;
-                match key {
-                    None => parts.first().copied(),
-                    Some(k) => parts.iter().copied().find(|&i| ops[i].key == *k),
-                }
-            };
-            match e {
-                Event::Attempt {
-                    op,
-                    key,
-                    more_keys,
-                    side,
-                    t,
-                } => {
-                    r.operations += 1;
-                    let keys = std::iter::once(key).chain(more_keys);
-                    let first = ops.len();
-                    for (part, key) in keys.enumerate() {
-                        ops.push(Op {
-                            worker: w.id,
-                            process: w.process,
-                            op: *op,
-                            key: key.clone(),
-                            part,
-                            side: side.unwrap_or(default_side),
-                            attempt: *t,
-                            ..Op::default()
-                        });
-                    }
-                    current.insert(*op, (first..ops.len()).collect());
-                }
-                Event::AcquireError { .. } => r.acquire_errors += 1,
-                Event::Acquired {
-                    op,
-                    fence,
-                    more_fences,
-                    t,
-                } => {
-                    let fences = std::iter::once(fence).chain(more_fences);
-                    let parts = parts(op);
-                    for (&i, fence) in parts.iter().zip(fences) {
-                        ops[i].acquired = Some((*fence, *t));
-                    }
-                    if !parts.is_empty() {
-                        r.acquired += 1;
-                    }
-                }
-                Event::GaveUp { op, error, t } => {
-                    let parts = parts(op);
-                    for &i in &parts {
-                        ops[i].gave_up = Some(*t);
-                    }
-                    if !parts.is_empty() {
-                        flag(
-                            &mut r.violations.waiters_never_acquired,
-                            &mut examples,
-                            format!("worker {} op {op} never got the lock: {error}", w.id),
-                        );
-                    }
-                }
-                Event::Cancelled { op, watched, t } => {
-                    let parts = parts(op);
-                    for &i in &parts {
-                        ops[i].cancelled = Some(*watched);
-                        ops[i].cancelled_at = Some(*t);
-                    }
-                    if !parts.is_empty() {
-                        r.cancelled += 1;
-                        if *watched > 0 {
-                            flag(
-                                &mut r.violations.leaked_watchdogs,
-                                &mut examples,
-                                format!(
-                                    "worker {} op {op}: a cancelled acquire left {watched} lease(s) renewed",
-                                    w.id
-                                ),
-                            );
-                        }
-                    }
-                }
-                Event::Read {
-                    op,
-                    key,
-                    ok: true,
-                    t,
-                    ..
-                } => {
-                    if let Some(i) = part(op, key) {
-                        ops[i].read = Some(*t);
-                    }
-                }
-                Event::Write {
-                    op,
-                    key,
-                    outcome,
-                    seq,
-                    sent,
-                    ..
-                } => {
-                    if let Some(i) = part(op, key) {
-                        ops[i].write = Some((*outcome, *seq, *sent));
-                    }
-                }
-                Event::Blocked {
-                    op,
-                    ms,
-                    lost_after_ms,
-                    t,
-                    ..
-                } => {
-                    if let Some(i) = part(op, &None) {
-                        ops[i].blocked = Some((*ms, *t, *lost_after_ms));
-                    }
-                }
-                Event::ReleaseSent { op, t } => {
-                    for i in parts(op) {
-                        ops[i].release_sent = Some(*t);
-                    }
-                }
-                Event::Released { op, outcome, t } => {
-                    for i in parts(op) {
-                        ops[i].released = Some((*outcome, *t));
-                    }
-                }
-                // A try-once acquire found the key busy: its wait is over.
-                Event::TryOnce {
-                    op,
-                    granted: false,
-                    t,
-                } => {
-                    for i in parts(op) {
-                        ops[i].gave_up = Some(*t);
-                    }
-                }
-                Event::Start { .. }
-                | Event::Read { ok: false, .. }
-                | Event::Queued { .. }
-                | Event::TryOnce { granted: true, .. }
-                | Event::Done { .. } => {}
-            }
-        }
-    }
-    // Every operation drawn from the budget began in its worker's log, but
-    // one per task of a killed process whose draw's answer never arrived.
-    let mut began: BTreeMap<u32, u64> = run.drawn.keys().map(|&w| (w, 0)).collect();
-    for o in ops.iter().filter(|o| o.part == 0) {
-        *began.entry(o.worker).or_default() += 1;
-    }
-    for (worker, logged) in began {
-        let drawn = run.drawn.get(&worker).copied().unwrap_or(0);
-        match drawn.checked_sub(logged) {
-            Some(0) => {}
-            Some(1) if killed.contains_key(&process(worker)) => r.killed_mid_draw += 1,
-            _ => flag(
-                &mut r.violations.log_mismatches,
-                &mut examples,
-                format!(
-                    "worker {worker} drew {drawn} operations from the budget; its log began {logged}"
-                ),
-            ),
-        }
-    }
-    let max_wait = ops
+    let rb = rebuild::rebuild(run, &mut r, &mut examples);
+    draws(run, &rb, &mut r, &mut examples);
+    r.max_wait_ms = ms(rb
+        .ops
         .iter()
         .filter(|o| o.part == 0)
         .filter_map(|o| o.acquired.map(|(_, t)| t.saturating_sub(o.attempt)))
         .max()
-        .unwrap_or(0);
-    r.max_wait_ms = ms(max_wait);
-
-    // The store.
-    let mut claimed: HashMap<(String, u64), (u32, u64)> = HashMap::new();
-    // Writes whose answer never arrived (an error, say a response timeout
-    // right after a SIGCONT): the store may have applied them.
-    let mut unanswered: HashSet<(&str, u32, u64)> = HashSet::new();
-    for o in &ops {
-        match o.write {
-            Some((WriteOutcome::Accepted, seq, _)) => {
-                claimed.insert((o.key.clone(), seq), (o.worker, o.op));
-            }
-            Some((WriteOutcome::Error, ..)) => {
-                unanswered.insert((o.key.as_str(), o.worker, o.op));
-            }
-            _ => {}
-        }
-    }
-    for (key, record) in &run.records {
-        r.writes_accepted += record.writes.len() as u64;
-        r.fenced_out += record.rejected;
-        let mut seen = HashSet::new();
-        for (i, w) in record.writes.iter().enumerate() {
-            if w.seq != i as u64 + 1 {
-                flag(
-                    &mut r.violations.log_mismatches,
-                    &mut examples,
-                    format!("{key}: store write #{} numbered {}", i + 1, w.seq),
-                );
-            }
-            if w.read_version + 1 != w.seq {
-                flag(
-                    &mut r.violations.store_overlaps,
-                    &mut examples,
-                    format!(
-                        "{key}: write {} (worker {} op {}, token {}) read version {}: {} other write(s) came between its read and its write",
-                        w.seq,
-                        w.worker,
-                        w.op,
-                        w.fence,
-                        w.read_version,
-                        w.seq.saturating_sub(w.read_version + 1)
-                    ),
-                );
-            }
-            if w.fence < w.max_before {
-                flag(
-                    &mut r.violations.lower_token_accepted,
-                    &mut examples,
-                    format!(
-                        "{key}: write {} accepted with token {} after token {} was seen",
-                        w.seq, w.fence, w.max_before
-                    ),
-                );
-            }
-            if !seen.insert((w.worker, w.op)) {
-                flag(
-                    &mut r.violations.duplicated_updates,
-                    &mut examples,
-                    format!("{key}: worker {} op {} applied twice", w.worker, w.op),
-                );
-            }
-            match claimed.get(&(key.clone(), w.seq)) {
-                Some(&(worker, op)) if worker == w.worker && op == w.op => {}
-                Some(&(worker, op)) => {
-                    flag(
-                        &mut r.violations.log_mismatches,
-                        &mut examples,
-                        format!(
-                            "{key}: store write {} is worker {} op {}, but worker {worker} op {op} claims it",
-                            w.seq, w.worker, w.op
-                        ),
-                    );
-                }
-                // A worker killed before it logged the answer, or one whose
-                // answer was lost.
-                None if killed.contains_key(&process(w.worker))
-                    || unanswered.contains(&(key.as_str(), w.worker, w.op)) => {}
-                None => {
-                    flag(
-                        &mut r.violations.log_mismatches,
-                        &mut examples,
-                        format!(
-                            "{key}: store write {} (worker {} op {}) is in no worker's log",
-                            w.seq, w.worker, w.op
-                        ),
-                    );
-                }
-            }
-        }
-        let accepted = record.writes.len() as u64;
-        if record.counter < accepted {
-            r.violations.lost_updates += accepted - record.counter;
-            note(
-                &mut examples,
-                format!(
-                    "{key}: {accepted} accepted writes but the counter is {}",
-                    record.counter
-                ),
-            );
-        } else if record.counter > accepted {
-            r.violations.duplicated_updates += record.counter - accepted;
-        }
-    }
-    for ((key, seq), (worker, op)) in &claimed {
-        let present = run
-            .records
-            .get(key)
-            .and_then(|rec| rec.writes.get((*seq as usize).wrapping_sub(1)))
-            .is_some();
-        if !present {
-            flag(
-                &mut r.violations.log_mismatches,
-                &mut examples,
-                format!(
-                    "{key}: worker {worker} op {op} says write {seq} was accepted; the store has no such write"
-                ),
-            );
-        }
-    }
-
-    // Fencing tokens per key.
+        .unwrap_or(0));
+    store_writes(run, &rb, &mut r, &mut examples);
     let mut by_key: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
-    for o in &ops {
+    for o in &rb.ops {
         by_key.entry(o.key.as_str()).or_default().push(o);
     }
     for (key, key_ops) in &by_key {
-        // Per token: acquisitions, and how many of them exclusive.
-        let mut fences: HashMap<u64, (u32, u32)> = HashMap::new();
-        for o in key_ops {
-            if let Some((fence, _)) = o.acquired {
-                let (n, exclusive) = fences.entry(fence).or_default();
-                *n += 1;
-                *exclusive += u32::from(o.side == Side::Write);
-            }
-        }
-        for (fence, (n, exclusive)) in fences {
-            if n < 2 {
-                continue;
-            }
-            // Every acquisition has a token of its own, shared holders' too
-            // (readers granted together were once all told the last one's).
-            r.fence_regressions += 1;
-            if run.expect_monotonic_fences {
-                flag(
-                    &mut r.violations.duplicate_fences,
-                    &mut examples,
-                    format!(
-                        "{key}: token {fence} given to {n} acquisitions, {exclusive} exclusive"
-                    ),
-                );
-            }
-        }
-        // A token must exceed every token acquired (by anyone) before this
-        // attempt began; 1 ms of margin covers cross-process clock error.
-        let mut acquired: Vec<(u64, u64)> = key_ops
-            .iter()
-            .filter_map(|o| o.acquired.map(|(fence, t)| (t, fence)))
-            .collect();
-        acquired.sort_unstable();
-        let mut attempts: Vec<(u64, u64)> = key_ops
-            .iter()
-            .filter_map(|o| o.acquired.map(|(fence, _)| (o.attempt, fence)))
-            .collect();
-        attempts.sort_unstable();
-        let (mut i, mut highest) = (0, 0);
-        for (start, fence) in attempts {
-            while i < acquired.len() && acquired[i].0 + 1000 < start {
-                highest = highest.max(acquired[i].1);
-                i += 1;
-            }
-            if fence < highest {
-                r.fence_regressions += 1;
-                if run.expect_monotonic_fences {
-                    flag(
-                        &mut r.violations.fence_regressions,
-                        &mut examples,
-                        format!("{key}: token {fence} issued after token {highest} had been"),
-                    );
-                }
-            }
-        }
-
-        // Holds that released successfully, more at once than the kind
-        // admits (two of a mutex, a writer with anyone, more than a
-        // semaphore's permits): in the logs, and in the store's order.
-        let record = run.records.get(*key);
-        let crowded = synchronizers::crowded_in_logs(run.kind, key, key_ops)
-            .into_iter()
-            .chain(record.into_iter().flat_map(|record| {
-                synchronizers::crowded_in_store(run.kind, key, key_ops, record)
-            }));
-        for found in crowded {
-            let count = match run.kind {
-                Kind::Semaphore { .. } => &mut r.violations.too_many_holders,
-                _ => &mut r.violations.client_overlaps,
-            };
-            flag(count, &mut examples, found);
-        }
-        // A reader let in while a writer changed the record.
-        for found in record
-            .into_iter()
-            .flat_map(|record| synchronizers::reads_inside_writes(key, record))
-        {
-            flag(&mut r.violations.store_overlaps, &mut examples, found);
-        }
-        if let Kind::HoldAtLeast { ms: min } = run.kind {
-            for found in synchronizers::held_too_briefly(min, HOLD_SLACK_US, key, key_ops) {
-                flag(&mut r.violations.held_too_briefly, &mut examples, found);
-            }
-        }
+        tokens(run, key, key_ops, &mut r, &mut examples);
+        holds(run, key, key_ops, &mut r, &mut examples);
     }
-
-    // Stalls: some operation waits while no holder is reported.
-    let server_faults: Vec<(u64, u64)> = run
-        .faults
-        .iter()
-        .filter_map(|f| match f {
-            Fault::Server { start, end, .. } => Some((*start, *end)),
-            _ => None,
-        })
-        .collect();
-    for (key, key_ops) in &by_key {
-        let mut edges: Vec<(u64, i32, i32)> = Vec::new(); // (t, waiting delta, holding delta)
-        for o in key_ops {
-            let eol = end_of_log.get(&o.worker).copied().unwrap_or(0);
-            let death = killed.get(&o.process).copied();
-            let wait_end = o.wait_end().unwrap_or_else(|| death.unwrap_or(eol));
-            edges.push((o.attempt, 1, 0));
-            edges.push((wait_end.max(o.attempt), -1, 0));
-            if let Some((_, t)) = o.acquired {
-                edges.push((t, 0, 1));
-                edges.push((o.hold_end(death, eol).max(t), 0, -1));
-            }
-        }
-        // At one instant, starts of holds before ends of waits.
-        edges.sort_unstable_by_key(|&(t, w, h)| (t, -h, w));
-        let (mut waiting, mut holding) = (0i32, 0i32);
-        let mut since: Option<u64> = None;
-        for (t, dw, dh) in edges {
-            waiting += dw;
-            holding += dh;
-            let stalled = waiting > 0 && holding == 0;
-            match (since, stalled) {
-                (None, true) => since = Some(t),
-                (Some(s), false) => {
-                    since = None;
-                    let stall = t - s;
-                    if ms(stall) > r.max_stall_ms {
-                        r.max_stall_ms = ms(stall);
-                        r.max_stall_at = (s, key.to_string());
-                    }
-                    // Server faults (and one lease after) explain stalls.
-                    let explained = server_faults
-                        .iter()
-                        .any(|&(fs, fe)| s <= fe + ttl_us + slack_us && t >= fs);
-                    if stall > ttl_us + slack_us && !explained {
-                        flag(
-                            &mut r.violations.stalled,
-                            &mut examples,
-                            format!(
-                                "{key}: waiters waited {} ms with no holder reported (from {s} µs; TTL {} ms)",
-                                ms(stall),
-                                run.ttl_ms
-                            ),
-                        );
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
-    // Stopped and killed holders (`victim` is a process: all of its tasks).
-    for f in &run.faults {
-        let (victim, start, end) = match f {
-            Fault::StopWorker { worker, start, end } => (*worker, *start, Some(*end)),
-            Fault::KillWorker { worker, t } => (*worker, *t, None),
-            _ => continue,
-        };
-        if end.is_some_and(|e| e - start <= ttl_us) {
-            continue; // a short stop: the lease may survive it
-        }
-        // Every task of the process that held a key when it was struck (a
-        // one-task process holds one at most).
-        let held_ops = ops.iter().filter(|o| {
-            o.process == victim
-                && o.acquired.is_some_and(|(_, t)| t <= start)
-                && o.release_sent.is_none_or(|t| t >= start)
-        });
-        for held in held_ops {
-            let key_ops = &by_key[held.key.as_str()];
-            // The next holder that the stopped one kept out (a reader keeps
-            // out writers only; a semaphore's holder, the last permit).
-            let next = synchronizers::taken_over(run.kind, key_ops, victim, held.side, start);
-            // Another process wanted the key when the fault struck, or
-            // within a lease after (one that had got it, or given up, or
-            // died, before the fault does not count).
-            let pending = ops.iter().any(|o| {
-                let death = killed.get(&o.process).copied();
-                o.key == held.key
-                    && o.process != victim
-                    && run.kind.conflicts(held.side, o.side)
-                    && o.attempt <= start + ttl_us
-                    && o.wait_end().or(death).is_none_or(|t| t >= start)
-            });
-            match next {
-                Some(t) => {
-                    let takeover = t - start;
-                    r.max_takeover_ms = r.max_takeover_ms.max(ms(takeover));
-                    if takeover > ttl_us + slack_us {
-                        flag(
-                            &mut r.violations.held_past_ttl,
-                            &mut examples,
-                            format!(
-                                "{}: worker {} {} at {start} µs holding it; the next holder got it {} ms later (TTL {} ms)",
-                                held.key,
-                                held.worker,
-                                if end.is_some() { "stopped" } else { "killed" },
-                                ms(takeover),
-                                run.ttl_ms
-                            ),
-                        );
-                    }
-                }
-                None if pending => {
-                    flag(
-                        &mut r.violations.held_past_ttl,
-                        &mut examples,
-                        format!(
-                            "{}: nobody got the key after worker {}'s fault at {start} µs",
-                            held.key, held.worker
-                        ),
-                    );
-                }
-                None => {}
-            }
-            if let Some(end) = end {
-                // Stale: sent once the store had seen the next holder's token
-                // (its read had returned). Only then must fencing refuse it: a
-                // write in flight when the stop came, or one that reaches the
-                // store before any higher token, is rightly taken.
-                let next_read = ops
-                    .iter()
-                    .filter(|o| o.key == held.key && o.process != victim)
-                    .filter(|o| o.acquired.is_some_and(|(_, t)| t >= start))
-                    .filter_map(|o| o.read)
-                    .min();
-                if let Some((outcome, _, sent)) = held.write
-                    && sent >= end
-                    && next_read.is_some_and(|read| read <= sent)
-                {
-                    r.stale_writes += 1;
-                    if outcome == WriteOutcome::Rejected {
-                        r.stale_writes_rejected += 1;
-                    }
-                }
-                // A release sent before `end` (read before the SIGCONT) was
-                // sent before the stop landed (a stopped process sends
-                // nothing): it ran while the lease was valid, and `Ok` is
-                // right. The stop's `start` is read before the SIGSTOP, which
-                // a victim at the end of its think can outrun.
-                let sent_after_stop = held.release_sent.is_some_and(|t| t >= end);
-                // One release per operation, however many keys it held.
-                let released = held.released.filter(|_| held.part == 0);
-                match released {
-                    Some((ReleaseOutcome::Lost, _)) => r.stale_release_lost += 1,
-                    Some((ReleaseOutcome::Ok, _)) if sent_after_stop => {
-                        flag(
-                            &mut r.violations.stale_release_ok,
-                            &mut examples,
-                            format!(
-                                "{}: worker {} op {} was stopped {} ms (TTL {} ms) and its release still said Ok",
-                                held.key,
-                                held.worker,
-                                held.op,
-                                ms(end - start),
-                                run.ttl_ms
-                            ),
-                        );
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-
-    // Blocked runtimes.
-    for o in &ops {
-        let Some((block, _, lost_after)) = o.blocked else {
-            continue;
-        };
-        let released = o.released.map(|(outcome, _)| outcome);
-        let wrong = if block < run.ttl_ms {
-            r.blocked_keep += 1;
-            lost_after.is_some() || released != Some(ReleaseOutcome::Ok)
-        } else {
-            r.blocked_lose += 1;
-            lost_after.is_none() || released == Some(ReleaseOutcome::Ok)
-        };
-        if wrong {
-            flag(
-                &mut r.violations.blocked_wrong,
-                &mut examples,
-                format!(
-                    "{}: worker {} op {} blocked {block} ms with a {} ms lease: lost after {:?} ms, release {:?}",
-                    o.key, o.worker, o.op, run.ttl_ms, lost_after, released
-                ),
-            );
-        }
-    }
+    stalls(run, &rb, &by_key, &mut r, &mut examples);
+    struck_holders(run, &rb, &by_key, &mut r, &mut examples);
+    blocked_runtimes(run, &rb.ops, &mut r, &mut examples);
 
     if run.fifo {
         let found = fifo::check(run);
@@ -976,6 +385,19 @@ pub fn check(run: &RunData) -> Report {
     }
     r.examples = examples;
     r
+}
+
+/// Notes an example (the first 20).
+fn note(examples: &mut Vec<String>, s: String) {
+    if examples.len() < 20 {
+        examples.push(s);
+    }
+}
+
+/// A violation: counted, and noted as an example.
+fn flag(count: &mut u64, examples: &mut Vec<String>, s: String) {
+    *count += 1;
+    note(examples, s);
 }
 
 #[cfg(test)]
