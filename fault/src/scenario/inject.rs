@@ -169,6 +169,19 @@ impl Injector {
                 if now < *next || self.kills >= *max_kills {
                     return Ok(None);
                 }
+                // A single kill (no persistence: the counters restart) waits
+                // until a quarter of the run is drawn, as the failover does:
+                // at 300 ms on a loaded machine the workers may not have
+                // begun, and a kill before any token leaves none to repeat.
+                if *max_kills != u32::MAX {
+                    let drawn: Option<u64> = redis::cmd("GET")
+                        .arg(store::OPS_KEY)
+                        .query(cx.store)
+                        .map_err(|e| e.to_string())?;
+                    if drawn.unwrap_or(0) < cx.scenario.ops / 4 {
+                        return Ok(None);
+                    }
+                }
                 self.kills += 1;
                 let t = cx.clock.now();
                 cx.lock.primary().kill();
