@@ -171,7 +171,7 @@ impl LockGuard {
             // `hold_at_least`: the key stays taken until then.
             Some(left) => inner
                 .backend
-                .keep(&held.names, &held.token, left)
+                .release_in(&held.names, &held.token, left)
                 .await
                 .map(|ours| {
                     if ours {

@@ -14,7 +14,7 @@ pub(crate) mod inspect;
 pub(crate) mod labels;
 mod leaders;
 pub(crate) mod memory;
-mod memory_shared;
+
 mod notifier;
 pub(crate) mod records;
 pub(crate) mod redis;
@@ -131,12 +131,12 @@ impl Backend {
         }
     }
 
-    /// A release under `hold_at_least`: the lease of `token` is set to end
+    /// A release under `hold_at_least`, `left` from now: the lease of `token` is set to end
     /// `left` from now instead of the key being deleted, and the key's
     /// waiters are told (a free notice: they try again and learn the
     /// shorter lease, instead of sleeping out the one they last saw).
     /// `false`: not ours.
-    pub(crate) async fn keep(
+    pub(crate) async fn release_in(
         &self,
         names: &KeyNames,
         token: &Token,

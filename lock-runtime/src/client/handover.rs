@@ -188,7 +188,7 @@ fn keep_in_background(inner: Arc<Inner>, held: &Arc<Held>, left: Duration) {
     };
     let (key, names, token) = (held.key.clone(), held.names.clone(), held.token);
     runtime.spawn(async move {
-        match inner.backend.keep(&names, &token, left).await {
+        match inner.backend.release_in(&names, &token, left).await {
             Ok(true) => tracing::debug!(key = %key, "lock kept until its hold_at_least"),
             Ok(false) => {
                 tracing::debug!(key = %key, "background release: the lock was not ours (any more)")

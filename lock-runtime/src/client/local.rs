@@ -49,7 +49,7 @@ pub(crate) struct Local {
     /// `false`: every acquisition goes to the server (the builder's
     /// `local_handover(false)`, or a backend without local hand-over).
     enabled: bool,
-    keys: Mutex<HashMap<String, Slot>>,
+    keys: Mutex<HashMap<String, Line>>,
     /// Tickets are unique within the client, not per line: a line can be
     /// replaced (other settings) or end and start again while a ticket of
     /// the old one is still about, which must not name a waiter of the new.
@@ -57,7 +57,7 @@ pub(crate) struct Local {
 }
 
 #[derive(Debug)]
-struct Slot {
+struct Line {
     /// The lease settings of the line: a task must ask for the same to join.
     ttl: Duration,
     renew: bool,
@@ -70,14 +70,14 @@ struct Slot {
     blocks: Blocks,
 }
 
-impl Slot {
+impl Line {
     fn holds(&self, held: &Arc<Held>) -> bool {
         self.holder.as_ref().is_some_and(|h| Arc::ptr_eq(h, held))
     }
 
     /// With nobody holding and nobody acquiring on the server, the first
     /// waiter becomes the representative. `true` when the line is empty and
-    /// idle (the slot can go).
+    /// idle (the line can go).
     fn promote(&mut self) -> bool {
         if self.holder.is_some() || self.representatives > 0 {
             return false;
@@ -153,8 +153,8 @@ impl Ticket {
     /// if any, is returned.
     fn leave(&mut self) -> Option<Turn> {
         self.waiting = false;
-        if let Some(slot) = self.owner.lines().keys().get_mut(&self.key) {
-            slot.waiters.retain(|w| w.ticket != self.ticket);
+        if let Some(line) = self.owner.lines().keys().get_mut(&self.key) {
+            line.waiters.retain(|w| w.ticket != self.ticket);
         }
         // A turn is sent under the lock (`promote`) or after the waiter was
         // taken out of the line (`pass`): once closed, a later send fails
@@ -211,9 +211,9 @@ pub(crate) struct Representing {
 impl Drop for Representing {
     fn drop(&mut self) {
         let mut keys = self.owner.lines().keys();
-        if let Some(slot) = keys.get_mut(&self.key) {
-            slot.representatives = slot.representatives.saturating_sub(1);
-            if slot.promote() {
+        if let Some(line) = keys.get_mut(&self.key) {
+            line.representatives = line.representatives.saturating_sub(1);
+            if line.promote() {
                 keys.remove(&self.key);
             }
         }
@@ -229,7 +229,7 @@ impl Local {
         }
     }
 
-    fn keys(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
+    fn keys(&self) -> MutexGuard<'_, HashMap<String, Line>> {
         self.keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -253,10 +253,10 @@ impl Local {
                 key: key.to_owned(),
             })
         };
-        let Some(slot) = keys.get_mut(key) else {
+        let Some(line) = keys.get_mut(key) else {
             keys.insert(
                 key.to_owned(),
-                Slot {
+                Line {
                     ttl,
                     renew,
                     holder: None,
@@ -267,21 +267,21 @@ impl Local {
             );
             return represent();
         };
-        if slot.ttl != ttl || slot.renew != renew {
+        if line.ttl != ttl || line.renew != renew {
             return Entry::Alone;
         }
-        if slot.holder.as_ref().is_some_and(|h| h.is_lost()) {
+        if line.holder.as_ref().is_some_and(|h| h.is_lost()) {
             // Lost without a release: nobody of the line holds the key.
-            slot.holder = None;
-            slot.blocks.clear();
+            line.holder = None;
+            line.blocks.clear();
         }
-        if slot.holder.is_none() && slot.representatives == 0 {
-            slot.representatives = 1;
+        if line.holder.is_none() && line.representatives == 0 {
+            line.representatives = 1;
             return represent();
         }
         let (send, receive) = oneshot::channel();
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
-        slot.waiters.push_back(Waiter {
+        line.waiters.push_back(Waiter {
             ticket,
             send,
             metrics: metrics.clone(),
@@ -306,7 +306,7 @@ impl Local {
             let holder = self
                 .keys()
                 .get(&ticket.key)
-                .and_then(|slot| slot.holder.clone());
+                .and_then(|line| line.holder.clone());
             let holder_lost = async {
                 match &holder {
                     Some(held) => held.lost().await,
@@ -333,8 +333,8 @@ impl Local {
                 // Sent meanwhile: ours after all.
                 Some(turn) => turn,
                 None => {
-                    let retry_after = self.keys().get(&ticket.key).and_then(|slot| {
-                        slot.holder
+                    let retry_after = self.keys().get(&ticket.key).and_then(|line| {
+                        line.holder
                             .as_ref()
                             .map(|h| h.valid_until().saturating_duration_since(Instant::now()))
                     });
@@ -370,16 +370,16 @@ impl Local {
         }
         let mut keys = self.keys();
         match keys.get_mut(&held.key) {
-            Some(slot) if slot.ttl == held.ttl && slot.renew == renew => {
-                slot.holder = Some(held.clone());
-                slot.blocks.clear();
+            Some(line) if line.ttl == held.ttl && line.renew == renew => {
+                line.holder = Some(held.clone());
+                line.blocks.clear();
             }
             Some(_) if !waited => {}
             None if !waited => {}
             _ => {
                 keys.insert(
                     held.key.clone(),
-                    Slot {
+                    Line {
                         ttl: held.ttl,
                         renew,
                         holder: Some(held.clone()),
@@ -399,12 +399,12 @@ impl Local {
             return;
         }
         let mut keys = self.keys();
-        if let Some(slot) = keys.get_mut(&held.key)
-            && slot.holds(held)
+        if let Some(line) = keys.get_mut(&held.key)
+            && line.holds(held)
         {
-            slot.holder = None;
-            slot.blocks.clear();
-            if slot.promote() {
+            line.holder = None;
+            line.blocks.clear();
+            if line.promote() {
                 keys.remove(&held.key);
             }
         }
@@ -413,8 +413,8 @@ impl Local {
     /// Whether `held` has a task in line (that has not given up).
     pub(crate) fn has_waiters(&self, held: &Arc<Held>) -> bool {
         self.enabled
-            && self.keys().get(&held.key).is_some_and(|slot| {
-                slot.holds(held) && slot.waiters.iter().any(|w| !w.send.is_closed())
+            && self.keys().get(&held.key).is_some_and(|line| {
+                line.holds(held) && line.waiters.iter().any(|w| !w.send.is_closed())
             })
     }
 
@@ -422,24 +422,24 @@ impl Local {
     /// reserve the next block in the background ([`Blocks::take`]).
     pub(crate) fn take_token(&self, held: &Arc<Held>) -> Option<(u64, bool)> {
         let mut keys = self.keys();
-        let slot = keys.get_mut(&held.key).filter(|slot| slot.holds(held))?;
-        slot.blocks.take()
+        let line = keys.get_mut(&held.key).filter(|line| line.holds(held))?;
+        line.blocks.take()
     }
 
     /// A block reserved ahead came back for the line of `key`: kept if the
     /// line still holds the lease `token` reserved it under.
     pub(crate) fn set_next_block(&self, key: &str, token: &Token, top: Option<(u64, Instant)>) {
-        if let Some(slot) = self.keys().get_mut(key) {
-            let same = slot.holder.as_ref().is_some_and(|h| h.token == *token);
-            slot.blocks.set_ahead(top, same);
+        if let Some(line) = self.keys().get_mut(key) {
+            let same = line.holder.as_ref().is_some_and(|h| h.token == *token);
+            line.blocks.set_ahead(top, same);
         }
     }
 
     /// Uses the block up to `top` for `held`'s line ([`Blocks::set`]).
     pub(crate) fn set_block(&self, held: &Arc<Held>, top: u64, reserved: Instant) -> Option<u64> {
         let mut keys = self.keys();
-        let slot = keys.get_mut(&held.key).filter(|slot| slot.holds(held))?;
-        Some(slot.blocks.set(top, reserved))
+        let line = keys.get_mut(&held.key).filter(|line| line.holds(held))?;
+        Some(line.blocks.set(top, reserved))
     }
 
     /// Takes the first waiter still waiting, and makes `next` the holder.
@@ -449,13 +449,13 @@ impl Local {
         next: impl FnOnce(&Waiter) -> Arc<Held>,
     ) -> Option<(Waiter, Arc<Held>)> {
         let mut keys = self.keys();
-        let slot = keys.get_mut(&held.key).filter(|slot| slot.holds(held))?;
-        while let Some(waiter) = slot.waiters.pop_front() {
+        let line = keys.get_mut(&held.key).filter(|line| line.holds(held))?;
+        while let Some(waiter) = line.waiters.pop_front() {
             if waiter.send.is_closed() {
                 continue;
             }
             let next = next(&waiter);
-            slot.holder = Some(next.clone());
+            line.holder = Some(next.clone());
             return Some((waiter, next));
         }
         None

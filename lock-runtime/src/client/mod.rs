@@ -20,19 +20,19 @@ mod acquire;
 mod all;
 mod blocks;
 mod builder;
-mod family;
 pub(crate) mod handover;
 mod inspect;
 pub(crate) mod local;
 mod registry;
 mod request;
+mod rw_lock;
 
 pub use all::{LockAllGuard, LockAllRequest, MAX_LOCK_ALL_KEYS};
 pub use builder::LockClientBuilder;
-pub use family::RwLockRequest;
 pub use inspect::{LockKind, LockState};
 pub(crate) use registry::Registration;
 pub use request::LockRequest;
+pub use rw_lock::RwLockRequest;
 
 /// Restarts the client's background tasks (the watchdog, the notices) on
 /// the runtime in use if they ended with the runtime they ran on: a client
@@ -257,14 +257,6 @@ impl LockClient {
     #[cfg(feature = "axum")]
     pub(crate) fn unwatch_record(&self, id: u64) {
         self.0.watchdog.unwatch_record(id);
-    }
-
-    /// The old name of [`LockClient::renewed_leases`]: it counts leases, not
-    /// watchdogs (one task renews them all).
-    #[deprecated(since = "0.1.0", note = "renamed to `renewed_leases`")]
-    #[doc(hidden)]
-    pub fn active_watchdogs(&self) -> usize {
-        self.renewed_leases()
     }
 
     /// Deletes the lock `key` regardless of its owner, as an operator's `DEL`

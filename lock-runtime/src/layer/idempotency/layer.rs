@@ -213,13 +213,6 @@ impl IdempotencyLayer {
         pub fn ttl(ttl: Duration) => lease = Some(ttl);
     }
 
-    /// The old name of [`IdempotencyLayer::ttl`].
-    #[deprecated(since = "0.1.0", note = "renamed to `ttl`, like every lease length")]
-    #[doc(hidden)]
-    pub fn lease(self, lease: Duration) -> Self {
-        self.ttl(lease)
-    }
-
     config_setters! {
         /// How long a completed record (the stored response) is kept (default
         /// 24 hours).

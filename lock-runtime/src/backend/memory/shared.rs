@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::inspect::{Holding, Observed};
-use super::{AcquireOutcome, HANDOFF_LEASE};
+use crate::backend::inspect::{Holding, Observed};
+use crate::backend::{AcquireOutcome, HANDOFF_LEASE};
 use crate::key::{KeyNames, Shape};
 use crate::token::Token;
 
@@ -113,7 +113,7 @@ pub(super) type Grants = Vec<(Token, u64)>;
 
 impl SharedLocks {
     /// The state of the read-write lock or semaphore `names` (see
-    /// [`super::inspect`]): holders by fencing token, waiters in line.
+    /// [`crate::backend::inspect`]): holders by fencing token, waiters in line.
     pub(super) fn observe(&self, names: &KeyNames, fence: u64) -> Observed {
         let now = Instant::now();
         let Some(lock) = self.0.get(&names.lock) else {

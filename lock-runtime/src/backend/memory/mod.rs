@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::memory_shared::{Grants, SharedLocks};
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE};
 use crate::key::{KeyNames, Shape};
 use crate::token::Token;
+use shared::{Grants, SharedLocks};
 
 mod observe;
+mod shared;
 
 #[derive(Debug)]
 struct Held {
