@@ -333,6 +333,34 @@ async fn a_cancelled_request_gives_back_what_it_took(a: &LockClient, b: &LockCli
         .unwrap();
 }
 
+/// `hold_at_least`: released at once, every key stays taken for the rest
+/// of the minimum (another client is busy on each), then is free.
+async fn a_release_keeps_every_key_until_hold_at_least(a: &LockClient, b: &LockClient) {
+    let keys = ["{held}:x", "{held}:y", "held:z"];
+    let min = ms(700);
+    let taken = Instant::now();
+    let all = a.lock_all(keys).hold_at_least(min).acquire().await.unwrap();
+    all.release().await.unwrap();
+    for key in keys {
+        let err = b.lock(key).acquire().await.unwrap_err();
+        assert!(
+            err.is_busy(),
+            "{key} free {:?} after acquire: {err:?}",
+            taken.elapsed()
+        );
+    }
+    let busy_all = b.lock_all(keys).acquire().await.unwrap_err();
+    assert!(busy_all.is_busy(), "{busy_all:?}");
+    // Free once the minimum has passed (waiting covers the lease's end).
+    let again = b.lock_all(keys).wait(secs(5)).acquire().await.unwrap();
+    assert!(
+        taken.elapsed() >= min - ms(50),
+        "free after {:?}",
+        taken.elapsed()
+    );
+    again.release().await.unwrap();
+}
+
 async fn all_checks(a: &LockClient, b: &LockClient, rounds: usize, atomic: bool) {
     one_busy_key_means_none_are_taken(a, b).await;
     each_key_is_the_mutex_of_its_name(a, b).await;
@@ -341,6 +369,7 @@ async fn all_checks(a: &LockClient, b: &LockClient, rounds: usize, atomic: bool)
     one_slot_shares_one_fencing_token(a, atomic).await;
     run_holds_reenters_and_reports_loss(a, b).await;
     a_cancelled_request_gives_back_what_it_took(a, b).await;
+    a_release_keeps_every_key_until_hold_at_least(a, b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -504,6 +533,13 @@ async fn bad_input_is_an_error() {
         .await
         .unwrap_err();
     assert!(short.is_config(), "{short:?}");
+    let forever = client
+        .lock_all(["a", "b"])
+        .hold_at_least(secs(8 * 24 * 3600))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(forever.is_config(), "{forever:?}");
     let run = client.lock_all(["a", "a"]).run(async {}).await.unwrap_err();
     assert!(run.is_config(), "{run:?}");
     assert!(!is_held(&client, "a").await && !is_held(&client, "ok").await);

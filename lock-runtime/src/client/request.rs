@@ -141,13 +141,7 @@ impl LockRequest {
         validate_key(&self.key)?;
         let ttl = self.ttl.unwrap_or(inner.default_ttl);
         validate_ttl(ttl)?;
-        if self.hold_at_least > MAX_TTL {
-            return Err(LockError::Config(format!(
-                "hold_at_least {} is above the maximum of {}",
-                humantime::format_duration(self.hold_at_least),
-                humantime::format_duration(MAX_TTL)
-            )));
-        }
+        validate_hold_at_least(self.hold_at_least)?;
         self.check_shape()?;
         if let Some(held) = context::find(inner.id, &self.key, self.shape) {
             if held.names.shape == Shape::Read && self.shape == Shape::Write {
@@ -337,4 +331,16 @@ impl LockRequest {
         }
         Err(LockError::lost(&held.key))
     }
+}
+
+/// `hold_at_least` is at most the longest lease.
+pub(super) fn validate_hold_at_least(min: Duration) -> Result<(), LockError> {
+    if min > MAX_TTL {
+        return Err(LockError::Config(format!(
+            "hold_at_least {} is above the maximum of {}",
+            humantime::format_duration(min),
+            humantime::format_duration(MAX_TTL)
+        )));
+    }
+    Ok(())
 }

@@ -106,6 +106,7 @@ pub(super) fn watched_guard(
     ttl: Duration,
     renew: bool,
     metrics: &crate::metrics::Name,
+    hold_until: Option<Instant>,
 ) -> LockGuard {
     let held = Arc::new(Held {
         id: inner.next_lock_id.fetch_add(1, Ordering::Relaxed),
@@ -119,12 +120,15 @@ pub(super) fn watched_guard(
         valid_until: std::sync::Mutex::new(sent),
         metrics: metrics.clone(),
         since: sent,
-        hold_until: None,
+        hold_until,
     });
     let drift = inner.backend.drift(ttl);
     inner
         .watchdog
         .watch(held.clone(), ttl, renew, sent, ttl, drift);
-    inner.local.hold(&held, renew, false);
+    // A key kept past its release is not handed on in-process.
+    if hold_until.is_none() {
+        inner.local.hold(&held, renew, false);
+    }
     LockGuard::owner(held, inner.clone())
 }

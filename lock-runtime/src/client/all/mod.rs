@@ -109,6 +109,7 @@ pub struct LockAllRequest {
     ttl: Option<Duration>,
     wait: Duration,
     renew: bool,
+    hold_at_least: Duration,
     /// As given, for the one-at-a-time path's requests.
     metrics_name: Option<Arc<str>>,
     metrics: crate::metrics::Name,
@@ -128,6 +129,7 @@ impl LockAllRequest {
             ttl: None,
             wait: Duration::ZERO,
             renew: true,
+            hold_at_least: Duration::ZERO,
             metrics_name: None,
             metrics: crate::metrics::Name::default(),
         }
@@ -157,6 +159,34 @@ impl LockAllRequest {
     /// Whether the watchdog renews the leases (default `true`).
     pub fn renew(mut self, renew: bool) -> Self {
         self.renew = renew;
+        self
+    }
+
+    /// Keeps every key taken until at least `min` after it was acquired,
+    /// even if released sooner (default zero), as
+    /// [`LockRequest::hold_at_least`](crate::LockRequest::hold_at_least)
+    /// does for one key: a release before then sets each key's lease to end
+    /// at that moment instead of deleting it. At most the longest lease (7
+    /// days), else `acquire` answers `LockError::Config`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+    /// let batch = client
+    ///     .lock_all(["export:eu", "export:us"])
+    ///     .hold_at_least(Duration::from_secs(60))
+    ///     .acquire()
+    ///     .await?;
+    /// batch.release().await?;
+    /// // Both keys stay taken for the rest of the minute.
+    /// assert!(client.lock("export:us").acquire().await.unwrap_err().is_busy());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold_at_least(mut self, min: Duration) -> Self {
+        self.hold_at_least = min;
         self
     }
 
@@ -205,6 +235,7 @@ impl LockAllRequest {
         let inner = self.client.0.clone();
         let ttl = self.ttl.unwrap_or(inner.default_ttl);
         validate_ttl(ttl)?;
+        super::request::validate_hold_at_least(self.hold_at_least)?;
         super::keep_tasks_running(&inner).await?;
         let started = Instant::now();
         let deadline = started
@@ -309,6 +340,9 @@ impl LockAllRequest {
                             ttl,
                             self.renew,
                             &self.metrics,
+                            // From now, when the answer is in (as one key's).
+                            (!self.hold_at_least.is_zero())
+                                .then(|| Instant::now() + self.hold_at_least),
                         ));
                     }
                     return Ok(());
@@ -336,7 +370,8 @@ impl LockAllRequest {
                 .lock(w.key)
                 .ttl(ttl)
                 .wait(wait)
-                .renew(self.renew);
+                .renew(self.renew)
+                .hold_at_least(self.hold_at_least);
             if let Some(name) = &self.metrics_name {
                 request = request.metrics_name(name.clone());
             }
