@@ -296,14 +296,7 @@ impl LockRequest {
         // An `Arc` clone: the key is read from it on the unhappy paths only.
         let held = guard.held().clone();
         let lost = guard.lost();
-        let outcome = context::scope(held.clone(), async move {
-            tokio::select! {
-                biased;
-                _ = lost => None,
-                output = fut => Some(output),
-            }
-        })
-        .await;
+        let outcome = context::scope(held.clone(), context::unless_lost(lost, fut)).await;
         let Some(output) = outcome else {
             drop(guard);
             return Err(LockError::lost(&held.key));

@@ -135,14 +135,7 @@ impl LeaderRequest {
         let leadership = self.campaign().await?;
         let held = leadership.guard.held().clone();
         let lost = leadership.lost();
-        let outcome = context::scope(held.clone(), async move {
-            tokio::select! {
-                biased;
-                _ = lost => None,
-                output = fut => Some(output),
-            }
-        })
-        .await;
+        let outcome = context::scope(held.clone(), context::unless_lost(lost, fut)).await;
         let Some(output) = outcome else {
             drop(leadership);
             return Err(LockError::lost(&held.key));

@@ -394,14 +394,7 @@ impl LockAllRequest {
         let guard = self.acquire().await?;
         let held: Vec<Arc<Held>> = guard.guards.iter().map(|g| g.held().clone()).collect();
         let lost = guard.lost();
-        let outcome = context::scope_all(held.clone(), async move {
-            tokio::select! {
-                biased;
-                _ = lost => None,
-                output = fut => Some(output),
-            }
-        })
-        .await;
+        let outcome = context::scope_all(held.clone(), context::unless_lost(lost, fut)).await;
         let Some(output) = outcome else {
             let key = held
                 .iter()
