@@ -46,6 +46,15 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
          tests/tests/fence_redis.rs covers them",
     ),
     (
+        "fence_record_raise.lua",
+        "a1fa5c182e8d72be6b987ca1973e6a2782e797ba",
+        "not modelled: an operator's `force_release` (backend/force.rs) raising a \
+         `fence::redis` record to the key's counter; it only ever raises the record, \
+         which is `Store`'s refusal of lower tokens (lock/state.rs) seen from outside, \
+         and lockctl/tests/lockctl_cluster.rs covers it (the evicted holder's next \
+         fenced write is refused, the next holder's passes)",
+    ),
+    (
         "fence_raise.lua",
         "abb7c167397484529727affa6a1289fc3996952a",
         "redlock.rs `Node::fence_raise`",
