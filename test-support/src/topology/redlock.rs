@@ -46,8 +46,19 @@ impl Redlock {
     pub fn restart(&mut self, i: usize) {
         self.servers[i].restart().unwrap_or_else(|e| panic!("{e}"));
         self.down[i] = false;
-        let keys = self.servers[i].cli(&["DBSIZE"]);
-        assert_eq!(keys, "0", "node {i} restarted with data");
+        // Not `DBSIZE`: clients retrying meanwhile may already have written
+        // to the new server. What it loaded at start is what must be nothing.
+        let persistence = self.servers[i].cli(&["INFO", "persistence"]);
+        let loaded = persistence
+            .lines()
+            .find_map(|line| line.strip_prefix("rdb_last_load_keys_loaded:"))
+            .map(str::trim);
+        assert!(
+            matches!(loaded, Some("0") | None),
+            "node {i} restarted with data: {loaded:?} keys loaded"
+        );
+        let aof = persistence.lines().any(|line| line.trim() == "aof_enabled:1");
+        assert!(!aof, "node {i} restarted with an append-only file");
     }
 
     /// SIGSTOPs / SIGCONTs node `i`: it keeps its data and its connections
