@@ -18,6 +18,7 @@ use test_support::{PostgresServer, RedisServer, signal};
 mod catalogue;
 mod harness;
 mod inject;
+mod sides;
 mod table;
 
 pub use self::harness::run;

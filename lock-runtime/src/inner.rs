@@ -25,7 +25,20 @@ pub(crate) struct Inner {
     pub(crate) label: String,
     /// The task that renews the client's registry entry, and how it finds
     /// the client (it stops once the client is gone).
-    pub(crate) registration: std::sync::Mutex<Option<crate::client::Registration>>,
+    pub(crate) registration: std::sync::Mutex<Option<Registration>>,
+}
+
+/// The task that renews a client's registry entry, and the client it renews
+/// for (see `client/registry.rs`); aborted when dropped.
+pub(crate) struct Registration {
+    pub(crate) task: tokio::task::JoinHandle<()>,
+    pub(crate) client: std::sync::Weak<Inner>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl Inner {

@@ -1,7 +1,7 @@
 //! The fault injector: what each fault plan does, step by step, while the
 //! workers run.
 
-use super::harness::{LockSide, Running};
+use super::sides::{LockSide, Running};
 use super::*;
 
 pub(super) enum Step {

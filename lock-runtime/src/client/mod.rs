@@ -30,7 +30,6 @@ mod rw_lock;
 pub use all::{LockAllGuard, LockAllRequest, MAX_LOCK_ALL_KEYS};
 pub use builder::LockClientBuilder;
 pub use inspect::{LockKind, LockState};
-pub(crate) use registry::Registration;
 pub use request::LockRequest;
 pub use rw_lock::RwLockRequest;
 

@@ -3,22 +3,8 @@
 
 use std::sync::{Arc, Weak};
 
-use tokio::task::JoinHandle;
-
 use crate::backend::labels::REGISTRY_RENEWAL;
-use crate::inner::Inner;
-
-/// The renewing task, and the client it renews for.
-pub(crate) struct Registration {
-    task: JoinHandle<()>,
-    client: Weak<Inner>,
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+use crate::inner::{Inner, Registration};
 
 /// Writes the client's entry, and starts the task that renews it. A failed
 /// write is a warning, not an error: labels are for operators, and the

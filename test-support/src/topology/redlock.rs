@@ -57,7 +57,9 @@ impl Redlock {
             matches!(loaded, Some("0") | None),
             "node {i} restarted with data: {loaded:?} keys loaded"
         );
-        let aof = persistence.lines().any(|line| line.trim() == "aof_enabled:1");
+        let aof = persistence
+            .lines()
+            .any(|line| line.trim() == "aof_enabled:1");
         assert!(!aof, "node {i} restarted with an append-only file");
     }
 
