@@ -21,8 +21,10 @@ mod all;
 mod blocks;
 mod builder;
 pub(crate) mod handover;
+mod hold;
 mod inspect;
 pub(crate) mod local;
+mod options;
 mod registry;
 mod request;
 mod rw_lock;
@@ -30,6 +32,7 @@ mod rw_lock;
 pub use all::{LockAllGuard, LockAllRequest, MAX_LOCK_ALL_KEYS};
 pub use builder::LockClientBuilder;
 pub use inspect::{LockKind, LockState};
+pub use options::LockOptions;
 pub use request::LockRequest;
 pub use rw_lock::RwLockRequest;
 
