@@ -21,23 +21,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::handover::release_in_background;
 use super::hold::{Taken, hold};
 use super::options::Asked;
+use super::release::release_in_background;
 use crate::LockError;
 use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, WaitHandle};
-use crate::backoff::Backoff;
+use crate::backoff::{Retry, Retrying};
 use crate::guard::LockGuard;
 use crate::inner::Inner;
 use crate::key::KeyNames;
 use crate::token::Token;
-
-/// How often one acquire re-tries after a broken connection (within its wait;
-/// a try-once acquire re-tries once, at once).
-const MAX_CONNECTION_RETRIES: u32 = 8;
-
-/// Between those re-tries.
-const RETRY_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(160));
 
 /// One acquire in progress.
 pub(super) struct Acquisition {
@@ -53,10 +46,9 @@ pub(super) struct Acquisition {
     /// has ended and the key is someone else's (a waiter paused past the
     /// hand-over lease, found by the model checker), so it is ignored.
     fence_seen: u64,
-    /// Connection retries so far, over the whole acquisition, and the pause
-    /// before the next (the first retry goes at once).
-    retries: u32,
-    backoff: Backoff,
+    /// Re-sends after broken connections, over the whole acquisition
+    /// ([`Retry::ACQUIRE`]).
+    retry: Retrying,
     /// Redlock: since when a split vote is likelier our retry crossing a
     /// release on the masters than a contender's (the retry right after
     /// registering, or a free notice), and the brief pauses taken since.
@@ -153,8 +145,7 @@ impl Acquisition {
             waiter: None,
             last_busy: started,
             fence_seen: 0,
-            retries: 0,
-            backoff: RETRY_BACKOFF,
+            retry: Retry::ACQUIRE.start(),
             crossing: None,
         }
     }
@@ -227,19 +218,17 @@ impl Acquisition {
                     self.fence_seen = self.fence_seen.max(fence);
                     return Ok(Attempted::Busy { remaining });
                 }
+                // Within the wait; an acquire that tries once still gets its
+                // first re-send, unless the failure took its time already.
                 Err(LockError::Backend(e))
                     if e.is_connection()
-                        && self.retries < MAX_CONNECTION_RETRIES
-                        && (Instant::now() + self.backoff.peek() < deadline.at()
-                            || (self.retries == 0 && !e.is_timeout())) =>
+                        && (self.retry.allows(Some(deadline.at()))
+                            || (self.retry.is_first() && !e.is_timeout())) =>
                 {
                     // The driver re-establishes a broken connection.
                     tracing::debug!(key = %self.attempt.key, error = &e as &dyn std::error::Error,
                         "lock acquire: connection failed; retrying");
-                    if self.retries > 0 {
-                        self.backoff.wait().await;
-                    }
-                    self.retries += 1;
+                    self.retry.pause().await;
                 }
                 Err(e) => {
                     // The script may have run even if the reply was lost: the

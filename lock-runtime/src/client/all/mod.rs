@@ -21,10 +21,11 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use super::LockClient;
-use super::handover::release_in_background;
 use super::hold::{Taken, hold};
 use super::options::{Asked, LockOptions, option_setters};
+use super::release::release_in_background;
 use crate::backend::{AllOutcome, AtomicSteps};
+use crate::backoff::Retry;
 use crate::guard::LockGuard;
 use crate::held::Held;
 use crate::inner::Inner;
@@ -270,18 +271,18 @@ impl LockAllRequest {
                 armed: true,
             };
             let names: Vec<&KeyNames> = pending.group.iter().map(|w| &w.names).collect();
-            let mut retried = false;
+            let mut retry = Retry::ONCE.start();
             let (answer, sent) = loop {
                 let sent = Instant::now();
                 match inner.backend.acquire_all(&names, &token, ttl).await {
-                    // Re-sent once at once, with the same token: a copy that
-                    // ran leaves the keys ours, which the script accepts.
-                    Err(e) if e.is_connection() && !retried => {
+                    // Re-sent with the same token: a copy that ran leaves
+                    // the keys ours, which the script accepts.
+                    Err(e) if e.is_connection() && retry.allows(None) => {
                         tracing::debug!(
                             error = &e as &dyn std::error::Error,
                             "lock_all: connection failed; retrying"
                         );
-                        retried = true;
+                        retry.pause().await;
                     }
                     answer => break (answer, sent),
                 }
