@@ -41,7 +41,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use crate::client::LockOptions;
 use crate::{LockClient, LockError};
@@ -252,6 +251,8 @@ pub mod testing {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

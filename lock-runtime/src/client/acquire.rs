@@ -102,33 +102,30 @@ impl Acquisition {
 
     /// The embedded backend answers at once, so an uncontended acquire there
     /// is taken right here, without the boxed steps (their future is sized
-    /// for the server backends' requests). `Err(key)`: go the usual way
-    /// (another backend, or a busy key to wait for).
+    /// for the server backends' requests): the token, fencing token and send
+    /// time of the lease to hold, or `Busy` for a request that tries once.
+    /// `None`: go the usual way (another backend, or a busy key to wait for).
     pub(super) fn try_embedded(
-        inner: &Arc<Inner>,
-        key: String,
-        names: KeyNames,
-        asked: Asked,
-    ) -> Result<Result<LockGuard, LockError>, (String, KeyNames, Asked)> {
+        inner: &Inner,
+        key: &str,
+        names: &KeyNames,
+        asked: &Asked,
+    ) -> Option<Result<(Token, u64, Instant), LockError>> {
         let Backend::Memory(memory) = &inner.backend else {
-            return Err((key, names, asked));
+            return None;
         };
         let token = inner.token();
         // Try once: a busy answer neither queues nor registers.
-        match memory.acquire(&names, &token, asked.ttl, Duration::ZERO) {
-            AcquireOutcome::Acquired { fencing } => {
-                let sent = Instant::now();
-                let acquisition = Self::new(inner.clone(), key, names, token, asked);
-                Ok(Ok(acquisition.hold(fencing, sent, None)))
-            }
+        match memory.acquire(names, &token, asked.ttl, Duration::ZERO) {
+            AcquireOutcome::Acquired { fencing } => Some(Ok((token, fencing, Instant::now()))),
             AcquireOutcome::Busy { remaining, .. } if asked.deadline.tries_once() => {
                 crate::metrics::busy(&asked.metrics, Duration::ZERO);
-                Ok(Err(LockError::Busy {
-                    key,
+                Some(Err(LockError::Busy {
+                    key: key.to_owned(),
                     retry_after: remaining,
                 }))
             }
-            AcquireOutcome::Busy { .. } => Err((key, names, asked)),
+            AcquireOutcome::Busy { .. } => None,
         }
     }
 

@@ -82,10 +82,8 @@ impl LockOptions {
 
     /// See [`LockRequest::metrics_name`](crate::LockRequest::metrics_name)
     /// (without the `metrics` feature the name is not even copied).
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub fn metrics_name(mut self, name: impl Into<Arc<str>>) -> Self {
-        #[cfg(feature = "metrics")]
-        {
+        if cfg!(feature = "metrics") {
             self.metrics = crate::metrics::Name::new(name.into());
         }
         self
@@ -116,15 +114,46 @@ impl LockOptions {
 }
 
 /// A request's public setters, each a thin setter on its `options`
-/// ([`LockOptions`]), with the request's own docs.
+/// ([`LockOptions`]), with the request's own docs: every request kind
+/// offers the same five, in this order.
 macro_rules! option_setters {
-    ($($(#[$meta:meta])* pub fn $name:ident($arg:ident: $ty:ty);)*) => {$(
-        $(#[$meta])*
-        pub fn $name(mut self, $arg: $ty) -> Self {
-            self.options = self.options.$name($arg);
+    (
+        $(#[$metrics:meta])* metrics_name;
+        $(#[$ttl:meta])* ttl;
+        $(#[$wait:meta])* wait;
+        $(#[$renew:meta])* renew;
+        $(#[$hold:meta])* hold_at_least;
+    ) => {
+        $(#[$metrics])*
+        pub fn metrics_name(mut self, name: impl Into<Arc<str>>) -> Self {
+            self.options = self.options.metrics_name(name);
             self
         }
-    )*};
+
+        $(#[$ttl])*
+        pub fn ttl(mut self, ttl: Duration) -> Self {
+            self.options = self.options.ttl(ttl);
+            self
+        }
+
+        $(#[$wait])*
+        pub fn wait(mut self, wait: Duration) -> Self {
+            self.options = self.options.wait(wait);
+            self
+        }
+
+        $(#[$renew])*
+        pub fn renew(mut self, renew: bool) -> Self {
+            self.options = self.options.renew(renew);
+            self
+        }
+
+        $(#[$hold])*
+        pub fn hold_at_least(mut self, min: Duration) -> Self {
+            self.options = self.options.hold_at_least(min);
+            self
+        }
+    };
 }
 pub(super) use option_setters;
 

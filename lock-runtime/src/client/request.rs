@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::LockClient;
 use super::acquire::Acquisition;
+use super::hold::{Taken, hold};
 use super::local::{Entry, LocalWait, Owner};
 use super::options::{Asked, LockOptions, option_setters};
 use crate::guard::LockGuard;
@@ -64,21 +65,21 @@ impl LockRequest {
         /// which would make one series per order. `#[distributed_lock]` uses
         /// its key template, `LockLayer` its route. Without the feature it is
         /// ignored.
-        pub fn metrics_name(name: impl Into<Arc<str>>);
+        metrics_name;
 
         /// The lease (default: the client's). Renewed every `ttl / 3` while held,
         /// unless [`renew(false)`](LockRequest::renew).
-        pub fn ttl(ttl: Duration);
+        ttl;
 
         /// How long to wait for a busy lock (default `Duration::ZERO`: try once).
         /// Waiting sleeps on release notices, not polling. A wait that ends in
         /// [`LockError::Busy`] has left the key's line of waiters by the time it
         /// answers, so a release after that never hands the lock to it.
-        pub fn wait(wait: Duration);
+        wait;
 
         /// Whether the watchdog renews the lease (default `true`). With `false` the
         /// lease is fixed: the guard is lost when it runs out.
-        pub fn renew(renew: bool);
+        renew;
 
         /// Keeps the key taken until at least `min` after it was acquired, even
         /// if the holder releases sooner (default zero: a release frees it at
@@ -109,7 +110,7 @@ impl LockRequest {
         /// # Ok(())
         /// # }
         /// ```
-        pub fn hold_at_least(min: Duration);
+        hold_at_least;
     }
 
     /// Takes the lock, waiting up to the configured wait.
@@ -147,10 +148,21 @@ impl LockRequest {
         super::keep_tasks_running(inner).await?;
         let mut names = KeyNames::shaped(&inner.prefix, &self.key, self.shape);
         names.label = self.label;
-        let (key, names, asked) = match Acquisition::try_embedded(inner, self.key, names, asked) {
-            Ok(answered) => return answered,
-            Err(usual) => usual,
-        };
+        if let Some(answer) = Acquisition::try_embedded(inner, &self.key, &names, &asked) {
+            return answer.map(|(token, fencing, sent)| {
+                let taken = Taken {
+                    key: self.key,
+                    names,
+                    token,
+                    fencing,
+                    sent,
+                    granted: asked.ttl,
+                    handover: false,
+                };
+                hold(inner, taken, &asked)
+            });
+        }
+        let key = self.key;
         let metrics = asked.metrics.clone();
         let inner = inner.clone();
         // Boxed: the steps' state (script futures of every backend) would

@@ -133,17 +133,17 @@ impl LockAllRequest {
 
     option_setters! {
         /// The `name` label of these locks' metrics (see [`crate::LockRequest::metrics_name`]).
-        pub fn metrics_name(name: impl Into<Arc<str>>);
+        metrics_name;
 
         /// The lease of each lock (default: the client's).
-        pub fn ttl(ttl: Duration);
+        ttl;
 
         /// How long to wait for all of them together (default
         /// `Duration::ZERO`: try once).
-        pub fn wait(wait: Duration);
+        wait;
 
         /// Whether the watchdog renews the leases (default `true`).
-        pub fn renew(renew: bool);
+        renew;
 
         /// Keeps every key taken until at least `min` after it was acquired,
         /// even if released sooner (default zero), as
@@ -153,13 +153,13 @@ impl LockAllRequest {
         /// days), else `acquire` answers `LockError::Config`.
         ///
         /// ```
-        /// # use std::time::Duration;
         /// # #[tokio::main(flavor = "current_thread")]
         /// # async fn main() -> Result<(), lock_runtime::LockError> {
         /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+        /// let a_minute = std::time::Duration::from_secs(60);
         /// let batch = client
         ///     .lock_all(["export:eu", "export:us"])
-        ///     .hold_at_least(Duration::from_secs(60))
+        ///     .hold_at_least(a_minute)
         ///     .acquire()
         ///     .await?;
         /// batch.release().await?;
@@ -168,7 +168,7 @@ impl LockAllRequest {
         /// # Ok(())
         /// # }
         /// ```
-        pub fn hold_at_least(min: Duration);
+        hold_at_least;
     }
 
     /// Checks the keys; returns them in the global order.
