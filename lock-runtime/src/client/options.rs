@@ -115,7 +115,7 @@ impl LockOptions {
 
 /// A request's public setters, each a thin setter on its `options`
 /// ([`LockOptions`]), with the request's own docs: every request kind
-/// offers the same five, in this order.
+/// offers the same five, in this order (and `options`, all at once).
 macro_rules! option_setters {
     (
         $(#[$metrics:meta])* metrics_name;
@@ -124,6 +124,12 @@ macro_rules! option_setters {
         $(#[$renew:meta])* renew;
         $(#[$hold:meta])* hold_at_least;
     ) => {
+        /// Every option at once (the attribute's, a layer's).
+        pub(crate) fn options(mut self, options: LockOptions) -> Self {
+            self.options = options;
+            self
+        }
+
         $(#[$metrics])*
         pub fn metrics_name(mut self, name: impl Into<Arc<str>>) -> Self {
             self.options = self.options.metrics_name(name);

@@ -53,12 +53,6 @@ impl LockRequest {
         self
     }
 
-    /// Every option at once (the attribute's, a layer's, `lock_all`'s).
-    pub(crate) fn options(mut self, options: LockOptions) -> Self {
-        self.options = options;
-        self
-    }
-
     option_setters! {
         /// The `name` label of this lock's metrics (feature `metrics`; default
         /// `default`): a kind of lock such as `"order"`, never the key itself,

@@ -125,12 +125,6 @@ impl LockAllRequest {
         }
     }
 
-    /// Every option at once (the attribute's).
-    pub(crate) fn options(mut self, options: LockOptions) -> Self {
-        self.options = options;
-        self
-    }
-
     option_setters! {
         /// The `name` label of these locks' metrics (see [`crate::LockRequest::metrics_name`]).
         metrics_name;
@@ -153,13 +147,13 @@ impl LockAllRequest {
         /// days), else `acquire` answers `LockError::Config`.
         ///
         /// ```
+        /// # use std::time::Duration;
         /// # #[tokio::main(flavor = "current_thread")]
         /// # async fn main() -> Result<(), lock_runtime::LockError> {
         /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
-        /// let a_minute = std::time::Duration::from_secs(60);
         /// let batch = client
         ///     .lock_all(["export:eu", "export:us"])
-        ///     .hold_at_least(a_minute)
+        ///     .hold_at_least(Duration::from_secs(60))
         ///     .acquire()
         ///     .await?;
         /// batch.release().await?;
