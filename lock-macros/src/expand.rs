@@ -34,13 +34,11 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
         Some(expr) => quote_spanned!(expr.span()=> #krate::__private::client(&(#expr))),
         None => quote!(::core::option::Option::None),
     };
-    let ttl = match args.ttl {
-        Some(d) => {
-            let d = duration(d);
-            quote!(::core::option::Option::Some(#d))
-        }
-        None => quote!(::core::option::Option::None),
-    };
+    // Without `ttl = ...`, the client's default: no setter call.
+    let ttl = args.ttl.map(|d| {
+        let d = duration(d);
+        quote!(.ttl(#d))
+    });
     let wait = duration(args.wait.unwrap_or(Duration::ZERO));
     let renew = args.renew.unwrap_or(true);
     let hold_at_least = duration(args.hold_at_least.unwrap_or(Duration::ZERO));
@@ -79,12 +77,13 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
             #client_var,
             #key_var,
             #krate::__private::Options {
-                ttl: #ttl,
-                wait: #wait,
-                renew: #renew,
-                hold_at_least: #hold_at_least,
                 kind: #krate::__private::Kind::#kind,
-                name: #name,
+                lock: #krate::__private::LockOptions::new()
+                    .wait(#wait)
+                    .renew(#renew)
+                    .hold_at_least(#hold_at_least)
+                    #ttl
+                    .metrics_name(#name),
             },
             async move #block,
         )

@@ -1,6 +1,9 @@
-//! [`Backoff`]: the one exponential back-off of the crate.
+//! [`Backoff`]: the one exponential back-off of the crate, and [`Retry`]:
+//! the one set of rules for sending a step again.
 
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// Pauses that double from `first` up to `max`: between reconnects of the
 /// notice connection, and between an acquire's retries after a broken
@@ -44,6 +47,127 @@ impl Backoff {
     }
 }
 
+/// When a step whose answer did not come back (a broken connection) or
+/// that was refused for now (a slot in migration) is sent again: how many
+/// times, for how long, after which pauses. One named policy per kind of
+/// step, side by side, so that changing one is done here and is seen
+/// against the others. Every step retried under one is safe to send twice
+/// (the same token: a copy that ran leaves nothing a second copy breaks).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Retry {
+    /// Re-sends at most.
+    times: u32,
+    /// No re-send whose pause would end later than this after the retrying
+    /// began (`None`: only the caller's own deadline bounds it).
+    within: Option<Duration>,
+    /// The first re-send goes at once: the driver reconnects a broken
+    /// connection by itself, and the caller is waiting for the answer.
+    first_at_once: bool,
+    /// The back-off between the others.
+    first: Duration,
+    max: Duration,
+}
+
+impl Retry {
+    /// An acquire's script: up to 8 re-sends over the whole acquisition,
+    /// within its wait; the first at once, then 20 ms doubling to 160 ms.
+    /// That rides out a restart or a failover of a second or so; the wait
+    /// bounds it, so a short wait is not stretched. (An acquire that tries
+    /// once gets its first re-send anyway, unless the failure was a
+    /// timeout, which took its time already: see `client/acquire.rs`.)
+    pub(crate) const ACQUIRE: Retry = Retry {
+        times: 8,
+        within: None,
+        first_at_once: true,
+        first: Duration::from_millis(20),
+        max: Duration::from_millis(160),
+    };
+
+    /// One re-send, at once: steps whose caller waits for the answer and
+    /// that would otherwise leave keys taken for the rest of their lease
+    /// (`lock_all`'s atomic step, a `hold_at_least` release). A second
+    /// failure is the caller's to see.
+    pub(crate) const ONCE: Retry = Retry {
+        times: 1,
+        within: None,
+        first_at_once: true,
+        first: Duration::ZERO,
+        max: Duration::ZERO,
+    };
+
+    /// A release refused with `TRYAGAIN` while its slot migrates (the
+    /// script did not run): for 5 s, 20 ms doubling to 250 ms. The cluster
+    /// driver's own retries last well under a second and a migration may
+    /// take longer; given up, the key would wait out its lease.
+    pub(crate) const SLOT_MIGRATION: Retry = Retry {
+        times: u32::MAX,
+        within: Some(Duration::from_secs(5)),
+        first_at_once: false,
+        first: Duration::from_millis(20),
+        max: Duration::from_millis(250),
+    };
+
+    /// A release nobody waits for (a dropped guard, an abandoned
+    /// acquisition): for 30 s, 100 ms doubling to 2 s, long enough for a
+    /// paused server or a failover. A queue entry left behind would be
+    /// handed the key at every release ahead of it (each costing a
+    /// hand-over lease), and a lock that was ours would wait out its lease.
+    pub(crate) const RELEASE_IN_BACKGROUND: Retry = Retry {
+        times: u32::MAX,
+        within: Some(Duration::from_secs(30)),
+        first_at_once: false,
+        first: Duration::from_millis(100),
+        max: Duration::from_secs(2),
+    };
+
+    /// Starts retrying under this policy (its time bound runs from now).
+    pub(crate) fn start(self) -> Retrying {
+        Retrying {
+            policy: self,
+            done: 0,
+            backoff: Backoff::new(self.first, self.max),
+            give_up: self.within.map(|within| Instant::now() + within),
+        }
+    }
+}
+
+/// One step's retries under a [`Retry`] policy.
+#[derive(Debug)]
+pub(crate) struct Retrying {
+    policy: Retry,
+    /// Re-sends so far.
+    done: u32,
+    backoff: Backoff,
+    give_up: Option<Instant>,
+}
+
+impl Retrying {
+    /// Whether the policy allows another send: re-sends left, and the
+    /// pause before it ending before the policy's bound and `deadline`
+    /// (the caller's own, if any).
+    pub(crate) fn allows(&self, deadline: Option<Instant>) -> bool {
+        if self.done >= self.policy.times {
+            return false;
+        }
+        let next = Instant::now() + self.backoff.peek();
+        self.give_up.is_none_or(|at| next < at) && deadline.is_none_or(|at| next < at)
+    }
+
+    /// `true` before the first re-send.
+    pub(crate) fn is_first(&self) -> bool {
+        self.done == 0
+    }
+
+    /// Takes the pause before the next send (none before a first re-send
+    /// that goes at once), and counts it.
+    pub(crate) async fn pause(&mut self) {
+        if self.done > 0 || !self.policy.first_at_once {
+            self.backoff.wait().await;
+        }
+        self.done += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +179,38 @@ mod tests {
         assert_eq!(pauses, [20, 40, 80, 100, 100]);
         b.reset();
         assert_eq!(b.peek(), Duration::from_millis(20));
+    }
+
+    /// Re-sends until the policy says no, pausing as it says (time paused).
+    async fn resends(policy: Retry, deadline: Option<Instant>) -> (u32, Duration) {
+        let start = Instant::now();
+        let mut retry = policy.start();
+        let mut n = 0;
+        while retry.allows(deadline) {
+            retry.pause().await;
+            n += 1;
+        }
+        (n, start.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_policy_stops_where_its_doc_says() {
+        let ms = Duration::from_millis;
+        // 8 re-sends, the first at once: 20+40+80+160*4 ms of pauses.
+        assert_eq!(resends(Retry::ACQUIRE, None).await, (8, ms(780)));
+        // Within a wait, no pause past it.
+        let (n, took) = resends(Retry::ACQUIRE, Some(Instant::now() + ms(100))).await;
+        assert_eq!((n, took), (3, ms(60)));
+        assert_eq!(resends(Retry::ONCE, None).await, (1, Duration::ZERO));
+        let (_, took) = resends(Retry::SLOT_MIGRATION, None).await;
+        assert!(
+            took < Duration::from_secs(5) && took > Duration::from_millis(4700),
+            "{took:?}"
+        );
+        let (_, took) = resends(Retry::RELEASE_IN_BACKGROUND, None).await;
+        assert!(
+            took < Duration::from_secs(30) && took > Duration::from_secs(28),
+            "{took:?}"
+        );
     }
 }

@@ -4,11 +4,8 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
 use crate::LockError;
-use crate::backend::Released;
-use crate::client::handover;
+use crate::client::release;
 use crate::held::Held;
 use crate::inner::Inner;
 
@@ -154,85 +151,7 @@ impl LockGuard {
                 Ok(())
             };
         }
-        let was_lost = self.is_lost();
-        let inner = &self.inner;
-        let mut held = self.held.clone();
-        let keep = held.keeps_until(Instant::now());
-        if !was_lost && keep.is_none() && inner.local.has_waiters(&held) {
-            match handover::hand_on(inner, held).await {
-                None => return Ok(()),
-                Some(last) => held = last,
-            }
-        }
-        handover::retire(inner, &held);
-        let started = Instant::now();
-        let valid = held.valid_at(started);
-        let result = match keep {
-            // `hold_at_least`: the key stays taken until then.
-            Some(left) => inner
-                .backend
-                .release_in(&held.names, &held.token, left)
-                .await
-                .map(|ours| {
-                    if ours {
-                        Released::Yes
-                    } else {
-                        Released::NotOurs
-                    }
-                }),
-            None => {
-                inner
-                    .backend
-                    .release(&held.names, &held.token, held.ttl, false)
-                    .await
-            }
-        };
-        let key = &held.key;
-        match result {
-            // Released, but the lease had been given up for lost before: the
-            // work done under it may have overlapped with another holder.
-            Ok(Released::Yes) if was_lost => Err(LockError::lost(key)),
-            // Our token was still on the key: it never ran out, even if the
-            // watchdog's last confirmation is older than a lease.
-            Ok(Released::Yes) => {
-                tracing::debug!(key = %key, fencing = held.fencing,
-                    elapsed_us = started.elapsed().as_micros() as u64, "lock released");
-                Ok(())
-            }
-            Ok(Released::Gone) if valid => {
-                tracing::debug!(key = %key, fencing = held.fencing,
-                    "lock released (the first answer was lost; a re-sent release found the key gone)");
-                Ok(())
-            }
-            Ok(Released::Gone | Released::NotOurs) => {
-                if !was_lost {
-                    crate::metrics::lost(&held.metrics);
-                }
-                held.lost.cancel();
-                if valid {
-                    tracing::warn!(key = %key, fencing = held.fencing,
-                        "lock release: the key is not ours although the lease was valid \
-                         (deleted by someone else, or lost in a failover)");
-                } else {
-                    tracing::warn!(key = %key, fencing = held.fencing,
-                        "lock release: not the owner any more (the lease had run out)");
-                }
-                Err(LockError::lost(key))
-            }
-            // Reported lost before: whatever became of the release, the work
-            // done under the lease may have overlapped another holder, which
-            // is what `Lost` tells the caller.
-            Err(e) if was_lost => {
-                tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
-                    "lock release failed, after the lease had been given up for lost");
-                Err(LockError::lost(key))
-            }
-            Err(e) => {
-                tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
-                    "lock release failed; if it did not run, the lease will run out by itself");
-                Err(e)
-            }
-        }
+        release::release(&self.inner, self.held.clone()).await
     }
 }
 
@@ -241,7 +160,7 @@ impl Drop for LockGuard {
         if self.done || !self.owner {
             return;
         }
-        handover::give_back(self.inner.clone(), self.held.clone());
+        release::release_dropped(self.inner.clone(), self.held.clone());
     }
 }
 

@@ -19,8 +19,10 @@
 //!         client,
 //!         key,
 //!         ::lock_runtime::__private::Options {
-//!             ttl: Some(30s), wait: 2s, renew: true, hold_at_least: 0s,
-//!             kind: ::lock_runtime::__private::Kind::Mutex, name: "order:<order_id>",
+//!             kind: ::lock_runtime::__private::Kind::Mutex,
+//!             lock: ::lock_runtime::__private::LockOptions::new()
+//!                 .wait(2s).renew(true).hold_at_least(0s).ttl(30s)
+//!                 .metrics_name("order:<order_id>"),
 //!         },
 //!         async move { body },
 //!     )
@@ -28,34 +30,29 @@
 //! }
 //! ```
 //!
-//! (without `client = ...`, `client` is `None`: the global client).
-//! `rw = "read"` and `permits = 4` change only `kind` (`Kind::Read`,
-//! `Kind::Permits(4)`); `keys = ["account:<from>", "account:<to>"]` renders
-//! every key into a `Vec<String>` and calls [`run_all`] instead, with
-//! `kind: Kind::Mutex`, `hold_at_least: 0s` and the templates joined by
-//! `", "` as the `name`.
+//! (without `client = ...`, `client` is `None`: the global client; without
+//! `ttl = ...`, no `.ttl(..)`: the client's default). `lock` is the
+//! [`LockOptions`] value every request kind shares, written by its own
+//! setters. `rw = "read"` and `permits = 4` change only `kind`
+//! (`Kind::Read`, `Kind::Permits(4)`); `keys = ["account:<from>",
+//! "account:<to>"]` renders every key into a `Vec<String>` and calls
+//! [`run_all`] instead, with `kind: Kind::Mutex`, `hold_at_least(0s)` and
+//! the templates joined by `", "` as the metrics name.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
+pub use crate::client::LockOptions;
 use crate::{LockClient, LockError};
 
 /// Options written in the attribute.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Options {
-    /// `ttl = "..."`; `None`: the client's default.
-    pub ttl: Option<Duration>,
-    /// `wait = "..."`; zero: try once.
-    pub wait: Duration,
-    /// `renew = ...`.
-    pub renew: bool,
-    /// `hold_at_least = "..."`; zero: none.
-    pub hold_at_least: Duration,
     /// `rw = "..."` or `permits = n`; neither: [`Kind::Mutex`].
     pub kind: Kind,
-    /// The key template, as the `name` label of the lock's metrics.
-    pub name: &'static str,
+    /// `ttl`, `wait`, `renew`, `hold_at_least`, and the key template as
+    /// the `name` label of the lock's metrics.
+    pub lock: LockOptions,
 }
 
 /// Which lock of the synchronizer family the attribute takes.
@@ -152,17 +149,7 @@ where
         Kind::Write => client.rw_lock(key).write(),
         Kind::Permits(permits) => client.semaphore(key, permits),
     };
-    let mut request = request
-        .wait(options.wait)
-        .renew(options.renew)
-        .hold_at_least(options.hold_at_least);
-    if cfg!(feature = "metrics") {
-        request = request.metrics_name(options.name);
-    }
-    if let Some(ttl) = options.ttl {
-        request = request.ttl(ttl);
-    }
-    match request.run(body).await {
+    match request.options(options.lock).run(body).await {
         Ok(result) => result,
         Err(e) => R::from_lock_error(e),
     }
@@ -184,7 +171,7 @@ where
     R: LockResult,
     F: Future<Output = R>,
 {
-    if options.kind != Kind::Mutex || !options.hold_at_least.is_zero() {
+    if options.kind != Kind::Mutex || !options.lock.hold_at_least.is_zero() {
         return R::from_lock_error(LockError::Config(
             "`keys = [...]` takes plain locks: no `rw`, `permits` or `hold_at_least`".into(),
         ));
@@ -192,17 +179,7 @@ where
     let Some(client) = client.or_else(crate::global_client) else {
         return R::from_lock_error(LockError::NoClient);
     };
-    let mut request = client
-        .lock_all(keys)
-        .wait(options.wait)
-        .renew(options.renew);
-    if cfg!(feature = "metrics") {
-        request = request.metrics_name(options.name);
-    }
-    if let Some(ttl) = options.ttl {
-        request = request.ttl(ttl);
-    }
-    match request.run(body).await {
+    match client.lock_all(keys).options(options.lock).run(body).await {
         Ok(result) => result,
         Err(e) => R::from_lock_error(e),
     }
@@ -274,6 +251,8 @@ pub mod testing {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -294,14 +273,17 @@ mod tests {
         }
     }
 
-    const TRY_ONCE: Options = Options {
-        ttl: None,
-        wait: Duration::ZERO,
-        renew: true,
-        hold_at_least: Duration::ZERO,
-        kind: Kind::Mutex,
-        name: "k",
-    };
+    /// What `#[distributed_lock(key = "k")]` writes.
+    fn try_once() -> Options {
+        with(Kind::Mutex, LockOptions::new())
+    }
+
+    fn with(kind: Kind, lock: LockOptions) -> Options {
+        Options {
+            kind,
+            lock: lock.metrics_name("k"),
+        }
+    }
 
     async fn memory() -> LockClient {
         LockClient::builder().memory().build().await.unwrap()
@@ -328,14 +310,14 @@ mod tests {
     #[tokio::test]
     async fn the_body_runs_under_the_lock_and_keeps_its_own_errors() {
         let c = memory().await;
-        let out: Result<u64, AppError> = run(Some(c.clone()), "k".into(), TRY_ONCE, async {
+        let out: Result<u64, AppError> = run(Some(c.clone()), "k".into(), try_once(), async {
             let info = crate::current_lock().expect("inside the lock");
             assert_eq!(info.key, "k");
             Ok(info.fencing_token)
         })
         .await;
         assert_eq!(out.unwrap(), 1);
-        let out: Result<(), AppError> = run(Some(c.clone()), "k".into(), TRY_ONCE, async {
+        let out: Result<(), AppError> = run(Some(c.clone()), "k".into(), try_once(), async {
             Err(AppError::Own)
         })
         .await;
@@ -355,12 +337,12 @@ mod tests {
         let c = memory().await;
         let _held = c.lock("k").acquire().await.unwrap();
         let out: Result<(), AppError> =
-            run(Some(c.clone()), "k".into(), TRY_ONCE, async { Ok(()) }).await;
+            run(Some(c.clone()), "k".into(), try_once(), async { Ok(()) }).await;
         assert!(matches!(out, Err(AppError::Lock(e)) if e.is_busy()));
-        let options = Options {
-            ttl: Some(Duration::from_millis(1)),
-            ..TRY_ONCE
-        };
+        let options = with(
+            Kind::Mutex,
+            LockOptions::new().ttl(Duration::from_millis(1)),
+        );
         let out: Result<(), LockError> = run(Some(c), "other".into(), options, async {
             unreachable!("a refused ttl never runs the body")
         })
@@ -372,19 +354,14 @@ mod tests {
     async fn run_all_refuses_what_the_attribute_refuses() {
         let c = memory().await;
         for options in [
-            Options {
-                kind: Kind::Read,
-                ..TRY_ONCE
-            },
-            Options {
-                kind: Kind::Permits(2),
-                ..TRY_ONCE
-            },
-            Options {
-                hold_at_least: Duration::from_secs(1),
-                ..TRY_ONCE
-            },
+            with(Kind::Read, LockOptions::new()),
+            with(Kind::Permits(2), LockOptions::new()),
+            with(
+                Kind::Mutex,
+                LockOptions::new().hold_at_least(Duration::from_secs(1)),
+            ),
         ] {
+            let shown = format!("{options:?}");
             let out: Result<(), LockError> = run_all(
                 Some(c.clone()),
                 vec!["a".into(), "b".into()],
@@ -392,7 +369,7 @@ mod tests {
                 async { unreachable!("refused options never run the body") },
             )
             .await;
-            assert!(out.unwrap_err().is_config(), "{options:?}");
+            assert!(out.unwrap_err().is_config(), "{shown}");
         }
     }
 
@@ -404,14 +381,14 @@ mod tests {
         }
         for kind in [Kind::Mutex, Kind::Read, Kind::Write, Kind::Permits(3)] {
             let out: Result<(), LockError> =
-                run(None, "k".into(), Options { kind, ..TRY_ONCE }, async {
+                run(None, "k".into(), with(kind, LockOptions::new()), async {
                     unreachable!()
                 })
                 .await;
             assert!(matches!(out, Err(LockError::NoClient)), "{kind:?}");
         }
         let out: Result<(), LockError> =
-            run_all(None, vec!["k".into()], TRY_ONCE, async { unreachable!() }).await;
+            run_all(None, vec!["k".into()], try_once(), async { unreachable!() }).await;
         assert!(matches!(out, Err(LockError::NoClient)));
     }
 
@@ -419,14 +396,13 @@ mod tests {
     async fn options_reach_the_request() {
         let c = memory().await;
         let held = c.lock("k").acquire().await.unwrap();
-        let waiting = Options {
-            ttl: Some(Duration::from_millis(200)),
-            wait: Duration::from_secs(5),
-            renew: false,
-            hold_at_least: Duration::ZERO,
-            kind: Kind::Mutex,
-            name: "k",
-        };
+        let waiting = with(
+            Kind::Mutex,
+            LockOptions::new()
+                .ttl(Duration::from_millis(200))
+                .wait(Duration::from_secs(5))
+                .renew(false),
+        );
         let c2 = c.clone();
         let task = tokio::spawn(async move {
             run(Some(c2), "k".into(), waiting, async {

@@ -142,14 +142,17 @@ impl Backend {
         token: &Token,
         left: Duration,
     ) -> Result<bool, LockError> {
-        // Sent again once after a connection failure (it only sets the end
-        // of our own lease, so a copy that ran does no harm): otherwise the
-        // key would stay taken for the rest of its full lease.
-        let ours = match self.extend(names, token, left).await {
-            Err(LockError::Backend(e)) if e.is_connection() => {
-                self.extend(names, token, left).await?
+        // Sent again after a connection failure (it only sets the end of
+        // our own lease, so a copy that ran does no harm): otherwise the key
+        // would stay taken for the rest of its full lease.
+        let mut retry = crate::backoff::Retry::ONCE.start();
+        let ours = loop {
+            match self.extend(names, token, left).await {
+                Err(LockError::Backend(e)) if e.is_connection() && retry.allows(None) => {
+                    retry.pause().await;
+                }
+                answer => break answer?,
             }
-            answer => answer?,
         };
         if ours {
             match self {

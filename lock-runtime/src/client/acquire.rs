@@ -17,40 +17,24 @@
 //! the queue, and handing on a lock that was handed to us).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use super::handover::release_in_background;
+use super::hold::{Taken, hold};
+use super::options::Asked;
+use super::release::release_in_background;
 use crate::LockError;
 use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, WaitHandle};
-use crate::backoff::Backoff;
+use crate::backoff::{Retry, Retrying};
 use crate::guard::LockGuard;
-use crate::held::Held;
 use crate::inner::Inner;
-use crate::key::{KeyNames, Shape};
+use crate::key::KeyNames;
 use crate::token::Token;
-
-/// A wait too long to represent (`Duration::MAX`): "wait forever".
-pub(super) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// How often one acquire re-tries after a broken connection (within its wait;
-/// a try-once acquire re-tries once, at once).
-const MAX_CONNECTION_RETRIES: u32 = 8;
-
-/// Between those re-tries.
-const RETRY_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(160));
 
 /// One acquire in progress.
 pub(super) struct Acquisition {
     attempt: Attempt,
-    renew: bool,
-    /// `Duration::ZERO`: try once.
-    wait: Duration,
-    started: Instant,
-    deadline: Instant,
     /// Registered for hand-overs and notices, once the key was found busy
     /// (or at once where registering costs nothing).
     waiter: Option<WaitHandle>,
@@ -62,14 +46,9 @@ pub(super) struct Acquisition {
     /// has ended and the key is someone else's (a waiter paused past the
     /// hand-over lease, found by the model checker), so it is ignored.
     fence_seen: u64,
-    /// Connection retries so far, over the whole acquisition, and the pause
-    /// before the next (the first retry goes at once).
-    retries: u32,
-    backoff: Backoff,
-    /// The `name` label of this lock's metrics.
-    metrics: crate::metrics::Name,
-    /// `hold_at_least` (zero: none).
-    hold_at_least: Duration,
+    /// Re-sends after broken connections, over the whole acquisition
+    /// ([`Retry::ACQUIRE`]).
+    retry: Retrying,
     /// Redlock: since when a split vote is likelier our retry crossing a
     /// release on the masters than a contender's (the retry right after
     /// registering, or a free notice), and the brief pauses taken since.
@@ -103,36 +82,19 @@ enum Woken {
     TimedOut,
 }
 
-/// What the caller asked for, besides the key.
-pub(super) struct Asked {
-    pub(super) ttl: Duration,
-    /// `Duration::ZERO`: try once.
-    pub(super) wait: Duration,
-    pub(super) renew: bool,
-    pub(super) metrics: crate::metrics::Name,
-    /// `hold_at_least` (zero: none).
-    pub(super) hold_at_least: Duration,
-    /// A mutex, a side of a read-write lock, a semaphore's permit, or a
-    /// leadership.
-    pub(super) shape: Shape,
-    /// A leadership's label, written into its record; empty for locks.
-    /// (Boxed: this struct travels in `try_embedded`'s error variant.)
-    pub(super) label: Box<str>,
-}
-
 impl Acquisition {
+    /// Starts acquiring `key` (named `names`) as `asked`.
     pub(super) async fn start(
         inner: Arc<Inner>,
         key: String,
+        names: KeyNames,
         asked: Asked,
     ) -> Result<Self, LockError> {
-        let mut names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
-        names.label = String::from(&*asked.label);
         let token = inner.token();
         let mut acquisition = Self::new(inner, key, names, token, asked);
         let attempt = &acquisition.attempt;
         let names = attempt.names.as_ref().expect("set until the end");
-        if !acquisition.wait.is_zero() && attempt.inner.backend.notices_ready(names) {
+        if !attempt.asked.deadline.tries_once() && attempt.inner.backend.notices_ready(names) {
             acquisition.waiter = Some(attempt.inner.backend.register(names, &attempt.token).await);
         }
         Ok(acquisition)
@@ -140,73 +102,47 @@ impl Acquisition {
 
     /// The embedded backend answers at once, so an uncontended acquire there
     /// is taken right here, without the boxed steps (their future is sized
-    /// for the server backends' requests). `Err(key)`: go the usual way
-    /// (another backend, or a busy key to wait for).
+    /// for the server backends' requests): the token, fencing token and send
+    /// time of the lease to hold, or `Busy` for a request that tries once.
+    /// `None`: go the usual way (another backend, or a busy key to wait for).
     pub(super) fn try_embedded(
-        inner: &Arc<Inner>,
-        key: String,
-        asked: Asked,
-    ) -> Result<Result<LockGuard, LockError>, (String, Asked)> {
+        inner: &Inner,
+        key: &str,
+        names: &KeyNames,
+        asked: &Asked,
+    ) -> Option<Result<(Token, u64, Instant), LockError>> {
         let Backend::Memory(memory) = &inner.backend else {
-            return Err((key, asked));
+            return None;
         };
-        let mut names = KeyNames::shaped(&inner.prefix, &key, asked.shape);
-        names.label = String::from(&*asked.label);
         let token = inner.token();
         // Try once: a busy answer neither queues nor registers.
-        match memory.acquire(&names, &token, asked.ttl, Duration::ZERO) {
-            AcquireOutcome::Acquired { fencing } => {
-                let sent = Instant::now();
-                let ttl = asked.ttl;
-                let acquisition = Self::new(inner.clone(), key, names, token, asked);
-                Ok(Ok(acquisition.hold(fencing, sent, ttl, false)))
-            }
-            AcquireOutcome::Busy { remaining, .. } if asked.wait.is_zero() => {
+        match memory.acquire(names, &token, asked.ttl, Duration::ZERO) {
+            AcquireOutcome::Acquired { fencing } => Some(Ok((token, fencing, Instant::now()))),
+            AcquireOutcome::Busy { remaining, .. } if asked.deadline.tries_once() => {
                 crate::metrics::busy(&asked.metrics, Duration::ZERO);
-                Ok(Err(LockError::Busy {
-                    key,
+                Some(Err(LockError::Busy {
+                    key: key.to_owned(),
                     retry_after: remaining,
                 }))
             }
-            AcquireOutcome::Busy { .. } => Err((key, asked)),
+            AcquireOutcome::Busy { .. } => None,
         }
     }
 
     fn new(inner: Arc<Inner>, key: String, names: KeyNames, token: Token, asked: Asked) -> Self {
-        let Asked {
-            ttl,
-            wait,
-            renew,
-            metrics,
-            hold_at_least,
-            shape: _,
-            label: _,
-        } = asked;
-        let started = Instant::now();
-        // A wait too long to represent (`Duration::MAX`) means "wait forever".
-        let deadline = started
-            .checked_add(wait)
-            .unwrap_or_else(|| started + FOREVER);
+        let started = asked.deadline.started();
         Self {
             attempt: Attempt {
                 inner,
                 key,
                 names: Some(names),
                 token,
-                ttl,
-                queued: !wait.is_zero(),
+                asked,
             },
-            renew,
-            wait,
-            started,
-            deadline,
             waiter: None,
             last_busy: started,
             fence_seen: 0,
-            retries: 0,
-            backoff: RETRY_BACKOFF,
-            metrics,
-            hold_at_least,
+            retry: Retry::ACQUIRE.start(),
             crossing: None,
         }
     }
@@ -216,13 +152,12 @@ impl Acquisition {
         loop {
             let remaining = match self.attempt().await? {
                 Attempted::Acquired { fencing, sent } => {
-                    let ttl = self.attempt.ttl;
-                    return Ok(self.hold(fencing, sent, ttl, false));
+                    return Ok(self.hold(fencing, sent, None));
                 }
                 Attempted::Busy { remaining } => remaining,
             };
             if self.waiter.is_none() {
-                if Instant::now() >= self.deadline {
+                if self.attempt.asked.deadline.passed() {
                     return Err(self.give_up(remaining).await);
                 }
                 self.queue().await;
@@ -232,7 +167,7 @@ impl Acquisition {
             match self.wait_for_turn(remaining).await {
                 Woken::Granted(fencing) => {
                     if let Some((sent, granted)) = self.confirm().await? {
-                        return Ok(self.hold(fencing, sent, granted, true));
+                        return Ok(self.hold(fencing, sent, Some(granted)));
                     }
                 }
                 Woken::Retry => self.crossing = None,
@@ -256,20 +191,20 @@ impl Acquisition {
         let names = self.attempt.names.as_ref().expect("set until the end");
         loop {
             let sent = Instant::now();
-            let wait = if self.wait.is_zero() {
-                Duration::ZERO
-            } else {
-                self.deadline
-                    .saturating_duration_since(sent)
-                    .max(Duration::from_millis(1))
-            };
-            let (token, ttl) = (&self.attempt.token, self.attempt.ttl);
+            let deadline = self.attempt.asked.deadline;
+            let (token, ttl) = (&self.attempt.token, self.attempt.asked.ttl);
             let answer = match &inner.backend {
                 Backend::Redlock(redlock) => {
                     let pause = brief_split_pause(&mut self.crossing);
                     redlock.acquire_paced(names, token, ttl, pause).await
                 }
-                backend => backend.acquire(names, token, ttl, wait).await,
+                // The one place the deadline becomes a wait again: the
+                // script's.
+                backend => {
+                    backend
+                        .acquire(names, token, ttl, deadline.left(sent))
+                        .await
+                }
             };
             match answer {
                 Ok(AcquireOutcome::Acquired { fencing }) => {
@@ -280,19 +215,17 @@ impl Acquisition {
                     self.fence_seen = self.fence_seen.max(fence);
                     return Ok(Attempted::Busy { remaining });
                 }
+                // Within the wait; an acquire that tries once still gets its
+                // first re-send, unless the failure took its time already.
                 Err(LockError::Backend(e))
                     if e.is_connection()
-                        && self.retries < MAX_CONNECTION_RETRIES
-                        && (Instant::now() + self.backoff.peek() < self.deadline
-                            || (self.retries == 0 && !e.is_timeout())) =>
+                        && (self.retry.allows(Some(deadline.at()))
+                            || (self.retry.is_first() && !e.is_timeout())) =>
                 {
                     // The driver re-establishes a broken connection.
                     tracing::debug!(key = %self.attempt.key, error = &e as &dyn std::error::Error,
                         "lock acquire: connection failed; retrying");
-                    if self.retries > 0 {
-                        self.backoff.wait().await;
-                    }
-                    self.retries += 1;
+                    self.retry.pause().await;
                 }
                 Err(e) => {
                     // The script may have run even if the reply was lost: the
@@ -319,6 +252,7 @@ impl Acquisition {
     async fn wait_for_turn(&mut self, remaining: Duration) -> Woken {
         let handle = self.waiter.as_ref().expect("registered before waiting");
         let fence_seen = self.fence_seen;
+        let deadline = self.attempt.asked.deadline.at();
         // A hand-over sent before our last busy attempt ran is stale.
         let fresh = |fencing: u64| fencing > fence_seen;
         match handle.waiter.take_grant() {
@@ -327,10 +261,10 @@ impl Acquisition {
             None => {}
         }
         let now = Instant::now();
-        if now >= self.deadline {
+        if now >= deadline {
             return Woken::TimedOut;
         }
-        let mut retry_at = (now + remaining + Duration::from_millis(1)).min(self.deadline);
+        let mut retry_at = (now + remaining + Duration::from_millis(1)).min(deadline);
         loop {
             tokio::select! {
                 _ = handle.waiter.notify.notified() => {}
@@ -359,9 +293,9 @@ impl Acquisition {
     /// hand-over ran out before we saw it.
     async fn confirm(&mut self) -> Result<Option<(Instant, Duration)>, LockError> {
         let inner = self.attempt.inner.clone();
-        let ttl = self.attempt.ttl;
+        let ttl = self.attempt.asked.ttl;
         let granted = ttl.min(HANDOFF_LEASE);
-        if self.renew
+        if self.attempt.asked.renew
             && !inner.backend.needs_confirmation()
             && Instant::now() + granted / 3 < self.last_busy + granted
         {
@@ -376,46 +310,21 @@ impl Acquisition {
         }
     }
 
-    /// Turns the acquisition into a watched guard: a lease of `granted` set
-    /// by a request sent at `sent`.
-    fn hold(mut self, fencing: u64, sent: Instant, granted: Duration, handover: bool) -> LockGuard {
+    /// Turns the acquisition into a watched guard: a lease set by a request
+    /// sent at `sent`; `handed`: handed over by a release, with this lease
+    /// (else the full one).
+    fn hold(mut self, fencing: u64, sent: Instant, handed: Option<Duration>) -> LockGuard {
         let attempt = &mut self.attempt;
-        let inner = attempt.inner.clone();
-        let names = attempt.names.take().expect("set until the end");
-        let ttl = attempt.ttl;
-        let held = Arc::new(Held {
-            id: inner.next_lock_id.fetch_add(1, Ordering::Relaxed),
-            client_id: inner.id,
+        let taken = Taken {
             key: std::mem::take(&mut attempt.key),
-            names,
+            names: attempt.names.take().expect("set until the end"),
             token: attempt.token,
             fencing,
-            ttl,
-            lost: CancellationToken::new(),
-            // Set by the watchdog as it takes the lease under watch.
-            valid_until: std::sync::Mutex::new(sent),
-            metrics: self.metrics.clone(),
-            since: sent,
-            // From now, when the answer is in: the server set the key before
-            // that, so it stays taken at least this long after it did.
-            hold_until: (!self.hold_at_least.is_zero())
-                .then(|| Instant::now() + self.hold_at_least),
-        });
-        crate::metrics::acquired(&self.metrics, self.started.elapsed(), handover);
-        inner.watchdog.watch(
-            held.clone(),
-            ttl,
-            self.renew,
             sent,
-            granted,
-            inner.backend.drift(ttl),
-        );
-        if held.names.shape == Shape::Mutex && !held.names.is_leader() {
-            inner.local.hold(&held, self.renew, !self.wait.is_zero());
-        }
-        tracing::debug!(key = %held.key, fencing,
-            waited_us = self.started.elapsed().as_micros() as u64, "lock acquired");
-        LockGuard::owner(held, inner)
+            granted: handed.unwrap_or(attempt.asked.ttl),
+            handover: handed.is_some(),
+        };
+        hold(&attempt.inner, taken, &attempt.asked)
     }
 
     /// Gives up. A wait that may have queued leaves the line before `Busy` is
@@ -423,16 +332,16 @@ impl Acquisition {
     /// after our `Busy` cannot hand the lock to us.
     async fn give_up(mut self, remaining: Duration) -> LockError {
         let attempt = &mut self.attempt;
-        tracing::debug!(key = %attempt.key,
-            waited_us = self.started.elapsed().as_micros() as u64, "lock busy");
-        crate::metrics::busy(&self.metrics, self.started.elapsed());
-        if let Some(names) = attempt.names.as_ref().filter(|_| attempt.queued) {
+        let waited = attempt.asked.deadline.started().elapsed();
+        tracing::debug!(key = %attempt.key, waited_us = waited.as_micros() as u64, "lock busy");
+        crate::metrics::busy(&attempt.asked.metrics, waited);
+        if let Some(names) = attempt.names.as_ref().filter(|_| attempt.queued()) {
             // A release that finds the lock ours (it had just been handed to
             // us) hands it on.
             let left = attempt
                 .inner
                 .backend
-                .release(names, &attempt.token, attempt.ttl, true)
+                .release(names, &attempt.token, attempt.asked.ttl, true)
                 .await;
             if left.is_ok() {
                 attempt.names = None;
@@ -458,8 +367,14 @@ struct Attempt {
     /// `None` once nothing is left to clean up.
     names: Option<KeyNames>,
     token: Token,
-    ttl: Duration,
-    queued: bool,
+    asked: Asked,
+}
+
+impl Attempt {
+    /// Whether a script may have queued us (we wait).
+    fn queued(&self) -> bool {
+        !self.asked.deadline.tries_once()
+    }
 }
 
 impl Drop for Attempt {
@@ -470,8 +385,8 @@ impl Drop for Attempt {
                 std::mem::take(&mut self.key),
                 names,
                 self.token,
-                self.ttl,
-                self.queued,
+                self.asked.ttl,
+                self.queued(),
             );
         }
     }

@@ -1,8 +1,12 @@
 //! [`LockClient`], its [builder](LockClientBuilder), and [`LockRequest`].
 //!
 //! `builder` checks a configuration and connects; `request` is what a caller
-//! configures and runs; `acquire` is the acquire algorithm as named steps
-//! (attempt, queue, wait, confirm, then hold or give up).
+//! configures and runs, with the [`LockOptions`] every kind of request
+//! shares (`options`: checked once when it starts, the wait turned into one
+//! deadline); `acquire` is the acquire algorithm as named steps (attempt,
+//! queue, wait, confirm, then hold or give up), `hold` its last step for
+//! every acquisition; `release` decides and sends every release (keep,
+//! hand on within the client through `handover`, or delete).
 
 use std::fmt;
 use std::future::Future;
@@ -20,16 +24,20 @@ mod acquire;
 mod all;
 mod blocks;
 mod builder;
-pub(crate) mod handover;
+mod handover;
+mod hold;
 mod inspect;
 pub(crate) mod local;
+mod options;
 mod registry;
+pub(crate) mod release;
 mod request;
 mod rw_lock;
 
 pub use all::{LockAllGuard, LockAllRequest, MAX_LOCK_ALL_KEYS};
 pub use builder::LockClientBuilder;
 pub use inspect::{LockKind, LockState};
+pub use options::LockOptions;
 pub use request::LockRequest;
 pub use rw_lock::RwLockRequest;
 

@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::acquire::{Acquisition, Asked, FOREVER};
+use super::LockClient;
+use super::acquire::Acquisition;
+use super::hold::{Taken, hold};
 use super::local::{Entry, LocalWait, Owner};
-use super::{LockClient, MAX_TTL, validate_ttl};
+use super::options::{Asked, LockOptions, option_setters};
 use crate::guard::LockGuard;
-use crate::key::{Shape, validate_key};
+use crate::key::{KeyNames, Shape, validate_key};
 use crate::{LockError, context};
 
 /// A request for one lock, from [`LockClient::lock`]. Configure, then
@@ -20,11 +22,7 @@ use crate::{LockError, context};
 pub struct LockRequest {
     client: LockClient,
     key: String,
-    ttl: Option<Duration>,
-    wait: Duration,
-    renew: bool,
-    metrics: crate::metrics::Name,
-    hold_at_least: Duration,
+    options: LockOptions,
     /// A mutex, a side of a read-write lock, a semaphore's permit, or a
     /// leadership.
     shape: Shape,
@@ -37,11 +35,7 @@ impl LockRequest {
         Self {
             client,
             key,
-            ttl: None,
-            wait: Duration::ZERO,
-            renew: true,
-            metrics: crate::metrics::Name::default(),
-            hold_at_least: Duration::ZERO,
+            options: LockOptions::new(),
             shape: Shape::Mutex,
             label: String::new(),
         }
@@ -59,71 +53,58 @@ impl LockRequest {
         self
     }
 
-    /// The `name` label of this lock's metrics (feature `metrics`; default
-    /// `default`): a kind of lock such as `"order"`, never the key itself,
-    /// which would make one series per order. `#[distributed_lock]` uses
-    /// its key template, `LockLayer` its route. Without the feature it is
-    /// ignored.
-    pub fn metrics_name(mut self, name: impl Into<std::sync::Arc<str>>) -> Self {
-        self.metrics = crate::metrics::Name::new(name.into());
-        self
-    }
+    option_setters! {
+        /// The `name` label of this lock's metrics (feature `metrics`; default
+        /// `default`): a kind of lock such as `"order"`, never the key itself,
+        /// which would make one series per order. `#[distributed_lock]` uses
+        /// its key template, `LockLayer` its route. Without the feature it is
+        /// ignored.
+        metrics_name;
 
-    /// The lease (default: the client's). Renewed every `ttl / 3` while held,
-    /// unless [`renew(false)`](LockRequest::renew).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
+        /// The lease (default: the client's). Renewed every `ttl / 3` while held,
+        /// unless [`renew(false)`](LockRequest::renew).
+        ttl;
 
-    /// How long to wait for a busy lock (default `Duration::ZERO`: try once).
-    /// Waiting sleeps on release notices, not polling. A wait that ends in
-    /// [`LockError::Busy`] has left the key's line of waiters by the time it
-    /// answers, so a release after that never hands the lock to it.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
-    }
+        /// How long to wait for a busy lock (default `Duration::ZERO`: try once).
+        /// Waiting sleeps on release notices, not polling. A wait that ends in
+        /// [`LockError::Busy`] has left the key's line of waiters by the time it
+        /// answers, so a release after that never hands the lock to it.
+        wait;
 
-    /// Whether the watchdog renews the lease (default `true`). With `false` the
-    /// lease is fixed: the guard is lost when it runs out.
-    pub fn renew(mut self, renew: bool) -> Self {
-        self.renew = renew;
-        self
-    }
+        /// Whether the watchdog renews the lease (default `true`). With `false` the
+        /// lease is fixed: the guard is lost when it runs out.
+        renew;
 
-    /// Keeps the key taken until at least `min` after it was acquired, even
-    /// if the holder releases sooner (default zero: a release frees it at
-    /// once). For scheduled jobs on many pods: the first pod's run takes the
-    /// key, and the other pods' timers, firing a little later, find it
-    /// taken and skip, so the job runs at most once per `min`.
-    ///
-    /// A release before then sets the key's lease to end at that moment
-    /// instead of deleting it (renewals stop; waiters take it when it
-    /// ends). Until the release, everything is as without it: renewals,
-    /// [`lost()`](LockGuard::lost), the fencing token. At most the longest
-    /// lease (7 days), else `acquire` answers `LockError::Config`.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
-    /// let job = client
-    ///     .lock("nightly-report")
-    ///     .hold_at_least(Duration::from_secs(300))
-    ///     .acquire()
-    ///     .await?;
-    /// // ... the job, done in a few seconds ...
-    /// job.release().await?;
-    /// // Another pod's timer, a second later: the key is still taken.
-    /// assert!(client.lock("nightly-report").acquire().await.unwrap_err().is_busy());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn hold_at_least(mut self, min: Duration) -> Self {
-        self.hold_at_least = min;
-        self
+        /// Keeps the key taken until at least `min` after it was acquired, even
+        /// if the holder releases sooner (default zero: a release frees it at
+        /// once). For scheduled jobs on many pods: the first pod's run takes the
+        /// key, and the other pods' timers, firing a little later, find it
+        /// taken and skip, so the job runs at most once per `min`.
+        ///
+        /// A release before then sets the key's lease to end at that moment
+        /// instead of deleting it (renewals stop; waiters take it when it
+        /// ends). Until the release, everything is as without it: renewals,
+        /// [`lost()`](LockGuard::lost), the fencing token. At most the longest
+        /// lease (7 days), else `acquire` answers `LockError::Config`.
+        ///
+        /// ```
+        /// # use std::time::Duration;
+        /// # #[tokio::main(flavor = "current_thread")]
+        /// # async fn main() -> Result<(), lock_runtime::LockError> {
+        /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+        /// let job = client
+        ///     .lock("nightly-report")
+        ///     .hold_at_least(Duration::from_secs(300))
+        ///     .acquire()
+        ///     .await?;
+        /// // ... the job, done in a few seconds ...
+        /// job.release().await?;
+        /// // Another pod's timer, a second later: the key is still taken.
+        /// assert!(client.lock("nightly-report").acquire().await.unwrap_err().is_busy());
+        /// # Ok(())
+        /// # }
+        /// ```
+        hold_at_least;
     }
 
     /// Takes the lock, waiting up to the configured wait.
@@ -136,12 +117,16 @@ impl LockRequest {
     /// Cancel-safe: dropping the future never leaves the lock held for longer
     /// than one lease, and a lock it may have taken is released in the
     /// background.
-    pub async fn acquire(mut self) -> Result<LockGuard, LockError> {
-        let inner = &self.client.0;
+    pub async fn acquire(self) -> Result<LockGuard, LockError> {
         validate_key(&self.key)?;
-        let ttl = self.ttl.unwrap_or(inner.default_ttl);
-        validate_ttl(ttl)?;
-        validate_hold_at_least(self.hold_at_least)?;
+        let asked = self.options.resolve(&self.client.0)?;
+        self.acquire_as(asked).await
+    }
+
+    /// [`acquire`](Self::acquire), with the options already checked and the
+    /// deadline set (`lock_all` takes keys one at a time within its own).
+    pub(super) async fn acquire_as(self, asked: Asked) -> Result<LockGuard, LockError> {
+        let inner = &self.client.0;
         self.check_shape()?;
         if let Some(held) = context::find(inner.id, &self.key, self.shape) {
             if held.names.shape == Shape::Read && self.shape == Shape::Write {
@@ -155,27 +140,29 @@ impl LockRequest {
             return Ok(LockGuard::reentered(held, inner.clone()));
         }
         super::keep_tasks_running(inner).await?;
-        let asked = Asked {
-            ttl,
-            wait: self.wait,
-            renew: self.renew,
-            metrics: self.metrics.clone(),
-            hold_at_least: self.hold_at_least,
-            shape: self.shape,
-            label: std::mem::take(&mut self.label).into_boxed_str(),
-        };
-        let (key, asked) = match Acquisition::try_embedded(inner, self.key, asked) {
-            Ok(answered) => return answered,
-            Err(usual) => usual,
-        };
-        self.key = key;
+        let mut names = KeyNames::shaped(&inner.prefix, &self.key, self.shape);
+        names.label = self.label;
+        if let Some(answer) = Acquisition::try_embedded(inner, &self.key, &names, &asked) {
+            return answer.map(|(token, fencing, sent)| {
+                let taken = Taken {
+                    key: self.key,
+                    names,
+                    token,
+                    fencing,
+                    sent,
+                    granted: asked.ttl,
+                    handover: false,
+                };
+                hold(inner, taken, &asked)
+            });
+        }
+        let key = self.key;
+        let metrics = asked.metrics.clone();
+        let inner = inner.clone();
         // Boxed: the steps' state (script futures of every backend) would
         // otherwise sit inline in every caller's future, and nested locked
         // scopes would stack it up.
-        let metrics = self.metrics.clone();
-        let inner = inner.clone();
         let acquired = Box::pin(async move {
-            let mut wait = self.wait;
             // Tasks of this client that want the same key form a line: one
             // acquires on the server, the others are handed the lock
             // in-process (see `local`).
@@ -183,35 +170,34 @@ impl LockRequest {
             // A request that keeps the key after its release waits on the
             // server, not in a line whose hand-overs it would hold up.
             // Only mutexes form lines: the other kinds are shared, or few.
-            if !wait.is_zero() && self.hold_at_least.is_zero() && self.shape == Shape::Mutex {
-                let started = Instant::now();
-                let deadline = started
-                    .checked_add(wait)
-                    .unwrap_or_else(|| started + FOREVER);
+            if !asked.deadline.tries_once()
+                && asked.hold_at_least.is_zero()
+                && names.shape == Shape::Mutex
+            {
                 let owner: Arc<dyn Owner> = inner.clone();
                 loop {
-                    let ticket =
-                        match inner
-                            .local
-                            .enter(&owner, &self.key, ttl, self.renew, &self.metrics)
-                        {
-                            Entry::Queued(ticket) => ticket,
-                            Entry::Represent(duty) => {
-                                representing = Some(duty);
-                                break;
-                            }
-                            Entry::Alone => break,
-                        };
-                    match inner.local.wait(ticket, deadline).await {
+                    let ticket = match inner.local.enter(
+                        &owner,
+                        &key,
+                        asked.ttl,
+                        asked.renew,
+                        &asked.metrics,
+                    ) {
+                        Entry::Queued(ticket) => ticket,
+                        Entry::Represent(duty) => {
+                            representing = Some(duty);
+                            break;
+                        }
+                        Entry::Alone => break,
+                    };
+                    match inner.local.wait(ticket, asked.deadline.at()).await {
                         LocalWait::Granted(held) => {
                             return Ok(LockGuard::owner(held, inner.clone()));
                         }
                         LocalWait::TimedOut { retry_after } => {
-                            crate::metrics::busy(&self.metrics, started.elapsed());
-                            return Err(LockError::Busy {
-                                key: self.key,
-                                retry_after,
-                            });
+                            let waited = asked.deadline.started().elapsed();
+                            crate::metrics::busy(&asked.metrics, waited);
+                            return Err(LockError::Busy { key, retry_after });
                         }
                         LocalWait::Represent(duty) => {
                             representing = Some(duty);
@@ -220,14 +206,11 @@ impl LockRequest {
                         LocalWait::Closed => {}
                     }
                 }
-                wait = deadline
-                    .saturating_duration_since(Instant::now())
-                    .max(Duration::from_millis(1));
             }
             // Ends the role (the line learns whether the key is held) however
             // the acquisition ends.
             let _representing = representing;
-            Acquisition::start(inner, self.key, Asked { wait, ..asked })
+            Acquisition::start(inner, key, names, asked)
                 .await?
                 .finish()
                 .await
@@ -324,16 +307,4 @@ impl LockRequest {
         }
         Err(LockError::lost(&held.key))
     }
-}
-
-/// `hold_at_least` is at most the longest lease.
-pub(super) fn validate_hold_at_least(min: Duration) -> Result<(), LockError> {
-    if min > MAX_TTL {
-        return Err(LockError::Config(format!(
-            "hold_at_least {} is above the maximum of {}",
-            humantime::format_duration(min),
-            humantime::format_duration(MAX_TTL)
-        )));
-    }
-    Ok(())
 }

@@ -98,17 +98,12 @@ impl Watchdog {
     }
 
     /// Watches `held`, whose lease of `granted` was set by a request sent at
-    /// `sent`; renewals re-arm it to `ttl` (or, with `renew == false`, it is
-    /// lost when `granted` runs out). `drift` is held back from every lease.
-    pub(crate) fn watch(
-        &self,
-        held: Arc<Held>,
-        ttl: Duration,
-        renew: bool,
-        sent: Instant,
-        granted: Duration,
-        drift: Duration,
-    ) {
+    /// `sent`; renewals re-arm it to its lease, `held.ttl` (or, with
+    /// `renew == false`, it is lost when `granted` runs out). The backend's
+    /// clock drift allowance is held back from every lease.
+    pub(crate) fn watch(&self, held: Arc<Held>, renew: bool, sent: Instant, granted: Duration) {
+        let ttl = held.ttl;
+        let drift = self.backend.drift(ttl);
         self.live.fetch_add(1, Ordering::Relaxed);
         let valid_until = sent + granted.saturating_sub(drift);
         held.set_valid_until(valid_until);

@@ -13,15 +13,10 @@ use super::scripts::{
 use super::waiters::Registry;
 use super::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::LockError;
-use crate::backoff::Backoff;
+use crate::backoff::Retry;
 use crate::error::{BackendError, ConnectionFailure, connection_failure};
 use crate::key::{KeyNames, Shape};
 use crate::token::Token;
-
-/// How long a release keeps trying while its slot is being migrated.
-const TRYAGAIN_FOR: Duration = Duration::from_secs(5);
-const TRYAGAIN_BACKOFF: Backoff =
-    Backoff::new(Duration::from_millis(20), Duration::from_millis(250));
 
 /// Command connections to one server (`.redis(..)`). Two multiplexed
 /// connections keep the server and the client busy at once: while the server
@@ -319,13 +314,12 @@ impl RedisBackend {
         // (the script did not run) until the migration ends; the cluster
         // driver's own retries last well under a second, a migration may take
         // longer. Keep trying for a while, or the key waits out its lease.
-        let mut backoff = TRYAGAIN_BACKOFF;
-        let give_up = tokio::time::Instant::now() + TRYAGAIN_FOR;
+        let mut retry = Retry::SLOT_MIGRATION.start();
         while let Err(e) = &answer
             && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
-            && tokio::time::Instant::now() + backoff.peek() < give_up
+            && retry.allows(None)
         {
-            backoff.wait().await;
+            retry.pause().await;
             answer = run_script(&mut conn, script, cmd).await;
         }
         let answer: redis::Value = answer.map_err(|e| match connection_failure(&e) {

@@ -1,20 +1,11 @@
 //! [`LockAllGuard`]: the locks [`LockAllRequest`](super::LockAllRequest) took.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use futures_util::future::join_all;
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::LockError;
 use crate::guard::LockGuard;
-use crate::held::Held;
-use crate::inner::Inner;
-use crate::key::KeyNames;
-use crate::token::Token;
 
 /// Several held locks, from [`LockAllRequest::acquire`](super::LockAllRequest::acquire): one [`LockGuard`]
 /// per key. Dropping it releases every lock (in the background, as
@@ -89,46 +80,4 @@ impl LockAllGuard {
             .into_iter()
             .collect()
     }
-}
-
-/// A watched guard for a lock taken outside an `Acquisition` (the atomic
-/// step of `lock_all`), as `Acquisition::hold` makes one: a lease of `ttl`
-/// set by a request sent at `sent`, under the watchdog, and the holder of
-/// its key's line if this client has one (a try-once acquisition starts none).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn watched_guard(
-    inner: &Arc<Inner>,
-    key: String,
-    names: KeyNames,
-    token: Token,
-    fencing: u64,
-    sent: Instant,
-    ttl: Duration,
-    renew: bool,
-    metrics: &crate::metrics::Name,
-    hold_until: Option<Instant>,
-) -> LockGuard {
-    let held = Arc::new(Held {
-        id: inner.next_lock_id.fetch_add(1, Ordering::Relaxed),
-        client_id: inner.id,
-        key,
-        names,
-        token,
-        fencing,
-        ttl,
-        lost: CancellationToken::new(),
-        valid_until: std::sync::Mutex::new(sent),
-        metrics: metrics.clone(),
-        since: sent,
-        hold_until,
-    });
-    let drift = inner.backend.drift(ttl);
-    inner
-        .watchdog
-        .watch(held.clone(), ttl, renew, sent, ttl, drift);
-    // A key kept past its release is not handed on in-process.
-    if hold_until.is_none() {
-        inner.local.hold(&held, renew, false);
-    }
-    LockGuard::owner(held, inner.clone())
 }

@@ -20,10 +20,12 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use super::acquire::FOREVER;
-use super::handover::release_in_background;
-use super::{LockClient, validate_ttl};
+use super::LockClient;
+use super::hold::{Taken, hold};
+use super::options::{Asked, LockOptions, option_setters};
+use super::release::release_in_background;
 use crate::backend::{AllOutcome, AtomicSteps};
+use crate::backoff::Retry;
 use crate::guard::LockGuard;
 use crate::held::Held;
 use crate::inner::Inner;
@@ -32,7 +34,6 @@ use crate::token::Token;
 use crate::{LockError, context};
 
 mod guard;
-use guard::watched_guard;
 
 pub use guard::LockAllGuard;
 
@@ -106,13 +107,7 @@ pub use lock_keys::MAX_LOCK_ALL_KEYS;
 pub struct LockAllRequest {
     client: LockClient,
     keys: Vec<String>,
-    ttl: Option<Duration>,
-    wait: Duration,
-    renew: bool,
-    hold_at_least: Duration,
-    /// As given, for the one-at-a-time path's requests.
-    metrics_name: Option<Arc<str>>,
-    metrics: crate::metrics::Name,
+    options: LockOptions,
 }
 
 /// One key of the request, with its names.
@@ -126,68 +121,48 @@ impl LockAllRequest {
         Self {
             client,
             keys,
-            ttl: None,
-            wait: Duration::ZERO,
-            renew: true,
-            hold_at_least: Duration::ZERO,
-            metrics_name: None,
-            metrics: crate::metrics::Name::default(),
+            options: LockOptions::new(),
         }
     }
 
-    /// The `name` label of these locks' metrics (see [`crate::LockRequest::metrics_name`]).
-    pub fn metrics_name(mut self, name: impl Into<Arc<str>>) -> Self {
-        let name = name.into();
-        self.metrics = crate::metrics::Name::new(name.clone());
-        self.metrics_name = Some(name);
-        self
-    }
+    option_setters! {
+        /// The `name` label of these locks' metrics (see [`crate::LockRequest::metrics_name`]).
+        metrics_name;
 
-    /// The lease of each lock (default: the client's).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
+        /// The lease of each lock (default: the client's).
+        ttl;
 
-    /// How long to wait for all of them together (default
-    /// `Duration::ZERO`: try once).
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
-    }
+        /// How long to wait for all of them together (default
+        /// `Duration::ZERO`: try once).
+        wait;
 
-    /// Whether the watchdog renews the leases (default `true`).
-    pub fn renew(mut self, renew: bool) -> Self {
-        self.renew = renew;
-        self
-    }
+        /// Whether the watchdog renews the leases (default `true`).
+        renew;
 
-    /// Keeps every key taken until at least `min` after it was acquired,
-    /// even if released sooner (default zero), as
-    /// [`LockRequest::hold_at_least`](crate::LockRequest::hold_at_least)
-    /// does for one key: a release before then sets each key's lease to end
-    /// at that moment instead of deleting it. At most the longest lease (7
-    /// days), else `acquire` answers `LockError::Config`.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
-    /// let batch = client
-    ///     .lock_all(["export:eu", "export:us"])
-    ///     .hold_at_least(Duration::from_secs(60))
-    ///     .acquire()
-    ///     .await?;
-    /// batch.release().await?;
-    /// // Both keys stay taken for the rest of the minute.
-    /// assert!(client.lock("export:us").acquire().await.unwrap_err().is_busy());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn hold_at_least(mut self, min: Duration) -> Self {
-        self.hold_at_least = min;
-        self
+        /// Keeps every key taken until at least `min` after it was acquired,
+        /// even if released sooner (default zero), as
+        /// [`LockRequest::hold_at_least`](crate::LockRequest::hold_at_least)
+        /// does for one key: a release before then sets each key's lease to end
+        /// at that moment instead of deleting it. At most the longest lease (7
+        /// days), else `acquire` answers `LockError::Config`.
+        ///
+        /// ```
+        /// # use std::time::Duration;
+        /// # #[tokio::main(flavor = "current_thread")]
+        /// # async fn main() -> Result<(), lock_runtime::LockError> {
+        /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+        /// let batch = client
+        ///     .lock_all(["export:eu", "export:us"])
+        ///     .hold_at_least(Duration::from_secs(60))
+        ///     .acquire()
+        ///     .await?;
+        /// batch.release().await?;
+        /// // Both keys stay taken for the rest of the minute.
+        /// assert!(client.lock("export:us").acquire().await.unwrap_err().is_busy());
+        /// # Ok(())
+        /// # }
+        /// ```
+        hold_at_least;
     }
 
     /// Checks the keys; returns them in the global order.
@@ -233,14 +208,8 @@ impl LockAllRequest {
     pub async fn acquire(self) -> Result<LockAllGuard, LockError> {
         let wanted = self.checked()?;
         let inner = self.client.0.clone();
-        let ttl = self.ttl.unwrap_or(inner.default_ttl);
-        validate_ttl(ttl)?;
-        super::request::validate_hold_at_least(self.hold_at_least)?;
+        let asked = self.options.resolve(&inner)?;
         super::keep_tasks_running(&inner).await?;
-        let started = Instant::now();
-        let deadline = started
-            .checked_add(self.wait)
-            .unwrap_or_else(|| started + FOREVER);
         let mut taken = Vec::with_capacity(wanted.len());
         let mut todo = Vec::with_capacity(wanted.len());
         for w in wanted {
@@ -256,13 +225,9 @@ impl LockAllRequest {
         let mut outcome = Ok(());
         for group in groups(todo, steps) {
             let atomic = steps != AtomicSteps::Never;
-            let step = Step {
-                inner: &inner,
-                ttl,
-                deadline,
-                started,
-            };
-            outcome = self.take_group(step, group, atomic, &mut taken).await;
+            outcome = self
+                .take_group(&inner, &asked, group, atomic, &mut taken)
+                .await;
             if outcome.is_err() {
                 break;
             }
@@ -271,7 +236,7 @@ impl LockAllRequest {
             // All or none: give back what was taken.
             join_all(taken.into_iter().map(LockGuard::release)).await;
             if !e.is_busy() {
-                crate::metrics::failed(&self.metrics);
+                crate::metrics::failed(&asked.metrics);
             }
             return Err(e);
         }
@@ -283,17 +248,13 @@ impl LockAllRequest {
     /// when that step finds a key busy and the wait allows) one at a time.
     async fn take_group(
         &self,
-        step: Step<'_>,
+        inner: &Arc<Inner>,
+        asked: &Asked,
         group: Vec<Wanted>,
         atomic: bool,
         taken: &mut Vec<LockGuard>,
     ) -> Result<(), LockError> {
-        let Step {
-            inner,
-            ttl,
-            deadline,
-            started,
-        } = step;
+        let ttl = asked.ttl;
         let group = if atomic {
             let token = inner.token();
             let pending = Pending {
@@ -304,18 +265,18 @@ impl LockAllRequest {
                 armed: true,
             };
             let names: Vec<&KeyNames> = pending.group.iter().map(|w| &w.names).collect();
-            let mut retried = false;
+            let mut retry = Retry::ONCE.start();
             let (answer, sent) = loop {
                 let sent = Instant::now();
                 match inner.backend.acquire_all(&names, &token, ttl).await {
-                    // Re-sent once at once, with the same token: a copy that
-                    // ran leaves the keys ours, which the script accepts.
-                    Err(e) if e.is_connection() && !retried => {
+                    // Re-sent with the same token: a copy that ran leaves
+                    // the keys ours, which the script accepts.
+                    Err(e) if e.is_connection() && retry.allows(None) => {
                         tracing::debug!(
                             error = &e as &dyn std::error::Error,
                             "lock_all: connection failed; retrying"
                         );
-                        retried = true;
+                        retry.pause().await;
                     }
                     answer => break (answer, sent),
                 }
@@ -326,31 +287,25 @@ impl LockAllRequest {
             match answer? {
                 AllOutcome::Acquired(fences) => {
                     let group = pending.disarm();
-                    let waited = started.elapsed();
                     for (w, fencing) in group.into_iter().zip(fences) {
-                        crate::metrics::acquired(&self.metrics, waited, false);
-                        tracing::debug!(key = %w.key, fencing, "lock acquired (lock_all)");
-                        taken.push(watched_guard(
-                            inner,
-                            w.key,
-                            w.names,
+                        let lease = Taken {
+                            key: w.key,
+                            names: w.names,
                             token,
                             fencing,
                             sent,
-                            ttl,
-                            self.renew,
-                            &self.metrics,
-                            // From now, when the answer is in (as one key's).
-                            (!self.hold_at_least.is_zero())
-                                .then(|| Instant::now() + self.hold_at_least),
-                        ));
+                            granted: ttl,
+                            handover: false,
+                        };
+                        taken.push(hold(inner, lease, asked));
                     }
                     return Ok(());
                 }
                 AllOutcome::Busy { index, remaining } => {
                     let group = pending.disarm();
-                    if self.wait.is_zero() || Instant::now() >= deadline {
-                        crate::metrics::busy(&self.metrics, started.elapsed());
+                    if asked.deadline.passed() {
+                        let waited = asked.deadline.started().elapsed();
+                        crate::metrics::busy(&asked.metrics, waited);
                         let key = group.get(index).unwrap_or(&group[0]).key.clone();
                         return Err(LockError::Busy {
                             key,
@@ -364,18 +319,9 @@ impl LockAllRequest {
             group
         };
         for w in group {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            let mut request = self
-                .client
-                .lock(w.key)
-                .ttl(ttl)
-                .wait(wait)
-                .renew(self.renew)
-                .hold_at_least(self.hold_at_least);
-            if let Some(name) = &self.metrics_name {
-                request = request.metrics_name(name.clone());
-            }
-            taken.push(request.acquire().await?);
+            // Within the request's own deadline, and as it asked.
+            let request = self.client.lock(w.key);
+            taken.push(request.acquire_as(asked.clone()).await?);
         }
         Ok(())
     }
@@ -428,15 +374,6 @@ impl LockAllRequest {
             None => Ok(output),
         }
     }
-}
-
-/// What every group of one request shares.
-#[derive(Clone, Copy)]
-struct Step<'a> {
-    inner: &'a Arc<Inner>,
-    ttl: Duration,
-    deadline: Instant,
-    started: Instant,
 }
 
 /// Splits the keys (in the global order) into the groups one atomic step

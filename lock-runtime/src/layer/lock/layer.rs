@@ -8,6 +8,7 @@ use http::{HeaderName, StatusCode};
 
 use super::key::{KeySource, parse_template};
 use crate::LockClient;
+use crate::client::LockOptions;
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
 
@@ -50,8 +51,9 @@ pub struct LockLayer {
 pub(super) struct Config {
     pub(super) client: LockClient,
     pub(super) key: KeySource,
-    pub(super) ttl: Option<Duration>,
-    pub(super) wait: Duration,
+    /// The lease and the wait (each request adds its route as the metrics
+    /// name).
+    pub(super) options: LockOptions,
     /// `None`: a mutex per key; `Some(n)`: one of `n` permits of the
     /// semaphore per key (`Some(0)` is refused on every request).
     pub(super) permits: Option<u32>,
@@ -85,8 +87,7 @@ impl LockLayer {
             config: Arc::new(Config {
                 client,
                 key: KeySource::Path,
-                ttl: None,
-                wait: Duration::ZERO,
+                options: LockOptions::new(),
                 permits: None,
                 busy_status: None,
                 fail_open: false,
@@ -235,14 +236,23 @@ impl LockLayer {
         self
     }
 
-    config_setters! {
-        /// The lease (default: the client's). Renewed every `ttl / 3` while the
-        /// request runs and its body is sent.
-        pub fn ttl(ttl: Duration) => ttl = Some(ttl);
+    /// The lease (default: the client's). Renewed every `ttl / 3` while the
+    /// request runs and its body is sent.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        let options = &mut self.config().options;
+        *options = std::mem::take(options).ttl(ttl);
+        self
+    }
 
-        /// How long a request waits for a busy lock before it is refused (default
-        /// `Duration::ZERO`: refused at once).
-        pub fn wait(wait: Duration) => wait;
+    /// How long a request waits for a busy lock before it is refused (default
+    /// `Duration::ZERO`: refused at once).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        let options = &mut self.config().options;
+        *options = std::mem::take(options).wait(wait);
+        self
+    }
+
+    config_setters! {
 
         /// The status of a request refused because its key is busy (default
         /// `409 Conflict`; `423 Locked` is the other common choice; with
@@ -370,8 +380,8 @@ impl LockLayer {
 config_debug!(LockLayer, c => {
     client,
     key,
-    ttl,
-    wait,
+    ttl = c.options.ttl,
+    wait = c.options.wait,
     permits,
     busy_status = c.busy_status(),
     fail_open,

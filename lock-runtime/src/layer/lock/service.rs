@@ -126,19 +126,16 @@ where
         None => config.client.lock(key.clone()),
         Some(permits) => config.client.semaphore(key.clone(), permits),
     };
-    let mut request = request.wait(config.wait);
+    let mut options = config.options.clone();
     if cfg!(feature = "metrics") {
         // The route, never the key, names the lock's metrics.
         let route = req
             .extensions()
             .get::<axum::extract::MatchedPath>()
             .map_or("unrouted", axum::extract::MatchedPath::as_str);
-        request = request.metrics_name(route);
+        options = options.metrics_name(route);
     }
-    if let Some(ttl) = config.ttl {
-        request = request.ttl(ttl);
-    }
-    let guard = match request.acquire().await {
+    let guard = match request.options(options).acquire().await {
         Ok(guard) => guard,
         Err(e) if e.is_backend() && config.fail_open => {
             tracing::warn!(%key, error = &e as &dyn std::error::Error, "lock backend unreachable; serving without the lock (fail open)");

@@ -1,0 +1,76 @@
+//! The last step of every acquisition: a lease taken on the server becomes
+//! a watched [`LockGuard`] ([`hold`]), whether one key's acquisition took it
+//! or `lock_all`'s atomic step.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::options::Asked;
+use crate::guard::LockGuard;
+use crate::held::Held;
+use crate::inner::Inner;
+use crate::key::{KeyNames, Shape};
+use crate::token::Token;
+
+/// A lease just taken on the server.
+pub(super) struct Taken {
+    /// The key as the caller gave it.
+    pub(super) key: String,
+    pub(super) names: KeyNames,
+    pub(super) token: Token,
+    pub(super) fencing: u64,
+    /// The send time of the request that set the lease, and the lease it
+    /// set (shorter than the asked one after a hand-over).
+    pub(super) sent: Instant,
+    pub(super) granted: Duration,
+    /// Handed over by a release (for the hand-over metric).
+    pub(super) handover: bool,
+}
+
+/// Holds `taken`, as `asked`: its [`Held`], under the watchdog, and (a
+/// mutex) holding its key's line of this client's waiters, which a wait
+/// starts (see `Local::hold`).
+pub(super) fn hold(inner: &Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard {
+    let Taken {
+        key,
+        names,
+        token,
+        fencing,
+        sent,
+        granted,
+        handover,
+    } = taken;
+    let held = Arc::new(Held {
+        id: inner.next_lock_id.fetch_add(1, Ordering::Relaxed),
+        client_id: inner.id,
+        key,
+        names,
+        token,
+        fencing,
+        ttl: asked.ttl,
+        lost: CancellationToken::new(),
+        // Set by the watchdog as it takes the lease under watch.
+        valid_until: std::sync::Mutex::new(sent),
+        metrics: asked.metrics.clone(),
+        since: sent,
+        // From now, when the answer is in: the server set the key before
+        // that, so it stays taken at least this long after it did.
+        hold_until: (!asked.hold_at_least.is_zero()).then(|| Instant::now() + asked.hold_at_least),
+    });
+    let waited = asked.deadline.started().elapsed();
+    crate::metrics::acquired(&asked.metrics, waited, handover);
+    inner
+        .watchdog
+        .watch(held.clone(), asked.renew, sent, granted);
+    if held.names.shape == Shape::Mutex && !held.names.is_leader() {
+        inner
+            .local
+            .hold(&held, asked.renew, !asked.deadline.tries_once());
+    }
+    tracing::debug!(key = %held.key, fencing, waited_us = waited.as_micros() as u64, "lock acquired");
+    LockGuard::owner(held, inner.clone())
+}

@@ -1,0 +1,242 @@
+//! Every release of a held lease, decided and sent here: a guard's
+//! [`release`], a dropped guard's ([`release_dropped`]), and the clean-up
+//! of a lease nobody holds yet ([`release_in_background`]).
+//!
+//! A release does one of three things with a lease ([`Decision`]): keeps
+//! the key taken until `hold_at_least` (its lease is set to end then),
+//! hands it to the next task of this client waiting for the key (see
+//! `handover`), or deletes it on the server, which hands it to the first
+//! waiter queued there.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::handover::hand_on;
+use super::local::{Local, Owner};
+use crate::LockError;
+use crate::backend::Released;
+use crate::backoff::Retry;
+use crate::held::Held;
+use crate::inner::Inner;
+use crate::key::KeyNames;
+use crate::token::Token;
+
+impl Owner for Inner {
+    fn lines(&self) -> &Local {
+        &self.local
+    }
+
+    fn give_back(self: Arc<Self>, held: Arc<Held>) {
+        release_dropped(self, held);
+    }
+}
+
+/// What a release does with a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    /// `hold_at_least`: the key stays taken this much longer, then expires.
+    Keep(Duration),
+    /// To the next task of this client waiting for the key, in-process.
+    HandOn,
+    /// Deleted on the server (handed to its first queued waiter).
+    Delete,
+}
+
+/// The one rule: a key under `hold_at_least` is kept; a lease not known
+/// lost goes to a waiting task of this client if there is one; otherwise
+/// it is deleted.
+fn decide(inner: &Inner, held: &Arc<Held>, was_lost: bool) -> Decision {
+    if let Some(left) = held.keeps_until(Instant::now()) {
+        return Decision::Keep(left);
+    }
+    if !was_lost && inner.local.has_waiters(held) {
+        return Decision::HandOn;
+    }
+    Decision::Delete
+}
+
+/// Before `held` goes back to the server: its line goes there too, the
+/// watchdog lets it go, and its hold time is counted.
+fn retire(inner: &Inner, held: &Arc<Held>) {
+    inner.local.end(held);
+    inner.watchdog.unwatch(held.id);
+    crate::metrics::released(&held.metrics, held.since.elapsed());
+}
+
+/// Sends what `decision` says for `held` to the server (a hand-on that
+/// found nobody is a delete).
+async fn send(inner: &Inner, held: &Held, decision: Decision) -> Result<Released, LockError> {
+    match decision {
+        Decision::Keep(left) => inner
+            .backend
+            .release_in(&held.names, &held.token, left)
+            .await
+            .map(|ours| {
+                if ours {
+                    Released::Yes
+                } else {
+                    Released::NotOurs
+                }
+            }),
+        Decision::HandOn | Decision::Delete => {
+            inner
+                .backend
+                .release(&held.names, &held.token, held.ttl, false)
+                .await
+        }
+    }
+}
+
+/// An owning guard's [`release`](crate::LockGuard::release): what it
+/// answers is documented there.
+pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(), LockError> {
+    let was_lost = held.is_lost();
+    let mut decision = decide(inner, &held, was_lost);
+    if decision == Decision::HandOn {
+        match hand_on(inner, held).await {
+            None => return Ok(()),
+            Some(last) => (held, decision) = (last, Decision::Delete),
+        }
+    }
+    retire(inner, &held);
+    let started = Instant::now();
+    let valid = held.valid_at(started);
+    let result = send(inner, &held, decision).await;
+    let key = &held.key;
+    match result {
+        // Released, but the lease had been given up for lost before: the
+        // work done under it may have overlapped with another holder.
+        Ok(Released::Yes) if was_lost => Err(LockError::lost(key)),
+        // Our token was still on the key: it never ran out, even if the
+        // watchdog's last confirmation is older than a lease.
+        Ok(Released::Yes) => {
+            tracing::debug!(key = %key, fencing = held.fencing,
+                elapsed_us = started.elapsed().as_micros() as u64, "lock released");
+            Ok(())
+        }
+        Ok(Released::Gone) if valid => {
+            tracing::debug!(key = %key, fencing = held.fencing,
+                "lock released (the first answer was lost; a re-sent release found the key gone)");
+            Ok(())
+        }
+        Ok(Released::Gone | Released::NotOurs) => {
+            if !was_lost {
+                crate::metrics::lost(&held.metrics);
+            }
+            held.lost.cancel();
+            if valid {
+                tracing::warn!(key = %key, fencing = held.fencing,
+                    "lock release: the key is not ours although the lease was valid \
+                     (deleted by someone else, or lost in a failover)");
+            } else {
+                tracing::warn!(key = %key, fencing = held.fencing,
+                    "lock release: not the owner any more (the lease had run out)");
+            }
+            Err(LockError::lost(key))
+        }
+        // Reported lost before: whatever became of the release, the work
+        // done under the lease may have overlapped another holder, which
+        // is what `Lost` tells the caller.
+        Err(e) if was_lost => {
+            tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
+                "lock release failed, after the lease had been given up for lost");
+            Err(LockError::lost(key))
+        }
+        Err(e) => {
+            tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
+                "lock release failed; if it did not run, the lease will run out by itself");
+            Err(e)
+        }
+    }
+}
+
+/// What dropping an owning guard does, without blocking: the same
+/// decision as [`release`], carried out on the current runtime (a
+/// hand-on in a task: it may take a round trip to reserve fencing
+/// tokens). Outside a runtime the lease runs out by itself.
+pub(crate) fn release_dropped(inner: Arc<Inner>, held: Arc<Held>) {
+    let decision = decide(&inner, &held, held.is_lost());
+    if decision == Decision::HandOn
+        && let Ok(runtime) = tokio::runtime::Handle::try_current()
+    {
+        runtime.spawn(async move {
+            if let Some(last) = hand_on(&inner, held).await {
+                retire(&inner, &last);
+                send_in_background(inner, &last, Decision::Delete);
+            }
+        });
+        return;
+    }
+    retire(&inner, &held);
+    send_in_background(inner, &held, decision);
+}
+
+/// [`send`] on the current runtime, without blocking: a delete is sent
+/// again after connection failures (see [`release_in_background`]); a
+/// keep goes once (re-sent once by `release_in` itself): sent later, it
+/// would keep the key longer than asked.
+fn send_in_background(inner: Arc<Inner>, held: &Arc<Held>, decision: Decision) {
+    let Decision::Keep(_) = decision else {
+        let (key, names) = (held.key.clone(), held.names.clone());
+        release_in_background(inner, key, names, held.token, held.ttl, false);
+        return;
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return; // the lease runs out by itself, no sooner than asked
+    };
+    let held = held.clone();
+    runtime.spawn(async move {
+        let key = &held.key;
+        match send(&inner, &held, decision).await {
+            Ok(Released::NotOurs) => {
+                tracing::debug!(key = %key, "background release: the lock was not ours (any more)")
+            }
+            Ok(_) => tracing::debug!(key = %key, "lock kept until its hold_at_least"),
+            Err(e) => tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
+                "background release (hold_at_least) failed; the lease runs out by itself"),
+        }
+    });
+}
+
+/// Releases the lock `key` (named `names`, owned by `token`) on the current
+/// runtime without blocking, sent again under
+/// [`Retry::RELEASE_IN_BACKGROUND`]; outside a runtime the lease runs out
+/// by itself. `dequeue`: also leave the key's waiter queue. For leases no
+/// guard holds (an abandoned acquisition) and dropped guards.
+pub(crate) fn release_in_background(
+    inner: Arc<Inner>,
+    key: String,
+    names: KeyNames,
+    token: Token,
+    ttl: Duration,
+    dequeue: bool,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::debug!(key = %key, "lock dropped outside a tokio runtime; the lease will run out");
+        return;
+    };
+    runtime.spawn(async move {
+        let mut retry = Retry::RELEASE_IN_BACKGROUND.start();
+        loop {
+            match inner.backend.release(&names, &token, ttl, dequeue).await {
+                Ok(Released::Yes | Released::Gone) => {
+                    tracing::debug!(key = %key, "lock released in the background");
+                }
+                Ok(Released::NotOurs) => {
+                    tracing::debug!(key = %key, "background release: the lock was not ours (any more)");
+                }
+                Err(LockError::Backend(e)) if e.is_connection() && retry.allows(None) => {
+                    tracing::debug!(key = %key, error = &e as &dyn std::error::Error,
+                        "background release failed; trying again");
+                    retry.pause().await;
+                    continue;
+                }
+                Err(e) => tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
+                    "background release failed; if it did not run, the lease will run out"),
+            }
+            return;
+        }
+    });
+}
