@@ -64,7 +64,7 @@ impl LockModel {
 
     /// The acquisition fails: the `Attempt` is dropped and releases in the
     /// background (`Attempt::drop` in client/acquire.rs, `release_in_background`
-    /// in client/handover.rs).
+    /// in client/release.rs).
     pub(super) fn fail(&self, s: &mut State, c: u8, end: End, log: &mut Log) {
         let queued = self.cfg.waits[c as usize] != 0;
         let cl = &mut s.clients[c as usize];
