@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{Claimed, LockClient, LockError};
 use test_support::RedisServer;
 use test_support::helpers::{key, memory_client, ms, redis_client, secs};
+use test_support::topology::info_field;
 
 /// Two consumers of one store: independent clients on Redis, one client on
 /// the embedded backend (its records live in the client).
@@ -228,4 +229,58 @@ async fn bad_keys_and_settings_are_refused_before_anything_is_sent() {
         .release()
         .await
         .unwrap();
+}
+
+/// `INFO commandstats` calls of `command` on `server`.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    info_field(&stats, &format!("cmdstat_{command}"))
+        .and_then(|v| {
+            v.split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_nobody_waits_on_is_completed_and_released_without_a_notice() {
+    let server = RedisServer::start();
+    let (a, b) = (redis_client(&server).await, redis_client(&server).await);
+    let before = calls(&server, "publish");
+    // Completed, with a duplicate that looked without waiting meanwhile.
+    let id = key("msg");
+    let guard = run(a.record(&id).claim().await.unwrap(), "redis");
+    let looked = b.record(&id).claim().await.unwrap();
+    assert!(matches!(looked, Claimed::InFlight { .. }), "{looked:?}");
+    guard.complete(b"done").await.unwrap();
+    // Released.
+    run(a.record(key("msg")).claim().await.unwrap(), "redis")
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        calls(&server, "publish"),
+        before,
+        "nobody waited: no PUBLISH"
+    );
+
+    // A duplicate that waits marks the record: one notice, and it is woken.
+    let id = key("msg");
+    let guard = run(
+        a.record(&id).lease(secs(10)).claim().await.unwrap(),
+        "redis",
+    );
+    let waiting = tokio::spawn({
+        let (b, id) = (b.clone(), id.clone());
+        async move { b.record(&id).wait(secs(5)).claim().await }
+    });
+    tokio::time::sleep(ms(200)).await;
+    guard.complete(b"done").await.unwrap();
+    assert!(matches!(waiting.await.unwrap().unwrap(), Claimed::Done(_)));
+    assert_eq!(
+        calls(&server, "publish"),
+        before + 1,
+        "one notice for the waiter"
+    );
 }
