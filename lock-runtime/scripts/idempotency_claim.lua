@@ -1,7 +1,10 @@
 -- Claim an idempotency record, or report what it holds.
--- KEYS[1] record (a hash: state, owner, fp, status, headers, body, big)
+-- KEYS[1] record (a hash: state, owner, fp, status, headers, body, big, and
+-- waited once a duplicate waits on it)
 -- ARGV[1] owner token (128 random bits, hex), ARGV[2] request fingerprint,
--- ARGV[3] in-flight lease in milliseconds
+-- ARGV[3] in-flight lease in milliseconds, ARGV[4] '1' when the caller will
+-- wait for a record in flight (it marks the record, so that its completion
+-- or release is announced), else ''
 -- Returns {code, remaining_ms, status, headers, body, big}:
 --   code 0: claimed for ARGV[1] (state "run", expires after the lease)
 --   code 1: in flight for another owner, for at most remaining_ms
@@ -10,7 +13,7 @@
 --   code 3: the record was made by a request with another fingerprint
 local r = redis.call('HMGET', KEYS[1], 'state', 'fp', 'owner', 'status', 'headers', 'body', 'big')
 if not r[1] then
-  redis.call('DEL', KEYS[1])
+  -- Absent (every record has a state): nothing to delete first.
   redis.call('HSET', KEYS[1], 'state', 'run', 'owner', ARGV[1], 'fp', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {0, 0, 0, '', '', ''}
@@ -23,6 +26,9 @@ if r[1] == 'run' then
     -- Our own earlier claim whose reply was lost: keep it, re-arm the lease.
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
     return {0, 0, 0, '', '', ''}
+  end
+  if ARGV[4] == '1' then
+    redis.call('HSET', KEYS[1], 'waited', '1')
   end
   local ttl = redis.call('PTTL', KEYS[1])
   if ttl < 0 then ttl = 0 end

@@ -10,20 +10,24 @@
 -- out, or this Redlock node missed the claim: the handler did run, so the
 -- response must be kept rather than let the request run again).
 -- Returns 0 when another request's claim or response is there.
--- A new completion is announced (payload '') so that duplicates waiting on
--- the record replay it at once.
-local r = redis.call('HMGET', KEYS[1], 'state', 'owner')
+-- A new completion is announced (payload '') when a duplicate marked the
+-- record as waited on, so that it replays it at once; nobody listens
+-- otherwise.
+local r = redis.call('HMGET', KEYS[1], 'state', 'owner', 'waited')
 if r[2] == ARGV[1] and r[1] == 'done' then
   return 1
 end
 if (r[1] == 'run' and r[2] == ARGV[1]) or not r[1] then
-  redis.call('DEL', KEYS[1])
+  -- Every field of a completed record is written (a run record holds no
+  -- other but 'waited', which a completed one ignores): no DEL first.
   redis.call('HSET', KEYS[1], 'state', 'done', 'owner', ARGV[1], 'fp', ARGV[6],
     'status', ARGV[3], 'headers', ARGV[4], 'body', ARGV[5], 'big', ARGV[7])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  -- pcall: a notice refused by an ACL must not undo the completion; waiters
-  -- then wake at their lease timers instead.
-  redis.pcall(ARGV[9], ARGV[8], '')
+  if r[3] then
+    -- pcall: a notice refused by an ACL must not undo the completion;
+    -- waiters then wake at their lease timers instead.
+    redis.pcall(ARGV[9], ARGV[8], '')
+  end
   return 1
 end
 return 0

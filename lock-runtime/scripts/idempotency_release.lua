@@ -2,14 +2,16 @@
 -- KEYS[1] record; ARGV[1] owner token, ARGV[2] the record's notice channel
 -- (in the record's hash slot), ARGV[3] 'PUBLISH', or 'SPUBLISH' on a cluster
 -- Returns 1 when deleted, 0 when the record is gone, completed or not ours.
--- A deletion is announced (payload '': free) so that duplicates waiting on
--- the record claim it at once.
-local r = redis.call('HMGET', KEYS[1], 'state', 'owner')
+-- A deletion is announced (payload '': free) when a duplicate marked the
+-- record as waited on, so that it claims it at once.
+local r = redis.call('HMGET', KEYS[1], 'state', 'owner', 'waited')
 if r[1] == 'run' and r[2] == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  -- pcall: a notice refused by an ACL must not undo the release; waiters
-  -- then wake at their lease timers instead.
-  redis.pcall(ARGV[3], ARGV[2], '')
+  if r[3] then
+    -- pcall: a notice refused by an ACL must not undo the release; waiters
+    -- then wake at their lease timers instead.
+    redis.pcall(ARGV[3], ARGV[2], '')
+  end
   return 1
 end
 return 0

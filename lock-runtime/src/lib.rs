@@ -98,7 +98,10 @@
 //! # Features
 //!
 //! * `macros` (default): re-exports `#[distributed_lock]`.
-//! * `axum`: tower layers for axum, `LockLayer` and `IdempotencyLayer` (module `layer`).
+//! * `idempotency`: idempotency records ([`LockClient::record`], module
+//!   `records`): run a piece of work once per key, replay its stored result.
+//! * `axum`: tower layers for axum, `LockLayer` and `IdempotencyLayer` (module
+//!   `layer`); turns on `idempotency`.
 //! * `tls`: `rediss://` URLs.
 //! * `metrics`: counters and histograms on the [`metrics`](https://docs.rs/metrics)
 //!   facade (acquisitions by outcome, wait and hold times, hand-overs, lost
@@ -130,6 +133,10 @@ mod watchdog;
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod layer;
 
+#[cfg(feature = "idempotency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
+pub mod records;
+
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
@@ -153,6 +160,11 @@ pub use lock_keys::{DEFAULT_TTL, MAX_KEY_LEN, MAX_PREFIX_LEN, MAX_TTL, MIN_TTL};
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 #[doc(inline)]
 pub use layer::{IdempotencyLayer, LockLayer};
+
+#[cfg(feature = "idempotency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
+#[doc(inline)]
+pub use records::{Claimed, RecordGuard, RecordRequest};
 
 #[cfg(feature = "macros")]
 #[doc(inline)]

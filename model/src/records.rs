@@ -1,10 +1,12 @@
-//! The idempotency record (`IdempotencyLayer`) on one server: claim, run the
+//! The idempotency record (`LockClient::record`, `IdempotencyLayer`) on one server: claim, run the
 //! handler, renew, complete or release, with lost requests and replies,
 //! pauses and crashes. Safety only.
 //!
 //! Mirrors idempotency_claim.lua, idempotency_renew_many.lua (one record's
 //! part of the batch), idempotency_complete.lua, idempotency_release.lua and
-//! `layer/idempotency/{service,running}.rs`. Every request carries the same
+//! `records/{claim,guard}.rs` (and the layer's `running.rs`). A duplicate's
+//! `waited` mark and the notices it asks for are not modelled: they only
+//! decide whether a `PUBLISH` is sent, and change nothing else. Every request carries the same
 //! key and payload (fingerprint); a completed record is kept for longer
 //! than the model runs (retention).
 
@@ -80,13 +82,13 @@ pub enum Stage {
 pub enum Phase {
     /// Not arrived.
     Idle,
-    /// Claiming (`idempotent` and `claim`, layer/idempotency/service.rs).
+    /// Claiming (`Ask::claim` and `Ask::send`, records/claim.rs).
     Claiming,
-    /// The handler runs (renewed in the background, `Running::start`, layer/idempotency/running.rs).
+    /// The handler runs (renewed in the background, `RecordGuard::start`, records/guard.rs).
     Running,
-    /// Completing (`Running::complete` and `finish`).
+    /// Completing (`RecordGuard::completing`, and the layer's `complete`).
     Completing,
-    /// Releasing after the handler failed (`Running::release`).
+    /// Releasing after the handler failed (`RecordGuard::release`).
     Releasing,
     /// Answered (replayed, 409, or the handler's response).
     Done,
@@ -315,7 +317,7 @@ impl Narrate for RecordsModel {
                 let (req, _) = s.requests[i as usize].net.expect("in flight");
                 let code = match req {
                     Req::Claim => match s.record {
-                        // idempotency_claim.lua:12-17
+                        // idempotency_claim.lua:15-20
                         None => {
                             s.record = Some(Record {
                                 done: false,
@@ -329,7 +331,7 @@ impl Narrate for RecordsModel {
                             s.ran_after_done |= s.done_ever;
                             0
                         }
-                        // idempotency_claim.lua:21-26: our own claim again
+                        // idempotency_claim.lua:25-29: our own claim again
                         Some(r) if !r.done && r.owner == i => {
                             s.record = Some(Record {
                                 expires: now + lease,
@@ -337,16 +339,16 @@ impl Narrate for RecordsModel {
                             });
                             0
                         }
-                        // idempotency_claim.lua:27-29
+                        // idempotency_claim.lua:30-35 (30-32: a waiter's mark)
                         Some(r) if !r.done => 1,
-                        // idempotency_claim.lua:31
+                        // idempotency_claim.lua:37
                         Some(_) => 2,
                     },
                     Req::Complete => match s.record {
-                        // idempotency_complete.lua:16-18
+                        // idempotency_complete.lua:17-19
                         Some(r) if r.done && r.owner == i => 1,
-                        // idempotency_complete.lua:19-23 (and 26: the
-                        // completion's notice, which wakes waiting
+                        // idempotency_complete.lua:20-25 (and 26-30: the
+                        // completion's notice, which wakes marked waiting
                         // duplicates; they are not modelled, and the
                         // notice changes no state)
                         Some(Record {
@@ -373,11 +375,11 @@ impl Narrate for RecordsModel {
                             s.done_ever = true;
                             1
                         }
-                        // idempotency_complete.lua:29
+                        // idempotency_complete.lua:33
                         Some(_) => 0,
                     },
                     Req::Release => match s.record {
-                        // idempotency_release.lua:7-13 (12: the notice, as
+                        // idempotency_release.lua:8-16 (10-14: the notice, as
                         // for completions)
                         Some(r) if !r.done && r.owner == i => {
                             s.record = None;

@@ -61,17 +61,17 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "idempotency_claim.lua",
-        "9e19f4c5d9072fe66ecaeb93d4378937b6742ed3",
+        "7e893c68d1edf88d3d7529a53ea9a5d222f63ce2",
         "records.rs `Record::claim`",
     ),
     (
         "idempotency_complete.lua",
-        "5378ad6e320c5d3efef4fb8f0ef6e919d8b8a479",
+        "235e21a461282525fdc1926c36edef467da3f14a",
         "records.rs `Record::complete`",
     ),
     (
         "idempotency_release.lua",
-        "77f2db8f9613a2ff73986ab3f2886a172bd94af3",
+        "f4043b69e4ad26e7e0ab75091545f4c4300dc3e6",
         "records.rs `Record::release`",
     ),
     (

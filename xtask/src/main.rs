@@ -21,6 +21,8 @@ use std::process::{Command, ExitCode};
 const FEATURE_SETS: &[&str] = &[
     "",
     "macros",
+    "idempotency",
+    "idempotency,metrics",
     "axum",
     "tls",
     "metrics",

@@ -64,7 +64,7 @@ pub(crate) enum Released {
 }
 
 /// The store behind idempotency records.
-#[cfg_attr(not(feature = "axum"), allow(dead_code))]
+#[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
 pub(crate) enum RecordsAt<'a> {
     Redis(&'a redis::RedisBackend),
     Redlock(&'a redlock::RedlockBackend),
@@ -288,7 +288,7 @@ impl Backend {
 
     /// Where idempotency records live: on the server, or (Redlock) on every
     /// node, decided by a majority like a lock.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) fn records_at(&self) -> RecordsAt<'_> {
         match self {
             Backend::Redis(b) => RecordsAt::Redis(b),

@@ -190,7 +190,7 @@ impl LockClient {
         key: String,
         name: &str,
     ) -> Result<Option<LockState>, LockError> {
-        #[cfg(feature = "axum")]
+        #[cfg(feature = "idempotency")]
         if let Some(seen) = self.0.backend.record_in_flight(name).await? {
             let labels = self.labels_of(std::iter::once(seen.owner.as_str())).await?;
             let (holder, since) = match public_part(&seen.owner) {

@@ -231,12 +231,12 @@ impl LockClient {
         self.0.watchdog.live()
     }
 
-    /// How many in-flight idempotency records (requests that
-    /// [`IdempotencyLayer`](crate::IdempotencyLayer) runs) the watchdog keeps
-    /// alive, with the locks' leases and on the same schedule. A diagnostic:
-    /// it returns to zero when every such request has completed, failed or
-    /// been dropped.
-    #[cfg(feature = "axum")]
+    /// How many in-flight idempotency records (claimed
+    /// [`RecordGuard`](crate::RecordGuard)s, and requests that
+    /// `IdempotencyLayer` runs) the watchdog keeps alive, with the locks'
+    /// leases and on the same schedule. A diagnostic: it returns to zero when
+    /// every such record has been completed, released or dropped.
+    #[cfg(feature = "idempotency")]
     pub fn renewed_records(&self) -> usize {
         self.0.watchdog.live_records()
     }
@@ -244,7 +244,7 @@ impl LockClient {
     /// Puts the record `record` that `token` claimed for `ttl` (the claim was
     /// sent at `sent`) under the watchdog; returns its id for
     /// [`LockClient::unwatch_record`].
-    #[cfg(feature = "axum")]
+    #[cfg(feature = "idempotency")]
     pub(crate) fn watch_record(
         &self,
         lease: Arc<crate::watchdog::RecordLease>,
@@ -261,7 +261,7 @@ impl LockClient {
     }
 
     /// Stops renewing the record of [`LockClient::watch_record`].
-    #[cfg(feature = "axum")]
+    #[cfg(feature = "idempotency")]
     pub(crate) fn unwatch_record(&self, id: u64) {
         self.0.watchdog.unwatch_record(id);
     }
@@ -276,7 +276,7 @@ impl LockClient {
             .await
     }
 
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) fn backend(&self) -> &Backend {
         &self.0.backend
     }

@@ -209,9 +209,9 @@ pub(crate) enum Kind {
     /// A mutex queue's deadlines: each entry scored by the end of its wait.
     QueueDeadlines,
     Notice,
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     Idempotency,
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     IdempotencyNotice,
     /// A read-write lock's writer, its readers (a sorted set of tokens by
     /// lease end), its queue and its notice channel.

@@ -11,7 +11,7 @@ use crate::backend::Backend;
 use crate::held::Held;
 
 /// The lease of an in-flight idempotency record, as the watchdog renews it.
-#[cfg(feature = "axum")]
+#[cfg(feature = "idempotency")]
 #[derive(Debug)]
 pub(crate) struct RecordLease {
     pub(crate) record: String,
@@ -22,7 +22,7 @@ pub(crate) struct RecordLease {
 #[derive(Clone, Debug)]
 pub(super) enum Lease {
     Lock(Arc<Held>),
-    #[cfg(feature = "axum")]
+    #[cfg(feature = "idempotency")]
     Record(Arc<RecordLease>),
 }
 
@@ -32,7 +32,7 @@ impl Lease {
     pub(super) fn lost_at_validity_end(&self) -> bool {
         match self {
             Lease::Lock(_) => true,
-            #[cfg(feature = "axum")]
+            #[cfg(feature = "idempotency")]
             Lease::Record(_) => false,
         }
     }
@@ -40,7 +40,7 @@ impl Lease {
     pub(super) fn as_lock(&self) -> Option<&Held> {
         match self {
             Lease::Lock(held) => Some(held),
-            #[cfg(feature = "axum")]
+            #[cfg(feature = "idempotency")]
             Lease::Record(_) => None,
         }
     }
@@ -48,7 +48,7 @@ impl Lease {
     pub(super) fn set_valid_until(&self, at: Instant) {
         match self {
             Lease::Lock(held) => held.set_valid_until(at),
-            #[cfg(feature = "axum")]
+            #[cfg(feature = "idempotency")]
             Lease::Record(_) => {}
         }
     }
@@ -56,7 +56,7 @@ impl Lease {
     pub(super) fn lose(&self, why: &str) {
         match self {
             Lease::Lock(held) => lose(held, why),
-            #[cfg(feature = "axum")]
+            #[cfg(feature = "idempotency")]
             Lease::Record(record) => {
                 // Nothing else to do: the handler runs on, and its
                 // completion stores the response unless a duplicate's claim
@@ -84,7 +84,7 @@ pub(super) async fn renew(
         crate::metrics::renewal_call(extended.iter().filter(|renewed| **renewed).count());
         return Ok(extended.into_iter().map(Some).collect());
     }
-    #[cfg(feature = "axum")]
+    #[cfg(feature = "idempotency")]
     {
         let records: Vec<_> = batch
             .iter()

@@ -38,7 +38,7 @@ use crate::held::Held;
 mod lease;
 mod restart;
 
-#[cfg(feature = "axum")]
+#[cfg(feature = "idempotency")]
 pub(crate) use lease::RecordLease;
 use lease::{Lease, renew};
 
@@ -130,7 +130,7 @@ impl Watchdog {
     /// Watches the idempotency record `lease` (under id `id`, unique among
     /// this client's leases), claimed for `ttl` by a request sent at `sent`:
     /// renewed every `ttl / 3` until [`Watchdog::unwatch_record`].
-    #[cfg(feature = "axum")]
+    #[cfg(feature = "idempotency")]
     pub(crate) fn watch_record(
         &self,
         id: u64,
@@ -198,7 +198,7 @@ impl Watchdog {
 
     /// Stops watching record `id` (completed, released, or its request
     /// dropped).
-    #[cfg(feature = "axum")]
+    #[cfg(feature = "idempotency")]
     pub(crate) fn unwatch_record(&self, id: u64) {
         self.live_records.fetch_sub(1, Ordering::Relaxed);
         self.remove(id);
@@ -232,7 +232,7 @@ impl Watchdog {
     }
 
     /// Idempotency records under watch.
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) fn live_records(&self) -> usize {
         self.live_records.load(Ordering::Relaxed)
     }
@@ -398,7 +398,7 @@ fn settle(state: &mut State, ids: Vec<u64>, sent: Instant, answer: Answer) {
                 entry.due = sent + entry.ttl / 3;
                 match &entry.lease {
                     Lease::Lock(held) => tracing::trace!(key = %held.key, "lease renewed"),
-                    #[cfg(feature = "axum")]
+                    #[cfg(feature = "idempotency")]
                     Lease::Record(r) => tracing::trace!(record = %r.record, "lease renewed"),
                 }
             }

@@ -52,7 +52,7 @@ fn watch(state: &mut State, id: u64, renew: bool, due: Instant, valid_until: Ins
 fn lock(state: &State, id: u64) -> Arc<Held> {
     match &state.entries[&id].lease {
         Lease::Lock(held) => held.clone(),
-        #[cfg(feature = "axum")]
+        #[cfg(feature = "idempotency")]
         Lease::Record(_) => panic!("entry {id} is a record"),
     }
 }
@@ -187,7 +187,7 @@ fn an_answer_for_a_lease_released_meanwhile_is_ignored() {
 }
 
 /// Puts record `id` under watch as `Watchdog::watch_record` does.
-#[cfg(feature = "axum")]
+#[cfg(feature = "idempotency")]
 fn watch_record(state: &mut State, id: u64, due: Instant, valid_until: Instant) {
     state.timers.insert((due, id));
     state.entries.insert(
@@ -207,7 +207,7 @@ fn watch_record(state: &mut State, id: u64, due: Instant, valid_until: Instant) 
     );
 }
 
-#[cfg(feature = "axum")]
+#[cfg(feature = "idempotency")]
 #[test]
 fn records_ride_the_lock_schedule_and_are_given_up_only_when_the_server_says_so() {
     let now = Instant::now();

@@ -156,7 +156,7 @@ pub(crate) struct MemoryBackend {
     state: Mutex<State>,
     waiters: Arc<Registry>,
     /// Idempotency records (`IdempotencyLayer`).
-    #[cfg(feature = "axum")]
+    #[cfg(feature = "idempotency")]
     pub(crate) records: super::records::MemoryRecords,
 }
 

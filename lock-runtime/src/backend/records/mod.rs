@@ -1,4 +1,5 @@
-//! Idempotency records: the storage side of `IdempotencyLayer`.
+//! Idempotency records: their storage (claim, renew, complete, release) on
+//! each backend; `crate::records` is the protocol over these steps.
 //!
 //! A record is one key (a Redis hash) that moves through two states:
 //!
@@ -17,15 +18,20 @@
 //! (the owner is kept for that), a repeated renewal or release finds nothing
 //! left to do. So an ambiguous reply is retried, never taken for a refusal.
 //!
-//! Completing or releasing a record in flight publishes a notice (payload
-//! `''`) on the record's notice channel, in the record's hash slot, as a lock
-//! release does (`SPUBLISH` on a cluster): duplicates waiting on the record
-//! sleep on it, with the record's lease as a fallback timer.
+//! A duplicate that will wait for a record in flight marks it (`waited`)
+//! with its claim; completing or releasing a marked record publishes a
+//! notice (payload `''`) on the record's notice channel, in the record's
+//! hash slot, as a lock release does (`SPUBLISH` on a cluster): duplicates
+//! waiting on the record sleep on it, with the record's lease as a fallback
+//! timer. An unmarked record is completed without a `PUBLISH`: nobody waits.
+//! The mark is set by the claim that reads the record in flight, in the same
+//! script, so a completion either follows it (and announces) or precedes it
+//! (and the claim reads the completed record).
 //!
 //! On Redlock every node keeps a copy and a majority decides, as for a lock:
 //! a master that dies or comes back empty neither stops the layer nor lets a
 //! completed request run again.
-#![cfg(feature = "axum")]
+#![cfg(feature = "idempotency")]
 
 use std::time::Duration;
 
@@ -75,7 +81,11 @@ pub(crate) enum Claim {
 impl Backend {
     /// Claims `record` for `token` if it is free (absent or expired),
     /// atomically. `notice` is the record's notice channel (a Redlock claim
-    /// that is not ours is undone, and that is announced there).
+    /// that is not ours is undone, and that is announced there). `waiting`:
+    /// the caller will wait for a record in flight; on Redis it marks the
+    /// record, whose completion or release is then announced (and only
+    /// then: nobody else listens). The embedded backend's notices cost no
+    /// round trip and are always sent.
     pub(crate) async fn claim_record(
         &self,
         record: &str,
@@ -83,11 +93,12 @@ impl Backend {
         token: &Token,
         fingerprint: &str,
         lease: Duration,
+        waiting: bool,
     ) -> Result<Claim, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => claim_on(b, record, token, fingerprint, lease).await,
+            RecordsAt::Redis(b) => claim_on(b, record, token, fingerprint, lease, waiting).await,
             RecordsAt::Redlock(b) => {
-                claim_on_majority(b, record, notice, token, fingerprint, lease).await
+                claim_on_majority(b, record, notice, token, fingerprint, lease, waiting).await
             }
             RecordsAt::Memory(b) => Ok(b.records.claim(record, token, fingerprint, lease)),
         }

@@ -31,6 +31,7 @@ pub(super) async fn claim_on(
     token: &Token,
     fingerprint: &str,
     lease: Duration,
+    waiting: bool,
 ) -> Result<Claim, LockError> {
     let (code, remaining, status, headers, body, big): (i64, i64, i64, Vec<u8>, Vec<u8>, Vec<u8>) =
         CLAIM
@@ -38,6 +39,7 @@ pub(super) async fn claim_on(
             .arg(token.as_str())
             .arg(fingerprint)
             .arg(millis(lease))
+            .arg(if waiting { "1" } else { "" })
             .invoke_async(&mut node.connection())
             .await
             .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
@@ -251,8 +253,12 @@ pub(super) async fn claim_on_majority(
     token: &Token,
     fingerprint: &str,
     lease: Duration,
+    waiting: bool,
 ) -> Result<Claim, LockError> {
-    let answers = on_every_node(redlock, |n| claim_on(n, record, token, fingerprint, lease)).await;
+    let answers = on_every_node(redlock, |n| {
+        claim_on(n, record, token, fingerprint, lease, waiting)
+    })
+    .await;
     let quorum = redlock.quorum();
     let mut claimed = 0;
     let mut in_flight: Option<Duration> = None;

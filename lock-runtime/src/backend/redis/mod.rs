@@ -445,7 +445,7 @@ impl RedisBackend {
 
     /// The command a script publishes notices with: `PUBLISH`, or `SPUBLISH`
     /// on a cluster (the channel then lives in its key's slot).
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) fn publish_command(&self) -> &'static str {
         self.publish
     }

@@ -3,7 +3,8 @@
 use http::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 
-use crate::key::{Kind, name};
+use crate::records::names::RecordNames;
+pub(crate) use crate::records::names::digest;
 
 /// `Idempotency-Key`.
 pub(crate) static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -96,32 +97,6 @@ fn is_token_char(c: u8) -> bool {
     c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&c)
 }
 
-/// SHA-256 over length-prefixed `parts` (so no two lists collide) and `tail`,
-/// in hex.
-pub(super) fn digest(parts: &[&[u8]], tail: &[u8]) -> String {
-    let mut hasher = Sha256::new();
-    for part in parts {
-        hasher.update((part.len() as u64).to_be_bytes());
-        hasher.update(part);
-    }
-    hasher.update(tail);
-    let hash = hasher.finalize();
-    let mut hex = String::with_capacity(64);
-    for byte in hash {
-        hex.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
-        hex.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
-    }
-    hex
-}
-
-/// The names of one idempotency record: the record, and the channel its
-/// completion or release is announced on (in the record's hash slot).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RecordNames {
-    pub(crate) record: String,
-    pub(crate) notice: String,
-}
-
 /// The record of `key`, scoped to `scope` (the principal), the method and the
 /// matched route, under the client's prefix. Hashed, so scopes and keys of any
 /// length and content make a short name in one hash slot.
@@ -132,7 +107,8 @@ pub(crate) fn record_names(
     route: &str,
     key: &str,
 ) -> RecordNames {
-    let hash = digest(
+    RecordNames::hashed(
+        prefix,
         &[
             scope.as_bytes(),
             method.as_bytes(),
@@ -140,11 +116,7 @@ pub(crate) fn record_names(
             key.as_bytes(),
         ],
         b"",
-    );
-    RecordNames {
-        record: name(prefix, Kind::Idempotency, &hash),
-        notice: name(prefix, Kind::IdempotencyNotice, &hash),
-    }
+    )
 }
 
 /// How the request body enters the fingerprint that tells a retry (the same

@@ -67,8 +67,7 @@ pub(super) struct Config {
     pub(super) completion: Completion,
 }
 
-/// The default retention of a completed record: 24 hours.
-pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+pub use crate::records::DEFAULT_RETENTION;
 
 /// The default limit on request and stored response bodies: 1 MiB.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;

@@ -15,19 +15,19 @@ use http::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 use tower_service::Service;
 
-use super::key::{KeyHeader, RecordNames, fingerprint, fingerprinted_body, read_key, record_names};
+use super::key::{KeyHeader, fingerprint, fingerprinted_body, read_key, record_names};
 use super::layer::Config;
 use super::stored::{Rebuilt, encode_headers, replay};
 use super::{ResponseFuture, StoreResponse};
-use crate::backend::records::{Claim, StoredResponse};
+use crate::backend::records::StoredResponse;
 use crate::layer::completion::Aborted;
 use crate::layer::problem::{Refusal, problem, problem_retry};
-use crate::token::Token;
-use crate::{LockClient, LockError, MAX_TTL, MIN_TTL};
+use crate::records::RecordGuard;
+use crate::records::claim::{Ask, Outcome};
+use crate::{MAX_TTL, MIN_TTL};
 
 use super::body::{Buffered, buffer, read_body};
-use super::running::{Claiming, MAX_POLL, Running};
-use crate::backend::WaitHandle;
+use super::running::complete;
 
 wrapped_service! {
     /// The service made by [`IdempotencyLayer`](super::IdempotencyLayer).
@@ -148,106 +148,65 @@ where
         .lease
         .unwrap_or_else(|| client.default_ttl())
         .clamp(MIN_TTL, MAX_TTL);
-
-    let token = client.0.token();
     let started = Instant::now();
-    let deadline = started + config.wait;
-    // Registered for the record's notices once it was found in flight (at
-    // once where that costs nothing: the embedded backend, or a channel
-    // already subscribed to).
-    let mut waiter: Option<WaitHandle> = None;
-    if !config.wait.is_zero() && client.backend().notices_ready_on(&names.notice) {
-        waiter = Some(client.backend().register_on(&names.notice, &token).await);
-    }
-    let mut pause = Duration::from_millis(10);
-    let mut claim_sent;
-    loop {
-        // The record's lease starts no earlier than this.
-        claim_sent = Instant::now();
-        let claiming = Claiming::new(client, &names, token);
-        let answer = claim(client, &names, &token, &fingerprint, lease).await;
-        claiming.answered();
-        match answer {
-            Ok(Claim::Claimed) => {
-                crate::metrics::idempotency(route, "claimed");
-                break;
-            }
-            Ok(Claim::Done(stored)) => {
-                crate::metrics::idempotency(route, "replayed");
-                tracing::debug!(%key, status = stored.status,
-                    waited_us = started.elapsed().as_micros() as u64,
-                    "idempotency: replaying the stored response");
-                return Ok(replay(stored));
-            }
-            Ok(Claim::Mismatch) => {
-                tracing::debug!(%key, "idempotency: key reused for another request");
-                crate::metrics::idempotency(route, "payload_mismatch");
-                return Ok(problem(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "this Idempotency-Key was already used for a different request (method, \
-                     path, query or body); use a new key for a new request",
-                ));
-            }
-            Ok(Claim::InFlight { remaining }) => {
-                let now = Instant::now();
-                if now >= deadline {
-                    tracing::debug!(%key, "idempotency: duplicate while the first request runs");
-                    crate::metrics::idempotency(route, "in_flight");
-                    // The lease only bounds a crashed holder; a live one is
-                    // usually done much sooner.
-                    return Ok(problem_retry(
-                        StatusCode::CONFLICT,
-                        "a request with this Idempotency-Key is still being processed; retry \
-                         later with the same key to get its response",
-                        Duration::from_secs(1),
-                    ));
-                }
-                let Some(handle) = &waiter else {
-                    // Register, then claim again at once: a notice sent
-                    // between the first claim and the registration is seen
-                    // that way.
-                    waiter = Some(client.backend().register_on(&names.notice, &token).await);
-                    continue;
-                };
-                // The completion or release of the record is announced; its
-                // lease is the fallback timer (notices are at most once),
-                // bounded by our deadline. Where the subscription was not
-                // confirmed (refused by an ACL, the notice connection down),
-                // look again with a capped back-off instead.
-                let mut nap = (remaining + Duration::from_millis(1)).min(deadline - now);
-                if !client.backend().notices_ready_on(&names.notice) {
-                    nap = nap.min(pause);
-                    pause = (pause * 2).min(MAX_POLL);
-                }
-                tokio::select! {
-                    () = handle.waiter.notify.notified() => {}
-                    () = tokio::time::sleep(nap) => {}
-                }
-            }
-            Err(e) => {
-                // The script may have run though the reply was lost: give up
-                // what may be ours, so the key is not held for a whole lease.
-                Running::settle_in_background(client.clone(), names, token, false);
-                crate::metrics::idempotency(route, "store_unavailable");
-                if config.fail_open {
-                    tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; serving unprotected (fail open)");
-                    let req = Request::from_parts(parts, Body::from(body));
-                    return inner.call(req).await.map(|r| r.map(Body::new));
-                }
-                tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; request refused (fail closed)");
-                return Ok(unavailable());
-            }
+    let ask = Ask {
+        key: key.clone(),
+        names,
+        fingerprint,
+        lease,
+        wait: config.wait,
+        retention: config.retention,
+    };
+    let record = match ask.claim(client).await {
+        Ok(Outcome::Run(record)) => {
+            crate::metrics::idempotency(route, "claimed");
+            record
         }
-    }
+        Ok(Outcome::Done(stored)) => {
+            crate::metrics::idempotency(route, "replayed");
+            tracing::debug!(%key, status = stored.status,
+                waited_us = started.elapsed().as_micros() as u64,
+                "idempotency: replaying the stored response");
+            return Ok(replay(stored));
+        }
+        Ok(Outcome::Reused) => {
+            tracing::debug!(%key, "idempotency: key reused for another request");
+            crate::metrics::idempotency(route, "payload_mismatch");
+            return Ok(problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "this Idempotency-Key was already used for a different request (method, \
+                 path, query or body); use a new key for a new request",
+            ));
+        }
+        Ok(Outcome::InFlight { .. }) => {
+            tracing::debug!(%key, "idempotency: duplicate while the first request runs");
+            crate::metrics::idempotency(route, "in_flight");
+            // The lease only bounds a crashed holder; a live one is usually
+            // done much sooner.
+            return Ok(problem_retry(
+                StatusCode::CONFLICT,
+                "a request with this Idempotency-Key is still being processed; retry \
+                 later with the same key to get its response",
+                Duration::from_secs(1),
+            ));
+        }
+        Err(e) => {
+            crate::metrics::idempotency(route, "store_unavailable");
+            if config.fail_open {
+                tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; serving unprotected (fail open)");
+                let req = Request::from_parts(parts, Body::from(body));
+                return inner.call(req).await.map(|r| r.map(Body::new));
+            }
+            tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; request refused (fail closed)");
+            return Ok(unavailable());
+        }
+    };
 
-    // Running now: no more notices for us.
-    drop(waiter);
-    let running = Running::start(client.clone(), names, token, lease, claim_sent);
     let req = Request::from_parts(parts, Body::from(body));
     // Claimed: from here on the request runs to its end (unless configured
     // otherwise), whether or not its client is still there, so a retry finds
     // its stored response instead of running the handler again.
-    let run = run_claimed(config.clone(), inner, req, key, running, fingerprint, lease);
+    let run = run_claimed(config.clone(), inner, req, key, record);
     match config.completion.run(run).await {
         Ok(answer) => answer,
         // The record was dropped with the task: released in the background.
@@ -271,32 +230,30 @@ async fn run_claimed<S, ResB>(
     mut inner: S,
     req: Request<Body>,
     key: String,
-    running: Running,
-    fingerprint: String,
-    lease: Duration,
+    running: RecordGuard,
 ) -> Result<Response<Body>, S::Error>
 where
     S: Service<Request<Body>, Response = Response<ResB>>,
     ResB: http_body::Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
 {
-    let record = running.names.record.clone();
+    let record = running.record().to_owned();
     let response = match AssertUnwindSafe(inner.call(req)).catch_unwind().await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
-            running.release().await;
+            let _ = running.release().await;
             return Err(e);
         }
         Err(_panic) => {
             tracing::error!(%key, %record, "idempotency: the handler panicked; record released");
-            running.release().await;
+            let _ = running.release().await;
             return Ok(failed("the request failed"));
         }
     };
     let (head, body) = response.into_parts();
     if !should_store(&config, &head) {
         tracing::debug!(%key, status = %head.status, "idempotency: response not stored; the key may be retried");
-        running.release().await;
+        let _ = running.release().await;
         return Ok(Response::from_parts(head, Body::new(body)));
     }
 
@@ -308,12 +265,12 @@ where
         Ok(Ok(buffered)) => buffered,
         Ok(Err(e)) => {
             tracing::error!(%key, %record, error = %e, "idempotency: the response body failed; record released");
-            running.release().await;
+            let _ = running.release().await;
             return Ok(failed("the response could not be produced"));
         }
         Err(_panic) => {
             tracing::error!(%key, %record, "idempotency: the response body panicked; record released");
-            running.release().await;
+            let _ = running.release().await;
             return Ok(failed("the response could not be produced"));
         }
     };
@@ -334,15 +291,7 @@ where
     };
     // The handler succeeded: whatever happens to the record now, its
     // response goes to the client.
-    running
-        .complete(
-            stored,
-            fingerprint,
-            config.retention,
-            lease,
-            &config.completion,
-        )
-        .await;
+    complete(running, stored, &config.completion).await;
     let body = match buffered {
         Buffered::Complete { data, trailers } => {
             Body::new(Rebuilt::<Pin<Box<ResB>>>::new(data, trailers, None))
@@ -350,39 +299,6 @@ where
         Buffered::Partial { data, rest } => Body::new(Rebuilt::new(data, None, Some(rest))),
     };
     Ok(Response::from_parts(head, body))
-}
-
-/// How many times a claim is sent when no answer comes back.
-const CLAIM_TRIES: u32 = 3;
-
-/// Claims `record`, sending the claim again when its reply was lost: the
-/// script re-arms a claim that is already ours, so a lost reply neither turns
-/// into `503` nor leaves the key blocked for a lease.
-async fn claim(
-    client: &LockClient,
-    names: &RecordNames,
-    token: &Token,
-    fingerprint: &str,
-    lease: Duration,
-) -> Result<Claim, LockError> {
-    let record = &names.record;
-    let mut pause = Duration::from_millis(20);
-    let mut tries = 1;
-    loop {
-        match client
-            .backend()
-            .claim_record(record, &names.notice, token, fingerprint, lease)
-            .await
-        {
-            Err(e) if tries < CLAIM_TRIES => {
-                tracing::debug!(%record, error = &e as &dyn std::error::Error, "idempotency: claim unanswered; sending it again");
-                tokio::time::sleep(pause).await;
-                pause *= 4;
-                tries += 1;
-            }
-            answer => return answer,
-        }
-    }
 }
 
 /// Whether a response is the handler's outcome, to be replayed. A response

@@ -1,0 +1,286 @@
+//! Idempotency records (`LockClient::record`) on their own, as a queue
+//! consumer uses them: the outcomes of a claim, a duplicate that waits for
+//! the first claimer's result, a key reused with another payload, and a
+//! claimer that crashes. Against a real redis-server (two independent
+//! clients: two consumers) and the embedded backend (one client).
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::{Claimed, LockClient, LockError};
+use test_support::RedisServer;
+use test_support::helpers::{key, memory_client, ms, redis_client, secs};
+use test_support::topology::info_field;
+
+/// Two consumers of one store: independent clients on Redis, one client on
+/// the embedded backend (its records live in the client).
+async fn consumers(server: &RedisServer) -> [(&'static str, LockClient, LockClient); 2] {
+    let memory = memory_client().await;
+    [
+        (
+            "redis",
+            redis_client(server).await,
+            redis_client(server).await,
+        ),
+        ("memory", memory.clone(), memory),
+    ]
+}
+
+fn run(claimed: Claimed, backend: &str) -> lock_runtime::RecordGuard {
+    match claimed {
+        Claimed::Run(guard) => guard,
+        other => panic!("{backend}: expected to run the work, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_runs_once_then_every_claim_gets_the_stored_result() {
+    let server = RedisServer::start();
+    for (backend, a, b) in consumers(&server).await {
+        let id = key("msg");
+        let guard = run(
+            a.record(&id).fingerprint(b"pay 42").claim().await.unwrap(),
+            backend,
+        );
+        assert_eq!(guard.key(), id);
+        // In flight: a duplicate that does not wait is told so, with the lease left.
+        match b.record(&id).fingerprint(b"pay 42").claim().await.unwrap() {
+            Claimed::InFlight { retry_after } => {
+                assert!(
+                    retry_after > Duration::ZERO && retry_after <= a.default_ttl(),
+                    "{backend}: {retry_after:?}"
+                )
+            }
+            other => panic!("{backend}: expected in flight, got {other:?}"),
+        }
+        guard.complete(b"receipt 1").await.unwrap();
+        for client in [&a, &b] {
+            match client
+                .record(&id)
+                .fingerprint(b"pay 42")
+                .claim()
+                .await
+                .unwrap()
+            {
+                Claimed::Done(stored) => assert_eq!(stored, b"receipt 1", "{backend}"),
+                other => panic!("{backend}: expected the stored result, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            a.renewed_records(),
+            0,
+            "{backend}: the completed record is not renewed"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_reused_with_another_payload_is_refused_in_flight_and_done() {
+    let server = RedisServer::start();
+    for (backend, a, b) in consumers(&server).await {
+        let id = key("msg");
+        let guard = run(
+            a.record(&id).fingerprint(b"pay 42").claim().await.unwrap(),
+            backend,
+        );
+        let reused = b
+            .record(&id)
+            .fingerprint(b"pay 43")
+            .wait(ms(300))
+            .claim()
+            .await
+            .unwrap();
+        assert!(
+            matches!(reused, Claimed::Reused),
+            "{backend}: in flight: {reused:?}"
+        );
+        guard.complete(b"receipt").await.unwrap();
+        let reused = b.record(&id).fingerprint(b"pay 43").claim().await.unwrap();
+        assert!(
+            matches!(reused, Claimed::Reused),
+            "{backend}: done: {reused:?}"
+        );
+        // A record without a fingerprint is one with the empty payload's.
+        let other = key("msg");
+        run(b.record(&other).claim().await.unwrap(), backend)
+            .complete(b"")
+            .await
+            .unwrap();
+        let reused = a.record(&other).fingerprint(b"x").claim().await.unwrap();
+        assert!(matches!(reused, Claimed::Reused), "{backend}: {reused:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_waits_for_the_first_result_woken_by_its_completion() {
+    let server = RedisServer::start();
+    for (backend, a, b) in consumers(&server).await {
+        let id = key("msg");
+        // A lease far longer than the work: a duplicate woken only by the
+        // lease would wait 10 s.
+        let guard = run(
+            a.record(&id).lease(secs(10)).claim().await.unwrap(),
+            backend,
+        );
+        let first = tokio::spawn(async move {
+            tokio::time::sleep(ms(200)).await;
+            guard.complete(b"the first result").await
+        });
+        let started = Instant::now();
+        let duplicate = b.record(&id).wait(secs(5)).claim().await.unwrap();
+        let waited = started.elapsed();
+        first.await.unwrap().unwrap();
+        match duplicate {
+            Claimed::Done(stored) => assert_eq!(stored, b"the first result", "{backend}"),
+            other => panic!("{backend}: expected the stored result, got {other:?}"),
+        }
+        assert!(
+            waited >= ms(150) && waited < secs(2),
+            "{backend}: waited {waited:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_releases_the_record_and_wakes_a_waiting_duplicate() {
+    let server = RedisServer::start();
+    for (backend, a, b) in consumers(&server).await {
+        let id = key("msg");
+        let guard = run(
+            a.record(&id).lease(secs(10)).claim().await.unwrap(),
+            backend,
+        );
+        let failed = tokio::spawn(async move {
+            tokio::time::sleep(ms(200)).await;
+            drop(guard); // the work failed: a retry may run it
+        });
+        let started = Instant::now();
+        let retry = run(b.record(&id).wait(secs(5)).claim().await.unwrap(), backend);
+        assert!(
+            started.elapsed() < secs(2),
+            "{backend}: waited {:?}",
+            started.elapsed()
+        );
+        failed.await.unwrap();
+        retry.complete(b"second try").await.unwrap();
+        assert_eq!(a.renewed_records(), 0, "{backend}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_claimer_lets_a_later_claim_run_once_its_lease_ends() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let id = key("msg");
+    // The claimer's process: its own runtime, shut down with the guard
+    // leaked, so nothing renews or releases the record.
+    let claimer = {
+        let (url, id) = (url.clone(), id.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            runtime.block_on(async {
+                let client = LockClient::builder().redis(url).build().await.unwrap();
+                let guard = run(
+                    client.record(&id).lease(ms(800)).claim().await.unwrap(),
+                    "redis",
+                );
+                std::mem::forget(guard);
+            });
+            runtime.shutdown_background();
+        })
+    };
+    claimer.join().unwrap();
+    let survivor = redis_client(&server).await;
+    let started = Instant::now();
+    match survivor.record(&id).claim().await.unwrap() {
+        Claimed::InFlight { retry_after } => assert!(retry_after <= ms(800), "{retry_after:?}"),
+        other => panic!("expected the crashed claim in flight, got {other:?}"),
+    }
+    // Waiting: no notice comes from a dead claimer; the lease is the timer.
+    let guard = run(
+        survivor.record(&id).wait(secs(5)).claim().await.unwrap(),
+        "redis",
+    );
+    let waited = started.elapsed();
+    assert!(waited < secs(3), "waited {waited:?}");
+    guard.complete(b"ran after the crash").await.unwrap();
+    match survivor.record(&id).claim().await.unwrap() {
+        Claimed::Done(stored) => assert_eq!(stored, b"ran after the crash"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_keys_and_settings_are_refused_before_anything_is_sent() {
+    let client = memory_client().await;
+    assert!(matches!(
+        client.record("").claim().await,
+        Err(LockError::InvalidKey(_))
+    ));
+    assert!(matches!(
+        client.record("k").retention(Duration::ZERO).claim().await,
+        Err(LockError::Config(_))
+    ));
+    assert!(matches!(
+        client.record("k").lease(Duration::ZERO).claim().await,
+        Err(LockError::Config(_))
+    ));
+    // Nothing was claimed by the refused requests.
+    run(client.record("k").claim().await.unwrap(), "memory")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// `INFO commandstats` calls of `command` on `server`.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    info_field(&stats, &format!("cmdstat_{command}"))
+        .and_then(|v| {
+            v.split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_nobody_waits_on_is_completed_and_released_without_a_notice() {
+    let server = RedisServer::start();
+    let (a, b) = (redis_client(&server).await, redis_client(&server).await);
+    let before = calls(&server, "publish");
+    // Completed, with a duplicate that looked without waiting meanwhile.
+    let id = key("msg");
+    let guard = run(a.record(&id).claim().await.unwrap(), "redis");
+    let looked = b.record(&id).claim().await.unwrap();
+    assert!(matches!(looked, Claimed::InFlight { .. }), "{looked:?}");
+    guard.complete(b"done").await.unwrap();
+    // Released.
+    run(a.record(key("msg")).claim().await.unwrap(), "redis")
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        calls(&server, "publish"),
+        before,
+        "nobody waited: no PUBLISH"
+    );
+
+    // A duplicate that waits marks the record: one notice, and it is woken.
+    let id = key("msg");
+    let guard = run(
+        a.record(&id).lease(secs(10)).claim().await.unwrap(),
+        "redis",
+    );
+    let waiting = tokio::spawn({
+        let (b, id) = (b.clone(), id.clone());
+        async move { b.record(&id).wait(secs(5)).claim().await }
+    });
+    tokio::time::sleep(ms(200)).await;
+    guard.complete(b"done").await.unwrap();
+    assert!(matches!(waiting.await.unwrap().unwrap(), Claimed::Done(_)));
+    assert_eq!(
+        calls(&server, "publish"),
+        before + 1,
+        "one notice for the waiter"
+    );
+}
