@@ -174,7 +174,9 @@ fn run(args: &[String]) -> Result<(), String> {
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let mut number = |flag: &str| -> Result<usize, String> {
-            let v = args.next().ok_or(format!("{flag} needs a value\n{USAGE}"))?;
+            let v = args
+                .next()
+                .ok_or(format!("{flag} needs a value\n{USAGE}"))?;
             v.parse()
                 .map_err(|_| format!("{flag} {v:?} is not a number"))
         };
@@ -287,7 +289,10 @@ async fn measure(url: &str, reps: usize, pairs: usize) -> Result<(), String> {
             .unwrap_or("?")
             .trim()
     );
-    println!("{:<44} {:>12} {:>12} {:>14}", "measure", "EVALSHA", "FCALL", "FCALL/EVALSHA");
+    println!(
+        "{:<44} {:>12} {:>12} {:>14}",
+        "measure", "EVALSHA", "FCALL", "FCALL/EVALSHA"
+    );
     println!(
         "{:<44} {:>12.1} {:>12.1} {:>14.3}",
         "serial pair, median latency (us)",

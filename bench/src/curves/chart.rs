@@ -41,8 +41,18 @@ fn panels() -> Vec<Panel> {
             x: "locks held on one client",
             y: "MiB",
             lines: vec![
-                line("client RSS (whole process)", "held", "client_rss_kib", 1.0 / 1024.0),
-                line("Redis used_memory growth", "held", "redis_memory_delta_kib", 1.0 / 1024.0),
+                line(
+                    "client RSS (whole process)",
+                    "held",
+                    "client_rss_kib",
+                    1.0 / 1024.0,
+                ),
+                line(
+                    "Redis used_memory growth",
+                    "held",
+                    "redis_memory_delta_kib",
+                    1.0 / 1024.0,
+                ),
             ],
         },
         Panel {
@@ -50,7 +60,12 @@ fn panels() -> Vec<Panel> {
             x: "locks held on one client",
             y: "per second / % of one core",
             lines: vec![
-                line("script calls/s seen by Redis", "held", "renew_calls_per_s", 1.0),
+                line(
+                    "script calls/s seen by Redis",
+                    "held",
+                    "renew_calls_per_s",
+                    1.0,
+                ),
                 line("client CPU, %", "held", "client_cpu_percent", 1.0),
                 line("Redis CPU, %", "held", "redis_cpu_percent", 1.0),
             ],
@@ -61,7 +76,12 @@ fn panels() -> Vec<Panel> {
             y: "grants per second",
             lines: vec![
                 line("all queued on the server", "waiters", "grants_per_s", 1.0),
-                line("local lines (default)", "local-waiters", "grants_per_s", 1.0),
+                line(
+                    "local lines (default)",
+                    "local-waiters",
+                    "grants_per_s",
+                    1.0,
+                ),
             ],
         },
         Panel {
@@ -70,7 +90,12 @@ fn panels() -> Vec<Panel> {
             y: "ms, release to next grant",
             lines: vec![
                 line("all queued on the server", "waiters", "wake_p99_us", 1e-3),
-                line("local lines (default)", "local-waiters", "wake_p99_us", 1e-3),
+                line(
+                    "local lines (default)",
+                    "local-waiters",
+                    "wake_p99_us",
+                    1e-3,
+                ),
             ],
         },
         Panel {
@@ -78,10 +103,30 @@ fn panels() -> Vec<Panel> {
             x: "waiters (4 clients)",
             y: "KiB",
             lines: vec![
-                line("Redis queue + deadlines, all queued", "waiters", "redis_queue_kib", 1.0),
-                line("client RSS growth, all queued", "waiters", "client_rss_delta_kib", 1.0),
-                line("Redis queue + deadlines, local lines", "local-waiters", "redis_queue_kib", 1.0),
-                line("client RSS growth, local lines", "local-waiters", "client_rss_delta_kib", 1.0),
+                line(
+                    "Redis queue + deadlines, all queued",
+                    "waiters",
+                    "redis_queue_kib",
+                    1.0,
+                ),
+                line(
+                    "client RSS growth, all queued",
+                    "waiters",
+                    "client_rss_delta_kib",
+                    1.0,
+                ),
+                line(
+                    "Redis queue + deadlines, local lines",
+                    "local-waiters",
+                    "redis_queue_kib",
+                    1.0,
+                ),
+                line(
+                    "client RSS growth, local lines",
+                    "local-waiters",
+                    "client_rss_delta_kib",
+                    1.0,
+                ),
             ],
         },
         Panel {
@@ -90,8 +135,18 @@ fn panels() -> Vec<Panel> {
             y: "keys / KiB",
             lines: vec![
                 line("Redis keys (DBSIZE)", "keys", "redis_keys", 1.0),
-                line("Redis used_memory growth, KiB", "keys", "redis_memory_delta_kib", 1.0),
-                line("client RSS growth, KiB", "keys", "client_rss_delta_kib", 1.0),
+                line(
+                    "Redis used_memory growth, KiB",
+                    "keys",
+                    "redis_memory_delta_kib",
+                    1.0,
+                ),
+                line(
+                    "client RSS growth, KiB",
+                    "keys",
+                    "client_rss_delta_kib",
+                    1.0,
+                ),
             ],
         },
     ]
@@ -169,11 +224,7 @@ fn draw(area: &Area<'_>, panel: &Panel, results: &[(&str, Value)]) -> DrawResult
             .draw_series(LineSeries::new(points.iter().copied(), style))?
             .label(line.label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
-        chart.draw_series(
-            points
-                .iter()
-                .map(|p| Circle::new(*p, 3, color.filled())),
-        )?;
+        chart.draw_series(points.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
     }
     chart
         .configure_series_labels()

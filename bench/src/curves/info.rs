@@ -4,7 +4,10 @@
 use redis::aio::MultiplexedConnection;
 
 /// The text of `INFO <section>`.
-pub(crate) async fn info(conn: &mut MultiplexedConnection, section: &str) -> Result<String, String> {
+pub(crate) async fn info(
+    conn: &mut MultiplexedConnection,
+    section: &str,
+) -> Result<String, String> {
     redis::cmd("INFO")
         .arg(section)
         .query_async(conn)
@@ -28,10 +31,7 @@ pub(crate) async fn used_memory(conn: &mut MultiplexedConnection) -> Result<f64,
 /// CPU seconds the server used so far (`used_cpu_user + used_cpu_sys`).
 pub(crate) async fn cpu_seconds(conn: &mut MultiplexedConnection) -> Result<f64, String> {
     let text = info(conn, "cpu").await?;
-    match (
-        field(&text, "used_cpu_user"),
-        field(&text, "used_cpu_sys"),
-    ) {
+    match (field(&text, "used_cpu_user"), field(&text, "used_cpu_sys")) {
         (Some(user), Some(sys)) => Ok(user + sys),
         _ => Err("INFO cpu has no used_cpu_user / used_cpu_sys".into()),
     }
@@ -65,6 +65,17 @@ pub(crate) async fn script_calls(conn: &mut MultiplexedConnection) -> Result<f64
         .sum())
 }
 
+/// Microseconds the script commands spent running so far (`usec` of
+/// `EVALSHA`, `EVAL`, `FCALL`): the scripts' own time, without reading the
+/// request and writing the reply.
+pub(crate) async fn script_usec(conn: &mut MultiplexedConnection) -> Result<f64, String> {
+    let text = info(conn, "commandstats").await?;
+    Ok(["evalsha", "eval", "fcall"]
+        .iter()
+        .map(|name| command(&text, name).1)
+        .sum())
+}
+
 /// `DBSIZE`.
 pub(crate) async fn dbsize(conn: &mut MultiplexedConnection) -> Result<f64, String> {
     let n: u64 = redis::cmd("DBSIZE")
@@ -85,6 +96,12 @@ mod tests {
         assert_eq!(command(text, "evalsha"), (12.0, 345.0));
         assert_eq!(command(text, "eval"), (3.0, 9.0));
         assert_eq!(command(text, "fcall"), (0.0, 0.0));
-        assert_eq!(field("used_memory:1024\r\nused_memory_human:1K\r\n", "used_memory"), Some(1024.0));
+        assert_eq!(
+            field(
+                "used_memory:1024\r\nused_memory_human:1K\r\n",
+                "used_memory"
+            ),
+            Some(1024.0)
+        );
     }
 }

@@ -37,9 +37,21 @@ is flushed between points.";
 /// The points of each curve.
 fn plan(quick: bool) -> Vec<(&'static str, usize)> {
     let mut points = Vec::new();
-    let held: &[usize] = if quick { &[1_000, 10_000] } else { &[1_000, 10_000, 100_000] };
-    let waiters: &[usize] = if quick { &[10, 100, 1_000] } else { &[10, 100, 1_000, 10_000] };
-    let keys: &[usize] = if quick { &[10_000, 100_000] } else { &[10_000, 100_000, 1_000_000] };
+    let held: &[usize] = if quick {
+        &[1_000, 10_000]
+    } else {
+        &[1_000, 10_000, 100_000]
+    };
+    let waiters: &[usize] = if quick {
+        &[10, 100, 1_000]
+    } else {
+        &[10, 100, 1_000, 10_000]
+    };
+    let keys: &[usize] = if quick {
+        &[10_000, 100_000]
+    } else {
+        &[10_000, 100_000, 1_000_000]
+    };
     points.extend(held.iter().map(|n| ("held", *n)));
     points.extend(waiters.iter().map(|n| ("waiters", *n)));
     points.extend(waiters.iter().map(|n| ("local-waiters", *n)));
@@ -224,6 +236,7 @@ fn table(results: &[(&str, Value)]) -> String {
         ("queue KiB", "redis_queue_kib", 1.0),
         ("client us/grant", "client_cpu_us_per_grant", 1.0),
         ("Redis us/grant", "redis_cpu_us_per_grant", 1.0),
+        ("script us/grant", "script_us_per_grant", 1.0),
         ("queue s", "queue_s", 1.0),
     ];
     section(

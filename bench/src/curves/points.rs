@@ -34,6 +34,9 @@ const WAITER_WAIT: Duration = Duration::from_secs(600);
 /// The longest the waiters may take to queue.
 const QUEUE_WITHIN: Duration = Duration::from_secs(180);
 
+/// Longer than the default (1 s), for bursts of queueing waiters.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Distinct keys: acquire + release pairs in flight at once.
 const KEY_TASKS: usize = 256;
 
@@ -59,6 +62,10 @@ async fn client(url: &str, local_handover: bool) -> Result<LockClient, String> {
         .redis(url)
         .key_prefix(PREFIX)
         .local_handover(local_handover)
+        // 10,000 waiters arriving at once queue one script call each, every
+        // one scanning the queue (`LPOS`): on a loaded machine the last
+        // replies come later than the default 1 s.
+        .response_timeout(RESPONSE_TIMEOUT)
         .build()
         .await
         .map_err(|e| format!("client: {e}"))?;
@@ -163,7 +170,10 @@ async fn waiters(n: usize, url: &str, local_handover: bool) -> Result<Value, Str
         let (chain, started) = (chain.clone(), started.clone());
         tasks.spawn(async move {
             started.fetch_add(1, Ordering::Relaxed);
-            let guard = request.acquire().await.map_err(|e| format!("waiter: {e}"))?;
+            let guard = request
+                .acquire()
+                .await
+                .map_err(|e| format!("waiter: {}", test_support::error_chain(&e)))?;
             let now = Instant::now();
             {
                 let mut chain = chain.lock().unwrap_or_else(|e| e.into_inner());
@@ -177,7 +187,11 @@ async fn waiters(n: usize, url: &str, local_handover: bool) -> Result<Value, Str
     }
     // Everybody in line: on the server, or (local lines) one per client
     // there and the rest in-process.
-    let queued_on_server = if local_handover { WAITER_CLIENTS.min(n) } else { n };
+    let queued_on_server = if local_handover {
+        WAITER_CLIENTS.min(n)
+    } else {
+        n
+    };
     let deadline = Instant::now() + QUEUE_WITHIN;
     let queue_t = Instant::now();
     loop {
@@ -190,7 +204,9 @@ async fn waiters(n: usize, url: &str, local_handover: bool) -> Result<Value, Str
             break;
         }
         if Instant::now() > deadline {
-            return Err(format!("{len} of {queued_on_server} waiters queued on the server"));
+            return Err(format!(
+                "{len} of {queued_on_server} waiters queued on the server"
+            ));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -215,6 +231,7 @@ async fn waiters(n: usize, url: &str, local_handover: bool) -> Result<Value, Str
         queue_bytes += bytes.unwrap_or(0) as f64;
     }
     let redis_cpu_0 = info::cpu_seconds(&mut conn).await?;
+    let script_0 = info::script_usec(&mut conn).await?;
     let cpu_0 = cpu()?;
     let start = Instant::now();
     chain.lock().unwrap_or_else(|e| e.into_inner()).released_at = start;
@@ -227,6 +244,7 @@ async fn waiters(n: usize, url: &str, local_handover: bool) -> Result<Value, Str
     }
     let cpu_1 = cpu()?;
     let redis_cpu_1 = info::cpu_seconds(&mut conn).await?;
+    let script_1 = info::script_usec(&mut conn).await?;
     let chain = chain.lock().unwrap_or_else(|e| e.into_inner());
     let span = chain.last_grant.duration_since(start).as_secs_f64();
     let lat = &chain.latencies_us;
@@ -243,6 +261,7 @@ async fn waiters(n: usize, url: &str, local_handover: bool) -> Result<Value, Str
         "redis_queue_kib": queue_bytes / 1024.0,
         "client_cpu_us_per_grant": (cpu_1 - cpu_0) * 1e6 / n as f64,
         "redis_cpu_us_per_grant": (redis_cpu_1 - redis_cpu_0) * 1e6 / n as f64,
+        "script_us_per_grant": (script_1 - script_0) / n as f64,
     }))
 }
 
