@@ -224,6 +224,7 @@ fn table(results: &[(&str, Value)]) -> String {
             ("Redis CPU %", "redis_cpu_percent", 1.0),
             ("Δ Redis MiB", "redis_memory_delta_kib", 1.0 / 1024.0),
             ("lost", "lost", 1.0),
+            ("release failed", "releases_failed", 1.0),
             ("take s", "take_s", 1.0),
         ],
     );
@@ -237,6 +238,7 @@ fn table(results: &[(&str, Value)]) -> String {
         ("client us/grant", "client_cpu_us_per_grant", 1.0),
         ("Redis us/grant", "redis_cpu_us_per_grant", 1.0),
         ("script us/grant", "script_us_per_grant", 1.0),
+        ("calls/grant", "script_calls_per_grant", 1.0),
         ("queue s", "queue_s", 1.0),
     ];
     section(
