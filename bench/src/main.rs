@@ -14,7 +14,9 @@
 
 mod attr;
 mod chart;
+mod curves;
 mod defs;
+mod fcall;
 mod held;
 mod http;
 mod measure;
@@ -46,6 +48,10 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
   --only ROWS   rows to run, e.g. 1,5,7 (default all: 1-12; 11 and 12, the
                 HTTP rows, need `wrk`: apt-get install wrk)
   --markdown    also print the table as Markdown
+
+  bench --curves [--quick] [--svg PATH] [--json PATH]: the cost curves (held
+  locks, waiters on one key, distinct keys); bench --fcall [--reps N]: the
+  library's acquire and release via FCALL against EVALSHA (BENCHMARKS.md)
 
 environment: BENCH_REPS, BENCH_QUICK=1, BENCH_JSON, BENCH_SVG, BENCH_ONLY (flags
 win); REDIS_URL=redis://127.0.0.1:PORT uses that server (loopback only) instead
@@ -317,6 +323,14 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(code) = probe::child_main(&args) {
         return code;
+    }
+    if let Some(code) = curves::child_main(&args) {
+        return code;
+    }
+    match args.first().map(String::as_str) {
+        Some("--curves") => return curves::main(&args[1..]),
+        Some("--fcall") => return fcall::main(&args[1..]),
+        _ => {}
     }
     let opts = match parse_options() {
         Ok(opts) => opts,
