@@ -343,7 +343,7 @@ impl Load {
 }
 
 /// `INFO commandstats`: (command, calls, usec), `info` itself left out.
-async fn commandstats(redis: &redis::Client) -> Result<Vec<(String, u64, u64)>, String> {
+pub(crate) async fn commandstats(redis: &redis::Client) -> Result<Vec<(String, u64, u64)>, String> {
     let mut conn = redis
         .get_multiplexed_async_connection()
         .await
@@ -368,7 +368,10 @@ async fn commandstats(redis: &redis::Client) -> Result<Vec<(String, u64, u64)>, 
         .collect())
 }
 
-fn delta(before: &[(String, u64, u64)], after: &[(String, u64, u64)]) -> Vec<(String, u64, u64)> {
+pub(crate) fn delta(
+    before: &[(String, u64, u64)],
+    after: &[(String, u64, u64)],
+) -> Vec<(String, u64, u64)> {
     after
         .iter()
         .map(|(name, calls, usec)| {
