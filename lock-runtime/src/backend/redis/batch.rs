@@ -28,7 +28,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::super::conn::Conn;
-use super::super::scripts::{evalsha, run_script};
+use super::super::scripts::{ACQUIRE, EXTEND, RELEASE, evalsha, run_script};
 use super::replicas::wait_for_replicas;
 
 /// The batch script: the per-key scripts' texts, unchanged, as functions,
@@ -258,8 +258,45 @@ impl Batcher {
         }
     }
 
+    /// One op alone: its own script (cheaper than a batch of one).
+    async fn send_one(&self, q: Queued) {
+        let script = match q.op.kind {
+            OpKind::Acquire => &*ACQUIRE,
+            OpKind::Release => &*RELEASE,
+            OpKind::Extend => &*EXTEND,
+        };
+        let bytes = q.op.keys.iter().chain(&q.op.args).map(String::len).sum();
+        let mut cmd = evalsha(
+            script,
+            q.op.keys.len(),
+            q.op.keys.len() + q.op.args.len(),
+            bytes,
+        );
+        for arg in q.op.keys.iter().chain(&q.op.args) {
+            cmd.arg(arg);
+        }
+        let mut conn = self.conn.clone();
+        let answer: redis::RedisResult<redis::Value> = run_script(&mut conn, script, &cmd).await;
+        let replicated = match (&answer, self.replica_acks) {
+            (Ok(a), Some(acks)) if q.op.kind.wrote_lease(a) => wait_for_replicas(&mut conn, acks)
+                .await
+                .map_err(|e| e.to_string()),
+            _ => Ok(()),
+        };
+        let _ = q.reply.send(Reply {
+            answer: answer.map_err(OpError::Call),
+            replicated,
+        });
+    }
+
     /// One batch script call for `queued`, and each caller's answer.
-    async fn send(&self, queued: Vec<Queued>) {
+    async fn send(&self, mut queued: Vec<Queued>) {
+        if queued.len() == 1 {
+            if let Some(q) = queued.pop() {
+                self.send_one(q).await;
+            }
+            return;
+        }
         let keys: usize = queued.iter().map(|q| q.op.keys.len()).sum();
         let args: usize = queued.iter().map(|q| 3 + q.op.args.len()).sum::<usize>() + 1;
         let bytes: usize = queued
