@@ -342,6 +342,28 @@ impl Load {
     }
 }
 
+/// The server's CPU seconds so far (`INFO cpu`: `used_cpu_sys` +
+/// `used_cpu_user`): everything it spent, reading, parsing and answering
+/// included, which `INFO commandstats` leaves out.
+pub(crate) async fn server_cpu(redis: &redis::Client) -> Result<f64, String> {
+    let mut conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("INFO connection: {e}"))?;
+    let text: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| format!("INFO cpu: {e}"))?;
+    let field = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(field("used_cpu_sys") + field("used_cpu_user"))
+}
+
 /// `INFO commandstats`: (command, calls, usec), `info` itself left out.
 pub(crate) async fn commandstats(redis: &redis::Client) -> Result<Vec<(String, u64, u64)>, String> {
     let mut conn = redis
