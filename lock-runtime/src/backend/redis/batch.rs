@@ -138,7 +138,7 @@ pub(super) struct Batcher {
 
 /// Holds a handle's turn while a lone call is in flight; dropping it (the
 /// answer came, or the caller went away) sends whatever queued meanwhile.
-pub(super) struct Turn(Arc<Batcher>);
+pub(crate) struct Turn(Arc<Batcher>);
 
 impl Drop for Turn {
     fn drop(&mut self) {

@@ -64,6 +64,7 @@ mod notices;
 mod replicas;
 mod shared;
 
+use batch::Turn;
 use batch::{Batcher, OpError};
 use batched::Route;
 use replicas::wait_for_replicas;
@@ -335,9 +336,8 @@ impl RedisBackend {
         let (answer, resent) = match self.route(names) {
             Route::Alone(turn) => {
                 let cmd = self.release_cmd(names, token, ttl, dequeue);
-                let sent = self.send_release(names, &RELEASE, &cmd, false).await;
-                drop(turn);
-                sent?
+                self.send_release(names, &RELEASE, &cmd, false, turn)
+                    .await?
             }
             Route::Queued(batcher) => {
                 let reply = batcher
@@ -351,7 +351,8 @@ impl RedisBackend {
                     Err(OpError::Call(e)) if resend_release(&e) => {
                         let broken = connection_failure(&e) == Some(ConnectionFailure::Broken);
                         let cmd = self.release_cmd(names, token, ttl, dequeue);
-                        self.send_release(names, &RELEASE, &cmd, broken).await?
+                        self.send_release(names, &RELEASE, &cmd, broken, None)
+                            .await?
                     }
                     Err(OpError::Call(e)) => return Err(release_failed(e)),
                     Err(e) => return Err(e.into_lock_error("release failed")),
@@ -383,19 +384,24 @@ impl RedisBackend {
     /// Sends a release script (`script`, as `cmd`) on `names`' connection,
     /// re-sending it once after a broken connection and while its slot is
     /// being migrated. `resent`: a copy may have run before this answer (so
-    /// a "not ours" may be its doing).
+    /// a "not ours" may be its doing). `turn`: the connection's turn of a
+    /// lone call (see `batch.rs`), given up once the first copy answered.
     pub(super) async fn send_release(
         &self,
         names: &KeyNames,
         script: &redis::Script,
         cmd: &redis::Cmd,
         resent: bool,
+        turn: Option<Turn>,
     ) -> Result<(redis::Value, bool), LockError> {
         let mut conn = self.conn(names);
         // The cluster driver re-sends a request whose connection broke by
         // itself, so there a "not ours" may always follow a lost copy.
         let mut resent = resent || matches!(conn, Conn::Cluster(_));
         let mut answer = run_script(&mut conn, script, cmd).await;
+        // The connection's batch may go now: the re-sends below may take
+        // seconds (a slot in migration) and need not hold it up.
+        drop(turn);
         if let Err(e) = &answer
             && connection_failure(e) == Some(ConnectionFailure::Broken)
         {
