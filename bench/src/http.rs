@@ -342,8 +342,30 @@ impl Load {
     }
 }
 
+/// The server's CPU seconds so far (`INFO cpu`: `used_cpu_sys` +
+/// `used_cpu_user`): everything it spent, reading, parsing and answering
+/// included, which `INFO commandstats` leaves out.
+pub(crate) async fn server_cpu(redis: &redis::Client) -> Result<f64, String> {
+    let mut conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("INFO connection: {e}"))?;
+    let text: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| format!("INFO cpu: {e}"))?;
+    let field = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(field("used_cpu_sys") + field("used_cpu_user"))
+}
+
 /// `INFO commandstats`: (command, calls, usec), `info` itself left out.
-async fn commandstats(redis: &redis::Client) -> Result<Vec<(String, u64, u64)>, String> {
+pub(crate) async fn commandstats(redis: &redis::Client) -> Result<Vec<(String, u64, u64)>, String> {
     let mut conn = redis
         .get_multiplexed_async_connection()
         .await
@@ -368,7 +390,10 @@ async fn commandstats(redis: &redis::Client) -> Result<Vec<(String, u64, u64)>, 
         .collect())
 }
 
-fn delta(before: &[(String, u64, u64)], after: &[(String, u64, u64)]) -> Vec<(String, u64, u64)> {
+pub(crate) fn delta(
+    before: &[(String, u64, u64)],
+    after: &[(String, u64, u64)],
+) -> Vec<(String, u64, u64)> {
     after
         .iter()
         .map(|(name, calls, usec)| {

@@ -212,9 +212,18 @@ impl Bench<'_> {
         };
         let raw_key = self.raw.key("serial");
         let n = self.plan.serial_iters;
+        let batches = lock_runtime::__private::testing::batched_calls(client);
         let (l, r) = rows::serial(client, "serial", &mut self.raw, &raw_key, n, rep).await?;
         metrics[metric].record(p50(&l), p50(&r));
         if row == '1' {
+            // A lone request goes out alone: no batch call is expected here.
+            let now = lock_runtime::__private::testing::batched_calls(client);
+            metrics[M1].notes.push(format!(
+                "rep {}: batch calls during the serial pairs: {} ({} ops)",
+                rep + 1,
+                now.0 - batches.0,
+                now.1 - batches.1
+            ));
             // Where the library's extra time goes: its two scripts alone,
             // against the same raw pair.
             let (s, r) = rows::scripted(&mut self.raw, &raw_key, n, rep).await?;
@@ -266,15 +275,51 @@ impl Bench<'_> {
     /// Row 2: 32 tasks on distinct keys, library, raw and peer.
     async fn distinct_keys(&mut self, rep: usize, metrics: &mut [Metric]) -> Result<(), String> {
         let (tasks, window) = (self.plan.par_tasks, self.plan.par_window);
-        let (lib, raw, peer) = (&self.lib, &self.raw, &self.peer);
-        let [l, r, p] = interleave(rep, self.plan.slices, async |side| match side {
-            0 => rows::pairs_per_sec(lib, tasks, window).await,
-            1 => rows::pairs_per_sec(raw, tasks, window).await,
-            _ => rows::pairs_per_sec(peer, tasks, window).await,
+        let (lib, raw, peer, redis) = (&self.lib, &self.raw, &self.peer, &self.redis);
+        // Per side: Redis commands (`INFO commandstats`, a script's inner
+        // commands counted apart from its `EVALSHA`) and Redis CPU (`INFO
+        // cpu`) over its slices, and the pairs done in them.
+        let mut cost = [(0u64, 0f64, 0f64); 3];
+        let batches = lock_runtime::__private::testing::batched_calls(lib);
+        let [l, r, p] = interleave(rep, self.plan.slices, async |side| {
+            let before = http::commandstats(redis).await?;
+            let cpu = http::server_cpu(redis).await?;
+            let rate = match side {
+                0 => rows::pairs_per_sec(lib, tasks, window).await,
+                1 => rows::pairs_per_sec(raw, tasks, window).await,
+                _ => rows::pairs_per_sec(peer, tasks, window).await,
+            }?;
+            let cpu = http::server_cpu(redis).await? - cpu;
+            let spent = http::delta(&before, &http::commandstats(redis).await?);
+            cost[side].0 += spent.iter().map(|c| c.1).sum::<u64>();
+            cost[side].1 += cpu;
+            cost[side].2 += rate * window.as_secs_f64();
+            Ok(rate)
         })
         .await?;
         metrics[M2].record(mean(&l), mean(&r));
         metrics[M2_PEER].record(mean(&l), mean(&p));
+        let per_pair = |(calls, cpu, pairs): (u64, f64, f64)| {
+            (calls as f64 / pairs.max(1.0), cpu * 1e6 / pairs.max(1.0))
+        };
+        let [lc, rc, pc] = cost.map(per_pair);
+        let now = lock_runtime::__private::testing::batched_calls(lib);
+        let (calls, ops) = (now.0 - batches.0, now.1 - batches.1);
+        metrics[M2].notes.push(format!(
+            "rep {}: per pair, library: {:.2} commands, {:.1} us of Redis CPU (INFO cpu); raw: \
+             {:.2} commands, {:.1} us; rslock: {:.2} commands, {:.1} us; library / raw Redis \
+             CPU {:.2}; batches: {ops} ops in {calls} calls ({:.1} per call, largest so far {})",
+            rep + 1,
+            lc.0,
+            lc.1,
+            rc.0,
+            rc.1,
+            pc.0,
+            pc.1,
+            lc.1 / rc.1.max(0.001),
+            ops as f64 / calls.max(1) as f64,
+            now.2,
+        ));
         Ok(())
     }
 
@@ -288,8 +333,16 @@ impl Bench<'_> {
         };
         let windows = (self.plan.http_warm, self.plan.http_window);
         let prefix = &self.prefixes.raw;
+        let batches = lock_runtime::__private::testing::batched_calls(&self.lib);
         let [l, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
         http::record(&mut metrics[metric], rep, &l, &r);
+        let now = lock_runtime::__private::testing::batched_calls(&self.lib);
+        let (calls, ops) = (now.0 - batches.0, now.1 - batches.1);
+        metrics[metric].notes.push(format!(
+            "rep {}: batches of the library's client: {ops} ops in {calls} calls ({:.1} per call)",
+            rep + 1,
+            ops as f64 / calls.max(1) as f64
+        ));
         Ok(())
     }
 

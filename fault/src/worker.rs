@@ -384,6 +384,15 @@ async fn run_async(config: WorkerConfig) -> Result<(), String> {
             result = ended;
         }
     }
+    // The group commit's figures (Redis: a process's tasks' calls coalesced).
+    let (calls, ops, largest) = lock_runtime::__private::testing::batched_calls(&client);
+    if calls > 0 {
+        eprintln!(
+            "worker {}: batches: {ops} ops in {calls} calls ({:.2} per call, largest {largest})",
+            config.id,
+            ops as f64 / calls as f64
+        );
+    }
     result
 }
 

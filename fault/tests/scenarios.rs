@@ -253,6 +253,12 @@ fn tasks_hand_their_processs_own_key_on_in_process_without_overlap() {
     handed_on_locally(&o, OPS / 2);
 }
 
+#[test]
+fn tasks_on_distinct_keys_with_coalesced_calls_never_overlap() {
+    let o = survives("tasks-batched", 0, "");
+    assert_eq!(o.report.writes_accepted, OPS);
+}
+
 /// Runs `name` (scenario 10): no violation, a stop and a kill struck (every
 /// 2nd strike is a kill), the stopped holders' late writes were refused and
 /// their releases said "not owner", and another process took the key over.

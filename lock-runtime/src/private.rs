@@ -247,6 +247,19 @@ pub mod testing {
     pub fn leader_lock_name(prefix: &str, name: &str) -> String {
         crate::key::KeyNames::leader(prefix, name).lock
     }
+
+    /// The group commit of `client`'s mutex calls on Redis (single server,
+    /// Sentinel, Cluster) so far: `(batch calls, ops they carried, most ops
+    /// in one call)`; zeros on other backends.
+    pub fn batched_calls(client: &LockClient) -> (u64, u64, u64) {
+        match client.backend() {
+            crate::backend::Backend::Redis(b) => {
+                let s = b.batch_stats();
+                (s.calls, s.ops, s.largest)
+            }
+            _ => (0, 0, 0),
+        }
+    }
 }
 
 #[cfg(test)]

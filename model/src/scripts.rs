@@ -26,6 +26,25 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
          tests/tests/lock_all.rs and tests/tests/fifo_expiry.rs",
     ),
     (
+        "batch.lua",
+        "d9ed0aa45361f18fa2078bb00c523fba49c4a1e5",
+        "not modelled on its own: the group commit's one call for several ops \
+         (lock-runtime/src/backend/redis/batch.rs). The library composes it after \
+         acquire.lua, release.lua and extend.lua, each text unchanged as a function \
+         of its own KEYS and ARGV, and runs the ops one after the other inside one \
+         script call. So a batch's effect is that of the same per-key scripts sent \
+         back to back with nothing in between: one of the schedules the model \
+         already explores (each script one atomic transition, `Server::acquire`, \
+         `Server::release`, `Server::extend`), never a new one; a batch removes \
+         interleavings and adds none, so the per-key atomicity the model checks is \
+         all a batch needs. What the composition must get right is the slicing \
+         (each op sees its own keys and arguments, and its own answer comes back \
+         to its caller): tests/tests/batch.rs checks it on a server, a Sentinel \
+         master and a cluster (a busy key in a batch fails only itself, a waiting \
+         acquire in a batch queues and is handed the key by a later release, a \
+         caller dropped while queued is left out)",
+    ),
+    (
         "extend.lua",
         "2ba8056365d5580f47bf1159382577b93c61d205",
         "lock/server.rs `Server::extend` (confirm); a leader's record re-armed beside \

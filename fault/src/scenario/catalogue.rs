@@ -260,6 +260,22 @@ impl Scenario {
                 false,
             ),
             Scenario {
+                keys: 32,
+                ..one_key(
+                    "tasks-batched",
+                    "9. no faults, 4 processes x 8 tasks, 32 keys (calls coalesced: a process's tasks on distinct keys share batches)",
+                )
+            },
+            Scenario {
+                keys: 32,
+                ttl_ms: 1000,
+                fault: FaultPlan::ClientKill { every_ms: 1000 },
+                ..one_key(
+                    "tasks-batched-client-kill",
+                    "9. 4 processes x 8 tasks, 32 keys, batched calls: CLIENT KILL normal / pubsub, alternately every 1 s, TTL 1 s",
+                )
+            },
+            Scenario {
                 // Longer holds than the others' 0-2 ms, so that the other
                 // processes do not spend the budget before a stop and a
                 // kill have struck (kept at 85 % local hand-overs).

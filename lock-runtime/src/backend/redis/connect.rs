@@ -10,6 +10,7 @@ use super::super::conn::{Conn, RedisOptions, SentinelConn, connect_manager, open
 use super::super::notifier::{Notices, Source};
 use super::super::scripts::load_scripts;
 use super::super::waiters::Registry;
+use super::batch::{BATCH, Batcher};
 use super::{CONNECTIONS, RedisBackend};
 use crate::LockError;
 use crate::error::BackendError;
@@ -53,8 +54,17 @@ impl RedisBackend {
         }
         // The script cache is per server: loading through one connection does.
         load_scripts(&mut conns[0]).await?;
+        BATCH
+            .prepare_invoke()
+            .load_async(&mut conns[0])
+            .await
+            .map_err(|e| BackendError::with_source("cannot load the lock scripts", e))?;
         let mut node = Self::with_pubsub(conns, Source::Fixed(Box::new(client)), options, waiters);
         node.announce_free = announce_free;
+        if announce_free {
+            // A Redlock node: each call races a per-node timeout; not batched.
+            node.batchers.clear();
+        }
         Ok(node)
     }
 
@@ -116,6 +126,7 @@ impl RedisBackend {
         // Scripts are loaded on each node by EVALSHA's fallback on first use.
         Ok(Self {
             conns: vec![Conn::Cluster(cluster.clone())],
+            batchers: vec![Batcher::new(Conn::Cluster(cluster.clone()), None)],
             notices: Notices::cluster(cluster, push_rx, waiters.clone()),
             waiters,
             publish: "SPUBLISH",
@@ -131,6 +142,10 @@ impl RedisBackend {
         waiters: Arc<Registry>,
     ) -> Self {
         Self {
+            batchers: conns
+                .iter()
+                .map(|c| Batcher::new(c.clone(), options.replica_acks))
+                .collect(),
             conns,
             notices: Notices::pubsub(source, options, waiters.clone()),
             waiters,

@@ -7,9 +7,7 @@ use std::time::Duration;
 use super::conn::Conn;
 pub(crate) use super::conn::RedisOptions;
 use super::notifier::Notices;
-use super::scripts::{
-    ACQUIRE, EXTEND, EXTEND_MANY, RELEASE, RESERVE, SHARED, evalsha, millis, run_script,
-};
+use super::scripts::{ACQUIRE, EXTEND, RELEASE, RESERVE, SHARED, evalsha, millis, run_script};
 use super::waiters::Registry;
 use super::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::LockError;
@@ -17,6 +15,32 @@ use crate::backoff::Retry;
 use crate::error::{BackendError, ConnectionFailure, connection_failure};
 use crate::key::{KeyNames, Shape};
 use crate::token::Token;
+
+/// The error a release that got no answer gives.
+fn release_failed(e: redis::RedisError) -> LockError {
+    match connection_failure(&e) {
+        // Nothing was sent: the outcome is known (it did not run).
+        Some(ConnectionFailure::Unreachable) | None => {
+            BackendError::with_source("release failed", e).into()
+        }
+        Some(ConnectionFailure::TimedOut | ConnectionFailure::Broken) => {
+            BackendError::outcome_unknown(
+                "the release was sent and no answer came back: its outcome is unknown \
+                 (if it did not run, the lease runs out by itself)",
+                Some(Box::new(e)),
+            )
+            .into()
+        }
+    }
+}
+
+/// `true` when a batched release that failed with `e` is sent again alone,
+/// as `send_release` re-sends its own: after a broken connection, and while
+/// a slot is being migrated (`TRYAGAIN`: the batch did not run).
+fn resend_release(e: &redis::RedisError) -> bool {
+    connection_failure(e) == Some(ConnectionFailure::Broken)
+        || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+}
 
 /// Command connections to one server (`.redis(..)`). Two multiplexed
 /// connections keep the server and the client busy at once: while the server
@@ -27,14 +51,26 @@ use crate::token::Token;
 const CONNECTIONS: usize = 2;
 
 mod all;
+mod batch;
+mod batched;
 mod connect;
+mod extend_many;
 mod notices;
+mod replicas;
 mod shared;
+
+use batch::Turn;
+use batch::{Batcher, OpError};
+use batched::Route;
+use replicas::wait_for_replicas;
 
 pub(crate) struct RedisBackend {
     /// One or [`CONNECTIONS`] handles; a key always uses the same one, so
     /// one key's commands stay in order and `WAIT` follows its writes.
     conns: Vec<Conn>,
+    /// The group commit of each handle in `conns` (see `batch.rs`); empty
+    /// where calls are not batched (a Redlock node).
+    batchers: Vec<Arc<Batcher>>,
     waiters: Arc<Registry>,
     notices: Notices,
     /// `PUBLISH`, or `SPUBLISH` on a cluster.
@@ -54,36 +90,38 @@ impl std::fmt::Debug for RedisBackend {
 impl RedisBackend {
     /// The connection for `names`' commands.
     pub(super) fn conn(&self, names: &KeyNames) -> Conn {
-        let i = match self.conns.len() {
+        self.conns[self.handle(names)].clone()
+    }
+
+    /// The index of `names`' connection handle.
+    fn handle(&self, names: &KeyNames) -> usize {
+        match self.conns.len() {
             1 => 0,
             n => usize::from(names.slot) % n,
-        };
-        self.conns[i].clone()
+        }
     }
 
     /// Waits for `n` replicas to acknowledge the writes made through `conn`
     /// (`WAIT` counts per connection). `Ok(())` when they did (or none are
     /// asked for).
     async fn replicated(&self, conn: &mut Conn) -> Result<(), LockError> {
-        let Some((wanted, timeout)) = self.replica_acks else {
-            return Ok(());
-        };
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(wanted)
-            .arg(millis(timeout))
-            .query_async(conn)
-            .await
-            .map_err(|e| {
-                BackendError::with_source("WAIT for replica acknowledgements failed", e)
-            })?;
-        if acked < i64::from(wanted) {
-            return Err(BackendError::new(format!(
-                "the lock was not replicated: {acked} of {wanted} required replicas acknowledged within {}",
-                humantime::format_duration(timeout)
-            ))
-            .into());
+        match self.replica_acks {
+            Some(acks) => wait_for_replicas(conn, acks).await,
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// [`Self::replicated`], or the answer a batch's one `WAIT` already
+    /// gave (`done`).
+    async fn replicated_or(
+        &self,
+        conn: &mut Conn,
+        done: Option<Result<(), String>>,
+    ) -> Result<(), LockError> {
+        match done {
+            Some(acked) => acked.map_err(|e| BackendError::new(e).into()),
+            None => self.replicated(conn).await,
+        }
     }
 
     /// `true` when hand-overs must be confirmed before use (replica acks).
@@ -104,6 +142,29 @@ impl RedisBackend {
             return self.acquire_shared(names, token, ttl, wait).await;
         }
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
+        let mut conn = self.conn(names);
+        let turn = match self.route(names) {
+            Route::Alone(turn) => turn,
+            Route::Queued(batcher) => {
+                let reply = batcher
+                    .submit(self.acquire_op(names, token, ttl, wait_ms))
+                    .await;
+                let answer = reply
+                    .answer
+                    .map_err(|e| e.into_lock_error("acquire failed"))?;
+                return self
+                    .acquired(
+                        names,
+                        token,
+                        ttl,
+                        wait,
+                        &mut conn,
+                        answer,
+                        Some(reply.replicated),
+                    )
+                    .await;
+            }
+        };
         // > 0: ours, with this fencing token; <= 0: busy for -answer ms.
         // Five names of about the lock's length, a token, four numbers.
         let leader = names.is_leader();
@@ -129,10 +190,27 @@ impl RedisBackend {
         if leader {
             cmd.arg(&names.label);
         }
-        let mut conn = self.conn(names);
-        let answer: redis::Value = run_script(&mut conn, &ACQUIRE, &cmd)
+        let answer = run_script(&mut conn, &ACQUIRE, &cmd).await;
+        drop(turn);
+        let answer = answer.map_err(|e| BackendError::with_source("acquire failed", e))?;
+        self.acquired(names, token, ttl, wait, &mut conn, answer, None)
             .await
-            .map_err(|e| BackendError::with_source("acquire failed", e))?;
+    }
+
+    /// What acquire.lua's `answer` means; with replica acks, waits for them
+    /// (unless a batch did: `replicated`) and gives the lock back if too few
+    /// came.
+    #[allow(clippy::too_many_arguments)]
+    async fn acquired(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        wait: Duration,
+        conn: &mut Conn,
+        answer: redis::Value,
+        replicated: Option<Result<(), String>>,
+    ) -> Result<AcquireOutcome, LockError> {
         let answer = match answer {
             redis::Value::Int(n) if n > 0 => n,
             redis::Value::Int(n) => {
@@ -153,7 +231,7 @@ impl RedisBackend {
             _ => return Err(BackendError::new("acquire: unexpected answer").into()),
         };
         if self.replica_acks.is_some()
-            && let Err(e) = self.replicated(&mut conn).await
+            && let Err(e) = self.replicated_or(conn, replicated).await
         {
             // Not durable enough: give it back before saying no.
             let _ = self.release(names, token, ttl, !wait.is_zero()).await;
@@ -170,6 +248,22 @@ impl RedisBackend {
         token: &Token,
         ttl: Duration,
     ) -> Result<bool, LockError> {
+        let mut conn = self.conn(names);
+        let turn = match self.route(names) {
+            Route::Alone(turn) => turn,
+            Route::Queued(batcher) => {
+                let reply = batcher.submit(Self::extend_op(names, token, ttl)).await;
+                let extended = reply
+                    .answer
+                    .map_err(|e| e.into_lock_error("extend failed"))?;
+                let extended = matches!(extended, redis::Value::Int(1));
+                if extended {
+                    self.replicated_or(&mut conn, Some(reply.replicated))
+                        .await?;
+                }
+                return Ok(extended);
+            }
+        };
         let (script, cmd) = if names.shape == Shape::Mutex {
             let leader = names.is_leader();
             let mut cmd = evalsha(
@@ -187,10 +281,9 @@ impl RedisBackend {
         } else {
             (&*SHARED, self.extend_shared_cmd(names, token, ttl))
         };
-        let mut conn = self.conn(names);
-        let extended: i64 = run_script(&mut conn, script, &cmd)
-            .await
-            .map_err(|e| BackendError::with_source("extend failed", e))?;
+        let extended = run_script(&mut conn, script, &cmd).await;
+        drop(turn);
+        let extended: i64 = extended.map_err(|e| BackendError::with_source("extend failed", e))?;
         if extended == 1 {
             self.replicated(&mut conn).await?;
         }
@@ -235,33 +328,32 @@ impl RedisBackend {
         if names.shape != Shape::Mutex {
             return self.release_shared(names, token, ttl, dequeue).await;
         }
-        let member = if dequeue {
-            format!("{}:{}", token.as_str(), millis(ttl))
-        } else {
-            String::new()
+        let (answer, resent) = match self.route(names) {
+            Route::Alone(turn) => {
+                let cmd = self.release_cmd(names, token, ttl, dequeue);
+                self.send_release(names, &RELEASE, &cmd, false, turn)
+                    .await?
+            }
+            Route::Queued(batcher) => {
+                let reply = batcher
+                    .submit(self.release_op(names, token, ttl, dequeue))
+                    .await;
+                match reply.answer {
+                    Ok(answer) => (answer, self.is_cluster()),
+                    // As a release sent alone: once more after a broken
+                    // connection (the batch may have run: a "not ours" may
+                    // be its doing), and while the slot is being migrated.
+                    Err(OpError::Call(e)) if resend_release(&e) => {
+                        let broken = connection_failure(&e) == Some(ConnectionFailure::Broken);
+                        let cmd = self.release_cmd(names, token, ttl, dequeue);
+                        self.send_release(names, &RELEASE, &cmd, broken, None)
+                            .await?
+                    }
+                    Err(OpError::Call(e)) => return Err(release_failed(e)),
+                    Err(e) => return Err(e.into_lock_error("release failed")),
+                }
+            }
         };
-        // Four names of about the lock's length, a token, a queue entry, flags.
-        let leader = names.is_leader();
-        let mut cmd = evalsha(
-            &RELEASE,
-            if leader { 6 } else { 4 },
-            12,
-            7 * names.lock.len() + 96,
-        );
-        cmd.arg(&names.lock)
-            .arg(names.fence())
-            .arg(&names.queue)
-            .arg(names.deadlines());
-        if leader {
-            cmd.arg(&names.record).arg(&names.labels);
-        }
-        cmd.arg(token.as_str())
-            .arg(&names.notice)
-            .arg(millis(HANDOFF_LEASE))
-            .arg(member)
-            .arg(self.publish)
-            .arg(if self.announce_free { "1" } else { "0" });
-        let (answer, resent) = self.send_release(names, &RELEASE, &cmd).await?;
         match answer {
             redis::Value::Int(1) => Ok(Released::Yes),
             redis::Value::Array(items) if !items.is_empty() => {
@@ -287,18 +379,24 @@ impl RedisBackend {
     /// Sends a release script (`script`, as `cmd`) on `names`' connection,
     /// re-sending it once after a broken connection and while its slot is
     /// being migrated. `resent`: a copy may have run before this answer (so
-    /// a "not ours" may be its doing).
+    /// a "not ours" may be its doing). `turn`: the connection's turn of a
+    /// lone call (see `batch.rs`), given up once the first copy answered.
     pub(super) async fn send_release(
         &self,
         names: &KeyNames,
         script: &redis::Script,
         cmd: &redis::Cmd,
+        resent: bool,
+        turn: Option<Turn>,
     ) -> Result<(redis::Value, bool), LockError> {
         let mut conn = self.conn(names);
         // The cluster driver re-sends a request whose connection broke by
         // itself, so there a "not ours" may always follow a lost copy.
-        let mut resent = matches!(conn, Conn::Cluster(_));
+        let mut resent = resent || matches!(conn, Conn::Cluster(_));
         let mut answer = run_script(&mut conn, script, cmd).await;
+        // The connection's batch may go now: the re-sends below may take
+        // seconds (a slot in migration) and need not hold it up.
+        drop(turn);
         if let Err(e) = &answer
             && connection_failure(e) == Some(ConnectionFailure::Broken)
         {
@@ -322,104 +420,7 @@ impl RedisBackend {
             retry.pause().await;
             answer = run_script(&mut conn, script, cmd).await;
         }
-        let answer: redis::Value = answer.map_err(|e| match connection_failure(&e) {
-            // Nothing was sent: the outcome is known (it did not run).
-            Some(ConnectionFailure::Unreachable) | None => {
-                BackendError::with_source("release failed", e)
-            }
-            Some(ConnectionFailure::TimedOut | ConnectionFailure::Broken) => {
-                BackendError::outcome_unknown(
-                    "the release was sent and no answer came back: its outcome is unknown \
-                     (if it did not run, the lease runs out by itself)",
-                    Some(Box::new(e)),
-                )
-            }
-        })?;
-        Ok((answer, resent))
-    }
-
-    pub(crate) async fn extend_many(
-        &self,
-        leases: &[(&KeyNames, &Token, Duration)],
-    ) -> Result<Vec<bool>, LockError> {
-        if !matches!(self.conns[0], Conn::Cluster(_)) {
-            return self.extend_batch(leases).await;
-        }
-        // A cluster runs a script only on keys of one slot: one call per slot.
-        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
-        for (i, (names, ..)) in leases.iter().enumerate() {
-            by_slot.entry(names.slot).or_default().push(i);
-        }
-        let answers = futures_util::future::join_all(by_slot.values().map(|indices| {
-            let group: Vec<_> = indices.iter().map(|i| leases[*i]).collect();
-            async move { self.extend_batch(&group).await }
-        }))
-        .await;
-        let mut extended = vec![false; leases.len()];
-        for (indices, answer) in by_slot.values().zip(answers) {
-            for (i, e) in indices.iter().zip(answer?) {
-                extended[*i] = e;
-            }
-        }
-        Ok(extended)
-    }
-
-    async fn extend_batch(
-        &self,
-        leases: &[(&KeyNames, &Token, Duration)],
-    ) -> Result<Vec<bool>, LockError> {
-        let batched = |names: &KeyNames| names.shape == Shape::Mutex && !names.is_leader();
-        if leases.iter().any(|(names, ..)| !batched(names)) {
-            // Readers', permits' and leaders' leases: one call each (their
-            // sets are renewed by `shared.lua`, a leader's record with its
-            // lease by `extend.lua`), the mutexes' in one batch.
-            let (mutexes, others): (Vec<usize>, Vec<usize>) =
-                (0..leases.len()).partition(|i| batched(leases[*i].0));
-            let batch: Vec<_> = mutexes.iter().map(|i| leases[*i]).collect();
-            let (batched, singles) = futures_util::future::join(
-                Box::pin(self.extend_batch(&batch)),
-                futures_util::future::join_all(others.iter().map(|i| {
-                    let (names, token, ttl) = leases[*i];
-                    self.extend(names, token, ttl)
-                })),
-            )
-            .await;
-            let mut extended = vec![false; leases.len()];
-            for (i, e) in mutexes.iter().zip(batched?) {
-                extended[*i] = e;
-            }
-            for (i, e) in others.iter().zip(singles) {
-                extended[*i] = e?;
-            }
-            return Ok(extended);
-        }
-        let Some((first, ..)) = leases.first() else {
-            return Ok(Vec::new());
-        };
-        let mut cmd = evalsha(
-            &EXTEND_MANY,
-            leases.len(),
-            3 * leases.len(),
-            leases.len() * (first.lock.len() + 48),
-        );
-        for (names, ..) in leases {
-            cmd.arg(&names.lock);
-        }
-        for (_, token, ttl) in leases {
-            cmd.arg(token.as_str()).arg(millis(*ttl));
-        }
-        let mut conn = self.conn(first);
-        let extended: Vec<i64> = run_script(&mut conn, &EXTEND_MANY, &cmd)
-            .await
-            .map_err(|e| BackendError::with_source("batched extend failed", e))?;
-        if extended.len() != leases.len() {
-            return Err(BackendError::new("batched extend: wrong number of answers").into());
-        }
-        if extended.contains(&1) {
-            // Unconfirmed by replicas: the watchdog retries until the lease ends.
-            self.replicated(&mut conn).await?;
-        }
-        Ok(extended.into_iter().map(|e| e == 1).collect())
+        Ok((answer.map_err(release_failed)?, resent))
     }
 
     /// Deletes a key as an operator would (`DEL`), for tests.

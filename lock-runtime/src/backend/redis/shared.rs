@@ -114,7 +114,7 @@ impl RedisBackend {
     ) -> Result<Released, LockError> {
         let mut cmd = self.shared_cmd("release", names, token, ttl);
         cmd.arg(if dequeue { "1" } else { "0" });
-        let (answer, resent) = self.send_release(names, &SHARED, &cmd).await?;
+        let (answer, resent) = self.send_release(names, &SHARED, &cmd, false, None).await?;
         let answer = match answer {
             redis::Value::Array(items) => items,
             _ => Vec::new(),

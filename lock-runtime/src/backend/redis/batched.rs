@@ -1,0 +1,174 @@
+//! How a mutex's acquire, release and extend reach the group commit of
+//! their connection handle ([`super::batch`]): alone when nothing is in
+//! flight there, else queued for the next batch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::super::HANDOFF_LEASE;
+use super::super::scripts::{RELEASE, evalsha, millis};
+use super::RedisBackend;
+use super::batch::{BatchStats, Batcher, Op, OpError, OpKind, Turn};
+use crate::LockError;
+use crate::error::BackendError;
+use crate::key::{KeyNames, Shape};
+use crate::token::Token;
+
+/// Where a call goes.
+pub(super) enum Route {
+    /// Out at once with its own script; the turn (if batched calls share
+    /// the handle) is held until its answer.
+    Alone(Option<Turn>),
+    /// Into the handle's next batch.
+    Queued(Arc<Batcher>),
+}
+
+impl OpError {
+    /// The error the op's own script call would have given, under `context`.
+    pub(super) fn into_lock_error(self, context: &str) -> LockError {
+        match self {
+            OpError::Call(e) => BackendError::with_source(context.to_owned(), e).into(),
+            OpError::Script(message) => BackendError::new(format!("{context}: {message}")).into(),
+        }
+    }
+}
+
+impl RedisBackend {
+    /// Where a call on `names` goes: only a mutex's (not a leader
+    /// election's) calls are batched, and not on a Redlock node.
+    pub(super) fn route(&self, names: &KeyNames) -> Route {
+        if names.shape != Shape::Mutex || names.is_leader() {
+            return Route::Alone(None);
+        }
+        let Some(batcher) = self.batchers.get(self.handle(names)) else {
+            return Route::Alone(None);
+        };
+        match batcher.try_turn() {
+            Some(turn) => Route::Alone(Some(turn)),
+            None => Route::Queued(batcher.clone()),
+        }
+    }
+
+    /// Batched calls and ops so far, over every handle.
+    pub(crate) fn batch_stats(&self) -> BatchStats {
+        self.batchers
+            .iter()
+            .map(|b| b.stats())
+            .fold(BatchStats::default(), |a, b| BatchStats {
+                calls: a.calls + b.calls,
+                ops: a.ops + b.ops,
+                largest: a.largest.max(b.largest),
+            })
+    }
+
+    /// An acquire as a batched op (acquire.lua's keys and arguments).
+    pub(super) fn acquire_op(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        wait_ms: u64,
+    ) -> Op {
+        Op {
+            kind: OpKind::Acquire,
+            slot: names.slot,
+            keys: vec![
+                names.lock.clone(),
+                names.fence(),
+                names.queue.clone(),
+                names.deadlines(),
+            ],
+            args: vec![
+                token.as_str().to_owned(),
+                millis(ttl).to_string(),
+                wait_ms.to_string(),
+                names.notice.clone(),
+                millis(HANDOFF_LEASE).to_string(),
+                self.publish.to_owned(),
+            ],
+        }
+    }
+
+    /// An extend as a batched op (extend.lua's keys and arguments).
+    pub(super) fn extend_op(names: &KeyNames, token: &Token, ttl: Duration) -> Op {
+        Op {
+            kind: OpKind::Extend,
+            slot: names.slot,
+            keys: vec![names.lock.clone()],
+            args: vec![token.as_str().to_owned(), millis(ttl).to_string()],
+        }
+    }
+
+    /// release.lua's arguments after the keys.
+    fn release_args(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        dequeue: bool,
+    ) -> [String; 6] {
+        let member = if dequeue {
+            format!("{}:{}", token.as_str(), millis(ttl))
+        } else {
+            String::new()
+        };
+        [
+            token.as_str().to_owned(),
+            names.notice.clone(),
+            millis(HANDOFF_LEASE).to_string(),
+            member,
+            self.publish.to_owned(),
+            if self.announce_free { "1" } else { "0" }.to_owned(),
+        ]
+    }
+
+    /// A release as a batched op (release.lua's keys and arguments).
+    pub(super) fn release_op(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        dequeue: bool,
+    ) -> Op {
+        Op {
+            kind: OpKind::Release,
+            slot: names.slot,
+            keys: vec![
+                names.lock.clone(),
+                names.fence(),
+                names.queue.clone(),
+                names.deadlines(),
+            ],
+            args: self.release_args(names, token, ttl, dequeue).to_vec(),
+        }
+    }
+
+    /// release.lua as its own call.
+    pub(super) fn release_cmd(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        dequeue: bool,
+    ) -> redis::Cmd {
+        // Four names of about the lock's length, a token, a queue entry, flags.
+        let leader = names.is_leader();
+        let mut cmd = evalsha(
+            &RELEASE,
+            if leader { 6 } else { 4 },
+            12,
+            7 * names.lock.len() + 96,
+        );
+        cmd.arg(&names.lock)
+            .arg(names.fence())
+            .arg(&names.queue)
+            .arg(names.deadlines());
+        if leader {
+            cmd.arg(&names.record).arg(&names.labels);
+        }
+        for arg in self.release_args(names, token, ttl, dequeue) {
+            cmd.arg(arg);
+        }
+        cmd
+    }
+}

@@ -1,0 +1,97 @@
+//! The watchdog's renewals in one call per connection and hash slot
+//! (extend_many.lua), and the leases that cannot join one.
+
+use super::super::conn::Conn;
+use super::super::scripts::{EXTEND_MANY, evalsha, millis, run_script};
+use super::RedisBackend;
+use crate::LockError;
+use crate::error::BackendError;
+use crate::key::{KeyNames, Shape};
+use crate::token::Token;
+use std::time::Duration;
+
+impl RedisBackend {
+    pub(crate) async fn extend_many(
+        &self,
+        leases: &[(&KeyNames, &Token, Duration)],
+    ) -> Result<Vec<bool>, LockError> {
+        if !matches!(self.conns[0], Conn::Cluster(_)) {
+            return self.extend_batch(leases).await;
+        }
+        // A cluster runs a script only on keys of one slot: one call per slot.
+        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (i, (names, ..)) in leases.iter().enumerate() {
+            by_slot.entry(names.slot).or_default().push(i);
+        }
+        let answers = futures_util::future::join_all(by_slot.values().map(|indices| {
+            let group: Vec<_> = indices.iter().map(|i| leases[*i]).collect();
+            async move { self.extend_batch(&group).await }
+        }))
+        .await;
+        let mut extended = vec![false; leases.len()];
+        for (indices, answer) in by_slot.values().zip(answers) {
+            for (i, e) in indices.iter().zip(answer?) {
+                extended[*i] = e;
+            }
+        }
+        Ok(extended)
+    }
+
+    async fn extend_batch(
+        &self,
+        leases: &[(&KeyNames, &Token, Duration)],
+    ) -> Result<Vec<bool>, LockError> {
+        let batched = |names: &KeyNames| names.shape == Shape::Mutex && !names.is_leader();
+        if leases.iter().any(|(names, ..)| !batched(names)) {
+            // Readers', permits' and leaders' leases: one call each (their
+            // sets are renewed by `shared.lua`, a leader's record with its
+            // lease by `extend.lua`), the mutexes' in one batch.
+            let (mutexes, others): (Vec<usize>, Vec<usize>) =
+                (0..leases.len()).partition(|i| batched(leases[*i].0));
+            let batch: Vec<_> = mutexes.iter().map(|i| leases[*i]).collect();
+            let (batched, singles) = futures_util::future::join(
+                Box::pin(self.extend_batch(&batch)),
+                futures_util::future::join_all(others.iter().map(|i| {
+                    let (names, token, ttl) = leases[*i];
+                    self.extend(names, token, ttl)
+                })),
+            )
+            .await;
+            let mut extended = vec![false; leases.len()];
+            for (i, e) in mutexes.iter().zip(batched?) {
+                extended[*i] = e;
+            }
+            for (i, e) in others.iter().zip(singles) {
+                extended[*i] = e?;
+            }
+            return Ok(extended);
+        }
+        let Some((first, ..)) = leases.first() else {
+            return Ok(Vec::new());
+        };
+        let mut cmd = evalsha(
+            &EXTEND_MANY,
+            leases.len(),
+            3 * leases.len(),
+            leases.len() * (first.lock.len() + 48),
+        );
+        for (names, ..) in leases {
+            cmd.arg(&names.lock);
+        }
+        for (_, token, ttl) in leases {
+            cmd.arg(token.as_str()).arg(millis(*ttl));
+        }
+        let mut conn = self.conn(first);
+        let extended: Vec<i64> = run_script(&mut conn, &EXTEND_MANY, &cmd)
+            .await
+            .map_err(|e| BackendError::with_source("batched extend failed", e))?;
+        if extended.len() != leases.len() {
+            return Err(BackendError::new("batched extend: wrong number of answers").into());
+        }
+        if extended.contains(&1) {
+            // Unconfirmed by replicas: the watchdog retries until the lease ends.
+            self.replicated(&mut conn).await?;
+        }
+        Ok(extended.into_iter().map(|e| e == 1).collect())
+    }
+}
