@@ -8,28 +8,22 @@
 //!   when not root), then runs
 //!   `cargo test --workspace --all-features [ARGS]`.
 //! * `cargo xtask lint`: `cargo fmt --check`; clippy with `-D warnings` on the
-//!   workspace and on every feature combination of `lock-runtime`; rustdoc
-//!   with `-D warnings` for the same combinations.
+//!   workspace (every feature) and on `lock-runtime` with no feature and with
+//!   each feature alone; rustdoc with `-D warnings` for the same sets.
 //! * `cargo xtask ci`: `lint`, then `test`.
 //! * `cargo xtask deps`: only the installation step.
 
 use std::process::{Command, ExitCode};
 
-/// The feature combinations of `lock-runtime` that users can pick, each
-/// linted and documented on its own (`--no-default-features --features F`;
-/// `macros` alone is the default set).
-const FEATURE_SETS: &[&str] = &[
-    "",
-    "macros",
-    "axum",
-    "tls",
-    "metrics",
-    "axum,tls",
-    "macros,axum",
-    "axum,metrics",
-    "postgres",
-    "postgres,axum",
-];
+/// The feature sets of `lock-runtime` linted and documented on their own
+/// (`--no-default-features --features F`), besides `--all-features` on the
+/// whole workspace: none, and each feature alone (`macros` alone is the
+/// default set). Pairs add nothing: every `cfg` in the crate names one
+/// feature (`cfg(feature = "x")` or its `not`), so an item compiled under
+/// a pair is compiled under one of its features alone with fewer users, and
+/// what a pair leaves unused or broken that one alone does not, all of them
+/// together (`--all-features`) shows.
+const FEATURE_SETS: &[&str] = &["", "macros", "axum", "tls", "metrics", "postgres"];
 
 /// Commands the tests run, and the Debian package that provides each.
 const TOOLS: &[(&str, &str)] = &[
@@ -72,7 +66,7 @@ fn main() -> ExitCode {
 fn usage() -> &'static str {
     "usage: cargo xtask <task>\n  \
      test [ARGS]  install what the tests need, then cargo test --workspace --all-features [ARGS]\n  \
-     lint         fmt --check, clippy -D warnings and rustdoc on every feature set\n  \
+     lint         fmt --check, clippy -D warnings and rustdoc on each feature set\n  \
      ci           deps, lint, then test (what .ci/run runs)\n  \
      deps         only install what the tests need"
 }
