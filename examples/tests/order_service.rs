@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use test_support::{PostgresServer, RedisServer, free_port, signal};
+#[cfg(feature = "postgres")]
+use test_support::PostgresServer;
+use test_support::{RedisServer, free_port, signal};
 
 const BIN: &str = env!("CARGO_BIN_EXE_order-service");
 
@@ -267,6 +269,7 @@ async fn without_redis_one_instance_pays_aliases_of_one_order_once() {
     assert_one_paid_rest_conflict(&pay_all(&http, &pays).await);
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_postgres_two_instances_share_orders_and_pay_each_once() {
     let (redis, postgres) = (RedisServer::start(), PostgresServer::start());

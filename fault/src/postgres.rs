@@ -79,11 +79,9 @@ impl PgRecord {
         worker: u32,
         op: u64,
     ) -> Result<ReadResult, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        if !fenced(&mut tx, key, fence, fencing).await? {
-            self.refused(tx, key).await?;
+        let Some(mut tx) = self.begin_fenced(key, fence, fencing).await? else {
             return Ok(ReadResult::Rejected);
-        }
+        };
         let (version, counter, at): (i64, i64, i64) = sqlx::query_as(
             "UPDATE fault_record SET max_fence = GREATEST(max_fence, $2), at = at + 1
              WHERE key = $1 RETURNING version, counter, at",
@@ -114,11 +112,9 @@ impl PgRecord {
         version: u64,
         counter: u64,
     ) -> Result<WriteResult, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        if !fenced(&mut tx, key, fence, fencing).await? {
-            self.refused(tx, key).await?;
+        let Some(mut tx) = self.begin_fenced(key, fence, fencing).await? else {
             return Ok(WriteResult::Rejected);
-        }
+        };
         // The row lock orders this write among every other access of the key.
         let (seq, max_before): (i64, i64) = sqlx::query_as(
             "SELECT version + 1, max_fence FROM fault_record WHERE key = $1 FOR UPDATE",
@@ -152,39 +148,35 @@ impl PgRecord {
         Ok(WriteResult::Accepted(nat(seq)))
     }
 
-    /// Rolls the refused transaction back, then counts the refusal.
-    async fn refused(
+    /// A transaction that starts with `fence::postgres` (with fencing on);
+    /// `None` when the token is stale: the transaction is rolled back and
+    /// the refusal counted.
+    async fn begin_fenced(
         &self,
-        tx: sqlx::Transaction<'static, sqlx::Postgres>,
         key: &str,
-    ) -> Result<(), sqlx::Error> {
+        fence: u64,
+        fencing: bool,
+    ) -> Result<Option<sqlx::Transaction<'static, sqlx::Postgres>>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        if !fencing {
+            return Ok(Some(tx));
+        }
+        match lock_runtime::fence::postgres(&mut tx, key, fence).await {
+            Ok(()) => return Ok(Some(tx)),
+            Err(lock_runtime::LockError::Stale { .. }) => {}
+            Err(e) => {
+                return Err(sqlx::Error::Protocol(format!(
+                    "fence: {}",
+                    test_support::error_chain(&e)
+                )));
+            }
+        }
         tx.rollback().await?;
         sqlx::query("UPDATE fault_record SET rejected = rejected + 1 WHERE key = $1")
             .bind(key)
             .execute(&self.pool)
             .await?;
-        Ok(())
-    }
-}
-
-/// With fencing on, `fence::postgres` first in the transaction: `false` when
-/// the token is stale (the caller rolls back).
-async fn fenced(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    key: &str,
-    fence: u64,
-    fencing: bool,
-) -> Result<bool, sqlx::Error> {
-    if !fencing {
-        return Ok(true);
-    }
-    match lock_runtime::fence::postgres(tx, key, fence).await {
-        Ok(()) => Ok(true),
-        Err(lock_runtime::LockError::Stale { .. }) => Ok(false),
-        Err(e) => Err(sqlx::Error::Protocol(format!(
-            "fence: {}",
-            test_support::error_chain(&e)
-        ))),
+        Ok(None)
     }
 }
 

@@ -26,6 +26,21 @@ async fn stores(server: &RedisServer, fencing: bool) -> (Store, Store) {
     (a, b)
 }
 
+/// Worker 1 reads with token 5, worker 2 reads with 6 and writes (accepted),
+/// then worker 1 writes with its older token: its store, and what its
+/// write got.
+async fn older_writes_after_newer(server: &RedisServer, fencing: bool) -> (Store, WriteResult) {
+    let (a, b) = stores(server, fencing).await;
+    assert_eq!(a.read(KEY, 5, 10).await.unwrap(), ok(0, 0));
+    assert_eq!(b.read(KEY, 6, 20).await.unwrap(), ok(0, 0));
+    assert_eq!(
+        b.write(KEY, 6, 20, 0, 1).await.unwrap(),
+        WriteResult::Accepted(1)
+    );
+    let stale = a.write(KEY, 5, 10, 0, 1).await.unwrap();
+    (a, stale)
+}
+
 fn record(server: &RedisServer) -> store::Record {
     let client = redis::Client::open(server.url()).expect("a client");
     let mut conn = client.get_connection().expect("a connection");
@@ -41,17 +56,8 @@ fn a_holders_write_after_a_newer_holders_read_is_refused_by_fence_redis_and_noth
  {
     let server = RedisServer::start();
     runtime().block_on(async {
-        let (a, b) = stores(&server, true).await;
-        assert_eq!(a.read(KEY, 5, 10).await.unwrap(), ok(0, 0));
-        assert_eq!(b.read(KEY, 6, 20).await.unwrap(), ok(0, 0));
-        assert_eq!(
-            b.write(KEY, 6, 20, 0, 1).await.unwrap(),
-            WriteResult::Accepted(1)
-        );
-        assert_eq!(
-            a.write(KEY, 5, 10, 0, 1).await.unwrap(),
-            WriteResult::Rejected
-        );
+        let (_, stale) = older_writes_after_newer(&server, true).await;
+        assert_eq!(stale, WriteResult::Rejected);
         // The record the library keeps is the one that refused it.
         let mut conn = redis::Client::open(server.url())
             .unwrap()
@@ -112,17 +118,8 @@ fn a_writer_is_refused_once_a_newer_reader_has_read_and_older_readers_once_a_new
 fn without_fencing_the_same_store_takes_the_stale_write_and_the_checker_sees_its_lower_token() {
     let server = RedisServer::start();
     runtime().block_on(async {
-        let (a, b) = stores(&server, false).await;
-        assert_eq!(a.read(KEY, 5, 10).await.unwrap(), ok(0, 0));
-        assert_eq!(b.read(KEY, 6, 20).await.unwrap(), ok(0, 0));
-        assert_eq!(
-            b.write(KEY, 6, 20, 0, 1).await.unwrap(),
-            WriteResult::Accepted(1)
-        );
-        assert_eq!(
-            a.write(KEY, 5, 10, 0, 1).await.unwrap(),
-            WriteResult::Accepted(2)
-        );
+        let (a, stale) = older_writes_after_newer(&server, false).await;
+        assert_eq!(stale, WriteResult::Accepted(2));
         assert_eq!(a.read(KEY, 4, 11).await.unwrap(), ok(2, 1));
     });
     let r = record(&server);

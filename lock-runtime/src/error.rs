@@ -36,6 +36,9 @@ pub enum LockError {
     #[error(transparent)]
     Backend(#[from] BackendError),
     /// The client or request configuration is invalid (bad URL, zero TTL, ...).
+    /// For the misuse cases callers match on (zero permits, a write inside a
+    /// read, a key named twice in `lock_all`), [`LockError::config_reason`]
+    /// says which one it is.
     #[error("invalid lock configuration: {0}")]
     Config(String),
     /// `#[distributed_lock]` without `client = ...` ran before a global client was
@@ -107,6 +110,34 @@ impl LockError {
         matches!(self, Self::NoClient)
     }
 
+    /// Which misuse a [`LockError::Config`] reports, for the cases callers
+    /// match on; `None` for other errors and other configuration problems.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::{ConfigReason, LockClient};
+    ///
+    /// let client = LockClient::builder().memory().build().await?;
+    /// let e = client.semaphore("exports", 0).acquire().await.unwrap_err();
+    /// assert_eq!(e.config_reason(), Some(ConfigReason::ZeroPermits));
+    /// # Ok(()) }
+    /// ```
+    pub fn config_reason(&self) -> Option<ConfigReason> {
+        let Self::Config(message) = self else {
+            return None;
+        };
+        ConfigReason::ALL
+            .into_iter()
+            .find(|reason| message.starts_with(reason.opening()))
+    }
+
+    /// A [`LockError::Config`] for `reason`: its message opens with the
+    /// reason's fixed text, then `detail`.
+    pub(crate) fn misuse(reason: ConfigReason, detail: impl std::fmt::Display) -> Self {
+        Self::Config(format!("{}: {detail}", reason.opening()))
+    }
+
     /// How long to wait before retrying, for errors where that is known.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -118,6 +149,44 @@ impl LockError {
     pub(crate) fn lost(key: &str) -> Self {
         Self::Lost {
             key: key.to_owned(),
+        }
+    }
+}
+
+/// The misuse behind a [`LockError::Config`], for the cases callers match
+/// on: see [`LockError::config_reason`]. Each is a mistake in the calling
+/// code, not in the environment, and fails at once, before any server is
+/// asked.
+///
+/// `LockError::Config` keeps its message (a `String`, as before); the reason
+/// is read from the fixed text each of these messages opens with, so a
+/// message is all a reason needs and the variant stays matchable as
+/// `LockError::Config(message)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConfigReason {
+    /// A semaphore asked for with zero permits: nobody could ever hold it.
+    ZeroPermits,
+    /// A write lock asked for by a task that holds a read lock on the same
+    /// key: it would wait for itself.
+    WriteInsideRead,
+    /// A key named more than once in one `lock_all`.
+    KeyNamedTwice,
+}
+
+impl ConfigReason {
+    const ALL: [Self; 3] = [
+        Self::ZeroPermits,
+        Self::WriteInsideRead,
+        Self::KeyNamedTwice,
+    ];
+
+    /// The fixed text the reason's message opens with.
+    fn opening(self) -> &'static str {
+        match self {
+            Self::ZeroPermits => "a semaphore with zero permits",
+            Self::WriteInsideRead => "a write lock inside a read lock of the same task",
+            Self::KeyNamedTwice => "a key named more than once in lock_all",
         }
     }
 }
@@ -293,6 +362,20 @@ mod tests {
             assert!(!backend.is_outcome_unknown(), "{kind:?}");
             assert!(LockError::Backend(backend).is_connection());
         }
+    }
+
+    #[test]
+    fn each_misuse_is_read_back_from_its_config_error_and_nothing_else_is() {
+        for reason in ConfigReason::ALL {
+            let e = LockError::misuse(reason, "\"k\"");
+            assert!(e.is_config());
+            assert_eq!(e.config_reason(), Some(reason), "{e}");
+        }
+        assert_eq!(
+            LockError::Config("invalid Redis URL: nope".into()).config_reason(),
+            None
+        );
+        assert_eq!(LockError::lost("k").config_reason(), None);
     }
 
     #[test]

@@ -147,7 +147,7 @@ pub use client::{
     MAX_LOCK_ALL_KEYS, RwLockRequest,
 };
 pub use context::{LockInfo, current_lock};
-pub use error::{BackendError, LockError};
+pub use error::{BackendError, ConfigReason, LockError};
 pub use global::{global_client, set_global_client};
 pub use guard::LockGuard;
 pub use key::escape_key_part;

@@ -1,25 +1,18 @@
 //! `lockctl` against a real `redis-server`: inspect, list, force-release,
 //! and one-line errors with a non-zero exit for bad input.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use lock_runtime::LockClient;
 use test_support::RedisServer;
 
-fn lockctl(url: &str, args: &[&str], stdin: &str) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    command
-        .arg("--redis")
-        .arg(url)
-        .args(args)
-        .env_remove("REDIS_URL")
-        .stderr(Stdio::piped());
-    test_support::output_with_input(&mut command, stdin).expect("lockctl runs")
-}
+mod common;
 
-fn text(out: &[u8]) -> String {
-    String::from_utf8_lossy(out).into_owned()
+use common::text;
+
+fn lockctl(url: &str, args: &[&str], stdin: &str) -> Output {
+    common::lockctl(&["--redis", url], args, stdin)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

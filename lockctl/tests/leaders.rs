@@ -1,20 +1,17 @@
 //! `lockctl leaders` against a real `redis-server`: the elected leaders as
 //! a table and as JSON, filtered by prefix.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use lock_runtime::LockClient;
 use test_support::RedisServer;
 
+mod common;
+
+use common::text;
+
 fn lockctl(url: &str, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    command
-        .arg("--redis")
-        .arg(url)
-        .args(args)
-        .env_remove("REDIS_URL")
-        .stderr(Stdio::piped());
-    test_support::output_with_input(&mut command, "").expect("lockctl runs")
+    common::lockctl(&["--redis", url], args, "")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,12 +35,8 @@ async fn leaders_lists_each_elected_leader_with_its_label_and_term() {
     let _lock = client.lock("job:nightly").acquire().await.unwrap();
 
     let out = lockctl(&url, &["leaders"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
     let lines: Vec<_> = table.lines().collect();
     assert!(lines[0].starts_with("NAME"), "{table}");
     assert_eq!(lines.len(), 3, "{table}");

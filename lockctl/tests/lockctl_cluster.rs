@@ -3,24 +3,19 @@
 //! line, `--json` for scripts, and `force-release` raises the key's fence
 //! so the evicted holder's next fenced write is refused.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use lock_runtime::fence;
 use test_support::topology::{Cluster, Topology};
 
-fn lockctl(cluster: &Cluster, args: &[&str], stdin: &str) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    command.env_remove("REDIS_URL").stderr(Stdio::piped());
-    for seed in cluster.seed_urls().iter().take(1) {
-        command.arg("--cluster").arg(seed);
-    }
-    command.args(args);
-    test_support::output_with_input(&mut command, stdin).expect("lockctl runs")
-}
+mod common;
 
-fn text(out: &[u8]) -> String {
-    String::from_utf8_lossy(out).into_owned()
+use common::text;
+
+fn lockctl(cluster: &Cluster, args: &[&str], stdin: &str) -> Output {
+    let seed = &cluster.seed_urls()[0];
+    common::lockctl(&["--cluster", seed], args, stdin)
 }
 
 fn json(out: &Output) -> serde_json::Value {

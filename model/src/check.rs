@@ -48,6 +48,22 @@ where
     Some(state)
 }
 
+/// [`Model::next_state`] ([`next_state`]) and [`Model::within_boundary`]
+/// (the clock, [`Narrate::now`], at most `$horizon`) of a [`Narrate`]
+/// model, written inside its `impl Model`.
+macro_rules! narrated_steps {
+    ($horizon:expr) => {
+        fn next_state(&self, last: &Self::State, action: Self::Action) -> Option<Self::State> {
+            $crate::check::next_state(self, last, action)
+        }
+
+        fn within_boundary(&self, s: &Self::State) -> bool {
+            <Self as $crate::check::Narrate>::now(s) <= $horizon
+        }
+    };
+}
+pub(crate) use narrated_steps;
+
 /// [`Model::actions`]' order, shared by the models: the `urgent` actions
 /// first (a step the system takes before time passes), then the `lazy` ones,
 /// then `tick` when nothing is urgent and the system is `busy`.

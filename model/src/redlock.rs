@@ -282,13 +282,7 @@ impl Model for RedlockModel {
         check::schedule(out, urgent, lazy, busy, Action::Tick);
     }
 
-    fn next_state(&self, last: &State, a: Action) -> Option<State> {
-        check::next_state(self, last, a)
-    }
-
-    fn within_boundary(&self, s: &State) -> bool {
-        s.now <= 8
-    }
+    check::narrated_steps!(8);
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![

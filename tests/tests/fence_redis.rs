@@ -9,7 +9,7 @@ use std::time::Duration;
 use lock_runtime::{LockClient, LockError, fence};
 use redis::aio::ConnectionLike;
 use test_support::RedisServer;
-use test_support::helpers::{fixed_lease, key, ms, secs};
+use test_support::helpers::{default_redis_client, fixed_lease, key, ms, secs};
 use test_support::topology::{Cluster, Topology};
 
 /// A lock client and a connection to the data, on one deployment.
@@ -21,11 +21,7 @@ struct Env<C> {
 
 async fn single() -> Env<redis::aio::MultiplexedConnection> {
     let server = RedisServer::start();
-    let client = LockClient::builder()
-        .redis(server.url())
-        .build()
-        .await
-        .unwrap();
+    let client = default_redis_client(&server).await;
     let conn = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()

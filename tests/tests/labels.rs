@@ -21,6 +21,24 @@ where
     task
 }
 
+/// A client labelled `pod-a` on `server`, and another one (default label)
+/// that looks at what it holds.
+async fn pod_a_and_an_observer(server: &RedisServer) -> (LockClient, LockClient) {
+    let builder = LockClient::builder().redis(server.url());
+    let pod_a = builder.clone().label("pod-a").build().await.unwrap();
+    (pod_a, builder.build().await.unwrap())
+}
+
+/// A client of an embedded backend of its own, labelled `solo`.
+async fn solo() -> LockClient {
+    LockClient::builder()
+        .memory()
+        .label("solo")
+        .build()
+        .await
+        .unwrap()
+}
+
 fn names(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -188,12 +206,7 @@ async fn labels_are_seen_from_another_client_on_redlock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_backend_names_one_entry_per_waiting_task() {
     // One client per embedded backend: its tasks hold and wait.
-    let client = LockClient::builder()
-        .memory()
-        .label("solo")
-        .build()
-        .await
-        .unwrap();
+    let client = solo().await;
     let held = client.lock("k").acquire().await.unwrap();
     let mut waiting = Vec::new();
     for _ in 0..2 {
@@ -250,17 +263,7 @@ async fn a_label_is_checked_when_the_client_is_built() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_gone_past_its_registry_lease_shows_by_its_id() {
     let server = RedisServer::start();
-    let holder = LockClient::builder()
-        .redis(server.url())
-        .label("pod-a")
-        .build()
-        .await
-        .unwrap();
-    let observer = LockClient::builder()
-        .redis(server.url())
-        .build()
-        .await
-        .unwrap();
+    let (holder, observer) = pod_a_and_an_observer(&server).await;
     let _held = holder.lock("k").acquire().await.unwrap();
     assert_eq!(
         observer.inspect("k").await.unwrap().holder.as_deref(),
@@ -287,12 +290,7 @@ async fn a_client_gone_past_its_registry_lease_shows_by_its_id() {
 
 #[tokio::test]
 async fn a_force_release_evicts_every_holder_and_raises_the_counter_on_the_embedded_backend() {
-    let client = LockClient::builder()
-        .memory()
-        .label("solo")
-        .build()
-        .await
-        .unwrap();
+    let client = solo().await;
     let readers = [
         client.rw_lock("rw").read().acquire().await.unwrap(),
         client.rw_lock("rw").read().acquire().await.unwrap(),
@@ -315,17 +313,7 @@ async fn an_idempotency_record_in_flight_is_listed_with_its_claimers_label() {
     use tower::ServiceExt;
 
     let server = RedisServer::start();
-    let client = LockClient::builder()
-        .redis(server.url())
-        .label("pod-a")
-        .build()
-        .await
-        .unwrap();
-    let observer = LockClient::builder()
-        .redis(server.url())
-        .build()
-        .await
-        .unwrap();
+    let (client, observer) = pod_a_and_an_observer(&server).await;
     let app = Router::new()
         .route(
             "/orders",

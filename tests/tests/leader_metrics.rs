@@ -3,7 +3,7 @@
 //! and 0 after a resign and after a lost lease; `lock_leader_terms_total{name}`
 //! counts terms won.
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::{DebugValue, Snapshotter};
 
 /// What `lock_leader{name}` and `lock_leader_terms_total{name}` moved by
 /// since the last call (the debugging recorder's snapshots take both
@@ -26,58 +26,45 @@ fn values(snapshotter: &Snapshotter, name: &str) -> (Option<f64>, Option<f64>) {
 
 #[test]
 fn the_leader_gauge_follows_the_leadership_and_terms_are_counted() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    tests::recorded::on_memory_client(|client, snapshotter| async move {
+        // The gauge's and the counter's values: sums of the changes.
+        let (mut gauge, mut terms) = (0.0, 0.0);
+        let mut seen = || {
+            let (g, t) = values(&snapshotter, "sweeper");
+            assert!(g.is_some(), "the gauge is reported");
+            gauge += g.unwrap_or(0.0);
+            terms += t.unwrap_or(0.0);
+            (gauge, terms)
+        };
+
+        let leadership = client.leader("sweeper").campaign().await.unwrap();
+        assert_eq!(seen(), (1.0, 1.0));
+        // Another candidate of the same process, busy: still led here.
+        let busy = client
+            .leader("sweeper")
+            .wait(std::time::Duration::ZERO)
+            .campaign()
+            .await;
+        assert!(busy.unwrap_err().is_busy());
+        assert_eq!(seen(), (1.0, 1.0));
+        leadership.resign().await.unwrap();
+        assert_eq!(seen(), (0.0, 1.0));
+
+        let leadership = client
+            .leader("sweeper")
+            .ttl(std::time::Duration::from_millis(300))
+            .campaign()
+            .await
             .unwrap();
-        rt.block_on(async {
-            let client = lock_runtime::LockClient::builder()
-                .memory()
-                .build()
-                .await
-                .unwrap();
-            // The gauge's and the counter's values: sums of the changes.
-            let (mut gauge, mut terms) = (0.0, 0.0);
-            let mut seen = || {
-                let (g, t) = values(&snapshotter, "sweeper");
-                assert!(g.is_some(), "the gauge is reported");
-                gauge += g.unwrap_or(0.0);
-                terms += t.unwrap_or(0.0);
-                (gauge, terms)
-            };
-
-            let leadership = client.leader("sweeper").campaign().await.unwrap();
-            assert_eq!(seen(), (1.0, 1.0));
-            // Another candidate of the same process, busy: still led here.
-            let busy = client
-                .leader("sweeper")
-                .wait(std::time::Duration::ZERO)
-                .campaign()
-                .await;
-            assert!(busy.unwrap_err().is_busy());
-            assert_eq!(seen(), (1.0, 1.0));
-            leadership.resign().await.unwrap();
-            assert_eq!(seen(), (0.0, 1.0));
-
-            let leadership = client
-                .leader("sweeper")
-                .ttl(std::time::Duration::from_millis(300))
-                .campaign()
-                .await
-                .unwrap();
-            assert_eq!(seen(), (1.0, 2.0), "one more term");
-            lock_runtime::__private::testing::force_delete_leader(&client, "sweeper")
-                .await
-                .unwrap();
-            tokio::time::timeout(std::time::Duration::from_secs(2), leadership.lost())
-                .await
-                .expect("lost at the next renewal");
-            tokio::task::yield_now().await;
-            assert_eq!(seen().0, 0.0, "0 once the lease is lost");
-            drop(leadership);
-        });
+        assert_eq!(seen(), (1.0, 2.0), "one more term");
+        lock_runtime::__private::testing::force_delete_leader(&client, "sweeper")
+            .await
+            .unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(2), leadership.lost())
+            .await
+            .expect("lost at the next renewal");
+        tokio::task::yield_now().await;
+        assert_eq!(seen().0, 0.0, "0 once the lease is lost");
+        drop(leadership);
     });
 }

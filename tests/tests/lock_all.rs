@@ -324,13 +324,8 @@ async fn a_cancelled_request_gives_back_what_it_took(a: &LockClient, b: &LockCli
         }
     })
     .await;
-    a.lock_all(&keys)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let all = a.lock_all(&keys).acquire().await.unwrap();
+    all.release().await.unwrap();
 }
 
 /// `hold_at_least`: released at once, every key stays taken for the rest

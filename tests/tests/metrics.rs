@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::{DebugValue, Snapshotter};
 use metrics_util::{CompositeKey, MetricKind};
 
 /// `(metric name, sorted labels)` -> counter value or histogram sample count.
@@ -46,22 +46,7 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 fn recorded<F: std::future::Future<Output = ()>>(
     body: impl FnOnce(lock_runtime::LockClient) -> F,
 ) -> HashMap<(String, Vec<(String, String)>), u64> {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let client = lock_runtime::LockClient::builder()
-                .memory()
-                .build()
-                .await
-                .unwrap();
-            body(client).await;
-        });
-    });
+    let snapshotter = tests::recorded::on_memory_client(|client, _| body(client));
     snapshot(&snapshotter)
 }
 

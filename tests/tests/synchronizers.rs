@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockError, LockGuard, LockRequest};
 use test_support::RedisServer;
-use test_support::helpers::{memory_client, ms, secs, two_clients, within};
+use test_support::helpers::{
+    default_redis_client, lock_and_release, memory_client, ms, secs, two_clients, within,
+};
 use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
 use tokio::task::JoinHandle;
 
@@ -31,13 +33,7 @@ async fn readers_share_and_exclude_writers(a: &LockClient, b: &LockClient, key: 
     let busy = b.rw_lock(key).write().acquire().await.unwrap_err();
     assert!(busy.is_busy(), "{busy:?}");
     // The mutex and the semaphore of the same name are other resources.
-    a.lock(key)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(a, key).await;
     let writer = spawn_acquire(b.rw_lock(key).write());
     tokio::time::sleep(ms(100)).await;
     r1.release().await.unwrap();
@@ -440,11 +436,7 @@ async fn one_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_permit_is_reported_lost() {
     let server = RedisServer::start();
-    let client = LockClient::builder()
-        .redis(server.url())
-        .build()
-        .await
-        .unwrap();
+    let client = default_redis_client(&server).await;
     let permit = client
         .semaphore("exports", 2)
         .ttl(ms(300))

@@ -8,29 +8,31 @@
 //!   when not root), then runs
 //!   `cargo test --workspace --all-features [ARGS]`.
 //! * `cargo xtask lint`: `cargo fmt --check`; clippy with `-D warnings` on the
-//!   workspace and on every feature combination of `lock-runtime`; rustdoc
-//!   with `-D warnings` for the same combinations.
+//!   workspace (every feature) and on `lock-runtime` with no feature and with
+//!   each feature alone; rustdoc with `-D warnings` for the same sets.
 //! * `cargo xtask ci`: `lint`, then `test`.
 //! * `cargo xtask deps`: only the installation step.
 
 use std::process::{Command, ExitCode};
 
-/// The feature combinations of `lock-runtime` that users can pick, each
-/// linted and documented on its own (`--no-default-features --features F`;
-/// `macros` alone is the default set).
+/// The feature sets of `lock-runtime` linted and documented on their own
+/// (`--no-default-features --features F`), besides `--all-features` on the
+/// whole workspace: none, and each feature alone (`macros` alone is the
+/// default set). Pairs add nothing: every `cfg` in the crate names one
+/// feature (`cfg(feature = "x")` or its `not`), so an item compiled under
+/// a pair is compiled under one of its features alone with fewer users, and
+/// what a pair leaves unused or broken that one alone does not, all of them
+/// together (`--all-features`) shows. `lint` checks that premise first
+/// (`single_feature_cfgs`): a `cfg` naming two features fails it, and then
+/// the pairs must be listed here.
 const FEATURE_SETS: &[&str] = &[
     "",
     "macros",
     "idempotency",
-    "idempotency,metrics",
     "axum",
     "tls",
     "metrics",
-    "axum,tls",
-    "macros,axum",
-    "axum,metrics",
     "postgres",
-    "postgres,axum",
 ];
 
 /// Commands the tests run, and the Debian package that provides each.
@@ -74,7 +76,7 @@ fn main() -> ExitCode {
 fn usage() -> &'static str {
     "usage: cargo xtask <task>\n  \
      test [ARGS]  install what the tests need, then cargo test --workspace --all-features [ARGS]\n  \
-     lint         fmt --check, clippy -D warnings and rustdoc on every feature set\n  \
+     lint         fmt --check, clippy -D warnings and rustdoc on each feature set\n  \
      ci           deps, lint, then test (what .ci/run runs)\n  \
      deps         only install what the tests need"
 }
@@ -168,6 +170,7 @@ fn test(extra: &[String]) -> Result<(), String> {
 fn lint() -> Result<(), String> {
     let deny = [("RUSTDOCFLAGS", "-Dwarnings")];
     run("cargo", &["fmt", "--all", "--check"], &[])?;
+    single_feature_cfgs(std::path::Path::new("lock-runtime/src"))?;
     run(
         "cargo",
         &[
@@ -208,4 +211,60 @@ fn lint() -> Result<(), String> {
         ],
         &deny,
     )
+}
+
+/// Fails when a `cfg` under `dir` combines features (`all(..)`/`any(..)`
+/// around `feature = ..`): `FEATURE_SETS` lints each feature alone on the
+/// premise that none does.
+fn single_feature_cfgs(dir: &std::path::Path) -> Result<(), String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries {
+        let path = entry.map_err(|e| format!("{}: {e}", dir.display()))?.path();
+        if path.is_dir() {
+            single_feature_cfgs(&path)?;
+            continue;
+        }
+        if path.extension().is_none_or(|ext| ext != "rs") {
+            continue;
+        }
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            if combines_features(line) {
+                return Err(format!(
+                    "{}:{}: a cfg combines features; lint that combination in FEATURE_SETS \
+                     (xtask/src/main.rs) and update its doc",
+                    path.display(),
+                    n + 1
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `true` for a line whose `cfg` names a feature inside `all(`/`any(`.
+fn combines_features(line: &str) -> bool {
+    line.contains("cfg")
+        && line.contains("feature")
+        && (line.contains("all(") || line.contains("any("))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::combines_features;
+
+    #[test]
+    fn a_cfg_over_two_features_is_caught_and_one_feature_is_not() {
+        assert!(combines_features(
+            r#"#[cfg(all(feature = "axum", feature = "metrics"))]"#
+        ));
+        assert!(combines_features(
+            r#"#[cfg_attr(any(feature = "a", test), allow(dead_code))]"#
+        ));
+        assert!(!combines_features(r#"#[cfg(feature = "axum")]"#));
+        assert!(!combines_features(
+            r#"#[cfg_attr(not(feature = "idempotency"), allow(dead_code))]"#
+        ));
+    }
 }

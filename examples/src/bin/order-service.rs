@@ -27,7 +27,9 @@
 //! * `DATABASE_URL` (`postgres://...`): orders in this PostgreSQL database
 //!   instead (tables created at start); payments go through
 //!   `lock_runtime::fence::postgres` in the transaction that marks the order
-//!   paid. Locks and idempotency records stay where `REDIS_URL` says.
+//!   paid. Locks and idempotency records stay where `REDIS_URL` says. Needs
+//!   the feature `postgres` (`cargo run -p examples --features postgres
+//!   --bin order-service`); without it a set `DATABASE_URL` stops the start.
 //! * `NAMESPACE` (default `orders`): every Redis name starts with
 //!   `<namespace>:`; instances with the same one share orders, a new one starts
 //!   afresh (the demo below picks a new one per session, so it can be run
@@ -170,6 +172,9 @@ use lock_runtime::layer::{IdempotencyLayer, LockLayer, TaskTracker};
 use lock_runtime::{LockClient, LockError, LockInfo};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::Deserialize;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use startup::{Settings, Startup, redact, report};
 use store::{Order, OrderStatus, Orders, Payment, StoreError};
@@ -394,12 +399,13 @@ fn app(
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,lock_runtime=info".into()),
-        )
-        .init();
+    // `RUST_LOG` as `target=level` pairs and a default level
+    // (`info,lock_runtime=debug`); info when unset or unreadable.
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| v.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
+    tracing_subscriber::fmt().finish().with(filter).init();
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -432,6 +438,14 @@ async fn run() -> Result<(), Startup> {
         }
     };
     let orders = match (&settings.database_url, &settings.redis_url) {
+        #[cfg(not(feature = "postgres"))]
+        (Some(_), _) => {
+            return Err(Startup::new(
+                "cannot start: DATABASE_URL is set and this build has no PostgreSQL; \
+                 run `cargo run -p examples --features postgres --bin order-service`",
+            ));
+        }
+        #[cfg(feature = "postgres")]
         (Some(url), _) => {
             let shown = redact(url);
             Orders::postgres(url, &settings.namespace)

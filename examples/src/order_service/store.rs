@@ -15,6 +15,7 @@ use lock_runtime::{LockError, fence};
 use redis::AsyncCommands as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::Serialize;
+#[cfg(feature = "postgres")]
 use sqlx::PgPool;
 
 #[derive(Clone, Debug, Serialize)]
@@ -63,6 +64,7 @@ impl From<redis::RedisError> for StoreError {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         StoreError(e.to_string())
@@ -96,6 +98,7 @@ enum Backend {
         /// The id counter.
         ids_key: String,
     },
+    #[cfg(feature = "postgres")]
     Postgres {
         pool: PgPool,
         /// Orders of other namespaces share the tables, not the ids.
@@ -135,8 +138,9 @@ impl Orders {
         })))
     }
 
-    /// Orders in the PostgreSQL database at `url`, in the tables `orders`
+    /// Orders in the PostgreSQL database at `url` (feature `postgres`), in the tables `orders`
     /// and `order_ids` (created if missing, with the fence's `lock_fence`).
+    #[cfg(feature = "postgres")]
     pub async fn postgres(url: &str, namespace: &str) -> Result<Self, sqlx::Error> {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(10)
@@ -213,6 +217,7 @@ impl Orders {
                     paid_with_fencing_token: None,
                 })
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres { pool, namespace } => {
                 let mut tx = pool.begin().await?;
                 let id: i64 = sqlx::query_scalar(
@@ -259,6 +264,7 @@ impl Orders {
                 }
                 order_from_fields(id, &fields).map(Some)
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres { pool, namespace } => {
                 let Ok(id) = i64::try_from(id) else {
                     return Ok(None);
@@ -332,6 +338,7 @@ impl Orders {
                     Err(e) => Err(e.into()),
                 }
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres { pool, namespace } => {
                 let Ok(signed_id) = i64::try_from(id) else {
                     return Ok(Payment::NoSuchOrder);
@@ -370,6 +377,7 @@ impl Orders {
 mod sweep;
 pub use sweep::Cancel;
 
+#[cfg(feature = "postgres")]
 fn too_large(what: &str) -> StoreError {
     StoreError(format!("{what} does not fit PostgreSQL's bigint"))
 }

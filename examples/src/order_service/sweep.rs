@@ -14,7 +14,9 @@ use std::time::Duration;
 use lock_runtime::{LockError, fence};
 use redis::AsyncCommands as _;
 
-use super::{Backend, OrderStatus, Orders, StoreError, lock, parse_status, too_large};
+#[cfg(feature = "postgres")]
+use super::too_large;
+use super::{Backend, OrderStatus, Orders, StoreError, lock, parse_status};
 
 /// What became of one cancel.
 #[derive(Debug, PartialEq, Eq)]
@@ -85,6 +87,7 @@ impl Orders {
                 ids.sort_unstable();
                 Ok(ids)
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres { pool, namespace } => {
                 let ids: Vec<i64> = sqlx::query_scalar(
                     "SELECT id FROM orders WHERE namespace = $1 AND status = 'created'
@@ -149,6 +152,7 @@ impl Orders {
                     Err(e) => Err(e.into()),
                 }
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres { pool, namespace } => {
                 let signed = i64::try_from(id).map_err(|_| too_large("order id"))?;
                 let mut tx = pool.begin().await?;

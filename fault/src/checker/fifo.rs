@@ -208,17 +208,8 @@ pub fn check(run: &RunData) -> Found {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checker::tests::attempt;
     use crate::checker::{self, WorkerLog};
-
-    fn attempt(op: u64, t: u64) -> Event {
-        Event::Attempt {
-            op,
-            key: "k".into(),
-            more_keys: vec![],
-            side: None,
-            t,
-        }
-    }
 
     fn acquired(op: u64, t: u64) -> Event {
         Event::Acquired {

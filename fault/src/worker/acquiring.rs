@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lock_runtime::{LockError, LockRequest};
+use lock_runtime::{LockError, LockGuard, LockRequest};
 
 use super::{Worker, ms};
 use crate::kind::{Kind, Side};
@@ -105,4 +105,18 @@ where
             }
         }
     }
+}
+
+/// Logs the grant of `guard` (one key) for `op`: the guard and its fencing
+/// token.
+pub(super) fn granted(w: &mut Worker, op: u64, guard: LockGuard) -> (LockGuard, u64) {
+    let fence = guard.fencing_token();
+    let t = w.clock.now();
+    w.log(Event::Acquired {
+        op,
+        fence,
+        more_fences: vec![],
+        t,
+    });
+    (guard, fence)
 }

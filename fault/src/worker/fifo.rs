@@ -23,7 +23,7 @@ use std::time::Duration;
 use lock_runtime::{LockError, LockGuard};
 use redis::aio::ConnectionManager;
 
-use super::acquiring::{acquire, attempt, request};
+use super::acquiring::{acquire, attempt, granted, request};
 use super::{Worker, WorkerConfig};
 use crate::log::Event;
 
@@ -91,15 +91,7 @@ pub(super) async fn acquire_one(w: &mut Worker, op: u64, key: &str) -> Option<(L
     } else {
         waiting(w, op, key).await?
     };
-    let fence = guard.fencing_token();
-    let t = w.clock.now();
-    w.log(Event::Acquired {
-        op,
-        fence,
-        more_fences: vec![],
-        t,
-    });
-    Some((guard, fence))
+    Some(granted(w, op, guard))
 }
 
 /// A try-once acquire (wait 0): never queued.

@@ -15,7 +15,7 @@ use crate::kind::{Kind, Side};
 use crate::log::{Event, ReleaseOutcome, WriteOutcome};
 use crate::store::{ReadResult, WriteResult};
 
-use super::acquiring::{acquire, attempt, request};
+use super::acquiring::{acquire, attempt, granted, request};
 
 /// Draws a key (and, for a read-write lock, a side) and does one operation.
 pub(super) async fn one_operation(w: &mut Worker, op: u64) {
@@ -60,15 +60,7 @@ async fn acquire_one(
         request(w, key, side).wait(left).acquire()
     })
     .await?;
-    let fence = guard.fencing_token();
-    let t = w.clock.now();
-    w.log(Event::Acquired {
-        op,
-        fence,
-        more_fences: vec![],
-        t,
-    });
-    Some((guard, fence))
+    Some(granted(w, op, guard))
 }
 
 /// A mutex, `hold_at_least` or a writer: fenced read, think, fenced write of

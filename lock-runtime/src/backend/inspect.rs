@@ -48,6 +48,22 @@ pub(crate) struct Observed {
     pub(crate) waiting: Vec<String>,
 }
 
+impl Observed {
+    /// A read-write lock's or a semaphore's state: its `holders` (put in
+    /// the order they took it) and its `waiting` line.
+    pub(crate) fn shared(mut holders: Vec<Holding>, waiting: Vec<String>, fence: u64) -> Self {
+        holders.sort_by_key(|h| h.fencing.unwrap_or(u64::MAX));
+        Self {
+            held: !holders.is_empty(),
+            remaining: holders.first().and_then(|h| h.remaining),
+            fence,
+            queued: waiting.len(),
+            holders,
+            waiting,
+        }
+    }
+}
+
 /// The three locks one key names: `lock(key)`, `rw_lock(key)` and
 /// `semaphore(key, n)`.
 #[derive(Clone, Debug, Default)]
@@ -183,7 +199,7 @@ pub(crate) async fn observe(
         let holders: Vec<(String, f64)> = parse(next()?)?;
         let fences: std::collections::HashMap<String, u64> = parse(next()?)?;
         let entries: Vec<String> = parse(next()?)?;
-        let mut holders: Vec<Holding> = holders
+        let holders: Vec<Holding> = holders
             .into_iter()
             .filter(|(_, until)| *until > now as f64)
             .map(|(token, until)| Holding {
@@ -192,16 +208,8 @@ pub(crate) async fn observe(
                 token,
             })
             .collect();
-        holders.sort_by_key(|h| h.fencing.unwrap_or(u64::MAX));
         let waiting: Vec<String> = entries.iter().map(|e| entry_token(e)).collect();
-        *seen = Observed {
-            held: !holders.is_empty(),
-            remaining: holders.first().and_then(|h| h.remaining),
-            fence,
-            queued: waiting.len(),
-            holders,
-            waiting,
-        };
+        *seen = Observed::shared(holders, waiting, fence);
     }
     let [mut rw, semaphore] = shared;
     if let Some(token) = writer {

@@ -13,7 +13,7 @@ use super::local::{Entry, LocalWait, Owner};
 use super::options::{Asked, LockOptions, option_setters};
 use crate::guard::LockGuard;
 use crate::key::{KeyNames, Shape, validate_key};
-use crate::{LockError, context};
+use crate::{ConfigReason, LockError, context};
 
 /// A request for one lock, from [`LockClient::lock`]. Configure, then
 /// [`acquire`](LockRequest::acquire) a guard or [`run`](LockRequest::run) a future.
@@ -130,11 +130,14 @@ impl LockRequest {
         self.check_shape()?;
         if let Some(held) = context::find(inner.id, &self.key, self.shape) {
             if held.names.shape == Shape::Read && self.shape == Shape::Write {
-                return Err(LockError::Config(format!(
-                    "this task holds a read lock on {:?}: a write lock inside it would wait for itself \
-                     (release the read lock first)",
-                    self.key
-                )));
+                return Err(LockError::misuse(
+                    ConfigReason::WriteInsideRead,
+                    format_args!(
+                        "this task holds a read lock on {:?} and would wait for itself \
+                         (release the read lock first)",
+                        self.key
+                    ),
+                ));
             }
             tracing::trace!(key = %self.key, "lock re-entered by the holding task");
             return Ok(LockGuard::reentered(held, inner.clone()));
@@ -240,10 +243,10 @@ impl LockRequest {
                 ))
             }
             Shape::Leader => Ok(()),
-            Shape::Permits(0) => Err(LockError::Config(format!(
-                "the semaphore {:?} has zero permits: nobody could ever hold it",
-                self.key
-            ))),
+            Shape::Permits(0) => Err(LockError::misuse(
+                ConfigReason::ZeroPermits,
+                format_args!("nobody could ever hold {:?}", self.key),
+            )),
             shape if !self.client.0.backend.offers(shape) => Err(LockError::Config(format!(
                 "{} are not offered on the {} backend (Redlock offers the mutex, \
                  lock_all and hold_at_least)",

@@ -380,37 +380,52 @@ pub(crate) struct KeyNames {
 
 impl KeyNames {
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
-        let lock = name(prefix, Kind::Lock, key);
-        Self {
-            slot: slot(&lock),
-            kind_at: prefix.len(),
-            queue: name(prefix, Kind::Queue, key),
-            notice: name(prefix, Kind::Notice, key),
-            lock,
-            holders: String::new(),
-            fences: String::new(),
-            shape: Shape::Mutex,
-            record: String::new(),
-            labels: String::new(),
-            label: String::new(),
-        }
+        Self::mutex_like(prefix, key, [Kind::Lock, Kind::Queue, Kind::Notice])
     }
 
     /// The names of the leader election `name`: a mutex's under letters of
     /// their own, plus the record and the candidates' labels.
     pub(crate) fn leader(prefix: &str, key: &str) -> Self {
-        let lock = name(prefix, Kind::Leader, key);
+        Self {
+            record: name(prefix, Kind::LeaderRecord, key),
+            labels: name(prefix, Kind::LeaderLabels, key),
+            ..Self::mutex_like(
+                prefix,
+                key,
+                [Kind::Leader, Kind::LeaderQueue, Kind::LeaderNotice],
+            )
+        }
+    }
+
+    /// A mutex's names (lock, queue, notice) under the letters `kinds`.
+    fn mutex_like(prefix: &str, key: &str, kinds: [Kind; 3]) -> Self {
+        Self::with_kinds(prefix, key, Shape::Mutex, kinds, None)
+    }
+
+    /// The names under the letters `[lock, queue, notice]`, and `shared`'s
+    /// `[holders, fences]` for a read-write lock or a semaphore.
+    fn with_kinds(
+        prefix: &str,
+        key: &str,
+        shape: Shape,
+        [lock, queue, notice]: [Kind; 3],
+        shared: Option<[Kind; 2]>,
+    ) -> Self {
+        let lock = name(prefix, lock, key);
+        let [holders, fences] = shared.map_or_else(Default::default, |kinds| {
+            kinds.map(|k| name(prefix, k, key))
+        });
         Self {
             slot: slot(&lock),
             kind_at: prefix.len(),
-            queue: name(prefix, Kind::LeaderQueue, key),
-            notice: name(prefix, Kind::LeaderNotice, key),
-            record: name(prefix, Kind::LeaderRecord, key),
-            labels: name(prefix, Kind::LeaderLabels, key),
+            queue: name(prefix, queue, key),
+            notice: name(prefix, notice, key),
             lock,
-            holders: String::new(),
-            fences: String::new(),
-            shape: Shape::Mutex,
+            holders,
+            fences,
+            shape,
+            record: String::new(),
+            labels: String::new(),
             label: String::new(),
         }
     }
@@ -442,20 +457,13 @@ impl KeyNames {
                 Kind::SemaphoreNotice,
             ],
         };
-        let lock = name(prefix, lock, key);
-        Self {
-            slot: slot(&lock),
-            kind_at: prefix.len(),
-            holders: name(prefix, holders, key),
-            fences: name(prefix, fences, key),
-            queue: name(prefix, queue, key),
-            notice: name(prefix, notice, key),
-            lock,
+        Self::with_kinds(
+            prefix,
+            key,
             shape,
-            record: String::new(),
-            labels: String::new(),
-            label: String::new(),
-        }
+            [lock, queue, notice],
+            Some([holders, fences]),
+        )
     }
 
     /// The fencing counter of the key's slot (shared with every key there).

@@ -52,13 +52,7 @@ impl Model for LockModel {
         check::schedule(actions, urgent, lazy, busy, Action::Tick);
     }
 
-    fn next_state(&self, last: &State, action: Action) -> Option<State> {
-        check::next_state(self, last, action)
-    }
-
-    fn within_boundary(&self, s: &State) -> bool {
-        s.now <= 40
-    }
+    check::narrated_steps!(40);
 
     fn properties(&self) -> Vec<Property<Self>> {
         let mut properties = match &self.cfg.shared {

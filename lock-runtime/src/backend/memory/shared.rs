@@ -122,7 +122,7 @@ impl SharedLocks {
                 ..Observed::default()
             };
         };
-        let mut holders: Vec<Holding> = lock
+        let holders: Vec<Holding> = lock
             .writer
             .iter()
             .chain(&lock.holders)
@@ -133,7 +133,6 @@ impl SharedLocks {
                 remaining: Some(*until - now),
             })
             .collect();
-        holders.sort_by_key(|h| h.fencing);
         let waiting: Vec<String> = if lock.queue_expires > now {
             lock.queue
                 .iter()
@@ -142,14 +141,7 @@ impl SharedLocks {
         } else {
             Vec::new()
         };
-        Observed {
-            held: !holders.is_empty(),
-            remaining: holders.first().and_then(|h| h.remaining),
-            fence,
-            queued: waiting.len(),
-            holders,
-            waiting,
-        }
+        Observed::shared(holders, waiting, fence)
     }
 
     /// Drops what ended by `now` (a periodic sweep).

@@ -31,7 +31,7 @@ use crate::held::Held;
 use crate::inner::Inner;
 use crate::key::{KeyNames, validate_key};
 use crate::token::Token;
-use crate::{LockError, context};
+use crate::{ConfigReason, LockError, context};
 
 mod guard;
 
@@ -180,9 +180,10 @@ impl LockAllRequest {
         for key in &self.keys {
             validate_key(key)?;
             if !seen.insert(key.as_str()) {
-                return Err(LockError::Config(format!(
-                    "the key {key:?} is named more than once in lock_all"
-                )));
+                return Err(LockError::misuse(
+                    ConfigReason::KeyNamedTwice,
+                    format_args!("{key:?}"),
+                ));
             }
         }
         let prefix = &self.client.0.prefix;

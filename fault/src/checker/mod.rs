@@ -464,8 +464,9 @@ mod tests {
         }
     }
 
-    /// Operation `op` asks for the key `k` at `t`.
-    fn attempt(op: u64, t: u64) -> Event {
+    /// Operation `op` asks for the key `k` at `t` (also for the other
+    /// checks' tests).
+    pub(super) fn attempt(op: u64, t: u64) -> Event {
         Event::Attempt {
             op,
             key: "k".into(),
