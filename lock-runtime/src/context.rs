@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::held::Held;
-use crate::key::Shape;
+use crate::key::Kind;
 
 tokio::task_local! {
     static HELD: Stack;
@@ -55,15 +55,15 @@ pub fn current_lock() -> Option<LockInfo> {
     .flatten()
 }
 
-/// The lock of `shape`'s kind this task already holds for `key` on client
+/// The lock of `kind`'s kind this task already holds for `key` on client
 /// `client_id`, if any: the same mutex; a read or write lock of the same
 /// read-write lock; a permit of the same semaphore (whatever its count).
-pub(crate) fn find(client_id: u64, key: &str, shape: Shape) -> Option<Arc<Held>> {
-    let kind = |shape: Shape| match shape {
-        Shape::Mutex => 0,
-        Shape::Read | Shape::Write => 1,
-        Shape::Permits(_) => 2,
-        Shape::Leader => 3,
+pub(crate) fn find(client_id: u64, key: &str, kind: Kind) -> Option<Arc<Held>> {
+    let family = |kind: Kind| match kind {
+        Kind::Mutex => 0,
+        Kind::Read | Kind::Write => 1,
+        Kind::Permits(_) => 2,
+        Kind::Leader => 3,
     };
     HELD.try_with(|stack| {
         stack
@@ -74,9 +74,9 @@ pub(crate) fn find(client_id: u64, key: &str, shape: Shape) -> Option<Arc<Held>>
                 held.client_id == client_id
                     && held.key == key
                     && if held.names.is_leader() {
-                        shape == Shape::Leader
+                        kind == Kind::Leader
                     } else {
-                        kind(held.names.shape) == kind(shape)
+                        family(held.names.kind) == family(kind)
                     }
             })
             .cloned()

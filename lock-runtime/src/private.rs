@@ -55,7 +55,10 @@ pub struct Options {
     pub lock: LockOptions,
 }
 
-/// Which lock of the synchronizer family the attribute takes.
+/// Which lock of the synchronizer family the attribute takes: the library's
+/// own `Kind` (crate::key), less the leader election, which the attribute
+/// does not take, under the same name (the macro's `args::Kind` and the
+/// fault suite's `Kind` carry it too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// Neither `rw` nor `permits`: [`LockClient::lock`].

@@ -2,7 +2,7 @@
 //! the client of [`crate::lock`].
 //!
 //! The client's steps are the mutex's (client/acquire.rs is one
-//! `Acquisition` for every `Shape`: attempt, busy, register, wait for a grant or the lease timer, confirm or
+//! `Acquisition` for every `Kind`: attempt, busy, register, wait for a grant or the lease timer, confirm or
 //! trust the hand-over, hold under the watchdog, release; give up leaving
 //! the queue), so this module adds the server and the properties, and the
 //! lock model runs them when [`LockConfig::shared`](crate::lock::LockConfig::shared) is set:

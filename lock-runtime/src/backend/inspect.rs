@@ -14,7 +14,7 @@ use super::redis::RedisBackend;
 use super::redlock::RedlockBackend;
 use crate::LockError;
 use crate::error::BackendError;
-use crate::key::{KeyNames, Shape};
+use crate::key::{KeyNames, Kind};
 
 /// One holder as the backend keeps it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub(crate) struct Holding {
     pub(crate) remaining: Option<Duration>,
 }
 
-/// What the backend holds for one lock (one shape of one key), read in one
+/// What the backend holds for one lock (one kind of one key), read in one
 /// step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Observed {
@@ -80,8 +80,8 @@ impl Backend {
     /// The state of the three locks `key` names, read without changing them.
     pub(crate) async fn inspect(&self, prefix: &str, key: &str) -> Result<Seen, LockError> {
         let mutex = KeyNames::new(prefix, key);
-        let rw = KeyNames::shaped(prefix, key, Shape::Read);
-        let semaphore = KeyNames::shaped(prefix, key, Shape::Permits(1));
+        let rw = KeyNames::of_kind(prefix, key, Kind::Read);
+        let semaphore = KeyNames::of_kind(prefix, key, Kind::Permits(1));
         match self {
             Backend::Redis(b) => observe(b, &mutex, Some((&rw, &semaphore))).await,
             Backend::Redlock(b) => Ok(Seen {

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::LockClient;
 use crate::LockError;
 use crate::backend::inspect::Observed;
-use crate::key::{KeyNames, Shape, validate_key};
+use crate::key::{KeyNames, Kind, validate_key};
 use crate::token::public_part;
 
 /// Which of the three locks a key names [`LockClient::inspect`] reports.
@@ -120,24 +120,24 @@ impl LockClient {
         let prefix = &self.0.prefix;
         let seen = self.0.backend.inspect(prefix, key).await?;
         let busy = |o: &Observed| o.held || o.queued > 0;
-        let (kind, shape, seen) = if busy(&seen.mutex) {
-            (LockKind::Mutex, Shape::Mutex, seen.mutex)
+        let (reported, kind, seen) = if busy(&seen.mutex) {
+            (LockKind::Mutex, Kind::Mutex, seen.mutex)
         } else if busy(&seen.rw) {
-            (LockKind::RwLock, Shape::Read, seen.rw)
+            (LockKind::RwLock, Kind::Read, seen.rw)
         } else if busy(&seen.semaphore) {
-            (LockKind::Semaphore, Shape::Permits(1), seen.semaphore)
+            (LockKind::Semaphore, Kind::Permits(1), seen.semaphore)
         } else {
             let names = KeyNames::leader(prefix, key);
             let election = self.0.backend.observe_leader(&names).await?;
             if busy(&election) {
-                (LockKind::Leader, Shape::Mutex, election)
+                (LockKind::Leader, Kind::Mutex, election)
             } else {
-                (LockKind::Mutex, Shape::Mutex, seen.mutex)
+                (LockKind::Mutex, Kind::Mutex, seen.mutex)
             }
         };
-        let names = match kind {
+        let names = match reported {
             LockKind::Leader => KeyNames::leader(prefix, key),
-            _ => KeyNames::shaped(prefix, key, shape),
+            _ => KeyNames::of_kind(prefix, key, kind),
         };
         let mine = self.0.watchdog.holding(&names.lock);
         let tokens = seen
@@ -154,7 +154,7 @@ impl LockClient {
             None => "unknown".to_owned(),
         };
         let mut holders: Vec<String> = seen.holders.iter().map(|h| name(&h.token)).collect();
-        if kind == LockKind::Leader && seen.held {
+        if reported == LockKind::Leader && seen.held {
             // The label the leader campaigned under, which observers see.
             if let (Some(first), Some((label, ..))) =
                 (holders.first_mut(), self.0.backend.leader(&names).await?)
@@ -171,7 +171,7 @@ impl LockClient {
             held_by_this_client: mine.is_some(),
             fencing_token: mine,
             key: key.to_owned(),
-            kind,
+            kind: reported,
             holder: holders.first().cloned(),
             waiting: seen.waiting.iter().map(|t| name(t)).collect(),
             holders,
@@ -315,8 +315,8 @@ impl LockClient {
         let prefix = &self.0.prefix;
         let names = match state.kind {
             LockKind::Mutex | LockKind::IdempotencyRecord => KeyNames::new(prefix, key),
-            LockKind::RwLock => KeyNames::shaped(prefix, key, Shape::Write),
-            LockKind::Semaphore => KeyNames::shaped(prefix, key, Shape::Permits(1)),
+            LockKind::RwLock => KeyNames::of_kind(prefix, key, Kind::Write),
+            LockKind::Semaphore => KeyNames::of_kind(prefix, key, Kind::Permits(1)),
             LockKind::Leader => KeyNames::leader(prefix, key),
         };
         let fence = self.0.backend.force_release(&names, key).await?;

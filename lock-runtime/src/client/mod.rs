@@ -177,7 +177,7 @@ impl LockClient {
     /// # }
     /// ```
     pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
-        LockRequest::new(self.clone(), key.into()).shaped(crate::key::Shape::Permits(permits))
+        LockRequest::new(self.clone(), key.into()).of_kind(crate::key::Kind::Permits(permits))
     }
 
     /// Starts a request for every lock in `keys` at once: all or none. See

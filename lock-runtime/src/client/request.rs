@@ -12,7 +12,7 @@ use super::hold::{Taken, hold};
 use super::local::{Entry, LocalWait, Owner};
 use super::options::{Asked, LockOptions, option_setters};
 use crate::guard::LockGuard;
-use crate::key::{KeyNames, Shape, validate_key};
+use crate::key::{KeyNames, Kind, validate_key};
 use crate::{ConfigReason, LockError, context};
 
 /// A request for one lock, from [`LockClient::lock`]. Configure, then
@@ -25,7 +25,7 @@ pub struct LockRequest {
     options: LockOptions,
     /// A mutex, a side of a read-write lock, a semaphore's permit, or a
     /// leadership.
-    shape: Shape,
+    kind: Kind,
     /// A leadership's label (what observers see); empty for locks.
     label: String,
 }
@@ -36,19 +36,19 @@ impl LockRequest {
             client,
             key,
             options: LockOptions::new(),
-            shape: Shape::Mutex,
+            kind: Kind::Mutex,
             label: String::new(),
         }
     }
 
-    pub(super) fn shaped(mut self, shape: Shape) -> Self {
-        self.shape = shape;
+    pub(super) fn of_kind(mut self, kind: Kind) -> Self {
+        self.kind = kind;
         self
     }
 
     /// A campaign for the leadership `key` under `label` (see `leader`).
     pub(crate) fn leadership(mut self, label: String) -> Self {
-        self.shape = Shape::Leader;
+        self.kind = Kind::Leader;
         self.label = label;
         self
     }
@@ -127,9 +127,9 @@ impl LockRequest {
     /// deadline set (`lock_all` takes keys one at a time within its own).
     pub(super) async fn acquire_as(self, asked: Asked) -> Result<LockGuard, LockError> {
         let inner = &self.client.0;
-        self.check_shape()?;
-        if let Some(held) = context::find(inner.id, &self.key, self.shape) {
-            if held.names.shape == Shape::Read && self.shape == Shape::Write {
+        self.check_kind()?;
+        if let Some(held) = context::find(inner.id, &self.key, self.kind) {
+            if held.names.kind == Kind::Read && self.kind == Kind::Write {
                 return Err(LockError::misuse(
                     ConfigReason::WriteInsideRead,
                     format_args!(
@@ -143,7 +143,7 @@ impl LockRequest {
             return Ok(LockGuard::reentered(held, inner.clone()));
         }
         super::keep_tasks_running(inner).await?;
-        let mut names = KeyNames::shaped(&inner.prefix, &self.key, self.shape);
+        let mut names = KeyNames::of_kind(&inner.prefix, &self.key, self.kind);
         names.label = self.label;
         if let Some(answer) = Acquisition::try_embedded(inner, &self.key, &names, &asked) {
             return answer.map(|(token, fencing, sent)| {
@@ -175,7 +175,7 @@ impl LockRequest {
             // Only mutexes form lines: the other kinds are shared, or few.
             if !asked.deadline.tries_once()
                 && asked.hold_at_least.is_zero()
-                && names.shape == Shape::Mutex
+                && names.kind == Kind::Mutex
             {
                 let owner: Arc<dyn Owner> = inner.clone();
                 loop {
@@ -228,10 +228,10 @@ impl LockRequest {
     }
 
     /// Whether the backend offers this kind of lock, with valid settings.
-    fn check_shape(&self) -> Result<(), LockError> {
-        match self.shape {
-            Shape::Mutex => Ok(()),
-            Shape::Leader
+    fn check_kind(&self) -> Result<(), LockError> {
+        match self.kind {
+            Kind::Mutex => Ok(()),
+            Kind::Leader
                 if matches!(self.client.0.backend, crate::backend::Backend::Redlock(_)) =>
             {
                 Err(LockError::Config(
@@ -242,16 +242,16 @@ impl LockRequest {
                         .into(),
                 ))
             }
-            Shape::Leader => Ok(()),
-            Shape::Permits(0) => Err(LockError::misuse(
+            Kind::Leader => Ok(()),
+            Kind::Permits(0) => Err(LockError::misuse(
                 ConfigReason::ZeroPermits,
                 format_args!("nobody could ever hold {:?}", self.key),
             )),
-            shape if !self.client.0.backend.offers(shape) => Err(LockError::Config(format!(
+            kind if !self.client.0.backend.offers(kind) => Err(LockError::Config(format!(
                 "{} are not offered on the {} backend (Redlock offers the mutex, \
                  lock_all and hold_at_least)",
-                match shape {
-                    Shape::Permits(_) => "semaphores",
+                match kind {
+                    Kind::Permits(_) => "semaphores",
                     _ => "read-write locks",
                 },
                 self.client.0.backend.describe()

@@ -100,7 +100,7 @@ pub fn allowed_commands() -> impl Iterator<Item = &'static str> {
 const MAX_ARGS: usize = 4096;
 
 /// One command, split for the script: its keys (to declare in `KEYS`) and
-/// `name, shape, values...` (for `ARGV`).
+/// `name, kind, values...` (for `ARGV`).
 #[derive(Debug)]
 pub(super) struct Encoded {
     pub(super) keys: Vec<Vec<u8>>,
@@ -150,7 +150,7 @@ pub(super) fn encode(cmd: &redis::Cmd) -> Result<Encoded, LockError> {
             rest.len()
         )));
     }
-    let mut shape = Vec::with_capacity(rest.len());
+    let mut kind = Vec::with_capacity(rest.len());
     let mut encoded = Encoded {
         keys: Vec::new(),
         argv: vec![name.as_bytes().to_vec(), Vec::new()],
@@ -163,14 +163,14 @@ pub(super) fn encode(cmd: &redis::Cmd) -> Result<Encoded, LockError> {
             Keys::Pairs => i % 2 == 0,
         };
         if is_key {
-            shape.push(b'K');
+            kind.push(b'K');
             encoded.keys.push(arg.to_vec());
         } else {
-            shape.push(b'V');
+            kind.push(b'V');
             encoded.argv.push(arg.to_vec());
         }
     }
-    encoded.argv[1] = shape;
+    encoded.argv[1] = kind;
     Ok(encoded)
 }
 

@@ -1,32 +1,32 @@
 //! Key validation and the Redis names derived from a key.
 //!
-//! Every name the library touches is `prefix + kind + body`:
+//! Every name the library touches is `prefix + role + body`:
 //!
-//! * `kind` is one letter naming what the name is for (`L` the lock, `F` the
+//! * `role` is one letter naming what the name is for (`L` the lock, `F` the
 //!   fencing counter, `Q` the waiter queue, `N` the release-notice channel, `I`
 //!   an idempotency record, `J` the notice channel of an idempotency record;
 //!   a leader election's `E` lock, `G` queue, `K` deadlines, `H` notices, `A`
-//!   record and `B` candidates' labels; see [`Kind`] for the rest);
+//!   record and `B` candidates' labels; see [`Role`] for the rest);
 //! * `body` is one of three forms, chosen from the key alone:
 //!   - `:key` when the key carries a Redis Cluster hash tag of its own
 //!     (`{tenant:7}:order:1`), so the caller's tag decides the slot;
 //!   - `%{escaped}` when the key has no tag and starts with `}` (`}`, `}x`,
 //!     `}}{{`), with the key escaped as by [`escape_key_part`]: wrapped as
 //!     `{key}` such a key would make an empty tag, which Redis ignores, and
-//!     each kind's name would hash to a slot of its own;
+//!     each role's name would hash to a slot of its own;
 //!   - `{key}` for every other key (all keys without braces among them).
 //!
 //! Redis hashes the bytes between the first `{` and the first `}` after it
-//! when there are any. The prefix and the kind letter contain no braces, so
+//! when there are any. The prefix and the role letter contain no braces, so
 //! the first `{` of a name is the key's own (`:key`) or the one this module
 //! adds, and in each form the tag it opens is non-empty and the same for
-//! every kind: all names of one key land in one hash slot. In `{key}` the tag
+//! every role: all names of one key land in one hash slot. In `{key}` the tag
 //! ends at the key's first `}` if it has one (`a}b` hashes as `a`), which is
 //! never its first byte in this form.
 //!
-//! The byte after the kind letter (`:`, `%` or `{`) tells the three forms
+//! The byte after the role letter (`:`, `%` or `{`) tells the three forms
 //! apart, and each form can be read back to its key, so the mapping from
-//! `(kind, key)` to a name is injective: no key can name another key's lock,
+//! `(role, key)` to a name is injective: no key can name another key's lock,
 //! counter, queue or channel.
 //!
 //! Fencing counters are not per key: every key of a hash slot shares one,
@@ -203,7 +203,7 @@ fn slot_counter(prefix: &str, slot: u16) -> String {
 
 /// What a derived name is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub(crate) enum Role {
     Lock,
     Queue,
     /// A mutex queue's deadlines: each entry scored by the end of its wait.
@@ -241,41 +241,41 @@ pub(crate) enum Kind {
     LeaderLabels,
 }
 
-impl Kind {
+impl Role {
     fn letter(self) -> char {
         match self {
-            Kind::Lock => 'L',
-            Kind::Queue => 'Q',
-            Kind::QueueDeadlines => 'D',
-            Kind::Notice => 'N',
-            Kind::Idempotency => 'I',
-            Kind::IdempotencyNotice => 'J',
-            Kind::RwWriter => 'W',
-            Kind::RwReaders => 'R',
-            Kind::RwQueue => 'V',
-            Kind::RwNotice => 'X',
-            Kind::SemaphoreHolders => 'P',
-            Kind::SemaphoreQueue => 'O',
-            Kind::SemaphoreNotice => 'M',
-            Kind::SemaphoreWriter => 'T',
-            Kind::RwFences => 'Y',
-            Kind::SemaphoreFences => 'Z',
-            Kind::Leader => 'E',
-            Kind::LeaderQueue => 'G',
-            Kind::LeaderDeadlines => 'K',
-            Kind::LeaderNotice => 'H',
-            Kind::LeaderRecord => 'A',
-            Kind::LeaderLabels => 'B',
+            Role::Lock => 'L',
+            Role::Queue => 'Q',
+            Role::QueueDeadlines => 'D',
+            Role::Notice => 'N',
+            Role::Idempotency => 'I',
+            Role::IdempotencyNotice => 'J',
+            Role::RwWriter => 'W',
+            Role::RwReaders => 'R',
+            Role::RwQueue => 'V',
+            Role::RwNotice => 'X',
+            Role::SemaphoreHolders => 'P',
+            Role::SemaphoreQueue => 'O',
+            Role::SemaphoreNotice => 'M',
+            Role::SemaphoreWriter => 'T',
+            Role::RwFences => 'Y',
+            Role::SemaphoreFences => 'Z',
+            Role::Leader => 'E',
+            Role::LeaderQueue => 'G',
+            Role::LeaderDeadlines => 'K',
+            Role::LeaderNotice => 'H',
+            Role::LeaderRecord => 'A',
+            Role::LeaderLabels => 'B',
         }
     }
 }
 
-/// Builds the full Redis name of `kind` for `key` under `prefix` (see the
+/// Builds the full Redis name of `role` for `key` under `prefix` (see the
 /// module docs for the three body forms).
-pub(crate) fn name(prefix: &str, kind: Kind, key: &str) -> String {
+pub(crate) fn name(prefix: &str, role: Role, key: &str) -> String {
     let mut s = String::with_capacity(prefix.len() + key.len() + 4);
     s.push_str(prefix);
-    s.push(kind.letter());
+    s.push(role.letter());
     if has_hash_tag(key) {
         s.push(':');
         s.push_str(key);
@@ -293,7 +293,7 @@ pub(crate) fn name(prefix: &str, kind: Kind, key: &str) -> String {
     s
 }
 
-/// Reads a name back to its kind letter and key: every name has exactly
+/// Reads a name back to its role letter and key: every name has exactly
 /// one reading, which is what makes the mapping injective.
 pub(crate) fn parse(prefix: &str, name: &str) -> Option<(char, String)> {
     let rest = name.strip_prefix(prefix)?;
@@ -332,7 +332,7 @@ fn unescape(s: &str) -> Option<String> {
 
 /// What kind of lock a request is for (the synchronizer family).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub(crate) enum Shape {
+pub(crate) enum Kind {
     /// `client.lock(key)`: one holder.
     #[default]
     Mutex,
@@ -360,7 +360,7 @@ pub(crate) struct KeyNames {
     /// Their fencing tokens (a hash by token); empty for a mutex.
     pub(crate) fences: String,
     /// What kind of lock these names are for.
-    pub(crate) shape: Shape,
+    pub(crate) kind: Kind,
     pub(crate) queue: String,
     pub(crate) notice: String,
     /// The Redis Cluster slot all four names share (`CLUSTER KEYSLOT` of
@@ -374,32 +374,32 @@ pub(crate) struct KeyNames {
     /// The label a leader's acquire writes into the record (empty for
     /// other locks).
     pub(crate) label: String,
-    /// Where the kind letter stands in every name (the prefix's length).
+    /// Where the role letter stands in every name (the prefix's length).
     kind_at: usize,
 }
 
 impl KeyNames {
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
-        Self::mutex_like(prefix, key, [Kind::Lock, Kind::Queue, Kind::Notice])
+        Self::mutex_like(prefix, key, [Role::Lock, Role::Queue, Role::Notice])
     }
 
     /// The names of the leader election `name`: a mutex's under letters of
     /// their own, plus the record and the candidates' labels.
     pub(crate) fn leader(prefix: &str, key: &str) -> Self {
         Self {
-            record: name(prefix, Kind::LeaderRecord, key),
-            labels: name(prefix, Kind::LeaderLabels, key),
+            record: name(prefix, Role::LeaderRecord, key),
+            labels: name(prefix, Role::LeaderLabels, key),
             ..Self::mutex_like(
                 prefix,
                 key,
-                [Kind::Leader, Kind::LeaderQueue, Kind::LeaderNotice],
+                [Role::Leader, Role::LeaderQueue, Role::LeaderNotice],
             )
         }
     }
 
     /// A mutex's names (lock, queue, notice) under the letters `kinds`.
-    fn mutex_like(prefix: &str, key: &str, kinds: [Kind; 3]) -> Self {
-        Self::with_kinds(prefix, key, Shape::Mutex, kinds, None)
+    fn mutex_like(prefix: &str, key: &str, kinds: [Role; 3]) -> Self {
+        Self::with_kinds(prefix, key, Kind::Mutex, kinds, None)
     }
 
     /// The names under the letters `[lock, queue, notice]`, and `shared`'s
@@ -407,9 +407,9 @@ impl KeyNames {
     fn with_kinds(
         prefix: &str,
         key: &str,
-        shape: Shape,
-        [lock, queue, notice]: [Kind; 3],
-        shared: Option<[Kind; 2]>,
+        kind: Kind,
+        [lock, queue, notice]: [Role; 3],
+        shared: Option<[Role; 2]>,
     ) -> Self {
         let lock = name(prefix, lock, key);
         let [holders, fences] = shared.map_or_else(Default::default, |kinds| {
@@ -423,7 +423,7 @@ impl KeyNames {
             lock,
             holders,
             fences,
-            shape,
+            kind,
             record: String::new(),
             labels: String::new(),
             label: String::new(),
@@ -435,32 +435,32 @@ impl KeyNames {
         !self.record.is_empty()
     }
 
-    /// The names of a lock of `shape`: a mutex's, or those of a read-write
+    /// The names of a lock of `kind`: a mutex's, or those of a read-write
     /// lock or a semaphore (other names, so `rw_lock("k")`,
     /// `semaphore("k", n)` and `lock("k")` are three resources).
-    pub(crate) fn shaped(prefix: &str, key: &str, shape: Shape) -> Self {
-        let [lock, holders, fences, queue, notice] = match shape {
-            Shape::Mutex => return Self::new(prefix, key),
-            Shape::Leader => return Self::leader(prefix, key),
-            Shape::Read | Shape::Write => [
-                Kind::RwWriter,
-                Kind::RwReaders,
-                Kind::RwFences,
-                Kind::RwQueue,
-                Kind::RwNotice,
+    pub(crate) fn of_kind(prefix: &str, key: &str, kind: Kind) -> Self {
+        let [lock, holders, fences, queue, notice] = match kind {
+            Kind::Mutex => return Self::new(prefix, key),
+            Kind::Leader => return Self::leader(prefix, key),
+            Kind::Read | Kind::Write => [
+                Role::RwWriter,
+                Role::RwReaders,
+                Role::RwFences,
+                Role::RwQueue,
+                Role::RwNotice,
             ],
-            Shape::Permits(_) => [
-                Kind::SemaphoreWriter,
-                Kind::SemaphoreHolders,
-                Kind::SemaphoreFences,
-                Kind::SemaphoreQueue,
-                Kind::SemaphoreNotice,
+            Kind::Permits(_) => [
+                Role::SemaphoreWriter,
+                Role::SemaphoreHolders,
+                Role::SemaphoreFences,
+                Role::SemaphoreQueue,
+                Role::SemaphoreNotice,
             ],
         };
         Self::with_kinds(
             prefix,
             key,
-            shape,
+            kind,
             [lock, queue, notice],
             Some([holders, fences]),
         )
@@ -477,9 +477,9 @@ impl KeyNames {
     pub(crate) fn deadlines(&self) -> String {
         let mut name = self.lock.clone();
         let letter = if self.is_leader() {
-            Kind::LeaderDeadlines.letter()
+            Role::LeaderDeadlines.letter()
         } else {
-            Kind::QueueDeadlines.letter()
+            Role::QueueDeadlines.letter()
         };
         name.replace_range(self.kind_at..=self.kind_at, letter.encode_utf8(&mut [0; 4]));
         name

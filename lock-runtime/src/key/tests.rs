@@ -3,13 +3,13 @@
 use super::*;
 use proptest::prelude::*;
 
-const KINDS: [Kind; 6] = [
-    Kind::Lock,
-    Kind::QueueDeadlines,
-    Kind::Queue,
-    Kind::Notice,
-    Kind::Idempotency,
-    Kind::IdempotencyNotice,
+const ROLES: [Role; 6] = [
+    Role::Lock,
+    Role::QueueDeadlines,
+    Role::Queue,
+    Role::Notice,
+    Role::Idempotency,
+    Role::IdempotencyNotice,
 ];
 
 /// Redis's `keyHashSlot` (cluster.c), written the way Redis does, as a
@@ -47,16 +47,16 @@ fn keys() -> impl Strategy<Value = String> {
 }
 
 /// Asserts that the lock, queue, deadlines and notice names of `key`
-/// under the prefix `lock:` are the prefix, the kind's letter and `tail`.
+/// under the prefix `lock:` are the prefix, the role's letter and `tail`.
 fn assert_names(key: &str, tail: &str) -> KeyNames {
     let n = KeyNames::new("lock:", key);
-    for (name, kind) in [
+    for (name, role) in [
         (&n.lock, 'L'),
         (&n.queue, 'Q'),
         (&n.deadlines(), 'D'),
         (&n.notice, 'N'),
     ] {
-        assert_eq!(*name, format!("lock:{kind}{tail}"), "{key}");
+        assert_eq!(*name, format!("lock:{role}{tail}"), "{key}");
     }
     n
 }
@@ -78,12 +78,12 @@ fn tagged_keys_keep_their_own_tag() {
 fn untagged_keys_with_braces_elsewhere_keep_the_names_they_had() {
     // These hashed to one slot before the `%{..}` form existed; their
     // names stay, so running deployments keep their locks and counters.
-    assert_eq!(name("lock:", Kind::Lock, "a}b"), "lock:L{a}b}");
-    assert_eq!(name("lock:", Kind::Lock, "{}x"), "lock:L{{}x}");
-    assert_eq!(name("lock:", Kind::Lock, "x{}y"), "lock:L{x{}y}");
-    assert_eq!(name("lock:", Kind::Lock, "{"), "lock:L{{}");
+    assert_eq!(name("lock:", Role::Lock, "a}b"), "lock:L{a}b}");
+    assert_eq!(name("lock:", Role::Lock, "{}x"), "lock:L{{}x}");
+    assert_eq!(name("lock:", Role::Lock, "x{}y"), "lock:L{x{}y}");
+    assert_eq!(name("lock:", Role::Lock, "{"), "lock:L{{}");
     assert_eq!(
-        name("lock:", Kind::QueueDeadlines, "a}b{c}"),
+        name("lock:", Role::QueueDeadlines, "a}b{c}"),
         "lock:D:a}b{c}"
     );
 }
@@ -92,32 +92,32 @@ fn untagged_keys_with_braces_elsewhere_keep_the_names_they_had() {
 fn a_key_that_starts_with_a_closing_brace_is_hashed_by_its_escaped_form() {
     let n = assert_names("}x", "%{%7Dx}");
     assert_eq!(n.slot, slot("%7Dx"));
-    assert_eq!(name("lock:", Kind::Lock, "}}{{"), "lock:L%{%7D%7D%7B%7B}");
+    assert_eq!(name("lock:", Role::Lock, "}}{{"), "lock:L%{%7D%7D%7B%7B}");
     // A tag of its own still wins over the leading `}`.
-    assert_eq!(name("lock:", Kind::Lock, "}{a}"), "lock:L:}{a}");
+    assert_eq!(name("lock:", Role::Lock, "}{a}"), "lock:L:}{a}");
 }
 
 #[test]
 fn a_key_cannot_name_another_keys_counter_or_lock() {
     // Without the body marker these would collide.
-    assert_ne!(name("p:", Kind::Lock, "a"), name("p:", Kind::Lock, "{a}"));
+    assert_ne!(name("p:", Role::Lock, "a"), name("p:", Role::Lock, "{a}"));
     assert_ne!(
-        name("p:", Kind::QueueDeadlines, "{t}:a"),
-        name("p:", Kind::Lock, "{t}:a:fence")
+        name("p:", Role::QueueDeadlines, "{t}:a"),
+        name("p:", Role::Lock, "{t}:a:fence")
     );
     // The escaped form of `}x` is not the wrapped form of its escape.
-    assert_ne!(name("p:", Kind::Lock, "}x"), name("p:", Kind::Lock, "%7Dx"));
+    assert_ne!(name("p:", Role::Lock, "}x"), name("p:", Role::Lock, "%7Dx"));
     assert_ne!(
-        name("p:", Kind::Lock, "}x"),
-        name("p:", Kind::Lock, "%{%7Dx}")
+        name("p:", Role::Lock, "}x"),
+        name("p:", Role::Lock, "%{%7Dx}")
     );
-    for (kind, key) in [
-        (Kind::Lock, "}x"),
-        (Kind::Lock, "%7Dx"),
-        (Kind::Queue, "{a}"),
+    for (role, key) in [
+        (Role::Lock, "}x"),
+        (Role::Lock, "%7Dx"),
+        (Role::Queue, "{a}"),
     ] {
-        let n = name("p:", kind, key);
-        assert_eq!(parse("p:", &n), Some((kind.letter(), key.to_owned())));
+        let n = name("p:", role, key);
+        assert_eq!(parse("p:", &n), Some((role.letter(), key.to_owned())));
     }
 }
 
@@ -151,7 +151,7 @@ fn slots_match_redis_cluster() {
         ("lock:F%{%7Dx}", 13737),
         ("lock:L%{%7D}", 14708),
         ("lock:N%{%7D%7D%7B%7B}", 9087),
-        // The names `}x` had before: an empty tag, one slot per kind.
+        // The names `}x` had before: an empty tag, one slot per role.
         ("lock:L{}x}", 10964),
         ("lock:F{}x}", 11386),
     ] {
@@ -166,8 +166,8 @@ fn every_name_of_a_key_with_odd_braces_shares_the_slot_of_its_lock() {
         "}", "}x", "}{", "{}", "{}}", "x{}y", "{", "}}{{", "a}b{c}", "}{a}", "%7D",
     ] {
         let n = KeyNames::new("lock:", key);
-        for kind in KINDS {
-            let name = name("lock:", kind, key);
+        for role in ROLES {
+            let name = name("lock:", role, key);
             assert!(hash_tag(&name).is_some(), "{name} has a non-empty tag");
             assert_eq!(slot(&name), n.slot, "{name} is in the slot of `{key}`");
         }
@@ -182,8 +182,8 @@ proptest! {
     ) {
         let n = KeyNames::new(&prefix, &key);
         prop_assert_eq!(n.slot, redis_key_hash_slot(&n.lock));
-        for kind in KINDS {
-            let name = name(&prefix, kind, &key);
+        for role in ROLES {
+            let name = name(&prefix, role, &key);
             // A tag, not a coincidence of whole-name hashes.
             prop_assert!(hash_tag(&name).is_some(), "{} has no tag", name);
             prop_assert_eq!(slot(&name), redis_key_hash_slot(&name));
@@ -202,9 +202,9 @@ proptest! {
         prefix in "[a-z:%]{0,6}",
         key in keys(),
     ) {
-        for kind in KINDS {
-            let name = name(&prefix, kind, &key);
-            prop_assert_eq!(parse(&prefix, &name), Some((kind.letter(), key.clone())));
+        for role in ROLES {
+            let name = name(&prefix, role, &key);
+            prop_assert_eq!(parse(&prefix, &name), Some((role.letter(), key.clone())));
         }
     }
 

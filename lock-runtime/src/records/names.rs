@@ -2,7 +2,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::key::{Kind, name};
+use crate::key::{Role, name};
 
 /// The Redis names of one record: the record itself and its notice channel,
 /// in one hash slot.
@@ -19,8 +19,8 @@ impl RecordNames {
     pub(crate) fn hashed(prefix: &str, parts: &[&[u8]], tail: &[u8]) -> Self {
         let hash = digest(parts, tail);
         Self {
-            record: name(prefix, Kind::Idempotency, &hash),
-            notice: name(prefix, Kind::IdempotencyNotice, &hash),
+            record: name(prefix, Role::Idempotency, &hash),
+            notice: name(prefix, Role::IdempotencyNotice, &hash),
         }
     }
 }

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE};
-use crate::key::{KeyNames, Shape};
+use crate::key::{KeyNames, Kind};
 use crate::token::Token;
 use shared::{Grants, SharedLocks};
 
@@ -172,7 +172,7 @@ impl MemoryBackend {
         ttl: Duration,
         wait: Duration,
     ) -> AcquireOutcome {
-        if names.shape != Shape::Mutex {
+        if names.kind != Kind::Mutex {
             let (outcome, granted) = {
                 let state = &mut *self.state();
                 state.tick(Instant::now());
@@ -228,7 +228,7 @@ impl MemoryBackend {
     }
 
     pub(crate) fn extend(&self, names: &KeyNames, token: &Token, ttl: Duration) -> bool {
-        if names.shape != Shape::Mutex {
+        if names.kind != Kind::Mutex {
             return self.state().shared.extend(names, token, ttl);
         }
         let now = Instant::now();
@@ -245,7 +245,7 @@ impl MemoryBackend {
     /// Releases if `token` holds the lock, then hands it to the first waiter.
     /// `dequeue`: also drop `token`'s own queue entry (an abandoned wait).
     pub(crate) fn release(&self, names: &KeyNames, token: &Token, dequeue: bool) -> bool {
-        if names.shape != Shape::Mutex {
+        if names.kind != Kind::Mutex {
             let (ours, granted) = {
                 let state = &mut *self.state();
                 state

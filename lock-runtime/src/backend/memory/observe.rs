@@ -5,13 +5,13 @@ use tokio::time::Instant;
 
 use super::MemoryBackend;
 use crate::backend::inspect::{Holding, Observed};
-use crate::key::{KeyNames, Shape};
+use crate::key::{KeyNames, Kind};
 
 impl MemoryBackend {
-    /// The state of the lock `names` (any shape).
+    /// The state of the lock `names` (any kind).
     pub(crate) fn observe(&self, names: &KeyNames) -> Observed {
         let state = self.state();
-        if names.shape != Shape::Mutex {
+        if names.kind != Kind::Mutex {
             return state.shared.observe(names, state.fence);
         }
         let now = Instant::now();

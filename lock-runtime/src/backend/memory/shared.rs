@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::backend::inspect::{Holding, Observed};
 use crate::backend::{AcquireOutcome, HANDOFF_LEASE};
-use crate::key::{KeyNames, Shape};
+use crate::key::{KeyNames, Kind};
 use crate::token::Token;
 
 /// One read-write lock or semaphore.
@@ -26,11 +26,11 @@ struct Shared {
 }
 
 /// Exclusive, and the most shared holders (0: no limit).
-fn mode(shape: Shape) -> (bool, u32) {
-    match shape {
-        Shape::Mutex | Shape::Write | Shape::Leader => (true, 0),
-        Shape::Read => (false, 0),
-        Shape::Permits(n) => (false, n),
+fn mode(kind: Kind) -> (bool, u32) {
+    match kind {
+        Kind::Mutex | Kind::Write | Kind::Leader => (true, 0),
+        Kind::Read => (false, 0),
+        Kind::Permits(n) => (false, n),
     }
 }
 
@@ -161,7 +161,7 @@ impl SharedLocks {
         wait: Duration,
     ) -> (AcquireOutcome, Grants) {
         let now = Instant::now();
-        let (exclusive, limit) = mode(names.shape);
+        let (exclusive, limit) = mode(names.kind);
         let lock = self
             .0
             .entry(names.lock.clone())
@@ -205,7 +205,7 @@ impl SharedLocks {
 
     pub(super) fn extend(&mut self, names: &KeyNames, token: &Token, ttl: Duration) -> bool {
         let now = Instant::now();
-        let (exclusive, _) = mode(names.shape);
+        let (exclusive, _) = mode(names.kind);
         let Some(lock) = self.0.get_mut(&names.lock) else {
             return false;
         };
@@ -227,7 +227,7 @@ impl SharedLocks {
         dequeue: bool,
     ) -> (bool, Grants) {
         let now = Instant::now();
-        let (exclusive, limit) = mode(names.shape);
+        let (exclusive, limit) = mode(names.kind);
         let Some(lock) = self.0.get_mut(&names.lock) else {
             return (false, Grants::new());
         };
@@ -256,7 +256,7 @@ impl SharedLocks {
     /// grants the waiters that now fit.
     pub(super) fn evict(&mut self, names: &KeyNames, fence: &mut u64) -> Grants {
         let now = Instant::now();
-        let (_, limit) = mode(names.shape);
+        let (_, limit) = mode(names.kind);
         let Some(lock) = self.0.get_mut(&names.lock) else {
             return Grants::new();
         };

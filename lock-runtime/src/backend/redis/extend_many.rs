@@ -6,7 +6,7 @@ use super::super::scripts::{EXTEND_MANY, evalsha, millis, run_script};
 use super::RedisBackend;
 use crate::LockError;
 use crate::error::BackendError;
-use crate::key::{KeyNames, Shape};
+use crate::key::{KeyNames, Kind};
 use crate::token::Token;
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ impl RedisBackend {
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
     ) -> Result<Vec<bool>, LockError> {
-        let batched = |names: &KeyNames| names.shape == Shape::Mutex && !names.is_leader();
+        let batched = |names: &KeyNames| names.kind == Kind::Mutex && !names.is_leader();
         if leases.iter().any(|(names, ..)| !batched(names)) {
             // Readers', permits' and leaders' leases: one call each (their
             // sets are renewed by `shared.lua`, a leader's record with its

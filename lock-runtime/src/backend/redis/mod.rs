@@ -13,7 +13,7 @@ use super::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::LockError;
 use crate::backoff::Retry;
 use crate::error::{BackendError, ConnectionFailure, connection_failure};
-use crate::key::{KeyNames, Shape};
+use crate::key::{KeyNames, Kind};
 use crate::token::Token;
 
 /// The error a release that got no answer gives.
@@ -138,7 +138,7 @@ impl RedisBackend {
         ttl: Duration,
         wait: Duration,
     ) -> Result<AcquireOutcome, LockError> {
-        if names.shape != Shape::Mutex {
+        if names.kind != Kind::Mutex {
             return self.acquire_shared(names, token, ttl, wait).await;
         }
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
@@ -264,7 +264,7 @@ impl RedisBackend {
                 return Ok(extended);
             }
         };
-        let (script, cmd) = if names.shape == Shape::Mutex {
+        let (script, cmd) = if names.kind == Kind::Mutex {
             let leader = names.is_leader();
             let mut cmd = evalsha(
                 &EXTEND,
@@ -325,7 +325,7 @@ impl RedisBackend {
         ttl: Duration,
         dequeue: bool,
     ) -> Result<Released, LockError> {
-        if names.shape != Shape::Mutex {
+        if names.kind != Kind::Mutex {
             return self.release_shared(names, token, ttl, dequeue).await;
         }
         let (answer, resent) = match self.route(names) {

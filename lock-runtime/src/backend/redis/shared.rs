@@ -8,23 +8,23 @@ use crate::LockError;
 use crate::backend::scripts::{SHARED, evalsha, millis, run_script};
 use crate::backend::{AcquireOutcome, HANDOFF_LEASE, Released};
 use crate::error::BackendError;
-use crate::key::{KeyNames, Shape};
+use crate::key::{KeyNames, Kind};
 use crate::token::Token;
 
-/// The script's mode and limit for a shape: shared (`s`) with at most
+/// The script's mode and limit for a kind: shared (`s`) with at most
 /// `limit` holders (0: no limit), or exclusive (`x`).
-fn mode(shape: Shape) -> (&'static str, u32) {
-    match shape {
-        Shape::Write | Shape::Mutex | Shape::Leader => ("x", 0),
-        Shape::Read => ("s", 0),
-        Shape::Permits(n) => ("s", n),
+fn mode(kind: Kind) -> (&'static str, u32) {
+    match kind {
+        Kind::Write | Kind::Mutex | Kind::Leader => ("x", 0),
+        Kind::Read => ("s", 0),
+        Kind::Permits(n) => ("s", n),
     }
 }
 
 impl RedisBackend {
     /// `shared.lua` with the arguments every operation takes.
     fn shared_cmd(&self, op: &str, names: &KeyNames, token: &Token, ttl: Duration) -> redis::Cmd {
-        let (mode, limit) = mode(names.shape);
+        let (mode, limit) = mode(names.kind);
         let mut cmd = evalsha(&SHARED, 5, 14, 6 * names.lock.len() + 96);
         cmd.arg(&names.lock)
             .arg(&names.holders)
