@@ -152,6 +152,7 @@ macro_rules! config_debug {
     };
 }
 
+mod bounds;
 mod completion;
 pub mod idempotency;
 pub mod lock;
