@@ -117,6 +117,27 @@ macro_rules! wrapped_service {
     };
 }
 
+/// A layer: its `Config` behind an `Arc`, so that the layer clones cheaply
+/// into every service it makes, and `config()`, through which the builder
+/// methods change it (copied on write: a clone taken before keeps its own).
+/// `Config` and `Arc` are the caller's.
+macro_rules! layer_with_config {
+    ($(#[$meta:meta])* pub struct $layer:ident;) => {
+        $(#[$meta])*
+        #[derive(Clone)]
+        #[must_use]
+        pub struct $layer {
+            pub(super) config: Arc<Config>,
+        }
+
+        impl $layer {
+            fn config(&mut self) -> &mut Config {
+                Arc::make_mut(&mut self.config)
+            }
+        }
+    };
+}
+
 /// Builder methods of a layer that each set one field of its `Config`
 /// (copied on write by the layer's `config()`): `pub fn name(arg: Type) =>
 /// field;`, or `=> field = value;` where the field holds a value made from
@@ -152,6 +173,7 @@ macro_rules! config_debug {
     };
 }
 
+mod bounds;
 mod completion;
 pub mod idempotency;
 pub mod lock;

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::guard::{MAX_POLL, RecordGuard, Taken, release_in_background};
 use super::names::RecordNames;
 use crate::backend::WaitHandle;
-use crate::backend::records::{Claim, StoredResponse};
+use crate::backend::records::{Claim, RecordClaim, StoredResponse};
 use crate::token::Token;
 use crate::{LockClient, LockError};
 
@@ -123,14 +123,14 @@ impl Ask {
         loop {
             match client
                 .backend()
-                .claim_record(
+                .claim_record(RecordClaim {
                     record,
-                    &self.names.notice,
+                    notice: &self.names.notice,
                     token,
-                    &self.fingerprint,
-                    self.lease,
+                    fingerprint: &self.fingerprint,
+                    lease: self.lease,
                     waiting,
-                )
+                })
                 .await
             {
                 Err(e) if tries < CLAIM_TRIES => {

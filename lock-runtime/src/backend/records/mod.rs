@@ -65,6 +65,22 @@ pub(crate) struct StoredResponse {
     pub(crate) body_too_large: bool,
 }
 
+/// One claim of a record, as every backend takes it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecordClaim<'a> {
+    pub(crate) record: &'a str,
+    /// The record's notice channel (a Redlock claim that is not ours is
+    /// undone, and that is announced there).
+    pub(crate) notice: &'a str,
+    pub(crate) token: &'a Token,
+    pub(crate) fingerprint: &'a str,
+    pub(crate) lease: Duration,
+    /// The caller will wait for a record in flight; on Redis it marks the
+    /// record, whose completion or release is then announced (and only
+    /// then: nobody else listens).
+    pub(crate) waiting: bool,
+}
+
 /// The answer of one claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Claim {
@@ -79,28 +95,17 @@ pub(crate) enum Claim {
 }
 
 impl Backend {
-    /// Claims `record` for `token` if it is free (absent or expired),
-    /// atomically. `notice` is the record's notice channel (a Redlock claim
-    /// that is not ours is undone, and that is announced there). `waiting`:
-    /// the caller will wait for a record in flight; on Redis it marks the
-    /// record, whose completion or release is then announced (and only
-    /// then: nobody else listens). The embedded backend's notices cost no
-    /// round trip and are always sent.
-    pub(crate) async fn claim_record(
-        &self,
-        record: &str,
-        notice: &str,
-        token: &Token,
-        fingerprint: &str,
-        lease: Duration,
-        waiting: bool,
-    ) -> Result<Claim, LockError> {
+    /// Claims `claim.record` for `claim.token` if it is free (absent or
+    /// expired), atomically. The embedded backend's notices cost no round
+    /// trip and are always sent.
+    pub(crate) async fn claim_record(&self, claim: RecordClaim<'_>) -> Result<Claim, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => claim_on(b, record, token, fingerprint, lease, waiting).await,
-            RecordsAt::Redlock(b) => {
-                claim_on_majority(b, record, notice, token, fingerprint, lease, waiting).await
+            RecordsAt::Redis(b) => claim_on(b, &claim).await,
+            RecordsAt::Redlock(b) => claim_on_majority(b, &claim).await,
+            RecordsAt::Memory(b) => {
+                Ok(b.records
+                    .claim(claim.record, claim.token, claim.fingerprint, claim.lease))
             }
-            RecordsAt::Memory(b) => Ok(b.records.claim(record, token, fingerprint, lease)),
         }
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::{Claim, StoredResponse};
+use super::{Claim, RecordClaim, StoredResponse};
 use crate::LockError;
 use crate::backend::redis::RedisBackend;
 use crate::backend::redlock::RedlockBackend;
@@ -27,19 +27,15 @@ static RELEASE: LazyLock<redis::Script> =
 
 pub(super) async fn claim_on(
     node: &RedisBackend,
-    record: &str,
-    token: &Token,
-    fingerprint: &str,
-    lease: Duration,
-    waiting: bool,
+    claim: &RecordClaim<'_>,
 ) -> Result<Claim, LockError> {
     let (code, remaining, status, headers, body, big): (i64, i64, i64, Vec<u8>, Vec<u8>, Vec<u8>) =
         CLAIM
-            .key(record)
-            .arg(token.as_str())
-            .arg(fingerprint)
-            .arg(millis(lease))
-            .arg(if waiting { "1" } else { "" })
+            .key(claim.record)
+            .arg(claim.token.as_str())
+            .arg(claim.fingerprint)
+            .arg(millis(claim.lease))
+            .arg(if claim.waiting { "1" } else { "" })
             .invoke_async(&mut node.connection())
             .await
             .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
@@ -248,17 +244,9 @@ pub(super) fn no_majority(redlock: &RedlockBackend, answered: usize, what: &str)
 /// again. A claim that is not ours is undone on every node before answering.
 pub(super) async fn claim_on_majority(
     redlock: &RedlockBackend,
-    record: &str,
-    notice: &str,
-    token: &Token,
-    fingerprint: &str,
-    lease: Duration,
-    waiting: bool,
+    claim: &RecordClaim<'_>,
 ) -> Result<Claim, LockError> {
-    let answers = on_every_node(redlock, |n| {
-        claim_on(n, record, token, fingerprint, lease, waiting)
-    })
-    .await;
+    let answers = on_every_node(redlock, |n| claim_on(n, claim)).await;
     let quorum = redlock.quorum();
     let mut claimed = 0;
     let mut in_flight: Option<Duration> = None;
@@ -289,7 +277,10 @@ pub(super) async fn claim_on_majority(
         // Best effort: a copy left behind only blocks its node for a lease.
         // The release announces itself: a duplicate that saw our copies in
         // flight (a split vote) tries again now rather than after a lease.
-        on_every_node(redlock, |n| release_on(n, record, token, notice)).await;
+        on_every_node(redlock, |n| {
+            release_on(n, claim.record, claim.token, claim.notice)
+        })
+        .await;
     }
     outcome
 }

@@ -102,7 +102,16 @@ async fn the_embedded_backend_announces_a_completion_and_a_release_to_waiters() 
     let (a, b) = (token(), token());
     let (lease, retention) = (Duration::from_secs(1), Duration::from_secs(60));
     let (record, notice) = ("t:I{r}", "t:J{r}");
-    let claim = |token| backend.claim_record(record, notice, token, "fp", lease, true);
+    let claim = |token| {
+        backend.claim_record(RecordClaim {
+            record,
+            notice,
+            token,
+            fingerprint: "fp",
+            lease,
+            waiting: true,
+        })
+    };
     let woken = |handle: &crate::backend::WaitHandle| {
         let notified = handle.waiter.notify.notified();
         futures_util::FutureExt::now_or_never(notified).is_some()

@@ -72,12 +72,7 @@ impl RedisBackend {
         Op {
             kind: OpKind::Acquire,
             slot: names.slot,
-            keys: vec![
-                names.lock.clone(),
-                names.fence(),
-                names.queue.clone(),
-                names.deadlines(),
-            ],
+            keys: mutex_keys(names).to_vec(),
             args: vec![
                 token.as_str().to_owned(),
                 millis(ttl).to_string(),
@@ -133,12 +128,7 @@ impl RedisBackend {
         Op {
             kind: OpKind::Release,
             slot: names.slot,
-            keys: vec![
-                names.lock.clone(),
-                names.fence(),
-                names.queue.clone(),
-                names.deadlines(),
-            ],
+            keys: mutex_keys(names).to_vec(),
             args: self.release_args(names, token, ttl, dequeue).to_vec(),
         }
     }
@@ -152,23 +142,42 @@ impl RedisBackend {
         dequeue: bool,
     ) -> redis::Cmd {
         // Four names of about the lock's length, a token, a queue entry, flags.
-        let leader = names.is_leader();
-        let mut cmd = evalsha(
-            &RELEASE,
-            if leader { 6 } else { 4 },
-            12,
-            7 * names.lock.len() + 96,
-        );
-        cmd.arg(&names.lock)
-            .arg(names.fence())
-            .arg(&names.queue)
-            .arg(names.deadlines());
-        if leader {
-            cmd.arg(&names.record).arg(&names.labels);
-        }
+        let mut cmd = mutex_script(&RELEASE, names, 12, 7 * names.lock.len() + 96);
         for arg in self.release_args(names, token, ttl, dequeue) {
             cmd.arg(arg);
         }
         cmd
     }
+}
+
+/// The keys of a mutex script (acquire.lua, release.lua): the lock, its
+/// fencing counter, its queue and the queue's deadlines.
+fn mutex_keys(names: &KeyNames) -> [String; 4] {
+    [
+        names.lock.clone(),
+        names.fence(),
+        names.queue.clone(),
+        names.deadlines(),
+    ]
+}
+
+/// An EVALSHA of a mutex script (acquire.lua, release.lua) with its keys:
+/// [`mutex_keys`], then a leader's record and labels. `args` and `bytes`
+/// size the command for the arguments the caller adds next.
+pub(super) fn mutex_script(
+    script: &redis::Script,
+    names: &KeyNames,
+    args: usize,
+    bytes: usize,
+) -> redis::Cmd {
+    let leader = names.is_leader();
+    let mut cmd = evalsha(script, if leader { 6 } else { 4 }, args, bytes);
+    cmd.arg(&names.lock)
+        .arg(names.fence())
+        .arg(&names.queue)
+        .arg(names.deadlines());
+    if leader {
+        cmd.arg(&names.record).arg(&names.labels);
+    }
+    cmd
 }

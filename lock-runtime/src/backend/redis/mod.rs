@@ -61,7 +61,7 @@ mod shared;
 
 use batch::Turn;
 use batch::{Batcher, OpError};
-use batched::Route;
+use batched::{Route, mutex_script};
 use replicas::wait_for_replicas;
 
 pub(crate) struct RedisBackend {
@@ -167,27 +167,19 @@ impl RedisBackend {
         };
         // > 0: ours, with this fencing token; <= 0: busy for -answer ms.
         // Five names of about the lock's length, a token, four numbers.
-        let leader = names.is_leader();
-        let mut cmd = evalsha(
+        let mut cmd = mutex_script(
             &ACQUIRE,
-            if leader { 6 } else { 4 },
+            names,
             13,
             7 * names.lock.len() + 80 + names.label.len(),
         );
-        cmd.arg(&names.lock)
-            .arg(names.fence())
-            .arg(&names.queue)
-            .arg(names.deadlines());
-        if leader {
-            cmd.arg(&names.record).arg(&names.labels);
-        }
         cmd.arg(token.as_str())
             .arg(millis(ttl))
             .arg(wait_ms)
             .arg(&names.notice)
             .arg(millis(HANDOFF_LEASE))
             .arg(self.publish);
-        if leader {
+        if names.is_leader() {
             cmd.arg(&names.label);
         }
         let answer = run_script(&mut conn, &ACQUIRE, &cmd).await;

@@ -11,43 +11,41 @@ use crate::LockClient;
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
 
-/// Makes retried requests with the same `Idempotency-Key` safe: see the
-/// [module docs](super).
-///
-/// ```
-/// use std::time::Duration;
-/// use axum::{routing::post, Router};
-/// use lock_runtime::{layer::IdempotencyLayer, LockClient};
-///
-/// async fn create_order() -> &'static str {
-///     "created"
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_runtime::LockError> {
-/// let client = LockClient::builder().memory().build().await?;
-/// let app: Router = Router::new()
-///     .route("/orders", post(create_order))
-///     .route_layer(
-///         IdempotencyLayer::new(client)
-///             // Records are per principal: one client never sees another's.
-///             .scope(|req| {
-///                 req.headers
-///                     .get("x-api-key")
-///                     .and_then(|v| v.to_str().ok())
-///                     .unwrap_or("anonymous")
-///                     .to_owned()
-///             })
-///             .retention(Duration::from_secs(24 * 3600)),
-///     );
-/// # let _ = app;
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone)]
-#[must_use]
-pub struct IdempotencyLayer {
-    pub(super) config: Arc<Config>,
+layer_with_config! {
+    /// Makes retried requests with the same `Idempotency-Key` safe: see the
+    /// [module docs](super).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use axum::{routing::post, Router};
+    /// use lock_runtime::{layer::IdempotencyLayer, LockClient};
+    ///
+    /// async fn create_order() -> &'static str {
+    ///     "created"
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// let client = LockClient::builder().memory().build().await?;
+    /// let app: Router = Router::new()
+    ///     .route("/orders", post(create_order))
+    ///     .route_layer(
+    ///         IdempotencyLayer::new(client)
+    ///             // Records are per principal: one client never sees another's.
+    ///             .scope(|req| {
+    ///                 req.headers
+    ///                     .get("x-api-key")
+    ///                     .and_then(|v| v.to_str().ok())
+    ///                     .unwrap_or("anonymous")
+    ///                     .to_owned()
+    ///             })
+    ///             .retention(Duration::from_secs(24 * 3600)),
+    ///     );
+    /// # let _ = app;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub struct IdempotencyLayer;
 }
 
 #[derive(Clone)]
@@ -114,10 +112,6 @@ impl IdempotencyLayer {
                 completion: Completion::default(),
             }),
         }
-    }
-
-    fn config(&mut self) -> &mut Config {
-        Arc::make_mut(&mut self.config)
     }
 
     /// Names whose records a request may see, typically the authenticated

@@ -20,6 +20,7 @@ use super::layer::Config;
 use super::stored::{Rebuilt, encode_headers, replay};
 use super::{ResponseFuture, StoreResponse};
 use crate::backend::records::StoredResponse;
+use crate::layer::bounds::{HttpBody, Wrapped};
 use crate::layer::completion::Aborted;
 use crate::layer::problem::{Refusal, problem, problem_retry};
 use crate::records::RecordGuard;
@@ -108,13 +109,9 @@ async fn idempotent<S, B, ResB>(
     key: String,
 ) -> Result<Response<Body>, S::Error>
 where
-    S: Service<Request<Body>, Response = Response<ResB>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-    ResB: http_body::Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    S: Wrapped<Request<Body>, ResB>,
+    B: HttpBody,
+    ResB: HttpBody,
 {
     let (parts, body) = req.into_parts();
     let body = match read_body(&parts, body, config.max_request_body).await {
@@ -234,8 +231,7 @@ async fn run_claimed<S, ResB>(
 ) -> Result<Response<Body>, S::Error>
 where
     S: Service<Request<Body>, Response = Response<ResB>>,
-    ResB: http_body::Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    ResB: HttpBody,
 {
     let record = running.record().to_owned();
     let response = match AssertUnwindSafe(inner.call(req)).catch_unwind().await {

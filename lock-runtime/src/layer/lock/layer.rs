@@ -12,39 +12,37 @@ use crate::client::LockOptions;
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
 
-/// Applies a per-resource lock to the routes it wraps: see the [module
-/// docs](super).
-///
-/// ```
-/// use std::time::Duration;
-/// use axum::extract::Path;
-/// use axum::{routing::post, Router};
-/// use lock_runtime::{layer::LockLayer, LockClient, LockInfo};
-///
-/// async fn pay(Path(id): Path<u64>, lock: LockInfo) -> String {
-///     format!("order {id} paid under fencing token {}", lock.fencing_token)
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_runtime::LockError> {
-/// let client = LockClient::builder().memory().build().await?;
-/// let app: Router = Router::new()
-///     .route("/orders/{id}/pay", post(pay))
-///     .route_layer(
-///         LockLayer::new(client)
-///             // The id the handler sees: `/orders/015/pay` is `order:15` too.
-///             .key_from(|Path(id): Path<u64>| format!("order:{id}"))
-///             .ttl(Duration::from_secs(10))   // renewed while the request runs
-///             .wait(Duration::from_millis(200)),
-///     );
-/// # let _ = app;
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone)]
-#[must_use]
-pub struct LockLayer {
-    pub(super) config: Arc<Config>,
+layer_with_config! {
+    /// Applies a per-resource lock to the routes it wraps: see the [module
+    /// docs](super).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use axum::extract::Path;
+    /// use axum::{routing::post, Router};
+    /// use lock_runtime::{layer::LockLayer, LockClient, LockInfo};
+    ///
+    /// async fn pay(Path(id): Path<u64>, lock: LockInfo) -> String {
+    ///     format!("order {id} paid under fencing token {}", lock.fencing_token)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// let client = LockClient::builder().memory().build().await?;
+    /// let app: Router = Router::new()
+    ///     .route("/orders/{id}/pay", post(pay))
+    ///     .route_layer(
+    ///         LockLayer::new(client)
+    ///             // The id the handler sees: `/orders/015/pay` is `order:15` too.
+    ///             .key_from(|Path(id): Path<u64>| format!("order:{id}"))
+    ///             .ttl(Duration::from_secs(10))   // renewed while the request runs
+    ///             .wait(Duration::from_millis(200)),
+    ///     );
+    /// # let _ = app;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub struct LockLayer;
 }
 
 #[derive(Clone)]
@@ -94,10 +92,6 @@ impl LockLayer {
                 completion: Completion::default(),
             }),
         }
-    }
-
-    fn config(&mut self) -> &mut Config {
-        Arc::make_mut(&mut self.config)
     }
 
     /// The key as a template over path parameters: `"order:<id>"` locks

@@ -17,6 +17,7 @@ use super::ResponseFuture;
 use super::body::LockedBody;
 use super::key::{KeyError, KeySource};
 use super::layer::Config;
+use crate::layer::bounds::{HttpBody, Wrapped};
 use crate::layer::completion::Aborted;
 use crate::layer::problem::{Refusal, problem, problem_retry};
 use crate::{LockError, LockGuard, LockInfo, context};
@@ -115,12 +116,9 @@ async fn locked<S, B, ResB>(
     key: String,
 ) -> Result<Response<Body>, S::Error>
 where
-    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
+    S: Wrapped<Request<B>, ResB>,
     B: Send + 'static,
-    ResB: http_body::Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    ResB: HttpBody,
 {
     let request = match config.permits {
         None => config.client.lock(key.clone()),
@@ -176,8 +174,7 @@ async fn run_locked<S, B, ResB>(
 ) -> Result<Response<Body>, S::Error>
 where
     S: Service<Request<B>, Response = Response<ResB>>,
-    ResB: http_body::Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    ResB: HttpBody,
 {
     let lost = guard.lost();
     // Inside the scope the handler sees `current_lock()`, and a nested lock of
@@ -217,8 +214,7 @@ where
 /// a body still being produced keeps the lock while it streams.
 async fn hand_over<ResB>(response: Response<ResB>, guard: LockGuard) -> Response<Body>
 where
-    ResB: http_body::Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    ResB: HttpBody,
 {
     let (head, body) = response.into_parts();
     let mut body = Box::pin(body);
