@@ -294,7 +294,7 @@ async fn an_acl_user_limited_to_the_lock_prefix_works_and_the_library_touches_no
             let mut acquired = 0;
             for n in 0..40u64 {
                 let key = format!("k{}", n % 3);
-                let request = c.lock(&key).ttl(ms(150)).wait(ms(3000)).acquire();
+                let request = c.lock(&key).ttl(ms(300)).wait(ms(3000)).acquire();
                 // Every 7th acquire is cancelled part-way.
                 let guard = if (n + i as u64).is_multiple_of(7) {
                     match tokio::time::timeout(ms(n % 5), request).await {
@@ -307,7 +307,7 @@ async fn an_acl_user_limited_to_the_lock_prefix_works_and_the_library_touches_no
                 let guard = guard.unwrap();
                 acquired += 1;
                 // Now and then outlive a renewal period; sometimes just drop.
-                let hold = if n.is_multiple_of(10) { 120 } else { 1 };
+                let hold = if n.is_multiple_of(10) { 220 } else { 1 };
                 tokio::time::sleep(ms(hold)).await;
                 assert!(!guard.is_lost());
                 if n.is_multiple_of(4) {
