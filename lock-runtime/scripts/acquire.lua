@@ -107,7 +107,10 @@ if ttl < 0 then
   ttl = tonumber(ARGV[2])
 end
 if ARGV[3] ~= '0' then
-  if not redis.call('LPOS', KEYS[3], member) then
+  -- Queued already? Every script that adds to or takes from the list does
+  -- the same to the deadlines (same members, same expiry), so the sorted
+  -- set answers in O(1) what a scan of the list (`LPOS`) would in O(n).
+  if not redis.call('ZSCORE', KEYS[4], member) then
     redis.call('RPUSH', KEYS[3], member)
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -27,6 +27,10 @@ pub(crate) struct Waiter {
     granted: AtomicU64,
     /// A hand-over to another waiter of this key was seen.
     handoff_seen: AtomicBool,
+    /// A notice said the key is free, or notices may have been missed: try
+    /// again. A wake-up with none of these three set is the permit of a
+    /// notice whose news an earlier wake-up already took.
+    freed: AtomicBool,
 }
 
 impl Waiter {
@@ -41,6 +45,17 @@ impl Waiter {
     /// Whether a hand-over to another waiter was seen since the last call.
     pub(crate) fn take_handoff_seen(&self) -> bool {
         self.handoff_seen.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether a free notice (or a wake after notices may have been missed)
+    /// arrived since the last call.
+    pub(crate) fn take_freed(&self) -> bool {
+        self.freed.swap(false, Ordering::AcqRel)
+    }
+
+    fn free(&self) {
+        self.freed.store(true, Ordering::Release);
+        self.notify.notify_one();
     }
 
     fn grant(&self, fencing: u64) {
@@ -95,7 +110,7 @@ impl Registry {
             None => {
                 if let Some(waiters) = self.channels().get(channel) {
                     for waiter in waiters.values() {
-                        waiter.notify.notify_one();
+                        waiter.free();
                     }
                 }
             }
@@ -129,7 +144,7 @@ impl Registry {
     pub(crate) fn wake_all(&self) {
         for waiters in self.channels().values() {
             for waiter in waiters.values() {
-                waiter.notify.notify_one();
+                waiter.free();
             }
         }
     }
@@ -261,6 +276,28 @@ mod tests {
         let woken = o.waiter.notify.notified();
         futures_util::pin_mut!(woken);
         assert!(woken.as_mut().enable(), "the observer was woken");
+    }
+
+    #[test]
+    fn only_a_free_notice_or_a_wake_after_missed_notices_says_free() {
+        let registry = Arc::new(Registry::default());
+        let (w, _) = WaitHandle::new(&registry, "ch", "aaaa");
+        // Two hand-overs to others before the waiter looks: one piece of
+        // news, and no reason to try.
+        registry.deliver("ch", b"bbbb:7");
+        registry.deliver("ch", b"cccc:8");
+        assert!(w.waiter.take_handoff_seen());
+        assert!(!w.waiter.take_handoff_seen());
+        assert!(
+            !w.waiter.take_freed(),
+            "a hand-over to another frees nothing"
+        );
+        registry.deliver("ch", b"");
+        assert!(w.waiter.take_freed(), "a free notice");
+        assert!(!w.waiter.take_freed());
+        registry.wake_all();
+        assert!(w.waiter.take_freed(), "notices may have been missed");
+        assert_eq!(w.waiter.take_grant(), None);
     }
 
     #[test]

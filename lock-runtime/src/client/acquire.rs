@@ -276,13 +276,20 @@ impl Acquisition {
                 Some(_) => return Woken::Retry,
                 None => {}
             }
-            if !handle.waiter.take_handoff_seen() {
+            let handed_on = handle.waiter.take_handoff_seen();
+            if handle.waiter.take_freed() {
                 return Woken::Freed; // act now
             }
-            // The lock went to another waiter with a short lease: if that
-            // waiter is dead, the key is free when it runs out.
-            let free_by = Instant::now() + HANDOFF_LEASE + Duration::from_millis(5);
-            retry_at = retry_at.min(free_by);
+            if handed_on {
+                // The lock went to another waiter with a short lease: if that
+                // waiter is dead, the key is free when it runs out.
+                let free_by = Instant::now() + HANDOFF_LEASE + Duration::from_millis(5);
+                retry_at = retry_at.min(free_by);
+            }
+            // Else the permit of a notice whose news (a hand-over to another
+            // waiter) an earlier wake-up took: two notices arriving before
+            // this task ran set the news once and leave a permit. Not a
+            // reason to try (the key is someone else's): wait on.
         }
     }
 

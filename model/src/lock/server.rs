@@ -229,7 +229,9 @@ impl Server {
                 notice,
             );
         }
-        // Join the queue once (`LPOS`, `RPUSH`, `ZADD` now + wait).
+        // Join the queue once (`ZSCORE` of the deadlines: an entry is in the
+        // list exactly when it is in the sorted set, one `Entry` here;
+        // `RPUSH`, `ZADD` now + wait).
         if !self.queue.iter().any(|e| e.is(token, lease)) {
             if self.queue.is_empty() {
                 self.queue_expires = 0;
