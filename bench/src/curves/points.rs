@@ -62,9 +62,10 @@ async fn client(url: &str, local_handover: bool) -> Result<LockClient, String> {
         .redis(url)
         .key_prefix(PREFIX)
         .local_handover(local_handover)
-        // 10,000 waiters arriving at once queue one script call each, every
-        // one scanning the queue (`LPOS`): on a loaded machine the last
-        // replies come later than the default 1 s.
+        // 10,000 waiters arriving at once queue one script call each (a
+        // scan of the queue each, before the eleventh session's `ZSCORE`):
+        // on a loaded machine the last replies came later than the default
+        // 1 s.
         .response_timeout(RESPONSE_TIMEOUT)
         .build()
         .await
