@@ -31,15 +31,19 @@ fn run(claimed: Claimed, backend: &str) -> RecordGuard {
     }
 }
 
+/// `client` claims a fresh record for the payload `pay 42`, to run it:
+/// the record's key and guard.
+async fn claim_pay_42(client: &LockClient, backend: &str) -> (String, RecordGuard) {
+    let id = key("msg");
+    let claimed = client.record(&id).fingerprint(b"pay 42").claim().await;
+    (id, run(claimed.unwrap(), backend))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_runs_once_then_every_claim_gets_the_stored_result() {
     let server = RedisServer::start();
     for (backend, a, b) in consumers(&server).await {
-        let id = key("msg");
-        let guard = run(
-            a.record(&id).fingerprint(b"pay 42").claim().await.unwrap(),
-            backend,
-        );
+        let (id, guard) = claim_pay_42(&a, backend).await;
         assert_eq!(guard.key(), id);
         // In flight: a duplicate that does not wait is told so, with the lease left.
         match b.record(&id).fingerprint(b"pay 42").claim().await.unwrap() {
@@ -76,11 +80,7 @@ async fn a_claim_runs_once_then_every_claim_gets_the_stored_result() {
 async fn a_key_reused_with_another_payload_is_refused_in_flight_and_done() {
     let server = RedisServer::start();
     for (backend, a, b) in consumers(&server).await {
-        let id = key("msg");
-        let guard = run(
-            a.record(&id).fingerprint(b"pay 42").claim().await.unwrap(),
-            backend,
-        );
+        let (id, guard) = claim_pay_42(&a, backend).await;
         let reused = b
             .record(&id)
             .fingerprint(b"pay 43")
