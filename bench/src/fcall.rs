@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 
 use crate::curves::info;
+use crate::raw::load_script;
 use crate::report::median;
 use crate::rows::blocks;
 
@@ -202,15 +203,8 @@ async fn measure(url: &str, reps: usize, pairs: usize) -> Result<(), String> {
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| format!("connection: {e}"))?;
-    let mut load = async |src: &str| -> Result<String, String> {
-        redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(src)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| format!("SCRIPT LOAD: {e}"))
-    };
-    let (acquire_sha, release_sha) = (load(ACQUIRE).await?, load(RELEASE).await?);
+    let acquire_sha = load_script(&mut conn, ACQUIRE).await?;
+    let release_sha = load_script(&mut conn, RELEASE).await?;
     let loaded: String = redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg("REPLACE")

@@ -21,6 +21,19 @@ const COMPARE_DELETE_PUBLISH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] t
 const LIBRARY_ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
 const LIBRARY_RELEASE: &str = include_str!("../../lock-runtime/scripts/release.lua");
 
+/// `SCRIPT LOAD src` on `conn`: the script's SHA1, for `EVALSHA`.
+pub(crate) async fn load_script(
+    conn: &mut MultiplexedConnection,
+    src: &str,
+) -> Result<String, String> {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(src)
+        .query_async(conn)
+        .await
+        .map_err(|e| format!("SCRIPT LOAD: {e}"))
+}
+
 /// A multiplexed connection and the scripts' SHA1s. Clones share the connection.
 #[derive(Clone)]
 pub(crate) struct Raw {
@@ -66,18 +79,10 @@ impl Raw {
             .get_multiplexed_async_connection()
             .await
             .map_err(|e| format!("raw connection: {e}"))?;
-        let mut load = async |src: &str| -> Result<String, String> {
-            redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(src)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| format!("SCRIPT LOAD: {e}"))
-        };
-        let del_sha = load(COMPARE_AND_DELETE).await?;
-        let del_pub_sha = load(COMPARE_DELETE_PUBLISH).await?;
-        let lib_acquire_sha = load(LIBRARY_ACQUIRE).await?;
-        let lib_release_sha = load(LIBRARY_RELEASE).await?;
+        let del_sha = load_script(&mut conn, COMPARE_AND_DELETE).await?;
+        let del_pub_sha = load_script(&mut conn, COMPARE_DELETE_PUBLISH).await?;
+        let lib_acquire_sha = load_script(&mut conn, LIBRARY_ACQUIRE).await?;
+        let lib_release_sha = load_script(&mut conn, LIBRARY_RELEASE).await?;
         Ok(Self {
             conn,
             del_sha,

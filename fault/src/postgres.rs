@@ -44,6 +44,22 @@ CREATE TABLE IF NOT EXISTS fault_access (
 );
 ";
 
+/// One access of the record: which row, under which token, by whom.
+#[derive(Clone, Copy, Debug)]
+pub struct Fenced<'a> {
+    /// The lock key, the record's row.
+    pub key: &'a str,
+    /// The holder's fencing token.
+    pub fence: u64,
+    /// Whether the transaction checks `fence` first (off: the row lock
+    /// alone orders the accesses).
+    pub fencing: bool,
+    /// The worker, for the logs.
+    pub worker: u32,
+    /// The worker's operation number, for the logs.
+    pub op: u64,
+}
+
 /// A worker's handle on the PostgreSQL record.
 #[derive(Clone, Debug)]
 pub struct PgRecord {
@@ -71,15 +87,9 @@ impl PgRecord {
     }
 
     /// The fenced read (exclusive): `Rejected` when `fence` is stale.
-    pub async fn read(
-        &self,
-        key: &str,
-        fence: u64,
-        fencing: bool,
-        worker: u32,
-        op: u64,
-    ) -> Result<ReadResult, sqlx::Error> {
-        let Some(mut tx) = self.begin_fenced(key, fence, fencing).await? else {
+    pub async fn read(&self, access: Fenced<'_>) -> Result<ReadResult, sqlx::Error> {
+        let Fenced { key, fence, .. } = access;
+        let Some(mut tx) = self.begin_fenced(access).await? else {
             return Ok(ReadResult::Rejected);
         };
         let (version, counter, at): (i64, i64, i64) = sqlx::query_as(
@@ -90,7 +100,7 @@ impl PgRecord {
         .bind(int(fence))
         .fetch_one(&mut *tx)
         .await?;
-        log_access(&mut tx, key, at, "r", fence, worker, op).await?;
+        log_access(&mut tx, access, at, "r").await?;
         tx.commit().await?;
         Ok(ReadResult::Ok {
             version: nat(version),
@@ -101,18 +111,20 @@ impl PgRecord {
     /// The fenced write of `counter` after reading `version`: applied
     /// whatever version was read (no compare-and-set: that would hide the
     /// overlaps the checker looks for), logged with what it read.
-    #[allow(clippy::too_many_arguments)]
     pub async fn write(
         &self,
-        key: &str,
-        fence: u64,
-        fencing: bool,
-        worker: u32,
-        op: u64,
+        access: Fenced<'_>,
         version: u64,
         counter: u64,
     ) -> Result<WriteResult, sqlx::Error> {
-        let Some(mut tx) = self.begin_fenced(key, fence, fencing).await? else {
+        let Fenced {
+            key,
+            fence,
+            worker,
+            op,
+            ..
+        } = access;
+        let Some(mut tx) = self.begin_fenced(access).await? else {
             return Ok(WriteResult::Rejected);
         };
         // The row lock orders this write among every other access of the key.
@@ -143,7 +155,7 @@ impl PgRecord {
             .bind(int(op))
             .execute(&mut *tx)
             .await?;
-        log_access(&mut tx, key, at, "w", fence, worker, op).await?;
+        log_access(&mut tx, access, at, "w").await?;
         tx.commit().await?;
         Ok(WriteResult::Accepted(nat(seq)))
     }
@@ -153,9 +165,12 @@ impl PgRecord {
     /// the refusal counted.
     async fn begin_fenced(
         &self,
-        key: &str,
-        fence: u64,
-        fencing: bool,
+        Fenced {
+            key,
+            fence,
+            fencing,
+            ..
+        }: Fenced<'_>,
     ) -> Result<Option<sqlx::Transaction<'static, sqlx::Postgres>>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         if !fencing {
@@ -182,12 +197,15 @@ impl PgRecord {
 
 async fn log_access(
     tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    key: &str,
+    Fenced {
+        key,
+        fence,
+        worker,
+        op,
+        ..
+    }: Fenced<'_>,
     at: i64,
     kind: &str,
-    fence: u64,
-    worker: u32,
-    op: u64,
 ) -> Result<(), sqlx::Error> {
     sqlx::query("INSERT INTO fault_access VALUES ($1, $2, $3, $4, $5, $6)")
         .bind(key)

@@ -35,7 +35,7 @@ use std::sync::LazyLock;
 use lock_runtime::{LockError, fence};
 use redis::aio::ConnectionManager;
 
-use crate::postgres::PgRecord;
+use crate::postgres::{Fenced, PgRecord};
 use crate::record::derive_max_before;
 pub use crate::record::{Access, AccessKind, ReadResult, Record, StoredWrite, WriteResult};
 
@@ -120,6 +120,17 @@ impl Store {
         })
     }
 
+    /// An access of the PostgreSQL record by this worker.
+    fn pg_access<'a>(&self, key: &'a str, fence: u64, op: u64) -> Fenced<'a> {
+        Fenced {
+            key,
+            fence,
+            fencing: self.fencing,
+            worker: self.worker,
+            op,
+        }
+    }
+
     /// The same store, for another worker (a task of the same process):
     /// one connection, the worker's own name in the record and its log.
     pub fn for_worker(&self, worker: u32) -> Self {
@@ -144,7 +155,7 @@ impl Store {
     pub async fn read(&self, key: &str, fence: u64, op: u64) -> redis::RedisResult<ReadResult> {
         if let Some(pg) = &self.pg {
             let read = pg
-                .read(key, fence, self.fencing, self.worker, op)
+                .read(self.pg_access(key, fence, op))
                 .await
                 .map_err(pg_error)?;
             if read != ReadResult::Rejected {
@@ -239,7 +250,7 @@ impl Store {
             .await?;
         if let Some(pg) = &self.pg {
             return pg
-                .write(key, fence, self.fencing, self.worker, op, version, counter)
+                .write(self.pg_access(key, fence, op), version, counter)
                 .await
                 .map_err(pg_error);
         }

@@ -48,11 +48,15 @@ where
     Some(state)
 }
 
-/// [`Model::next_state`] ([`next_state`]) and [`Model::within_boundary`]
-/// (the clock, [`Narrate::now`], at most `$horizon`) of a [`Narrate`]
-/// model, written inside its `impl Model`.
-macro_rules! narrated_steps {
-    ($horizon:expr) => {
+/// The plumbing of a [`Narrate`] model, written at the top of its
+/// `impl Model`: its `State` and `Action` types, [`Model::next_state`]
+/// ([`next_state`]) and [`Model::within_boundary`] (the clock,
+/// [`Narrate::now`], at most `horizon`).
+macro_rules! narrated_model {
+    ($state:ty, $action:ty, horizon: $horizon:expr) => {
+        type State = $state;
+        type Action = $action;
+
         fn next_state(&self, last: &Self::State, action: Self::Action) -> Option<Self::State> {
             $crate::check::next_state(self, last, action)
         }
@@ -62,7 +66,7 @@ macro_rules! narrated_steps {
         }
     };
 }
-pub(crate) use narrated_steps;
+pub(crate) use narrated_model;
 
 /// [`Model::actions`]' order, shared by the models: the `urgent` actions
 /// first (a step the system takes before time passes), then the `lazy` ones,

@@ -163,8 +163,7 @@ pub enum Action {
 }
 
 impl Model for RecordsModel {
-    type State = State;
-    type Action = Action;
+    check::narrated_model!(State, Action, horizon: 30);
 
     fn init_states(&self) -> Vec<State> {
         vec![State {
@@ -248,14 +247,6 @@ impl Model for RecordsModel {
             .iter()
             .any(|r| !matches!(r.phase, Phase::Done | Phase::Crashed) || r.net.is_some());
         check::schedule(out, urgent, lazy, busy, Action::Tick);
-    }
-
-    fn next_state(&self, last: &State, a: Action) -> Option<State> {
-        check::next_state(self, last, a)
-    }
-
-    fn within_boundary(&self, s: &State) -> bool {
-        s.now <= 30
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

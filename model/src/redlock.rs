@@ -215,8 +215,7 @@ impl RedlockModel {
 }
 
 impl Model for RedlockModel {
-    type State = State;
-    type Action = Action;
+    check::narrated_model!(State, Action, horizon: 8);
 
     fn init_states(&self) -> Vec<State> {
         vec![State {
@@ -281,8 +280,6 @@ impl Model for RedlockModel {
             || s.nodes.iter().any(|n| n.lock.is_some());
         check::schedule(out, urgent, lazy, busy, Action::Tick);
     }
-
-    check::narrated_steps!(8);
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![

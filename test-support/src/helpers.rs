@@ -119,6 +119,15 @@ pub async fn two_clients(builder: &LockClientBuilder) -> (LockClient, LockClient
     (client(builder).await, client(builder).await)
 }
 
+/// Two independent clients of `servers` (a Cluster, Sentinel deployment or
+/// Redlock masters), with the servers, which stop when dropped.
+pub async fn two_clients_on<T: crate::topology::Topology>(
+    servers: T,
+) -> (T, LockClient, LockClient) {
+    let (a, b) = two_clients(&servers.builder()).await;
+    (servers, a, b)
+}
+
 /// Builds a client of the Redis at `url` with the builder's default settings.
 pub async fn redis_url_client(url: impl Into<String>) -> Result<LockClient, LockError> {
     LockClient::builder().redis(url).build().await

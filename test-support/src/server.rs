@@ -289,6 +289,19 @@ impl RedisServer {
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
+
+    /// How many times the server ran `command` (lowercase, `script|load` for
+    /// a subcommand), from `INFO commandstats`; 0 when it never ran.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let stats = self.cli(&["INFO", "commandstats"]);
+        crate::topology::info_field(&stats, &format!("cmdstat_{command}"))
+            .and_then(|v| {
+                v.split(',')
+                    .find_map(|kv| kv.strip_prefix("calls="))
+                    .and_then(|n| n.parse().ok())
+            })
+            .unwrap_or(0)
+    }
 }
 
 impl Drop for RedisServer {

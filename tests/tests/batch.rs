@@ -93,11 +93,11 @@ fn tagged(tag: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{{{tag}}}:{i}")).collect()
 }
 
+/// Acquire tasks.
+type Acquires = Vec<tokio::task::JoinHandle<Result<LockGuard, LockError>>>;
+
 /// Spawns try-once acquires of `keys` on `client` (renewed leases).
-fn spawn_acquires(
-    client: &LockClient,
-    keys: &[String],
-) -> Vec<tokio::task::JoinHandle<Result<LockGuard, LockError>>> {
+fn spawn_acquires(client: &LockClient, keys: &[String]) -> Acquires {
     keys.iter()
         .map(|key| {
             let client = client.clone();
@@ -110,6 +110,39 @@ fn spawn_acquires(
 /// Lets the tasks spawned so far reach their connection (and queue).
 async fn settle() {
     tokio::time::sleep(ms(100)).await;
+}
+
+/// Holds every script call for 400 ms and spawns acquires of the free keys
+/// `free` on `a`, which queue behind the calls in flight. Returns `a`'s
+/// batch counters from before and the tasks.
+async fn queue_free_acquires(
+    servers: &Setup,
+    a: &LockClient,
+    free: &[String],
+) -> ((u64, u64, u64), Acquires) {
+    let before = batched_calls(a);
+    servers.pause_scripts(ms(400));
+    let frees = spawn_acquires(a, free);
+    settle().await;
+    (before, frees)
+}
+
+/// Releases the guards of `frees` (each a free key, so acquired) and checks
+/// that `a` sent its attempts since `before` in batches.
+async fn release_and_check_batched(a: &LockClient, frees: Acquires, before: (u64, u64, u64)) {
+    for task in frees {
+        task.await
+            .expect("task")
+            .expect("a free key is acquired")
+            .release()
+            .await
+            .expect("released");
+    }
+    let (calls, ops) = batched_since(a, before);
+    assert!(
+        ops > calls,
+        "the attempts went out in batches ({ops} ops, {calls} calls)"
+    );
 }
 
 async fn batches_form_under_concurrency(setup: fn() -> (Setup, LockClientBuilder)) {
@@ -167,10 +200,7 @@ async fn a_busy_key_fails_only_itself(setup: fn() -> (Setup, LockClientBuilder))
         .await
         .expect("b holds it");
     let free = tagged(&tag, 30);
-    let before = batched_calls(&a);
-    servers.pause_scripts(ms(400));
-    let frees = spawn_acquires(&a, &free);
-    settle().await;
+    let (before, frees) = queue_free_acquires(&servers, &a, &free).await;
     // Queued behind the calls in flight: sent in a batch with others.
     let busy_attempt = spawn_acquires(&a, std::slice::from_ref(&busy));
     let mut guards = Vec::new();
@@ -217,28 +247,13 @@ async fn a_waiting_acquire_in_a_batch_is_granted_by_a_release(
         .await
         .expect("b holds it");
     let free = tagged(&tag, 20);
-    let before = batched_calls(&a);
-    servers.pause_scripts(ms(400));
-    let frees = spawn_acquires(&a, &free);
-    settle().await;
+    let (before, frees) = queue_free_acquires(&servers, &a, &free).await;
     let waiter = {
         let a = a.clone();
         let wanted = wanted.clone();
         tokio::spawn(async move { a.lock(wanted).ttl(secs(10)).wait(secs(20)).acquire().await })
     };
-    for task in frees {
-        task.await
-            .expect("task")
-            .expect("a free key is acquired")
-            .release()
-            .await
-            .expect("released");
-    }
-    let (calls, ops) = batched_since(&a, before);
-    assert!(
-        ops > calls,
-        "the attempts went out in batches ({ops} ops, {calls} calls)"
-    );
+    release_and_check_batched(&a, frees, before).await;
     tokio::time::sleep(ms(200)).await;
     assert!(
         !waiter.is_finished(),
@@ -265,26 +280,11 @@ async fn a_caller_dropped_while_queued_leaves_no_lock(setup: fn() -> (Setup, Loc
     let tag = key("batch-dropped");
     let free = tagged(&tag, 20);
     let dropped = format!("{{{tag}}}:dropped");
-    let before = batched_calls(&a);
-    servers.pause_scripts(ms(400));
-    let frees = spawn_acquires(&a, &free);
-    settle().await;
+    let (before, frees) = queue_free_acquires(&servers, &a, &free).await;
     // Queued behind the calls in flight, then given up before it is sent.
     let gave_up = tokio::time::timeout(ms(50), a.lock(&dropped).ttl(secs(30)).acquire()).await;
     assert!(gave_up.is_err(), "the acquire was still queued");
-    for task in frees {
-        task.await
-            .expect("task")
-            .expect("a free key is acquired")
-            .release()
-            .await
-            .expect("released");
-    }
-    let (calls, ops) = batched_since(&a, before);
-    assert!(
-        ops > calls,
-        "the attempts went out in batches ({ops} ops, {calls} calls)"
-    );
+    release_and_check_batched(&a, frees, before).await;
     // Left out of the batch: it never ran, so it never drew a fencing token
     // from the slot's counter, where each of the 20 others drew one.
     assert_eq!(

@@ -13,7 +13,7 @@ use test_support::{ACL_LOCKER, RedisServer};
 use test_support::helpers::*;
 
 mod core_redis_common;
-use core_redis_common::{calls, client, connections_received, handoff, last_number, two_clients};
+use core_redis_common::{client, connections_received, handoff, last_number, two_clients};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_is_a_key_with_a_lease_and_a_fresh_128_bit_token_beside_its_fencing_counter() {
@@ -94,10 +94,10 @@ async fn a_release_touches_the_queue_and_publishes_only_when_somebody_queued() {
     for _ in 0..20 {
         lock_and_release(&client, "calm").await;
     }
-    assert_eq!(calls(&server, "evalsha"), 40);
+    assert_eq!(server.command_calls("evalsha"), 40);
     for command in ["lpop", "lpos", "rpush", "publish"] {
         assert_eq!(
-            calls(&server, command),
+            server.command_calls(command),
             0,
             "{command} on an uncontended key"
         );
@@ -125,8 +125,12 @@ async fn a_release_touches_the_queue_and_publishes_only_when_somebody_queued() {
     assert_eq!(within(secs(5), "the waiter", waiter).await.unwrap(), 2);
     // The holder's release pops the waiter; a hand-over always marks the new
     // owner (more may stand behind it), so its release looks once more.
-    assert_eq!(calls(&server, "lpop"), 2);
-    assert_eq!(calls(&server, "publish"), 1, "one notice: the hand-over");
+    assert_eq!(server.command_calls("lpop"), 2);
+    assert_eq!(
+        server.command_calls("publish"),
+        1,
+        "one notice: the hand-over"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,12 +145,12 @@ async fn scripts_are_loaded_again_when_the_server_forgets_them() {
     assert!(!guard.is_lost(), "renewal failed after SCRIPT FLUSH");
     assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
     guard.release().await.expect("release after SCRIPT FLUSH");
-    assert!(calls(&server, "evalsha") >= 3);
+    assert!(server.command_calls("evalsha") >= 3);
     // The hot path is EVALSHA; after NOSCRIPT the script is loaded again
     // (SCRIPT LOAD), never sent in full with EVAL.
-    assert_eq!(calls(&server, "eval"), 0);
+    assert_eq!(server.command_calls("eval"), 0);
     assert!(
-        calls(&server, "script|load") >= 4,
+        server.command_calls("script|load") >= 4,
         "{}",
         server.cli(&["INFO", "commandstats"])
     );
@@ -284,7 +288,7 @@ async fn an_acl_user_limited_to_the_lock_keys_channels_and_commands_works() {
         .await
         .unwrap();
     assert!(
-        calls(&server, "incrby") >= 1,
+        server.command_calls("incrby") >= 1,
         "no block reserved as the ACL user"
     );
     // A read-write lock and a semaphore, with a hand-over each (shared.lua).
@@ -407,14 +411,14 @@ async fn a_waiter_on_a_foreign_key_without_expiry_does_not_spin() {
     let client = client(&server).await;
     // Someone wrote the lock key without a TTL (by hand, or an old tool).
     assert_eq!(server.cli(&["SET", "lock:L{foreign}", "not-a-token"]), "OK");
-    let before = calls(&server, "evalsha");
+    let before = server.command_calls("evalsha");
     let err = client
         .lock("foreign")
         .wait(ms(500))
         .acquire()
         .await
         .unwrap_err();
-    let tries = calls(&server, "evalsha") - before;
+    let tries = server.command_calls("evalsha") - before;
     println!("a 500 ms wait on a key without expiry made {tries} attempts: {err}");
     assert!(err.is_busy(), "{err:?}");
     assert!(tries < 100, "{tries} attempts in 500 ms: the waiter polls");

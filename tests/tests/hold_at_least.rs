@@ -6,8 +6,10 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockError, LockGuard};
 use test_support::RedisServer;
-use test_support::helpers::{is_held, memory_client, ms, secs, two_clients, within};
-use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
+use test_support::helpers::{
+    is_held, memory_client, ms, secs, two_clients, two_clients_on, within,
+};
+use test_support::topology::{Cluster, Redlock, SentinelSetup};
 
 const MIN: Duration = Duration::from_millis(600);
 
@@ -154,23 +156,20 @@ async fn a_killed_connection_does_not_keep_the_key_for_its_whole_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock() {
-    let nodes = Redlock::start(3);
-    let (a, b) = two_clients(&LockClient::builder().redlock(nodes.urls())).await;
+    let (_nodes, a, b) = two_clients_on(Redlock::start(3)).await;
     all_checks(&a, &b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_with_replica_acks() {
-    let (_setup, builder) = SentinelSetup::start().with_builder();
-    let (a, b) = two_clients(&builder).await;
+    let (_setup, a, b) = two_clients_on(SentinelSetup::start()).await;
     all_checks(&a, &b).await;
     shared_kinds_keep_the_minimum(&a, &b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster() {
-    let cluster = Cluster::start(3);
-    let (a, b) = two_clients(&LockClient::builder().cluster(cluster.seed_urls())).await;
+    let (_cluster, a, b) = two_clients_on(Cluster::start(3)).await;
     all_checks(&a, &b).await;
     shared_kinds_keep_the_minimum(&a, &b).await;
 }

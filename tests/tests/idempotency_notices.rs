@@ -19,7 +19,7 @@ use axum::routing::post;
 use lock_runtime::LockClient;
 use lock_runtime::layer::IdempotencyLayer;
 use test_support::RedisServer;
-use test_support::topology::{Cluster, Redlock, Topology, info_field};
+use test_support::topology::{Cluster, Redlock, Topology};
 
 /// Timing tests run one at a time: two cores are shared by the whole binary.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -327,18 +327,6 @@ async fn a_notice_that_never_comes_ends_the_wait_within_the_lease() {
     );
 }
 
-/// `INFO commandstats` calls of `command` on `server`.
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    info_field(&stats, &format!("cmdstat_{command}"))
-        .and_then(|v| {
-            v.split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// Ten slow requests at once (each five leases long): the watchdog keeps
 /// their records in flight, renewing them together in one script call per
 /// renewal period (per server), and forgets them once they complete.
@@ -370,14 +358,14 @@ async fn slow_requests_are_renewed_in_batches(
     );
     let before: Vec<(u64, u64)> = nodes
         .iter()
-        .map(|s| (calls(s, "evalsha"), calls(s, "pexpire")))
+        .map(|s| (s.command_calls("evalsha"), s.command_calls("pexpire")))
         .collect();
     let window = ms(900);
     tokio::time::sleep(window).await;
     // Only renewals run in the window: every claim went before it.
     for (i, (node, (evalsha, pexpire))) in nodes.iter().zip(before).enumerate() {
-        let script_calls = calls(node, "evalsha") - evalsha;
-        let renewed = calls(node, "pexpire") - pexpire;
+        let script_calls = node.command_calls("evalsha") - evalsha;
+        let renewed = node.command_calls("pexpire") - pexpire;
         println!(
             "{backend} node {i}: {n} records over {window:?} (lease {lease:?}): \
              {script_calls} renewal calls re-armed {renewed} leases"

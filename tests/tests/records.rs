@@ -6,10 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use lock_runtime::{Claimed, LockClient, LockError};
+use lock_runtime::{Claimed, LockClient, LockError, RecordGuard};
 use test_support::RedisServer;
 use test_support::helpers::{key, memory_client, ms, redis_client, secs};
-use test_support::topology::info_field;
 
 /// Two consumers of one store: independent clients on Redis, one client on
 /// the embedded backend (its records live in the client).
@@ -25,22 +24,26 @@ async fn consumers(server: &RedisServer) -> [(&'static str, LockClient, LockClie
     ]
 }
 
-fn run(claimed: Claimed, backend: &str) -> lock_runtime::RecordGuard {
+fn run(claimed: Claimed, backend: &str) -> RecordGuard {
     match claimed {
         Claimed::Run(guard) => guard,
         other => panic!("{backend}: expected to run the work, got {other:?}"),
     }
 }
 
+/// `client` claims a fresh record for the payload `pay 42`, to run it:
+/// the record's key and guard.
+async fn claim_pay_42(client: &LockClient, backend: &str) -> (String, RecordGuard) {
+    let id = key("msg");
+    let claimed = client.record(&id).fingerprint(b"pay 42").claim().await;
+    (id, run(claimed.unwrap(), backend))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_runs_once_then_every_claim_gets_the_stored_result() {
     let server = RedisServer::start();
     for (backend, a, b) in consumers(&server).await {
-        let id = key("msg");
-        let guard = run(
-            a.record(&id).fingerprint(b"pay 42").claim().await.unwrap(),
-            backend,
-        );
+        let (id, guard) = claim_pay_42(&a, backend).await;
         assert_eq!(guard.key(), id);
         // In flight: a duplicate that does not wait is told so, with the lease left.
         match b.record(&id).fingerprint(b"pay 42").claim().await.unwrap() {
@@ -77,11 +80,7 @@ async fn a_claim_runs_once_then_every_claim_gets_the_stored_result() {
 async fn a_key_reused_with_another_payload_is_refused_in_flight_and_done() {
     let server = RedisServer::start();
     for (backend, a, b) in consumers(&server).await {
-        let id = key("msg");
-        let guard = run(
-            a.record(&id).fingerprint(b"pay 42").claim().await.unwrap(),
-            backend,
-        );
+        let (id, guard) = claim_pay_42(&a, backend).await;
         let reused = b
             .record(&id)
             .fingerprint(b"pay 43")
@@ -110,25 +109,43 @@ async fn a_key_reused_with_another_payload_is_refused_in_flight_and_done() {
     }
 }
 
+/// `a` claims a fresh record with a lease far longer than the work (a
+/// duplicate woken only by the lease would wait 10 s) and ends the claim
+/// with `end` 200 ms later, while `b` claims the same record, waiting up to
+/// 5 s. Returns `b`'s answer and how long it waited.
+async fn claim_while_the_first_ends<F>(
+    a: &LockClient,
+    b: &LockClient,
+    backend: &str,
+    end: impl FnOnce(RecordGuard) -> F + Send + 'static,
+) -> (Claimed, Duration)
+where
+    F: Future<Output = ()> + Send,
+{
+    let id = key("msg");
+    let guard = run(
+        a.record(&id).lease(secs(10)).claim().await.unwrap(),
+        backend,
+    );
+    let first = tokio::spawn(async move {
+        tokio::time::sleep(ms(200)).await;
+        end(guard).await;
+    });
+    let started = Instant::now();
+    let answer = b.record(&id).wait(secs(5)).claim().await.unwrap();
+    let waited = started.elapsed();
+    first.await.unwrap();
+    (answer, waited)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_waits_for_the_first_result_woken_by_its_completion() {
     let server = RedisServer::start();
     for (backend, a, b) in consumers(&server).await {
-        let id = key("msg");
-        // A lease far longer than the work: a duplicate woken only by the
-        // lease would wait 10 s.
-        let guard = run(
-            a.record(&id).lease(secs(10)).claim().await.unwrap(),
-            backend,
-        );
-        let first = tokio::spawn(async move {
-            tokio::time::sleep(ms(200)).await;
-            guard.complete(b"the first result").await
-        });
-        let started = Instant::now();
-        let duplicate = b.record(&id).wait(secs(5)).claim().await.unwrap();
-        let waited = started.elapsed();
-        first.await.unwrap().unwrap();
+        let (duplicate, waited) = claim_while_the_first_ends(&a, &b, backend, |guard| async move {
+            guard.complete(b"the first result").await.unwrap();
+        })
+        .await;
         match duplicate {
             Claimed::Done(stored) => assert_eq!(stored, b"the first result", "{backend}"),
             other => panic!("{backend}: expected the stored result, got {other:?}"),
@@ -144,23 +161,11 @@ async fn a_duplicate_waits_for_the_first_result_woken_by_its_completion() {
 async fn a_dropped_guard_releases_the_record_and_wakes_a_waiting_duplicate() {
     let server = RedisServer::start();
     for (backend, a, b) in consumers(&server).await {
-        let id = key("msg");
-        let guard = run(
-            a.record(&id).lease(secs(10)).claim().await.unwrap(),
-            backend,
-        );
-        let failed = tokio::spawn(async move {
-            tokio::time::sleep(ms(200)).await;
-            drop(guard); // the work failed: a retry may run it
-        });
-        let started = Instant::now();
-        let retry = run(b.record(&id).wait(secs(5)).claim().await.unwrap(), backend);
-        assert!(
-            started.elapsed() < secs(2),
-            "{backend}: waited {:?}",
-            started.elapsed()
-        );
-        failed.await.unwrap();
+        // The work failed: a retry may run it.
+        let (retry, waited) =
+            claim_while_the_first_ends(&a, &b, backend, |guard| async move { drop(guard) }).await;
+        let retry = run(retry, backend);
+        assert!(waited < secs(2), "{backend}: waited {waited:?}");
         retry.complete(b"second try").await.unwrap();
         assert_eq!(a.renewed_records(), 0, "{backend}");
     }
@@ -231,23 +236,11 @@ async fn bad_keys_and_settings_are_refused_before_anything_is_sent() {
         .unwrap();
 }
 
-/// `INFO commandstats` calls of `command` on `server`.
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    info_field(&stats, &format!("cmdstat_{command}"))
-        .and_then(|v| {
-            v.split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_nobody_waits_on_is_completed_and_released_without_a_notice() {
     let server = RedisServer::start();
     let (a, b) = (redis_client(&server).await, redis_client(&server).await);
-    let before = calls(&server, "publish");
+    let before = server.command_calls("publish");
     // Completed, with a duplicate that looked without waiting meanwhile.
     let id = key("msg");
     let guard = run(a.record(&id).claim().await.unwrap(), "redis");
@@ -260,7 +253,7 @@ async fn a_record_nobody_waits_on_is_completed_and_released_without_a_notice() {
         .await
         .unwrap();
     assert_eq!(
-        calls(&server, "publish"),
+        server.command_calls("publish"),
         before,
         "nobody waited: no PUBLISH"
     );
@@ -279,7 +272,7 @@ async fn a_record_nobody_waits_on_is_completed_and_released_without_a_notice() {
     guard.complete(b"done").await.unwrap();
     assert!(matches!(waiting.await.unwrap().unwrap(), Claimed::Done(_)));
     assert_eq!(
-        calls(&server, "publish"),
+        server.command_calls("publish"),
         before + 1,
         "one notice for the waiter"
     );

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use lock_runtime::{LockClient, LockError, LockGuard, LockRequest};
 use test_support::RedisServer;
 use test_support::helpers::{
-    default_redis_client, lock_and_release, memory_client, ms, secs, two_clients, within,
+    default_redis_client, lock_and_release, memory_client, ms, secs, two_clients, two_clients_on,
+    within,
 };
-use test_support::topology::{Cluster, Redlock, SentinelSetup, Topology};
+use test_support::topology::{Cluster, Redlock, SentinelSetup};
 use tokio::task::JoinHandle;
 
 /// Acquires `request` in a task of its own, with a 20 s lease and a 10 s
@@ -462,15 +463,13 @@ async fn a_deleted_permit_is_reported_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster() {
-    let cluster = Cluster::start(3);
-    let (a, b) = two_clients(&LockClient::builder().cluster(cluster.seed_urls())).await;
+    let (_cluster, a, b) = two_clients_on(Cluster::start(3)).await;
     all_checks(&a, &b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_with_replica_acks() {
-    let (_setup, builder) = SentinelSetup::start().with_builder();
-    let (a, b) = two_clients(&builder).await;
+    let (_setup, a, b) = two_clients_on(SentinelSetup::start()).await;
     all_checks(&a, &b).await;
 }
 

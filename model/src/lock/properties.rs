@@ -4,8 +4,7 @@ use super::shared_lock::shared_properties;
 use super::*;
 
 impl Model for LockModel {
-    type State = State;
-    type Action = Action;
+    check::narrated_model!(State, Action, horizon: 40);
 
     fn init_states(&self) -> Vec<State> {
         vec![State {
@@ -51,8 +50,6 @@ impl Model for LockModel {
         }
         check::schedule(actions, urgent, lazy, busy, Action::Tick);
     }
-
-    check::narrated_steps!(40);
 
     fn properties(&self) -> Vec<Property<Self>> {
         let mut properties = match &self.cfg.shared {

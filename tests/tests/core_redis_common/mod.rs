@@ -51,17 +51,6 @@ pub fn last_number(answer: &str) -> i64 {
         .unwrap_or_else(|| panic!("not a number: {answer:?}"))
 }
 
-/// How many times the server ran `command` (from `INFO commandstats`).
-pub fn calls(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 pub fn connections_received(server: &RedisServer) -> u64 {
     let stats = server.cli(&["INFO", "stats"]);
     stats
