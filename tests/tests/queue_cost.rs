@@ -10,7 +10,7 @@ use test_support::RedisServer;
 use test_support::helpers::*;
 
 mod core_redis_common;
-use core_redis_common::{calls, last_number};
+use core_redis_common::last_number;
 
 /// Hand-overs in the chain.
 const CHAIN: usize = 20;
@@ -113,7 +113,10 @@ fn a_chain_of_hand_overs_costs_one_script_call_per_grant_and_no_busy_attempt() {
     // The watcher's client reads the CHAIN + 1 notices now; give a busy
     // attempt, if any, the time to happen.
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let (scripts, attempts) = (calls(&server, "evalsha"), calls(&server, "pttl") / 2);
+    let (scripts, attempts) = (
+        server.command_calls("evalsha"),
+        server.command_calls("pttl") / 2,
+    );
     assert!(!watcher.is_finished(), "the watcher still waits");
     // acquire.lua's busy path reads two PTTLs; release.lua and extend.lua
     // read none.
@@ -121,7 +124,7 @@ fn a_chain_of_hand_overs_costs_one_script_call_per_grant_and_no_busy_attempt() {
     let grants = CHAIN as u64 + 1;
     // One release per grant; a link granted late may re-arm its short
     // hand-over lease (extend.lua) before use.
-    let extends = calls(&server, "pexpire");
+    let extends = server.command_calls("pexpire");
     assert!(
         scripts <= grants + extends,
         "{scripts} script calls for {grants} grants ({extends} re-armed)"
