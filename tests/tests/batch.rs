@@ -29,18 +29,20 @@ enum Setup {
 impl Setup {
     fn single() -> (Self, LockClientBuilder) {
         let server = RedisServer::start();
-        let builder = LockClient::builder().redis(server.url());
+        let builder = LockClient::builder()
+            .redis(server.url())
+            .coalesce_scripts(true);
         (Setup::Single(server), builder)
     }
 
     fn sentinel() -> (Self, LockClientBuilder) {
         let (setup, builder) = SentinelSetup::start().with_builder();
-        (Setup::Sentinel(setup), builder)
+        (Setup::Sentinel(setup), builder.coalesce_scripts(true))
     }
 
     fn cluster() -> (Self, LockClientBuilder) {
         let (cluster, builder) = Cluster::start(3).with_builder();
-        (Setup::Cluster(cluster), builder)
+        (Setup::Cluster(cluster), builder.coalesce_scripts(true))
     }
 
     /// Every server that holds locks, for `redis-cli`.

@@ -247,7 +247,10 @@ fn builder(config: &WorkerConfig) -> lock_runtime::LockClientBuilder {
     if config.replica_acks.0 > 0 {
         b = b.min_replica_acks(config.replica_acks.0, ms(config.replica_acks.1));
     }
-    b
+    // Group commit on (off by default): calls of one process's tasks are
+    // coalesced under every fault (the `tasks-batched` scenarios make them
+    // meet); a process of one task sends each call alone as before.
+    b.coalesce_scripts(true)
 }
 
 /// Runs the worker process to the end of the budget on a current-thread

@@ -19,6 +19,8 @@ pub(crate) struct RedisOptions {
     pub(crate) response_timeout: Duration,
     /// `WAIT n timeout` after acquire and extend (Sentinel, single server).
     pub(crate) replica_acks: Option<(u32, Duration)>,
+    /// Group commit of a mutex's script calls (`LockClientBuilder::coalesce_scripts`).
+    pub(crate) coalesce: bool,
 }
 
 /// Parses a URL into a driver client, as a configuration error when malformed.

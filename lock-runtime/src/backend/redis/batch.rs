@@ -1,4 +1,6 @@
-//! Group commit of a mutex's script calls on one connection handle.
+//! Group commit of a mutex's script calls on one connection handle, when
+//! the client is built with `coalesce_scripts(true)` (off by default: every
+//! call then takes its own turn at once).
 //!
 //! While no script call is in flight on a handle, an acquire, release or
 //! extend goes out at once, alone, with its own script, exactly as it would
@@ -130,6 +132,8 @@ pub(crate) struct BatchStats {
 pub(super) struct Batcher {
     conn: Conn,
     replica_acks: Option<(u32, Duration)>,
+    /// `false`: every call goes out alone (the builder's default).
+    coalesce: bool,
     state: Mutex<State>,
     calls: AtomicU64,
     ops: AtomicU64,
@@ -142,15 +146,22 @@ pub(crate) struct Turn(Arc<Batcher>);
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        self.0.clone().pass_on();
+        if self.0.coalesce {
+            self.0.clone().pass_on();
+        }
     }
 }
 
 impl Batcher {
-    pub(super) fn new(conn: Conn, replica_acks: Option<(u32, Duration)>) -> Arc<Self> {
+    pub(super) fn new(
+        conn: Conn,
+        replica_acks: Option<(u32, Duration)>,
+        coalesce: bool,
+    ) -> Arc<Self> {
         Arc::new(Self {
             conn,
             replica_acks,
+            coalesce,
             state: Mutex::default(),
             calls: AtomicU64::new(0),
             ops: AtomicU64::new(0),
@@ -164,7 +175,12 @@ impl Batcher {
 
     /// The handle's turn when nothing is in flight on it: the caller sends
     /// its own script now and holds the [`Turn`] until the answer.
+    /// Without coalescing every caller gets a turn of its own at once (and
+    /// nothing ever queues).
     pub(super) fn try_turn(self: &Arc<Self>) -> Option<Turn> {
+        if !self.coalesce {
+            return Some(Turn(self.clone()));
+        }
         let mut state = self.state();
         if state.in_flight {
             return None;

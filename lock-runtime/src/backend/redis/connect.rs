@@ -126,7 +126,11 @@ impl RedisBackend {
         // Scripts are loaded on each node by EVALSHA's fallback on first use.
         Ok(Self {
             conns: vec![Conn::Cluster(cluster.clone())],
-            batchers: vec![Batcher::new(Conn::Cluster(cluster.clone()), None)],
+            batchers: vec![Batcher::new(
+                Conn::Cluster(cluster.clone()),
+                None,
+                options.coalesce,
+            )],
             notices: Notices::cluster(cluster, push_rx, waiters.clone()),
             waiters,
             publish: "SPUBLISH",
@@ -144,7 +148,7 @@ impl RedisBackend {
         Self {
             batchers: conns
                 .iter()
-                .map(|c| Batcher::new(c.clone(), options.replica_acks))
+                .map(|c| Batcher::new(c.clone(), options.replica_acks, options.coalesce))
                 .collect(),
             conns,
             notices: Notices::pubsub(source, options, waiters.clone()),
