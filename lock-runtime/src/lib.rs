@@ -98,7 +98,7 @@
 //! # Features
 //!
 //! * `macros` (default): re-exports `#[distributed_lock]`.
-//! * `idempotency`: idempotency records ([`LockClient::record`], module
+//! * `idempotency`: idempotency records (`LockClient::record`, module
 //!   `records`): run a piece of work once per key, replay its stored result.
 //! * `axum`: tower layers for axum, `LockLayer` and `IdempotencyLayer` (module
 //!   `layer`); turns on `idempotency`.
