@@ -250,7 +250,9 @@ fn builder(config: &WorkerConfig) -> lock_runtime::LockClientBuilder {
     // Group commit on (off by default): calls of one process's tasks are
     // coalesced under every fault (the `tasks-batched` scenarios make them
     // meet); a process of one task sends each call alone as before.
-    b.coalesce_scripts(true)
+    // `FAULT_NO_COALESCE` (any value) in the harness's environment turns it
+    // off in every worker, for paired runs.
+    b.coalesce_scripts(std::env::var_os("FAULT_NO_COALESCE").is_none())
 }
 
 /// Runs the worker process to the end of the budget on a current-thread
