@@ -12,8 +12,13 @@
 //!   each feature alone; rustdoc with `-D warnings` for the same sets.
 //! * `cargo xtask ci`: `lint`, then `test`.
 //! * `cargo xtask deps`: only the installation step.
+//! * `cargo xtask first-run [RUNS]`: seconds from a fresh clone, with an
+//!   empty cargo cache, to the example order service listening
+//!   (`first_run.rs`).
 
 use std::process::{Command, ExitCode};
+
+mod first_run;
 
 /// The feature sets of `lock-runtime` linted and documented on their own
 /// (`--no-default-features --features F`), besides `--all-features` on the
@@ -58,6 +63,7 @@ fn main() -> ExitCode {
         "lint" => lint(),
         "ci" => deps().and_then(|()| lint()).and_then(|()| test(rest)),
         "deps" => deps(),
+        "first-run" => first_run::first_run(rest),
         "help" | "-h" | "--help" => {
             println!("{}", usage());
             Ok(())
@@ -78,7 +84,8 @@ fn usage() -> &'static str {
      test [ARGS]  install what the tests need, then cargo test --workspace --all-features [ARGS]\n  \
      lint         fmt --check, clippy -D warnings and rustdoc on each feature set\n  \
      ci           deps, lint, then test (what .ci/run runs)\n  \
-     deps         only install what the tests need"
+     deps         only install what the tests need\n  \
+     first-run [RUNS]  seconds from a fresh clone (empty cargo cache) to the order service listening"
 }
 
 /// Runs `program args`, echoing it; an error names the command.
