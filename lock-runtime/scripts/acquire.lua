@@ -23,6 +23,17 @@
 -- KEYS[6] the candidates' labels (a hash by token), and ARGV[7] our label:
 -- every grant then writes the record, '<term>:<label>' expiring with the
 -- lease, and publishes the new owner, so observers follow every change.
+
+-- Free: one write takes it (no read first: the uncontended path is the hot
+-- one), and one lookup tells that nobody queues for it. That path returns
+-- before anything else is built (the strings and functions below cost the
+-- server instructions on every call they are made).
+local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+local lined = granted and redis.call('EXISTS', KEYS[3]) == 1
+if granted and not lined and not KEYS[5] then
+  return redis.call('INCR', KEYS[2])
+end
+
 local member = ARGV[1] .. ':' .. ARGV[2]
 
 local function crown(token, fence, lease, label)
@@ -40,10 +51,8 @@ local function ours()
   return fence
 end
 
--- Free: one write takes it (no read first: the uncontended path is the hot
--- one), and one lookup tells that nobody queues for it.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if redis.call('EXISTS', KEYS[3]) == 0 then
+if granted then
+  if not lined then
     return ours()
   end
   -- Free with a line behind it: the lease of a holder that never released

@@ -6,7 +6,7 @@
 pub const MIRRORED: &[(&str, &str, &str)] = &[
     (
         "acquire.lua",
-        "620a64895e67ac8186dea0f1029bd1513c402022",
+        "161a7e5aa251272b0f31a70ed1904e36f282e861",
         "lock/server.rs `Server::acquire` (its free path's hand-over: `Server::hand_to_head`); \
          redlock.rs `Node::acquire`. A leader election's record and candidates' labels \
          (KEYS[5], KEYS[6]) are written beside each grant and not modelled: they never \
