@@ -25,6 +25,7 @@ mod raw;
 mod report;
 mod rows;
 mod server;
+mod server_cost;
 mod sides;
 
 use std::path::PathBuf;
@@ -51,7 +52,9 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
 
   bench --curves [--quick] [--svg PATH] [--json PATH]: the cost curves (held
   locks, waiters on one key, distinct keys); bench --fcall [--reps N]: the
-  library's acquire and release via FCALL against EVALSHA (BENCHMARKS.md)
+  library's acquire and release via FCALL against EVALSHA (BENCHMARKS.md);
+  bench --server-instructions [--ops N]: what a pair costs Redis in
+  instructions (valgrind), against the raw pair
 
 environment: BENCH_REPS, BENCH_QUICK=1, BENCH_JSON, BENCH_SVG, BENCH_ONLY (flags
 win); REDIS_URL=redis://127.0.0.1:PORT uses that server (loopback only) instead
@@ -330,6 +333,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("--curves") => return curves::main(&args[1..]),
         Some("--fcall") => return fcall::main(&args[1..]),
+        Some("--server-instructions") => return server_cost::main(&args[1..]),
         _ => {}
     }
     let opts = match parse_options() {

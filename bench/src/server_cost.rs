@@ -1,0 +1,333 @@
+//! `bench --server-instructions`: what a lock costs Redis, in instructions,
+//! against the hand-written commands it replaces; a figure that does not
+//! move with the machine's load.
+//!
+//! Each side runs in a `redis-server` of its own under `valgrind
+//! --tool=callgrind` (with `--hz 1`, so the server's timer adds next to
+//! nothing): the side's commands for N keys, pipelined 200 at a time on one
+//! connection, then `SHUTDOWN NOSAVE`; callgrind's total for the process,
+//! less that of a server that ran no operation (started, loaded the
+//! scripts, shut down), divided by N, is the side's instructions per
+//! operation. Everything the server does is in it: reading and parsing the
+//! request, running the command or the script, writing the reply.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+
+use crate::raw::load_script;
+
+const ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
+const RELEASE: &str = include_str!("../../lock-runtime/scripts/release.lua");
+const COMPARE_AND_DELETE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+/// The least a fenced acquire can be: `SET NX PX` and `INCR` in one step.
+const FENCED_MINIMUM: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+     return redis.call('INCR', KEYS[2]) end return -redis.call('PTTL', KEYS[1])";
+const EMPTY: &str = "return 1";
+
+const USAGE: &str = "\
+usage: bench --server-instructions [--ops N]
+
+  --ops N   operations per side (default 10000)
+
+Starts one redis-server per side under valgrind (REDIS_SERVER names the binary).";
+
+/// The sides, in the order printed: a name and what one operation sends.
+const SIDES: &[(&str, Side)] = &[
+    (
+        "raw pair: SET NX PX + compare-and-delete EVALSHA",
+        Side::RawPair,
+    ),
+    (
+        "fenced minimum pair: EVALSHA (SET NX PX, INCR) + compare-and-delete",
+        Side::MinimumPair,
+    ),
+    (
+        "library pair: acquire.lua + release.lua (4 keys, 6 args each)",
+        Side::LibraryPair,
+    ),
+    ("  SET NX PX", Side::Set),
+    ("  INCR", Side::Incr),
+    ("  EVALSHA of `return 1`, 1 key + 2 args", Side::Empty3),
+    ("  EVALSHA of `return 1`, 4 keys + 6 args", Side::Empty10),
+    ("  acquire.lua alone, uncontended", Side::Acquire),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Side {
+    Idle,
+    RawPair,
+    MinimumPair,
+    LibraryPair,
+    Set,
+    Incr,
+    Empty3,
+    Empty10,
+    Acquire,
+}
+
+/// The SHA1s of the scripts, as loaded.
+struct Shas {
+    acquire: String,
+    release: String,
+    cad: String,
+    minimum: String,
+    empty: String,
+}
+
+impl Side {
+    /// The commands of operation `i`.
+    fn commands(self, i: usize, sha: &Shas) -> Vec<redis::Cmd> {
+        let key = format!("L{{k{i}}}");
+        let [counter, queue, deadlines, notice] =
+            ["S", "Q", "D", "N"].map(|kind| format!("{kind}{{k{i}}}"));
+        let token = format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let evalsha = |sha: &str| {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(sha);
+            cmd
+        };
+        let acquire = || {
+            let mut cmd = evalsha(&sha.acquire);
+            cmd.arg(4)
+                .arg(&key)
+                .arg(&counter)
+                .arg(&queue)
+                .arg(&deadlines);
+            cmd.arg(&token)
+                .arg(30_000)
+                .arg(0)
+                .arg(&notice)
+                .arg(2_000)
+                .arg("PUBLISH");
+            cmd
+        };
+        let cad = || {
+            let mut cmd = evalsha(&sha.cad);
+            cmd.arg(1).arg(&key).arg(&token);
+            cmd
+        };
+        match self {
+            Side::Idle => vec![],
+            Side::RawPair => {
+                let mut set = redis::cmd("SET");
+                set.arg(&key).arg(&token).arg("NX").arg("PX").arg(30_000);
+                vec![set, cad()]
+            }
+            Side::MinimumPair => {
+                let mut take = evalsha(&sha.minimum);
+                take.arg(2).arg(&key).arg(&counter).arg(&token).arg(30_000);
+                vec![take, cad()]
+            }
+            Side::LibraryPair => {
+                let mut release = evalsha(&sha.release);
+                release
+                    .arg(4)
+                    .arg(&key)
+                    .arg(&counter)
+                    .arg(&queue)
+                    .arg(&deadlines);
+                release
+                    .arg(&token)
+                    .arg(&notice)
+                    .arg(2_000)
+                    .arg("")
+                    .arg("PUBLISH")
+                    .arg("0");
+                vec![acquire(), release]
+            }
+            Side::Set => {
+                let mut set = redis::cmd("SET");
+                set.arg(&key).arg(&token).arg("NX").arg("PX").arg(30_000);
+                vec![set]
+            }
+            Side::Incr => {
+                let mut incr = redis::cmd("INCR");
+                incr.arg(&counter);
+                vec![incr]
+            }
+            Side::Empty3 => {
+                let mut cmd = evalsha(&sha.empty);
+                cmd.arg(1).arg(&key).arg(&token).arg(30_000);
+                vec![cmd]
+            }
+            Side::Empty10 => {
+                let mut cmd = evalsha(&sha.empty);
+                cmd.arg(4)
+                    .arg(&key)
+                    .arg(&counter)
+                    .arg(&queue)
+                    .arg(&deadlines);
+                cmd.arg(&token)
+                    .arg(30_000)
+                    .arg(0)
+                    .arg(&notice)
+                    .arg(2_000)
+                    .arg("PUBLISH");
+                vec![cmd]
+            }
+            Side::Acquire => vec![acquire()],
+        }
+    }
+}
+
+/// Entry point of `bench --server-instructions`.
+pub(crate) fn main(args: &[String]) -> ExitCode {
+    let mut ops = 10_000usize;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--ops" => match it.next().and_then(|n| n.parse().ok()).filter(|&n| n > 0) {
+                Some(n) => ops = n,
+                None => return usage_error("--ops needs a positive number"),
+            },
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            other => return usage_error(&format!("unknown argument `{other}`")),
+        }
+    }
+    match run(ops) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench --server-instructions: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("bench --server-instructions: {message}\n{USAGE}");
+    ExitCode::from(2)
+}
+
+fn run(ops: usize) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let dir = std::env::temp_dir().join(format!("bench-server-instr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let outcome = (|| {
+        let idle = runtime.block_on(instructions(&dir, Side::Idle, 0))?;
+        println!(
+            "Redis instructions per operation (callgrind, {ops} operations a side; a server \
+             that ran none: {idle} in all)"
+        );
+        let mut raw = None;
+        for &(name, side) in SIDES {
+            let total = runtime.block_on(instructions(&dir, side, ops))?;
+            let per_op = total.saturating_sub(idle) as f64 / ops as f64;
+            let raw_pair = *raw.get_or_insert(per_op);
+            println!(
+                "{name:<72} {per_op:>9.0}  {:>5.2} x raw pair",
+                per_op / raw_pair
+            );
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
+}
+
+/// callgrind's instruction total for one server that ran `ops` operations
+/// of `side`.
+async fn instructions(dir: &Path, side: Side, ops: usize) -> Result<u64, String> {
+    let port = test_support::try_free_port().map_err(|e| format!("no free port: {e}"))?;
+    let out = dir.join(format!("callgrind.{port}"));
+    let server = Server::start(&out, port)?;
+    let mut conn = connect(port).await?;
+    let sha = Shas {
+        acquire: load_script(&mut conn, ACQUIRE).await?,
+        release: load_script(&mut conn, RELEASE).await?,
+        cad: load_script(&mut conn, COMPARE_AND_DELETE).await?,
+        minimum: load_script(&mut conn, FENCED_MINIMUM).await?,
+        empty: load_script(&mut conn, EMPTY).await?,
+    };
+    let mut pipe = redis::pipe();
+    let mut queued = 0;
+    for i in 0..ops {
+        for cmd in side.commands(i, &sha) {
+            pipe.add_command(cmd);
+            queued += 1;
+        }
+        if queued >= 200 || i + 1 == ops {
+            let _: Vec<redis::Value> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| format!("{side:?}: {e}"))?;
+            pipe = redis::pipe();
+            queued = 0;
+        }
+    }
+    // SHUTDOWN closes the connection: its reply is an error or nothing.
+    let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN")
+        .arg("NOSAVE")
+        .query_async(&mut conn)
+        .await;
+    server.wait()?;
+    let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary: ")
+                .or_else(|| l.strip_prefix("totals: "))
+        })
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| format!("no instruction total in {}", out.display()))
+}
+
+async fn connect(port: u16) -> Result<MultiplexedConnection, String> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .map_err(|e| format!("client: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match client.get_multiplexed_async_connection().await {
+            Ok(conn) => return Ok(conn),
+            Err(e) if Instant::now() > deadline => {
+                return Err(format!("redis-server under valgrind did not answer: {e}"));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// `redis-server` under callgrind; killed on drop unless it exited.
+struct Server(Option<Child>);
+
+impl Server {
+    fn start(out: &Path, port: u16) -> Result<Self, String> {
+        let binary: PathBuf = test_support::redis_server_bin();
+        let child = Command::new("valgrind")
+            .arg("--tool=callgrind")
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(&binary)
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--hz", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start valgrind (apt-get install valgrind): {e}"))?;
+        Ok(Self(Some(child)))
+    }
+
+    /// Waits for the server to exit after `SHUTDOWN`, so callgrind has
+    /// written its totals.
+    fn wait(mut self) -> Result<(), String> {
+        let mut child = self.0.take().ok_or("server already gone")?;
+        child.wait().map_err(|e| format!("valgrind: {e}"))?;
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
