@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 
 use crate::curves::info;
-use crate::raw::load_script;
+use crate::raw::{acquire_args, library_names, load_script, release_args};
 use crate::report::median;
 use crate::rows::blocks;
 
@@ -76,10 +76,9 @@ impl Via<'_> {
     }
 }
 
-/// The names the library gives one key (lock, slot counter, queue,
-/// deadlines, notice channel), under `prefix`.
+/// The names the library gives one key, under `prefix`.
 fn names(prefix: &str, key: &str) -> [String; 5] {
-    ["L", "S", "Q", "D", "N"].map(|kind| format!("{prefix}{kind}{{{key}}}"))
+    library_names(prefix, key)
 }
 
 /// One uncontended acquire + release of `names`, as the library sends
@@ -94,12 +93,7 @@ async fn pair(
         .call(true)
         .arg(4)
         .arg(&names[..4])
-        .arg(token)
-        .arg(30_000)
-        .arg(0)
-        .arg(&names[4])
-        .arg(1_000)
-        .arg("PUBLISH")
+        .arg(acquire_args(names, token))
         .query_async(conn)
         .await
         .map_err(|e| format!("acquire ({via:?}): {e}"))?;
@@ -110,12 +104,7 @@ async fn pair(
         .call(false)
         .arg(4)
         .arg(&names[..4])
-        .arg(token)
-        .arg(&names[4])
-        .arg(1_000)
-        .arg("")
-        .arg("PUBLISH")
-        .arg("0")
+        .arg(release_args(names, token))
         .query_async(conn)
         .await
         .map_err(|e| format!("release ({via:?}): {e}"))?;

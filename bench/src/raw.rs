@@ -158,11 +158,9 @@ impl Raw {
 }
 
 impl Raw {
-    /// The names the library gives the key `name`: the lock, the slot's
-    /// fencing counter, the queue, the queue's deadlines, the notice
-    /// channel.
+    /// The names the library gives the key `name` ([`library_names`]).
     pub(crate) fn library_names(&self, name: &str) -> [String; 5] {
-        ["L", "S", "Q", "D", "N"].map(|kind| format!("{}{kind}{{{name}}}", self.prefix))
+        library_names(&self.prefix, name)
     }
 
     /// One uncontended pair of the library's own scripts, as the library
@@ -178,12 +176,7 @@ impl Raw {
             .arg(&self.lib_acquire_sha)
             .arg(4)
             .arg(&names[..4])
-            .arg(value)
-            .arg(30_000)
-            .arg(0)
-            .arg(&names[4])
-            .arg(1_000)
-            .arg("PUBLISH")
+            .arg(acquire_args(names, value))
             .query_async(&mut self.conn)
             .await
             .map_err(|e| format!("library acquire script: {e}"))?;
@@ -194,12 +187,7 @@ impl Raw {
             .arg(&self.lib_release_sha)
             .arg(4)
             .arg(&names[..4])
-            .arg(value)
-            .arg(&names[4])
-            .arg(1_000)
-            .arg("")
-            .arg("PUBLISH")
-            .arg("0")
+            .arg(release_args(names, value))
             .query_async(&mut self.conn)
             .await
             .map_err(|e| format!("library release script: {e}"))?;
@@ -216,4 +204,27 @@ impl Raw {
 /// A 32-hex-digit value unique to `(task, n)`, like a 128-bit token.
 pub(crate) fn value(task: u64, n: u64) -> String {
     format!("{task:016x}{n:016x}")
+}
+
+/// The names the library gives the key `name` under `prefix`: the lock, the
+/// slot's fencing counter, the queue, the queue's deadlines, and last the
+/// notice argument of its scripts (`PUBLISH <channel>`).
+pub(crate) fn library_names(prefix: &str, name: &str) -> [String; 5] {
+    ["L", "S", "Q", "D", "N"].map(|kind| match kind {
+        "N" => format!("PUBLISH {prefix}N{{{name}}}"),
+        _ => format!("{prefix}{kind}{{{name}}}"),
+    })
+}
+
+/// acquire.lua's arguments after its four keys, as the library sends them
+/// for a try-once lock (30 s lease) on one server: the token, the lease and
+/// the notice argument (the wait is left out: try once).
+pub(crate) fn acquire_args<'a>(names: &'a [String; 5], token: &'a str) -> (&'a str, u32, &'a str) {
+    (token, 30_000, &names[4])
+}
+
+/// release.lua's arguments after its four keys, as the library sends them
+/// for a lock that never queued: the token and the notice argument.
+pub(crate) fn release_args<'a>(names: &'a [String; 5], token: &'a str) -> (&'a str, &'a str) {
+    (token, &names[4])
 }

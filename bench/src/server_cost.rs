@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
-use crate::raw::load_script;
+use crate::raw::{acquire_args, library_names, load_script, release_args};
 
 const ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
 const RELEASE: &str = include_str!("../../lock-runtime/scripts/release.lua");
@@ -46,7 +46,7 @@ const SIDES: &[(&str, Side)] = &[
         Side::MinimumPair,
     ),
     (
-        "library pair: acquire.lua + release.lua (4 keys, 6 args each)",
+        "library pair: acquire.lua + release.lua, as the library sends them",
         Side::LibraryPair,
     ),
     ("  SET NX PX", Side::Set),
@@ -81,92 +81,59 @@ struct Shas {
 impl Side {
     /// The commands of operation `i`.
     fn commands(self, i: usize, sha: &Shas) -> Vec<redis::Cmd> {
-        let key = format!("L{{k{i}}}");
-        let [counter, queue, deadlines, notice] =
-            ["S", "Q", "D", "N"].map(|kind| format!("{kind}{{k{i}}}"));
+        let names = library_names("", &format!("k{i}"));
+        let (key, counter) = (&names[0], &names[1]);
         let token = format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        let evalsha = |sha: &str| {
+        let evalsha = |sha: &str, keys: &[String]| {
             let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(sha);
+            cmd.arg(sha).arg(keys.len()).arg(keys);
             cmd
         };
         let acquire = || {
-            let mut cmd = evalsha(&sha.acquire);
-            cmd.arg(4)
-                .arg(&key)
-                .arg(&counter)
-                .arg(&queue)
-                .arg(&deadlines);
-            cmd.arg(&token)
-                .arg(30_000)
-                .arg(0)
-                .arg(&notice)
-                .arg(2_000)
-                .arg("PUBLISH");
+            let mut cmd = evalsha(&sha.acquire, &names[..4]);
+            cmd.arg(acquire_args(&names, &token));
             cmd
         };
         let cad = || {
-            let mut cmd = evalsha(&sha.cad);
-            cmd.arg(1).arg(&key).arg(&token);
+            let mut cmd = evalsha(&sha.cad, &names[..1]);
+            cmd.arg(&token);
             cmd
+        };
+        let set = || {
+            let mut set = redis::cmd("SET");
+            set.arg(key).arg(&token).arg("NX").arg("PX").arg(30_000);
+            set
         };
         match self {
             Side::Idle => vec![],
-            Side::RawPair => {
-                let mut set = redis::cmd("SET");
-                set.arg(&key).arg(&token).arg("NX").arg("PX").arg(30_000);
-                vec![set, cad()]
-            }
+            Side::RawPair => vec![set(), cad()],
             Side::MinimumPair => {
-                let mut take = evalsha(&sha.minimum);
-                take.arg(2).arg(&key).arg(&counter).arg(&token).arg(30_000);
+                let mut take = evalsha(&sha.minimum, &names[..2]);
+                take.arg(&token).arg(30_000);
                 vec![take, cad()]
             }
             Side::LibraryPair => {
-                let mut release = evalsha(&sha.release);
-                release
-                    .arg(4)
-                    .arg(&key)
-                    .arg(&counter)
-                    .arg(&queue)
-                    .arg(&deadlines);
-                release
-                    .arg(&token)
-                    .arg(&notice)
-                    .arg(2_000)
-                    .arg("")
-                    .arg("PUBLISH")
-                    .arg("0");
+                let mut release = evalsha(&sha.release, &names[..4]);
+                release.arg(release_args(&names, &token));
                 vec![acquire(), release]
             }
-            Side::Set => {
-                let mut set = redis::cmd("SET");
-                set.arg(&key).arg(&token).arg("NX").arg("PX").arg(30_000);
-                vec![set]
-            }
+            Side::Set => vec![set()],
             Side::Incr => {
                 let mut incr = redis::cmd("INCR");
-                incr.arg(&counter);
+                incr.arg(counter);
                 vec![incr]
             }
             Side::Empty3 => {
-                let mut cmd = evalsha(&sha.empty);
-                cmd.arg(1).arg(&key).arg(&token).arg(30_000);
+                let mut cmd = evalsha(&sha.empty, &names[..1]);
+                cmd.arg(&token).arg(30_000);
                 vec![cmd]
             }
             Side::Empty10 => {
-                let mut cmd = evalsha(&sha.empty);
-                cmd.arg(4)
-                    .arg(&key)
-                    .arg(&counter)
-                    .arg(&queue)
-                    .arg(&deadlines);
-                cmd.arg(&token)
-                    .arg(30_000)
-                    .arg(0)
-                    .arg(&notice)
-                    .arg(2_000)
-                    .arg("PUBLISH");
+                // As many arguments as acquire.lua took before the twelfth
+                // session packed them.
+                let mut cmd = evalsha(&sha.empty, &names[..4]);
+                cmd.arg(&token).arg(30_000).arg(0).arg(&names[4]);
+                cmd.arg(2_000).arg("PUBLISH");
                 vec![cmd]
             }
             Side::Acquire => vec![acquire()],

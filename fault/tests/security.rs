@@ -197,11 +197,7 @@ async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
         .key(&fence)
         .key("lock:Q{k}")
         .arg(forged)
-        .arg("lock:N{k}")
-        .arg(2000)
-        .arg("")
-        .arg("PUBLISH")
-        .arg("0")
+        .arg("PUBLISH lock:N{k}")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -213,7 +209,7 @@ async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
         .key("lock:F{k}")
         .arg(forged)
         .arg(600_000)
-        .arg(0)
+        .arg("PUBLISH lock:N{k}")
         .invoke_async(&mut conn)
         .await
         .unwrap();

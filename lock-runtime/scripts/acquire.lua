@@ -4,13 +4,16 @@
 -- in arrival order), KEYS[4] the queue's deadlines (a sorted set: each entry
 -- scored by the end of its wait, server time in ms) (all in one hash slot)
 -- ARGV[1] owner token (128 random bits, hex), ARGV[2] lease in milliseconds,
--- ARGV[3] how long the caller will wait, in milliseconds ('0': try once, do not queue),
--- ARGV[4] notice channel, ARGV[5] hand-over lease cap (ms),
--- ARGV[6] 'PUBLISH', or 'SPUBLISH' on a cluster (chosen by the library)
+-- ARGV[3] how notices go: 'PUBLISH <channel>', or 'SPUBLISH <channel>' on a
+-- cluster (chosen by the library), ARGV[4] how long the caller will wait, in
+-- milliseconds (absent or '0': try once, do not queue)
+-- Arguments cost the server on every call (about as much as a short
+-- command each): what only the rare paths use is packed (ARGV[3]) or left
+-- out (ARGV[4]), and the hand-over lease cap is a constant (HAND_OVER_CAP).
 -- Returns the fencing token (> 0) when acquired (also when the lock was handed
 -- over to this token, or an earlier attempt's reply was lost), or
 -- -remaining_lease_ms (<= 0) when held by another owner; a waiting attempt
--- (ARGV[3] ~= '0') gets {-remaining_lease_ms, counter}: the slot counter now,
+-- (ARGV[4] given and not '0') gets {-remaining_lease_ms, counter}: the slot counter now,
 -- so the waiter can tell a hand-over notice sent after this attempt (a
 -- higher token) from a stale one sent before it (a token at most this).
 -- The lock's value is its owner's token, followed by '+' once somebody may be
@@ -20,7 +23,8 @@
 -- release would hand it, and the caller (unless it is that head) is busy.
 -- Entries whose wait has ended (a waiter that died in line) are skipped.
 -- A leader election passes two more names, KEYS[5] the leader's record and
--- KEYS[6] the candidates' labels (a hash by token), and ARGV[7] our label:
+-- KEYS[6] the candidates' labels (a hash by token), ARGV[4] always, and
+-- ARGV[5] our label:
 -- every grant then writes the record, '<term>:<label>' expiring with the
 -- lease, and publishes the new owner, so observers follow every change.
 
@@ -35,6 +39,18 @@ if granted and not lined and not KEYS[5] then
 end
 
 local member = ARGV[1] .. ':' .. ARGV[2]
+local wait = tonumber(ARGV[4] or '0')
+-- The most a hand-over grants before its new owner confirms (ms): the
+-- client's HANDOFF_LEASE (backend/mod.rs; a test there pins the two).
+local HAND_OVER_CAP = 2000
+
+-- Publishes `payload` on the key's notice channel. pcall: a notice refused
+-- by an ACL must not undo what the script did; waiters then wake at their
+-- lease timers instead.
+local function notify(payload)
+  local sep = string.find(ARGV[3], ' ', 1, true)
+  redis.pcall(string.sub(ARGV[3], 1, sep - 1), string.sub(ARGV[3], sep + 1), payload)
+end
 
 local function crown(token, fence, lease, label)
   redis.call('SET', KEYS[5], fence .. ':' .. label, 'PX', lease)
@@ -45,8 +61,8 @@ end
 local function ours()
   local fence = redis.call('INCR', KEYS[2])
   if KEYS[5] then
-    crown(ARGV[1], fence, ARGV[2], ARGV[7])
-    redis.pcall(ARGV[6], ARGV[4], redis.sha1hex(ARGV[1]) .. ':' .. fence)
+    crown(ARGV[1], fence, ARGV[2], ARGV[5])
+    notify(redis.sha1hex(ARGV[1]) .. ':' .. fence)
   end
   return fence
 end
@@ -89,14 +105,13 @@ if granted then
   redis.call('ZREM', KEYS[4], head)
   local sep = string.find(head, ':', 1, true)
   local token = string.sub(head, 1, sep - 1)
-  local lease = math.min(tonumber(string.sub(head, sep + 1)), tonumber(ARGV[5]))
+  local lease = math.min(tonumber(string.sub(head, sep + 1)), HAND_OVER_CAP)
   local fence = redis.call('INCR', KEYS[2])
   redis.call('SET', KEYS[1], token .. '+', 'PX', lease)
   if KEYS[5] then
     crown(token, fence, lease, redis.call('HGET', KEYS[6], token) or '')
   end
-  -- pcall: a notice refused by an ACL must not undo the hand-over.
-  redis.pcall(ARGV[6], ARGV[4], redis.sha1hex(token) .. ':' .. fence)
+  notify(redis.sha1hex(token) .. ':' .. fence)
 end
 
 local owner = redis.call('GET', KEYS[1])
@@ -115,7 +130,7 @@ if ttl < 0 then
   -- Set without an expiry by someone else: report our own lease as the wait.
   ttl = tonumber(ARGV[2])
 end
-if ARGV[3] ~= '0' then
+if wait > 0 then
   -- Queued already? Every script that adds to or takes from the list does
   -- the same to the deadlines (same members, same expiry), so the sorted
   -- set answers in O(1) what a scan of the list (`LPOS`) would in O(n).
@@ -123,11 +138,11 @@ if ARGV[3] ~= '0' then
     redis.call('RPUSH', KEYS[3], member)
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), member)
+    redis.call('ZADD', KEYS[4], now + wait, member)
   end
-  local keep = tonumber(ARGV[3]) + tonumber(ARGV[2])
+  local keep = wait + tonumber(ARGV[2])
   if KEYS[6] then
-    redis.call('HSET', KEYS[6], ARGV[1], ARGV[7])
+    redis.call('HSET', KEYS[6], ARGV[1], ARGV[5])
     if redis.call('PTTL', KEYS[6]) < keep then
       redis.call('PEXPIRE', KEYS[6], keep)
     end

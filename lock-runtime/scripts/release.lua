@@ -1,11 +1,13 @@
 -- Release a lock we hold and hand it to the first waiter in line.
 -- KEYS[1] lock key, KEYS[2] fencing counter of the key's slot, KEYS[3] waiter
 -- queue, KEYS[4] the queue's deadlines (see acquire.lua) (one hash slot)
--- ARGV[1] owner token, ARGV[2] notice channel, ARGV[3] hand-over lease cap (ms),
--- ARGV[4] our own queue entry to drop first ('' when we never queued),
--- ARGV[5] 'PUBLISH', or 'SPUBLISH' on a cluster (chosen by the library),
--- ARGV[6] '1' to announce a release that hands over to nobody (Redlock,
--- whose waiters do not queue), '0' when every waiter queues
+-- ARGV[1] owner token, ARGV[2] how notices go: 'PUBLISH <channel>', or
+-- 'SPUBLISH <channel>' on a cluster (chosen by the library), ARGV[3] '1' to
+-- announce a release that hands over to nobody (Redlock, whose waiters do not
+-- queue), absent or '0' when every waiter queues, ARGV[4] our own queue entry
+-- to drop first (absent when we never queued)
+-- (As in acquire.lua: arguments cost the server on every call, so the
+-- plain release sends two, and the hand-over lease cap is a constant.)
 -- Returns 0 when the key is absent or held by another owner; when released,
 -- {1, sha1hex(new_owner_token), fencing} after a hand-over, else 1.
 -- Notice payload: '<sha1hex(token)>:<fencing>' naming the new owner without
@@ -15,7 +17,7 @@
 -- A leader election passes KEYS[5] the leader's record and KEYS[6] the
 -- candidates' labels (see acquire.lua): a hand-over writes the new leader's
 -- record, a release to nobody deletes it and publishes '' (no leader).
-if ARGV[4] ~= '' then
+if ARGV[4] then
   redis.call('LREM', KEYS[3], 1, ARGV[4])
   redis.call('ZREM', KEYS[4], ARGV[4])
   if KEYS[6] then
@@ -31,6 +33,17 @@ if owner ~= ARGV[1] then
   queued = true
 end
 redis.call('DEL', KEYS[1])
+if not queued and ARGV[3] ~= '1' and not KEYS[5] then
+  -- The plain release: nobody queued, nobody to tell.
+  return 1
+end
+-- See acquire.lua's HAND_OVER_CAP. pcall: a notice refused by an ACL must
+-- not undo the release; waiters then wake at their lease timers instead.
+local HAND_OVER_CAP = 2000
+local function notify(payload)
+  local sep = string.find(ARGV[2], ' ', 1, true)
+  redis.pcall(string.sub(ARGV[2], 1, sep - 1), string.sub(ARGV[2], sep + 1), payload)
+end
 if queued then
   -- The first entry whose wait has not ended (a waiter that died in line
   -- is skipped once its wait is over).
@@ -50,7 +63,7 @@ if queued then
   if entry then
     local sep = string.find(entry, ':', 1, true)
     local token = string.sub(entry, 1, sep - 1)
-    local lease = math.min(tonumber(string.sub(entry, sep + 1)), tonumber(ARGV[3]))
+    local lease = math.min(tonumber(string.sub(entry, sep + 1)), HAND_OVER_CAP)
     local fence = redis.call('INCR', KEYS[2])
     -- Marked: more waiters may stand behind the new owner.
     redis.call('SET', KEYS[1], token .. '+', 'PX', lease)
@@ -59,17 +72,15 @@ if queued then
       redis.call('SET', KEYS[5], fence .. ':' .. label, 'PX', lease)
       redis.call('HDEL', KEYS[6], token)
     end
-    -- pcall: a notice refused by an ACL must not undo the release; waiters
-    -- then wake at their lease timers instead.
     local id = redis.sha1hex(token)
-    redis.pcall(ARGV[5], ARGV[2], id .. ':' .. fence)
+    notify(id .. ':' .. fence)
     return {1, id, fence}
   end
 end
 if KEYS[5] then
   redis.call('DEL', KEYS[5])
 end
-if ARGV[6] == '1' or KEYS[5] then
-  redis.pcall(ARGV[5], ARGV[2], '')
+if ARGV[3] == '1' or KEYS[5] then
+  notify('')
 end
 return 1

@@ -55,7 +55,7 @@ pub struct Node {
 }
 
 impl Node {
-    /// acquire.lua with `ARGV[3] = '0'` (Redlock tries once and never
+    /// acquire.lua with no `ARGV[4]` (Redlock tries once and never
     /// queues, so no queue exists): `Ok(fence)` or `Err(())` busy (a plain
     /// `-ttl`, no counter).
     fn acquire(&mut self, now: u8, token: u8, ttl: u8) -> Result<u8, ()> {

@@ -6,7 +6,7 @@
 pub const MIRRORED: &[(&str, &str, &str)] = &[
     (
         "acquire.lua",
-        "161a7e5aa251272b0f31a70ed1904e36f282e861",
+        "2e465f89d01e826a0db384e531f2db86402fea09",
         "lock/server.rs `Server::acquire` (its free path's hand-over: `Server::hand_to_head`); \
          redlock.rs `Node::acquire`. A leader election's record and candidates' labels \
          (KEYS[5], KEYS[6]) are written beside each grant and not modelled: they never \
@@ -100,7 +100,7 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "release.lua",
-        "d1bd9e44d5faadb4965a01fe0b340f8b69489304",
+        "5f553ebdad53ae5bbefe8fc99228a10fdd2f48ac",
         "lock/server.rs `Server::release` (its hand-over: `Server::hand_to_head`); \
          redlock.rs `Node::release`. A leader election's record (written on a \
          hand-over, deleted on a release to nobody) is not modelled",

@@ -81,3 +81,22 @@ pub(crate) async fn run_script<T: redis::FromRedisValue>(
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::HANDOFF_LEASE;
+
+    /// acquire.lua and release.lua hold the hand-over lease cap as a
+    /// constant (an argument costs the server on every call): it must be
+    /// the client's `HANDOFF_LEASE`, which the waiter's timers assume.
+    #[test]
+    fn the_scripts_hand_over_cap_is_the_clients_handoff_lease() {
+        let line = format!("local HAND_OVER_CAP = {}\n", HANDOFF_LEASE.as_millis());
+        for (name, text) in [
+            ("acquire.lua", include_str!("../../scripts/acquire.lua")),
+            ("release.lua", include_str!("../../scripts/release.lua")),
+        ] {
+            assert!(text.contains(&line), "{name} lacks `{}`", line.trim());
+        }
+    }
+}

@@ -23,7 +23,7 @@ pub struct Entry {
     pub token: u8,
     /// The lease it asked for.
     pub lease: u8,
-    /// The end of its wait (`ZADD` of server time + `ARGV[3]` when it
+    /// The end of its wait (`ZADD` of server time + `ARGV[4]` when it
     /// joined): from this tick on, the scripts skip it.
     pub until: u8,
 }
@@ -300,7 +300,7 @@ impl Server {
         self.fence
     }
 
-    /// release.lua with `ARGV[6] = '0'` (single Redis: every waiter queues).
+    /// release.lua with `ARGV[3]` absent (single Redis: every waiter queues).
     pub(super) fn release(
         &mut self,
         now: u8,
@@ -328,7 +328,7 @@ impl Server {
             let Notice::Grant { to, fence } = notice;
             return (RelReply::Handed { to, fence }, Some(notice));
         }
-        // `ARGV[6]` is '0' on single Redis: no notice.
+        // `ARGV[3]` is absent on single Redis: no notice.
         (RelReply::Released, None)
     }
 }

@@ -7,7 +7,7 @@ use super::*;
 pub enum Req {
     /// acquire.lua with this wait (`0`: try once).
     Acquire {
-        /// `ARGV[3]`, in ticks.
+        /// `ARGV[4]`, in ticks.
         wait: u8,
     },
     /// extend.lua, from `Acquisition::confirm`.

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::super::HANDOFF_LEASE;
 use super::super::scripts::{RELEASE, evalsha, millis};
 use super::RedisBackend;
 use super::batch::{BatchStats, Batcher, Op, OpError, OpKind, Turn};
@@ -73,14 +72,21 @@ impl RedisBackend {
             kind: OpKind::Acquire,
             slot: names.slot,
             keys: mutex_keys(names).to_vec(),
-            args: vec![
-                token.as_str().to_owned(),
-                millis(ttl).to_string(),
-                wait_ms.to_string(),
-                names.notice.clone(),
-                millis(HANDOFF_LEASE).to_string(),
-                self.publish.to_owned(),
-            ],
+            args: if wait_ms > 0 {
+                vec![
+                    token.as_str().to_owned(),
+                    millis(ttl).to_string(),
+                    self.notice_spec(names),
+                    wait_ms.to_string(),
+                ]
+            } else {
+                // A try-once acquire leaves its wait out (the script reads '0').
+                vec![
+                    token.as_str().to_owned(),
+                    millis(ttl).to_string(),
+                    self.notice_spec(names),
+                ]
+            },
         }
     }
 
@@ -101,20 +107,20 @@ impl RedisBackend {
         token: &Token,
         ttl: Duration,
         dequeue: bool,
-    ) -> [String; 6] {
-        let member = if dequeue {
-            format!("{}:{}", token.as_str(), millis(ttl))
-        } else {
-            String::new()
-        };
-        [
-            token.as_str().to_owned(),
-            names.notice.clone(),
-            millis(HANDOFF_LEASE).to_string(),
-            member,
-            self.publish.to_owned(),
-            if self.announce_free { "1" } else { "0" }.to_owned(),
-        ]
+    ) -> Vec<String> {
+        let mut args = Vec::with_capacity(4);
+        args.push(token.as_str().to_owned());
+        args.push(self.notice_spec(names));
+        // The plain release sends these two; the flag and our own queue
+        // entry only when there is one to send (the script reads absent
+        // ones as '0' and none).
+        if self.announce_free || dequeue {
+            args.push(if self.announce_free { "1" } else { "0" }.to_owned());
+        }
+        if dequeue {
+            args.push(format!("{}:{}", token.as_str(), millis(ttl)));
+        }
+        args
     }
 
     /// A release as a batched op (release.lua's keys and arguments).
@@ -129,7 +135,7 @@ impl RedisBackend {
             kind: OpKind::Release,
             slot: names.slot,
             keys: mutex_keys(names).to_vec(),
-            args: self.release_args(names, token, ttl, dequeue).to_vec(),
+            args: self.release_args(names, token, ttl, dequeue),
         }
     }
 
@@ -142,7 +148,7 @@ impl RedisBackend {
         dequeue: bool,
     ) -> redis::Cmd {
         // Four names of about the lock's length, a token, a queue entry, flags.
-        let mut cmd = mutex_script(&RELEASE, names, 12, 7 * names.lock.len() + 96);
+        let mut cmd = mutex_script(&RELEASE, names, 10, 7 * names.lock.len() + 96);
         for arg in self.release_args(names, token, ttl, dequeue) {
             cmd.arg(arg);
         }

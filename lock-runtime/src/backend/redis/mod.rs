@@ -9,7 +9,7 @@ pub(crate) use super::conn::RedisOptions;
 use super::notifier::Notices;
 use super::scripts::{ACQUIRE, EXTEND, RELEASE, RESERVE, SHARED, evalsha, millis, run_script};
 use super::waiters::Registry;
-use super::{AcquireOutcome, HANDOFF_LEASE, Released};
+use super::{AcquireOutcome, Released};
 use crate::LockError;
 use crate::backoff::Retry;
 use crate::error::{BackendError, ConnectionFailure, connection_failure};
@@ -166,19 +166,20 @@ impl RedisBackend {
             }
         };
         // > 0: ours, with this fencing token; <= 0: busy for -answer ms.
-        // Five names of about the lock's length, a token, four numbers.
+        // Five names of about the lock's length, a token, two numbers.
         let mut cmd = mutex_script(
             &ACQUIRE,
             names,
-            13,
+            11,
             7 * names.lock.len() + 80 + names.label.len(),
         );
         cmd.arg(token.as_str())
             .arg(millis(ttl))
-            .arg(wait_ms)
-            .arg(&names.notice)
-            .arg(millis(HANDOFF_LEASE))
-            .arg(self.publish);
+            .arg(self.notice_spec(names));
+        // A try-once acquire leaves its wait out (the script reads '0').
+        if wait_ms > 0 || names.is_leader() {
+            cmd.arg(wait_ms);
+        }
         if names.is_leader() {
             cmd.arg(&names.label);
         }
@@ -441,6 +442,16 @@ impl RedisBackend {
     #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) fn publish_command(&self) -> &'static str {
         self.publish
+    }
+
+    /// How acquire.lua and release.lua send the key's notices, packed in
+    /// one argument: `PUBLISH <channel>` (`SPUBLISH` on a cluster).
+    pub(super) fn notice_spec(&self, names: &KeyNames) -> String {
+        let mut spec = String::with_capacity(self.publish.len() + 1 + names.notice.len());
+        spec.push_str(self.publish);
+        spec.push(' ');
+        spec.push_str(&names.notice);
+        spec
     }
 
     /// `true` on a Redis Cluster, where a script may touch one slot only.
