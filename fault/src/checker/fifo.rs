@@ -39,7 +39,10 @@
 //! only from its next `Queued` line. B passing A because of it is no
 //! violation; it is counted ([`Stats::passed_lapsed`]), as are the lapses
 //! the watcher saw (the key stopped naming A while A's acquire was pending:
-//! [`Stats::lapsed`]).
+//! [`Stats::lapsed`]). Likewise an acquire error of A (`AcquireError`: the
+//! library dropped that attempt, which leaves the line, and the worker
+//! tries again with a new one): A counts as in line again only from its
+//! next `Queued` line ([`Stats::passed_errored`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -64,6 +67,10 @@ pub struct Stats {
     /// Grants that passed a waiter in line before them only because that
     /// waiter's hand-over had lapsed in between (no violation).
     pub passed_lapsed: u64,
+    /// Grants that passed a waiter in line before them only because that
+    /// waiter's attempt had failed in between (`AcquireError`, retried with
+    /// a new attempt; no violation).
+    pub passed_errored: u64,
     /// Reads that found a key's queue list and its deadlines disagreeing
     /// (`QueueMismatch` lines; at most one per operation).
     pub mismatches: u64,
@@ -92,6 +99,8 @@ struct Wait {
     queued: Vec<u64>,
     /// Left the line with the key handed to it (`Left` with `handed`).
     handed: Vec<u64>,
+    /// An attempt failed (`AcquireError`) and a new one was made.
+    errors: Vec<u64>,
     /// `Acquired` (after the grant came back).
     acquired: Option<u64>,
     /// Stopped waiting without the lock (gave up, busy, cancelled).
@@ -136,6 +145,7 @@ pub fn check(run: &RunData) -> Found {
                             attempt: *t,
                             queued: Vec::new(),
                             handed: Vec::new(),
+                            errors: Vec::new(),
                             acquired: None,
                             ended: None,
                             once: false,
@@ -155,6 +165,11 @@ pub fn check(run: &RunData) -> Found {
                 } => {
                     if let Some(wait) = current.get_mut(op) {
                         wait.handed.push(*t);
+                    }
+                }
+                Event::AcquireError { op, t, .. } => {
+                    if let Some(wait) = current.get_mut(op) {
+                        wait.errors.push(*t);
                     }
                 }
                 Event::Lapsed { .. } => found.stats.lapsed += 1,
@@ -223,11 +238,16 @@ pub fn check(run: &RunData) -> Found {
                 other(a) && live(a) && in_line_since(a, b_acquired).is_some_and(|q| q < b.attempt)
             });
             let Some(a) = passed else {
-                if queued
+                let restarted = queued
                     .iter()
-                    .any(|a| other(&a) && first_in_line(&a) && live(&a))
-                {
-                    found.stats.passed_lapsed += 1;
+                    .find(|a| other(a) && first_in_line(a) && live(a));
+                if let Some(a) = restarted {
+                    let last = |ts: &[u64]| ts.iter().rev().copied().find(|&t| t < b_acquired);
+                    if last(&a.handed) >= last(&a.errors) {
+                        found.stats.passed_lapsed += 1;
+                    } else {
+                        found.stats.passed_errored += 1;
+                    }
                 }
                 continue;
             };
@@ -254,11 +274,18 @@ pub fn check(run: &RunData) -> Found {
 /// Since when waiter `a`, not granted before `granted`, stood in line as far
 /// as a grant at `granted` goes: its first `Queued` time, or, when the key
 /// was handed to it before `granted` (that hand-over lapsed: the key went
-/// on without it), its first `Queued` time after the last such hand-over
-/// (`None`: not seen in line again).
+/// on without it) or an attempt of it failed before `granted`, its first
+/// `Queued` time after the last such event (`None`: not seen in line again).
 fn in_line_since(a: &Wait, granted: u64) -> Option<u64> {
-    match a.handed.iter().rev().find(|&&h| h < granted) {
-        Some(&h) => a.queued.iter().copied().find(|&q| q > h),
+    let restart = a
+        .handed
+        .iter()
+        .chain(&a.errors)
+        .copied()
+        .filter(|&t| t < granted)
+        .max();
+    match restart {
+        Some(r) => a.queued.iter().copied().find(|&q| q > r),
         None => a.queued.first().copied(),
     }
 }
@@ -546,6 +573,43 @@ mod tests {
             })
             .collect();
         let found = check(&run(vec![not_handed, later], vec![]));
+        assert_eq!(found.overtaken.len(), 1, "{:?}", found.overtaken);
+    }
+
+    #[test]
+    fn a_waiter_whose_attempt_failed_before_the_grant_may_be_passed_and_is_counted() {
+        // Worker 0's attempt failed at 7 ms (the library left the line with
+        // it); its next one stood in line at 12 ms, after worker 1's attempt.
+        let mut errored = waiter(1_000, 2_000, None);
+        errored.extend([
+            Event::AcquireError {
+                op: 1,
+                error: "response timed out".into(),
+                t: 7_000,
+            },
+            Event::Queued { op: 1, t: 12_000 },
+            acquired(1, 20_000),
+        ]);
+        let later = waiter(5_000, 6_000, Some(10_000));
+        let found = check(&run(vec![errored.clone(), later.clone()], vec![]));
+        assert!(found.overtaken.is_empty(), "{:?}", found.overtaken);
+        assert_eq!(
+            (found.stats.passed_errored, found.stats.passed_lapsed),
+            (1, 0)
+        );
+        // The error came after worker 1's grant: overtaken.
+        let late: Vec<Event> = errored
+            .into_iter()
+            .map(|e| match e {
+                Event::AcquireError { op, error, .. } => Event::AcquireError {
+                    op,
+                    error,
+                    t: 11_000,
+                },
+                e => e,
+            })
+            .collect();
+        let found = check(&run(vec![late, later], vec![]));
         assert_eq!(found.overtaken.len(), 1, "{:?}", found.overtaken);
     }
 
