@@ -216,6 +216,49 @@ pub enum Event {
         /// Time (the answer of the first queue read that listed it).
         t: u64,
     },
+    /// A waiting acquire's entry (scenario 12) left the key's queue: the
+    /// first queue read that no longer listed it answered at `t`. `handed`:
+    /// the same read (atomic with it) found the lock key naming this
+    /// waiter's token, i.e. a release or an expiry handed the key to it. A
+    /// `Queued` line after this one means the waiter stood in line again.
+    Left {
+        /// Operation.
+        op: u64,
+        /// Time (the answer of the read).
+        t: u64,
+        /// The key was handed to this waiter.
+        handed: bool,
+        /// µs since the answer of the previous read of the queue (the reads
+        /// follow each other within about 2 ms while the process runs: a
+        /// long gap is a process the machine did not schedule).
+        gap_us: u64,
+    },
+    /// The key handed to a waiting acquire (a `Left` line with `handed`)
+    /// stopped naming it while its acquire was still pending: the hand-over's
+    /// lease ran out before the waiter took the key up (its confirmation
+    /// came too late), so it lost its turn.
+    Lapsed {
+        /// Operation.
+        op: u64,
+        /// Time (the answer of the first read that found the key not ours).
+        t: u64,
+        /// The longest gap between two reads of the watcher since the key
+        /// was seen handed to it, µs (see `Left`).
+        max_gap_us: u64,
+    },
+    /// The key's queue (a list) and its deadlines (a sorted set of the same
+    /// entries) disagreed in one atomic read, while this acquire waited:
+    /// the entries found in only one of them. Logged once per operation.
+    QueueMismatch {
+        /// Operation.
+        op: u64,
+        /// Time (the answer of the read).
+        t: u64,
+        /// Entries in the list, not in the sorted set.
+        list_only: Vec<String>,
+        /// Entries in the sorted set, not in the list.
+        set_only: Vec<String>,
+    },
     /// A try-once acquire (wait 0, scenario 12) was answered: `granted` (an
     /// `Acquired` line follows) or busy (the operation ends here).
     TryOnce {
@@ -249,6 +292,9 @@ impl Event {
             | Event::ReleaseSent { t, .. }
             | Event::Released { t, .. }
             | Event::Queued { t, .. }
+            | Event::Left { t, .. }
+            | Event::Lapsed { t, .. }
+            | Event::QueueMismatch { t, .. }
             | Event::TryOnce { t, .. }
             | Event::Done { t } => *t,
         }

@@ -343,7 +343,8 @@ fn lock_all_holders_stopped_or_killed_are_fenced_out_on_every_key() {
 /// expiry) and others release. No violation (no waiter overtaken, nothing
 /// else either), a stop and a kill struck, every waiting operation got the
 /// key, and the rule had something to check: waiters seen in line, grants
-/// with an earlier waiter in line, try-once newcomers turned away.
+/// with an earlier waiter in line, try-once newcomers turned away; and the
+/// queue's list and its deadlines never disagreed in a watcher's read.
 fn waiters_keep_their_order(name: &str) {
     let o = run_clean(name);
     let r = &o.report;
@@ -354,6 +355,7 @@ fn waiters_keep_their_order(name: &str) {
     assert!(fifo.queued >= OPS / 2, "{fifo:?}");
     assert!(fifo.behind >= OPS / 4, "{fifo:?}");
     assert!(fifo.try_once_refused > 0, "{fifo:?}");
+    assert_eq!(fifo.mismatches, 0, "a queue's list and deadlines disagreed");
 }
 
 #[test]

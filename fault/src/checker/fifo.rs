@@ -26,6 +26,23 @@
 //! lines is the order of the grants for holders that released (B's grant
 //! came after A's release, which came after A's `Acquired` line); a holder
 //! struck before it logged its grant counts as struck.
+//!
+//! **A hand-over that lapsed.** A waiter the key was handed to (its entry
+//! left the line while the key named its token: a `Left` line with
+//! `handed`) owns the key for the hand-over's lease (the waiter's own lease,
+//! 401-500 ms here) and must take it up within it. One that did not (its
+//! process went unscheduled that long) lost its turn like a holder stopped
+//! past its lease: the key went on to the next in line, and the waiter
+//! queued again at the back. So a hand-over to A seen before B's grant,
+//! with A granted only after B, is such a lapse (a mutex gave B the key
+//! only after A's hand-over ran out), and from then A counts as in line
+//! only from its next `Queued` line. B passing A because of it is no
+//! violation; it is counted ([`Stats::passed_lapsed`]), as are the lapses
+//! the watcher saw (the key stopped naming A while A's acquire was pending:
+//! [`Stats::lapsed`]). Likewise an acquire error of A (`AcquireError`: the
+//! library dropped that attempt, which leaves the line, and the worker
+//! tries again with a new one): A counts as in line again only from its
+//! next `Queued` line ([`Stats::passed_errored`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -44,6 +61,19 @@ pub struct Stats {
     pub try_once_granted: u64,
     /// ... and found busy.
     pub try_once_refused: u64,
+    /// Hand-overs to a waiter that ran out before it took the key up
+    /// (`Lapsed` lines).
+    pub lapsed: u64,
+    /// Grants that passed a waiter in line before them only because that
+    /// waiter's hand-over had lapsed in between (no violation).
+    pub passed_lapsed: u64,
+    /// Grants that passed a waiter in line before them only because that
+    /// waiter's attempt had failed in between (`AcquireError`, retried with
+    /// a new attempt; no violation).
+    pub passed_errored: u64,
+    /// Reads that found a key's queue list and its deadlines disagreeing
+    /// (`QueueMismatch` lines; at most one per operation).
+    pub mismatches: u64,
 }
 
 /// The rule's findings: one message per overtaking acquisition.
@@ -64,8 +94,13 @@ struct Wait {
     key: String,
     /// `Attempt` (before the first request was sent).
     attempt: u64,
-    /// First seen in the key's queue.
-    queued: Option<u64>,
+    /// Seen in the key's queue: the first time, and each time again after
+    /// it had left it.
+    queued: Vec<u64>,
+    /// Left the line with the key handed to it (`Left` with `handed`).
+    handed: Vec<u64>,
+    /// An attempt failed (`AcquireError`) and a new one was made.
+    errors: Vec<u64>,
     /// `Acquired` (after the grant came back).
     acquired: Option<u64>,
     /// Stopped waiting without the lock (gave up, busy, cancelled).
@@ -108,7 +143,9 @@ pub fn check(run: &RunData) -> Found {
                             op: *op,
                             key: key.clone(),
                             attempt: *t,
-                            queued: None,
+                            queued: Vec::new(),
+                            handed: Vec::new(),
+                            errors: Vec::new(),
                             acquired: None,
                             ended: None,
                             once: false,
@@ -117,9 +154,26 @@ pub fn check(run: &RunData) -> Found {
                 }
                 Event::Queued { op, t } => {
                     if let Some(wait) = current.get_mut(op) {
-                        wait.queued.get_or_insert(*t);
+                        wait.queued.push(*t);
                     }
                 }
+                Event::Left {
+                    op,
+                    t,
+                    handed: true,
+                    ..
+                } => {
+                    if let Some(wait) = current.get_mut(op) {
+                        wait.handed.push(*t);
+                    }
+                }
+                Event::AcquireError { op, t, .. } => {
+                    if let Some(wait) = current.get_mut(op) {
+                        wait.errors.push(*t);
+                    }
+                }
+                Event::Lapsed { .. } => found.stats.lapsed += 1,
+                Event::QueueMismatch { .. } => found.stats.mismatches += 1,
                 Event::TryOnce { op, granted, t } => {
                     if let Some(wait) = current.get_mut(op) {
                         wait.once = true;
@@ -149,60 +203,91 @@ pub fn check(run: &RunData) -> Found {
                     found.stats.try_once_refused += 1;
                 }
             }
-            found.stats.queued += u64::from(wait.queued.is_some());
+            found.stats.queued += u64::from(!wait.queued.is_empty());
             by_key.entry(wait.key.clone()).or_default().push(wait);
         }
     }
     for (key, waits) in &by_key {
-        let mut queued: Vec<&Wait> = waits.iter().filter(|w| w.queued.is_some()).collect();
-        queued.sort_unstable_by_key(|w| w.queued);
+        let mut queued: Vec<&Wait> = waits.iter().filter(|w| !w.queued.is_empty()).collect();
+        queued.sort_unstable_by_key(|w| w.queued[0]);
         let mut granted: Vec<&Wait> = waits.iter().filter(|w| w.acquired.is_some()).collect();
         granted.sort_unstable_by_key(|w| w.acquired);
         for b in granted {
             let Some(b_acquired) = b.acquired else {
                 continue;
             };
-            let waited_on = |a: &&&Wait| {
-                let end = a.acquired.or(a.ended).unwrap_or(u64::MAX);
-                (a.worker, a.op) != (b.worker, b.op) && end > b.attempt
-            };
-            let mut earlier = queued
+            let other = |a: &&&Wait| (a.worker, a.op) != (b.worker, b.op);
+            let first_in_line = |a: &&&Wait| a.queued[0] < b.attempt;
+            let waited_on = |a: &&&Wait| a.acquired.or(a.ended).unwrap_or(u64::MAX) > b.attempt;
+            if queued
                 .iter()
-                .take_while(|a| a.queued.is_some_and(|q| q < b.attempt));
-            if earlier.any(|a| waited_on(&a)) {
+                .any(|a| other(&a) && first_in_line(&a) && waited_on(&a))
+            {
                 found.stats.behind += 1;
             }
-            // The earliest waiter in line before B was attempted that was
-            // still waiting, alive, when B got the key.
-            let passed = queued
-                .iter()
-                .take_while(|a| a.queued.is_some_and(|q| q < b.attempt))
-                .find(|a| {
-                    (a.worker, a.op) != (b.worker, b.op)
-                        && a.acquired.is_none_or(|t| t > b_acquired)
-                        && a.ended.is_none_or(|t| t > b_acquired)
-                        && !struck(a.process, a.attempt, b_acquired)
-                });
-            if let Some(a) = passed {
-                found.overtaken.push(format!(
-                    "{key}: worker {} op {} ({}, attempt sent at {} µs) was granted at {} µs while worker {} op {}, in line since {} µs, still waited ({})",
-                    b.worker,
-                    b.op,
-                    if b.once { "try-once" } else { "waiting" },
-                    b.attempt,
-                    b_acquired,
-                    a.worker,
-                    a.op,
-                    a.queued.unwrap_or_default(),
-                    match a.acquired {
-                        Some(t) => format!("it got the key {} ms later", ms(t - b_acquired)),
-                        None => "it never got the key".to_string(),
+            // Still waiting, alive, when B got the key.
+            let live = |a: &&&Wait| {
+                a.acquired.is_none_or(|t| t > b_acquired)
+                    && a.ended.is_none_or(|t| t > b_acquired)
+                    && !struck(a.process, a.attempt, b_acquired)
+            };
+            // The earliest waiter in line (since its last lapsed hand-over)
+            // before B was attempted that was still waiting, alive, when B
+            // got the key.
+            let passed = queued.iter().find(|a| {
+                other(a) && live(a) && in_line_since(a, b_acquired).is_some_and(|q| q < b.attempt)
+            });
+            let Some(a) = passed else {
+                let restarted = queued
+                    .iter()
+                    .find(|a| other(a) && first_in_line(a) && live(a));
+                if let Some(a) = restarted {
+                    let last = |ts: &[u64]| ts.iter().rev().copied().find(|&t| t < b_acquired);
+                    if last(&a.handed) >= last(&a.errors) {
+                        found.stats.passed_lapsed += 1;
+                    } else {
+                        found.stats.passed_errored += 1;
                     }
-                ));
-            }
+                }
+                continue;
+            };
+            found.overtaken.push(format!(
+                "{key}: worker {} op {} ({}, attempt sent at {} µs) was granted at {} µs while worker {} op {}, in line since {} µs, still waited ({})",
+                b.worker,
+                b.op,
+                if b.once { "try-once" } else { "waiting" },
+                b.attempt,
+                b_acquired,
+                a.worker,
+                a.op,
+                in_line_since(a, b_acquired).unwrap_or_default(),
+                match a.acquired {
+                    Some(t) => format!("it got the key {} ms later", ms(t - b_acquired)),
+                    None => "it never got the key".to_string(),
+                }
+            ));
         }
     }
     found
+}
+
+/// Since when waiter `a`, not granted before `granted`, stood in line as far
+/// as a grant at `granted` goes: its first `Queued` time, or, when the key
+/// was handed to it before `granted` (that hand-over lapsed: the key went
+/// on without it) or an attempt of it failed before `granted`, its first
+/// `Queued` time after the last such event (`None`: not seen in line again).
+fn in_line_since(a: &Wait, granted: u64) -> Option<u64> {
+    let restart = a
+        .handed
+        .iter()
+        .chain(&a.errors)
+        .copied()
+        .filter(|&t| t < granted)
+        .max();
+    match restart {
+        Some(r) => a.queued.iter().copied().find(|&q| q > r),
+        None => a.queued.first().copied(),
+    }
 }
 
 #[cfg(test)]
@@ -395,6 +480,7 @@ mod tests {
                 behind: 1,
                 try_once_granted: 1,
                 try_once_refused: 0,
+                ..Stats::default()
             }
         );
         // Refused, or granted once the line was served: fine, and a
@@ -422,8 +508,139 @@ mod tests {
                 behind: 0,
                 try_once_granted: 1,
                 try_once_refused: 1,
+                ..Stats::default()
             })
         );
+    }
+
+    /// The key handed to waiter op 1 at `t` (its entry left the line).
+    fn handed(t: u64) -> Event {
+        Event::Left {
+            op: 1,
+            t,
+            handed: true,
+            gap_us: 2_000,
+        }
+    }
+
+    #[test]
+    fn a_waiter_whose_hand_over_lapsed_before_the_grant_may_be_passed_and_is_counted() {
+        // Worker 0 is in line at 2 ms and handed the key at 8 ms; its
+        // process does not take it up within the lease, the key goes on to
+        // worker 1 (in line since 6 ms) at 10 ms, and worker 0, queued again
+        // at 12 ms, gets the key at 20 ms.
+        let mut lapsed = waiter(1_000, 2_000, None);
+        lapsed.extend([
+            handed(8_000),
+            Event::Lapsed {
+                op: 1,
+                t: 9_500,
+                max_gap_us: 480_000,
+            },
+            Event::Queued { op: 1, t: 12_000 },
+            acquired(1, 20_000),
+        ]);
+        let later = waiter(5_000, 6_000, Some(10_000));
+        let data = run(vec![lapsed.clone(), later.clone()], vec![]);
+        let found = check(&data);
+        assert!(found.overtaken.is_empty(), "{:?}", found.overtaken);
+        assert_eq!((found.stats.lapsed, found.stats.passed_lapsed), (1, 1));
+        let report = checker::check(&data);
+        assert_eq!(report.violations.total(), 0, "{report}");
+
+        // The same grants without the hand-over seen: overtaken.
+        let unseen: Vec<Event> = lapsed
+            .iter()
+            .filter(|e| !matches!(e, Event::Left { .. } | Event::Lapsed { .. }))
+            .cloned()
+            .collect();
+        let found = check(&run(vec![unseen, later.clone()], vec![]));
+        assert_eq!(found.overtaken.len(), 1, "{:?}", found.overtaken);
+        assert_eq!(found.stats.passed_lapsed, 0);
+
+        // A hand-over that was not to it (its entry left the line, the key
+        // named someone else) excuses nothing.
+        let not_handed: Vec<Event> = lapsed
+            .iter()
+            .map(|e| match e {
+                Event::Left { op, t, gap_us, .. } => Event::Left {
+                    op: *op,
+                    t: *t,
+                    handed: false,
+                    gap_us: *gap_us,
+                },
+                e => e.clone(),
+            })
+            .collect();
+        let found = check(&run(vec![not_handed, later], vec![]));
+        assert_eq!(found.overtaken.len(), 1, "{:?}", found.overtaken);
+    }
+
+    #[test]
+    fn a_waiter_whose_attempt_failed_before_the_grant_may_be_passed_and_is_counted() {
+        // Worker 0's attempt failed at 7 ms (the library left the line with
+        // it); its next one stood in line at 12 ms, after worker 1's attempt.
+        let mut errored = waiter(1_000, 2_000, None);
+        errored.extend([
+            Event::AcquireError {
+                op: 1,
+                error: "response timed out".into(),
+                t: 7_000,
+            },
+            Event::Queued { op: 1, t: 12_000 },
+            acquired(1, 20_000),
+        ]);
+        let later = waiter(5_000, 6_000, Some(10_000));
+        let found = check(&run(vec![errored.clone(), later.clone()], vec![]));
+        assert!(found.overtaken.is_empty(), "{:?}", found.overtaken);
+        assert_eq!(
+            (found.stats.passed_errored, found.stats.passed_lapsed),
+            (1, 0)
+        );
+        // The error came after worker 1's grant: overtaken.
+        let late: Vec<Event> = errored
+            .into_iter()
+            .map(|e| match e {
+                Event::AcquireError { op, error, .. } => Event::AcquireError {
+                    op,
+                    error,
+                    t: 11_000,
+                },
+                e => e,
+            })
+            .collect();
+        let found = check(&run(vec![late, later], vec![]));
+        assert_eq!(found.overtaken.len(), 1, "{:?}", found.overtaken);
+    }
+
+    #[test]
+    fn a_waiter_queued_again_after_its_hand_over_lapsed_is_in_line_again() {
+        // Worker 0's hand-over (at 3 ms) lapsed; it stood in line again at
+        // 4 ms, before worker 1's attempt (5 ms): worker 1's grant at 10 ms,
+        // before worker 0's at 20 ms, overtook it.
+        let mut again = waiter(1_000, 2_000, None);
+        again.extend([
+            handed(3_000),
+            Event::Queued { op: 1, t: 4_000 },
+            acquired(1, 20_000),
+        ]);
+        let later = waiter(5_000, 6_000, Some(10_000));
+        let found = check(&run(vec![again, later.clone()], vec![]));
+        assert_eq!(found.overtaken.len(), 1, "{:?}", found.overtaken);
+        assert!(
+            found.overtaken[0].contains("in line since 4000"),
+            "{:?}",
+            found.overtaken
+        );
+        assert_eq!(found.stats.passed_lapsed, 0);
+
+        // A hand-over it took up (granted at 9 ms, before worker 1): in
+        // order, nothing passed.
+        let mut took = waiter(1_000, 2_000, None);
+        took.extend([handed(8_000), acquired(1, 9_000)]);
+        let found = check(&run(vec![took, later], vec![]));
+        assert!(found.overtaken.is_empty(), "{:?}", found.overtaken);
+        assert_eq!(found.stats.passed_lapsed, 0);
     }
 
     #[test]

@@ -191,6 +191,9 @@ pub(super) fn rebuild(run: &RunData, r: &mut Report, examples: &mut Vec<String>)
                 Event::Start { .. }
                 | Event::Read { ok: false, .. }
                 | Event::Queued { .. }
+                | Event::Left { .. }
+                | Event::Lapsed { .. }
+                | Event::QueueMismatch { .. }
                 | Event::TryOnce { granted: true, .. }
                 | Event::Done { .. } => {}
             }
