@@ -106,11 +106,12 @@ impl Ask {
         }
     }
 
-    /// Sends the claim, again when its reply was lost: the script re-arms a
-    /// claim that is already ours, so a lost reply neither turns into an
-    /// error nor leaves the key blocked for a lease. `waiting`: the caller
-    /// will wait for a record in flight, and marks it so that its completion
-    /// or release is announced.
+    /// Sends the claim, again when its reply was lost: the repeated `SET NX`
+    /// finds the key taken and the claim script re-arms a claim that is
+    /// already ours, so a lost reply neither turns into an error nor leaves
+    /// the key blocked for a lease. `waiting`: the caller will wait for a
+    /// record in flight, and marks it so that its completion or release is
+    /// announced.
     async fn send(
         &self,
         client: &LockClient,

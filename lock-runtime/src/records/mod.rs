@@ -46,9 +46,11 @@
 //! # Guarantees
 //!
 //! The claim, the renewal, the completion and the release are each one
-//! atomic step on the server (one script; a critical section on the embedded
-//! backend), and each may be sent again when its reply was lost: a repeated
-//! claim re-arms our own claim, a repeated completion finds our result
+//! atomic step on the server (a claim of a free key is one `SET .. NX PX`,
+//! as a hand-written claim would be, and every other step one script; a
+//! critical section on the embedded backend), and each may be sent again
+//! when its reply was lost: a repeated claim finds and re-arms our own
+//! claim, a repeated completion finds our result
 //! already stored. A claimer that crashes (or is paused past its lease)
 //! stops renewing, and the record expires: a later claim runs the work. As
 //! for a lock, that is the one way to run it twice; the lease is renewed by

@@ -1,7 +1,8 @@
 //! Idempotency records: their storage (claim, renew, complete, release) on
 //! each backend; `crate::records` is the protocol over these steps.
 //!
-//! A record is one key (a Redis hash) that moves through two states:
+//! A record is one key (on Redis a string, `value.rs`) that moves through two
+//! states:
 //!
 //! * **run**: claimed by one request (an owner token, like a lock's) for a
 //!   lease that the claimer's watchdog renews (with its locks, in batches);
@@ -11,12 +12,15 @@
 //!   period, with the owner token of the request that ran it.
 //!
 //! Both carry the request fingerprint, so a reuse of the key for another
-//! request is told apart from a retry. Claim, renew, complete and release are
-//! each one script (or one critical section of the embedded backend), and
-//! each may be sent again when its reply was lost: a repeated claim re-arms
-//! our own claim, a repeated completion finds our response already stored
-//! (the owner is kept for that), a repeated renewal or release finds nothing
-//! left to do. So an ambiguous reply is retried, never taken for a refusal.
+//! request is told apart from a retry. A claim is one plain `SET .. NX PX`
+//! when the key is free, as a hand-written claim would be, and one script
+//! when it is taken; renew, complete and release are each one script (or one
+//! critical section of the embedded backend), and each may be sent again
+//! when its reply was lost: a repeated claim finds our own claim (the `SET`
+//! finds the key taken, and the script sees our token in it and re-arms it),
+//! a repeated completion finds our response already stored (the owner is
+//! kept for that), a repeated renewal or release finds nothing left to do.
+//! So an ambiguous reply is retried, never taken for a refusal.
 //!
 //! A duplicate that will wait for a record in flight marks it (`waited`)
 //! with its claim; completing or releasing a marked record publishes a
@@ -24,9 +28,13 @@
 //! hash slot, as a lock release does (`SPUBLISH` on a cluster): duplicates
 //! waiting on the record sleep on it, with the record's lease as a fallback
 //! timer. An unmarked record is completed without a `PUBLISH`: nobody waits.
-//! The mark is set by the claim that reads the record in flight, in the same
-//! script, so a completion either follows it (and announces) or precedes it
-//! (and the claim reads the completed record).
+//! The mark is set by the claim script that reads the record in flight, in
+//! the same atomic step, so a completion either follows it (and announces)
+//! or precedes it (and the claim reads the completed record).
+//!
+//! Records that an earlier version stored as hashes are still read by the
+//! claim (replayed, or reported in flight), and never taken for ours by the
+//! other steps.
 //!
 //! On Redlock every node keeps a copy and a majority decides, as for a lock:
 //! a master that dies or comes back empty neither stops the layer nor lets a
@@ -46,6 +54,7 @@ mod redis;
 mod seen;
 #[cfg(test)]
 mod tests;
+mod value;
 
 pub(crate) use memory::MemoryRecords;
 use redis::{

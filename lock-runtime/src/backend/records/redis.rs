@@ -1,4 +1,5 @@
-//! Records on Redis: one script per step, and on Redlock a majority of nodes.
+//! Records on Redis: a plain `SET NX` for a fresh claim, one script for
+//! every other step, and on Redlock a majority of nodes.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -6,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+use super::value::{Completed, InFlight, completed};
 use super::{Claim, RecordClaim, StoredResponse};
 use crate::LockError;
 use crate::backend::redis::RedisBackend;
@@ -25,31 +27,48 @@ static COMPLETE: LazyLock<redis::Script> =
 static RELEASE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_release.lua")));
 
+/// Claims a record on one node: a plain `SET <record> run:<owner>:<fp> NX
+/// PX <lease>` takes a free key (one command, no script: the common case);
+/// only when the key exists does the claim script read what it holds (our
+/// own claim whose reply was lost, another's in flight, completed, another
+/// fingerprint) and decide, atomically.
 pub(super) async fn claim_on(
     node: &RedisBackend,
     claim: &RecordClaim<'_>,
 ) -> Result<Claim, LockError> {
-    let (code, remaining, status, headers, body, big): (i64, i64, i64, Vec<u8>, Vec<u8>, Vec<u8>) =
-        CLAIM
-            .key(claim.record)
-            .arg(claim.token.as_str())
-            .arg(claim.fingerprint)
-            .arg(millis(claim.lease))
-            .arg(if claim.waiting { "1" } else { "" })
-            .invoke_async(&mut node.connection())
-            .await
-            .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
+    let mut conn = node.connection();
+    let set: Option<()> = redis::cmd("SET")
+        .arg(claim.record)
+        .arg(InFlight {
+            owner: claim.token,
+            fingerprint: claim.fingerprint,
+        })
+        .arg("NX")
+        .arg("PX")
+        .arg(millis(claim.lease))
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
+    if set.is_some() {
+        return Ok(Claim::Claimed);
+    }
+    let (code, remaining, record): (i64, i64, Vec<u8>) = CLAIM
+        .key(claim.record)
+        .arg(claim.token.as_str())
+        .arg(claim.fingerprint)
+        .arg(millis(claim.lease))
+        .arg(if claim.waiting { "1" } else { "" })
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
     Ok(match code {
         0 => Claim::Claimed,
         1 => Claim::InFlight {
             remaining: Duration::from_millis(u64::try_from(remaining).unwrap_or(0)),
         },
-        2 => Claim::Done(StoredResponse {
-            status: u16::try_from(status).unwrap_or(0),
-            headers: headers.into(),
-            body: body.into(),
-            body_too_large: big == b"1",
-        }),
+        2 => Claim::Done(completed(record.into()).ok_or_else(|| {
+            BackendError::new("idempotency claim: the completed record cannot be read")
+        })?),
         3 => Claim::Mismatch,
         other => {
             return Err(BackendError::new(format!(
@@ -125,11 +144,11 @@ pub(super) async fn complete_on(
     let mut call = COMPLETE.key(record);
     call.arg(token.as_str())
         .arg(millis(retention))
-        .arg(response.status)
-        .arg(&response.headers[..])
-        .arg(&response.body[..])
-        .arg(fingerprint)
-        .arg(if response.body_too_large { "1" } else { "" });
+        .arg(Completed {
+            owner: token,
+            fingerprint,
+            response,
+        });
     announced(node, &mut call, notice, "idempotency completion failed").await
 }
 

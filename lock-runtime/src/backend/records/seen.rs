@@ -15,7 +15,7 @@ pub(crate) struct InFlight {
 }
 
 impl Backend {
-    /// The record `name` if a request runs it now (state `run`); `None`
+    /// The record `name` if a request runs it now (in flight); `None`
     /// when absent or completed. On Redlock, the first node that has it in
     /// flight; the embedded backend's records are not listed.
     pub(crate) async fn record_in_flight(&self, name: &str) -> Result<Option<InFlight>, LockError> {
@@ -34,22 +34,69 @@ impl Backend {
     }
 }
 
+/// How much of a record's value is read: its tag and owner, never a stored
+/// body (`waited:` and a token are 64 bytes).
+const HEAD: i64 = 127;
+
 async fn read(node: &RedisBackend, name: &str) -> Result<Option<InFlight>, LockError> {
-    let ((state, owner), pttl): ((Option<String>, Option<String>), i64) = redis::pipe()
-        .cmd("HMGET")
+    let (head, pttl): (redis::RedisResult<Vec<u8>>, redis::RedisResult<i64>) = redis::pipe()
+        .cmd("GETRANGE")
         .arg(name)
-        .arg("state")
-        .arg("owner")
+        .arg(0)
+        .arg(HEAD)
         .cmd("PTTL")
         .arg(name)
+        .ignore_errors()
         .query_async(&mut node.connection())
         .await
         .map_err(|e| BackendError::with_source("cannot read the idempotency record", e))?;
-    Ok(match (state.as_deref(), owner) {
-        (Some("run"), Some(owner)) => Some(InFlight {
-            owner,
-            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-        }),
-        _ => None,
-    })
+    let failed = |e| BackendError::with_source("cannot read the idempotency record", e);
+    let pttl = pttl.map_err(failed)?;
+    let owner = match head {
+        Ok(head) => in_flight_owner(&head),
+        // An earlier version's record: a hash.
+        Err(e) if e.code() == Some("WRONGTYPE") => read_hash(node, name).await?,
+        Err(e) => return Err(failed(e).into()),
+    };
+    Ok(owner.map(|owner| InFlight {
+        owner,
+        remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+    }))
+}
+
+/// The owner in the head of a record's value when it is in flight
+/// (`run:<owner>:..` or `waited:<owner>:..`).
+fn in_flight_owner(head: &[u8]) -> Option<String> {
+    let head = std::str::from_utf8(head).ok()?;
+    let rest = head
+        .strip_prefix("run:")
+        .or_else(|| head.strip_prefix("waited:"))?;
+    let (owner, _) = rest.split_once(':')?;
+    Some(owner.to_owned())
+}
+
+/// The owner of an earlier version's record (a hash) in flight.
+async fn read_hash(node: &RedisBackend, name: &str) -> Result<Option<String>, LockError> {
+    let (state, owner): (Option<String>, Option<String>) = redis::cmd("HMGET")
+        .arg(name)
+        .arg("state")
+        .arg("owner")
+        .query_async(&mut node.connection())
+        .await
+        .map_err(|e| BackendError::with_source("cannot read the idempotency record", e))?;
+    Ok(owner.filter(|_| state.as_deref() == Some("run")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_flight_owner;
+
+    #[test]
+    fn the_owner_is_read_from_a_record_in_flight_only() {
+        assert_eq!(in_flight_owner(b"run:abc:f00").as_deref(), Some("abc"));
+        assert_eq!(in_flight_owner(b"waited:abc:f00").as_deref(), Some("abc"));
+        assert_eq!(in_flight_owner(b"done:abc:f00:200:0:0:"), None);
+        assert_eq!(in_flight_owner(b"run:abc"), None);
+        assert_eq!(in_flight_owner(b""), None);
+    }
 }

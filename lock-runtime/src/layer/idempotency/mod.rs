@@ -102,7 +102,8 @@
 //! record also holds the request fingerprint (method, route, path and query,
 //! SHA-256 of the body's bytes or, with [`BodyFingerprint::Json`], of its
 //! JSON value with members sorted and whitespace dropped). Claim, renew, complete and release are each one
-//! atomic script; while the handler runs the record has a lease renewed every
+//! atomic step (a claim of a free key one plain `SET .. NX PX`, every other
+//! step one script); while the handler runs the record has a lease renewed every
 //! `lease / 3`, so a crashed process frees the key after at most one lease.
 //! The client's watchdog renews it, with the client's locks: one task, and
 //! one batched script call per renewal period for all the records in flight

@@ -2,18 +2,24 @@
 //! handler, renew, complete or release, with lost requests and replies,
 //! pauses and crashes. Safety only.
 //!
-//! Mirrors idempotency_claim.lua, idempotency_renew_many.lua (one record's
-//! part of the batch), idempotency_complete.lua, idempotency_release.lua and
-//! `records/{claim,guard}.rs` (and the layer's `running.rs`). A duplicate's
-//! `waited` mark and the notices it asks for are not modelled: they only
-//! decide whether a `PUBLISH` is sent, and change nothing else. Every request carries the same
-//! key and payload (fingerprint); a completed record is kept for longer
-//! than the model runs (retention).
+//! Mirrors the claim's plain `SET <record> run:<owner>:<fp> NX PX <lease>`
+//! and, when it finds the key taken, idempotency_claim.lua
+//! (backend/records/redis.rs `claim_on`), idempotency_renew_many.lua (one
+//! record's part of the batch), idempotency_complete.lua,
+//! idempotency_release.lua and `records/{claim,guard}.rs` (and the layer's
+//! `running.rs`). A duplicate's `waited` mark and the notices it asks for
+//! are not modelled: they only decide whether a `PUBLISH` is sent, and
+//! change nothing else; nor is an earlier version's record (a hash), which
+//! the claim script reads and no step ever takes for ours. Every request
+//! carries the same key and payload (fingerprint); a completed record is kept
+//! for longer than the model runs (retention).
 
 use stateright::{Model, Property};
 
 use crate::check::{self, Log, Narrate};
 use crate::reply::name;
+
+mod server;
 
 /// A configuration of the records model.
 #[derive(Clone, Debug)]
@@ -44,10 +50,10 @@ pub struct RecordsModel {
     pub cfg: RecordsConfig,
 }
 
-/// The record's hash.
+/// The record (its value: `run:..`, `waited:..` or `done:..`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Record {
-    /// `state = 'done'` (else `'run'`).
+    /// `done:..` (else `run:..` or `waited:..`).
     pub done: bool,
     /// `owner`.
     pub owner: u8,
@@ -55,10 +61,12 @@ pub struct Record {
     pub expires: u8,
 }
 
-/// A script call.
+/// A command or script call.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Req {
-    /// idempotency_claim.lua
+    /// The claim's `SET <record> run:<owner>:<fp> NX PX <lease>`.
+    SetNx,
+    /// idempotency_claim.lua, sent when the `SET NX` found the key taken.
     Claim,
     /// idempotency_complete.lua
     Complete,
@@ -141,7 +149,7 @@ pub struct State {
 pub enum Action {
     /// Time passes.
     Tick,
-    /// Request `r` arrives and sends its claim.
+    /// Request `r` arrives and sends its claim (the `SET NX`).
     Arrive(u8),
     /// The server runs request `r`'s script.
     Exec(u8),
@@ -301,84 +309,12 @@ impl Narrate for RecordsModel {
             Action::Arrive(i) => {
                 let r = &mut s.requests[i as usize];
                 r.phase = Phase::Claiming;
-                r.net = Some((Req::Claim, Stage::Sent));
-                log.say(|| format!("{}: arrives, sends idempotency_claim.lua", name(i)));
+                r.net = Some((Req::SetNx, Stage::Sent));
+                log.say(|| format!("{}: arrives, sends SET NX", name(i)));
             }
             Action::Exec(i) => {
                 let (req, _) = s.requests[i as usize].net.expect("in flight");
-                let code = match req {
-                    Req::Claim => match s.record {
-                        // idempotency_claim.lua:15-20
-                        None => {
-                            s.record = Some(Record {
-                                done: false,
-                                owner: i,
-                                expires: now + lease,
-                            });
-                            let others_live = s.requests.iter().enumerate().any(|(j, o)| {
-                                j != i as usize && o.phase == Phase::Running && !o.expired
-                            });
-                            s.ran_twice |= others_live;
-                            s.ran_after_done |= s.done_ever;
-                            0
-                        }
-                        // idempotency_claim.lua:25-29: our own claim again
-                        Some(r) if !r.done && r.owner == i => {
-                            s.record = Some(Record {
-                                expires: now + lease,
-                                ..r
-                            });
-                            0
-                        }
-                        // idempotency_claim.lua:30-35 (30-32: a waiter's mark)
-                        Some(r) if !r.done => 1,
-                        // idempotency_claim.lua:37
-                        Some(_) => 2,
-                    },
-                    Req::Complete => match s.record {
-                        // idempotency_complete.lua:17-19
-                        Some(r) if r.done && r.owner == i => 1,
-                        // idempotency_complete.lua:20-25 (and 26-30: the
-                        // completion's notice, which wakes marked waiting
-                        // duplicates; they are not modelled, and the
-                        // notice changes no state)
-                        Some(Record {
-                            done: false, owner, ..
-                        }) if owner == i => {
-                            s.record = Some(Record {
-                                done: true,
-                                owner: i,
-                                expires: u8::MAX,
-                            });
-                            s.done_ever = true;
-                            1
-                        }
-                        None => {
-                            if s.done_ever {
-                                // Only retention could have removed it.
-                                s.done_overwritten = true;
-                            }
-                            s.record = Some(Record {
-                                done: true,
-                                owner: i,
-                                expires: u8::MAX,
-                            });
-                            s.done_ever = true;
-                            1
-                        }
-                        // idempotency_complete.lua:33
-                        Some(_) => 0,
-                    },
-                    Req::Release => match s.record {
-                        // idempotency_release.lua:8-16 (10-14: the notice, as
-                        // for completions)
-                        Some(r) if !r.done && r.owner == i => {
-                            s.record = None;
-                            1
-                        }
-                        _ => 0,
-                    },
-                };
+                let code = s.exec(i, req, now, lease);
                 s.requests[i as usize].net = Some((req, Stage::Replied(code)));
                 log.say(|| format!("server runs {}'s {req:?} -> {code}", name(i)));
             }
@@ -386,16 +322,22 @@ impl Narrate for RecordsModel {
                 let r = &mut s.requests[i as usize];
                 let (req, stage) = r.net.take().expect("answered");
                 match (req, stage) {
-                    // `claim`: a claim without an answer is sent again.
-                    (Req::Claim, Stage::Failed) => {
-                        r.net = Some((Req::Claim, Stage::Sent));
+                    // `send`: a claim without an answer is sent again, from
+                    // its `SET NX` (`claim_on` is sent whole).
+                    (Req::SetNx | Req::Claim, Stage::Failed) => {
+                        r.net = Some((Req::SetNx, Stage::Sent));
                         log.say(|| format!("{}: claim unanswered, sent again", name(i)));
                     }
-                    (Req::Claim, Stage::Replied(0)) => {
+                    (Req::SetNx | Req::Claim, Stage::Replied(0)) => {
                         r.phase = Phase::Running;
                         r.claimed_at = now;
                         r.renew_due = now + 1;
                         log.say(|| format!("{}: claimed, runs the handler", name(i)));
+                    }
+                    // The key is taken: the claim script reads it.
+                    (Req::SetNx, Stage::Replied(_)) => {
+                        r.net = Some((Req::Claim, Stage::Sent));
+                        log.say(|| format!("{}: key taken, sends idempotency_claim.lua", name(i)));
                     }
                     (Req::Claim, Stage::Replied(code)) => {
                         // 1: in flight elsewhere (409); 2: replayed.
@@ -429,14 +371,7 @@ impl Narrate for RecordsModel {
                 }
             }
             Action::Renew(i) => {
-                // idempotency_renew_many.lua:10-17
-                let ok = matches!(s.record, Some(r) if r.owner == i);
-                if let Some(r) = &mut s.record
-                    && ok
-                    && !r.done
-                {
-                    r.expires = now + lease;
-                }
+                let ok = s.renew(i, now + lease);
                 s.requests[i as usize].renew_due = now + 1;
                 log.say(|| format!("{}: renews its record -> {}", name(i), ok as u8));
             }

@@ -1,0 +1,159 @@
+//! A record's value on Redis: one string in every state, so a claim of a
+//! fresh key is one plain `SET .. NX PX` and every script reads one type.
+//!
+//! * in flight: `run:<owner>:<fingerprint>`, or `waited:<owner>:<fingerprint>`
+//!   once a duplicate waits on it (its completion or release is announced);
+//! * completed: `done:<owner>:<fingerprint>:<status>:<big>:<headers length>:`
+//!   followed by the encoded headers and the body (`big` is `1` when the body
+//!   was over the storage limit and is not stored, else `0`).
+//!
+//! Owners (tokens) and fingerprints (hex) hold no `:`; the headers are
+//! length-prefixed and the body runs to the end, so either may hold anything.
+
+use std::io::Write;
+
+use bytes::Bytes;
+use redis::{RedisWrite, ToRedisArgs};
+
+use super::StoredResponse;
+use crate::token::Token;
+
+/// The value a claim sets: `run:<owner>:<fingerprint>`, written straight
+/// into the command.
+pub(super) struct InFlight<'a> {
+    pub(super) owner: &'a Token,
+    pub(super) fingerprint: &'a str,
+}
+
+impl ToRedisArgs for InFlight<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let mut arg = out.writer_for_next_arg();
+        // Writes into the command's buffer, which cannot fail.
+        let _ = arg
+            .write_all(b"run:")
+            .and_then(|()| arg.write_all(self.owner.as_str().as_bytes()))
+            .and_then(|()| arg.write_all(b":"))
+            .and_then(|()| arg.write_all(self.fingerprint.as_bytes()));
+    }
+}
+
+/// The value a completion stores, written straight into the command.
+pub(super) struct Completed<'a> {
+    pub(super) owner: &'a Token,
+    pub(super) fingerprint: &'a str,
+    pub(super) response: &'a StoredResponse,
+}
+
+impl ToRedisArgs for Completed<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let r = self.response;
+        let mut arg = out.writer_for_next_arg();
+        // Writes into the command's buffer, which cannot fail.
+        let _ = write!(
+            arg,
+            "done:{}:{}:{}:{}:{}:",
+            self.owner.as_str(),
+            self.fingerprint,
+            r.status,
+            if r.body_too_large { 1 } else { 0 },
+            r.headers.len()
+        )
+        .and_then(|()| arg.write_all(&r.headers))
+        .and_then(|()| arg.write_all(&r.body));
+    }
+}
+
+/// The response in a completed record's value (as the claim script returns
+/// it); `None` when the value is no completed record. The headers and the
+/// body share the value's buffer.
+pub(super) fn completed(value: Bytes) -> Option<StoredResponse> {
+    // done, owner, fingerprint, status, big, headers length, then the rest.
+    let mut at = 0;
+    let mut fields = [(0, 0); 6];
+    for field in &mut fields {
+        let end = at + value[at..].iter().position(|b| *b == b':')?;
+        *field = (at, end);
+        at = end + 1;
+    }
+    let text = |(start, end): (usize, usize)| std::str::from_utf8(&value[start..end]).ok();
+    if text(fields[0])? != "done" {
+        return None;
+    }
+    let status = text(fields[3])?.parse().ok()?;
+    let body_too_large = text(fields[4])? == "1";
+    let headers_len: usize = text(fields[5])?.parse().ok()?;
+    let body_at = at.checked_add(headers_len).filter(|e| *e <= value.len())?;
+    Some(StoredResponse {
+        status,
+        headers: value.slice(at..body_at),
+        body: value.slice(body_at..),
+        body_too_large,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(arg: impl ToRedisArgs) -> Vec<u8> {
+        let mut args = arg.to_redis_args();
+        assert_eq!(args.len(), 1, "one argument");
+        args.remove(0)
+    }
+
+    #[test]
+    fn a_completed_value_reads_back_as_it_was_written_whatever_its_bytes() {
+        let owner = Token::for_test();
+        for (headers, body, big) in [
+            (&b""[..], &b""[..], false),
+            (b"content-type:a:b\n", b"{\"ok\":true}", false),
+            (b"x", b"", true),
+            (b"::", b"12:34:", false),
+        ] {
+            let response = StoredResponse {
+                status: 201,
+                headers: Bytes::copy_from_slice(headers),
+                body: Bytes::copy_from_slice(body),
+                body_too_large: big,
+            };
+            let value = written(Completed {
+                owner: &owner,
+                fingerprint: "ab12",
+                response: &response,
+            });
+            assert!(value.starts_with(format!("done:{}:ab12:", owner.as_str()).as_bytes()));
+            assert_eq!(completed(value.into()), Some(response));
+        }
+    }
+
+    #[test]
+    fn an_in_flight_value_names_its_owner_and_fingerprint() {
+        let owner = Token::for_test();
+        let value = written(InFlight {
+            owner: &owner,
+            fingerprint: "ab12",
+        });
+        assert_eq!(value, format!("run:{}:ab12", owner.as_str()).into_bytes());
+        assert_eq!(completed(value.into()), None);
+    }
+
+    #[test]
+    fn a_value_that_is_no_completed_record_is_refused_without_panicking() {
+        for bad in [
+            &b""[..],
+            b"done",
+            b"done:o:f:201:0:",
+            b"done:o:f:201:0:5:abc",
+            b"done:o:f:x:0:0:",
+            b"done:o:f:201:0:99999999999999999999999:",
+        ] {
+            assert_eq!(completed(Bytes::copy_from_slice(bad)), None, "{bad:?}");
+        }
+    }
+}
