@@ -14,26 +14,7 @@
 --   code 1: in flight for another owner, for at most remaining_ms
 --   code 2: completed: record is the completed record as stored
 --   code 3: the record was made by a request with another fingerprint
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
-  -- Not a string: the hash an earlier version stored (state, owner, fp,
-  -- status, headers, body, big, waited). Read as it was; never ours.
-  local r = redis.call('HMGET', KEYS[1], 'state', 'fp', 'owner', 'status', 'headers', 'body', 'big')
-  if r[2] ~= ARGV[2] then
-    return {3, 0, ''}
-  end
-  if r[1] == 'done' then
-    local headers = r[5] or ''
-    return {2, 0, 'done:' .. (r[3] or '') .. ':' .. r[2] .. ':' .. (r[4] or '0') .. ':'
-      .. (r[7] == '1' and '1' or '0') .. ':' .. #headers .. ':' .. headers .. (r[6] or '')}
-  end
-  if ARGV[4] == '1' then
-    redis.call('HSET', KEYS[1], 'waited', '1')
-  end
-  local ttl = redis.call('PTTL', KEYS[1])
-  if ttl < 0 then ttl = 0 end
-  return {1, ttl, ''}
-end
+local v = redis.call('GET', KEYS[1])
 if not v then
   -- Gone since the SET found it (expired, released): ours now.
   redis.call('SET', KEYS[1], 'run:' .. ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[3])

@@ -13,11 +13,7 @@
 -- A new completion is announced (payload '') when a duplicate marked the
 -- record as waited on, so that it replays it at once; nobody listens
 -- otherwise.
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
-  -- An earlier version's hash: another request's.
-  return 0
-end
+local v = redis.call('GET', KEYS[1])
 local function is(tag)
   local prefix = tag .. ':' .. ARGV[1] .. ':'
   return v and string.sub(v, 1, #prefix) == prefix

@@ -5,11 +5,7 @@
 -- Returns 1 when deleted, 0 when the record is gone, completed or not ours.
 -- A deletion is announced (payload '': free) when a duplicate marked the
 -- record as waited on, so that it claims it at once.
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
-  -- An earlier version's hash: another request's.
-  return 0
-end
+local v = redis.call('GET', KEYS[1])
 local function is(tag)
   local prefix = tag .. ':' .. ARGV[1] .. ':'
   return v and string.sub(v, 1, #prefix) == prefix

@@ -5,15 +5,15 @@
 -- Returns a list: 1 where re-armed, or where the record already holds our
 -- completed response (a renewal that crossed the completion: nothing to
 -- re-arm, and the retention must not shrink to a lease); 0 where the record
--- is gone or another request's (an earlier version's hash included).
+-- is gone or another request's.
 local function is(v, tag, owner)
   local prefix = tag .. ':' .. owner .. ':'
-  return type(v) == 'string' and string.sub(v, 1, #prefix) == prefix
+  return v and string.sub(v, 1, #prefix) == prefix
 end
 local out = {}
 for i = 1, #KEYS do
   local owner = ARGV[2 * i - 1]
-  local v = redis.pcall('GET', KEYS[i])
+  local v = redis.call('GET', KEYS[i])
   if is(v, 'run', owner) or is(v, 'waited', owner) then
     redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
     out[i] = 1

@@ -80,25 +80,23 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "idempotency_claim.lua",
-        "65c7f63dab068fd038d06546513a18d5b1524d5c",
+        "eb4c2216c7e2bdb60e65ac2324b6749153cda835",
         "records/server.rs `State::exec` (`Req::Claim`; the plain `SET NX` sent \
-         before it, whose nil answer sends it: `Req::SetNx`). Its reading of an \
-         earlier version's record (a hash) is not modelled: no step takes one for \
-         ours; tests/tests/records_cost.rs covers it",
+         before it, whose nil answer sends it: `Req::SetNx`)",
     ),
     (
         "idempotency_complete.lua",
-        "a5869a05bc643cf54201e3d353deb65ee6de5534",
+        "51d869ce8085ce4a17b5b03dacd4968c95da277d",
         "records/server.rs `State::exec` (`Req::Complete`)",
     ),
     (
         "idempotency_release.lua",
-        "6fbac72feffce40cd18b33d0cef8ead8149314f3",
+        "682cf03ff4e80a9cb59b03d9d510b22ecfab61ce",
         "records/server.rs `State::exec` (`Req::Release`)",
     ),
     (
         "idempotency_renew_many.lua",
-        "447d0be52ce7b2ec15ba86a4264ce73afd1f3fe9",
+        "e86e7288684e2910ca9411382f99aebc6d8943a3",
         "records/server.rs `State::renew` (per record of the batch)",
     ),
     (

@@ -9,8 +9,7 @@
 //! idempotency_release.lua and `records/{claim,guard}.rs` (and the layer's
 //! `running.rs`). A duplicate's `waited` mark and the notices it asks for
 //! are not modelled: they only decide whether a `PUBLISH` is sent, and
-//! change nothing else; nor is an earlier version's record (a hash), which
-//! the claim script reads and no step ever takes for ours. Every request
+//! change nothing else. Every request
 //! carries the same key and payload (fingerprint); a completed record is kept
 //! for longer than the model runs (retention).
 

@@ -32,10 +32,6 @@
 //! the same atomic step, so a completion either follows it (and announces)
 //! or precedes it (and the claim reads the completed record).
 //!
-//! Records that an earlier version stored as hashes are still read by the
-//! claim (replayed, or reported in flight), and never taken for ours by the
-//! other steps.
-//!
 //! On Redlock every node keeps a copy and a majority decides, as for a lock:
 //! a master that dies or comes back empty neither stops the layer nor lets a
 //! completed request run again.

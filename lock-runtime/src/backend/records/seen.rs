@@ -52,12 +52,7 @@ async fn read(node: &RedisBackend, name: &str) -> Result<Option<InFlight>, LockE
         .map_err(|e| BackendError::with_source("cannot read the idempotency record", e))?;
     let failed = |e| BackendError::with_source("cannot read the idempotency record", e);
     let pttl = pttl.map_err(failed)?;
-    let owner = match head {
-        Ok(head) => in_flight_owner(&head),
-        // An earlier version's record: a hash.
-        Err(e) if e.code() == Some("WRONGTYPE") => read_hash(node, name).await?,
-        Err(e) => return Err(failed(e).into()),
-    };
+    let owner = in_flight_owner(&head.map_err(failed)?);
     Ok(owner.map(|owner| InFlight {
         owner,
         remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
@@ -73,18 +68,6 @@ fn in_flight_owner(head: &[u8]) -> Option<String> {
         .or_else(|| head.strip_prefix("waited:"))?;
     let (owner, _) = rest.split_once(':')?;
     Some(owner.to_owned())
-}
-
-/// The owner of an earlier version's record (a hash) in flight.
-async fn read_hash(node: &RedisBackend, name: &str) -> Result<Option<String>, LockError> {
-    let (state, owner): (Option<String>, Option<String>) = redis::cmd("HMGET")
-        .arg(name)
-        .arg("state")
-        .arg("owner")
-        .query_async(&mut node.connection())
-        .await
-        .map_err(|e| BackendError::with_source("cannot read the idempotency record", e))?;
-    Ok(owner.filter(|_| state.as_deref() == Some("run")))
 }
 
 #[cfg(test)]
