@@ -178,14 +178,21 @@ fn run(args: &[String]) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("this binary's path: {e}"))?;
     let server = test_support::RedisServer::try_start(&[])?;
     let url = server.url();
-    let wanted = |name: &str| opts.only.as_ref().is_none_or(|o| o.iter().any(|s| s == name));
+    let wanted = |name: &str| {
+        opts.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|s| s == name))
+    };
     let mut lines = Vec::new();
     let mut diffs = Vec::new();
     for (scenario, tasks, route) in SCENARIOS.iter().filter(|s| wanted(s.0)) {
         let mut profiles = Vec::new();
         for side in sides(*route) {
             let out = opts.dir.join(format!("{scenario}-{side}.callgrind"));
-            eprintln!("bench --instructions: {scenario} ({tasks} task(s)), {side}: {} ...", opts.n);
+            eprintln!(
+                "bench --instructions: {scenario} ({tasks} task(s)), {side}: {} ...",
+                opts.n
+            );
             callgrind(&exe, &out, scenario, side, &url, opts.n)?;
             profiles.push((*side, read_profile(&out, opts.n)?));
         }
@@ -258,7 +265,10 @@ fn read_profile(path: &Path, n: usize) -> Result<Profile, String> {
     let n = n as f64;
     let total: u64 = text
         .lines()
-        .find_map(|l| l.strip_prefix("totals:").or_else(|| l.strip_prefix("summary:")))
+        .find_map(|l| {
+            l.strip_prefix("totals:")
+                .or_else(|| l.strip_prefix("summary:"))
+        })
         .and_then(|v| v.trim().split_whitespace().next()?.parse().ok())
         .ok_or(format!("{path:?}: no totals"))?;
     let annotated = Command::new("callgrind_annotate")
@@ -301,7 +311,13 @@ fn read_profile(path: &Path, n: usize) -> Result<Profile, String> {
 /// `calls=` lines under a `cfn=` naming one of them (names are compressed:
 /// `(id) name` the first time, `(id)` after).
 fn allocator_calls(text: &str) -> u64 {
-    const ALLOCATORS: [&str; 5] = ["malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc"];
+    const ALLOCATORS: [&str; 5] = [
+        "malloc",
+        "calloc",
+        "realloc",
+        "posix_memalign",
+        "aligned_alloc",
+    ];
     let mut names: HashMap<String, String> = HashMap::new();
     let mut current_is_alloc = false;
     let mut calls = 0;
@@ -346,7 +362,13 @@ fn difference(lib: &Profile, base: &Profile, top: usize) -> Vec<(String, f64, f6
     let mut rows: Vec<(String, f64, f64)> = lib
         .inclusive
         .iter()
-        .map(|(name, l)| (name.clone(), *l, base.inclusive.get(name).copied().unwrap_or(0.0)))
+        .map(|(name, l)| {
+            (
+                name.clone(),
+                *l,
+                base.inclusive.get(name).copied().unwrap_or(0.0),
+            )
+        })
         // The frames every side shares (the runtime's, the driver's) are
         // no function of the difference.
         .filter(|(_, l, _)| *l < 0.9 * lib.instructions)

@@ -94,6 +94,31 @@ impl RedisBackend {
         }
     }
 
+    /// release.lua's arguments after the keys, written into `cmd` (the
+    /// queue entry `token:ttl` only when leaving the queue, else empty).
+    fn write_release_args(
+        &self,
+        cmd: &mut redis::Cmd,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        dequeue: bool,
+    ) {
+        let ttl_ms;
+        let member = if dequeue {
+            ttl_ms = millis(ttl).to_string();
+            Joined([token.as_str(), ":", &ttl_ms])
+        } else {
+            Joined(["", "", ""])
+        };
+        cmd.arg(token.as_str())
+            .arg(&names.notice)
+            .arg(millis(HANDOFF_LEASE))
+            .arg(member)
+            .arg(self.publish)
+            .arg(if self.announce_free { "1" } else { "0" });
+    }
+
     /// release.lua's arguments after the keys.
     fn release_args(
         &self,
@@ -143,9 +168,7 @@ impl RedisBackend {
     ) -> redis::Cmd {
         // Four names of about the lock's length, a token, a queue entry, flags.
         let mut cmd = mutex_script(&RELEASE, names, 12, 7 * names.lock.len() + 96);
-        for arg in self.release_args(names, token, ttl, dequeue) {
-            cmd.arg(arg);
-        }
+        self.write_release_args(&mut cmd, names, token, ttl, dequeue);
         cmd
     }
 }
@@ -173,11 +196,29 @@ pub(super) fn mutex_script(
     let leader = names.is_leader();
     let mut cmd = evalsha(script, if leader { 6 } else { 4 }, args, bytes);
     cmd.arg(&names.lock)
-        .arg(names.fence())
+        .arg(Joined(names.fence_parts()))
         .arg(&names.queue)
-        .arg(names.deadlines());
+        .arg(Joined(names.deadlines_parts()));
     if leader {
         cmd.arg(&names.record).arg(&names.labels);
     }
     cmd
+}
+
+/// One argument written from its pieces, without building it as a string
+/// first (the fencing counter's and the deadlines' names on every call).
+struct Joined<'a, const N: usize>([&'a str; N]);
+
+impl<const N: usize> redis::ToRedisArgs for Joined<'_, N> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        use std::io::Write as _;
+        let mut arg = out.writer_for_next_arg();
+        for piece in self.0 {
+            // Writing into the command's buffer cannot fail.
+            let _ = arg.write_all(piece.as_bytes());
+        }
+    }
 }
