@@ -209,14 +209,12 @@ async fn unless_lost<F: Future>(guard: &LockGuard, call: F) -> Option<F::Output>
     let mut call = std::pin::pin!(call);
     let mut lost: Option<Pin<Box<dyn Future<Output = ()> + Send>>> = None;
     std::future::poll_fn(|cx| {
-        match lost.as_mut() {
-            Some(lost) => {
-                if lost.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(None);
-                }
-            }
-            None if guard.is_lost() => return Poll::Ready(None),
-            None => {}
+        let lost_now = match lost.as_mut() {
+            Some(lost) => lost.as_mut().poll(cx).is_ready(),
+            None => guard.is_lost(),
+        };
+        if lost_now {
+            return Poll::Ready(None);
         }
         if let Poll::Ready(output) = call.as_mut().poll(cx) {
             return Poll::Ready(Some(output));
