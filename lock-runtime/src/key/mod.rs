@@ -268,13 +268,6 @@ impl Role {
             Role::LeaderLabels => 'B',
         }
     }
-
-    /// [`letter`](Self::letter) as a string.
-    fn letter_str(self) -> &'static str {
-        const LETTERS: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
-        let at = usize::from(self.letter() as u8 - b'A');
-        &LETTERS[at..=at]
-    }
 }
 
 /// Builds the full Redis name of `role` for `key` under `prefix` (see the
@@ -479,33 +472,14 @@ impl KeyNames {
         slot_counter(&self.lock[..self.kind_at], self.slot)
     }
 
-    /// [`fence`](Self::fence) as the pieces it is made of, for writing it
-    /// into a command without building it first.
-    pub(crate) fn fence_parts(&self) -> [&str; 4] {
-        [&self.lock[..self.kind_at], "S{", slot_tag(self.slot), "}"]
-    }
-
     /// The deadlines of the mutex queue's entries (a sorted set beside
     /// the queue, in its slot). Built when a script needs it.
     pub(crate) fn deadlines(&self) -> String {
         self.deadlines_parts().concat()
     }
-
-    /// [`deadlines`](Self::deadlines) as the pieces it is made of: the
-    /// lock's name with its role letter replaced.
-    pub(crate) fn deadlines_parts(&self) -> [&str; 3] {
-        let letter = if self.is_leader() {
-            Role::LeaderDeadlines.letter_str()
-        } else {
-            Role::QueueDeadlines.letter_str()
-        };
-        [
-            &self.lock[..self.kind_at],
-            letter,
-            &self.lock[self.kind_at + 1..],
-        ]
-    }
 }
+
+mod parts;
 
 #[cfg(test)]
 mod tests;
