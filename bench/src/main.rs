@@ -19,6 +19,7 @@ mod defs;
 mod fcall;
 mod held;
 mod http;
+mod instructions;
 mod measure;
 mod probe;
 mod raw;
@@ -54,7 +55,9 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
   locks, waiters on one key, distinct keys); bench --fcall [--reps N]: the
   library's acquire and release via FCALL against EVALSHA (BENCHMARKS.md);
   bench --server-instructions [--ops N]: what a pair costs Redis in
-  instructions (valgrind), against the raw pair
+  instructions (valgrind), against the raw pair;
+  bench --instructions [--n N] [--only pair,route]: the client's instructions
+  per pair and per request under callgrind, against the hand-rolled side
 
 environment: BENCH_REPS, BENCH_QUICK=1, BENCH_JSON, BENCH_SVG, BENCH_ONLY (flags
 win); REDIS_URL=redis://127.0.0.1:PORT uses that server (loopback only) instead
@@ -330,10 +333,14 @@ fn main() -> ExitCode {
     if let Some(code) = curves::child_main(&args) {
         return code;
     }
+    if let Some(code) = instructions::child_main(&args) {
+        return code;
+    }
     match args.first().map(String::as_str) {
         Some("--curves") => return curves::main(&args[1..]),
         Some("--fcall") => return fcall::main(&args[1..]),
         Some("--server-instructions") => return server_cost::main(&args[1..]),
+        Some("--instructions") => return instructions::main(&args[1..]),
         _ => {}
     }
     let opts = match parse_options() {

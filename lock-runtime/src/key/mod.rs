@@ -475,16 +475,11 @@ impl KeyNames {
     /// The deadlines of the mutex queue's entries (a sorted set beside
     /// the queue, in its slot). Built when a script needs it.
     pub(crate) fn deadlines(&self) -> String {
-        let mut name = self.lock.clone();
-        let letter = if self.is_leader() {
-            Role::LeaderDeadlines.letter()
-        } else {
-            Role::QueueDeadlines.letter()
-        };
-        name.replace_range(self.kind_at..=self.kind_at, letter.encode_utf8(&mut [0; 4]));
-        name
+        self.deadlines_parts().concat()
     }
 }
+
+mod parts;
 
 #[cfg(test)]
 mod tests;

@@ -76,7 +76,7 @@ impl RedisBackend {
                 vec![
                     token.as_str().to_owned(),
                     millis(ttl).to_string(),
-                    self.notice_spec(names),
+                    self.notice_spec(names).concat(),
                     wait_ms.to_string(),
                 ]
             } else {
@@ -84,7 +84,7 @@ impl RedisBackend {
                 vec![
                     token.as_str().to_owned(),
                     millis(ttl).to_string(),
-                    self.notice_spec(names),
+                    self.notice_spec(names).concat(),
                 ]
             },
         }
@@ -100,7 +100,31 @@ impl RedisBackend {
         }
     }
 
-    /// release.lua's arguments after the keys.
+    /// release.lua's arguments after the keys, written into `cmd` (the
+    /// queue entry `token:ttl` only when leaving the queue, else empty).
+    fn write_release_args(
+        &self,
+        cmd: &mut redis::Cmd,
+        names: &KeyNames,
+        token: &Token,
+        ttl: Duration,
+        dequeue: bool,
+    ) {
+        cmd.arg(token.as_str()).arg(self.notice_spec(names));
+        // The plain release sends these two; the flag and our own queue
+        // entry only when there is one to send (the script reads absent
+        // ones as '0' and none).
+        if self.announce_free || dequeue {
+            cmd.arg(if self.announce_free { "1" } else { "0" });
+        }
+        if dequeue {
+            let ttl_ms = millis(ttl).to_string();
+            cmd.arg(Joined([token.as_str(), ":", &ttl_ms]));
+        }
+    }
+
+    /// release.lua's arguments after the keys, for a batched op (as
+    /// [`Self::write_release_args`] writes them into a command).
     fn release_args(
         &self,
         names: &KeyNames,
@@ -110,10 +134,7 @@ impl RedisBackend {
     ) -> Vec<String> {
         let mut args = Vec::with_capacity(4);
         args.push(token.as_str().to_owned());
-        args.push(self.notice_spec(names));
-        // The plain release sends these two; the flag and our own queue
-        // entry only when there is one to send (the script reads absent
-        // ones as '0' and none).
+        args.push(self.notice_spec(names).concat());
         if self.announce_free || dequeue {
             args.push(if self.announce_free { "1" } else { "0" }.to_owned());
         }
@@ -149,9 +170,7 @@ impl RedisBackend {
     ) -> redis::Cmd {
         // Four names of about the lock's length, a token, a queue entry, flags.
         let mut cmd = mutex_script(&RELEASE, names, 10, 7 * names.lock.len() + 96);
-        for arg in self.release_args(names, token, ttl, dequeue) {
-            cmd.arg(arg);
-        }
+        self.write_release_args(&mut cmd, names, token, ttl, dequeue);
         cmd
     }
 }
@@ -179,11 +198,36 @@ pub(super) fn mutex_script(
     let leader = names.is_leader();
     let mut cmd = evalsha(script, if leader { 6 } else { 4 }, args, bytes);
     cmd.arg(&names.lock)
-        .arg(names.fence())
+        .arg(Joined(names.fence_parts()))
         .arg(&names.queue)
-        .arg(names.deadlines());
+        .arg(Joined(names.deadlines_parts()));
     if leader {
         cmd.arg(&names.record).arg(&names.labels);
     }
     cmd
+}
+
+/// One argument written from its pieces, without building it as a string
+/// first (the fencing counter's and the deadlines' names on every call).
+pub(super) struct Joined<'a, const N: usize>(pub(super) [&'a str; N]);
+
+impl<const N: usize> Joined<'_, N> {
+    /// The pieces as one string (for a batched op's arguments).
+    pub(super) fn concat(&self) -> String {
+        self.0.concat()
+    }
+}
+
+impl<const N: usize> redis::ToRedisArgs for Joined<'_, N> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        use std::io::Write as _;
+        let mut arg = out.writer_for_next_arg();
+        for piece in self.0 {
+            // Writing into the command's buffer cannot fail.
+            let _ = arg.write_all(piece.as_bytes());
+        }
+    }
 }

@@ -61,7 +61,7 @@ mod shared;
 
 use batch::Turn;
 use batch::{Batcher, OpError};
-use batched::{Route, mutex_script};
+use batched::{Joined, Route, mutex_script};
 use replicas::wait_for_replicas;
 
 pub(crate) struct RedisBackend {
@@ -446,12 +446,8 @@ impl RedisBackend {
 
     /// How acquire.lua and release.lua send the key's notices, packed in
     /// one argument: `PUBLISH <channel>` (`SPUBLISH` on a cluster).
-    pub(super) fn notice_spec(&self, names: &KeyNames) -> String {
-        let mut spec = String::with_capacity(self.publish.len() + 1 + names.notice.len());
-        spec.push_str(self.publish);
-        spec.push(' ');
-        spec.push_str(&names.notice);
-        spec
+    fn notice_spec<'a>(&'a self, names: &'a KeyNames) -> Joined<'a, 3> {
+        Joined([self.publish, " ", &names.notice])
     }
 
     /// `true` on a Redis Cluster, where a script may touch one slot only.

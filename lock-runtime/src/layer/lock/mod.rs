@@ -32,6 +32,7 @@
 //! permit of the same semaphore).
 
 mod body;
+mod detach;
 mod extract;
 mod future;
 mod key;

@@ -1,4 +1,5 @@
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -147,7 +148,8 @@ where
     });
     // Locked: from here on the request runs to its end (unless configured
     // otherwise), whether or not its client is still there.
-    match config.completion.run(run_locked(inner, req, guard)).await {
+    match super::detach::run_to_completion(&config.completion, run_locked(inner, req, guard)).await
+    {
         Ok(answer) => answer,
         Err(Aborted) => {
             // The guard was dropped with the task: released in the background.
@@ -176,15 +178,10 @@ where
     S: Service<Request<B>, Response = Response<ResB>>,
     ResB: HttpBody,
 {
-    let lost = guard.lost();
     // Inside the scope the handler sees `current_lock()`, and a nested lock of
     // the same key (a `#[distributed_lock]` function) re-enters.
     let call = context::scope(guard.held().clone(), async move { inner.call(req).await });
-    let outcome = tokio::select! {
-        biased;
-        () = lost => None,
-        response = call => Some(response),
-    };
+    let outcome = unless_lost(&guard, call).await;
     match outcome {
         Some(Ok(response)) => Ok(hand_over(response, guard).await),
         Some(Err(e)) => Err(e),
@@ -201,6 +198,37 @@ where
             ))
         }
     }
+}
+
+/// Runs `call` to its end (`Some`), unless the lease of `guard` is lost
+/// first (`None`: `call` is dropped), the loss checked before each poll of
+/// `call`. The lease's `lost()` future (a timer at the lease's deadline and
+/// a wait on the watchdog's word) is set up only if `call` does not end at
+/// its first poll: until then a look at the lease says the same at once.
+async fn unless_lost<F: Future>(guard: &LockGuard, call: F) -> Option<F::Output> {
+    let mut call = std::pin::pin!(call);
+    let mut lost: Option<Pin<Box<dyn Future<Output = ()> + Send>>> = None;
+    std::future::poll_fn(|cx| {
+        let lost_now = match lost.as_mut() {
+            Some(lost) => lost.as_mut().poll(cx).is_ready(),
+            None => guard.is_lost(),
+        };
+        if lost_now {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(output) = call.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        if lost.is_none() {
+            let mut armed = Box::pin(guard.lost());
+            if armed.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            lost = Some(armed);
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Attaches the lock to the response body, or releases it first if the body

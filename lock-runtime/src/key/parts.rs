@@ -1,0 +1,56 @@
+//! A mutex's derived names as the pieces they are made of, for writing
+//! them into a script command without building each as a `String` first
+//! (every acquire and release names the fencing counter and the queue's
+//! deadlines).
+
+use super::{KeyNames, Role, slot_tag};
+
+impl KeyNames {
+    /// [`fence`](Self::fence) as its pieces.
+    pub(crate) fn fence_parts(&self) -> [&str; 4] {
+        [&self.lock[..self.kind_at], "S{", slot_tag(self.slot), "}"]
+    }
+
+    /// [`deadlines`](Self::deadlines) as its pieces: the lock's name with
+    /// its role letter replaced.
+    pub(crate) fn deadlines_parts(&self) -> [&str; 3] {
+        let letter = if self.is_leader() {
+            Role::LeaderDeadlines.letter_str()
+        } else {
+            Role::QueueDeadlines.letter_str()
+        };
+        [
+            &self.lock[..self.kind_at],
+            letter,
+            &self.lock[self.kind_at + 1..],
+        ]
+    }
+}
+
+impl Role {
+    /// [`letter`](Self::letter) as a string.
+    fn letter_str(self) -> &'static str {
+        const LETTERS: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        let at = usize::from(self.letter() as u8 - b'A');
+        &LETTERS[at..=at]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pieces_make_the_names() {
+        for key in ["order:1", "{tenant:7}:order:1", "}odd", "x"] {
+            for names in [KeyNames::new("lock:", key), KeyNames::leader("lock:", key)] {
+                assert_eq!(names.fence_parts().concat(), names.fence(), "{key}");
+                // The lock's name with its letter replaced, built as a string.
+                let mut deadlines = names.lock.clone();
+                let letter = if names.is_leader() { "K" } else { "D" };
+                deadlines.replace_range(names.kind_at..=names.kind_at, letter);
+                assert_eq!(names.deadlines_parts().concat(), deadlines, "{key}");
+            }
+        }
+    }
+}

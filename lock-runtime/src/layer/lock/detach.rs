@@ -1,0 +1,204 @@
+//! Running a locked request to its end without a task of its own while its
+//! client waits: [`run_to_completion`].
+//!
+//! The layer must not let a client that goes away cut off a handler that
+//! holds the lock (see `layer::completion`). Spawning the handler as a task
+//! of its own for every request does that, but costs a task, a join and,
+//! on a multi-threaded runtime, a wake-up of another thread per request
+//! whose client stays. Here the handler is polled in place, in the request's
+//! own future; only if that future is dropped before the handler ended (the
+//! client went away) is the handler moved, as it stands, into a task that
+//! runs it to its end. Either way it runs to its end exactly once.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio_util::task::task_tracker::TaskTrackerToken;
+
+use crate::layer::completion::{Aborted, Completion};
+
+type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Runs `fut` to its end as `completion` says: in place when run to
+/// completion is off; otherwise polled in place and, if the returned future
+/// is dropped first, finished by a task of its own (counted by the tracker
+/// if one was given, as the request is while it runs in place). A panic of
+/// `fut` is `Err(Aborted)`, as it was from a task that panicked.
+pub(super) async fn run_to_completion<T, F>(completion: &Completion, fut: F) -> Result<T, Aborted>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    if !completion.enabled {
+        return Ok(fut.await);
+    }
+    Detachable {
+        // The same locks in place as in a task it may move to.
+        fut: Some(Box::pin(crate::context::carried(fut))),
+        tracked: completion.tracker.as_ref().map(|t| (t.clone(), t.token())),
+    }
+    .await
+}
+
+/// A handler polled in place until it ends or this is dropped.
+struct Detachable<T: Send + 'static> {
+    /// `None` once it ended (or panicked).
+    fut: Option<Boxed<T>>,
+    /// The tracker, and this request's place in its count while in place.
+    tracked: Option<(tokio_util::task::TaskTracker, TaskTrackerToken)>,
+}
+
+impl<T: Send + 'static> Future for Detachable<T> {
+    type Output = Result<T, Aborted>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let Some(fut) = this.fut.as_mut() else {
+            return Poll::Ready(Err(Aborted));
+        };
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx)));
+        match polled {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => {
+                this.fut = None;
+                Poll::Ready(Ok(output))
+            }
+            Err(_) => {
+                // Dropped here: its guard releases the lock in the background.
+                this.fut = None;
+                tracing::error!("a request's handler panicked; the request answers 500");
+                Poll::Ready(Err(Aborted))
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Detachable<T> {
+    fn drop(&mut self) {
+        let Some(fut) = self.fut.take() else {
+            return;
+        };
+        // The client went away while the handler runs: it goes on in a task.
+        // Without a runtime (it is shutting down) it is dropped, as a task
+        // of a runtime that shuts down is.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("a request's handler was cancelled (the runtime shut down)");
+            return;
+        };
+        let finish = async move {
+            let _ = fut.await;
+        };
+        match self.tracked.take() {
+            Some((tracker, _token)) => {
+                runtime.spawn(tracker.track_future(finish));
+            }
+            None => {
+                runtime.spawn(finish);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use tokio_util::task::TaskTracker;
+
+    use super::*;
+
+    fn completion(tracker: Option<TaskTracker>) -> Completion {
+        Completion {
+            enabled: true,
+            tracker,
+        }
+    }
+
+    async fn finishing(done: Arc<AtomicBool>, after: Duration) {
+        tokio::time::sleep(after).await;
+        done.store(true, Ordering::SeqCst);
+    }
+
+    #[tokio::test]
+    async fn a_handler_whose_caller_goes_away_is_finished_by_a_task() {
+        let tracker = TaskTracker::new();
+        let done = Arc::new(AtomicBool::new(false));
+        let with_tracker = completion(Some(tracker.clone()));
+        let run = run_to_completion(
+            &with_tracker,
+            finishing(done.clone(), Duration::from_millis(50)),
+        );
+        let gave_up = tokio::time::timeout(Duration::from_millis(10), run).await;
+        assert!(gave_up.is_err());
+        assert!(!done.load(Ordering::SeqCst));
+        tracker.close();
+        tracker.wait().await;
+        assert!(done.load(Ordering::SeqCst), "the handler was cut off");
+    }
+
+    #[tokio::test]
+    async fn a_handler_running_in_place_is_counted_by_the_tracker() {
+        let tracker = TaskTracker::new();
+        let done = Arc::new(AtomicBool::new(false));
+        let caller = {
+            let (completion, done) = (completion(Some(tracker.clone())), done.clone());
+            // The caller stays: the handler runs in its future, not in a task.
+            tokio::spawn(async move {
+                run_to_completion(&completion, finishing(done, Duration::from_millis(80))).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        tracker.close();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), tracker.wait())
+                .await
+                .is_err(),
+            "a graceful shutdown would not wait for the running handler"
+        );
+        tracker.wait().await;
+        assert!(done.load(Ordering::SeqCst));
+        assert!(caller.await.unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_handler_that_ends_at_once_runs_in_place_without_a_task() {
+        fn tasks() -> usize {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        }
+        let before = tasks();
+        let ran = run_to_completion(&completion(None), async { tasks() }).await;
+        assert_eq!(ran.ok(), Some(before));
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_an_answer_not_a_panic_of_the_caller() {
+        let ran = run_to_completion(&completion(None), async {
+            panic!("expected by the test");
+        })
+        .await;
+        assert!(matches!(ran, Err::<(), _>(Aborted)));
+    }
+
+    #[tokio::test]
+    async fn without_run_to_completion_a_caller_that_goes_away_cuts_the_handler_off() {
+        let done = Arc::new(AtomicBool::new(false));
+        let off = Completion {
+            enabled: false,
+            tracker: None,
+        };
+        let run = run_to_completion(&off, finishing(done.clone(), Duration::from_millis(30)));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), run)
+                .await
+                .is_err()
+        );
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(!done.load(Ordering::SeqCst));
+    }
+}
