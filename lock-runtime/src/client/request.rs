@@ -117,15 +117,24 @@ impl LockRequest {
     /// Cancel-safe: dropping the future never leaves the lock held for longer
     /// than one lease, and a lock it may have taken is released in the
     /// background.
-    pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        validate_key(&self.key)?;
-        let asked = self.options.resolve(&self.client.0)?;
-        self.acquire_as(asked).await
+    // Not an `async fn` awaiting `acquire_as`: that would nest one state
+    // machine in another and copy the request into the inner one on the
+    // first poll (the embedded backend's pair measured ~70 ns slower so).
+    pub fn acquire(self) -> impl Future<Output = Result<LockGuard, LockError>> + Send + 'static {
+        self.acquire_as(None)
     }
 
-    /// [`acquire`](Self::acquire), with the options already checked and the
-    /// deadline set (`lock_all` takes keys one at a time within its own).
-    pub(super) async fn acquire_as(self, asked: Asked) -> Result<LockGuard, LockError> {
+    /// [`acquire`](Self::acquire); `asked`: the options already checked and
+    /// the deadline set (`lock_all` takes keys one at a time within its
+    /// own), or `None` to check the key and the options here.
+    pub(super) async fn acquire_as(self, asked: Option<Asked>) -> Result<LockGuard, LockError> {
+        let asked = match asked {
+            Some(asked) => asked,
+            None => {
+                validate_key(&self.key)?;
+                self.options.resolve(&self.client.0)?
+            }
+        };
         let inner = &self.client.0;
         self.check_kind()?;
         if let Some(held) = context::find(inner.id, &self.key, self.kind) {

@@ -322,7 +322,7 @@ impl LockAllRequest {
         for w in group {
             // Within the request's own deadline, and as it asked.
             let request = self.client.lock(w.key);
-            taken.push(request.acquire_as(asked.clone()).await?);
+            taken.push(request.acquire_as(Some(asked.clone())).await?);
         }
         Ok(())
     }
