@@ -30,13 +30,13 @@ impl ToRedisArgs for InFlight<'_> {
     where
         W: ?Sized + RedisWrite,
     {
-        let mut arg = out.writer_for_next_arg();
-        // Writes into the command's buffer, which cannot fail.
-        let _ = arg
-            .write_all(b"run:")
-            .and_then(|()| arg.write_all(self.owner.as_str().as_bytes()))
-            .and_then(|()| arg.write_all(b":"))
-            .and_then(|()| arg.write_all(self.fingerprint.as_bytes()));
+        // Into the command's buffer, which cannot fail.
+        let _ = write!(
+            out.writer_for_next_arg(),
+            "run:{}:{}",
+            self.owner.as_str(),
+            self.fingerprint
+        );
     }
 }
 
