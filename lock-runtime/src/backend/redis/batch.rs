@@ -83,7 +83,8 @@ pub(super) struct Op {
     /// The keys' hash slot (a cluster runs one call per slot).
     pub(super) slot: u16,
     pub(super) keys: Vec<String>,
-    pub(super) args: Vec<String>,
+    /// The script's arguments, each as the bytes sent.
+    pub(super) args: Vec<Vec<u8>>,
 }
 
 /// Why a batched op has no answer.
@@ -281,14 +282,18 @@ impl Batcher {
             OpKind::Release => &*RELEASE,
             OpKind::Extend => &*EXTEND,
         };
-        let bytes = q.op.keys.iter().chain(&q.op.args).map(String::len).sum();
+        let bytes = q.op.keys.iter().map(String::len).sum::<usize>()
+            + q.op.args.iter().map(Vec::len).sum::<usize>();
         let mut cmd = evalsha(
             script,
             q.op.keys.len(),
             q.op.keys.len() + q.op.args.len(),
             bytes,
         );
-        for arg in q.op.keys.iter().chain(&q.op.args) {
+        for key in &q.op.keys {
+            cmd.arg(key);
+        }
+        for arg in &q.op.args {
             cmd.arg(arg);
         }
         let mut conn = self.conn.clone();
@@ -319,7 +324,7 @@ impl Batcher {
             .iter()
             .map(|q| {
                 q.op.keys.iter().map(String::len).sum::<usize>()
-                    + q.op.args.iter().map(String::len).sum::<usize>()
+                    + q.op.args.iter().map(Vec::len).sum::<usize>()
                     + 8
             })
             .sum();

@@ -2,6 +2,7 @@
 //! their connection handle ([`super::batch`]): alone when nothing is in
 //! flight there, else queued for the next batch.
 
+use redis::ToRedisArgs as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,6 +61,24 @@ impl RedisBackend {
             })
     }
 
+    /// acquire.lua's arguments after its keys (one place writes their
+    /// order: a lone call and a batched op both take them from here).
+    pub(super) fn acquire_args<'a>(
+        &'a self,
+        names: &'a KeyNames,
+        token: &'a Token,
+        ttl: Duration,
+        wait_ms: u64,
+    ) -> AcquireArgs<'a> {
+        AcquireArgs {
+            token: token.as_str(),
+            ttl_ms: millis(ttl),
+            notice: self.notice_spec(names),
+            wait_ms,
+            label: names.is_leader().then_some(names.label.as_str()),
+        }
+    }
+
     /// An acquire as a batched op (acquire.lua's keys and arguments).
     pub(super) fn acquire_op(
         &self,
@@ -72,21 +91,9 @@ impl RedisBackend {
             kind: OpKind::Acquire,
             slot: names.slot,
             keys: mutex_keys(names).to_vec(),
-            args: if wait_ms > 0 {
-                vec![
-                    token.as_str().to_owned(),
-                    millis(ttl).to_string(),
-                    self.notice_spec(names).concat(),
-                    wait_ms.to_string(),
-                ]
-            } else {
-                // A try-once acquire leaves its wait out (the script reads '0').
-                vec![
-                    token.as_str().to_owned(),
-                    millis(ttl).to_string(),
-                    self.notice_spec(names).concat(),
-                ]
-            },
+            args: self
+                .acquire_args(names, token, ttl, wait_ms)
+                .to_redis_args(),
         }
     }
 
@@ -96,52 +103,25 @@ impl RedisBackend {
             kind: OpKind::Extend,
             slot: names.slot,
             keys: vec![names.lock.clone()],
-            args: vec![token.as_str().to_owned(), millis(ttl).to_string()],
+            args: (token.as_str(), millis(ttl)).to_redis_args(),
         }
     }
 
-    /// release.lua's arguments after the keys, written into `cmd` (the
-    /// queue entry `token:ttl` only when leaving the queue, else empty).
-    fn write_release_args(
-        &self,
-        cmd: &mut redis::Cmd,
-        names: &KeyNames,
-        token: &Token,
+    /// release.lua's arguments after its keys (one place writes their
+    /// order: a lone call and a batched op both take them from here).
+    fn release_args<'a>(
+        &'a self,
+        names: &'a KeyNames,
+        token: &'a Token,
         ttl: Duration,
         dequeue: bool,
-    ) {
-        cmd.arg(token.as_str()).arg(self.notice_spec(names));
-        // The plain release sends these two; the flag and our own queue
-        // entry only when there is one to send (the script reads absent
-        // ones as '0' and none).
-        if self.announce_free || dequeue {
-            cmd.arg(if self.announce_free { "1" } else { "0" });
+    ) -> ReleaseArgs<'a> {
+        ReleaseArgs {
+            token: token.as_str(),
+            notice: self.notice_spec(names),
+            announce_free: self.announce_free,
+            entry_ttl_ms: dequeue.then(|| millis(ttl)),
         }
-        if dequeue {
-            let ttl_ms = millis(ttl).to_string();
-            cmd.arg(Joined([token.as_str(), ":", &ttl_ms]));
-        }
-    }
-
-    /// release.lua's arguments after the keys, for a batched op (as
-    /// [`Self::write_release_args`] writes them into a command).
-    fn release_args(
-        &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
-        dequeue: bool,
-    ) -> Vec<String> {
-        let mut args = Vec::with_capacity(4);
-        args.push(token.as_str().to_owned());
-        args.push(self.notice_spec(names).concat());
-        if self.announce_free || dequeue {
-            args.push(if self.announce_free { "1" } else { "0" }.to_owned());
-        }
-        if dequeue {
-            args.push(format!("{}:{}", token.as_str(), millis(ttl)));
-        }
-        args
     }
 
     /// A release as a batched op (release.lua's keys and arguments).
@@ -156,7 +136,9 @@ impl RedisBackend {
             kind: OpKind::Release,
             slot: names.slot,
             keys: mutex_keys(names).to_vec(),
-            args: self.release_args(names, token, ttl, dequeue),
+            args: self
+                .release_args(names, token, ttl, dequeue)
+                .to_redis_args(),
         }
     }
 
@@ -170,7 +152,7 @@ impl RedisBackend {
     ) -> redis::Cmd {
         // Four names of about the lock's length, a token, a queue entry, flags.
         let mut cmd = mutex_script(&RELEASE, names, 10, 7 * names.lock.len() + 96);
-        self.write_release_args(&mut cmd, names, token, ttl, dequeue);
+        cmd.arg(self.release_args(names, token, ttl, dequeue));
         cmd
     }
 }
@@ -211,13 +193,6 @@ pub(super) fn mutex_script(
 /// first (the fencing counter's and the deadlines' names on every call).
 pub(super) struct Joined<'a, const N: usize>(pub(super) [&'a str; N]);
 
-impl<const N: usize> Joined<'_, N> {
-    /// The pieces as one string (for a batched op's arguments).
-    pub(super) fn concat(&self) -> String {
-        self.0.concat()
-    }
-}
-
 impl<const N: usize> redis::ToRedisArgs for Joined<'_, N> {
     fn write_redis_args<W>(&self, out: &mut W)
     where
@@ -228,6 +203,62 @@ impl<const N: usize> redis::ToRedisArgs for Joined<'_, N> {
         for piece in self.0 {
             // Writing into the command's buffer cannot fail.
             let _ = arg.write_all(piece.as_bytes());
+        }
+    }
+}
+
+/// acquire.lua's arguments after its keys: the token, the lease, how
+/// notices go, then the wait (left out for a try-once acquire: the script
+/// reads '0') and a leader's label (a leader always sends its wait).
+pub(super) struct AcquireArgs<'a> {
+    token: &'a str,
+    ttl_ms: u64,
+    notice: Joined<'a, 3>,
+    wait_ms: u64,
+    label: Option<&'a str>,
+}
+
+impl redis::ToRedisArgs for AcquireArgs<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        self.token.write_redis_args(out);
+        self.ttl_ms.write_redis_args(out);
+        self.notice.write_redis_args(out);
+        if self.wait_ms > 0 || self.label.is_some() {
+            self.wait_ms.write_redis_args(out);
+        }
+        if let Some(label) = self.label {
+            label.write_redis_args(out);
+        }
+    }
+}
+
+/// release.lua's arguments after its keys: the token and how notices go
+/// (all a plain release sends), then the announce flag and our own queue
+/// entry `token:ttl`, only when there is one to send (the script reads
+/// absent ones as '0' and none).
+struct ReleaseArgs<'a> {
+    token: &'a str,
+    notice: Joined<'a, 3>,
+    announce_free: bool,
+    /// `Some(ttl)`: leaving the queue, whose entry names this lease.
+    entry_ttl_ms: Option<u64>,
+}
+
+impl redis::ToRedisArgs for ReleaseArgs<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        self.token.write_redis_args(out);
+        self.notice.write_redis_args(out);
+        if self.announce_free || self.entry_ttl_ms.is_some() {
+            (if self.announce_free { "1" } else { "0" }).write_redis_args(out);
+        }
+        if let Some(ttl_ms) = self.entry_ttl_ms {
+            Joined([self.token, ":", &ttl_ms.to_string()]).write_redis_args(out);
         }
     }
 }

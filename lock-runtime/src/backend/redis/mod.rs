@@ -173,16 +173,7 @@ impl RedisBackend {
             11,
             7 * names.lock.len() + 80 + names.label.len(),
         );
-        cmd.arg(token.as_str())
-            .arg(millis(ttl))
-            .arg(self.notice_spec(names));
-        // A try-once acquire leaves its wait out (the script reads '0').
-        if wait_ms > 0 || names.is_leader() {
-            cmd.arg(wait_ms);
-        }
-        if names.is_leader() {
-            cmd.arg(&names.label);
-        }
+        cmd.arg(self.acquire_args(names, token, ttl, wait_ms));
         let answer = run_script(&mut conn, &ACQUIRE, &cmd).await;
         drop(turn);
         let answer = answer.map_err(|e| BackendError::with_source("acquire failed", e))?;
