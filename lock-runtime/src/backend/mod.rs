@@ -34,6 +34,21 @@ pub(crate) const HANDOFF_LEASE: Duration = Duration::from_secs(2);
 /// The most leases one batched renewal call carries.
 pub(crate) const RENEW_BATCH: usize = 100;
 
+/// A lock as the backends' operations name it: its keys, its owner and its
+/// lease.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LockRef<'a> {
+    pub(crate) names: &'a KeyNames,
+    pub(crate) token: &'a Token,
+    pub(crate) ttl: Duration,
+}
+
+impl<'a> LockRef<'a> {
+    pub(crate) fn new(names: &'a KeyNames, token: &'a Token, ttl: Duration) -> Self {
+        Self { names, token, ttl }
+    }
+}
+
 /// The answer of one acquire attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireOutcome {
@@ -83,26 +98,20 @@ impl Backend {
     /// wait from now, the length of its place in line.
     pub(crate) async fn acquire(
         &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
+        lock: LockRef<'_>,
         wait: Duration,
     ) -> Result<AcquireOutcome, LockError> {
         match self {
-            Backend::Redis(b) => b.acquire(names, token, ttl, wait).await,
-            Backend::Redlock(b) => b.acquire(names, token, ttl).await,
-            Backend::Memory(b) => Ok(b.acquire(names, token, ttl, wait)),
+            Backend::Redis(b) => b.acquire(lock, wait).await,
+            Backend::Redlock(b) => b.acquire(lock).await,
+            Backend::Memory(b) => Ok(b.acquire(lock.names, lock.token, lock.ttl, wait)),
         }
     }
 
-    pub(crate) async fn extend(
-        &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
-    ) -> Result<bool, LockError> {
+    pub(crate) async fn extend(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+        let LockRef { names, token, ttl } = lock;
         match self {
-            Backend::Redis(b) => b.extend(names, token, ttl).await,
+            Backend::Redis(b) => b.extend(lock).await,
             // One lease through the batched call (a majority decides).
             Backend::Redlock(b) => Ok(b.extend_many(&[(names, token, ttl)]).await?[0]),
             Backend::Memory(b) => Ok(b.extend(names, token, ttl)),
@@ -115,15 +124,13 @@ impl Backend {
     /// back) is [`crate::BackendError::is_outcome_unknown`].
     pub(crate) async fn release(
         &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
+        lock: LockRef<'_>,
         dequeue: bool,
     ) -> Result<Released, LockError> {
         match self {
-            Backend::Redis(b) => b.release(names, token, ttl, dequeue).await,
-            Backend::Redlock(b) => b.release(names, token, ttl).await,
-            Backend::Memory(b) => Ok(if b.release(names, token, dequeue) {
+            Backend::Redis(b) => b.release(lock, dequeue).await,
+            Backend::Redlock(b) => b.release(lock).await,
+            Backend::Memory(b) => Ok(if b.release(lock.names, lock.token, dequeue) {
                 Released::Yes
             } else {
                 Released::NotOurs
@@ -147,7 +154,7 @@ impl Backend {
         // would stay taken for the rest of its full lease.
         let mut retry = crate::backoff::Retry::ONCE.start();
         let ours = loop {
-            match self.extend(names, token, left).await {
+            match self.extend(LockRef::new(names, token, left)).await {
                 Err(LockError::Backend(e)) if e.is_connection() && retry.allows(None) => {
                     retry.pause().await;
                 }
@@ -185,13 +192,11 @@ impl Backend {
     /// `None` (queued behind, lost, or not offered by this backend).
     pub(crate) async fn reserve(
         &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
+        lock: LockRef<'_>,
         count: u64,
     ) -> Result<Option<u64>, LockError> {
         match self {
-            Backend::Redis(b) => b.reserve(names, token, ttl, count).await,
+            Backend::Redis(b) => b.reserve(lock, count).await,
             Backend::Redlock(_) | Backend::Memory(_) => Ok(None),
         }
     }

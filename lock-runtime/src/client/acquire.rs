@@ -25,7 +25,7 @@ use super::hold::{Taken, hold};
 use super::options::Asked;
 use super::release::release_in_background;
 use crate::LockError;
-use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, WaitHandle};
+use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, LockRef, WaitHandle};
 use crate::backoff::{Retry, Retrying};
 use crate::guard::LockGuard;
 use crate::inner::Inner;
@@ -202,7 +202,7 @@ impl Acquisition {
                 // script's.
                 backend => {
                     backend
-                        .acquire(names, token, ttl, deadline.left(sent))
+                        .acquire(LockRef::new(names, token, ttl), deadline.left(sent))
                         .await
                 }
             };
@@ -310,7 +310,11 @@ impl Acquisition {
         }
         let names = self.attempt.names.as_ref().expect("set until the end");
         let sent = Instant::now();
-        match inner.backend.extend(names, &self.attempt.token, ttl).await {
+        match inner
+            .backend
+            .extend(LockRef::new(names, &self.attempt.token, ttl))
+            .await
+        {
             Ok(true) => Ok(Some((sent, ttl))),
             Ok(false) => Ok(None),
             Err(e) => Err(e),
@@ -348,7 +352,7 @@ impl Acquisition {
             let left = attempt
                 .inner
                 .backend
-                .release(names, &attempt.token, attempt.asked.ttl, true)
+                .release(LockRef::new(names, &attempt.token, attempt.asked.ttl), true)
                 .await;
             if left.is_ok() {
                 attempt.names = None;

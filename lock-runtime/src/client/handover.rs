@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::blocks::BLOCK;
 use super::local::MARGIN;
+use crate::backend::LockRef;
 use crate::held::Held;
 use crate::inner::Inner;
 
@@ -42,7 +43,7 @@ pub(super) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
             let sent = Instant::now();
             match inner
                 .backend
-                .reserve(&held.names, &held.token, held.ttl, BLOCK)
+                .reserve(LockRef::new(&held.names, &held.token, held.ttl), BLOCK)
                 .await
             {
                 Ok(Some(top)) => {
@@ -103,7 +104,11 @@ fn prefetch(inner: &Arc<Inner>, held: &Arc<Held>) {
     let (key, names, token, ttl) = (held.key.clone(), held.names.clone(), held.token, held.ttl);
     runtime.spawn(async move {
         let sent = Instant::now();
-        let top = match inner.backend.reserve(&names, &token, ttl, BLOCK).await {
+        let top = match inner
+            .backend
+            .reserve(LockRef::new(&names, &token, ttl), BLOCK)
+            .await
+        {
             Ok(top) => top.map(|top| (top, sent)),
             Err(e) => {
                 tracing::debug!(key = %key, error = &e as &dyn std::error::Error,

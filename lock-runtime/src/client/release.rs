@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::handover::hand_on;
 use super::local::{Local, Owner};
 use crate::LockError;
-use crate::backend::Released;
+use crate::backend::{LockRef, Released};
 use crate::backoff::Retry;
 use crate::held::Held;
 use crate::inner::Inner;
@@ -83,7 +83,7 @@ async fn send(inner: &Inner, held: &Held, decision: Decision) -> Result<Released
         Decision::HandOn | Decision::Delete => {
             inner
                 .backend
-                .release(&held.names, &held.token, held.ttl, false)
+                .release(LockRef::new(&held.names, &held.token, held.ttl), false)
                 .await
         }
     }
@@ -220,7 +220,11 @@ pub(crate) fn release_in_background(
     runtime.spawn(async move {
         let mut retry = Retry::RELEASE_IN_BACKGROUND.start();
         loop {
-            match inner.backend.release(&names, &token, ttl, dequeue).await {
+            match inner
+                .backend
+                .release(LockRef::new(&names, &token, ttl), dequeue)
+                .await
+            {
                 Ok(Released::Yes | Released::Gone) => {
                     tracing::debug!(key = %key, "lock released in the background");
                 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::RedisBackend;
 use crate::LockError;
 use crate::backend::scripts::{ACQUIRE_ALL, evalsha, millis, run_script};
-use crate::backend::{AllOutcome, HANDOFF_LEASE};
+use crate::backend::{AllOutcome, HANDOFF_LEASE, LockRef};
 use crate::error::BackendError;
 use crate::key::KeyNames;
 use crate::token::Token;
@@ -66,7 +66,7 @@ impl RedisBackend {
         {
             // Not durable enough: give them back before saying no.
             for n in names {
-                let _ = self.release(n, token, ttl, false).await;
+                let _ = self.release(LockRef::new(n, token, ttl), false).await;
             }
             return Err(e);
         }

@@ -5,6 +5,7 @@ use super::super::conn::Conn;
 use super::super::scripts::{EXTEND_MANY, evalsha, millis, run_script};
 use super::RedisBackend;
 use crate::LockError;
+use crate::backend::LockRef;
 use crate::error::BackendError;
 use crate::key::{KeyNames, Kind};
 use crate::token::Token;
@@ -53,7 +54,7 @@ impl RedisBackend {
                 Box::pin(self.extend_batch(&batch)),
                 futures_util::future::join_all(others.iter().map(|i| {
                     let (names, token, ttl) = leases[*i];
-                    self.extend(names, token, ttl)
+                    self.extend(LockRef::new(names, token, ttl))
                 })),
             )
             .await;

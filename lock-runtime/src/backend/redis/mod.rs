@@ -9,12 +9,11 @@ pub(crate) use super::conn::RedisOptions;
 use super::notifier::Notices;
 use super::scripts::{ACQUIRE, EXTEND, RELEASE, RESERVE, SHARED, evalsha, millis, run_script};
 use super::waiters::Registry;
-use super::{AcquireOutcome, Released};
+use super::{AcquireOutcome, LockRef, Released};
 use crate::LockError;
 use crate::backoff::Retry;
 use crate::error::{BackendError, ConnectionFailure, connection_failure};
 use crate::key::{KeyNames, Kind};
-use crate::token::Token;
 
 /// The error a release that got no answer gives.
 fn release_failed(e: redis::RedisError) -> LockError {
@@ -133,13 +132,12 @@ impl RedisBackend {
     /// queues (once) for that long.
     pub(crate) async fn acquire(
         &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
+        lock: LockRef<'_>,
         wait: Duration,
     ) -> Result<AcquireOutcome, LockError> {
+        let LockRef { names, token, ttl } = lock;
         if names.kind != Kind::Mutex {
-            return self.acquire_shared(names, token, ttl, wait).await;
+            return self.acquire_shared(lock, wait).await;
         }
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
         let mut conn = self.conn(names);
@@ -153,15 +151,7 @@ impl RedisBackend {
                     .answer
                     .map_err(|e| e.into_lock_error("acquire failed"))?;
                 return self
-                    .acquired(
-                        names,
-                        token,
-                        ttl,
-                        wait,
-                        &mut conn,
-                        answer,
-                        Some(reply.replicated),
-                    )
+                    .acquired(lock, wait, &mut conn, answer, Some(reply.replicated))
                     .await;
             }
         };
@@ -177,19 +167,15 @@ impl RedisBackend {
         let answer = run_script(&mut conn, &ACQUIRE, &cmd).await;
         drop(turn);
         let answer = answer.map_err(|e| BackendError::with_source("acquire failed", e))?;
-        self.acquired(names, token, ttl, wait, &mut conn, answer, None)
-            .await
+        self.acquired(lock, wait, &mut conn, answer, None).await
     }
 
     /// What acquire.lua's `answer` means; with replica acks, waits for them
     /// (unless a batch did: `replicated`) and gives the lock back if too few
     /// came.
-    #[allow(clippy::too_many_arguments)]
     async fn acquired(
         &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
+        lock: LockRef<'_>,
         wait: Duration,
         conn: &mut Conn,
         answer: redis::Value,
@@ -218,7 +204,7 @@ impl RedisBackend {
             && let Err(e) = self.replicated_or(conn, replicated).await
         {
             // Not durable enough: give it back before saying no.
-            let _ = self.release(names, token, ttl, !wait.is_zero()).await;
+            let _ = self.release(lock, !wait.is_zero()).await;
             return Err(e);
         }
         Ok(AcquireOutcome::Acquired {
@@ -226,12 +212,8 @@ impl RedisBackend {
         })
     }
 
-    pub(crate) async fn extend(
-        &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
-    ) -> Result<bool, LockError> {
+    pub(crate) async fn extend(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
+        let LockRef { names, token, ttl } = lock;
         let mut conn = self.conn(names);
         let turn = match self.route(names) {
             Route::Alone(turn) => turn,
@@ -279,11 +261,10 @@ impl RedisBackend {
     /// reserve.lua). With replica acks, only once they came.
     pub(crate) async fn reserve(
         &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
+        lock: LockRef<'_>,
         count: u64,
     ) -> Result<Option<u64>, LockError> {
+        let LockRef { names, token, ttl } = lock;
         let mut cmd = evalsha(&RESERVE, 3, 6, 3 * names.lock.len() + 64);
         cmd.arg(&names.lock)
             .arg(names.fence())
@@ -304,13 +285,12 @@ impl RedisBackend {
 
     pub(crate) async fn release(
         &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
+        lock: LockRef<'_>,
         dequeue: bool,
     ) -> Result<Released, LockError> {
+        let LockRef { names, token, ttl } = lock;
         if names.kind != Kind::Mutex {
-            return self.release_shared(names, token, ttl, dequeue).await;
+            return self.release_shared(lock, dequeue).await;
         }
         let (answer, resent) = match self.route(names) {
             Route::Alone(turn) => {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::RedisBackend;
 use crate::LockError;
 use crate::backend::scripts::{SHARED, evalsha, millis, run_script};
-use crate::backend::{AcquireOutcome, HANDOFF_LEASE, Released};
+use crate::backend::{AcquireOutcome, HANDOFF_LEASE, LockRef, Released};
 use crate::error::BackendError;
 use crate::key::{KeyNames, Kind};
 use crate::token::Token;
@@ -58,11 +58,10 @@ impl RedisBackend {
     /// One attempt at a reader's, writer's or permit's lease.
     pub(super) async fn acquire_shared(
         &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
+        lock: LockRef<'_>,
         wait: Duration,
     ) -> Result<AcquireOutcome, LockError> {
+        let LockRef { names, token, ttl } = lock;
         let mut cmd = self.shared_cmd("acquire", names, token, ttl);
         cmd.arg(if wait.is_zero() { 0 } else { millis(wait) });
         let mut conn = self.conn(names);
@@ -83,9 +82,7 @@ impl RedisBackend {
         if self.replica_acks.is_some()
             && let Err(e) = self.replicated(&mut conn).await
         {
-            let _ = self
-                .release_shared(names, token, ttl, !wait.is_zero())
-                .await;
+            let _ = self.release_shared(lock, !wait.is_zero()).await;
             return Err(e);
         }
         Ok(AcquireOutcome::Acquired {
@@ -107,11 +104,10 @@ impl RedisBackend {
 
     pub(super) async fn release_shared(
         &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
+        lock: LockRef<'_>,
         dequeue: bool,
     ) -> Result<Released, LockError> {
+        let LockRef { names, token, ttl } = lock;
         let mut cmd = self.shared_cmd("release", names, token, ttl);
         cmd.arg(if dequeue { "1" } else { "0" });
         let (answer, resent) = self.send_release(names, &SHARED, &cmd, false, None).await?;

@@ -30,7 +30,7 @@ use tokio::time::{Instant, timeout};
 
 use super::redis::{RedisBackend, RedisOptions};
 use super::waiters::{Registry, WaitHandle};
-use super::{AcquireOutcome, Released};
+use super::{AcquireOutcome, LockRef, Released};
 use crate::LockError;
 use crate::error::BackendError;
 use crate::key::KeyNames;
@@ -109,13 +109,9 @@ impl RedlockBackend {
             .min((ttl / 10).max(Duration::from_millis(5)))
     }
 
-    pub(crate) async fn acquire(
-        &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
-    ) -> Result<AcquireOutcome, LockError> {
-        self.acquire_paced(names, token, ttl, None).await
+    pub(crate) async fn acquire(&self, lock: LockRef<'_>) -> Result<AcquireOutcome, LockError> {
+        self.acquire_paced(lock.names, lock.token, lock.ttl, None)
+            .await
     }
 
     /// [`RedlockBackend::acquire`], pausing at most `split_pause` (half of
@@ -145,8 +141,11 @@ impl RedlockBackend {
             .map(|(i, node)| {
                 let (node, names, token) = (node.clone(), names.clone(), *token);
                 tokio::spawn(async move {
-                    let answer =
-                        timeout(per_node, node.acquire(&names, &token, ttl, Duration::ZERO)).await;
+                    let answer = timeout(
+                        per_node,
+                        node.acquire(LockRef::new(&names, &token, ttl), Duration::ZERO),
+                    )
+                    .await;
                     (i, answer)
                 })
             })
@@ -260,11 +259,12 @@ impl RedlockBackend {
 
     async fn release_all(&self, names: &KeyNames, token: &Token, ttl: Duration) -> usize {
         let per_node = self.per_node(ttl).max(Duration::from_millis(50));
-        join_all(
-            self.nodes
-                .iter()
-                .map(|node| timeout(per_node, node.release(names, token, ttl, false))),
-        )
+        join_all(self.nodes.iter().map(|node| {
+            timeout(
+                per_node,
+                node.release(LockRef::new(names, token, ttl), false),
+            )
+        }))
         .await
         .into_iter()
         .filter(|r| matches!(r, Ok(Ok(Released::Yes))))
@@ -315,12 +315,8 @@ impl RedlockBackend {
     /// after a lost copy of the release (a node that answered neither way
     /// cannot make it [`Released::NotOurs`]); an error whose outcome is unknown
     /// when too few nodes answered to tell.
-    pub(crate) async fn release(
-        &self,
-        names: &KeyNames,
-        token: &Token,
-        ttl: Duration,
-    ) -> Result<Released, LockError> {
+    pub(crate) async fn release(&self, lock: LockRef<'_>) -> Result<Released, LockError> {
+        let LockRef { names, token, ttl } = lock;
         let per_node = self.per_node(ttl).max(Duration::from_millis(50));
         // Every node gets the release, in a task of its own; the answer is
         // given as soon as a majority decided it, so a dead node does not
@@ -331,7 +327,11 @@ impl RedlockBackend {
             .map(|node| {
                 let (node, names, token) = (node.clone(), names.clone(), *token);
                 tokio::spawn(async move {
-                    timeout(per_node, node.release(&names, &token, ttl, false)).await
+                    timeout(
+                        per_node,
+                        node.release(LockRef::new(&names, &token, ttl), false),
+                    )
+                    .await
                 })
             })
             .collect();
