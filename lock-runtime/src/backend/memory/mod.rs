@@ -44,16 +44,22 @@ struct Queue {
     expires: Instant,
 }
 
+/// A map by key name, hashed with foldhash (seeded at random per map)
+/// rather than SipHash: an embedded acquire + release hashes names several
+/// times, and SipHash made it cost more instructions than it did before the
+/// seams were cut (BENCHMARKS.md, issue 27's paired runs).
+pub(super) type Names<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 pub(super) struct State {
-    locks: HashMap<String, Held>,
+    locks: Names<Held>,
     /// Read-write locks and semaphores.
     shared: SharedLocks,
     /// One fencing counter for every key (as Redis keeps one per hash
     /// slot): tokens strictly increase per key, and nothing is kept per name
     /// once its lock and queue are gone.
     fence: u64,
-    queues: HashMap<String, Queue>,
+    queues: Names<Queue>,
     ops: u64,
 }
 

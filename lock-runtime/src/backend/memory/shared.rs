@@ -3,7 +3,7 @@
 //! waiters are returned (token, fencing token), for the backend to notify
 //! once its mutex is released.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -106,7 +106,7 @@ impl Shared {
 
 /// Every read-write lock and semaphore, by its writer's name.
 #[derive(Debug, Default)]
-pub(super) struct SharedLocks(HashMap<String, Shared>);
+pub(super) struct SharedLocks(super::Names<Shared>);
 
 /// Waiters granted by a call: token and fencing token.
 pub(super) type Grants = Vec<(Token, u64)>;
