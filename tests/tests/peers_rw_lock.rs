@@ -186,7 +186,7 @@ async fn a_live_readers_renewals_do_not_keep_a_dead_readers_lease_alive() {
     let w = c
         .rw_lock(&key)
         .write()
-        .wait(ms(300))
+        .wait(ms(100))
         .acquire()
         .await
         .expect("the dead reader's lease ended long ago");
