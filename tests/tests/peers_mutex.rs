@@ -302,3 +302,45 @@ async fn a_forced_release_frees_the_key_at_once_and_the_evicted_holder_is_told()
         "nothing to force"
     );
 }
+
+/// Redisson `RedissonFairLockTest.testConcurrency_MultiInstance_Ordering`
+/// (threads that queued in turn get the fair lock in that order) and
+/// `testLeaseTimeout`: waiters of six client instances, queued one after
+/// another behind a holder, get the mutex by releases in the order they
+/// queued, with rising fencing tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_six_clients_get_the_released_mutex_in_the_order_they_queued() {
+    let server = RedisServer::start();
+    let holder = redis_client(&server).await;
+    let key = key("fair-order");
+    let first = holder.lock(&key).ttl(secs(10)).acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        let client = redis_client(&server).await;
+        let (key, order) = (key.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .lock(&key)
+                .ttl(secs(10))
+                .wait(secs(10))
+                .acquire()
+                .await?;
+            order.lock().unwrap().push((i, guard.fencing_token()));
+            tokio::time::sleep(ms(30)).await;
+            guard.release().await
+        }));
+        // Each is in line before the next asks.
+        tokio::time::sleep(ms(60)).await;
+    }
+    let first_token = first.fencing_token();
+    first.release().await.unwrap();
+    for w in waiters {
+        within(secs(10), "a waiter", w).await.unwrap().unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let who: Vec<usize> = order.iter().map(|&(i, _)| i).collect();
+    assert_eq!(who, [0, 1, 2, 3, 4, 5], "holders in turn: {order:?}");
+    assert!(order[0].1 > first_token);
+    assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "{order:?}");
+}
