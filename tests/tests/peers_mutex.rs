@@ -344,3 +344,57 @@ async fn waiters_of_six_clients_get_the_released_mutex_in_the_order_they_queued(
     assert!(order[0].1 > first_token);
     assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "{order:?}");
 }
+
+/// Redisson `testSubscriptionsPerConnection` (5,000 lock/unlock operations
+/// on five keys from 32 threads with one subscription per connection: no
+/// error, and `PUBSUB CHANNELS` is empty afterwards): heavy waiting on a few
+/// keys from two clients ends with every operation done, subscriptions
+/// bounded by the keys (one channel per key on the server, whichever client
+/// waits), and no channel or pattern left subscribed once the notifier's
+/// sweeps found them idle (unused for a whole 5 s period: 5 to 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_waiting_on_five_keys_leaves_no_subscription_behind() {
+    let server = RedisServer::start();
+    let (a, b) = (redis_client(&server).await, redis_client(&server).await);
+    let keys: Vec<String> = (0..5).map(|i| key(&format!("subs-{i}"))).collect();
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..32usize {
+        let client = if t % 2 == 0 { a.clone() } else { b.clone() };
+        let (keys, done) = (keys.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..15usize {
+                let key = &keys[(t * 7 + i * 3) % keys.len()];
+                let guard = client
+                    .lock(key)
+                    .ttl(secs(5))
+                    .wait(secs(30))
+                    .acquire()
+                    .await?;
+                tokio::time::sleep(ms(((t + i) % 4) as u64)).await;
+                guard.release().await?;
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok::<_, LockError>(())
+        }));
+    }
+    for task in tasks {
+        within(secs(40), "a worker", task).await.unwrap().unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 32 * 15);
+    let channels = server.cli(&["PUBSUB", "CHANNELS"]);
+    assert!(channels.lines().count() <= keys.len(), "{channels}");
+    let started = Instant::now();
+    loop {
+        let channels = server.cli(&["PUBSUB", "CHANNELS"]);
+        let patterns = server.cli(&["PUBSUB", "NUMPAT"]);
+        if channels.is_empty() && patterns == "0" {
+            break;
+        }
+        assert!(
+            started.elapsed() < secs(12),
+            "still subscribed after the work ended: channels {channels:?}, patterns {patterns}"
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+}
