@@ -398,3 +398,40 @@ async fn heavy_waiting_on_five_keys_leaves_no_subscription_behind() {
         tokio::time::sleep(ms(50)).await;
     }
 }
+
+/// Redisson `testRemainTimeToLive2` (a lock taken three times with a 10 s
+/// lease and unlocked twice still has 9 to 10 s left) and `testReentrancy`:
+/// re-entries with a shorter lease, and their releases, neither shorten nor
+/// end the outer holder's lease, and another client stays out meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentries_with_a_shorter_lease_and_their_releases_leave_the_outer_lease_whole() {
+    let server = RedisServer::start();
+    let (client, other) = (redis_client(&server).await, redis_client(&server).await);
+    let key = key("remain-ttl");
+    let inner_client = client.clone();
+    let inner_key = key.clone();
+    let left = client
+        .lock(&key)
+        .ttl(secs(10))
+        .run(async move {
+            for _ in 0..3 {
+                let again = inner_client
+                    .lock(&inner_key)
+                    .ttl(ms(300))
+                    .acquire()
+                    .await
+                    .expect("re-enters");
+                assert!(again.is_reentrant());
+                again.release().await.expect("the inner release");
+            }
+            tokio::time::sleep(ms(600)).await;
+            match other.lock(&inner_key).acquire().await {
+                Err(LockError::Busy { retry_after, .. }) => retry_after,
+                res => panic!("another client during the outer hold: {res:?}"),
+            }
+        })
+        .await
+        .unwrap();
+    println!("the outer lease had {left:?} left after three inner 300 ms re-entries");
+    assert!(left > secs(6), "the outer 10 s lease was cut to {left:?}");
+}
