@@ -122,7 +122,13 @@ async fn a_key_prefix_is_a_namespace_that_never_collides_with_a_longer_key() {
         p_again.lock("n").acquire().await.unwrap_err().is_busy(),
         "one prefix, one key: one lock"
     );
-    q.lock("n").acquire().await.unwrap().release().await.unwrap();
+    q.lock("n")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     bare.lock("pn")
         .acquire()
         .await

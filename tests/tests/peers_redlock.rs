@@ -18,7 +18,9 @@ use test_support::topology::{Redlock, Topology};
 /// What another holder's lock looks like on a master: a value that is not
 /// ours, with a lease.
 fn take_by_hand(masters: &Redlock, i: usize, name: &str) {
-    masters.server(i).cli(&["SET", name, "someone-else", "PX", "60000"]);
+    masters
+        .server(i)
+        .cli(&["SET", name, "someone-else", "PX", "60000"]);
 }
 
 /// redsync `TestMutexQuorum` (for every mask of "clogged" pools, `Lock`
@@ -54,7 +56,9 @@ async fn an_acquire_wins_exactly_when_a_majority_of_masters_are_free_of_another_
                 .map(|&i| masters.server(i).cli(&["GET", &name]))
                 .collect();
             assert!(
-                values.iter().all(|v| v == &values[0] && v != "someone-else"),
+                values
+                    .iter()
+                    .all(|v| v == &values[0] && v != "someone-else"),
                 "{mask:05b}: one lock, one value on every free master: {values:?}"
             );
             for &i in &free {

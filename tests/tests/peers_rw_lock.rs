@@ -105,7 +105,11 @@ async fn every_reader_queued_behind_a_writer_goes_in_together_when_it_releases()
         tokio::time::sleep(ms(10)).await;
     }
     tokio::time::sleep(ms(200)).await;
-    assert_eq!(inside.load(Ordering::SeqCst), 0, "a reader passed the writer");
+    assert_eq!(
+        inside.load(Ordering::SeqCst),
+        0,
+        "a reader passed the writer"
+    );
     let released = Instant::now();
     writer.release().await.unwrap();
     for r in readers {
@@ -116,7 +120,11 @@ async fn every_reader_queued_behind_a_writer_goes_in_together_when_it_releases()
             at - released
         );
     }
-    assert_eq!(most.load(Ordering::SeqCst), READERS, "readers went in apart");
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        READERS,
+        "readers went in apart"
+    );
 }
 
 /// DistributedLock `TestCanExtendReadLock` (a 0.3 s read lease keeps a
@@ -228,7 +236,12 @@ async fn an_expired_write_lease_lets_the_next_writer_in_and_its_late_release_is_
     assert!(second.fencing_token() > first.fencing_token());
     assert!(first.release().await.unwrap_err().is_lost());
     assert!(
-        c.rw_lock(&key).read().acquire().await.unwrap_err().is_busy(),
+        c.rw_lock(&key)
+            .read()
+            .acquire()
+            .await
+            .unwrap_err()
+            .is_busy(),
         "the late release freed the new writer's lock"
     );
     second.release().await.unwrap();
