@@ -97,6 +97,10 @@ impl LockGuard {
     /// client's runtime ended, the process was paused) is lost at that
     /// deadline, before anyone else can have taken the key.
     ///
+    /// A release ends the lease (so does dropping the guard): a `lost()`
+    /// future kept past it resolves only if the release found the key no
+    /// longer ours, never because the released lease's deadline passed.
+    ///
     /// The future owns what it needs, so it can be raced against the work:
     ///
     /// ```

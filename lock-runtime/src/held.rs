@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,9 @@ pub(crate) struct Held {
     pub(crate) ttl: Duration,
     /// Cancelled when the lease is lost.
     pub(crate) lost: CancellationToken,
+    /// Set when its holder releases it (or drops its guard): from then on
+    /// the passing of its deadline is no loss (see [`Held::end`]).
+    pub(crate) ended: AtomicBool,
     /// Until when the lease is surely ours, on the monotonic clock: the send
     /// time of the last confirmed acquire or renewal plus its lease (less
     /// drift). Kept by the watchdog; read at release and when work ends.
@@ -50,11 +54,13 @@ impl Held {
     /// confirmed lease, whatever became of the task that should have renewed
     /// it. The latter marks it lost, so that it stays lost (a renewal
     /// confirmed later changes nothing: work may have gone on meanwhile).
+    /// Once the holder ended it ([`Held::end`]), only a release that found
+    /// the key not ours makes it lost.
     pub(crate) fn is_lost(&self) -> bool {
         if self.lost.is_cancelled() {
             return true;
         }
-        if Instant::now() >= self.valid_until() {
+        if !self.ended() && Instant::now() >= self.valid_until() {
             self.lose_at_deadline();
             return true;
         }
@@ -64,13 +70,17 @@ impl Held {
     /// Resolves once [`Held::is_lost`]: on the watchdog's word, or at the end
     /// of the last confirmed lease (re-armed each time a renewal moves it on),
     /// on the runtime that polls it, so a watchdog that died with its runtime
-    /// cannot keep it pending.
+    /// cannot keep it pending. Once the holder ended the lease, it resolves
+    /// only if the release found the key not ours (it was lost before).
     pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
         let held = self.clone();
         async move {
             loop {
                 if held.is_lost() {
                     return;
+                }
+                if held.ended() {
+                    return held.lost.cancelled().await;
                 }
                 let deadline = held.valid_until();
                 tokio::select! {
@@ -79,6 +89,19 @@ impl Held {
                 }
             }
         }
+    }
+
+    /// The holder lets the lease go (a release, or a dropped guard): the end
+    /// of its deadline is no loss any more (no warning, no lost-lease
+    /// metric, and a kept `lost()` future does not resolve for it). Called
+    /// after the release read [`Held::is_lost`], so a loss before the
+    /// release is still reported.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
     }
 
     /// Marks the lease lost because its deadline passed unconfirmed.

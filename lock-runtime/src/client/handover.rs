@@ -68,6 +68,7 @@ pub(super) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
                 fencing,
                 ttl: held.ttl,
                 lost: CancellationToken::new(),
+                ended: Default::default(),
                 valid_until: std::sync::Mutex::new(held.valid_until()),
                 metrics: waiter.metrics.clone(),
                 since: Instant::now(),

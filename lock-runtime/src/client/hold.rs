@@ -53,6 +53,7 @@ pub(super) fn hold(inner: &Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard
         fencing,
         ttl: asked.ttl,
         lost: CancellationToken::new(),
+        ended: Default::default(),
         // Set by the watchdog as it takes the lease under watch.
         valid_until: std::sync::Mutex::new(sent),
         metrics: asked.metrics.clone(),

@@ -60,6 +60,7 @@ fn decide(inner: &Inner, held: &Arc<Held>, was_lost: bool) -> Decision {
 /// Before `held` goes back to the server: its line goes there too, the
 /// watchdog lets it go, and its hold time is counted.
 fn retire(inner: &Inner, held: &Arc<Held>) {
+    held.end();
     inner.local.end(held);
     inner.watchdog.unwatch(held.id);
     crate::metrics::released(&held.metrics, held.since.elapsed());
@@ -93,6 +94,7 @@ async fn send(inner: &Inner, held: &Held, decision: Decision) -> Result<Released
 /// answers is documented there.
 pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(), LockError> {
     let was_lost = held.is_lost();
+    held.end();
     let mut decision = decide(inner, &held, was_lost);
     if decision == Decision::HandOn {
         match hand_on(inner, held).await {
@@ -158,6 +160,7 @@ pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(
 /// tokens). Outside a runtime the lease runs out by itself.
 pub(crate) fn release_dropped(inner: Arc<Inner>, held: Arc<Held>) {
     let decision = decide(&inner, &held, held.is_lost());
+    held.end();
     if decision == Decision::HandOn
         && let Ok(runtime) = tokio::runtime::Handle::try_current()
     {

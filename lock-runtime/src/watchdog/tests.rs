@@ -22,6 +22,7 @@ fn held(id: u64) -> Arc<Held> {
         fencing: id,
         ttl: TTL,
         lost: CancellationToken::new(),
+        ended: Default::default(),
         valid_until: Mutex::new(Instant::now()),
         metrics: crate::metrics::Name::default(),
         since: Instant::now(),
