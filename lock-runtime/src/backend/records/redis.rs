@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::value::{Completed, InFlight, completed};
+use super::value::{Value, completed};
 use super::{Claim, RecordClaim, StoredResponse};
 use crate::LockError;
 use crate::backend::redis::RedisBackend;
@@ -39,9 +39,10 @@ pub(super) async fn claim_on(
     let mut conn = node.connection();
     let set: Option<()> = redis::cmd("SET")
         .arg(claim.record)
-        .arg(InFlight {
+        .arg(Value {
             owner: claim.token,
             fingerprint: claim.fingerprint,
+            response: None,
         })
         .arg("NX")
         .arg("PX")
@@ -144,10 +145,10 @@ pub(super) async fn complete_on(
     let mut call = COMPLETE.key(record);
     call.arg(token.as_str())
         .arg(millis(retention))
-        .arg(Completed {
+        .arg(Value {
             owner: token,
             fingerprint,
-            response,
+            response: Some(response),
         });
     announced(node, &mut call, notice, "idempotency completion failed").await
 }

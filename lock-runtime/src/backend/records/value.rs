@@ -18,54 +18,45 @@ use redis::{RedisWrite, ToRedisArgs};
 use super::StoredResponse;
 use crate::token::Token;
 
-/// The value a claim sets: `run:<owner>:<fingerprint>`, written straight
-/// into the command.
-pub(super) struct InFlight<'a> {
+/// A record's value in either state, written straight into the command by
+/// one writer: in flight (`response` is `None`, the value a claim sets) or
+/// completed with `response` (the value a completion stores). The two share
+/// their head, `<state>:<owner>:<fingerprint>`.
+pub(super) struct Value<'a> {
     pub(super) owner: &'a Token,
     pub(super) fingerprint: &'a str,
+    pub(super) response: Option<&'a StoredResponse>,
 }
 
-impl ToRedisArgs for InFlight<'_> {
+impl ToRedisArgs for Value<'_> {
     fn write_redis_args<W>(&self, out: &mut W)
     where
         W: ?Sized + RedisWrite,
     {
-        // Into the command's buffer, which cannot fail.
-        let _ = write!(
-            out.writer_for_next_arg(),
-            "run:{}:{}",
-            self.owner.as_str(),
-            self.fingerprint
-        );
-    }
-}
-
-/// The value a completion stores, written straight into the command.
-pub(super) struct Completed<'a> {
-    pub(super) owner: &'a Token,
-    pub(super) fingerprint: &'a str,
-    pub(super) response: &'a StoredResponse,
-}
-
-impl ToRedisArgs for Completed<'_> {
-    fn write_redis_args<W>(&self, out: &mut W)
-    where
-        W: ?Sized + RedisWrite,
-    {
-        let r = self.response;
+        let state: &[u8] = if self.response.is_some() { b"done" } else { b"run" };
         let mut arg = out.writer_for_next_arg();
-        // Writes into the command's buffer, which cannot fail.
-        let _ = write!(
-            arg,
-            "done:{}:{}:{}:{}:{}:",
-            self.owner.as_str(),
-            self.fingerprint,
-            r.status,
-            if r.body_too_large { 1 } else { 0 },
-            r.headers.len()
-        )
-        .and_then(|()| arg.write_all(&r.headers))
-        .and_then(|()| arg.write_all(&r.body));
+        // Into the command's buffer, which cannot fail.
+        let _ = [
+            state,
+            b":",
+            self.owner.as_str().as_bytes(),
+            b":",
+            self.fingerprint.as_bytes(),
+        ]
+        .iter()
+        .try_for_each(|piece| arg.write_all(piece))
+        .and_then(|()| match self.response {
+            None => Ok(()),
+            Some(r) => write!(
+                arg,
+                ":{}:{}:{}:",
+                r.status,
+                u8::from(r.body_too_large),
+                r.headers.len()
+            )
+            .and_then(|()| arg.write_all(&r.headers))
+            .and_then(|()| arg.write_all(&r.body)),
+        });
     }
 }
 
@@ -122,10 +113,10 @@ mod tests {
                 body: Bytes::copy_from_slice(body),
                 body_too_large: big,
             };
-            let value = written(Completed {
+            let value = written(Value {
                 owner: &owner,
                 fingerprint: "ab12",
-                response: &response,
+                response: Some(&response),
             });
             assert!(value.starts_with(format!("done:{}:ab12:", owner.as_str()).as_bytes()));
             assert_eq!(completed(value.into()), Some(response));
@@ -135,9 +126,10 @@ mod tests {
     #[test]
     fn an_in_flight_value_names_its_owner_and_fingerprint() {
         let owner = Token::for_test();
-        let value = written(InFlight {
+        let value = written(Value {
             owner: &owner,
             fingerprint: "ab12",
+            response: None,
         });
         assert_eq!(value, format!("run:{}:ab12", owner.as_str()).into_bytes());
         assert_eq!(completed(value.into()), None);
