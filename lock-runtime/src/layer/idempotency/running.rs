@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::LockError;
 use crate::backend::records::StoredResponse;
 use crate::layer::completion::Completion;
-use crate::layer::detach::run_to_completion;
+use crate::layer::detach::detachable;
 use crate::records::RecordGuard;
 
 /// How long a response waits for its record to be completed before it is
@@ -28,11 +28,7 @@ pub(super) async fn complete(record: RecordGuard, response: StoredResponse, laye
     // its own when the wait ends first (or the request's future is dropped),
     // whether or not the layer runs handlers to completion: the handler ran,
     // so its response is stored.
-    let always = Completion {
-        enabled: true,
-        tracker: layer.tracker.clone(),
-    };
-    if tokio::time::timeout(COMPLETION_WAIT, run_to_completion(&always, finishing))
+    if tokio::time::timeout(COMPLETION_WAIT, detachable(layer.tracker.as_ref(), finishing))
         .await
         .is_err()
     {

@@ -22,7 +22,7 @@ use super::{ResponseFuture, StoreResponse};
 use crate::backend::records::StoredResponse;
 use crate::layer::bounds::{HttpBody, Wrapped};
 use crate::layer::completion::Aborted;
-use crate::layer::detach::run_to_completion;
+use crate::layer::detach::detachable;
 use crate::layer::problem::{Refusal, problem, problem_retry};
 use crate::records::RecordGuard;
 use crate::records::claim::{Ask, Outcome};
@@ -205,9 +205,16 @@ where
     // otherwise), whether or not its client is still there, so a retry finds
     // its stored response instead of running the handler again.
     // It runs in place while the client waits, and moves into a task of its
-    // own only if the client goes away first (`layer::detach`).
+    // own only if the client goes away first (`layer::detach`). Boxed either
+    // way: this future holds a pointer, not the handler's and the storing's
+    // state, and is smaller to move.
     let run = run_claimed(config.clone(), inner, req, key, record);
-    match run_to_completion(&config.completion, run).await {
+    let ran = if config.completion.enabled {
+        detachable(config.completion.tracker.as_ref(), run).await
+    } else {
+        Ok(Box::pin(run).await)
+    };
+    match ran {
         Ok(answer) => answer,
         // The record was dropped with the handler: released in the background.
         Err(Aborted) => Ok(failed("the request failed")),
