@@ -10,7 +10,7 @@
 //! Owners (tokens) and fingerprints (hex) hold no `:`; the headers are
 //! length-prefixed and the body runs to the end, so either may hold anything.
 
-use std::io::Write;
+use std::io::Write as _;
 
 use bytes::Bytes;
 use redis::{RedisWrite, ToRedisArgs};
@@ -47,17 +47,42 @@ impl ToRedisArgs for Value<'_> {
         .try_for_each(|piece| arg.write_all(piece))
         .and_then(|()| match self.response {
             None => Ok(()),
-            Some(r) => write!(
-                arg,
-                ":{}:{}:{}:",
-                r.status,
-                u8::from(r.body_too_large),
-                r.headers.len()
-            )
-            .and_then(|()| arg.write_all(&r.headers))
-            .and_then(|()| arg.write_all(&r.body)),
+            Some(r) => {
+                let mut tail = [0; 3 * 21];
+                let mut at = 0;
+                for n in [
+                    u64::from(r.status),
+                    u64::from(r.body_too_large),
+                    r.headers.len() as u64,
+                ] {
+                    tail[at] = b':';
+                    at += 1 + decimal(n, &mut tail[at + 1..]);
+                }
+                tail[at] = b':';
+                arg.write_all(&tail[..=at])
+                    .and_then(|()| arg.write_all(&r.headers))
+                    .and_then(|()| arg.write_all(&r.body))
+            }
         });
     }
+}
+
+/// Writes `n` in decimal at the start of `out` (20 bytes hold any `u64`),
+/// without the formatting machinery; returns the digits written.
+fn decimal(mut n: u64, out: &mut [u8]) -> usize {
+    let mut digits = [0; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = digits.len() - start;
+    out[..len].copy_from_slice(&digits[start..]);
+    len
 }
 
 /// The response in a completed record's value (as the claim script returns
@@ -120,6 +145,15 @@ mod tests {
             });
             assert!(value.starts_with(format!("done:{}:ab12:", owner.as_str()).as_bytes()));
             assert_eq!(completed(value.into()), Some(response));
+        }
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal_whatever_their_size() {
+        for n in [0, 7, 10, 201, 65_535, u64::MAX] {
+            let mut out = [0; 20];
+            let len = decimal(n, &mut out);
+            assert_eq!(&out[..len], n.to_string().as_bytes());
         }
     }
 
