@@ -531,8 +531,8 @@ async fn one_task(driver: &Driver, t: usize, n: usize) -> Result<(), String> {
         Driver::Route(router, keyed) => {
             for _ in 0..n {
                 let id = NEXT.fetch_add(1, Ordering::Relaxed);
-                let mut request = Request::post(format!("/orders/{t}-{id}/pay"))
-                    .header("content-length", "0");
+                let mut request =
+                    Request::post(format!("/orders/{t}-{id}/pay")).header("content-length", "0");
                 if *keyed {
                     request = request.header("idempotency-key", format!("\"{t}-{id}\""));
                 }

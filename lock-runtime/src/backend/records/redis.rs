@@ -143,13 +143,11 @@ pub(super) async fn complete_on(
     notice: &str,
 ) -> Result<bool, LockError> {
     let mut call = COMPLETE.key(record);
-    call.arg(token.as_str())
-        .arg(millis(retention))
-        .arg(Value {
-            owner: token,
-            fingerprint,
-            response: Some(response),
-        });
+    call.arg(token.as_str()).arg(millis(retention)).arg(Value {
+        owner: token,
+        fingerprint,
+        response: Some(response),
+    });
     announced(node, &mut call, notice, "idempotency completion failed").await
 }
 

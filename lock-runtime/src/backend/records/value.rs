@@ -33,7 +33,11 @@ impl ToRedisArgs for Value<'_> {
     where
         W: ?Sized + RedisWrite,
     {
-        let state: &[u8] = if self.response.is_some() { b"done" } else { b"run" };
+        let state: &[u8] = if self.response.is_some() {
+            b"done"
+        } else {
+            b"run"
+        };
         let mut arg = out.writer_for_next_arg();
         // Into the command's buffer, which cannot fail.
         let _ = [

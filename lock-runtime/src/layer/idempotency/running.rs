@@ -28,9 +28,12 @@ pub(super) async fn complete(record: RecordGuard, response: StoredResponse, laye
     // its own when the wait ends first (or the request's future is dropped),
     // whether or not the layer runs handlers to completion: the handler ran,
     // so its response is stored.
-    if tokio::time::timeout(COMPLETION_WAIT, detachable(layer.tracker.as_ref(), finishing))
-        .await
-        .is_err()
+    if tokio::time::timeout(
+        COMPLETION_WAIT,
+        detachable(layer.tracker.as_ref(), finishing),
+    )
+    .await
+    .is_err()
     {
         tracing::debug!(
             "idempotency: the response goes out before its record is completed; \

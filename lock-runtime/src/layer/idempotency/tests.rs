@@ -46,7 +46,11 @@ async fn a_claimed_request_whose_client_waits_runs_its_handler_without_a_task() 
     let before = tasks();
     let (status, during) = post_with(&app, "order-1").await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(during, before.to_string(), "the handler ran in a task of its own");
+    assert_eq!(
+        during,
+        before.to_string(),
+        "the handler ran in a task of its own"
+    );
     // Its response was stored: a retry gets it, and nothing runs again.
     assert_eq!(post_with(&app, "order-1").await, (StatusCode::OK, during));
     assert_eq!(tasks(), before, "a task outlived the request");
