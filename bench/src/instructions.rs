@@ -24,7 +24,10 @@
 //!   router (called as a tower service, so without hyper's HTTP parsing,
 //!   which both sides share), one request at a time and 32 at once, each
 //!   with an id of its own: `LockLayer` against `bench/src/http.rs`'s
-//!   hand-rolled middleware.
+//!   hand-rolled middleware;
+//! * `idem` and `idem32`: row 12, the same route and requests, each with an
+//!   `Idempotency-Key` of its own: `IdempotencyLayer` (its defaults) against
+//!   the hand-rolled claim (`SET NX PX`) + store (`SET PX`) middleware.
 //!
 //! The report shows each side's instructions and allocations per pair or
 //! request and the ratio to the baseline, and the functions where the
@@ -48,7 +51,8 @@ const USAGE: &str = "\
 usage: bench --instructions [--n N] [--only SCENARIOS] [--top K] [--dir PATH]
 
   --n N           pairs or requests per scenario and side (default 2000)
-  --only LIST     comma-separated scenarios: pair, pair32, route, route32
+  --only LIST     comma-separated scenarios: pair, pair32, route, route32,
+                  idem, idem32
                   (default all)
   --top K         functions of the difference to show (default 25)
   --dir PATH      where the callgrind profiles go (default
@@ -60,21 +64,33 @@ redis-server (REDIS_SERVER names the binary).";
 /// What the child runs: the scenario, the side, the server, the count.
 const CHILD: &str = "--instructions-child";
 
-/// The scenarios: name, concurrent tasks, whether it is the HTTP route.
-const SCENARIOS: [(&str, usize, bool); 4] = [
-    ("pair", 1, false),
-    ("pair32", 32, false),
-    ("route", 1, true),
-    ("route32", 32, true),
+/// What a scenario drives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Lock pairs on the client.
+    Pair,
+    /// The locked route (row 11).
+    Route,
+    /// The idempotent route (row 12).
+    Idem,
+}
+
+/// The scenarios: name, concurrent tasks, what they drive.
+const SCENARIOS: [(&str, usize, Kind); 6] = [
+    ("pair", 1, Kind::Pair),
+    ("pair32", 32, Kind::Pair),
+    ("route", 1, Kind::Route),
+    ("route32", 32, Kind::Route),
+    ("idem", 1, Kind::Idem),
+    ("idem32", 32, Kind::Idem),
 ];
 
 /// The sides of a scenario: the library first, the baseline second, and
 /// for the pairs the library's scripts sent by hand.
-fn sides(route: bool) -> &'static [&'static str] {
-    if route {
-        &["lib", "raw"]
-    } else {
-        &["lib", "raw", "scripts"]
+fn sides(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::Pair => &["lib", "raw", "scripts"],
+        Kind::Route | Kind::Idem => &["lib", "raw"],
     }
 }
 
@@ -185,9 +201,9 @@ fn run(args: &[String]) -> Result<(), String> {
     };
     let mut lines = Vec::new();
     let mut diffs = Vec::new();
-    for (scenario, tasks, route) in SCENARIOS.iter().filter(|s| wanted(s.0)) {
+    for (scenario, tasks, kind) in SCENARIOS.iter().filter(|s| wanted(s.0)) {
         let mut profiles = Vec::new();
-        for side in sides(*route) {
+        for side in sides(*kind) {
             let out = opts.dir.join(format!("{scenario}-{side}.callgrind"));
             eprintln!(
                 "bench --instructions: {scenario} ({tasks} task(s)), {side}: {} ...",
@@ -208,7 +224,7 @@ fn run(args: &[String]) -> Result<(), String> {
         diffs.push((scenario, difference(&profiles[0].1, base, opts.top)));
     }
     println!(
-        "\ninstructions per pair (pair, pair32) or request (route, route32), {} each, \
+        "\ninstructions per pair (pair, pair32) or request (route, idem and their 32s), {} each, \
          callgrind; ratio to the hand-rolled side (raw)\n",
         opts.n
     );
@@ -408,14 +424,15 @@ enum Driver {
     Lib(LockClient),
     Raw(Raw),
     Scripts(Raw, [String; 5]),
-    Route(axum::Router),
+    /// The router, and whether each request carries an `Idempotency-Key`.
+    Route(axum::Router, bool),
 }
 
 /// Sequence numbers of routes' ids and raw values, unique in the process.
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 fn child(scenario: &str, side: &str, url: &str, n: usize) -> Result<(), String> {
-    let (_, tasks, route) = SCENARIOS
+    let (_, tasks, kind) = SCENARIOS
         .iter()
         .find(|s| s.0 == scenario)
         .copied()
@@ -434,12 +451,15 @@ fn child(scenario: &str, side: &str, url: &str, n: usize) -> Result<(), String> 
             .await
             .map_err(|e| format!("lock client: {e}"))?;
         let raw = || Raw::connect(&redis, &prefix);
-        Ok::<_, String>(match (route, side) {
-            (true, "lib") => Driver::Route(app(HttpSide::LockLayer, &lib, &redis, &prefix).await?),
-            (true, "raw") => Driver::Route(app(HttpSide::RawLock, &lib, &redis, &prefix).await?),
-            (false, "lib") => Driver::Lib(lib),
-            (false, "raw") => Driver::Raw(raw().await?),
-            (false, "scripts") => {
+        let route = |side| app(side, &lib, &redis, &prefix);
+        Ok::<_, String>(match (kind, side) {
+            (Kind::Route, "lib") => Driver::Route(route(HttpSide::LockLayer).await?, false),
+            (Kind::Route, "raw") => Driver::Route(route(HttpSide::RawLock).await?, false),
+            (Kind::Idem, "lib") => Driver::Route(route(HttpSide::Idempotency).await?, true),
+            (Kind::Idem, "raw") => Driver::Route(route(HttpSide::RawIdempotency).await?, true),
+            (Kind::Pair, "lib") => Driver::Lib(lib.clone()),
+            (Kind::Pair, "raw") => Driver::Raw(raw().await?),
+            (Kind::Pair, "scripts") => {
                 let raw = raw().await?;
                 let names = raw.library_names("scripted");
                 Driver::Scripts(raw, names)
@@ -473,7 +493,7 @@ async fn drive(driver: &Driver, tasks: usize, n: usize) -> Result<(), String> {
             Driver::Lib(c) => Driver::Lib(c.clone()),
             Driver::Raw(r) => Driver::Raw(r.clone()),
             Driver::Scripts(r, _) => Driver::Scripts(r.clone(), r.library_names(&format!("s{t}"))),
-            Driver::Route(r) => Driver::Route(r.clone()),
+            Driver::Route(r, keyed) => Driver::Route(r.clone(), *keyed),
         };
         let share = n / tasks + usize::from(t < n % tasks);
         set.spawn(async move { one_task(&driver, t, share).await });
@@ -508,11 +528,15 @@ async fn one_task(driver: &Driver, t: usize, n: usize) -> Result<(), String> {
                 raw.scripted_pair(names, &v).await?;
             }
         }
-        Driver::Route(router) => {
+        Driver::Route(router, keyed) => {
             for _ in 0..n {
                 let id = NEXT.fetch_add(1, Ordering::Relaxed);
-                let request = Request::post(format!("/orders/{t}-{id}/pay"))
-                    .header("content-length", "0")
+                let mut request =
+                    Request::post(format!("/orders/{t}-{id}/pay")).header("content-length", "0");
+                if *keyed {
+                    request = request.header("idempotency-key", format!("\"{t}-{id}\""));
+                }
+                let request = request
                     .body(Body::empty())
                     .map_err(|e| format!("request: {e}"))?;
                 let response = router

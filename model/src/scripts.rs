@@ -85,14 +85,10 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
          before it, whose nil answer sends it: `Req::SetNx`)",
     ),
     (
-        "idempotency_complete.lua",
-        "51d869ce8085ce4a17b5b03dacd4968c95da277d",
-        "records/server.rs `State::exec` (`Req::Complete`)",
-    ),
-    (
-        "idempotency_release.lua",
-        "682cf03ff4e80a9cb59b03d9d510b22ecfab61ce",
-        "records/server.rs `State::exec` (`Req::Release`)",
+        "idempotency_settle.lua",
+        "ec883bad650916872504d6f6157b444a20f4acba",
+        "records/server.rs `State::exec` (`Req::Complete`: with a response; \
+         `Req::Release`: without one)",
     ),
     (
         "idempotency_renew_many.lua",

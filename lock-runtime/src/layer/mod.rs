@@ -175,6 +175,7 @@ macro_rules! config_debug {
 
 mod bounds;
 mod completion;
+mod detach;
 pub mod idempotency;
 pub mod lock;
 mod problem;

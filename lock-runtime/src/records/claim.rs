@@ -163,18 +163,19 @@ impl Ask {
 /// nobody left to run the work or release it, which would keep the key in
 /// flight for a whole lease. Dropped armed, it releases the record for its
 /// token in the background (a no-op where the claim did not take it).
-struct OnTheWire {
-    client: LockClient,
-    names: RecordNames,
+/// It borrows what a release needs and copies it only when it does one.
+struct OnTheWire<'a> {
+    client: &'a LockClient,
+    names: &'a RecordNames,
     token: Token,
     armed: bool,
 }
 
-impl OnTheWire {
-    fn new(client: &LockClient, names: &RecordNames, token: Token) -> Self {
+impl<'a> OnTheWire<'a> {
+    fn new(client: &'a LockClient, names: &'a RecordNames, token: Token) -> Self {
         Self {
-            client: client.clone(),
-            names: names.clone(),
+            client,
+            names,
             token,
             armed: true,
         }
@@ -186,7 +187,7 @@ impl OnTheWire {
     }
 }
 
-impl Drop for OnTheWire {
+impl Drop for OnTheWire<'_> {
     fn drop(&mut self) {
         if self.armed {
             tracing::debug!(

@@ -148,7 +148,8 @@ impl RecordGuard {
         self.settled = true;
         let renewal = self.renewal.take();
         let client = self.client.clone();
-        let names = self.names.clone();
+        // Settled: the guard's drop no longer needs them.
+        let names = std::mem::take(&mut self.names);
         let (token, fingerprint) = (self.token, std::mem::take(&mut self.fingerprint));
         let (lease, retention) = (self.lease, self.retention);
         async move {

@@ -6,7 +6,7 @@ use crate::key::{Role, name};
 
 /// The Redis names of one record: the record itself and its notice channel,
 /// in one hash slot.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RecordNames {
     pub(crate) record: String,
     pub(crate) notice: String,

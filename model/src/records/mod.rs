@@ -5,8 +5,8 @@
 //! Mirrors the claim's plain `SET <record> run:<owner>:<fp> NX PX <lease>`
 //! and, when it finds the key taken, idempotency_claim.lua
 //! (backend/records/redis.rs `claim_on`), idempotency_renew_many.lua (one
-//! record's part of the batch), idempotency_complete.lua,
-//! idempotency_release.lua and `records/{claim,guard}.rs` (and the layer's
+//! record's part of the batch), idempotency_settle.lua (a completion, or a
+//! release) and `records/{claim,guard}.rs` (and the layer's
 //! `running.rs`). A duplicate's `waited` mark and the notices it asks for
 //! are not modelled: they only decide whether a `PUBLISH` is sent, and
 //! change nothing else. Every request
@@ -67,9 +67,9 @@ pub enum Req {
     SetNx,
     /// idempotency_claim.lua, sent when the `SET NX` found the key taken.
     Claim,
-    /// idempotency_complete.lua
+    /// idempotency_settle.lua with a response
     Complete,
-    /// idempotency_release.lua
+    /// idempotency_settle.lua without one
     Release,
 }
 
@@ -380,13 +380,19 @@ impl Narrate for RecordsModel {
                     r.phase = Phase::Completing;
                     r.net = Some((Req::Complete, Stage::Sent));
                     log.say(|| {
-                        format!("{}: handler done, sends idempotency_complete.lua", name(i))
+                        format!(
+                            "{}: handler done, sends idempotency_settle.lua to complete",
+                            name(i)
+                        )
                     });
                 } else {
                     r.phase = Phase::Releasing;
                     r.net = Some((Req::Release, Stage::Sent));
                     log.say(|| {
-                        format!("{}: handler failed, sends idempotency_release.lua", name(i))
+                        format!(
+                            "{}: handler failed, sends idempotency_settle.lua to release",
+                            name(i)
+                        )
                     });
                 }
             }

@@ -37,9 +37,9 @@ impl State {
                 Some(_) => 2,
             },
             Req::Complete => match self.record {
-                // idempotency_complete.lua:25-27
+                // idempotency_settle.lua:26-28
                 Some(r) if r.done && r.owner == i => 1,
-                // idempotency_complete.lua:28-30 (and 31-35: the
+                // idempotency_settle.lua:30-32 (and 36-40: the
                 // completion's notice, which wakes marked waiting
                 // duplicates; they are not modelled, and the
                 // notice changes no state)
@@ -67,11 +67,11 @@ impl State {
                     self.done_ever = true;
                     1
                 }
-                // idempotency_complete.lua:38
+                // idempotency_settle.lua:43
                 Some(_) => 0,
             },
             Req::Release => match self.record {
-                // idempotency_release.lua:17-26 (20-24: the notice, as
+                // idempotency_settle.lua:30-35 (36-40: the notice, as
                 // for completions)
                 Some(r) if !r.done && r.owner == i => {
                     self.record = None;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::value::{Completed, InFlight, completed};
+use super::value::{Value, completed};
 use super::{Claim, RecordClaim, StoredResponse};
 use crate::LockError;
 use crate::backend::redis::RedisBackend;
@@ -22,10 +22,9 @@ static CLAIM: LazyLock<redis::Script> =
 static RENEW_MANY: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(include_str!("../../../scripts/idempotency_renew_many.lua"))
 });
-static COMPLETE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_complete.lua")));
-static RELEASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_release.lua")));
+/// Completes (with a response) or releases (without) a record we ran.
+static SETTLE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_settle.lua")));
 
 /// Claims a record on one node: a plain `SET <record> run:<owner>:<fp> NX
 /// PX <lease>` takes a free key (one command, no script: the common case);
@@ -39,9 +38,10 @@ pub(super) async fn claim_on(
     let mut conn = node.connection();
     let set: Option<()> = redis::cmd("SET")
         .arg(claim.record)
-        .arg(InFlight {
+        .arg(Value {
             owner: claim.token,
             fingerprint: claim.fingerprint,
+            response: None,
         })
         .arg("NX")
         .arg("PX")
@@ -141,15 +141,15 @@ pub(super) async fn complete_on(
     retention: Duration,
     notice: &str,
 ) -> Result<bool, LockError> {
-    let mut call = COMPLETE.key(record);
-    call.arg(token.as_str())
-        .arg(millis(retention))
-        .arg(Completed {
-            owner: token,
-            fingerprint,
-            response,
-        });
-    announced(node, &mut call, notice, "idempotency completion failed").await
+    let stored = Value {
+        owner: token,
+        fingerprint,
+        response: Some(response),
+    };
+    let settled = settle(node, record, token, notice, Some((retention, stored)));
+    settled
+        .await
+        .map_err(|e| BackendError::with_source("idempotency completion failed", e).into())
 }
 
 pub(super) async fn release_on(
@@ -158,26 +158,31 @@ pub(super) async fn release_on(
     token: &Token,
     notice: &str,
 ) -> Result<bool, LockError> {
-    let mut call = RELEASE.key(record);
-    call.arg(token.as_str());
-    announced(node, &mut call, notice, "idempotency release failed").await
+    let settled = settle(node, record, token, notice, None);
+    settled
+        .await
+        .map_err(|e| BackendError::with_source("idempotency release failed", e).into())
 }
 
-/// Runs `call`, a step that announces itself on the record's `notice`
-/// channel (its last two arguments: the channel and the node's publish
-/// command), on `node`: `true` when the script did it (answered 1).
-async fn announced(
+/// Settles the record `token` ran on `node` with the settle script, which
+/// announces itself on the record's `notice` channel: stores `stored` (the
+/// completed value, kept for its retention), or without it releases the
+/// record. `true` when the script did it (answered 1).
+async fn settle(
     node: &RedisBackend,
-    call: &mut redis::ScriptInvocation<'_>,
+    record: &str,
+    token: &Token,
     notice: &str,
-    failed: &str,
-) -> Result<bool, LockError> {
-    let done: i64 = call
+    stored: Option<(Duration, Value<'_>)>,
+) -> redis::RedisResult<bool> {
+    let mut call = SETTLE.key(record);
+    call.arg(token.as_str())
         .arg(notice)
-        .arg(node.publish_command())
-        .invoke_async(&mut node.connection())
-        .await
-        .map_err(|e| BackendError::with_source(failed, e))?;
+        .arg(node.publish_command());
+    if let Some((retention, value)) = stored {
+        call.arg(millis(retention)).arg(value);
+    }
+    let done: i64 = call.invoke_async(&mut node.connection()).await?;
     Ok(done == 1)
 }
 

@@ -10,7 +10,7 @@
 //! Owners (tokens) and fingerprints (hex) hold no `:`; the headers are
 //! length-prefixed and the body runs to the end, so either may hold anything.
 
-use std::io::Write;
+use std::io::Write as _;
 
 use bytes::Bytes;
 use redis::{RedisWrite, ToRedisArgs};
@@ -18,55 +18,75 @@ use redis::{RedisWrite, ToRedisArgs};
 use super::StoredResponse;
 use crate::token::Token;
 
-/// The value a claim sets: `run:<owner>:<fingerprint>`, written straight
-/// into the command.
-pub(super) struct InFlight<'a> {
+/// A record's value in either state, written straight into the command by
+/// one writer: in flight (`response` is `None`, the value a claim sets) or
+/// completed with `response` (the value a completion stores). The two share
+/// their head, `<state>:<owner>:<fingerprint>`.
+pub(super) struct Value<'a> {
     pub(super) owner: &'a Token,
     pub(super) fingerprint: &'a str,
+    pub(super) response: Option<&'a StoredResponse>,
 }
 
-impl ToRedisArgs for InFlight<'_> {
+impl ToRedisArgs for Value<'_> {
     fn write_redis_args<W>(&self, out: &mut W)
     where
         W: ?Sized + RedisWrite,
     {
-        // Into the command's buffer, which cannot fail.
-        let _ = write!(
-            out.writer_for_next_arg(),
-            "run:{}:{}",
-            self.owner.as_str(),
-            self.fingerprint
-        );
-    }
-}
-
-/// The value a completion stores, written straight into the command.
-pub(super) struct Completed<'a> {
-    pub(super) owner: &'a Token,
-    pub(super) fingerprint: &'a str,
-    pub(super) response: &'a StoredResponse,
-}
-
-impl ToRedisArgs for Completed<'_> {
-    fn write_redis_args<W>(&self, out: &mut W)
-    where
-        W: ?Sized + RedisWrite,
-    {
-        let r = self.response;
+        let state: &[u8] = if self.response.is_some() {
+            b"done"
+        } else {
+            b"run"
+        };
         let mut arg = out.writer_for_next_arg();
-        // Writes into the command's buffer, which cannot fail.
-        let _ = write!(
-            arg,
-            "done:{}:{}:{}:{}:{}:",
-            self.owner.as_str(),
-            self.fingerprint,
-            r.status,
-            if r.body_too_large { 1 } else { 0 },
-            r.headers.len()
-        )
-        .and_then(|()| arg.write_all(&r.headers))
-        .and_then(|()| arg.write_all(&r.body));
+        // Into the command's buffer, which cannot fail.
+        let _ = [
+            state,
+            b":",
+            self.owner.as_str().as_bytes(),
+            b":",
+            self.fingerprint.as_bytes(),
+        ]
+        .iter()
+        .try_for_each(|piece| arg.write_all(piece))
+        .and_then(|()| match self.response {
+            None => Ok(()),
+            Some(r) => {
+                let mut tail = [0; 3 * 21];
+                let mut at = 0;
+                for n in [
+                    u64::from(r.status),
+                    u64::from(r.body_too_large),
+                    r.headers.len() as u64,
+                ] {
+                    tail[at] = b':';
+                    at += 1 + decimal(n, &mut tail[at + 1..]);
+                }
+                tail[at] = b':';
+                arg.write_all(&tail[..=at])
+                    .and_then(|()| arg.write_all(&r.headers))
+                    .and_then(|()| arg.write_all(&r.body))
+            }
+        });
     }
+}
+
+/// Writes `n` in decimal at the start of `out` (20 bytes hold any `u64`),
+/// without the formatting machinery; returns the digits written.
+fn decimal(mut n: u64, out: &mut [u8]) -> usize {
+    let mut digits = [0; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = digits.len() - start;
+    out[..len].copy_from_slice(&digits[start..]);
+    len
 }
 
 /// The response in a completed record's value (as the claim script returns
@@ -122,10 +142,10 @@ mod tests {
                 body: Bytes::copy_from_slice(body),
                 body_too_large: big,
             };
-            let value = written(Completed {
+            let value = written(Value {
                 owner: &owner,
                 fingerprint: "ab12",
-                response: &response,
+                response: Some(&response),
             });
             assert!(value.starts_with(format!("done:{}:ab12:", owner.as_str()).as_bytes()));
             assert_eq!(completed(value.into()), Some(response));
@@ -133,11 +153,21 @@ mod tests {
     }
 
     #[test]
+    fn numbers_are_written_in_decimal_whatever_their_size() {
+        for n in [0, 7, 10, 201, 65_535, u64::MAX] {
+            let mut out = [0; 20];
+            let len = decimal(n, &mut out);
+            assert_eq!(&out[..len], n.to_string().as_bytes());
+        }
+    }
+
+    #[test]
     fn an_in_flight_value_names_its_owner_and_fingerprint() {
         let owner = Token::for_test();
-        let value = written(InFlight {
+        let value = written(Value {
             owner: &owner,
             fingerprint: "ab12",
+            response: None,
         });
         assert_eq!(value, format!("run:{}:ab12", owner.as_str()).into_bytes());
         assert_eq!(completed(value.into()), None);

@@ -1,5 +1,7 @@
 //! The `Idempotency-Key` header, record names and request fingerprints.
 
+use std::borrow::Cow;
+
 use http::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 
@@ -156,15 +158,19 @@ pub enum BodyFingerprint {
 pub(crate) struct NotJson(pub(crate) serde_json::Error);
 
 /// The bytes of `body` that the fingerprint covers, under `how`.
-pub(crate) fn fingerprinted_body(how: BodyFingerprint, body: &[u8]) -> Result<Vec<u8>, NotJson> {
+/// The body itself for [`BodyFingerprint::Bytes`] (not copied).
+pub(crate) fn fingerprinted_body(
+    how: BodyFingerprint,
+    body: &[u8],
+) -> Result<Cow<'_, [u8]>, NotJson> {
     match how {
-        BodyFingerprint::Bytes => Ok(body.to_vec()),
-        BodyFingerprint::Json if body.is_empty() => Ok(Vec::new()),
+        BodyFingerprint::Bytes => Ok(Cow::Borrowed(body)),
+        BodyFingerprint::Json if body.is_empty() => Ok(Cow::Borrowed(body)),
         BodyFingerprint::Json => {
             let value: serde_json::Value = serde_json::from_slice(body).map_err(NotJson)?;
             let mut out = Vec::with_capacity(body.len());
             canonical_json(&value, &mut out);
-            Ok(out)
+            Ok(Cow::Owned(out))
         }
     }
 }
@@ -309,8 +315,12 @@ mod tests {
     }
 
     fn json(body: &str) -> String {
-        String::from_utf8(fingerprinted_body(BodyFingerprint::Json, body.as_bytes()).unwrap())
-            .unwrap()
+        String::from_utf8(
+            fingerprinted_body(BodyFingerprint::Json, body.as_bytes())
+                .unwrap()
+                .into_owned(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -340,7 +350,7 @@ mod tests {
         // Bytes, the default, are bytes.
         assert_eq!(
             fingerprinted_body(BodyFingerprint::Bytes, b"{ }").unwrap(),
-            b"{ }"
+            &b"{ }"[..]
         );
     }
 

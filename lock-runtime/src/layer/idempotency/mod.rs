@@ -145,6 +145,8 @@ mod running;
 mod scope;
 mod service;
 mod stored;
+#[cfg(test)]
+mod tests;
 
 use std::convert::Infallible;
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::LockError;
 use crate::backend::records::StoredResponse;
 use crate::layer::completion::Completion;
+use crate::layer::detach::detachable;
 use crate::records::RecordGuard;
 
 /// How long a response waits for its record to be completed before it is
@@ -18,14 +19,21 @@ const COMPLETION_WAIT: Duration = Duration::from_secs(2);
 /// longer, and the completion goes on in the background (also if the client
 /// goes away) for up to a lease. A completion that truly fails is logged
 /// with the record's name.
-pub(super) async fn complete(record: RecordGuard, response: StoredResponse, spawner: &Completion) {
+pub(super) async fn complete(record: RecordGuard, response: StoredResponse, layer: &Completion) {
     let name = record.record().to_owned();
     let status = response.status;
     let completing = record.completing(response);
-    let finishing = spawner.spawn(async move { log_completion(&name, status, completing.await) });
-    if tokio::time::timeout(COMPLETION_WAIT, finishing)
-        .await
-        .is_err()
+    let finishing = async move { log_completion(&name, status, completing.await) };
+    // Polled in place while the response waits for it; moved into a task of
+    // its own when the wait ends first (or the request's future is dropped),
+    // whether or not the layer runs handlers to completion: the handler ran,
+    // so its response is stored.
+    if tokio::time::timeout(
+        COMPLETION_WAIT,
+        detachable(layer.tracker.as_ref(), finishing),
+    )
+    .await
+    .is_err()
     {
         tracing::debug!(
             "idempotency: the response goes out before its record is completed; \

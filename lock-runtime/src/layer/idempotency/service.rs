@@ -22,6 +22,7 @@ use super::{ResponseFuture, StoreResponse};
 use crate::backend::records::StoredResponse;
 use crate::layer::bounds::{HttpBody, Wrapped};
 use crate::layer::completion::Aborted;
+use crate::layer::detach::detachable;
 use crate::layer::problem::{Refusal, problem, problem_retry};
 use crate::records::RecordGuard;
 use crate::records::claim::{Ask, Outcome};
@@ -203,10 +204,19 @@ where
     // Claimed: from here on the request runs to its end (unless configured
     // otherwise), whether or not its client is still there, so a retry finds
     // its stored response instead of running the handler again.
+    // It runs in place while the client waits, and moves into a task of its
+    // own only if the client goes away first (`layer::detach`). Boxed either
+    // way: this future holds a pointer, not the handler's and the storing's
+    // state, and is smaller to move.
     let run = run_claimed(config.clone(), inner, req, key, record);
-    match config.completion.run(run).await {
+    let ran = if config.completion.enabled {
+        detachable(config.completion.tracker.as_ref(), run).await
+    } else {
+        Ok(Box::pin(run).await)
+    };
+    match ran {
         Ok(answer) => answer,
-        // The record was dropped with the task: released in the background.
+        // The record was dropped with the handler: released in the background.
         Err(Aborted) => Ok(failed("the request failed")),
     }
 }
@@ -233,7 +243,6 @@ where
     S: Service<Request<Body>, Response = Response<ResB>>,
     ResB: HttpBody,
 {
-    let record = running.record().to_owned();
     let response = match AssertUnwindSafe(inner.call(req)).catch_unwind().await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
@@ -241,7 +250,7 @@ where
             return Err(e);
         }
         Err(_panic) => {
-            tracing::error!(%key, %record, "idempotency: the handler panicked; record released");
+            tracing::error!(%key, record = running.record(), "idempotency: the handler panicked; record released");
             let _ = running.release().await;
             return Ok(failed("the request failed"));
         }
@@ -260,12 +269,12 @@ where
     {
         Ok(Ok(buffered)) => buffered,
         Ok(Err(e)) => {
-            tracing::error!(%key, %record, error = %e, "idempotency: the response body failed; record released");
+            tracing::error!(%key, record = running.record(), error = %e, "idempotency: the response body failed; record released");
             let _ = running.release().await;
             return Ok(failed("the response could not be produced"));
         }
         Err(_panic) => {
-            tracing::error!(%key, %record, "idempotency: the response body panicked; record released");
+            tracing::error!(%key, record = running.record(), "idempotency: the response body panicked; record released");
             let _ = running.release().await;
             return Ok(failed("the response could not be produced"));
         }
@@ -273,7 +282,7 @@ where
     let (stored_body, body_too_large) = match &buffered {
         Buffered::Complete { data, .. } => (data.clone(), false),
         Buffered::Partial { .. } => {
-            tracing::warn!(%key, %record, limit = max_response_body,
+            tracing::warn!(%key, record = running.record(), limit = max_response_body,
                 "idempotency: response larger than the storage limit; a retry gets 410 Gone \
                  (the request is completed and does not run again)");
             (Bytes::new(), true)

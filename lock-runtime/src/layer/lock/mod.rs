@@ -32,7 +32,6 @@
 //! permit of the same semaphore).
 
 mod body;
-mod detach;
 mod extract;
 mod future;
 mod key;

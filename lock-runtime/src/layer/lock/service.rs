@@ -148,7 +148,8 @@ where
     });
     // Locked: from here on the request runs to its end (unless configured
     // otherwise), whether or not its client is still there.
-    match super::detach::run_to_completion(&config.completion, run_locked(inner, req, guard)).await
+    match crate::layer::detach::run_to_completion(&config.completion, run_locked(inner, req, guard))
+        .await
     {
         Ok(answer) => answer,
         Err(Aborted) => {

@@ -15,6 +15,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::layer::completion::{Aborted, Completion};
@@ -34,20 +35,31 @@ where
     if !completion.enabled {
         return Ok(fut.await);
     }
+    detachable(completion.tracker.as_ref(), fut).await
+}
+
+/// `fut`, boxed at once (a caller's own future then holds a pointer, not
+/// `fut`), polled in place, and finished by a task of its own (counted by
+/// `tracker`, as it is while in place) if dropped before it ended. A panic
+/// of `fut` is `Err(Aborted)`.
+pub(super) fn detachable<T, F>(tracker: Option<&TaskTracker>, fut: F) -> Detachable<T>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
     Detachable {
         // The same locks in place as in a task it may move to.
         fut: Some(Box::pin(crate::context::carried(fut))),
-        tracked: completion.tracker.as_ref().map(|t| (t.clone(), t.token())),
+        tracked: tracker.map(|t| (t.clone(), t.token())),
     }
-    .await
 }
 
 /// A handler polled in place until it ends or this is dropped.
-struct Detachable<T: Send + 'static> {
+pub(super) struct Detachable<T: Send + 'static> {
     /// `None` once it ended (or panicked).
     fut: Option<Boxed<T>>,
     /// The tracker, and this request's place in its count while in place.
-    tracked: Option<(tokio_util::task::TaskTracker, TaskTrackerToken)>,
+    tracked: Option<(TaskTracker, TaskTrackerToken)>,
 }
 
 impl<T: Send + 'static> Future for Detachable<T> {
@@ -106,8 +118,6 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
-
-    use tokio_util::task::TaskTracker;
 
     use super::*;
 
