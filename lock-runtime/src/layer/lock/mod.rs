@@ -37,6 +37,7 @@ mod extract;
 mod future;
 mod key;
 mod layer;
+mod names;
 mod service;
 
 pub use self::future::ResponseFuture;
