@@ -435,7 +435,8 @@ impl KeyNames {
         // Every name of the key is the lock's with another letter.
         let renamed = |role: Role| {
             let rest = &lock[prefix.len() + lock_role.letter().len_utf8()..];
-            let mut name = String::with_capacity(prefix.len() + 4 + rest.len());
+            // The lock's capacity: the same allocation size class.
+            let mut name = String::with_capacity(lock.capacity());
             name.push_str(prefix);
             name.push(role.letter());
             name.push_str(rest);
