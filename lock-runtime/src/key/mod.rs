@@ -442,8 +442,7 @@ impl KeyNames {
             name.push_str(rest);
             name
         };
-        let [holders, fences] =
-            shared.map_or_else(Default::default, |kinds| kinds.map(renamed));
+        let [holders, fences] = shared.map_or_else(Default::default, |kinds| kinds.map(renamed));
         Self {
             slot: slot(&lock),
             kind_at: prefix.len(),
