@@ -101,6 +101,18 @@ pub(crate) fn carried<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     HELD.scope(stack, fut)
 }
 
+/// `fut`, carrying the current task's locks and `held` pushed on them (the
+/// innermost): [`scope`] inside [`carried`], in one task-local scope.
+#[cfg(feature = "axum")]
+pub(crate) fn carried_holding<F: Future>(
+    held: Arc<Held>,
+    fut: F,
+) -> impl Future<Output = F::Output> {
+    let mut stack = HELD.try_with(Stack::clone).unwrap_or_default();
+    stack.0.push(held);
+    HELD.scope(stack, fut)
+}
+
 /// Runs `fut` with every lock of `held` pushed on the current task's stack,
 /// in order (the last is the innermost): nested scopes, one per lock, in one.
 pub(crate) async fn scope_all<F: Future>(held: Vec<Arc<Held>>, fut: F) -> F::Output {

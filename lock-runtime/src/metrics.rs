@@ -22,12 +22,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The `name` label of a lock's metrics. Empty (zero-sized) without the
-/// `metrics` feature.
+/// The `name` label of a lock's metrics, with the keys of its series built
+/// once, on first use, and shared by every lock of the name (a `LockLayer`
+/// resolves one per route): a lock's life then reports without building a
+/// key (labels allocated, hashed) for each event, which the facade would do
+/// on every call even with no recorder installed. Keys do not depend on the
+/// recorder, so one built under a recorder is right under any other. Empty
+/// (zero-sized) without the `metrics` feature.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Name {
+    /// `None`: the name `default`, whose keys are built once per process.
     #[cfg(feature = "metrics")]
-    name: Option<Arc<str>>,
+    keys: Option<Arc<report::Keys>>,
 }
 
 impl Name {
@@ -35,55 +41,133 @@ impl Name {
     pub(crate) fn new(name: Arc<str>) -> Self {
         Self {
             #[cfg(feature = "metrics")]
-            name: Some(name),
+            keys: Some(Arc::new(report::Keys::new(name))),
         }
     }
 
-    /// The label value, without copying the name.
-    #[cfg(feature = "metrics")]
-    fn label(&self) -> metrics::SharedString {
-        match &self.name {
-            Some(name) => metrics::SharedString::from(name.clone()),
-            None => metrics::SharedString::const_str("default"),
+    /// Whether both are one name, made once.
+    #[cfg(all(test, feature = "metrics", feature = "axum"))]
+    pub(crate) fn same_as(&self, other: &Name) -> bool {
+        match (&self.keys, &other.keys) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
         }
+    }
+
+    /// The keys of this name's series.
+    #[cfg(feature = "metrics")]
+    fn keys(&self) -> &report::Keys {
+        static DEFAULT: std::sync::LazyLock<report::Keys> =
+            std::sync::LazyLock::new(|| report::Keys::new(Arc::from("default")));
+        self.keys.as_deref().unwrap_or(&DEFAULT)
     }
 }
 
 #[cfg(feature = "metrics")]
 mod report {
+    use std::sync::OnceLock;
+
+    use metrics::{Key, Label, Metadata};
+
     use super::*;
 
+    static METADATA: Metadata<'static> =
+        Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+    /// A series of a named lock: its metric and, where it has one, its
+    /// `outcome` label.
+    #[derive(Clone, Copy)]
+    enum Series {
+        Acquired,
+        WaitAcquired,
+        Handover,
+        Busy,
+        WaitBusy,
+        Failed,
+        Hold,
+        Lost,
+    }
+
+    impl Series {
+        const COUNT: usize = 8;
+
+        fn parts(self) -> (&'static str, Option<&'static str>) {
+            match self {
+                Self::Acquired => ("lock_acquisitions_total", Some("acquired")),
+                Self::WaitAcquired => ("lock_wait_seconds", Some("acquired")),
+                Self::Handover => ("lock_handovers_total", None),
+                Self::Busy => ("lock_acquisitions_total", Some("busy")),
+                Self::WaitBusy => ("lock_wait_seconds", Some("busy")),
+                Self::Failed => ("lock_acquisitions_total", Some("error")),
+                Self::Hold => ("lock_hold_seconds", None),
+                Self::Lost => ("lock_leases_lost_total", None),
+            }
+        }
+    }
+
+    /// The keys of one name's series, each built on its first use.
+    #[derive(Debug)]
+    pub(crate) struct Keys {
+        name: Arc<str>,
+        built: [OnceLock<Key>; Series::COUNT],
+    }
+
+    impl Keys {
+        pub(super) fn new(name: Arc<str>) -> Self {
+            Self {
+                name,
+                built: Default::default(),
+            }
+        }
+
+        fn key(&self, series: Series) -> &Key {
+            self.built[series as usize].get_or_init(|| {
+                let (metric, outcome) = series.parts();
+                let mut labels = vec![Label::new(
+                    "name",
+                    metrics::SharedString::from(self.name.clone()),
+                )];
+                if let Some(outcome) = outcome {
+                    labels.push(Label::from_static_parts("outcome", outcome));
+                }
+                Key::from_parts(metric, labels)
+            })
+        }
+    }
+
+    fn counter(name: &Name, series: Series) -> metrics::Counter {
+        let key = name.keys().key(series);
+        metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA))
+    }
+
+    fn histogram(name: &Name, series: Series) -> metrics::Histogram {
+        let key = name.keys().key(series);
+        metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA))
+    }
+
     pub(crate) fn acquired(name: &Name, waited: Duration, handover: bool) {
-        let label = name.label();
-        metrics::counter!("lock_acquisitions_total", "name" => label.clone(), "outcome" => "acquired")
-            .increment(1);
-        metrics::histogram!("lock_wait_seconds", "name" => label.clone(), "outcome" => "acquired")
-            .record(waited.as_secs_f64());
+        counter(name, Series::Acquired).increment(1);
+        histogram(name, Series::WaitAcquired).record(waited.as_secs_f64());
         if handover {
-            metrics::counter!("lock_handovers_total", "name" => label).increment(1);
+            counter(name, Series::Handover).increment(1);
         }
     }
 
     pub(crate) fn busy(name: &Name, waited: Duration) {
-        let label = name.label();
-        metrics::counter!("lock_acquisitions_total", "name" => label.clone(), "outcome" => "busy")
-            .increment(1);
-        metrics::histogram!("lock_wait_seconds", "name" => label, "outcome" => "busy")
-            .record(waited.as_secs_f64());
+        counter(name, Series::Busy).increment(1);
+        histogram(name, Series::WaitBusy).record(waited.as_secs_f64());
     }
 
     pub(crate) fn failed(name: &Name) {
-        metrics::counter!("lock_acquisitions_total", "name" => name.label(), "outcome" => "error")
-            .increment(1);
+        counter(name, Series::Failed).increment(1);
     }
 
     pub(crate) fn released(name: &Name, held_for: Duration) {
-        metrics::histogram!("lock_hold_seconds", "name" => name.label())
-            .record(held_for.as_secs_f64());
+        histogram(name, Series::Hold).record(held_for.as_secs_f64());
     }
 
     pub(crate) fn lost(name: &Name) {
-        metrics::counter!("lock_leases_lost_total", "name" => name.label()).increment(1);
+        counter(name, Series::Lost).increment(1);
     }
 
     fn leader_gauge(name: &str) -> metrics::Gauge {

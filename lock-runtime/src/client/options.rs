@@ -89,6 +89,13 @@ impl LockOptions {
         self
     }
 
+    /// Sets the metrics name already made (a layer's, made once per route).
+    #[cfg(feature = "axum")]
+    pub(crate) fn metrics(mut self, name: crate::metrics::Name) -> Self {
+        self.metrics = name;
+        self
+    }
+
     /// Checks the options against `inner`'s client as the request starts:
     /// the lease (the client's default where none was set) and
     /// `hold_at_least` within their limits, and the wait turned into the

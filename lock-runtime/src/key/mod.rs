@@ -87,6 +87,11 @@ pub(crate) fn validate_key(key: &str) -> Result<(), LockError> {
             key.len()
         )));
     }
+    // Printable ASCII has no control character: most keys are told so
+    // without decoding a char.
+    if key.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+        return Ok(());
+    }
     if let Some(c) = key.chars().find(|c| c.is_control()) {
         return Err(LockError::InvalidKey(format!(
             "the key contains the control character {c:?}"
@@ -138,20 +143,34 @@ pub(crate) fn slot_of_bytes(bytes: &[u8]) -> u16 {
     crc16(tagged.unwrap_or(bytes)) % 16384
 }
 
+/// CRC16 (XMODEM) of `bytes`, a byte at a time from [`CRC16_TABLE`] (the
+/// bitwise loop costs eight rounds a byte, on every lock's names).
 fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for byte in bytes {
-        crc ^= u16::from(*byte) << 8;
-        for _ in 0..8 {
+    bytes.iter().fold(0, |crc: u16, byte| {
+        (crc << 8) ^ CRC16_TABLE[usize::from((crc >> 8) as u8 ^ byte)]
+    })
+}
+
+/// CRC16 (XMODEM, polynomial 0x1021) of each byte value, made at compile time.
+const CRC16_TABLE: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut crc = (i as u16) << 8;
+        let mut bit = 0;
+        while bit < 8 {
             crc = if crc & 0x8000 != 0 {
                 (crc << 1) ^ 0x1021
             } else {
                 crc << 1
             };
+            bit += 1;
         }
+        table[i] = crc;
+        i += 1;
     }
-    crc
-}
+    table
+};
 
 /// For each of the 16,384 slots, the shortest base-36 string (first in
 /// length-then-value order) whose CRC16 puts it in that slot.
@@ -411,15 +430,24 @@ impl KeyNames {
         [lock, queue, notice]: [Role; 3],
         shared: Option<[Role; 2]>,
     ) -> Self {
-        let lock = name(prefix, lock, key);
-        let [holders, fences] = shared.map_or_else(Default::default, |kinds| {
-            kinds.map(|k| name(prefix, k, key))
-        });
+        let lock_role = lock;
+        let lock = name(prefix, lock_role, key);
+        // Every name of the key is the lock's with another letter.
+        let renamed = |role: Role| {
+            let rest = &lock[prefix.len() + lock_role.letter().len_utf8()..];
+            // The lock's capacity: the same allocation size class.
+            let mut name = String::with_capacity(lock.capacity());
+            name.push_str(prefix);
+            name.push(role.letter());
+            name.push_str(rest);
+            name
+        };
+        let [holders, fences] = shared.map_or_else(Default::default, |kinds| kinds.map(renamed));
         Self {
             slot: slot(&lock),
             kind_at: prefix.len(),
-            queue: name(prefix, queue, key),
-            notice: name(prefix, notice, key),
+            queue: renamed(queue),
+            notice: renamed(notice),
             lock,
             holders,
             fences,

@@ -254,3 +254,71 @@ fn bad_keys_are_rejected_with_a_reason() {
     assert!(validate_key("ok: {tag} ünïcode").is_ok());
     assert!(validate_prefix("lock{").is_err());
 }
+
+/// The CRC16 a bit at a time, as Redis's reference writes it.
+fn crc16_bitwise(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for byte in bytes {
+        crc ^= u16::from(*byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+proptest! {
+    #[test]
+    fn the_table_crc_is_the_bitwise_one(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        prop_assert_eq!(crc16(&bytes), crc16_bitwise(&bytes));
+    }
+
+    #[test]
+    fn each_name_of_a_key_is_made_as_the_lock_name_is(key in keys(), prefix in "[a-z:]{0,6}") {
+        for kind in [Kind::Mutex, Kind::Read, Kind::Permits(3), Kind::Leader] {
+            let n = KeyNames::of_kind(&prefix, &key, kind);
+            let letter = |name: &str| name[prefix.len()..].chars().next().unwrap();
+            for made in [&n.lock, &n.queue, &n.notice] {
+                let role = ALL_ROLES.iter().find(|r| r.letter() == letter(made)).unwrap();
+                prop_assert_eq!(made, &name(&prefix, *role, &key));
+            }
+        }
+    }
+
+    #[test]
+    fn control_characters_are_refused_whatever_else_the_key_holds(key in "\\PC{0,8}", c in prop_oneof![Just('\u{0}'), Just('\u{1f}'), Just('\u{7f}'), Just('\u{85}'), Just('\u{9f}')]) {
+        let with_control = format!("{key}{c}");
+        prop_assert!(validate_key(&with_control).is_err());
+        prop_assert_eq!(validate_key(&key).is_ok(), !key.is_empty());
+    }
+}
+
+/// Every role, for the tests that look a name's letter up.
+const ALL_ROLES: [Role; 22] = [
+    Role::Lock,
+    Role::Queue,
+    Role::QueueDeadlines,
+    Role::Notice,
+    Role::Idempotency,
+    Role::IdempotencyNotice,
+    Role::RwWriter,
+    Role::RwReaders,
+    Role::RwQueue,
+    Role::RwNotice,
+    Role::RwFences,
+    Role::SemaphoreHolders,
+    Role::SemaphoreQueue,
+    Role::SemaphoreNotice,
+    Role::SemaphoreWriter,
+    Role::SemaphoreFences,
+    Role::Leader,
+    Role::LeaderQueue,
+    Role::LeaderDeadlines,
+    Role::LeaderNotice,
+    Role::LeaderRecord,
+    Role::LeaderLabels,
+];

@@ -56,7 +56,10 @@ mod tests {
         let completion = Completion::default();
         let seen = client
             .with_lock("order:1", async move {
-                run_to_completion(&completion, async { crate::current_lock().map(|l| l.key) }).await
+                run_to_completion(&completion, None, async {
+                    crate::current_lock().map(|l| l.key)
+                })
+                .await
             })
             .await
             .unwrap()

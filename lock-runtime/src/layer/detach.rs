@@ -13,11 +13,13 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
+use crate::held::Held;
 use crate::layer::completion::{Aborted, Completion};
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -27,39 +29,71 @@ type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// is dropped first, finished by a task of its own (counted by the tracker
 /// if one was given, as the request is while it runs in place). A panic of
 /// `fut` is `Err(Aborted)`, as it was from a task that panicked.
-pub(super) async fn run_to_completion<T, F>(completion: &Completion, fut: F) -> Result<T, Aborted>
+///
+/// `fut` sees the current task's locks wherever it runs, and `holding` (the
+/// request's own lock) pushed on them: one task-local scope for both.
+pub(super) fn run_to_completion<T, F>(
+    completion: &Completion,
+    holding: Option<Arc<Held>>,
+    fut: F,
+) -> Detachable<T>
 where
     F: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
+    let fut: Boxed<T> = match holding {
+        Some(held) => Box::pin(crate::context::carried_holding(held, fut)),
+        // In place, the task's locks are there already.
+        None if !completion.enabled => Box::pin(fut),
+        // The same locks in place as in a task it may move to.
+        None => Box::pin(crate::context::carried(fut)),
+    };
     if !completion.enabled {
-        return Ok(fut.await);
+        return Detachable::in_place(fut);
     }
-    detachable(completion.tracker.as_ref(), fut).await
+    Detachable::new(completion.tracker.as_ref(), fut)
 }
 
 /// `fut`, boxed at once (a caller's own future then holds a pointer, not
-/// `fut`), polled in place, and finished by a task of its own (counted by
-/// `tracker`, as it is while in place) if dropped before it ended. A panic
-/// of `fut` is `Err(Aborted)`.
+/// `fut`), polled in place with the current task's locks, and finished by a
+/// task of its own (counted by `tracker`, as it is while in place) if
+/// dropped before it ended. A panic of `fut` is `Err(Aborted)`.
 pub(super) fn detachable<T, F>(tracker: Option<&TaskTracker>, fut: F) -> Detachable<T>
 where
     F: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
-    Detachable {
-        // The same locks in place as in a task it may move to.
-        fut: Some(Box::pin(crate::context::carried(fut))),
-        tracked: tracker.map(|t| (t.clone(), t.token())),
-    }
+    Detachable::new(tracker, Box::pin(crate::context::carried(fut)))
 }
 
-/// A handler polled in place until it ends or this is dropped.
+/// A handler polled in place until it ends or this is dropped. Boxed as it
+/// is made, so that a caller's future holds a pointer, not the handler.
 pub(super) struct Detachable<T: Send + 'static> {
     /// `None` once it ended (or panicked).
     fut: Option<Boxed<T>>,
+    /// Finished by a task if dropped before it ended, a panic caught; else
+    /// (run to completion off) dropped with this, a panic not caught.
+    detach: bool,
     /// The tracker, and this request's place in its count while in place.
     tracked: Option<(TaskTracker, TaskTrackerToken)>,
+}
+
+impl<T: Send + 'static> Detachable<T> {
+    fn new(tracker: Option<&TaskTracker>, fut: Boxed<T>) -> Self {
+        Self {
+            fut: Some(fut),
+            detach: true,
+            tracked: tracker.map(|t| (t.clone(), t.token())),
+        }
+    }
+
+    fn in_place(fut: Boxed<T>) -> Self {
+        Self {
+            fut: Some(fut),
+            detach: false,
+            tracked: None,
+        }
+    }
 }
 
 impl<T: Send + 'static> Future for Detachable<T> {
@@ -70,6 +104,9 @@ impl<T: Send + 'static> Future for Detachable<T> {
         let Some(fut) = this.fut.as_mut() else {
             return Poll::Ready(Err(Aborted));
         };
+        if !this.detach {
+            return fut.as_mut().poll(cx).map(Ok);
+        }
         let polled = std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx)));
         match polled {
             Ok(Poll::Pending) => Poll::Pending,
@@ -92,6 +129,9 @@ impl<T: Send + 'static> Drop for Detachable<T> {
         let Some(fut) = self.fut.take() else {
             return;
         };
+        if !self.detach {
+            return;
+        }
         // The client went away while the handler runs: it goes on in a task.
         // Without a runtime (it is shutting down) it is dropped, as a task
         // of a runtime that shuts down is.
@@ -115,7 +155,6 @@ impl<T: Send + 'static> Drop for Detachable<T> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
@@ -140,6 +179,7 @@ mod tests {
         let with_tracker = completion(Some(tracker.clone()));
         let run = run_to_completion(
             &with_tracker,
+            None,
             finishing(done.clone(), Duration::from_millis(50)),
         );
         let gave_up = tokio::time::timeout(Duration::from_millis(10), run).await;
@@ -158,7 +198,12 @@ mod tests {
             let (completion, done) = (completion(Some(tracker.clone())), done.clone());
             // The caller stays: the handler runs in its future, not in a task.
             tokio::spawn(async move {
-                run_to_completion(&completion, finishing(done, Duration::from_millis(80))).await
+                run_to_completion(
+                    &completion,
+                    None,
+                    finishing(done, Duration::from_millis(80)),
+                )
+                .await
             })
         };
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -182,13 +227,13 @@ mod tests {
                 .num_alive_tasks()
         }
         let before = tasks();
-        let ran = run_to_completion(&completion(None), async { tasks() }).await;
+        let ran = run_to_completion(&completion(None), None, async { tasks() }).await;
         assert_eq!(ran.ok(), Some(before));
     }
 
     #[tokio::test]
     async fn a_panicking_handler_is_an_answer_not_a_panic_of_the_caller() {
-        let ran = run_to_completion(&completion(None), async {
+        let ran = run_to_completion(&completion(None), None, async {
             panic!("expected by the test");
         })
         .await;
@@ -202,7 +247,11 @@ mod tests {
             enabled: false,
             tracker: None,
         };
-        let run = run_to_completion(&off, finishing(done.clone(), Duration::from_millis(30)));
+        let run = run_to_completion(
+            &off,
+            None,
+            finishing(done.clone(), Duration::from_millis(30)),
+        );
         assert!(
             tokio::time::timeout(Duration::from_millis(5), run)
                 .await

@@ -7,6 +7,7 @@ use http::request::Parts;
 use http::{HeaderName, StatusCode};
 
 use super::key::{KeySource, parse_template};
+use super::names::RouteNames;
 use crate::LockClient;
 use crate::client::LockOptions;
 use crate::layer::TaskTracker;
@@ -59,6 +60,8 @@ pub(super) struct Config {
     pub(super) busy_status: Option<StatusCode>,
     pub(super) fail_open: bool,
     pub(super) completion: Completion,
+    /// The metrics name of each route, made once.
+    pub(super) routes: Arc<RouteNames>,
 }
 
 impl Config {
@@ -90,6 +93,7 @@ impl LockLayer {
                 busy_status: None,
                 fail_open: false,
                 completion: Completion::default(),
+                routes: Arc::default(),
             }),
         }
     }

@@ -36,6 +36,7 @@ mod extract;
 mod future;
 mod key;
 mod layer;
+mod names;
 mod service;
 
 pub use self::future::ResponseFuture;

@@ -21,7 +21,7 @@ use super::layer::Config;
 use crate::layer::bounds::{HttpBody, Wrapped};
 use crate::layer::completion::Aborted;
 use crate::layer::problem::{Refusal, problem, problem_retry};
-use crate::{LockError, LockGuard, LockInfo, context};
+use crate::{LockError, LockGuard, LockInfo};
 
 wrapped_service! {
     /// The service made by [`LockLayer`](super::LockLayer): takes the request's
@@ -132,30 +132,35 @@ where
             .extensions()
             .get::<axum::extract::MatchedPath>()
             .map_or("unrouted", axum::extract::MatchedPath::as_str);
-        options = options.metrics_name(route);
+        options = options.metrics(config.routes.get(route));
     }
     let guard = match request.options(options).acquire().await {
         Ok(guard) => guard,
         Err(e) if e.is_backend() && config.fail_open => {
             tracing::warn!(%key, error = &e as &dyn std::error::Error, "lock backend unreachable; serving without the lock (fail open)");
-            return inner.call(req).await.map(|r| r.map(Body::new));
+            // Boxed: the handler's future is not kept inline in this one
+            // for the rare request served without the lock.
+            return Box::pin(inner.call(req)).await.map(|r| r.map(Body::new));
         }
         Err(e) => return Ok(refusal(&config, &key, e)),
     };
     req.extensions_mut().insert(LockInfo {
-        key: key.clone(),
+        key,
         fencing_token: guard.fencing_token(),
     });
     // Locked: from here on the request runs to its end (unless configured
-    // otherwise), whether or not its client is still there.
-    match crate::layer::detach::run_to_completion(&config.completion, run_locked(inner, req, guard))
-        .await
+    // otherwise), whether or not its client is still there. Inside, the
+    // handler sees `current_lock()`, and a nested lock of the same key (a
+    // `#[distributed_lock]` function) re-enters.
+    let held = guard.held().clone();
+    let run = run_locked(inner, req, guard);
+    match crate::layer::detach::run_to_completion(&config.completion, Some(held.clone()), run).await
     {
         Ok(answer) => answer,
         Err(Aborted) => {
             // The guard was dropped with the task: released in the background.
             // Logged by `Completion::run` (a panic, or the runtime shutting down).
-            tracing::debug!(%key, "lock layer: the handler did not end; lock released");
+            tracing::debug!(key = %held.key, "lock layer: the handler did not end; lock released");
             let mut response = problem(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the request failed; it may be retried",
@@ -168,8 +173,9 @@ where
     }
 }
 
-/// Runs `req` on `inner` under the lock of `guard`, cancelled if the lease is
-/// lost, and hands the lock on to the response body.
+/// Runs `req` on `inner` under the lock of `guard` (inside the lock's
+/// task-local scope), cancelled if the lease is lost, and hands the lock on
+/// to the response body.
 async fn run_locked<S, B, ResB>(
     mut inner: S,
     req: Request<B>,
@@ -179,10 +185,7 @@ where
     S: Service<Request<B>, Response = Response<ResB>>,
     ResB: HttpBody,
 {
-    // Inside the scope the handler sees `current_lock()`, and a nested lock of
-    // the same key (a `#[distributed_lock]` function) re-enters.
-    let call = context::scope(guard.held().clone(), async move { inner.call(req).await });
-    let outcome = unless_lost(&guard, call).await;
+    let outcome = unless_lost(&guard, inner.call(req)).await;
     match outcome {
         Some(Ok(response)) => Ok(hand_over(response, guard).await),
         Some(Err(e)) => Err(e),

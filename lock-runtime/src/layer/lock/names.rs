@@ -1,0 +1,70 @@
+//! The metrics name of each route a [`LockLayer`](super::LockLayer) serves,
+//! made once per route instead of once per request ([`RouteNames`]).
+
+use std::sync::{Arc, RwLock};
+
+use crate::metrics::Name;
+
+/// How many routes one layer remembers; a layer on more routes than this
+/// (on a whole router of many) makes the name of the others per request.
+const ROUTES: usize = 64;
+
+/// The metrics names a layer made, by route. A layer sits on a few routes
+/// (often one: `route_layer`), so a short list scanned under a read lock
+/// costs less than making the name (an allocation) and its series' keys
+/// (labels allocated and hashed, per event) again for every request.
+#[derive(Debug, Default)]
+pub(super) struct RouteNames {
+    names: RwLock<Vec<(Box<str>, Name)>>,
+}
+
+impl RouteNames {
+    /// The metrics name of `route`.
+    pub(super) fn get(&self, route: &str) -> Name {
+        let known = |names: &[(Box<str>, Name)]| {
+            names
+                .iter()
+                .find(|(known, _)| **known == *route)
+                .map(|(_, name)| name.clone())
+        };
+        // A poisoned lock still holds a valid list (pushes do not panic midway).
+        let names = self.names.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(name) = known(&names) {
+            return name;
+        }
+        drop(names);
+        let mut names = self.names.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(name) = known(&names) {
+            return name;
+        }
+        let name = Name::new(Arc::from(route));
+        if names.len() < ROUTES {
+            names.push((route.into(), name.clone()));
+        }
+        name
+    }
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_route_gets_the_same_name_every_time_and_another_route_its_own() {
+        let names = RouteNames::default();
+        let first = names.get("/orders/{id}/pay");
+        assert!(first.same_as(&names.get("/orders/{id}/pay")));
+        assert!(!first.same_as(&names.get("/orders/{id}")));
+    }
+
+    #[test]
+    fn routes_past_the_bound_still_get_their_names() {
+        let names = RouteNames::default();
+        for i in 0..ROUTES + 3 {
+            names.get(&format!("/r{i}"));
+        }
+        let past = names.get("/past");
+        assert!(!past.same_as(&names.get("/past")));
+        assert_eq!(names.names.read().unwrap().len(), ROUTES);
+    }
+}
