@@ -1,9 +1,10 @@
 //! Small async helpers for tests of `lock_runtime`: unique keys, deadlines,
 //! probes of a lock, clients.
 
+use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError, LockGuard, LockRequest};
@@ -407,4 +408,51 @@ pub fn one_worker_runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("a one-worker runtime")
+}
+
+/// `clients` independent clients of `server` (as many processes), each in a
+/// task of its own, take the lock that `request` asks for `rounds` times in
+/// a loop and run `work` inside each time; fails unless every task is done
+/// within `limit`. Returns the counts of holders inside at once seen over
+/// the run (`{1}` for a mutex; up to the permits for a semaphore).
+pub async fn holders_in_a_loop<R, W, F>(
+    server: &RedisServer,
+    clients: usize,
+    rounds: usize,
+    limit: Duration,
+    request: R,
+    work: W,
+) -> BTreeSet<usize>
+where
+    R: Fn(&LockClient) -> LockRequest + Send + Sync + 'static,
+    W: Fn() -> F + Send + Sync + 'static,
+    F: Future<Output = ()> + Send,
+{
+    let (request, work) = (Arc::new(request), Arc::new(work));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let client = redis_client(server).await;
+        let (request, work, inside, seen) =
+            (request.clone(), work.clone(), inside.clone(), seen.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let guard = request(&client).acquire().await?;
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                seen.lock().expect("the seen counts").insert(now);
+                work().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await?;
+            }
+            Ok::<_, LockError>(())
+        }));
+    }
+    for task in tasks {
+        within(limit, "a client's loop", task)
+            .await
+            .expect("a client's task")
+            .unwrap_or_else(|e| panic!("a client's loop: {e:?}"));
+    }
+    seen.lock().expect("the seen counts").clone()
 }

@@ -12,25 +12,53 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockError};
+use lock_runtime::{LockClient, LockError, LockGuard};
 use test_support::RedisServer;
-use test_support::helpers::{is_held, key, lock_name, ms, redis_client, secs, within};
+use test_support::helpers::{
+    fixed_lease, holders_in_a_loop, is_held, key, lock_and_release, lock_name, ms, redis_client,
+    secs, within,
+};
+
+/// A `redis-server` of the test's own, a client of it, and a fresh key
+/// named after `name`.
+async fn with_client(name: &str) -> (RedisServer, LockClient, String) {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    (server, client, key(name))
+}
+
+/// Like [`with_client`], with two independent clients (two processes).
+async fn with_two_clients(name: &str) -> (RedisServer, LockClient, LockClient, String) {
+    let (server, a, key) = with_client(name).await;
+    let b = redis_client(&server).await;
+    (server, a, b, key)
+}
+
+/// Takes `key` with a renewed 300 ms lease, keeps its `lost()` future, ends
+/// the hold with `end`, and asserts that the kept future does not resolve
+/// within a second: that end (`how` names it in the failure) is no loss.
+async fn assert_an_end_is_no_loss<F: Future<Output = ()>>(
+    client: &LockClient,
+    key: &str,
+    end: impl FnOnce(LockGuard) -> F,
+    how: &str,
+) {
+    let guard = client.lock(key).ttl(ms(300)).acquire().await.unwrap();
+    let lost = guard.lost();
+    end(guard).await;
+    assert!(
+        tokio::time::timeout(ms(1000), lost).await.is_err(),
+        "lost() resolved after {how}"
+    );
+}
 
 /// redsync `TestMutexUnlockExpired`, Redisson `testExpire` (the last
 /// `unlock` throws `IllegalMonitorStateException`): a fixed lease that ran
 /// out is no longer the holder's, even when nobody took the key meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_release_of_a_fixed_lease_that_ran_out_unclaimed_is_lost() {
-    let server = RedisServer::start();
-    let client = redis_client(&server).await;
-    let key = key("unlock-expired");
-    let guard = client
-        .lock(&key)
-        .ttl(ms(300))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let (server, client, key) = with_client("unlock-expired").await;
+    let guard = fixed_lease(&client, &key, ms(300)).await.unwrap();
     tokio::time::sleep(ms(500)).await;
     assert_eq!(
         server.cli(&["EXISTS", &lock_name(&key)]),
@@ -49,17 +77,8 @@ async fn the_release_of_a_fixed_lease_that_ran_out_unclaimed_is_lost() {
 /// so, in bounded time; never `Busy` (nobody holds the key) and never a hang.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_against_a_killed_server_is_a_backend_error_in_bounded_time_never_busy() {
-    let mut server = RedisServer::start();
-    let client = redis_client(&server).await;
-    let key = key("unreachable");
-    client
-        .lock(&key)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let (mut server, client, key) = with_client("unreachable").await;
+    lock_and_release(&client, &key).await;
     server.kill();
     for wait in [Duration::ZERO, secs(1)] {
         let started = Instant::now();
@@ -82,9 +101,7 @@ async fn an_acquire_against_a_killed_server_is_a_backend_error_in_bounded_time_n
 /// by case are two locks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_that_differ_only_by_case_are_different_locks() {
-    let server = RedisServer::start();
-    let (a, b) = (redis_client(&server).await, redis_client(&server).await);
-    let lower = key("order-case-a");
+    let (_server, a, b, lower) = with_two_clients("order-case-a").await;
     let upper = lower.to_uppercase();
     assert_ne!(lower, upper);
     let held = a.lock(&lower).acquire().await.unwrap();
@@ -122,13 +139,7 @@ async fn a_key_prefix_is_a_namespace_that_never_collides_with_a_longer_key() {
         p_again.lock("n").acquire().await.unwrap_err().is_busy(),
         "one prefix, one key: one lock"
     );
-    q.lock("n")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&q, "n").await;
     bare.lock("pn")
         .acquire()
         .await
@@ -149,41 +160,26 @@ async fn sixteen_clients_locking_one_key_in_a_loop_never_overlap_and_every_itera
     const ITERATIONS: usize = 10;
     let server = RedisServer::start();
     let key = key("multi-instance");
-    let inside = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
     // A read-modify-write that loses updates unless the lock serializes it.
     let counter = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..CLIENTS {
-        let client = redis_client(&server).await;
-        let (key, inside, most, counter) =
-            (key.clone(), inside.clone(), most.clone(), counter.clone());
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..ITERATIONS {
-                let guard = client
-                    .lock(&key)
-                    .ttl(secs(5))
-                    .wait(secs(30))
-                    .acquire()
-                    .await?;
-                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
+    let increment = counter.clone();
+    let seen = holders_in_a_loop(
+        &server,
+        CLIENTS,
+        ITERATIONS,
+        secs(40),
+        move |client| client.lock(&key).ttl(secs(5)).wait(secs(30)),
+        move || {
+            let counter = increment.clone();
+            async move {
                 let read = counter.load(Ordering::SeqCst);
                 tokio::time::sleep(ms(2)).await;
                 counter.store(read + 1, Ordering::SeqCst);
-                inside.fetch_sub(1, Ordering::SeqCst);
-                guard.release().await?;
             }
-            Ok::<_, LockError>(())
-        }));
-    }
-    for task in tasks {
-        within(secs(40), "a client's loop", task)
-            .await
-            .unwrap()
-            .unwrap();
-    }
-    assert_eq!(most.load(Ordering::SeqCst), 1, "two holders at once");
+        },
+    )
+    .await;
+    assert_eq!(seen.last(), Some(&1), "two holders at once");
     assert_eq!(counter.load(Ordering::SeqCst), CLIENTS * ITERATIONS);
 }
 
@@ -194,10 +190,8 @@ async fn sixteen_clients_locking_one_key_in_a_loop_never_overlap_and_every_itera
 /// is still renewed, still holds it, and its release succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_once_churn_from_many_tasks_never_stops_the_renewal_of_the_current_holder() {
-    let server = RedisServer::start();
-    let (a, b) = (redis_client(&server).await, redis_client(&server).await);
+    let (server, a, b, key) = with_two_clients("churn").await;
     let probe = redis_client(&server).await;
-    let key = key("churn");
     let long_holds = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for i in 0..16 {
@@ -242,41 +236,20 @@ async fn try_once_churn_from_many_tasks_never_stops_the_renewal_of_the_current_h
 /// a lost lease counted, until a release marked the lease ended).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_by_the_holder_does_not_resolve_a_kept_lost_future() {
-    let server = RedisServer::start();
-    let client = redis_client(&server).await;
-    let key = key("released-not-lost");
-    let guard = client.lock(&key).ttl(ms(300)).acquire().await.unwrap();
-    let lost = guard.lost();
-    guard.release().await.unwrap();
-    assert!(
-        tokio::time::timeout(ms(1000), lost).await.is_err(),
-        "lost() resolved after a release by the holder"
-    );
+    let (_server, client, key) = with_client("released-not-lost").await;
+    let end = |guard: LockGuard| async move { guard.release().await.unwrap() };
+    assert_an_end_is_no_loss(&client, &key, end, "a release by the holder").await;
 }
 
 /// The same for a guard dropped without a release (its release goes in the
 /// background): its end is no loss either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_guard_does_not_resolve_a_kept_lost_future() {
-    let server = RedisServer::start();
-    let client = redis_client(&server).await;
-    let key = key("dropped-not-lost");
-    let guard = client.lock(&key).ttl(ms(300)).acquire().await.unwrap();
-    let lost = guard.lost();
-    drop(guard);
-    assert!(
-        tokio::time::timeout(ms(1000), lost).await.is_err(),
-        "lost() resolved after the guard was dropped"
-    );
+    let (_server, client, key) = with_client("dropped-not-lost").await;
+    let end = |guard: LockGuard| async move { drop(guard) };
+    assert_an_end_is_no_loss(&client, &key, end, "the guard was dropped").await;
     // The background release did run: the key is free.
-    client
-        .lock(&key)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&client, &key).await;
 }
 
 /// DistributedLock `TestHandleLostReturnsAlreadyCanceledIfHandleAlreadyLost`
@@ -285,9 +258,7 @@ async fn dropping_the_guard_does_not_resolve_a_kept_lost_future() {
 /// the loss resolves at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_asked_after_a_loss_resolves_at_once() {
-    let server = RedisServer::start();
-    let client = redis_client(&server).await;
-    let key = key("handle-lost");
+    let (server, client, key) = with_client("handle-lost").await;
     let guard = client.lock(&key).ttl(ms(300)).acquire().await.unwrap();
     let before = guard.lost();
     assert!(
@@ -307,10 +278,8 @@ async fn lost_asked_after_a_loss_resolves_at_once() {
 /// does not free the new holder's lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_release_frees_the_key_at_once_and_the_evicted_holder_is_told() {
-    let server = RedisServer::start();
-    let (a, b) = (redis_client(&server).await, redis_client(&server).await);
+    let (server, a, b, key) = with_two_clients("forced").await;
     let operator = redis_client(&server).await;
-    let key = key("forced");
     let evicted = a.lock(&key).ttl(ms(600)).acquire().await.unwrap();
     let old_token = evicted.fencing_token();
     assert!(operator.force_release(&key).await.unwrap());
@@ -431,9 +400,7 @@ async fn heavy_waiting_on_five_keys_leaves_no_subscription_behind() {
 /// end the outer holder's lease, and another client stays out meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentries_with_a_shorter_lease_and_their_releases_leave_the_outer_lease_whole() {
-    let server = RedisServer::start();
-    let (client, other) = (redis_client(&server).await, redis_client(&server).await);
-    let key = key("remain-ttl");
+    let (_server, client, other, key) = with_two_clients("remain-ttl").await;
     let inner_client = client.clone();
     let inner_key = key.clone();
     let left = client

@@ -10,11 +10,37 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use lock_runtime::LockError;
+use lock_runtime::{LockClient, LockError, LockGuard, LockRequest};
 use test_support::RedisServer;
 use test_support::helpers::{key, ms, redis_client, secs, within};
+
+/// Three independent clients of `server` (three processes).
+async fn three_clients(server: &RedisServer) -> (LockClient, LockClient, LockClient) {
+    (
+        redis_client(server).await,
+        redis_client(server).await,
+        redis_client(server).await,
+    )
+}
+
+/// Takes `request` at once with a fixed lease of `ttl` (no renewal): a
+/// holder whose process may die without a release.
+async fn fixed_lease_of(request: LockRequest, ttl: Duration) -> LockGuard {
+    request.ttl(ttl).renew(false).acquire().await.unwrap()
+}
+
+/// Takes the write lock `key` with `client`, waiting up to `wait`.
+async fn write_waiting(client: &LockClient, key: &str, wait: Duration) -> LockGuard {
+    client
+        .rw_lock(key)
+        .write()
+        .wait(wait)
+        .acquire()
+        .await
+        .unwrap()
+}
 
 /// Redisson `testReadLockExpiration` and
 /// `testReadLockLeaseTimeoutDiffThreadsRRW` (readers with leases of 10 s
@@ -24,38 +50,14 @@ use test_support::helpers::{key, ms, redis_client, secs, within};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_waits_for_the_longest_of_the_dead_readers_leases() {
     let server = RedisServer::start();
-    let (a, b, c) = (
-        redis_client(&server).await,
-        redis_client(&server).await,
-        redis_client(&server).await,
-    );
+    let (a, b, c) = three_clients(&server).await;
     let key = key("longest-reader");
     let started = Instant::now();
-    let long = a
-        .rw_lock(&key)
-        .read()
-        .ttl(ms(1500))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let long = fixed_lease_of(a.rw_lock(&key).read(), ms(1500)).await;
     std::mem::forget(long);
-    let short = b
-        .rw_lock(&key)
-        .read()
-        .ttl(ms(400))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let short = fixed_lease_of(b.rw_lock(&key).read(), ms(400)).await;
     std::mem::forget(short);
-    let writer = c
-        .rw_lock(&key)
-        .write()
-        .wait(secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    let writer = write_waiting(&c, &key, secs(5)).await;
     let at = started.elapsed();
     println!("the writer got in {at:?} after the 1.5 s reader");
     assert!(at >= ms(1400), "in before the longer lease ended: {at:?}");
@@ -169,21 +171,10 @@ async fn a_short_read_lease_is_renewed_and_keeps_a_writer_out_until_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_readers_renewals_do_not_keep_a_dead_readers_lease_alive() {
     let server = RedisServer::start();
-    let (a, b, c) = (
-        redis_client(&server).await,
-        redis_client(&server).await,
-        redis_client(&server).await,
-    );
+    let (a, b, c) = three_clients(&server).await;
     let key = key("zombie-reader");
     // A's process dies while reading: its 400 ms lease is never renewed.
-    let dead = a
-        .rw_lock(&key)
-        .read()
-        .ttl(ms(400))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
+    let dead = fixed_lease_of(a.rw_lock(&key).read(), ms(400)).await;
     std::mem::forget(dead);
     drop(a);
     let live = b.rw_lock(&key).read().ttl(ms(400)).acquire().await.unwrap();
@@ -209,28 +200,11 @@ async fn a_live_readers_renewals_do_not_keep_a_dead_readers_lease_alive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_write_lease_lets_the_next_writer_in_and_its_late_release_is_lost() {
     let server = RedisServer::start();
-    let (a, b, c) = (
-        redis_client(&server).await,
-        redis_client(&server).await,
-        redis_client(&server).await,
-    );
+    let (a, b, c) = three_clients(&server).await;
     let key = key("expire-write");
     let started = Instant::now();
-    let first = a
-        .rw_lock(&key)
-        .write()
-        .ttl(ms(500))
-        .renew(false)
-        .acquire()
-        .await
-        .unwrap();
-    let second = b
-        .rw_lock(&key)
-        .write()
-        .wait(secs(3))
-        .acquire()
-        .await
-        .unwrap();
+    let first = fixed_lease_of(a.rw_lock(&key).write(), ms(500)).await;
+    let second = write_waiting(&b, &key, secs(3)).await;
     let at = started.elapsed();
     assert!(at >= ms(450) && at < ms(1500), "{at:?}");
     assert!(second.fencing_token() > first.fencing_token());

@@ -7,13 +7,8 @@
 //! Each test starts its own `redis-server` on a loopback port; separate
 //! `LockClient` values stand for separate processes.
 
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
-use lock_runtime::LockError;
 use test_support::RedisServer;
-use test_support::helpers::{key, ms, redis_client, secs, within};
+use test_support::helpers::{holders_in_a_loop, key, ms, redis_client, secs};
 
 /// DistributedLock `TestConcurrencyHandling`: ten holders (here ten client
 /// instances) loop over a three-permit semaphore; the counts of holders
@@ -24,36 +19,16 @@ async fn ten_clients_on_three_permits_fill_every_permit_and_never_a_fourth() {
     const PERMITS: u32 = 3;
     let server = RedisServer::start();
     let key = key("ten-on-three");
-    let inside = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::new(Mutex::new(BTreeSet::new()));
-    let mut tasks = Vec::new();
-    for _ in 0..10 {
-        let client = redis_client(&server).await;
-        let (key, inside, seen) = (key.clone(), inside.clone(), seen.clone());
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..10 {
-                let permit = client
-                    .semaphore(&key, PERMITS)
-                    .ttl(secs(5))
-                    .wait(secs(30))
-                    .acquire()
-                    .await?;
-                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                seen.lock().unwrap().insert(now);
-                tokio::time::sleep(ms(10)).await;
-                inside.fetch_sub(1, Ordering::SeqCst);
-                permit.release().await?;
-            }
-            Ok::<_, LockError>(())
-        }));
-    }
-    for task in tasks {
-        within(secs(40), "a client's loop", task)
-            .await
-            .unwrap()
-            .unwrap();
-    }
-    let seen: Vec<usize> = seen.lock().unwrap().iter().copied().collect();
+    let seen = holders_in_a_loop(
+        &server,
+        10,
+        10,
+        secs(40),
+        move |client| client.semaphore(&key, PERMITS).ttl(secs(5)).wait(secs(30)),
+        || tokio::time::sleep(ms(10)),
+    )
+    .await;
+    let seen: Vec<usize> = seen.into_iter().collect();
     assert_eq!(seen, [1, 2, 3], "holders inside at once over the run");
 }
 
