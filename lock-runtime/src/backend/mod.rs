@@ -103,7 +103,9 @@ impl Backend {
     ) -> Result<AcquireOutcome, LockError> {
         match self {
             Backend::Redis(b) => b.acquire(lock, wait).await,
-            Backend::Redlock(b) => b.acquire(lock).await,
+            // Boxed here and below: the other backends' futures do not
+            // carry the state of a vote over several servers.
+            Backend::Redlock(b) => Box::pin(b.acquire(lock)).await,
             Backend::Memory(b) => Ok(b.acquire(lock.names, lock.token, lock.ttl, wait)),
         }
     }
@@ -113,7 +115,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => b.extend(lock).await,
             // One lease through the batched call (a majority decides).
-            Backend::Redlock(b) => Ok(b.extend_many(&[(names, token, ttl)]).await?[0]),
+            Backend::Redlock(b) => Ok(Box::pin(b.extend_many(&[(names, token, ttl)])).await?[0]),
             Backend::Memory(b) => Ok(b.extend(names, token, ttl)),
         }
     }
@@ -129,7 +131,7 @@ impl Backend {
     ) -> Result<Released, LockError> {
         match self {
             Backend::Redis(b) => b.release(lock, dequeue).await,
-            Backend::Redlock(b) => b.release(lock).await,
+            Backend::Redlock(b) => Box::pin(b.release(lock)).await,
             Backend::Memory(b) => Ok(if b.release(lock.names, lock.token, dequeue) {
                 Released::Yes
             } else {

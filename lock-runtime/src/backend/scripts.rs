@@ -70,7 +70,8 @@ pub(crate) async fn run_script<T: redis::FromRedisValue>(
 ) -> redis::RedisResult<T> {
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(conn).await?;
+            // Boxed: a caller's future holds a pointer, not the load's state.
+            Box::pin(script.prepare_invoke().load_async(conn)).await?;
             cmd.query_async(conn).await
         }
         answer => answer,

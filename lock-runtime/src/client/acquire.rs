@@ -196,7 +196,8 @@ impl Acquisition {
             let answer = match &inner.backend {
                 Backend::Redlock(redlock) => {
                     let pause = brief_split_pause(&mut self.crossing);
-                    redlock.acquire_paced(names, token, ttl, pause).await
+                    // Boxed: a single server's attempt does not carry a vote's state.
+                    Box::pin(redlock.acquire_paced(names, token, ttl, pause)).await
                 }
                 // The one place the deadline becomes a wait again: the
                 // script's.

@@ -70,9 +70,9 @@ fn retire(inner: &Inner, held: &Arc<Held>) {
 /// found nobody is a delete).
 async fn send(inner: &Inner, held: &Held, decision: Decision) -> Result<Released, LockError> {
     match decision {
-        Decision::Keep(left) => inner
-            .backend
-            .release_in(&held.names, &held.token, left)
+        // Boxed (hold_at_least only): a plain release's future does not
+        // carry this path's state.
+        Decision::Keep(left) => Box::pin(inner.backend.release_in(&held.names, &held.token, left))
             .await
             .map(|ours| {
                 if ours {
@@ -97,7 +97,8 @@ pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(
     held.end();
     let mut decision = decide(inner, &held, was_lost);
     if decision == Decision::HandOn {
-        match hand_on(inner, held).await {
+        // Boxed: only a key with waiters in this process comes here.
+        match Box::pin(hand_on(inner, held)).await {
             None => return Ok(()),
             Some(last) => (held, decision) = (last, Decision::Delete),
         }

@@ -137,16 +137,18 @@ impl RedisBackend {
     ) -> Result<AcquireOutcome, LockError> {
         let LockRef { names, token, ttl } = lock;
         if names.kind != Kind::Mutex {
-            return self.acquire_shared(lock, wait).await;
+            // Boxed: a mutex's future does not carry a shared lock's state.
+            return Box::pin(self.acquire_shared(lock, wait)).await;
         }
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
         let mut conn = self.conn(names);
         let turn = match self.route(names) {
             Route::Alone(turn) => turn,
             Route::Queued(batcher) => {
-                let reply = batcher
-                    .submit(self.acquire_op(names, token, ttl, wait_ms))
-                    .await;
+                // Boxed, as every path a plain call does not take: the
+                // caller's future then holds a pointer, not this state.
+                let reply =
+                    Box::pin(batcher.submit(self.acquire_op(names, token, ttl, wait_ms))).await;
                 let answer = reply
                     .answer
                     .map_err(|e| e.into_lock_error("acquire failed"))?;
@@ -172,7 +174,8 @@ impl RedisBackend {
 
     /// What acquire.lua's `answer` means; with replica acks, waits for them
     /// (unless a batch did: `replicated`) and gives the lock back if too few
-    /// came.
+    /// came (boxed: without replica acks the caller's future holds none of
+    /// that state).
     async fn acquired(
         &self,
         lock: LockRef<'_>,
@@ -200,16 +203,28 @@ impl RedisBackend {
             },
             _ => return Err(BackendError::new("acquire: unexpected answer").into()),
         };
-        if self.replica_acks.is_some()
-            && let Err(e) = self.replicated_or(conn, replicated).await
-        {
-            // Not durable enough: give it back before saying no.
-            let _ = self.release(lock, !wait.is_zero()).await;
-            return Err(e);
+        if self.replica_acks.is_some() {
+            Box::pin(self.durable_or_given_back(lock, wait, conn, replicated)).await?;
         }
         Ok(AcquireOutcome::Acquired {
             fencing: answer.unsigned_abs(),
         })
+    }
+
+    /// With replica acks: waits for them (unless a batch did: `replicated`),
+    /// and if too few came gives the lock back before saying no.
+    async fn durable_or_given_back(
+        &self,
+        lock: LockRef<'_>,
+        wait: Duration,
+        conn: &mut Conn,
+        replicated: Option<Result<(), String>>,
+    ) -> Result<(), LockError> {
+        if let Err(e) = self.replicated_or(conn, replicated).await {
+            let _ = self.release(lock, !wait.is_zero()).await;
+            return Err(e);
+        }
+        Ok(())
     }
 
     pub(crate) async fn extend(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
@@ -290,7 +305,7 @@ impl RedisBackend {
     ) -> Result<Released, LockError> {
         let LockRef { names, token, ttl } = lock;
         if names.kind != Kind::Mutex {
-            return self.release_shared(lock, dequeue).await;
+            return Box::pin(self.release_shared(lock, dequeue)).await;
         }
         let (answer, resent) = match self.route(names) {
             Route::Alone(turn) => {
@@ -356,11 +371,27 @@ impl RedisBackend {
         let mut conn = self.conn(names);
         // The cluster driver re-sends a request whose connection broke by
         // itself, so there a "not ours" may always follow a lost copy.
-        let mut resent = resent || matches!(conn, Conn::Cluster(_));
-        let mut answer = run_script(&mut conn, script, cmd).await;
-        // The connection's batch may go now: the re-sends below may take
-        // seconds (a slot in migration) and need not hold it up.
+        let resent = resent || matches!(conn, Conn::Cluster(_));
+        let answer = run_script(&mut conn, script, cmd).await;
+        // The connection's batch may go now: the re-sends may take seconds
+        // (a slot in migration) and need not hold it up.
         drop(turn);
+        match answer {
+            Ok(answer) => Ok((answer, resent)),
+            // Boxed: the caller's future holds a pointer, not the re-sends.
+            Err(e) => Box::pin(Self::resend_release(conn, script, cmd, resent, e)).await,
+        }
+    }
+
+    /// [`Self::send_release`] after its first copy failed with `error`.
+    async fn resend_release(
+        mut conn: Conn,
+        script: &redis::Script,
+        cmd: &redis::Cmd,
+        mut resent: bool,
+        error: redis::RedisError,
+    ) -> Result<(redis::Value, bool), LockError> {
+        let mut answer = Err(error);
         if let Err(e) = &answer
             && connection_failure(e) == Some(ConnectionFailure::Broken)
         {
