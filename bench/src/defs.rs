@@ -29,7 +29,9 @@ pub(crate) const M9_RATE: usize = 21;
 pub(crate) const M10_SEM: usize = 22;
 pub(crate) const M10_READ: usize = 23;
 pub(crate) const M11: usize = 24;
-pub(crate) const M12: usize = 25;
+pub(crate) const M11_FENCED: usize = 25;
+pub(crate) const M12: usize = 26;
+pub(crate) const M12_CHECKED: usize = 27;
 
 /// The label of rslock's hot-key side, as the table and the chart show it.
 pub(crate) const PEER_HOT: &str = "rslock acquire (retry loop)";
@@ -216,11 +218,25 @@ pub(crate) fn definitions() -> Vec<Metric> {
             RatioAtLeast(0.9),
         ),
         m(
+            "11",
+            "the least a fenced lock middleware can be (EVALSHA of SET NX PX + INCR, then EVALSHA del): req/s",
+            Unit::PerSec,
+            "hand-rolled SET NX PX + EVALSHA del middleware",
+            Info,
+        ),
+        m(
             "12",
             "axum route behind IdempotencyLayer, wrk 32 conns, unique keys: req/s",
             Unit::PerSec,
             "hand-rolled SET NX claim + SET store middleware",
             RatioAtLeast(0.9),
+        ),
+        m(
+            "12",
+            "the same claim + store with an owner-checked store (EVALSHA of GET + SET PX): req/s",
+            Unit::PerSec,
+            "hand-rolled SET NX claim + SET store middleware",
+            Info,
         ),
     ]
 }

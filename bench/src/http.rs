@@ -4,6 +4,14 @@
 //!
 //! Row 11: `LockLayer` (keyed by the path) against `SET key token NX PX 30000`,
 //! the handler, then a compare-and-delete script by `EVALSHA`; busy -> 409.
+//! Beside row 11: the least a lock middleware with fencing tokens can be (one
+//! `EVALSHA` of `SET NX PX` + `INCR` of one counter, the handler, the same
+//! compare-and-delete) against the same unfenced one: what fencing alone
+//! costs a route, whoever writes it.
+//! Beside row 12: the same claim + store middleware made safe against a
+//! late completion (its claim ran out and another request claimed the key):
+//! the claim names its owner, and the store is an owner-checked script
+//! (`GET` = owner, then `SET PX`), the least any correct one does.
 //! Row 12: `IdempotencyLayer` (its defaults) against a claim `SET idem:<key>
 //! inflight NX PX 30000`, the handler, then a store `SET idem:<key> <body> PX
 //! 86400000`; a duplicate gets the stored body, or 409 while in flight.
@@ -42,8 +50,25 @@ struct Raw {
     conn: MultiplexedConnection,
     prefix: String,
     script: std::sync::Arc<redis::Script>,
+    fenced_take: std::sync::Arc<redis::Script>,
+    checked_store: std::sync::Arc<redis::Script>,
     tokens: std::sync::Arc<AtomicU64>,
 }
+
+/// The owner-checked store: the response, only over our own claim.
+const CHECKED_STORE: &str = r#"
+if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3]) end
+return 0"#;
+
+/// The fenced take: the key if free, and a fencing token from one counter
+/// in the same atomic step (0: busy).
+const FENCED_TAKE: &str = r#"
+if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return redis.call("INCR", KEYS[2]) end
+return 0"#;
+
+/// The fencing token a fenced middleware hands its handler.
+#[derive(Clone, Copy)]
+struct Fence(#[allow(dead_code)] i64);
 
 const COMPARE_AND_DELETE: &str = r#"
 if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end
@@ -80,9 +105,48 @@ async fn raw_lock(State(raw): State<Raw>, req: Request, next: Next) -> Response 
     }
 }
 
+/// The least fenced lock: [`FENCED_TAKE`], the handler (with its fencing
+/// token), compare-and-delete.
+async fn raw_fenced_lock(State(raw): State<Raw>, mut req: Request, next: Next) -> Response {
+    let key = format!("{}{}", raw.prefix, req.uri().path());
+    let token = raw.tokens.fetch_add(1, Ordering::Relaxed).to_string();
+    let mut conn = raw.conn.clone();
+    let fence: redis::RedisResult<i64> = raw
+        .fenced_take
+        .key(&key)
+        .key(format!("{}fence", raw.prefix))
+        .arg(&token)
+        .arg(30_000)
+        .invoke_async(&mut conn)
+        .await;
+    match fence {
+        Ok(0) => return StatusCode::CONFLICT.into_response(),
+        Ok(fence) => {
+            req.extensions_mut().insert(Fence(fence));
+        }
+        Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+    let response = next.run(req).await;
+    let released: redis::RedisResult<i64> = raw
+        .script
+        .key(&key)
+        .arg(&token)
+        .invoke_async(&mut conn)
+        .await;
+    match released {
+        Ok(_) => response,
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
 /// The hand-rolled idempotency: claim with `SET NX`, the handler, store with
 /// `SET`; a duplicate gets the stored body, or 409 while the first runs.
-async fn raw_idempotency(State(raw): State<Raw>, req: Request, next: Next) -> Response {
+/// `CHECKED`: the claim is `run:<owner>` and the store [`CHECKED_STORE`].
+async fn raw_idempotency<const CHECKED: bool>(
+    State(raw): State<Raw>,
+    req: Request,
+    next: Next,
+) -> Response {
     let Some(key) = req.headers().get("idempotency-key") else {
         return StatusCode::BAD_REQUEST.into_response();
     };
@@ -92,9 +156,14 @@ async fn raw_idempotency(State(raw): State<Raw>, req: Request, next: Next) -> Re
         String::from_utf8_lossy(key.as_bytes())
     );
     let mut conn = raw.conn.clone();
+    let owner = if CHECKED {
+        format!("run:{}", raw.tokens.fetch_add(1, Ordering::Relaxed))
+    } else {
+        String::new()
+    };
     let claim: redis::RedisResult<Option<String>> = redis::cmd("SET")
         .arg(&key)
-        .arg("inflight")
+        .arg(if CHECKED { owner.as_str() } else { "inflight" })
         .arg("NX")
         .arg("PX")
         .arg(30_000)
@@ -106,7 +175,12 @@ async fn raw_idempotency(State(raw): State<Raw>, req: Request, next: Next) -> Re
             let stored: redis::RedisResult<Option<Vec<u8>>> =
                 redis::cmd("GET").arg(&key).query_async(&mut conn).await;
             return match stored {
-                Ok(Some(body)) if body != b"inflight" => (StatusCode::OK, body).into_response(),
+                Ok(Some(body)) if CHECKED && !body.starts_with(b"run:") => {
+                    (StatusCode::OK, body).into_response()
+                }
+                Ok(Some(body)) if !CHECKED && body != b"inflight" => {
+                    (StatusCode::OK, body).into_response()
+                }
                 Ok(_) => StatusCode::CONFLICT.into_response(),
                 Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
             };
@@ -117,13 +191,23 @@ async fn raw_idempotency(State(raw): State<Raw>, req: Request, next: Next) -> Re
     let Ok(body) = axum::body::to_bytes(body, 1 << 20).await else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    let stored: redis::RedisResult<()> = redis::cmd("SET")
-        .arg(&key)
-        .arg(body.as_ref())
-        .arg("PX")
-        .arg(86_400_000)
-        .query_async(&mut conn)
-        .await;
+    let stored: redis::RedisResult<()> = if CHECKED {
+        raw.checked_store
+            .key(&key)
+            .arg(&owner)
+            .arg(body.as_ref())
+            .arg(86_400_000)
+            .invoke_async(&mut conn)
+            .await
+    } else {
+        redis::cmd("SET")
+            .arg(&key)
+            .arg(body.as_ref())
+            .arg("PX")
+            .arg(86_400_000)
+            .query_async(&mut conn)
+            .await
+    };
     match stored {
         Ok(()) => Response::from_parts(parts, Body::from(body)),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
@@ -137,10 +221,14 @@ pub(crate) enum Side {
     LockLayer,
     /// The hand-rolled lock middleware.
     RawLock,
+    /// The least fenced lock middleware.
+    RawFencedLock,
     /// `IdempotencyLayer::new(client)`: its defaults.
     Idempotency,
     /// The hand-rolled claim + store middleware.
     RawIdempotency,
+    /// The same with an owner-checked store.
+    RawCheckedIdempotency,
 }
 
 /// The app of `side`, on the route `POST /orders/{id}/pay`.
@@ -154,7 +242,10 @@ pub(crate) async fn app(
     let route = match side {
         Side::LockLayer => route.route_layer(LockLayer::new(lib.clone())),
         Side::Idempotency => route.route_layer(IdempotencyLayer::new(lib.clone())),
-        Side::RawLock | Side::RawIdempotency => {
+        Side::RawLock
+        | Side::RawFencedLock
+        | Side::RawIdempotency
+        | Side::RawCheckedIdempotency => {
             let raw = Raw {
                 conn: redis
                     .get_multiplexed_async_connection()
@@ -162,12 +253,21 @@ pub(crate) async fn app(
                     .map_err(|e| format!("raw connection: {e}"))?,
                 prefix: raw_prefix.to_string(),
                 script: std::sync::Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+                fenced_take: std::sync::Arc::new(redis::Script::new(FENCED_TAKE)),
+                checked_store: std::sync::Arc::new(redis::Script::new(CHECKED_STORE)),
                 tokens: std::sync::Arc::default(),
             };
             if matches!(side, Side::RawLock) {
                 route.route_layer(middleware::from_fn_with_state(raw, raw_lock))
+            } else if matches!(side, Side::RawFencedLock) {
+                route.route_layer(middleware::from_fn_with_state(raw, raw_fenced_lock))
+            } else if matches!(side, Side::RawCheckedIdempotency) {
+                route.route_layer(middleware::from_fn_with_state(raw, raw_idempotency::<true>))
             } else {
-                route.route_layer(middleware::from_fn_with_state(raw, raw_idempotency))
+                route.route_layer(middleware::from_fn_with_state(
+                    raw,
+                    raw_idempotency::<false>,
+                ))
             }
         }
     };
@@ -231,16 +331,23 @@ pub(crate) async fn row(
 }
 
 /// Records a repetition of a row into `metric`: the rates, and notes with
-/// each side's per-request profile and any failed answers.
-pub(crate) fn record(metric: &mut crate::report::Metric, rep: usize, l: &Load, r: &Load) {
+/// each side's per-request profile (under `names`) and any failed answers.
+pub(crate) fn record(
+    metric: &mut crate::report::Metric,
+    rep: usize,
+    (l, r): (&Load, &Load),
+    names: [&str; 2],
+) {
     metric.record(l.per_sec, r.per_sec);
     metric.notes.push(format!(
-        "rep {}: per request, library: {}; hand-rolled: {}",
+        "rep {}: per request, {}: {}; {}: {}",
         rep + 1,
+        names[0],
         l.profile(),
+        names[1],
         r.profile()
     ));
-    for (load, side) in [(l, "library"), (r, "hand-rolled")] {
+    for (load, side) in [(l, names[0]), (r, names[1])] {
         if load.non_2xx + load.errors > 0 {
             metric.notes.push(format!(
                 "rep {}: {side}: {} non-2xx answers, {} socket errors",
@@ -255,13 +362,15 @@ pub(crate) fn record(metric: &mut crate::report::Metric, rep: usize, l: &Load, r
 /// Whether rows 11 and 12 can run (always, when not `wanted`): if `wrk`
 /// cannot be run, both rows are marked not measured, saying why.
 pub(crate) fn check_wrk(wanted: bool, metrics: &mut [crate::report::Metric]) -> bool {
-    use crate::defs::{M11, M12};
+    use crate::defs::{M11, M11_FENCED, M12, M12_CHECKED};
     let Err(why) = wanted.then(wrk_available).unwrap_or(Ok(())) else {
         return true;
     };
     eprintln!("rows 11 and 12 NOT YET: {why}");
     metrics[M11].not_measured = Some(why.clone());
-    metrics[M12].not_measured = Some(why);
+    metrics[M11_FENCED].not_measured = Some(why.clone());
+    metrics[M12].not_measured = Some(why.clone());
+    metrics[M12_CHECKED].not_measured = Some(why);
     false
 }
 

@@ -335,7 +335,25 @@ impl Bench<'_> {
         let prefix = &self.prefixes.raw;
         let batches = lock_runtime::__private::testing::batched_calls(&self.lib);
         let [l, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
-        http::record(&mut metrics[metric], rep, &l, &r);
+        http::record(
+            &mut metrics[metric],
+            rep,
+            (&l, &r),
+            ["library", "hand-rolled"],
+        );
+        if row == 'y' {
+            // What fencing alone costs the route, hand-rolled on both sides.
+            let sides = [Side::RawFencedLock, Side::RawLock];
+            let [f, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
+            let names = ["fenced hand-rolled", "unfenced"];
+            http::record(&mut metrics[M11_FENCED], rep, (&f, &r), names);
+        } else {
+            // What a store safe against a late completion costs, hand-rolled.
+            let sides = [Side::RawCheckedIdempotency, Side::RawIdempotency];
+            let [c, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
+            let names = ["owner-checked hand-rolled", "unchecked"];
+            http::record(&mut metrics[M12_CHECKED], rep, (&c, &r), names);
+        }
         let now = lock_runtime::__private::testing::batched_calls(&self.lib);
         let (calls, ops) = (now.0 - batches.0, now.1 - batches.1);
         metrics[metric].notes.push(format!(
