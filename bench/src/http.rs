@@ -75,55 +75,44 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) 
 return 0"#;
 
 /// The hand-rolled lock: `SET NX PX`, the handler, compare-and-delete.
-async fn raw_lock(State(raw): State<Raw>, req: Request, next: Next) -> Response {
+/// `FENCED`: the least fenced lock, [`FENCED_TAKE`] instead of the `SET`,
+/// its fencing token handed to the handler.
+async fn raw_lock<const FENCED: bool>(
+    State(raw): State<Raw>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let key = format!("{}{}", raw.prefix, req.uri().path());
     let token = raw.tokens.fetch_add(1, Ordering::Relaxed).to_string();
     let mut conn = raw.conn.clone();
-    let set: redis::RedisResult<Option<String>> = redis::cmd("SET")
-        .arg(&key)
-        .arg(&token)
-        .arg("NX")
-        .arg("PX")
-        .arg(30_000)
-        .query_async(&mut conn)
-        .await;
-    match set {
-        Ok(Some(_)) => {}
+    let taken = if FENCED {
+        let fence: redis::RedisResult<i64> = raw
+            .fenced_take
+            .key(&key)
+            .key(format!("{}fence", raw.prefix))
+            .arg(&token)
+            .arg(30_000)
+            .invoke_async(&mut conn)
+            .await;
+        fence.map(|fence| {
+            (fence != 0).then(|| {
+                req.extensions_mut().insert(Fence(fence));
+            })
+        })
+    } else {
+        let set: redis::RedisResult<Option<String>> = redis::cmd("SET")
+            .arg(&key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut conn)
+            .await;
+        set.map(|set| set.map(drop))
+    };
+    match taken {
+        Ok(Some(())) => {}
         Ok(None) => return StatusCode::CONFLICT.into_response(),
-        Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
-    }
-    let response = next.run(req).await;
-    let released: redis::RedisResult<i64> = raw
-        .script
-        .key(&key)
-        .arg(&token)
-        .invoke_async(&mut conn)
-        .await;
-    match released {
-        Ok(_) => response,
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
-}
-
-/// The least fenced lock: [`FENCED_TAKE`], the handler (with its fencing
-/// token), compare-and-delete.
-async fn raw_fenced_lock(State(raw): State<Raw>, mut req: Request, next: Next) -> Response {
-    let key = format!("{}{}", raw.prefix, req.uri().path());
-    let token = raw.tokens.fetch_add(1, Ordering::Relaxed).to_string();
-    let mut conn = raw.conn.clone();
-    let fence: redis::RedisResult<i64> = raw
-        .fenced_take
-        .key(&key)
-        .key(format!("{}fence", raw.prefix))
-        .arg(&token)
-        .arg(30_000)
-        .invoke_async(&mut conn)
-        .await;
-    match fence {
-        Ok(0) => return StatusCode::CONFLICT.into_response(),
-        Ok(fence) => {
-            req.extensions_mut().insert(Fence(fence));
-        }
         Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }
     let response = next.run(req).await;
@@ -258,9 +247,9 @@ pub(crate) async fn app(
                 tokens: std::sync::Arc::default(),
             };
             if matches!(side, Side::RawLock) {
-                route.route_layer(middleware::from_fn_with_state(raw, raw_lock))
+                route.route_layer(middleware::from_fn_with_state(raw, raw_lock::<false>))
             } else if matches!(side, Side::RawFencedLock) {
-                route.route_layer(middleware::from_fn_with_state(raw, raw_fenced_lock))
+                route.route_layer(middleware::from_fn_with_state(raw, raw_lock::<true>))
             } else if matches!(side, Side::RawCheckedIdempotency) {
                 route.route_layer(middleware::from_fn_with_state(raw, raw_idempotency::<true>))
             } else {
