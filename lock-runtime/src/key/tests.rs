@@ -1,5 +1,6 @@
 //! Key names: forms, slots, injectivity, limits.
 
+use super::slot::crc16;
 use super::*;
 use proptest::prelude::*;
 
