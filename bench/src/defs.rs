@@ -30,8 +30,10 @@ pub(crate) const M10_SEM: usize = 22;
 pub(crate) const M10_READ: usize = 23;
 pub(crate) const M11: usize = 24;
 pub(crate) const M11_FENCED: usize = 25;
-pub(crate) const M12: usize = 26;
-pub(crate) const M12_CHECKED: usize = 27;
+pub(crate) const M11_LIBRARY: usize = 26;
+pub(crate) const M12: usize = 27;
+pub(crate) const M12_CHECKED: usize = 28;
+pub(crate) const M12_LIBRARY: usize = 29;
 
 /// The label of rslock's hot-key side, as the table and the chart show it.
 pub(crate) const PEER_HOT: &str = "rslock acquire (retry loop)";
@@ -225,6 +227,13 @@ pub(crate) fn definitions() -> Vec<Metric> {
             Info,
         ),
         m(
+            "11",
+            "the library's acquire.lua + release.lua in a hand-rolled middleware (no client code): req/s",
+            Unit::PerSec,
+            "hand-rolled SET NX PX + EVALSHA del middleware",
+            Info,
+        ),
+        m(
             "12",
             "axum route behind IdempotencyLayer, wrk 32 conns, unique keys: req/s",
             Unit::PerSec,
@@ -234,6 +243,13 @@ pub(crate) fn definitions() -> Vec<Metric> {
         m(
             "12",
             "the same claim + store with an owner-checked store (EVALSHA of GET + SET PX): req/s",
+            Unit::PerSec,
+            "hand-rolled SET NX claim + SET store middleware",
+            Info,
+        ),
+        m(
+            "12",
+            "the library's record claim + idempotency_settle.lua in a hand-rolled middleware (no client code): req/s",
             Unit::PerSec,
             "hand-rolled SET NX claim + SET store middleware",
             Info,

@@ -7,11 +7,17 @@
 //! Beside row 11: the least a lock middleware with fencing tokens can be (one
 //! `EVALSHA` of `SET NX PX` + `INCR` of one counter, the handler, the same
 //! compare-and-delete) against the same unfenced one: what fencing alone
-//! costs a route, whoever writes it.
+//! costs a route, whoever writes it. And the library's own acquire.lua and
+//! release.lua in a hand-rolled middleware (the names, token and arguments
+//! the library sends, no client code around them): what the library's
+//! scripts alone cost the route, so that the rest of row 11's gap is the
+//! client's.
 //! Beside row 12: the same claim + store middleware made safe against a
 //! late completion (its claim ran out and another request claimed the key):
 //! the claim names its owner, and the store is an owner-checked script
-//! (`GET` = owner, then `SET PX`), the least any correct one does.
+//! (`GET` = owner, then `SET PX`), the least any correct one does; and the
+//! library's own record commands (its `SET NX` claim and
+//! idempotency_settle.lua, with the record it stores) by hand.
 //! Row 12: `IdempotencyLayer` (its defaults) against a claim `SET idem:<key>
 //! inflight NX PX 30000`, the handler, then a store `SET idem:<key> <body> PX
 //! 86400000`; a duplicate gets the stored body, or 409 while in flight.
@@ -52,6 +58,9 @@ struct Raw {
     script: std::sync::Arc<redis::Script>,
     fenced_take: std::sync::Arc<redis::Script>,
     checked_store: std::sync::Arc<redis::Script>,
+    library_acquire: std::sync::Arc<redis::Script>,
+    library_release: std::sync::Arc<redis::Script>,
+    library_settle: std::sync::Arc<redis::Script>,
     tokens: std::sync::Arc<AtomicU64>,
 }
 
@@ -70,68 +79,122 @@ return 0"#;
 #[derive(Clone, Copy)]
 struct Fence(#[allow(dead_code)] i64);
 
+/// The library's settle script (a record's completion), as it ships.
+const LIBRARY_SETTLE: &str = include_str!("../../lock-runtime/scripts/idempotency_settle.lua");
+
 const COMPARE_AND_DELETE: &str = r#"
 if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end
 return 0"#;
 
-/// The hand-rolled lock: `SET NX PX`, the handler, compare-and-delete.
-/// `FENCED`: the least fenced lock, [`FENCED_TAKE`] instead of the `SET`,
-/// its fencing token handed to the handler.
-async fn raw_lock<const FENCED: bool>(
+/// What a hand-rolled lock middleware sends ([`raw_lock`]'s `MODE`): `SET NX
+/// PX`, then compare-and-delete.
+const UNFENCED: u8 = 0;
+/// [`FENCED_TAKE`] instead of the `SET`, its fencing token handed to the
+/// handler: the least fenced lock.
+const FENCED: u8 = 1;
+/// The library's own acquire.lua and release.lua, with the names, token and
+/// arguments the library sends for a try-once lock, and no client code
+/// around them: what the library's scripts cost a route.
+const LIBRARY: u8 = 2;
+
+/// The hand-rolled lock: take the key (as `MODE` says), the handler, give
+/// it back; busy -> 409.
+async fn raw_lock<const MODE: u8>(
     State(raw): State<Raw>,
     mut req: Request,
     next: Next,
 ) -> Response {
-    let key = format!("{}{}", raw.prefix, req.uri().path());
-    let token = raw.tokens.fetch_add(1, Ordering::Relaxed).to_string();
-    let mut conn = raw.conn.clone();
-    let taken = if FENCED {
-        let fence: redis::RedisResult<i64> = raw
-            .fenced_take
-            .key(&key)
-            .key(format!("{}fence", raw.prefix))
-            .arg(&token)
-            .arg(30_000)
-            .invoke_async(&mut conn)
-            .await;
-        fence.map(|fence| {
-            (fence != 0).then(|| {
-                req.extensions_mut().insert(Fence(fence));
-            })
-        })
+    let path = req.uri().path();
+    let names = (MODE == LIBRARY).then(|| crate::raw::library_names(&raw.prefix, path));
+    let key = match &names {
+        Some(names) => names[0].clone(),
+        None => format!("{}{path}", raw.prefix),
+    };
+    let token = raw.tokens.fetch_add(1, Ordering::Relaxed);
+    // The library's tokens are 128 bits in hex.
+    let token = if MODE == LIBRARY {
+        format!("{token:032x}")
     } else {
-        let set: redis::RedisResult<Option<String>> = redis::cmd("SET")
-            .arg(&key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query_async(&mut conn)
-            .await;
-        set.map(|set| set.map(drop))
+        token.to_string()
+    };
+    let mut conn = raw.conn.clone();
+    let taken: redis::RedisResult<Option<i64>> = match (MODE, &names) {
+        (LIBRARY, Some(names)) => {
+            let mut call = raw.library_acquire.prepare_invoke();
+            call.key(&names[..4]).arg(&token).arg(30_000).arg(&names[4]);
+            let fence: redis::RedisResult<i64> = call.invoke_async(&mut conn).await;
+            fence.map(|fence| (fence > 0).then_some(fence))
+        }
+        (FENCED, _) => {
+            let fence: redis::RedisResult<i64> = raw
+                .fenced_take
+                .key(&key)
+                .key(format!("{}fence", raw.prefix))
+                .arg(&token)
+                .arg(30_000)
+                .invoke_async(&mut conn)
+                .await;
+            fence.map(|fence| (fence != 0).then_some(fence))
+        }
+        _ => {
+            let set: redis::RedisResult<Option<String>> = redis::cmd("SET")
+                .arg(&key)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(30_000)
+                .query_async(&mut conn)
+                .await;
+            set.map(|set| set.map(|_| 0))
+        }
     };
     match taken {
-        Ok(Some(())) => {}
+        Ok(Some(fence)) => {
+            if MODE != UNFENCED {
+                req.extensions_mut().insert(Fence(fence));
+            }
+        }
         Ok(None) => return StatusCode::CONFLICT.into_response(),
         Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }
     let response = next.run(req).await;
-    let released: redis::RedisResult<i64> = raw
-        .script
-        .key(&key)
-        .arg(&token)
-        .invoke_async(&mut conn)
-        .await;
+    let released: redis::RedisResult<redis::Value> = match &names {
+        Some(names) => {
+            let mut call = raw.library_release.prepare_invoke();
+            call.key(&names[..4]).arg(&token).arg(&names[4]);
+            call.invoke_async(&mut conn).await
+        }
+        None => {
+            raw.script
+                .key(&key)
+                .arg(&token)
+                .invoke_async(&mut conn)
+                .await
+        }
+    };
     match released {
         Ok(_) => response,
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
 
-/// The hand-rolled idempotency: claim with `SET NX`, the handler, store with
-/// `SET`; a duplicate gets the stored body, or 409 while the first runs.
-/// `CHECKED`: the claim is `run:<owner>` and the store [`CHECKED_STORE`].
-async fn raw_idempotency<const CHECKED: bool>(
+/// What a hand-rolled idempotency middleware writes ([`raw_idempotency`]'s
+/// `MODE`): a claim `SET idem:<key> inflight NX PX`, then a plain `SET` of
+/// the body.
+const UNCHECKED: u8 = 0;
+/// The claim names its owner (`run:<owner>`) and the store is
+/// [`CHECKED_STORE`].
+const CHECKED: u8 = 1;
+// `LIBRARY` (above), for a record: the library's claim (`SET <record>
+// run:<owner>:<fingerprint> NX PX`, with its 32-digit owner and 64-digit
+// fingerprint) and its idempotency_settle.lua with the arguments and the
+// completed record it sends, and no client code around them (no hashing:
+// the record's name and the fingerprint are made up to their lengths).
+
+/// The hand-rolled idempotency: claim with `SET NX`, the handler, store the
+/// response (as `MODE` says); a duplicate gets the stored body, or 409 while
+/// the first runs.
+async fn raw_idempotency<const MODE: u8>(
     State(raw): State<Raw>,
     req: Request,
     next: Next,
@@ -139,20 +202,29 @@ async fn raw_idempotency<const CHECKED: bool>(
     let Some(key) = req.headers().get("idempotency-key") else {
         return StatusCode::BAD_REQUEST.into_response();
     };
-    let key = format!(
-        "{}idem:{}",
-        raw.prefix,
-        String::from_utf8_lossy(key.as_bytes())
-    );
-    let mut conn = raw.conn.clone();
-    let owner = if CHECKED {
-        format!("run:{}", raw.tokens.fetch_add(1, Ordering::Relaxed))
+    let key = String::from_utf8_lossy(key.as_bytes());
+    let (key, notice) = if MODE == LIBRARY {
+        // Where the library has a SHA-256 in hex (64 digits).
+        let hash = format!("{key:0>64}");
+        let name = |role: &str| format!("{}{role}{{{hash}}}", raw.prefix);
+        (name("I"), name("N"))
     } else {
-        String::new()
+        (format!("{}idem:{key}", raw.prefix), String::new())
+    };
+    let mut conn = raw.conn.clone();
+    let owner = match MODE {
+        LIBRARY => format!("{:032x}", raw.tokens.fetch_add(1, Ordering::Relaxed)),
+        CHECKED => format!("run:{}", raw.tokens.fetch_add(1, Ordering::Relaxed)),
+        _ => String::new(),
+    };
+    let claimed = match MODE {
+        LIBRARY => format!("run:{owner}:{FINGERPRINT}"),
+        CHECKED => owner.clone(),
+        _ => "inflight".to_string(),
     };
     let claim: redis::RedisResult<Option<String>> = redis::cmd("SET")
         .arg(&key)
-        .arg(if CHECKED { owner.as_str() } else { "inflight" })
+        .arg(&claimed)
         .arg("NX")
         .arg("PX")
         .arg(30_000)
@@ -163,11 +235,12 @@ async fn raw_idempotency<const CHECKED: bool>(
         Ok(None) => {
             let stored: redis::RedisResult<Option<Vec<u8>>> =
                 redis::cmd("GET").arg(&key).query_async(&mut conn).await;
+            let in_flight: &[u8] = match MODE {
+                UNCHECKED => b"inflight",
+                _ => b"run:",
+            };
             return match stored {
-                Ok(Some(body)) if CHECKED && !body.starts_with(b"run:") => {
-                    (StatusCode::OK, body).into_response()
-                }
-                Ok(Some(body)) if !CHECKED && body != b"inflight" => {
+                Ok(Some(body)) if !body.starts_with(in_flight) => {
                     (StatusCode::OK, body).into_response()
                 }
                 Ok(_) => StatusCode::CONFLICT.into_response(),
@@ -180,28 +253,54 @@ async fn raw_idempotency<const CHECKED: bool>(
     let Ok(body) = axum::body::to_bytes(body, 1 << 20).await else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    let stored: redis::RedisResult<()> = if CHECKED {
-        raw.checked_store
-            .key(&key)
-            .arg(&owner)
-            .arg(body.as_ref())
-            .arg(86_400_000)
-            .invoke_async(&mut conn)
-            .await
-    } else {
-        redis::cmd("SET")
-            .arg(&key)
-            .arg(body.as_ref())
-            .arg("PX")
-            .arg(86_400_000)
-            .query_async(&mut conn)
-            .await
+    let stored: redis::RedisResult<()> = match MODE {
+        LIBRARY => {
+            let headers = "content-type:application/json\n";
+            let mut record = format!(
+                "done:{owner}:{FINGERPRINT}:{}:0:{}:{headers}",
+                parts.status.as_u16(),
+                headers.len()
+            )
+            .into_bytes();
+            record.extend_from_slice(&body);
+            let mut call = raw.library_settle.prepare_invoke();
+            call.key(&key)
+                .arg(&owner)
+                .arg(&notice)
+                .arg("PUBLISH")
+                .arg(86_400_000)
+                .arg(record);
+            let done: redis::RedisResult<i64> = call.invoke_async(&mut conn).await;
+            done.map(drop)
+        }
+        CHECKED => {
+            raw.checked_store
+                .key(&key)
+                .arg(&owner)
+                .arg(body.as_ref())
+                .arg(86_400_000)
+                .invoke_async(&mut conn)
+                .await
+        }
+        _ => {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(body.as_ref())
+                .arg("PX")
+                .arg(86_400_000)
+                .query_async(&mut conn)
+                .await
+        }
     };
     match stored {
         Ok(()) => Response::from_parts(parts, Body::from(body)),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
+
+/// The request fingerprint [`raw_idempotency`]'s `LIBRARY` mode writes: as
+/// long as the library's (a SHA-256 in hex), not computed.
+const FINGERPRINT: &str = "5f1e0c2a9b3d4e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7";
 
 /// Which middleware a side puts in front of the handler.
 #[derive(Clone, Copy, Debug)]
@@ -212,12 +311,16 @@ pub(crate) enum Side {
     RawLock,
     /// The least fenced lock middleware.
     RawFencedLock,
+    /// A hand-rolled middleware sending the library's own lock scripts.
+    RawLibraryLock,
     /// `IdempotencyLayer::new(client)`: its defaults.
     Idempotency,
     /// The hand-rolled claim + store middleware.
     RawIdempotency,
     /// The same with an owner-checked store.
     RawCheckedIdempotency,
+    /// A hand-rolled middleware sending the library's own record commands.
+    RawLibraryIdempotency,
 }
 
 /// The app of `side`, on the route `POST /orders/{id}/pay`.
@@ -233,8 +336,10 @@ pub(crate) async fn app(
         Side::Idempotency => route.route_layer(IdempotencyLayer::new(lib.clone())),
         Side::RawLock
         | Side::RawFencedLock
+        | Side::RawLibraryLock
         | Side::RawIdempotency
-        | Side::RawCheckedIdempotency => {
+        | Side::RawCheckedIdempotency
+        | Side::RawLibraryIdempotency => {
             let raw = Raw {
                 conn: redis
                     .get_multiplexed_async_connection()
@@ -244,18 +349,35 @@ pub(crate) async fn app(
                 script: std::sync::Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
                 fenced_take: std::sync::Arc::new(redis::Script::new(FENCED_TAKE)),
                 checked_store: std::sync::Arc::new(redis::Script::new(CHECKED_STORE)),
+                library_acquire: std::sync::Arc::new(redis::Script::new(
+                    crate::raw::LIBRARY_ACQUIRE,
+                )),
+                library_release: std::sync::Arc::new(redis::Script::new(
+                    crate::raw::LIBRARY_RELEASE,
+                )),
+                library_settle: std::sync::Arc::new(redis::Script::new(LIBRARY_SETTLE)),
                 tokens: std::sync::Arc::default(),
             };
             if matches!(side, Side::RawLock) {
-                route.route_layer(middleware::from_fn_with_state(raw, raw_lock::<false>))
+                route.route_layer(middleware::from_fn_with_state(raw, raw_lock::<UNFENCED>))
             } else if matches!(side, Side::RawFencedLock) {
-                route.route_layer(middleware::from_fn_with_state(raw, raw_lock::<true>))
+                route.route_layer(middleware::from_fn_with_state(raw, raw_lock::<FENCED>))
+            } else if matches!(side, Side::RawLibraryLock) {
+                route.route_layer(middleware::from_fn_with_state(raw, raw_lock::<LIBRARY>))
             } else if matches!(side, Side::RawCheckedIdempotency) {
-                route.route_layer(middleware::from_fn_with_state(raw, raw_idempotency::<true>))
+                route.route_layer(middleware::from_fn_with_state(
+                    raw,
+                    raw_idempotency::<CHECKED>,
+                ))
+            } else if matches!(side, Side::RawLibraryIdempotency) {
+                route.route_layer(middleware::from_fn_with_state(
+                    raw,
+                    raw_idempotency::<LIBRARY>,
+                ))
             } else {
                 route.route_layer(middleware::from_fn_with_state(
                     raw,
-                    raw_idempotency::<false>,
+                    raw_idempotency::<UNCHECKED>,
                 ))
             }
         }
@@ -351,15 +473,17 @@ pub(crate) fn record(
 /// Whether rows 11 and 12 can run (always, when not `wanted`): if `wrk`
 /// cannot be run, both rows are marked not measured, saying why.
 pub(crate) fn check_wrk(wanted: bool, metrics: &mut [crate::report::Metric]) -> bool {
-    use crate::defs::{M11, M11_FENCED, M12, M12_CHECKED};
+    use crate::defs::{M11, M11_FENCED, M11_LIBRARY, M12, M12_CHECKED, M12_LIBRARY};
     let Err(why) = wanted.then(wrk_available).unwrap_or(Ok(())) else {
         return true;
     };
     eprintln!("rows 11 and 12 NOT YET: {why}");
     metrics[M11].not_measured = Some(why.clone());
     metrics[M11_FENCED].not_measured = Some(why.clone());
+    metrics[M11_LIBRARY].not_measured = Some(why.clone());
     metrics[M12].not_measured = Some(why.clone());
-    metrics[M12_CHECKED].not_measured = Some(why);
+    metrics[M12_CHECKED].not_measured = Some(why.clone());
+    metrics[M12_LIBRARY].not_measured = Some(why);
     false
 }
 

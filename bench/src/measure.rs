@@ -347,12 +347,22 @@ impl Bench<'_> {
             let [f, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
             let names = ["fenced hand-rolled", "unfenced"];
             http::record(&mut metrics[M11_FENCED], rep, (&f, &r), names);
+            // What the library's scripts cost the route, with no client code.
+            let sides = [Side::RawLibraryLock, Side::RawLock];
+            let [s, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
+            let names = ["library's scripts by hand", "unfenced"];
+            http::record(&mut metrics[M11_LIBRARY], rep, (&s, &r), names);
         } else {
             // What a store safe against a late completion costs, hand-rolled.
             let sides = [Side::RawCheckedIdempotency, Side::RawIdempotency];
             let [c, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
             let names = ["owner-checked hand-rolled", "unchecked"];
             http::record(&mut metrics[M12_CHECKED], rep, (&c, &r), names);
+            // What the library's record commands cost the route, alone.
+            let sides = [Side::RawLibraryIdempotency, Side::RawIdempotency];
+            let [s, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
+            let names = ["library's record commands by hand", "unchecked"];
+            http::record(&mut metrics[M12_LIBRARY], rep, (&s, &r), names);
         }
         let now = lock_runtime::__private::testing::batched_calls(&self.lib);
         let (calls, ops) = (now.0 - batches.0, now.1 - batches.1);

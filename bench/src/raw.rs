@@ -18,8 +18,8 @@ const COMPARE_DELETE_PUBLISH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] t
 
 /// The library's own acquire and release scripts, sent by hand in row 1's
 /// informational line: what a pair costs with no client code around it.
-const LIBRARY_ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
-const LIBRARY_RELEASE: &str = include_str!("../../lock-runtime/scripts/release.lua");
+pub(crate) const LIBRARY_ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
+pub(crate) const LIBRARY_RELEASE: &str = include_str!("../../lock-runtime/scripts/release.lua");
 
 /// `SCRIPT LOAD src` on `conn`: the script's SHA1, for `EVALSHA`.
 pub(crate) async fn load_script(
