@@ -43,7 +43,7 @@ impl ToRedisArgs for Value<'_> {
         let _ = [
             state,
             b":",
-            self.owner.as_str().as_bytes(),
+            self.owner.as_bytes(),
             b":",
             self.fingerprint.as_bytes(),
         ]
