@@ -66,6 +66,83 @@ impl Name {
     }
 }
 
+/// What became of a request to an
+/// [`IdempotencyLayer`](crate::layer::IdempotencyLayer): the `outcome` label of
+/// `idempotency_requests_total`.
+#[cfg(feature = "axum")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum IdempotencyOutcome {
+    Claimed,
+    Replayed,
+    PayloadMismatch,
+    InFlight,
+    StoreUnavailable,
+}
+
+#[cfg(feature = "axum")]
+impl IdempotencyOutcome {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    const COUNT: usize = 5;
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn label(self) -> &'static str {
+        match self {
+            Self::Claimed => "claimed",
+            Self::Replayed => "replayed",
+            Self::PayloadMismatch => "payload_mismatch",
+            Self::InFlight => "in_flight",
+            Self::StoreUnavailable => "store_unavailable",
+        }
+    }
+}
+
+/// The `route` label of an idempotency layer's series, with their keys
+/// built once, on first use, and shared by the route's requests (as
+/// [`Name`] does for a lock's). Empty without the `metrics` feature.
+#[cfg(feature = "axum")]
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Route {
+    #[cfg(feature = "metrics")]
+    keys: Arc<RouteKeys>,
+}
+
+#[cfg(all(feature = "axum", feature = "metrics"))]
+#[derive(Debug, Default)]
+struct RouteKeys {
+    route: Arc<str>,
+    built: [std::sync::OnceLock<metrics::Key>; IdempotencyOutcome::COUNT],
+}
+
+#[cfg(feature = "axum")]
+impl Route {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(route: &str) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            keys: Arc::new(RouteKeys {
+                route: Arc::from(route),
+                built: Default::default(),
+            }),
+        }
+    }
+
+    #[cfg(feature = "metrics")]
+    fn key(&self, outcome: IdempotencyOutcome) -> &metrics::Key {
+        self.keys.built[outcome as usize].get_or_init(|| {
+            metrics::Key::from_parts(
+                "idempotency_requests_total",
+                vec![
+                    metrics::Label::new(
+                        "route",
+                        metrics::SharedString::from(self.keys.route.clone()),
+                    ),
+                    metrics::Label::from_static_parts("outcome", outcome.label()),
+                ],
+            )
+        })
+    }
+}
+
 #[cfg(feature = "metrics")]
 mod report {
     use std::sync::OnceLock;
@@ -229,9 +306,9 @@ mod report {
     }
 
     #[cfg(feature = "axum")]
-    pub(crate) fn idempotency(route: &str, outcome: &'static str) {
-        metrics::counter!("idempotency_requests_total", "route" => route.to_owned(), "outcome" => outcome)
-            .increment(1);
+    pub(crate) fn idempotency(route: &Route, outcome: IdempotencyOutcome) {
+        let key = route.key(outcome);
+        metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
     }
 }
 
@@ -249,7 +326,7 @@ mod report {
     pub(crate) fn campaigning(name: &str) {}
     pub(crate) fn elected(name: &str) {}
     #[cfg(feature = "axum")]
-    pub(crate) fn idempotency(route: &str, outcome: &'static str) {}
+    pub(crate) fn idempotency(route: &Route, outcome: IdempotencyOutcome) {}
 }
 
 pub(crate) use report::*;
