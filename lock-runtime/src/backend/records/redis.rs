@@ -36,13 +36,16 @@ pub(super) async fn claim_on(
     claim: &RecordClaim<'_>,
 ) -> Result<Claim, LockError> {
     let mut conn = node.connection();
-    let set: Option<()> = redis::cmd("SET")
+    let value = Value {
+        owner: claim.token,
+        fingerprint: claim.fingerprint,
+        response: None,
+    };
+    // Sized once: grown from empty, the command was copied three times.
+    let set: Option<()> = redis::Cmd::with_capacity(6, claim.record.len() + value.len_hint() + 32)
+        .arg("SET")
         .arg(claim.record)
-        .arg(Value {
-            owner: claim.token,
-            fingerprint: claim.fingerprint,
-            response: None,
-        })
+        .arg(value)
         .arg("NX")
         .arg("PX")
         .arg(millis(claim.lease))
@@ -175,7 +178,8 @@ async fn settle(
     // One command built in place (`evalsha`), not the driver's
     // `ScriptInvocation`, which copies each argument into a vector of its
     // own and then into the command: every request that ran settles.
-    let mut call = evalsha(&SETTLE, 1, 6, record.len() + notice.len() + 160);
+    let value_len = stored.as_ref().map_or(0, |(_, value)| value.len_hint());
+    let mut call = evalsha(&SETTLE, 1, 6, record.len() + notice.len() + value_len + 160);
     call.arg(record)
         .arg(token)
         .arg(notice)
