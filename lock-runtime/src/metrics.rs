@@ -103,14 +103,7 @@ impl IdempotencyOutcome {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Route {
     #[cfg(feature = "metrics")]
-    keys: Arc<RouteKeys>,
-}
-
-#[cfg(all(feature = "axum", feature = "metrics"))]
-#[derive(Debug, Default)]
-struct RouteKeys {
-    route: Arc<str>,
-    built: [std::sync::OnceLock<metrics::Key>; IdempotencyOutcome::COUNT],
+    keys: Arc<report::RouteKeys>,
 }
 
 #[cfg(feature = "axum")]
@@ -119,27 +112,8 @@ impl Route {
     pub(crate) fn new(route: &str) -> Self {
         Self {
             #[cfg(feature = "metrics")]
-            keys: Arc::new(RouteKeys {
-                route: Arc::from(route),
-                built: Default::default(),
-            }),
+            keys: Arc::new(report::RouteKeys::new(route)),
         }
-    }
-
-    #[cfg(feature = "metrics")]
-    fn key(&self, outcome: IdempotencyOutcome) -> &metrics::Key {
-        self.keys.built[outcome as usize].get_or_init(|| {
-            metrics::Key::from_parts(
-                "idempotency_requests_total",
-                vec![
-                    metrics::Label::new(
-                        "route",
-                        metrics::SharedString::from(self.keys.route.clone()),
-                    ),
-                    metrics::Label::from_static_parts("outcome", outcome.label()),
-                ],
-            )
-        })
     }
 }
 
@@ -153,6 +127,37 @@ mod report {
 
     static METADATA: Metadata<'static> =
         Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+    /// The keys of one route's idempotency series, each built on its first
+    /// use.
+    #[cfg(feature = "axum")]
+    #[derive(Debug, Default)]
+    pub(crate) struct RouteKeys {
+        route: Arc<str>,
+        built: [OnceLock<Key>; IdempotencyOutcome::COUNT],
+    }
+
+    #[cfg(feature = "axum")]
+    impl RouteKeys {
+        pub(super) fn new(route: &str) -> Self {
+            Self {
+                route: Arc::from(route),
+                built: Default::default(),
+            }
+        }
+
+        fn key(&self, outcome: IdempotencyOutcome) -> &Key {
+            self.built[outcome as usize].get_or_init(|| {
+                Key::from_parts(
+                    "idempotency_requests_total",
+                    vec![
+                        Label::new("route", metrics::SharedString::from(self.route.clone())),
+                        Label::from_static_parts("outcome", outcome.label()),
+                    ],
+                )
+            })
+        }
+    }
 
     /// A series of a named lock: its metric and, where it has one, its
     /// `outcome` label.
@@ -307,7 +312,7 @@ mod report {
 
     #[cfg(feature = "axum")]
     pub(crate) fn idempotency(route: &Route, outcome: IdempotencyOutcome) {
-        let key = route.key(outcome);
+        let key = route.keys.key(outcome);
         metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
     }
 }
