@@ -10,9 +10,28 @@ tokio::task_local! {
     static HELD: Stack;
 }
 
-/// The locks the current task holds through `with_lock`, innermost last.
+/// The locks the current task holds through `with_lock`: the innermost
+/// inline (a task holding one lock, as a locked request's handler does,
+/// needs no allocation for it), the ones around it outermost first.
 #[derive(Clone, Default)]
-struct Stack(Vec<Arc<Held>>);
+struct Stack {
+    top: Option<Arc<Held>>,
+    /// Empty while `top` is `None`.
+    below: Vec<Arc<Held>>,
+}
+
+impl Stack {
+    fn push(&mut self, held: Arc<Held>) {
+        if let Some(outer) = self.top.replace(held) {
+            self.below.push(outer);
+        }
+    }
+
+    /// Innermost first.
+    fn iter(&self) -> impl Iterator<Item = &Arc<Held>> {
+        self.top.iter().chain(self.below.iter().rev())
+    }
+}
 
 /// A lock held by the current task, as seen by [`current_lock`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +65,7 @@ pub struct LockInfo {
 /// ```
 pub fn current_lock() -> Option<LockInfo> {
     HELD.try_with(|stack| {
-        stack.0.last().map(|held| LockInfo {
+        stack.top.as_ref().map(|held| LockInfo {
             key: held.key.clone(),
             fencing_token: held.fencing,
         })
@@ -67,9 +86,7 @@ pub(crate) fn find(client_id: u64, key: &str, kind: Kind) -> Option<Arc<Held>> {
     };
     HELD.try_with(|stack| {
         stack
-            .0
             .iter()
-            .rev()
             .find(|held| {
                 held.client_id == client_id
                     && held.key == key
@@ -88,36 +105,54 @@ pub(crate) fn find(client_id: u64, key: &str, kind: Kind) -> Option<Arc<Held>> {
 /// Runs `fut` with `held` pushed on the current task's stack.
 pub(crate) async fn scope<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
     let mut stack = HELD.try_with(Stack::clone).unwrap_or_default();
-    stack.0.push(held);
+    stack.push(held);
     HELD.scope(stack, fut).await
 }
 
-/// `fut`, carrying the current task's locks with it: a future spawned as a
-/// task of its own (a handler run to completion by a tower layer) sees the
-/// same `current_lock()` and re-enters the same locks as its spawner.
+/// The current task's locks, to poll a future with them wherever it runs:
+/// a handler run to completion by a tower layer sees the same
+/// `current_lock()` and re-enters the same locks as its caller, in place
+/// or in the task it may move to.
 #[cfg(feature = "axum")]
-pub(crate) fn carried<F: Future>(fut: F) -> impl Future<Output = F::Output> {
-    let stack = HELD.try_with(Stack::clone).unwrap_or_default();
-    HELD.scope(stack, fut)
-}
+#[derive(Clone, Default)]
+pub(crate) struct Carried(Stack);
 
-/// `fut`, carrying the current task's locks and `held` pushed on them (the
-/// innermost): [`scope`] inside [`carried`], in one task-local scope.
 #[cfg(feature = "axum")]
-pub(crate) fn carried_holding<F: Future>(
-    held: Arc<Held>,
-    fut: F,
-) -> impl Future<Output = F::Output> {
-    let mut stack = HELD.try_with(Stack::clone).unwrap_or_default();
-    stack.0.push(held);
-    HELD.scope(stack, fut)
+impl Carried {
+    /// The current task's locks, and `holding` pushed on them (the
+    /// innermost) if given.
+    pub(crate) fn here(holding: Option<Arc<Held>>) -> Self {
+        let mut stack = HELD.try_with(Stack::clone).unwrap_or_default();
+        if let Some(held) = holding {
+            stack.push(held);
+        }
+        Self(stack)
+    }
+
+    /// Polls `fut` with these locks as the task's (what a
+    /// `tokio::task::LocalKey::scope` future does on each poll; done here,
+    /// the future needs no wrapper to be boxed and moved with it).
+    pub(crate) fn poll<F: Future + ?Sized>(
+        &self,
+        fut: std::pin::Pin<&mut F>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        HELD.sync_scope(self.0.clone(), || fut.poll(cx))
+    }
+
+    /// `fut` with these locks, for a task of its own.
+    pub(crate) fn scope<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
+        HELD.scope(self.0, fut)
+    }
 }
 
 /// Runs `fut` with every lock of `held` pushed on the current task's stack,
 /// in order (the last is the innermost): nested scopes, one per lock, in one.
 pub(crate) async fn scope_all<F: Future>(held: Vec<Arc<Held>>, fut: F) -> F::Output {
     let mut stack = HELD.try_with(Stack::clone).unwrap_or_default();
-    stack.0.extend(held);
+    for held in held {
+        stack.push(held);
+    }
     HELD.scope(stack, fut).await
 }
 

@@ -66,6 +66,57 @@ impl Name {
     }
 }
 
+/// What became of a request to an
+/// [`IdempotencyLayer`](crate::layer::IdempotencyLayer): the `outcome` label of
+/// `idempotency_requests_total`.
+#[cfg(feature = "axum")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum IdempotencyOutcome {
+    Claimed,
+    Replayed,
+    PayloadMismatch,
+    InFlight,
+    StoreUnavailable,
+}
+
+#[cfg(feature = "axum")]
+impl IdempotencyOutcome {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    const COUNT: usize = 5;
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn label(self) -> &'static str {
+        match self {
+            Self::Claimed => "claimed",
+            Self::Replayed => "replayed",
+            Self::PayloadMismatch => "payload_mismatch",
+            Self::InFlight => "in_flight",
+            Self::StoreUnavailable => "store_unavailable",
+        }
+    }
+}
+
+/// The `route` label of an idempotency layer's series, with their keys
+/// built once, on first use, and shared by the route's requests (as
+/// [`Name`] does for a lock's). Empty without the `metrics` feature.
+#[cfg(feature = "axum")]
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Route {
+    #[cfg(feature = "metrics")]
+    keys: Arc<report::RouteKeys>,
+}
+
+#[cfg(feature = "axum")]
+impl Route {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(route: &str) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            keys: Arc::new(report::RouteKeys::new(route)),
+        }
+    }
+}
+
 #[cfg(feature = "metrics")]
 mod report {
     use std::sync::OnceLock;
@@ -76,6 +127,37 @@ mod report {
 
     static METADATA: Metadata<'static> =
         Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+    /// The keys of one route's idempotency series, each built on its first
+    /// use.
+    #[cfg(feature = "axum")]
+    #[derive(Debug, Default)]
+    pub(crate) struct RouteKeys {
+        route: Arc<str>,
+        built: [OnceLock<Key>; IdempotencyOutcome::COUNT],
+    }
+
+    #[cfg(feature = "axum")]
+    impl RouteKeys {
+        pub(super) fn new(route: &str) -> Self {
+            Self {
+                route: Arc::from(route),
+                built: Default::default(),
+            }
+        }
+
+        fn key(&self, outcome: IdempotencyOutcome) -> &Key {
+            self.built[outcome as usize].get_or_init(|| {
+                Key::from_parts(
+                    "idempotency_requests_total",
+                    vec![
+                        Label::new("route", metrics::SharedString::from(self.route.clone())),
+                        Label::from_static_parts("outcome", outcome.label()),
+                    ],
+                )
+            })
+        }
+    }
 
     /// A series of a named lock: its metric and, where it has one, its
     /// `outcome` label.
@@ -229,9 +311,9 @@ mod report {
     }
 
     #[cfg(feature = "axum")]
-    pub(crate) fn idempotency(route: &str, outcome: &'static str) {
-        metrics::counter!("idempotency_requests_total", "route" => route.to_owned(), "outcome" => outcome)
-            .increment(1);
+    pub(crate) fn idempotency(route: &Route, outcome: IdempotencyOutcome) {
+        let key = route.keys.key(outcome);
+        metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
     }
 }
 
@@ -249,7 +331,7 @@ mod report {
     pub(crate) fn campaigning(name: &str) {}
     pub(crate) fn elected(name: &str) {}
     #[cfg(feature = "axum")]
-    pub(crate) fn idempotency(route: &str, outcome: &'static str) {}
+    pub(crate) fn idempotency(route: &Route, outcome: IdempotencyOutcome) {}
 }
 
 pub(crate) use report::*;

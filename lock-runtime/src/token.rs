@@ -127,15 +127,33 @@ impl Token {
         Self(hex)
     }
 
+    /// The token as text. Checks its bytes (ASCII, always) on each call:
+    /// commands take the token as it is ([`redis::ToRedisArgs`]), without.
     pub(crate) fn as_str(&self) -> &str {
         // Only ever ASCII hex digits.
         std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
+    /// The token's bytes (ASCII), as they go into a command.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
     }
 
     /// SHA-1 of the token, in hex: how release notices name a new owner, so
     /// that subscribers to a notice channel never learn a token.
     pub(crate) fn digest(&self) -> String {
         sha1_smol::Sha1::from(&self.0[..]).digest().to_string()
+    }
+}
+
+/// The token as one argument of a command: its bytes, the same as
+/// [`Token::as_str`]'s, written without the UTF-8 check.
+impl redis::ToRedisArgs for Token {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        out.write_arg(&self.0);
     }
 }
 
@@ -183,5 +201,15 @@ mod tests {
         let drawn = [7u8; 16];
         assert_ne!(Token::salted(drawn, &salt), Token::salted(drawn, &child));
         assert_eq!(known.digest(), "f1c535d30a9422bba09bf70b77eb55fd35225caa");
+    }
+
+    #[test]
+    fn a_token_goes_into_a_command_as_its_text() {
+        let token = Token::for_test();
+        assert_eq!(
+            redis::ToRedisArgs::to_redis_args(&token),
+            redis::ToRedisArgs::to_redis_args(&token.as_str())
+        );
+        assert_eq!(token.as_bytes(), token.as_str().as_bytes());
     }
 }

@@ -158,7 +158,7 @@ pub(crate) enum Role {
 }
 
 impl Role {
-    fn letter(self) -> char {
+    pub(crate) fn letter(self) -> char {
         match self {
             Role::Lock => 'L',
             Role::Queue => 'Q',

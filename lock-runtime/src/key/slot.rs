@@ -4,8 +4,14 @@
 /// `true` if Redis Cluster would hash only a part of `key`: a `{` followed later
 /// by a `}` with at least one byte between them.
 pub(crate) fn has_hash_tag(key: &str) -> bool {
-    match key.find('{') {
-        Some(open) => key[open + 1..].find('}').is_some_and(|close| close > 0),
+    // Bytes, not chars: `{` and `}` are ASCII, and never part of another
+    // UTF-8 sequence.
+    let key = key.as_bytes();
+    match key.iter().position(|b| *b == b'{') {
+        Some(open) => key[open + 1..]
+            .iter()
+            .position(|b| *b == b'}')
+            .is_some_and(|close| close > 0),
         None => false,
     }
 }
@@ -87,10 +93,29 @@ static SLOT_TAGS: std::sync::LazyLock<Box<[[u8; 4]]>> = std::sync::LazyLock::new
 /// The tag of `slot`'s fencing counter: at most 4 of `[0-9a-z]`, hashing
 /// to `slot`.
 pub(crate) fn slot_tag(slot: u16) -> &'static str {
-    let tag = &SLOT_TAGS[usize::from(slot % 16384)];
-    let len = tag.iter().position(|b| *b == 0).unwrap_or(tag.len());
-    std::str::from_utf8(&tag[..len]).unwrap_or_default()
+    let (text, ends) = &*SLOT_TAG_TEXT;
+    let slot = usize::from(slot % 16384);
+    let start = if slot == 0 {
+        0
+    } else {
+        ends[slot - 1] as usize
+    };
+    text.get(start..ends[slot] as usize).unwrap_or_default()
 }
+
+/// Every slot's tag, one after the other in one string, and where each
+/// ends: a tag is then a slice of text checked once, not bytes to check
+/// for UTF-8 on each of the two calls of every acquire and release.
+static SLOT_TAG_TEXT: std::sync::LazyLock<(String, Box<[u32]>)> = std::sync::LazyLock::new(|| {
+    let mut text = String::with_capacity(4 * SLOT_TAGS.len());
+    let mut ends = Vec::with_capacity(SLOT_TAGS.len());
+    for tag in SLOT_TAGS.iter() {
+        // Base-36 digits: ASCII, one char each.
+        text.extend(tag.iter().take_while(|b| **b != 0).map(|b| char::from(*b)));
+        ends.push(text.len() as u32);
+    }
+    (text, ends.into_boxed_slice())
+});
 
 /// The fencing counter every key of `slot` shares.
 pub(super) fn slot_counter(prefix: &str, slot: u16) -> String {

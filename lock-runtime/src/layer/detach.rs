@@ -19,6 +19,7 @@ use std::task::{Context, Poll};
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
+use crate::context::Carried;
 use crate::held::Held;
 use crate::layer::completion::{Aborted, Completion};
 
@@ -31,7 +32,7 @@ type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// `fut` is `Err(Aborted)`, as it was from a task that panicked.
 ///
 /// `fut` sees the current task's locks wherever it runs, and `holding` (the
-/// request's own lock) pushed on them: one task-local scope for both.
+/// request's own lock) pushed on them.
 pub(super) fn run_to_completion<T, F>(
     completion: &Completion,
     holding: Option<Arc<Held>>,
@@ -41,17 +42,20 @@ where
     F: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
-    let fut: Boxed<T> = match holding {
-        Some(held) => Box::pin(crate::context::carried_holding(held, fut)),
+    // Boxed first: the box is all that moves from here on (a handler's
+    // future is large, and each move copies all of it).
+    let fut: Boxed<T> = Box::pin(fut);
+    let locks = match holding {
+        Some(held) => Some(Carried::here(Some(held))),
         // In place, the task's locks are there already.
-        None if !completion.enabled => Box::pin(fut),
+        None if !completion.enabled => None,
         // The same locks in place as in a task it may move to.
-        None => Box::pin(crate::context::carried(fut)),
+        None => Some(Carried::here(None)),
     };
     if !completion.enabled {
-        return Detachable::in_place(fut);
+        return Detachable::in_place(fut, locks);
     }
-    Detachable::new(completion.tracker.as_ref(), fut)
+    Detachable::new(completion.tracker.as_ref(), fut).with_locks(locks.unwrap_or_default())
 }
 
 /// `fut`, boxed at once (a caller's own future then holds a pointer, not
@@ -63,7 +67,7 @@ where
     F: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
-    Detachable::new(tracker, Box::pin(crate::context::carried(fut)))
+    Detachable::new(tracker, Box::pin(fut)).with_locks(Carried::here(None))
 }
 
 /// A handler polled in place until it ends or this is dropped. Boxed as it
@@ -71,6 +75,9 @@ where
 pub(super) struct Detachable<T: Send + 'static> {
     /// `None` once it ended (or panicked).
     fut: Option<Boxed<T>>,
+    /// The task's locks the handler sees on each poll, here and in a task
+    /// it moves to; `None`: polled as it is (in place, with the caller's).
+    locks: Option<Carried>,
     /// Finished by a task if dropped before it ended, a panic caught; else
     /// (run to completion off) dropped with this, a panic not caught.
     detach: bool,
@@ -82,17 +89,24 @@ impl<T: Send + 'static> Detachable<T> {
     fn new(tracker: Option<&TaskTracker>, fut: Boxed<T>) -> Self {
         Self {
             fut: Some(fut),
+            locks: None,
             detach: true,
             tracked: tracker.map(|t| (t.clone(), t.token())),
         }
     }
 
-    fn in_place(fut: Boxed<T>) -> Self {
+    fn in_place(fut: Boxed<T>, locks: Option<Carried>) -> Self {
         Self {
             fut: Some(fut),
+            locks,
             detach: false,
             tracked: None,
         }
+    }
+
+    fn with_locks(mut self, locks: Carried) -> Self {
+        self.locks = Some(locks);
+        self
     }
 }
 
@@ -104,10 +118,15 @@ impl<T: Send + 'static> Future for Detachable<T> {
         let Some(fut) = this.fut.as_mut() else {
             return Poll::Ready(Err(Aborted));
         };
+        let locks = &this.locks;
+        let mut poll = |cx: &mut Context<'_>| match locks {
+            Some(locks) => locks.poll(fut.as_mut(), cx),
+            None => fut.as_mut().poll(cx),
+        };
         if !this.detach {
-            return fut.as_mut().poll(cx).map(Ok);
+            return poll(cx).map(Ok);
         }
-        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx)));
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| poll(cx)));
         match polled {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(output)) => {
@@ -139,8 +158,9 @@ impl<T: Send + 'static> Drop for Detachable<T> {
             tracing::warn!("a request's handler was cancelled (the runtime shut down)");
             return;
         };
+        let locks = self.locks.take().unwrap_or_default();
         let finish = async move {
-            let _ = fut.await;
+            let _ = locks.scope(fut).await;
         };
         match self.tracked.take() {
             Some((tracker, _token)) => {
@@ -188,6 +208,32 @@ mod tests {
         tracker.close();
         tracker.wait().await;
         assert!(done.load(Ordering::SeqCst), "the handler was cut off");
+    }
+
+    #[tokio::test]
+    async fn a_handler_moved_into_a_task_still_sees_its_callers_locks() {
+        let client = crate::LockClient::builder().memory().build().await.unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let tracker = TaskTracker::new();
+        let with_tracker = completion(Some(tracker.clone()));
+        client
+            .with_lock("order:7", async {
+                let run = run_to_completion(&with_tracker, None, async move {
+                    let in_place = crate::current_lock().map(|l| l.key);
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    // By now in a task of its own: its caller gave up.
+                    let _ = tx.send((in_place, crate::current_lock().map(|l| l.key)));
+                });
+                let gave_up = tokio::time::timeout(Duration::from_millis(5), run).await;
+                assert!(gave_up.is_err());
+            })
+            .await
+            .unwrap();
+        tracker.close();
+        tracker.wait().await;
+        let seen = rx.await.unwrap();
+        let key = Some("order:7".to_owned());
+        assert_eq!(seen, (key.clone(), key));
     }
 
     #[tokio::test]

@@ -179,6 +179,7 @@ mod detach;
 pub mod idempotency;
 pub mod lock;
 mod problem;
+mod routes;
 
 /// Counts the handlers the layers run to completion, so a graceful shutdown
 /// can wait for them: give one to [`LockLayer::task_tracker`] and

@@ -2,7 +2,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::key::{Role, name};
+use crate::key::Role;
 
 /// The Redis names of one record: the record itself and its notice channel,
 /// in one hash slot.
@@ -18,9 +18,21 @@ impl RecordNames {
     /// any length and content make a short name.
     pub(crate) fn hashed(prefix: &str, parts: &[&[u8]], tail: &[u8]) -> Self {
         let hash = digest(parts, tail);
+        // `key::name` of a hex digest, which has no hash tag to look for:
+        // the digest in braces (the `names_of_a_digest_are_key_names` test
+        // holds the two to one spelling).
+        let named = |role: Role| {
+            let mut name = String::with_capacity(prefix.len() + hash.len() + 4);
+            name.push_str(prefix);
+            name.push(role.letter());
+            name.push('{');
+            name.push_str(&hash);
+            name.push('}');
+            name
+        };
         Self {
-            record: name(prefix, Role::Idempotency, &hash),
-            notice: name(prefix, Role::IdempotencyNotice, &hash),
+            record: named(Role::Idempotency),
+            notice: named(Role::IdempotencyNotice),
         }
     }
 }
@@ -34,10 +46,35 @@ pub(crate) fn digest(parts: &[&[u8]], tail: &[u8]) -> String {
     }
     hasher.update(tail);
     let hash = hasher.finalize();
-    let mut hex = String::with_capacity(64);
-    for byte in hash {
-        hex.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
-        hex.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
+    let mut hex = [0u8; 64];
+    for (pair, byte) in hex.chunks_exact_mut(2).zip(hash) {
+        pair[0] = b"0123456789abcdef"[usize::from(byte >> 4)];
+        pair[1] = b"0123456789abcdef"[usize::from(byte & 0xf)];
     }
-    hex
+    // Hex digits: ASCII, checked in one pass rather than pushed a char at
+    // a time.
+    std::str::from_utf8(&hex).unwrap_or_default().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::name;
+
+    #[test]
+    fn names_of_a_digest_are_key_names() {
+        for (prefix, key) in [("lock:", &b"k-1"[..]), ("", b""), ("p{x}:", b"}{")] {
+            let names = RecordNames::hashed(prefix, &[key], b"record");
+            let hash = digest(&[key], b"record");
+            assert_eq!(hash.len(), 64);
+            assert!(hash.bytes().all(|b| b.is_ascii_hexdigit()));
+            assert_eq!(names.record, name(prefix, Role::Idempotency, &hash));
+            assert_eq!(names.notice, name(prefix, Role::IdempotencyNotice, &hash));
+        }
+        // SHA-256 of nothing, in lowercase hex, as every version wrote it.
+        assert_eq!(
+            digest(&[], b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
 }

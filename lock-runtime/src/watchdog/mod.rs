@@ -72,7 +72,9 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct State {
-    entries: HashMap<u64, Entry>,
+    /// By the lease's id: a number the client counts up, never a caller's
+    /// input, so a fast hash serves (no crafted collisions to fear).
+    entries: HashMap<u64, Entry, foldhash::fast::RandomState>,
     timers: BTreeSet<(Instant, u64)>,
     /// When the scheduler will wake up by itself, if it sleeps.
     sleeping_until: Option<Instant>,

@@ -12,7 +12,7 @@ use super::{Claim, RecordClaim, StoredResponse};
 use crate::LockError;
 use crate::backend::redis::RedisBackend;
 use crate::backend::redlock::RedlockBackend;
-use crate::backend::scripts::millis;
+use crate::backend::scripts::{evalsha, millis, run_script};
 use crate::error::BackendError;
 use crate::key::slot;
 use crate::token::Token;
@@ -36,13 +36,16 @@ pub(super) async fn claim_on(
     claim: &RecordClaim<'_>,
 ) -> Result<Claim, LockError> {
     let mut conn = node.connection();
-    let set: Option<()> = redis::cmd("SET")
+    let value = Value {
+        owner: claim.token,
+        fingerprint: claim.fingerprint,
+        response: None,
+    };
+    // Sized once: grown from empty, the command was copied three times.
+    let set: Option<()> = redis::Cmd::with_capacity(6, claim.record.len() + value.len_hint() + 32)
+        .arg("SET")
         .arg(claim.record)
-        .arg(Value {
-            owner: claim.token,
-            fingerprint: claim.fingerprint,
-            response: None,
-        })
+        .arg(value)
         .arg("NX")
         .arg("PX")
         .arg(millis(claim.lease))
@@ -54,7 +57,7 @@ pub(super) async fn claim_on(
     }
     let (code, remaining, record): (i64, i64, Vec<u8>) = CLAIM
         .key(claim.record)
-        .arg(claim.token.as_str())
+        .arg(claim.token)
         .arg(claim.fingerprint)
         .arg(millis(claim.lease))
         .arg(if claim.waiting { "1" } else { "" })
@@ -117,10 +120,7 @@ async fn renew_batch(
     }
     let mut invocation = RENEW_MANY.prepare_invoke();
     for (record, token, lease) in leases {
-        invocation
-            .key(*record)
-            .arg(token.as_str())
-            .arg(millis(*lease));
+        invocation.key(*record).arg(*token).arg(millis(*lease));
     }
     let renewed: Vec<i64> = invocation
         .invoke_async(&mut node.connection())
@@ -175,14 +175,19 @@ async fn settle(
     notice: &str,
     stored: Option<(Duration, Value<'_>)>,
 ) -> redis::RedisResult<bool> {
-    let mut call = SETTLE.key(record);
-    call.arg(token.as_str())
+    // One command built in place (`evalsha`), not the driver's
+    // `ScriptInvocation`, which copies each argument into a vector of its
+    // own and then into the command: every request that ran settles.
+    let value_len = stored.as_ref().map_or(0, |(_, value)| value.len_hint());
+    let mut call = evalsha(&SETTLE, 1, 6, record.len() + notice.len() + value_len + 160);
+    call.arg(record)
+        .arg(token)
         .arg(notice)
         .arg(node.publish_command());
     if let Some((retention, value)) = stored {
         call.arg(millis(retention)).arg(value);
     }
-    let done: i64 = call.invoke_async(&mut node.connection()).await?;
+    let done: i64 = run_script(&mut node.connection(), &SETTLE, &call).await?;
     Ok(done == 1)
 }
 

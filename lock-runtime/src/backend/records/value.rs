@@ -28,6 +28,17 @@ pub(super) struct Value<'a> {
     pub(super) response: Option<&'a StoredResponse>,
 }
 
+impl Value<'_> {
+    /// About how long the value is (at least as long), to size the
+    /// command it goes into once.
+    pub(super) fn len_hint(&self) -> usize {
+        let head = 5 + self.owner.as_bytes().len() + 1 + self.fingerprint.len();
+        head + self
+            .response
+            .map_or(0, |r| 4 * 21 + r.headers.len() + r.body.len())
+    }
+}
+
 impl ToRedisArgs for Value<'_> {
     fn write_redis_args<W>(&self, out: &mut W)
     where
@@ -43,7 +54,7 @@ impl ToRedisArgs for Value<'_> {
         let _ = [
             state,
             b":",
-            self.owner.as_str().as_bytes(),
+            self.owner.as_bytes(),
             b":",
             self.fingerprint.as_bytes(),
         ]

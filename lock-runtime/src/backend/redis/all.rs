@@ -38,7 +38,7 @@ impl RedisBackend {
                 .arg(&n.queue)
                 .arg(n.deadlines());
         }
-        cmd.arg(token.as_str())
+        cmd.arg(token)
             .arg(millis(ttl))
             .arg(millis(HANDOFF_LEASE))
             .arg(self.publish);

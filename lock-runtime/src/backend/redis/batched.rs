@@ -71,7 +71,7 @@ impl RedisBackend {
         wait_ms: u64,
     ) -> AcquireArgs<'a> {
         AcquireArgs {
-            token: token.as_str(),
+            token,
             ttl_ms: millis(ttl),
             notice: self.notice_spec(names),
             wait_ms,
@@ -103,7 +103,7 @@ impl RedisBackend {
             kind: OpKind::Extend,
             slot: names.slot,
             keys: vec![names.lock.clone()],
-            args: (token.as_str(), millis(ttl)).to_redis_args(),
+            args: (token, millis(ttl)).to_redis_args(),
         }
     }
 
@@ -117,7 +117,7 @@ impl RedisBackend {
         dequeue: bool,
     ) -> ReleaseArgs<'a> {
         ReleaseArgs {
-            token: token.as_str(),
+            token,
             notice: self.notice_spec(names),
             announce_free: self.announce_free,
             entry_ttl_ms: dequeue.then(|| millis(ttl)),
@@ -211,7 +211,7 @@ impl<const N: usize> redis::ToRedisArgs for Joined<'_, N> {
 /// notices go, then the wait (left out for a try-once acquire: the script
 /// reads '0') and a leader's label (a leader always sends its wait).
 pub(super) struct AcquireArgs<'a> {
-    token: &'a str,
+    token: &'a Token,
     ttl_ms: u64,
     notice: Joined<'a, 3>,
     wait_ms: u64,
@@ -240,7 +240,7 @@ impl redis::ToRedisArgs for AcquireArgs<'_> {
 /// entry `token:ttl`, only when there is one to send (the script reads
 /// absent ones as '0' and none).
 struct ReleaseArgs<'a> {
-    token: &'a str,
+    token: &'a Token,
     notice: Joined<'a, 3>,
     announce_free: bool,
     /// `Some(ttl)`: leaving the queue, whose entry names this lease.
@@ -258,7 +258,11 @@ impl redis::ToRedisArgs for ReleaseArgs<'_> {
             (if self.announce_free { "1" } else { "0" }).write_redis_args(out);
         }
         if let Some(ttl_ms) = self.entry_ttl_ms {
-            Joined([self.token, ":", &ttl_ms.to_string()]).write_redis_args(out);
+            use std::io::Write as _;
+            let mut arg = out.writer_for_next_arg();
+            // Writing into the command's buffer cannot fail.
+            let _ = arg.write_all(self.token.as_bytes());
+            let _ = write!(arg, ":{ttl_ms}");
         }
     }
 }

@@ -80,7 +80,7 @@ impl RedisBackend {
             cmd.arg(&names.lock);
         }
         for (_, token, ttl) in leases {
-            cmd.arg(token.as_str()).arg(millis(*ttl));
+            cmd.arg(*token).arg(millis(*ttl));
         }
         let mut conn = self.conn(first);
         let extended: Vec<i64> = run_script(&mut conn, &EXTEND_MANY, &cmd)

@@ -257,7 +257,7 @@ impl RedisBackend {
             if leader {
                 cmd.arg(&names.record);
             }
-            cmd.arg(token.as_str()).arg(millis(ttl));
+            cmd.arg(token).arg(millis(ttl));
             (&*EXTEND, cmd)
         } else {
             (&*SHARED, self.extend_shared_cmd(names, token, ttl))
@@ -284,7 +284,7 @@ impl RedisBackend {
         cmd.arg(&names.lock)
             .arg(names.fence())
             .arg(&names.queue)
-            .arg(token.as_str())
+            .arg(token)
             .arg(millis(ttl))
             .arg(count);
         let mut conn = self.conn(names);

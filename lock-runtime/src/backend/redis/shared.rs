@@ -32,7 +32,7 @@ impl RedisBackend {
             .arg(names.fence())
             .arg(&names.fences)
             .arg(op)
-            .arg(token.as_str())
+            .arg(token)
             .arg(millis(ttl))
             .arg(mode)
             .arg(limit)

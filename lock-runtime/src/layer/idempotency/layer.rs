@@ -10,6 +10,8 @@ use super::scope::Scope;
 use crate::LockClient;
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
+use crate::layer::routes::RouteNames;
+use crate::metrics::Route;
 
 layer_with_config! {
     /// Makes retried requests with the same `Idempotency-Key` safe: see the
@@ -63,6 +65,8 @@ pub(super) struct Config {
     pub(super) stored_headers: Vec<HeaderName>,
     pub(super) fail_open: bool,
     pub(super) completion: Completion,
+    /// The metrics series of each route, made once.
+    pub(super) routes: Arc<RouteNames<Route>>,
 }
 
 pub use crate::records::DEFAULT_RETENTION;
@@ -110,6 +114,7 @@ impl IdempotencyLayer {
                 ],
                 fail_open: false,
                 completion: Completion::default(),
+                routes: Arc::default(),
             }),
         }
     }

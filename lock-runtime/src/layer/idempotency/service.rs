@@ -24,6 +24,7 @@ use crate::layer::bounds::{HttpBody, Wrapped};
 use crate::layer::completion::Aborted;
 use crate::layer::detach::detachable;
 use crate::layer::problem::{Refusal, problem, problem_retry};
+use crate::metrics::{IdempotencyOutcome, Route};
 use crate::records::RecordGuard;
 use crate::records::claim::{Ask, Outcome};
 use crate::{MAX_TTL, MIN_TTL};
@@ -125,6 +126,7 @@ where
         .extensions
         .get::<MatchedPath>()
         .map_or(parts.uri.path(), MatchedPath::as_str);
+    let metrics_route = config.routes.get(route, Route::new);
     let scope = config.scope.of(&parts);
     let names = record_names(client.key_prefix(), &scope, method, route, &key);
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -157,11 +159,11 @@ where
     };
     let record = match ask.claim(client).await {
         Ok(Outcome::Run(record)) => {
-            crate::metrics::idempotency(route, "claimed");
+            crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Claimed);
             record
         }
         Ok(Outcome::Done(stored)) => {
-            crate::metrics::idempotency(route, "replayed");
+            crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Replayed);
             tracing::debug!(%key, status = stored.status,
                 waited_us = started.elapsed().as_micros() as u64,
                 "idempotency: replaying the stored response");
@@ -169,7 +171,7 @@ where
         }
         Ok(Outcome::Reused) => {
             tracing::debug!(%key, "idempotency: key reused for another request");
-            crate::metrics::idempotency(route, "payload_mismatch");
+            crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::PayloadMismatch);
             return Ok(problem(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "this Idempotency-Key was already used for a different request (method, \
@@ -178,7 +180,7 @@ where
         }
         Ok(Outcome::InFlight { .. }) => {
             tracing::debug!(%key, "idempotency: duplicate while the first request runs");
-            crate::metrics::idempotency(route, "in_flight");
+            crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::InFlight);
             // The lease only bounds a crashed holder; a live one is usually
             // done much sooner.
             return Ok(problem_retry(
@@ -189,7 +191,7 @@ where
             ));
         }
         Err(e) => {
-            crate::metrics::idempotency(route, "store_unavailable");
+            crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::StoreUnavailable);
             if config.fail_open {
                 tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; serving unprotected (fail open)");
                 let req = Request::from_parts(parts, Body::from(body));

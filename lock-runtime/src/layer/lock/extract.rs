@@ -8,7 +8,22 @@ use http::StatusCode;
 use http::request::Parts;
 
 use crate::LockInfo;
+use crate::held::Held;
 use crate::layer::problem::problem;
+
+/// The lock [`LockLayer`](super::LockLayer) took for a request, in the
+/// request's extensions: what [`LockInfo`] is made of when a handler asks.
+#[derive(Clone)]
+pub(super) struct RequestLock(pub(super) std::sync::Arc<Held>);
+
+impl RequestLock {
+    fn info(parts: &Parts) -> Option<LockInfo> {
+        parts.extensions.get::<RequestLock>().map(|lock| LockInfo {
+            key: lock.0.key.clone(),
+            fencing_token: lock.0.fencing,
+        })
+    }
+}
 
 /// The lock [`LockLayer`](super::LockLayer) took for this request: its key and
 /// fencing token. Rejects with `500` on a route without the layer (or one
@@ -27,7 +42,7 @@ impl<S: Send + Sync> FromRequestParts<S> for LockInfo {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts.extensions.get::<LockInfo>().cloned().ok_or_else(|| {
+        RequestLock::info(parts).ok_or_else(|| {
             tracing::error!(
                 path = %parts.uri.path(),
                 "`LockInfo` extracted on a route without `LockLayer`"
@@ -48,6 +63,6 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for LockInfo {
         parts: &mut Parts,
         _state: &S,
     ) -> Result<Option<Self>, Self::Rejection> {
-        Ok(parts.extensions.get::<LockInfo>().cloned())
+        Ok(RequestLock::info(parts))
     }
 }

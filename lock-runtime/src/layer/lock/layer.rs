@@ -7,11 +7,11 @@ use http::request::Parts;
 use http::{HeaderName, StatusCode};
 
 use super::key::{KeySource, parse_template};
-use super::names::RouteNames;
 use crate::LockClient;
 use crate::client::LockOptions;
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
+use crate::layer::routes::RouteNames;
 
 layer_with_config! {
     /// Applies a per-resource lock to the routes it wraps: see the [module
@@ -61,7 +61,7 @@ pub(super) struct Config {
     pub(super) fail_open: bool,
     pub(super) completion: Completion,
     /// The metrics name of each route, made once.
-    pub(super) routes: Arc<RouteNames>,
+    pub(super) routes: Arc<RouteNames<crate::metrics::Name>>,
 }
 
 impl Config {

@@ -36,7 +36,6 @@ mod extract;
 mod future;
 mod key;
 mod layer;
-mod names;
 mod service;
 
 pub use self::future::ResponseFuture;

@@ -16,12 +16,13 @@ use tower_service::Service;
 
 use super::ResponseFuture;
 use super::body::LockedBody;
+use super::extract::RequestLock;
 use super::key::{KeyError, KeySource};
 use super::layer::Config;
 use crate::layer::bounds::{HttpBody, Wrapped};
 use crate::layer::completion::Aborted;
 use crate::layer::problem::{Refusal, problem, problem_retry};
-use crate::{LockError, LockGuard, LockInfo};
+use crate::{LockError, LockGuard};
 
 wrapped_service! {
     /// The service made by [`LockLayer`](super::LockLayer): takes the request's
@@ -121,9 +122,11 @@ where
     B: Send + 'static,
     ResB: HttpBody,
 {
+    // The key goes into the request (it names the lock from then on); the
+    // refusals below take it back from the error, or name the path.
     let request = match config.permits {
-        None => config.client.lock(key.clone()),
-        Some(permits) => config.client.semaphore(key.clone(), permits),
+        None => config.client.lock(key),
+        Some(permits) => config.client.semaphore(key, permits),
     };
     let mut options = config.options.clone();
     if cfg!(feature = "metrics") {
@@ -132,27 +135,30 @@ where
             .extensions()
             .get::<axum::extract::MatchedPath>()
             .map_or("unrouted", axum::extract::MatchedPath::as_str);
-        options = options.metrics(config.routes.get(route));
+        options = options.metrics(
+            config
+                .routes
+                .get(route, |route| crate::metrics::Name::new(Arc::from(route))),
+        );
     }
     let guard = match request.options(options).acquire().await {
         Ok(guard) => guard,
         Err(e) if e.is_backend() && config.fail_open => {
-            tracing::warn!(%key, error = &e as &dyn std::error::Error, "lock backend unreachable; serving without the lock (fail open)");
+            tracing::warn!(path = %req.uri().path(), error = &e as &dyn std::error::Error, "lock backend unreachable; serving without the lock (fail open)");
             // Boxed: the handler's future is not kept inline in this one
             // for the rare request served without the lock.
             return Box::pin(inner.call(req)).await.map(|r| r.map(Body::new));
         }
-        Err(e) => return Ok(refusal(&config, &key, e)),
+        Err(e) => return Ok(refusal(&config, req.uri().path(), e)),
     };
-    req.extensions_mut().insert(LockInfo {
-        key,
-        fencing_token: guard.fencing_token(),
-    });
+    // The handler's `LockInfo` is made from this if it asks (most handlers
+    // never do): one pointer here, no copy of the key per request.
+    let held = guard.held().clone();
+    req.extensions_mut().insert(RequestLock(held.clone()));
     // Locked: from here on the request runs to its end (unless configured
     // otherwise), whether or not its client is still there. Inside, the
     // handler sees `current_lock()`, and a nested lock of the same key (a
     // `#[distributed_lock]` function) re-enters.
-    let held = guard.held().clone();
     let run = run_locked(inner, req, guard);
     match crate::layer::detach::run_to_completion(&config.completion, Some(held.clone()), run).await
     {
@@ -291,10 +297,10 @@ where
     }
 }
 
-/// The response to a request whose lock was not taken.
-fn refusal(config: &Config, key: &str, e: LockError) -> Response<Body> {
+/// The response to a request (to `path`) whose lock was not taken.
+fn refusal(config: &Config, path: &str, e: LockError) -> Response<Body> {
     match e {
-        LockError::Busy { retry_after, .. } => {
+        LockError::Busy { key, retry_after } => {
             tracing::debug!(%key, ?retry_after, "lock busy; request refused");
             let detail = match config.permits {
                 None => format!("`{key}` is locked by another request; retry later"),
@@ -308,11 +314,11 @@ fn refusal(config: &Config, key: &str, e: LockError) -> Response<Body> {
             problem_retry(config.busy_status(), &detail, retry_after)
         }
         LockError::InvalidKey(why) => {
-            tracing::debug!(%key, "invalid lock key: {why}");
+            tracing::debug!(%path, "invalid lock key: {why}");
             problem(StatusCode::BAD_REQUEST, &format!("invalid lock key: {why}"))
         }
         LockError::Backend(e) => {
-            tracing::warn!(%key, error = &e as &dyn std::error::Error, "lock backend unreachable; request refused (fail closed)");
+            tracing::warn!(%path, error = &e as &dyn std::error::Error, "lock backend unreachable; request refused (fail closed)");
             problem_retry(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the lock service is unavailable; retry later",
@@ -320,7 +326,7 @@ fn refusal(config: &Config, key: &str, e: LockError) -> Response<Body> {
             )
         }
         e => {
-            tracing::error!(%key, error = &e as &dyn std::error::Error, "lock layer: cannot lock");
+            tracing::error!(%path, error = &e as &dyn std::error::Error, "lock layer: cannot lock");
             misconfigured("the lock layer of this route is misconfigured")
         }
     }

@@ -1,9 +1,9 @@
-//! The metrics name of each route a [`LockLayer`](super::LockLayer) serves,
-//! made once per route instead of once per request ([`RouteNames`]).
+//! What a layer's metrics name each route it serves by (a lock's metrics
+//! name for [`LockLayer`](super::LockLayer), the idempotency series'
+//! keys for [`IdempotencyLayer`](super::IdempotencyLayer)), made once per
+//! route instead of once per request ([`RouteNames`]).
 
-use std::sync::{Arc, RwLock};
-
-use crate::metrics::Name;
+use std::sync::RwLock;
 
 /// How many routes one layer remembers; a layer on more routes than this
 /// (on a whole router of many) makes the name of the others per request.
@@ -13,15 +13,23 @@ const ROUTES: usize = 64;
 /// (often one: `route_layer`), so a short list scanned under a read lock
 /// costs less than making the name (an allocation) and its series' keys
 /// (labels allocated and hashed, per event) again for every request.
-#[derive(Debug, Default)]
-pub(super) struct RouteNames {
-    names: RwLock<Vec<(Box<str>, Name)>>,
+#[derive(Debug)]
+pub(crate) struct RouteNames<V> {
+    names: RwLock<Vec<(Box<str>, V)>>,
 }
 
-impl RouteNames {
-    /// The metrics name of `route`.
-    pub(super) fn get(&self, route: &str) -> Name {
-        let known = |names: &[(Box<str>, Name)]| {
+impl<V> Default for RouteNames<V> {
+    fn default() -> Self {
+        Self {
+            names: RwLock::default(),
+        }
+    }
+}
+
+impl<V: Clone> RouteNames<V> {
+    /// The metrics name of `route`, made by `make` the first time.
+    pub(crate) fn get(&self, route: &str, make: impl FnOnce(&str) -> V) -> V {
+        let known = |names: &[(Box<str>, V)]| {
             names
                 .iter()
                 .find(|(known, _)| **known == *route)
@@ -37,7 +45,7 @@ impl RouteNames {
         if let Some(name) = known(&names) {
             return name;
         }
-        let name = Name::new(Arc::from(route));
+        let name = make(route);
         if names.len() < ROUTES {
             names.push((route.into(), name.clone()));
         }
@@ -50,24 +58,31 @@ impl RouteNames {
 #[cfg(test)]
 #[cfg(feature = "metrics")]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::metrics::Name;
+
+    fn name(route: &str) -> Name {
+        Name::new(Arc::from(route))
+    }
 
     #[test]
     fn a_route_gets_the_same_name_every_time_and_another_route_its_own() {
         let names = RouteNames::default();
-        let first = names.get("/orders/{id}/pay");
-        assert!(first.same_as(&names.get("/orders/{id}/pay")));
-        assert!(!first.same_as(&names.get("/orders/{id}")));
+        let first = names.get("/orders/{id}/pay", name);
+        assert!(first.same_as(&names.get("/orders/{id}/pay", name)));
+        assert!(!first.same_as(&names.get("/orders/{id}", name)));
     }
 
     #[test]
     fn routes_past_the_bound_still_get_their_names() {
         let names = RouteNames::default();
         for i in 0..ROUTES + 3 {
-            names.get(&format!("/r{i}"));
+            names.get(&format!("/r{i}"), name);
         }
-        let past = names.get("/past");
-        assert!(!past.same_as(&names.get("/past")));
+        let past = names.get("/past", name);
+        assert!(!past.same_as(&names.get("/past", name)));
         assert_eq!(names.names.read().unwrap().len(), ROUTES);
     }
 }
