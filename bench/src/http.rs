@@ -404,11 +404,13 @@ pub(crate) async fn serve(app: Router) -> Result<(String, tokio::task::JoinHandl
 /// One repetition of a row: `sides[0]` (the library's layer) and `sides[1]`
 /// (its hand-rolled baseline), each served alone on a fresh port, loaded for
 /// `warm` and then measured for `window`; the order alternates with `rep`.
+/// After each side the keys matching `forget` are deleted ([`forget`]), so
+/// that every side starts from the same keyspace.
 pub(crate) async fn row(
     sides: [Side; 2],
     lib: &LockClient,
     redis: &redis::Client,
-    raw_prefix: &str,
+    (raw_prefix, forget): (&str, &[String]),
     (warm, window): (Duration, Duration),
     rep: usize,
 ) -> Result<[Load; 2], String> {
@@ -437,6 +439,7 @@ pub(crate) async fn row(
         .await;
         task.abort();
         out[index] = measured?;
+        self::forget(redis, forget).await?;
     }
     Ok(out)
 }
@@ -584,6 +587,48 @@ pub(crate) async fn server_cpu(redis: &redis::Client) -> Result<f64, String> {
             .unwrap_or(0.0)
     };
     Ok(field("used_cpu_sys") + field("used_cpu_user"))
+}
+
+/// Deletes the keys matching `patterns` (`SCAN` + `UNLINK`): what a side of
+/// row 12 stored (records kept 24 h, about 100,000 a side), which would
+/// otherwise pile up over the repetitions and slow every later side's
+/// lookups in a growing keyspace. Returns how many were deleted.
+pub(crate) async fn forget(redis: &redis::Client, patterns: &[String]) -> Result<u64, String> {
+    let mut deleted = 0;
+    if patterns.is_empty() {
+        return Ok(deleted);
+    }
+    let mut conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("SCAN connection: {e}"))?;
+    for pattern in patterns {
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(10_000)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| format!("SCAN {pattern}: {e}"))?;
+            if !keys.is_empty() {
+                let n: u64 = redis::cmd("UNLINK")
+                    .arg(&keys)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| format!("UNLINK: {e}"))?;
+                deleted += n;
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+    }
+    Ok(deleted)
 }
 
 /// `INFO commandstats`: (command, calls, usec), `info` itself left out.

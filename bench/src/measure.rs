@@ -332,7 +332,19 @@ impl Bench<'_> {
             (M12, [Side::Idempotency, Side::RawIdempotency])
         };
         let windows = (self.plan.http_warm, self.plan.http_window);
-        let prefix = &self.prefixes.raw;
+        let raw_prefix = self.prefixes.raw.as_str();
+        // Row 12's records (the library's, the hand-rolled ones), deleted
+        // after each side; row 11's keys are deleted at release.
+        let records = if row == 'y' {
+            Vec::new()
+        } else {
+            vec![
+                format!("{}I*", self.prefixes.lib),
+                format!("{raw_prefix}idem:*"),
+                format!("{raw_prefix}I*"),
+            ]
+        };
+        let prefix = (raw_prefix, records.as_slice());
         let batches = lock_runtime::__private::testing::batched_calls(&self.lib);
         let [l, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
         http::record(

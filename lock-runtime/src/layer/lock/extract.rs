@@ -30,6 +30,13 @@ impl RequestLock {
 /// that [failed open](super::LockLayer::fail_open)); take `Option<LockInfo>`
 /// where that is expected.
 ///
+/// The layer keeps the lock in the request's extensions under a private
+/// type and makes a `LockInfo` only when asked, so `Extension<LockInfo>`
+/// and `extensions().get::<LockInfo>()` find nothing: use this extractor
+/// (it works in a `from_fn` middleware inside the layer too, through
+/// `Request::extract_parts`), or [`current_lock`](crate::current_lock) in
+/// code the handler calls.
+///
 /// ```
 /// use lock_runtime::LockInfo;
 ///
