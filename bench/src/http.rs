@@ -37,6 +37,8 @@ use lock_runtime::LockClient;
 use lock_runtime::layer::{IdempotencyLayer, LockLayer};
 use redis::aio::MultiplexedConnection;
 
+use crate::raw::{CHECKED_STORE, LIBRARY_SETTLE, RETENTION_MS, library_settle_args};
+
 /// Connections `wrk` keeps open, as in issue 26.
 pub(crate) const CONNECTIONS: usize = 32;
 
@@ -64,11 +66,6 @@ struct Raw {
     tokens: std::sync::Arc<AtomicU64>,
 }
 
-/// The owner-checked store: the response, only over our own claim.
-const CHECKED_STORE: &str = r#"
-if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3]) end
-return 0"#;
-
 /// The fenced take: the key if free, and a fencing token from one counter
 /// in the same atomic step (0: busy).
 const FENCED_TAKE: &str = r#"
@@ -78,9 +75,6 @@ return 0"#;
 /// The fencing token a fenced middleware hands its handler.
 #[derive(Clone, Copy)]
 struct Fence(#[allow(dead_code)] i64);
-
-/// The library's settle script (a record's completion), as it ships.
-const LIBRARY_SETTLE: &str = include_str!("../../lock-runtime/scripts/idempotency_settle.lua");
 
 const COMPARE_AND_DELETE: &str = r#"
 if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end
@@ -204,10 +198,7 @@ async fn raw_idempotency<const MODE: u8>(
     };
     let key = String::from_utf8_lossy(key.as_bytes());
     let (key, notice) = if MODE == LIBRARY {
-        // Where the library has a SHA-256 in hex (64 digits).
-        let hash = format!("{key:0>64}");
-        let name = |role: &str| format!("{}{role}{{{hash}}}", raw.prefix);
-        (name("I"), name("N"))
+        crate::raw::library_record_names(&raw.prefix, &key)
     } else {
         (format!("{}idem:{key}", raw.prefix), String::new())
     };
@@ -218,7 +209,7 @@ async fn raw_idempotency<const MODE: u8>(
         _ => String::new(),
     };
     let claimed = match MODE {
-        LIBRARY => format!("run:{owner}:{FINGERPRINT}"),
+        LIBRARY => crate::raw::library_claim(&owner),
         CHECKED => owner.clone(),
         _ => "inflight".to_string(),
     };
@@ -255,21 +246,9 @@ async fn raw_idempotency<const MODE: u8>(
     };
     let stored: redis::RedisResult<()> = match MODE {
         LIBRARY => {
-            let headers = "content-type:application/json\n";
-            let mut record = format!(
-                "done:{owner}:{FINGERPRINT}:{}:0:{}:{headers}",
-                parts.status.as_u16(),
-                headers.len()
-            )
-            .into_bytes();
-            record.extend_from_slice(&body);
             let mut call = raw.library_settle.prepare_invoke();
-            call.key(&key)
-                .arg(&owner)
-                .arg(&notice)
-                .arg("PUBLISH")
-                .arg(86_400_000)
-                .arg(record);
+            let args = library_settle_args(&owner, &notice, parts.status.as_u16(), &body);
+            call.key(&key).arg(args);
             let done: redis::RedisResult<i64> = call.invoke_async(&mut conn).await;
             done.map(drop)
         }
@@ -278,7 +257,7 @@ async fn raw_idempotency<const MODE: u8>(
                 .key(&key)
                 .arg(&owner)
                 .arg(body.as_ref())
-                .arg(86_400_000)
+                .arg(RETENTION_MS)
                 .invoke_async(&mut conn)
                 .await
         }
@@ -287,7 +266,7 @@ async fn raw_idempotency<const MODE: u8>(
                 .arg(&key)
                 .arg(body.as_ref())
                 .arg("PX")
-                .arg(86_400_000)
+                .arg(RETENTION_MS)
                 .query_async(&mut conn)
                 .await
         }
@@ -297,10 +276,6 @@ async fn raw_idempotency<const MODE: u8>(
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
-
-/// The request fingerprint [`raw_idempotency`]'s `LIBRARY` mode writes: as
-/// long as the library's (a SHA-256 in hex), not computed.
-const FINGERPRINT: &str = "5f1e0c2a9b3d4e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7";
 
 /// Which middleware a side puts in front of the handler.
 #[derive(Clone, Copy, Debug)]

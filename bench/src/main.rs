@@ -54,8 +54,8 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
   bench --curves [--quick] [--svg PATH] [--json PATH]: the cost curves (held
   locks, waiters on one key, distinct keys); bench --fcall [--reps N]: the
   library's acquire and release via FCALL against EVALSHA (BENCHMARKS.md);
-  bench --server-instructions [--ops N]: what a pair costs Redis in
-  instructions (valgrind), against the raw pair;
+  bench --server-instructions [--ops N]: what a pair and a record cost
+  Redis in instructions (valgrind), against the raw pair and record;
   bench --instructions [--n N] [--only pair,route]: the client's instructions
   per pair and per request under callgrind, against the hand-rolled side
 

@@ -228,3 +228,59 @@ pub(crate) fn acquire_args<'a>(names: &'a [String; 5], token: &'a str) -> (&'a s
 pub(crate) fn release_args<'a>(names: &'a [String; 5], token: &'a str) -> (&'a str, &'a str) {
     (token, &names[4])
 }
+
+/// The library's settle script (a record's completion), as it ships.
+pub(crate) const LIBRARY_SETTLE: &str =
+    include_str!("../../lock-runtime/scripts/idempotency_settle.lua");
+
+/// The owner-checked store: the response, only over our own claim.
+pub(crate) const CHECKED_STORE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end return 0";
+
+/// How long a completed record is kept (the library's default, 24 h), in ms.
+pub(crate) const RETENTION_MS: u32 = 86_400_000;
+
+/// The request fingerprint the library's record commands carry, sent by
+/// hand: as long as the library's (a SHA-256 in hex), not computed.
+const FINGERPRINT: &str = "5f1e0c2a9b3d4e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7";
+
+/// The names the library gives the record of Idempotency-Key `key` under
+/// `prefix`, where it has a SHA-256 in hex (64 digits): the record and its
+/// notice channel.
+pub(crate) fn library_record_names(prefix: &str, key: &str) -> (String, String) {
+    let hash = format!("{key:0>64}");
+    let name = |role: &str| format!("{prefix}{role}{{{hash}}}");
+    (name("I"), name("N"))
+}
+
+/// The value the library's claim (`SET <record> <value> NX PX`) writes for
+/// `owner` (32 hex digits).
+pub(crate) fn library_claim(owner: &str) -> String {
+    format!("run:{owner}:{FINGERPRINT}")
+}
+
+/// idempotency_settle.lua's arguments after its key, as the library sends
+/// them to store a response of `status` with one `content-type:
+/// application/json` header and `body`, for `owner`, announced on
+/// `notice`: the claim as written, how notices go, the retention and the
+/// completed record.
+pub(crate) fn library_settle_args(
+    owner: &str,
+    notice: &str,
+    status: u16,
+    body: &[u8],
+) -> (String, String, u32, Vec<u8>) {
+    let headers = "content-type:application/json\n";
+    let mut record = format!(
+        "done:{owner}:{FINGERPRINT}:{status}:0:{}:{headers}",
+        headers.len()
+    )
+    .into_bytes();
+    record.extend_from_slice(body);
+    (
+        library_claim(owner),
+        format!("PUBLISH {notice}"),
+        RETENTION_MS,
+        record,
+    )
+}

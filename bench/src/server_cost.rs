@@ -10,6 +10,10 @@
 //! scripts, shut down), divided by N, is the side's instructions per
 //! operation. Everything the server does is in it: reading and parsing the
 //! request, running the command or the script, writing the reply.
+//!
+//! The lock's sides (rows 1, 2 and 11) come first, then an idempotency
+//! record's (row 12): a fresh claim and the stored response, written by
+//! hand, owner-checked, and as the library sends them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -17,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
-use crate::raw::{acquire_args, library_names, load_script, release_args};
+use crate::raw::{
+    CHECKED_STORE, LIBRARY_SETTLE, RETENTION_MS, acquire_args, library_claim, library_names,
+    library_record_names, library_settle_args, load_script, release_args,
+};
 
 const ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
 const RELEASE: &str = include_str!("../../lock-runtime/scripts/release.lua");
@@ -54,7 +61,22 @@ const SIDES: &[(&str, Side)] = &[
     ("  EVALSHA of `return 1`, 1 key + 2 args", Side::Empty3),
     ("  EVALSHA of `return 1`, 4 keys + 6 args", Side::Empty10),
     ("  acquire.lua alone, uncontended", Side::Acquire),
+    (
+        "raw record: SET NX PX (claim) + SET PX (store)",
+        Side::RawRecord,
+    ),
+    (
+        "owner-checked record: SET NX PX + EVALSHA (GET = owner, SET PX)",
+        Side::CheckedRecord,
+    ),
+    (
+        "library record: its SET NX PX claim + idempotency_settle.lua",
+        Side::LibraryRecord,
+    ),
 ];
+
+/// The body every record side stores: the HTTP rows' handler's.
+const BODY: &[u8] = br#"{"ok":true}"#;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Side {
@@ -67,6 +89,9 @@ enum Side {
     Empty3,
     Empty10,
     Acquire,
+    RawRecord,
+    CheckedRecord,
+    LibraryRecord,
 }
 
 /// The SHA1s of the scripts, as loaded.
@@ -76,6 +101,8 @@ struct Shas {
     cad: String,
     minimum: String,
     empty: String,
+    checked: String,
+    settle: String,
 }
 
 impl Side {
@@ -99,11 +126,13 @@ impl Side {
             cmd.arg(&token);
             cmd
         };
-        let set = || {
+        let claim = |key: &str, value: &str| {
             let mut set = redis::cmd("SET");
-            set.arg(key).arg(&token).arg("NX").arg("PX").arg(30_000);
+            set.arg(key).arg(value).arg("NX").arg("PX").arg(30_000);
             set
         };
+        let set = || claim(key, &token);
+        let (record, notice) = library_record_names("", &format!("k{i}"));
         match self {
             Side::Idle => vec![],
             Side::RawPair => vec![set(), cad()],
@@ -137,6 +166,22 @@ impl Side {
                 vec![cmd]
             }
             Side::Acquire => vec![acquire()],
+            Side::RawRecord => {
+                let mut store = redis::cmd("SET");
+                store.arg(&record).arg(BODY).arg("PX").arg(RETENTION_MS);
+                vec![claim(&record, "inflight"), store]
+            }
+            Side::CheckedRecord => {
+                let owner = format!("run:{i}");
+                let mut store = evalsha(&sha.checked, std::slice::from_ref(&record));
+                store.arg(&owner).arg(BODY).arg(RETENTION_MS);
+                vec![claim(&record, &owner), store]
+            }
+            Side::LibraryRecord => {
+                let mut settle = evalsha(&sha.settle, std::slice::from_ref(&record));
+                settle.arg(library_settle_args(&token, &notice, 200, BODY));
+                vec![claim(&record, &library_claim(&token)), settle]
+            }
         }
     }
 }
@@ -186,13 +231,18 @@ fn run(ops: usize) -> Result<(), String> {
              that ran none: {idle} in all)"
         );
         let mut raw = None;
+        let mut unit = "raw pair";
         for &(name, side) in SIDES {
+            if side == Side::RawRecord {
+                // The record sides are read against the raw record.
+                (raw, unit) = (None, "raw record");
+            }
             let total = runtime.block_on(instructions(&dir, side, ops))?;
             let per_op = total.saturating_sub(idle) as f64 / ops as f64;
-            let raw_pair = *raw.get_or_insert(per_op);
+            let baseline = *raw.get_or_insert(per_op);
             println!(
-                "{name:<72} {per_op:>9.0}  {:>5.2} x raw pair",
-                per_op / raw_pair
+                "{name:<72} {per_op:>9.0}  {:>5.2} x {unit}",
+                per_op / baseline
             );
         }
         Ok(())
@@ -214,6 +264,8 @@ async fn instructions(dir: &Path, side: Side, ops: usize) -> Result<u64, String>
         cad: load_script(&mut conn, COMPARE_AND_DELETE).await?,
         minimum: load_script(&mut conn, FENCED_MINIMUM).await?,
         empty: load_script(&mut conn, EMPTY).await?,
+        checked: load_script(&mut conn, CHECKED_STORE).await?,
+        settle: load_script(&mut conn, LIBRARY_SETTLE).await?,
     };
     let mut pipe = redis::pipe();
     let mut queued = 0;

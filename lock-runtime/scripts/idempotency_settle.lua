@@ -1,11 +1,12 @@
 -- Settle an idempotency record we ran: store its response (a completion),
 -- or, when no response is given, give the key up so it can be retried (a
 -- release).
--- KEYS[1] record (a string, as idempotency_claim.lua describes); ARGV[1]
--- owner token, ARGV[2] the record's notice channel (in the record's hash
--- slot), ARGV[3] 'PUBLISH', or 'SPUBLISH' on a cluster; a completion adds
--- ARGV[4] retention in milliseconds and ARGV[5] the completed record
--- ('done:<owner>:<fp>:<status>:<big>:<headers length>:<headers><body>').
+-- KEYS[1] record (a string, as idempotency_claim.lua describes); ARGV[1] our
+-- claim as the claim wrote it ('run:<owner>:<fp>'), ARGV[2] how the record's
+-- notice goes: 'PUBLISH <channel>', or 'SPUBLISH <channel>' on a cluster (the
+-- channel in the record's hash slot); a completion adds ARGV[3] retention in
+-- milliseconds and ARGV[4] the completed record ('done:<owner>:<fp>:<status>:
+-- <big>:<headers length>:<headers><body>').
 -- A completion returns 1 when the record now holds our response: stored now,
 -- or already stored by an earlier try whose reply was lost (the owner is kept
 -- in the completed record to tell), or written into an absent record (our
@@ -18,25 +19,31 @@
 -- waited on, so that it replays the response or claims the key at once;
 -- nobody listens otherwise.
 local v = redis.call('GET', KEYS[1])
-local function is(tag)
-  local prefix = tag .. ':' .. ARGV[1] .. ':'
-  return v and string.sub(v, 1, #prefix) == prefix
+local storing = ARGV[4] ~= nil
+-- Our claim as written, nobody waiting on it: the common case, told by one
+-- comparison, before any string is built (each costs the server).
+local ours = v == ARGV[1]
+local waited = false
+if v and not ours then
+  -- ':<owner>:<fp>', behind the state's name.
+  local tail = string.sub(ARGV[1], 4)
+  if storing and string.sub(v, 1, #tail + 5) == 'done' .. tail .. ':' then
+    return 1
+  end
+  waited = v == 'waited' .. tail
+  ours = waited
 end
-local storing = ARGV[5] ~= nil
-if storing and is('done') then
-  return 1
-end
-local waited = is('waited')
-if waited or is('run') or (storing and not v) then
+if ours or (storing and not v) then
   if storing then
-    redis.call('SET', KEYS[1], ARGV[5], 'PX', ARGV[4])
+    redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
   else
     redis.call('DEL', KEYS[1])
   end
   if waited then
     -- pcall: a notice refused by an ACL must not undo the step; waiters
     -- then wake at their lease timers instead.
-    redis.pcall(ARGV[3], ARGV[2], '')
+    local space = string.find(ARGV[2], ' ', 1, true)
+    redis.pcall(string.sub(ARGV[2], 1, space - 1), string.sub(ARGV[2], space + 1), '')
   end
   return 1
 end

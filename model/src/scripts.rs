@@ -86,7 +86,7 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "idempotency_settle.lua",
-        "ec883bad650916872504d6f6157b444a20f4acba",
+        "07eebee3eed696f6e840da0b8fc55905a6878d8e",
         "records/server.rs `State::exec` (`Req::Complete`: with a response; \
          `Req::Release`: without one)",
     ),

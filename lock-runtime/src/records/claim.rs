@@ -62,7 +62,7 @@ impl Ask {
         loop {
             // The record's lease starts no earlier than this.
             let sent = Instant::now();
-            let on_the_wire = OnTheWire::new(client, &self.names, token);
+            let on_the_wire = OnTheWire::new(client, &self.names, &self.fingerprint, token);
             let answer = self.send(client, &token, waits).await;
             on_the_wire.answered();
             let remaining = match answer {
@@ -76,7 +76,8 @@ impl Ask {
                 Err(e) => {
                     // The claim may have run though its reply was lost: give
                     // up what may be ours, so the key is not held for a lease.
-                    release_in_background(client.clone(), self.names.clone(), token, false);
+                    let (names, fingerprint) = (self.names.clone(), self.fingerprint.clone());
+                    release_in_background(client.clone(), names, token, fingerprint, false);
                     return Err(e);
                 }
             };
@@ -167,15 +168,22 @@ impl Ask {
 struct OnTheWire<'a> {
     client: &'a LockClient,
     names: &'a RecordNames,
+    fingerprint: &'a str,
     token: Token,
     armed: bool,
 }
 
 impl<'a> OnTheWire<'a> {
-    fn new(client: &'a LockClient, names: &'a RecordNames, token: Token) -> Self {
+    fn new(
+        client: &'a LockClient,
+        names: &'a RecordNames,
+        fingerprint: &'a str,
+        token: Token,
+    ) -> Self {
         Self {
             client,
             names,
+            fingerprint,
             token,
             armed: true,
         }
@@ -193,7 +201,13 @@ impl Drop for OnTheWire<'_> {
             tracing::debug!(
                 "idempotency: dropped while claiming; releasing what it may have claimed"
             );
-            release_in_background(self.client.clone(), self.names.clone(), self.token, false);
+            release_in_background(
+                self.client.clone(),
+                self.names.clone(),
+                self.token,
+                self.fingerprint.to_owned(),
+                false,
+            );
         }
     }
 }

@@ -184,44 +184,54 @@ impl RecordGuard {
     pub async fn release(mut self) -> Result<(), LockError> {
         self.renewal = None; // stops the renewal
         self.settled = true;
-        let released = release(&self.client, &self.names, &self.token).await;
+        let released = release(&self.client, &self.names, &self.token, &self.fingerprint).await;
         log_release(&released);
         released.map(|_| ())
     }
 }
 
-/// Releases `names`' record for `token`, once more if no answer came back
-/// (a second release of a record already released finds nothing,
-/// harmlessly), so a lost reply does not keep the key blocked for a lease.
+/// Releases `names`' record for `token` (claimed for a request of
+/// `fingerprint`), once more if no answer came back (a second release of a
+/// record already released finds nothing, harmlessly), so a lost reply does
+/// not keep the key blocked for a lease.
 async fn release(
     client: &LockClient,
     names: &RecordNames,
     token: &Token,
+    fingerprint: &str,
 ) -> Result<bool, LockError> {
     let (record, notice) = (&names.record, &names.notice);
-    match client.backend().release_record(record, notice, token).await {
+    let backend = client.backend();
+    match backend
+        .release_record(record, notice, token, fingerprint)
+        .await
+    {
         Err(e) => {
             tracing::debug!(%record, error = &e as &dyn std::error::Error, "idempotency: release unanswered; sending it again");
             tokio::time::sleep(Duration::from_millis(20)).await;
-            client.backend().release_record(record, notice, token).await
+            backend
+                .release_record(record, notice, token, fingerprint)
+                .await
         }
         answer => answer,
     }
 }
 
-/// Releases `names`' record for `token` on the current runtime without
-/// waiting (with no runtime, the lease runs out by itself).
+/// Releases `names`' record for `token` (claimed for a request of
+/// `fingerprint`) on the current runtime without waiting (with no runtime,
+/// the lease runs out by itself).
 pub(super) fn release_in_background(
     client: LockClient,
     names: RecordNames,
     token: Token,
+    fingerprint: String,
     log: bool,
 ) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     runtime.spawn(async move {
-        let released = release(&client, &names, &token).await;
+        let released = release(&client, &names, &token, &fingerprint).await;
         if log {
             log_release(&released);
         }
@@ -248,7 +258,14 @@ impl Drop for RecordGuard {
         if !self.settled {
             self.renewal = None; // stops the renewal
             tracing::debug!(record = %self.record(), "idempotency: record guard dropped unsettled; releasing the record");
-            release_in_background(self.client.clone(), self.names.clone(), self.token, true);
+            let fingerprint = std::mem::take(&mut self.fingerprint);
+            release_in_background(
+                self.client.clone(),
+                self.names.clone(),
+                self.token,
+                fingerprint,
+                true,
+            );
         }
     }
 }

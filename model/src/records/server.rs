@@ -37,12 +37,13 @@ impl State {
                 Some(_) => 2,
             },
             Req::Complete => match self.record {
-                // idempotency_settle.lua:26-28
+                // idempotency_settle.lua:27-32
                 Some(r) if r.done && r.owner == i => 1,
-                // idempotency_settle.lua:30-32 (and 36-40: the
-                // completion's notice, which wakes marked waiting
-                // duplicates; they are not modelled, and the
-                // notice changes no state)
+                // idempotency_settle.lua:25 (the claim as written)
+                // or 33-34 (marked waited on), then 36-38 (and 42-47:
+                // the completion's notice, which wakes marked waiting
+                // duplicates; they are not modelled, and the notice
+                // changes no state)
                 Some(Record {
                     done: false, owner, ..
                 }) if owner == i => {
@@ -54,6 +55,7 @@ impl State {
                     self.done_ever = true;
                     1
                 }
+                // idempotency_settle.lua:36-38 (nothing there)
                 None => {
                     if self.done_ever {
                         // Only retention could have removed it.
@@ -67,12 +69,12 @@ impl State {
                     self.done_ever = true;
                     1
                 }
-                // idempotency_settle.lua:43
+                // idempotency_settle.lua:50
                 Some(_) => 0,
             },
             Req::Release => match self.record {
-                // idempotency_settle.lua:30-35 (36-40: the notice, as
-                // for completions)
+                // idempotency_settle.lua:25 or 33-34, then 36-40
+                // (42-47: the notice, as for completions)
                 Some(r) if !r.done && r.owner == i => {
                     self.record = None;
                     1

@@ -187,19 +187,21 @@ impl Backend {
         }
     }
 
-    /// Deletes a record `token` runs, so its key can be used again, and
-    /// announces it on `notice` so a duplicate waiting on it runs now.
-    /// `false`: no longer ours.
+    /// Deletes a record `token` runs for a request of `fingerprint`, so its
+    /// key can be used again, and announces it on `notice` so a duplicate
+    /// waiting on it runs now. `false`: no longer ours.
     pub(crate) async fn release_record(
         &self,
         record: &str,
         notice: &str,
         token: &Token,
+        fingerprint: &str,
     ) -> Result<bool, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => release_on(b, record, token, notice).await,
+            RecordsAt::Redis(b) => release_on(b, record, token, fingerprint, notice).await,
             RecordsAt::Redlock(b) => {
-                let answers = on_every_node(b, |n| release_on(n, record, token, notice)).await;
+                let answers =
+                    on_every_node(b, |n| release_on(n, record, token, fingerprint, notice)).await;
                 majority_says(b, &answers, "release")
             }
             RecordsAt::Memory(b) => {

@@ -146,7 +146,14 @@ pub(super) async fn complete_on(
         fingerprint,
         response: Some(response),
     };
-    let settled = settle(node, record, token, notice, Some((retention, stored)));
+    let settled = settle(
+        node,
+        record,
+        token,
+        fingerprint,
+        notice,
+        Some((retention, stored)),
+    );
     settled
         .await
         .map_err(|e| BackendError::with_source("idempotency completion failed", e).into())
@@ -156,34 +163,43 @@ pub(super) async fn release_on(
     node: &RedisBackend,
     record: &str,
     token: &Token,
+    fingerprint: &str,
     notice: &str,
 ) -> Result<bool, LockError> {
-    let settled = settle(node, record, token, notice, None);
+    let settled = settle(node, record, token, fingerprint, notice, None);
     settled
         .await
         .map_err(|e| BackendError::with_source("idempotency release failed", e).into())
 }
 
-/// Settles the record `token` ran on `node` with the settle script, which
-/// announces itself on the record's `notice` channel: stores `stored` (the
-/// completed value, kept for its retention), or without it releases the
-/// record. `true` when the script did it (answered 1).
+/// Settles the record `token` claimed for a request of `fingerprint` on
+/// `node` with the settle script, which announces itself on the record's
+/// `notice` channel: stores `stored` (the completed value, kept for its
+/// retention), or without it releases the record. `true` when the script
+/// did it (answered 1).
 async fn settle(
     node: &RedisBackend,
     record: &str,
     token: &Token,
+    fingerprint: &str,
     notice: &str,
     stored: Option<(Duration, Value<'_>)>,
 ) -> redis::RedisResult<bool> {
+    // The claim as it was written: the script finds it by comparing the
+    // record with it whole, building no string (every request that ran
+    // settles).
+    let claim = Value {
+        owner: token,
+        fingerprint,
+        response: None,
+    };
     // One command built in place (`evalsha`), not the driver's
     // `ScriptInvocation`, which copies each argument into a vector of its
-    // own and then into the command: every request that ran settles.
+    // own and then into the command.
     let value_len = stored.as_ref().map_or(0, |(_, value)| value.len_hint());
-    let mut call = evalsha(&SETTLE, 1, 6, record.len() + notice.len() + value_len + 160);
-    call.arg(record)
-        .arg(token)
-        .arg(notice)
-        .arg(node.publish_command());
+    let bytes = record.len() + claim.len_hint() + notice.len() + value_len + 160;
+    let mut call = evalsha(&SETTLE, 1, 5, bytes);
+    call.arg(record).arg(claim).arg(node.notice_arg(notice));
     if let Some((retention, value)) = stored {
         call.arg(millis(retention)).arg(value);
     }
@@ -307,7 +323,13 @@ pub(super) async fn claim_on_majority(
         // The release announces itself: a duplicate that saw our copies in
         // flight (a split vote) tries again now rather than after a lease.
         on_every_node(redlock, |n| {
-            release_on(n, claim.record, claim.token, claim.notice)
+            release_on(
+                n,
+                claim.record,
+                claim.token,
+                claim.fingerprint,
+                claim.notice,
+            )
         })
         .await;
     }

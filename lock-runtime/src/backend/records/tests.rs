@@ -119,10 +119,20 @@ async fn the_embedded_backend_announces_a_completion_and_a_release_to_waiters() 
     assert_eq!(claim(&a).await.unwrap(), Claim::Claimed);
     let waiting = backend.register_on(notice, &b).await;
     assert!(!woken(&waiting));
-    assert!(backend.release_record(record, notice, &a).await.unwrap());
+    assert!(
+        backend
+            .release_record(record, notice, &a, "fp")
+            .await
+            .unwrap()
+    );
     assert!(woken(&waiting), "a release wakes the waiter");
     // Nothing to release: no notice.
-    assert!(!backend.release_record(record, notice, &a).await.unwrap());
+    assert!(
+        !backend
+            .release_record(record, notice, &a, "fp")
+            .await
+            .unwrap()
+    );
     assert!(!woken(&waiting));
     assert_eq!(claim(&b).await.unwrap(), Claim::Claimed);
     let stored = backend

@@ -191,7 +191,7 @@ pub(super) fn mutex_script(
 
 /// One argument written from its pieces, without building it as a string
 /// first (the fencing counter's and the deadlines' names on every call).
-pub(super) struct Joined<'a, const N: usize>(pub(super) [&'a str; N]);
+pub(crate) struct Joined<'a, const N: usize>(pub(super) [&'a str; N]);
 
 impl<const N: usize> redis::ToRedisArgs for Joined<'_, N> {
     fn write_redis_args<W>(&self, out: &mut W)

@@ -439,17 +439,16 @@ impl RedisBackend {
         self.conns[0].clone()
     }
 
-    /// The command a script publishes notices with: `PUBLISH`, or `SPUBLISH`
-    /// on a cluster (the channel then lives in its key's slot).
-    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
-    pub(crate) fn publish_command(&self) -> &'static str {
-        self.publish
+    /// How the scripts send notices on `channel`, packed in one argument:
+    /// `PUBLISH <channel>` (`SPUBLISH` on a cluster, where the channel lives
+    /// in its key's slot).
+    pub(crate) fn notice_arg<'a>(&'a self, channel: &'a str) -> Joined<'a, 3> {
+        Joined([self.publish, " ", channel])
     }
 
-    /// How acquire.lua and release.lua send the key's notices, packed in
-    /// one argument: `PUBLISH <channel>` (`SPUBLISH` on a cluster).
+    /// How acquire.lua and release.lua send the key's notices.
     fn notice_spec<'a>(&'a self, names: &'a KeyNames) -> Joined<'a, 3> {
-        Joined([self.publish, " ", &names.notice])
+        self.notice_arg(&names.notice)
     }
 
     /// `true` on a Redis Cluster, where a script may touch one slot only.
