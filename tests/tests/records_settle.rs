@@ -13,7 +13,7 @@ const CHANNEL: &str = "t:N{r}";
 
 struct Redis {
     conn: MultiplexedConnection,
-    settle: redis::Script,
+    script: redis::Script,
 }
 
 impl Redis {
@@ -21,7 +21,7 @@ impl Redis {
         let client = redis::Client::open(server.url()).unwrap();
         Self {
             conn: client.get_multiplexed_async_connection().await.unwrap(),
-            settle: redis::Script::new(SETTLE),
+            script: redis::Script::new(SETTLE),
         }
     }
 
@@ -45,26 +45,24 @@ impl Redis {
     /// The completion of `owner` (with the response `status`), as the
     /// library sends it.
     async fn complete(&mut self, record: &str, owner: &str, status: u16) -> i64 {
-        self.settle
-            .key(record)
-            .arg(format!("run:{owner}:{FP}"))
-            .arg(format!("PUBLISH {CHANNEL}"))
-            .arg(60_000)
-            .arg(done(owner, status))
-            .invoke_async(&mut self.conn)
-            .await
-            .unwrap()
+        self.settle(record, owner, Some(status)).await
     }
 
     /// The release of `owner`, as the library sends it.
     async fn release(&mut self, record: &str, owner: &str) -> i64 {
-        self.settle
-            .key(record)
-            .arg(format!("run:{owner}:{FP}"))
-            .arg(format!("PUBLISH {CHANNEL}"))
-            .invoke_async(&mut self.conn)
-            .await
-            .unwrap()
+        self.settle(record, owner, None).await
+    }
+
+    /// The settle script for `owner`'s claim: a completion with the
+    /// response `status`, or without one a release.
+    async fn settle(&mut self, record: &str, owner: &str, status: Option<u16>) -> i64 {
+        let mut call = self.script.key(record);
+        call.arg(format!("run:{owner}:{FP}"))
+            .arg(format!("PUBLISH {CHANNEL}"));
+        if let Some(status) = status {
+            call.arg(60_000).arg(done(owner, status));
+        }
+        call.invoke_async(&mut self.conn).await.unwrap()
     }
 }
 
