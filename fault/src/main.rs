@@ -174,7 +174,10 @@ fn probe(url: &str) -> Result<bool, String> {
         };
         match client.lock("probe").acquire().await {
             Ok(guard) => {
-                let fence = guard.fencing_token();
+                let fence = match guard.fencing_token().await {
+                    Ok(fence) => fence.to_string(),
+                    Err(e) => format!("not issued ({e})"),
+                };
                 match guard.release().await {
                     Ok(()) => {
                         println!("ok: locked and released, fencing token {fence}");

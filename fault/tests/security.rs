@@ -150,7 +150,7 @@ async fn a_wrong_token_can_neither_release_nor_extend_nor_take_over() {
     let stale = fixed_lease(&a, "k", ms(100)).await.unwrap();
     tokio::time::sleep(ms(250)).await;
     let fresh = b.lock("k").ttl(ms(5000)).acquire().await.unwrap();
-    assert!(fresh.fencing_token() > stale.fencing_token());
+    assert!(fresh.fencing_token().await.unwrap() > stale.fencing_token().await.unwrap());
     let err = stale.release().await.unwrap_err();
     assert!(err.is_lost(), "{err:?}");
     assert!(

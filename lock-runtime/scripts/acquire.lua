@@ -1,4 +1,8 @@
 -- Acquire a lock, or join its queue of waiters.
+-- The uncontended acquire does not come here: the client sends a plain
+-- `SET key token NX PX ttl` first and calls this script only when that
+-- found the key taken (or for what a plain SET cannot do: a leader
+-- election, a re-send, a waiter already in line, a batched call).
 -- KEYS[1] lock key, KEYS[2] fencing counter of the key's hash slot (shared by
 -- every key there), KEYS[3] waiter queue (a list of 'token:lease_ms' entries,
 -- in arrival order), KEYS[4] the queue's deadlines (a sorted set: each entry
@@ -16,22 +20,28 @@
 -- (ARGV[4] given and not '0') gets {-remaining_lease_ms, counter}: the slot counter now,
 -- so the waiter can tell a hand-over notice sent after this attempt (a
 -- higher token) from a stale one sent before it (a token at most this).
--- The lock's value is its owner's token, followed by '+' once somebody may be
--- queued behind it: only then does a release look at the queue.
--- Waiting is FIFO, also when a lease runs out (a holder that crashed): a
--- key found free with a line behind it goes to the head of the line, as a
--- release would hand it, and the caller (unless it is that head) is busy.
--- Entries whose wait has ended (a waiter that died in line) are skipped.
+--
+-- The lock's value is its owner's token while nobody waits for it. Once
+-- somebody queues, it is marked: 'token+deadline', the end of the owner's
+-- lease (server time, ms), and the key itself is pinned: it lives until
+-- that deadline or the end of the longest wait in line, whichever is later.
+-- So while a line exists the key exists, and a plain `SET NX` from a
+-- newcomer can never pass the line, even after the owner crashed: the key
+-- outlives the owner's lease, and the first script call after that
+-- deadline (a waiter woken by its timer, or a newcomer) hands the key to
+-- the head of the line, as a release would.
+-- Waiting is FIFO: entries whose wait has ended (a waiter that died in
+-- line) are skipped.
 -- A leader election passes two more names, KEYS[5] the leader's record and
 -- KEYS[6] the candidates' labels (a hash by token), ARGV[4] always, and
 -- ARGV[5] our label:
 -- every grant then writes the record, '<term>:<label>' expiring with the
 -- lease, and publishes the new owner, so observers follow every change.
 
--- Free: one write takes it (no read first: the uncontended path is the hot
--- one), and one lookup tells that nobody queues for it. That path returns
--- before anything else is built (the strings and functions below cost the
--- server instructions on every call they are made).
+-- Free: one write takes it (no read first), and one lookup tells that
+-- nobody queues for it. That path returns before anything else is built
+-- (the strings and functions below cost the server instructions on every
+-- call they are made).
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 local lined = granted and redis.call('EXISTS', KEYS[3]) == 1
 if granted and not lined and not KEYS[5] then
@@ -43,6 +53,26 @@ local wait = tonumber(ARGV[4] or '0')
 -- The most a hand-over grants before its new owner confirms (ms): the
 -- client's HANDOFF_LEASE (backend/mod.rs; a test there pins the two).
 local HAND_OVER_CAP = 2000
+
+local now
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+
+-- Marks the key as `token`'s, whose lease ends at `deadline`, and pins it
+-- until the end of the longest wait in line if that is later.
+local function pin(token, deadline)
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  local keep = deadline
+  if last[2] and tonumber(last[2]) > keep then
+    keep = tonumber(last[2])
+  end
+  redis.call('SET', KEYS[1], token .. '+' .. deadline, 'PXAT', keep)
+end
 
 -- Publishes `payload` on the key's notice channel. pcall: a notice refused
 -- by an ACL must not undo what the script did; waiters then wake at their
@@ -67,14 +97,24 @@ local function ours()
   return fence
 end
 
-if granted then
-  if not lined then
-    return ours()
+-- Who holds the key and until when: `ends` is the owner's deadline when
+-- the value is marked (nil when not, or marked by an older client without
+-- one: then the key's own expiry is the lease).
+local owner, holder, ends
+if not granted then
+  owner = redis.call('GET', KEYS[1])
+  local sep = string.find(owner, '+', 1, true)
+  if sep then
+    holder = string.sub(owner, 1, sep - 1)
+    ends = tonumber(string.sub(owner, sep + 1))
+  else
+    holder = owner
   end
-  -- Free with a line behind it: the lease of a holder that never released
-  -- ran out. The first live entry gets it.
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Free, or pinned by a line past the end of its owner's lease (an owner
+-- that crashed or was paused): the first live entry gets it.
+if granted or (ends and ends <= clock()) then
   local head
   while true do
     head = redis.call('LINDEX', KEYS[3], 0)
@@ -82,7 +122,7 @@ if granted then
       break
     end
     local deadline = redis.call('ZSCORE', KEYS[4], head)
-    if head == member or not deadline or tonumber(deadline) > now then
+    if head == member or not deadline or tonumber(deadline) > clock() then
       break
     end
     -- Its wait is over: the waiter gave up (or died) without leaving.
@@ -93,10 +133,12 @@ if granted then
     if head then
       redis.call('LPOP', KEYS[3])
       redis.call('ZREM', KEYS[4], head)
-      if redis.call('LLEN', KEYS[3]) > 0 then
-        -- Marked: more waiters stand behind us.
-        redis.call('SET', KEYS[1], ARGV[1] .. '+', 'KEEPTTL')
-      end
+    end
+    if redis.call('LLEN', KEYS[3]) > 0 then
+      -- Marked and pinned: more waiters stand behind us.
+      pin(ARGV[1], clock() + tonumber(ARGV[2]))
+    elseif not granted then
+      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     end
     return ours()
   end
@@ -107,28 +149,41 @@ if granted then
   local token = string.sub(head, 1, sep - 1)
   local lease = math.min(tonumber(string.sub(head, sep + 1)), HAND_OVER_CAP)
   local fence = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[1], token .. '+', 'PX', lease)
+  pin(token, clock() + lease)
   if KEYS[5] then
     crown(token, fence, lease, redis.call('HGET', KEYS[6], token) or '')
   end
   notify(redis.sha1hex(token) .. ':' .. fence)
+  holder, ends = token, clock() + lease
 end
 
-local owner = redis.call('GET', KEYS[1])
-if owner == ARGV[1] or owner == ARGV[1] .. '+' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  -- At least the token issued to us (the counter only rises), and below
-  -- any token a later owner of this key can get.
-  local fence = redis.call('GET', KEYS[2])
-  if fence then
-    return tonumber(fence)
+if holder == ARGV[1] then
+  -- Ours already: an earlier copy of this attempt (or a plain SET) took it
+  -- and its reply was lost. Re-armed to a full lease.
+  if ends then
+    pin(ARGV[1], clock() + tonumber(ARGV[2]))
+  else
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
+  if KEYS[5] then
+    -- A leader's term is the token its first grant wrote in the record.
+    local fence = redis.call('GET', KEYS[2])
+    if fence then
+      return tonumber(fence)
+    end
+  end
+  -- A plain SET takes the key without a token: minted now, while ours.
   return redis.call('INCR', KEYS[2])
 end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then
-  -- Set without an expiry by someone else: report our own lease as the wait.
-  ttl = tonumber(ARGV[2])
+local ttl
+if ends then
+  ttl = ends - clock()
+else
+  ttl = redis.call('PTTL', KEYS[1])
+  if ttl < 0 then
+    -- Set without an expiry by someone else: report our own lease as the wait.
+    ttl = tonumber(ARGV[2])
+  end
 end
 if wait > 0 then
   -- Queued already? Every script that adds to or takes from the list does
@@ -136,9 +191,7 @@ if wait > 0 then
   -- set answers in O(1) what a scan of the list (`LPOS`) would in O(n).
   if not redis.call('ZSCORE', KEYS[4], member) then
     redis.call('RPUSH', KEYS[3], member)
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', KEYS[4], now + wait, member)
+    redis.call('ZADD', KEYS[4], clock() + wait, member)
   end
   local keep = wait + tonumber(ARGV[2])
   if KEYS[6] then
@@ -147,14 +200,13 @@ if wait > 0 then
       redis.call('PEXPIRE', KEYS[6], keep)
     end
   end
-  if string.sub(owner, -1) ~= '+' then
-    redis.call('SET', KEYS[1], owner .. '+', 'KEEPTTL')
-  end
   -- The queue outlives the longest wait in it plus one lease, then goes.
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)
     redis.call('PEXPIRE', KEYS[4], keep)
   end
+  -- Marked with the owner's deadline, and pinned past our wait's end.
+  pin(holder, clock() + ttl)
   return {-ttl, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
 return -ttl

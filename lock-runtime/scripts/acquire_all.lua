@@ -16,10 +16,31 @@
 -- acquire.lua, in the same global order. Nor does it pass anyone in line:
 -- a lock found free with live waiters queued for it (its holder's lease ran
 -- out) is handed to the first of them, as acquire.lua does, and counts as
--- held by another owner.
+-- held by another owner. A key pinned by its line past the end of its
+-- owner's lease (a marked value whose deadline has passed: see acquire.lua)
+-- counts as free.
 local n = #KEYS / 4
 local ours = {}
 local now
+
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+
+-- Marks lock i as `token`'s, whose lease ends at `deadline`, pinned until
+-- the end of the longest wait in its line if that is later (acquire.lua).
+local function pin(i, token, deadline)
+  local last = redis.call('ZRANGE', KEYS[4 * i], -1, -1, 'WITHSCORES')
+  local keep = deadline
+  if last[2] and tonumber(last[2]) > keep then
+    keep = tonumber(last[2])
+  end
+  redis.call('SET', KEYS[4 * i - 3], token .. '+' .. deadline, 'PXAT', keep)
+end
 
 -- The first entry of lock i's line whose wait has not ended (the others
 -- before it dropped), or nil.
@@ -28,10 +49,7 @@ local function first_in_line(i)
   if redis.call('EXISTS', queue) == 0 then
     return nil
   end
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
+  clock()
   while true do
     local head = redis.call('LINDEX', queue, 0)
     if not head then
@@ -49,6 +67,17 @@ end
 for i = 1, n do
   local key = KEYS[4 * i - 3]
   local owner = redis.call('GET', key)
+  local holder, ends = owner, nil
+  if owner then
+    local sep = string.find(owner, '+', 1, true)
+    if sep then
+      holder = string.sub(owner, 1, sep - 1)
+      ends = tonumber(string.sub(owner, sep + 1))
+    end
+    if ends and ends <= clock() then
+      owner = false -- the owner's lease ended: free, but for its line
+    end
+  end
   if not owner then
     local head = first_in_line(i)
     if head then
@@ -59,12 +88,12 @@ for i = 1, n do
       local token = string.sub(head, 1, sep - 1)
       local lease = math.min(tonumber(string.sub(head, sep + 1)), tonumber(ARGV[3]))
       local fence = redis.call('INCR', KEYS[4 * i - 2])
-      redis.call('SET', key, token .. '+', 'PX', lease)
+      pin(i, token, clock() + lease)
       redis.pcall(ARGV[4], ARGV[4 + i], redis.sha1hex(token) .. ':' .. fence)
       return {0, i, lease}
     end
-  elseif owner ~= ARGV[1] and owner ~= ARGV[1] .. '+' then
-    local ttl = redis.call('PTTL', key)
+  elseif holder ~= ARGV[1] then
+    local ttl = ends and ends - clock() or redis.call('PTTL', key)
     if ttl < 0 then
       -- Set without an expiry by someone else: report our own lease.
       ttl = tonumber(ARGV[2])
@@ -72,7 +101,7 @@ for i = 1, n do
     return {0, i, ttl}
   else
     -- Ours already: an earlier copy of this call ran and its reply was lost.
-    ours[i] = true
+    ours[i] = ends or 0
   end
 end
 local fences = {}
@@ -82,8 +111,11 @@ for i = 1, n do
   if not fences[counter] then
     fences[counter] = redis.call('INCR', counter)
   end
-  if ours[i] then
-    -- Keep the value (and its '+' mark, if somebody queued behind us).
+  if ours[i] and ours[i] > 0 then
+    -- Marked: somebody queued behind us; keep the mark, with our new
+    -- deadline, and the pin.
+    pin(i, ARGV[1], clock() + tonumber(ARGV[2]))
+  elseif ours[i] then
     redis.call('PEXPIRE', KEYS[4 * i - 3], ARGV[2])
   else
     redis.call('SET', KEYS[4 * i - 3], ARGV[1], 'PX', ARGV[2])

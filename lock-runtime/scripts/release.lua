@@ -13,7 +13,14 @@
 -- Notice payload: '<sha1hex(token)>:<fencing>' naming the new owner without
 -- revealing its token, or '' (free).
 -- A value without the '+' mark (see acquire.lua) means nobody queued behind
--- this owner, so the queue is not even looked at.
+-- this owner, so the queue is not even looked at. A marked value whose
+-- owner's deadline has passed is no longer ours (the lease ended; the key
+-- is only pinned for the line): 0, and the first script call that finds
+-- it so hands it to the line.
+-- The plain release (nobody queued) does not come here on its own: the
+-- client sends the server's compare-and-delete first (DELIFEQ, or the
+-- minimal script unlock.lua) and calls this script when that deleted
+-- nothing.
 -- A leader election passes KEYS[5] the leader's record and KEYS[6] the
 -- candidates' labels (see acquire.lua): a hand-over writes the new leader's
 -- record, a release to nobody deletes it and publishes '' (no leader).
@@ -26,8 +33,20 @@ if ARGV[4] then
 end
 local owner = redis.call('GET', KEYS[1])
 local queued = false
+local now
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
 if owner ~= ARGV[1] then
-  if owner ~= ARGV[1] .. '+' then
+  if not owner or string.sub(owner, 1, #ARGV[1] + 1) ~= ARGV[1] .. '+' then
+    return 0
+  end
+  local ends = tonumber(string.sub(owner, #ARGV[1] + 2))
+  if ends and ends <= clock() then
     return 0
   end
   queued = true
@@ -49,12 +68,10 @@ if queued then
   -- is skipped once its wait is over).
   local entry = redis.call('LPOP', KEYS[3])
   if entry then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     while entry do
       local deadline = redis.call('ZSCORE', KEYS[4], entry)
       redis.call('ZREM', KEYS[4], entry)
-      if not deadline or tonumber(deadline) > now then
+      if not deadline or tonumber(deadline) > clock() then
         break
       end
       entry = redis.call('LPOP', KEYS[3])
@@ -65,8 +82,15 @@ if queued then
     local token = string.sub(entry, 1, sep - 1)
     local lease = math.min(tonumber(string.sub(entry, sep + 1)), HAND_OVER_CAP)
     local fence = redis.call('INCR', KEYS[2])
-    -- Marked: more waiters may stand behind the new owner.
-    redis.call('SET', KEYS[1], token .. '+', 'PX', lease)
+    -- Marked with the new owner's deadline, and pinned until the end of
+    -- the longest wait still in line (see acquire.lua).
+    local ends = clock() + lease
+    local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+    local keep = ends
+    if last[2] and tonumber(last[2]) > keep then
+      keep = tonumber(last[2])
+    end
+    redis.call('SET', KEYS[1], token .. '+' .. ends, 'PXAT', keep)
     if KEYS[5] then
       local label = redis.call('HGET', KEYS[6], token) or ''
       redis.call('SET', KEYS[5], fence .. ':' .. label, 'PX', lease)

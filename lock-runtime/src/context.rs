@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::LockError;
 use crate::held::Held;
 use crate::key::Kind;
 
@@ -33,15 +34,50 @@ impl Stack {
     }
 }
 
-/// A lock held by the current task, as seen by [`current_lock`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A lock held by the current task, as seen by [`current_lock`] (and by a
+/// handler behind `LockLayer`, as an extractor).
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct LockInfo {
     /// The key as given by the caller (without the client's prefix).
     pub key: String,
+    held: Arc<Held>,
+}
+
+impl LockInfo {
+    pub(crate) fn of(held: &Arc<Held>) -> Self {
+        Self {
+            key: held.key.clone(),
+            held: held.clone(),
+        }
+    }
+
     /// The fencing token of the acquisition: pass it to storage that rejects
-    /// writes carrying a token lower than the last it saw.
-    pub fencing_token: u64,
+    /// writes carrying a token lower than the last it saw (see
+    /// [`LockGuard::fencing_token`](crate::LockGuard::fencing_token): minted
+    /// on first use, `Err(LockError::Lost)` once the lease has ended).
+    pub async fn fencing_token(&self) -> Result<u64, LockError> {
+        self.held.fencing_token().await
+    }
+}
+
+/// Two `LockInfo`s are equal when they describe the same acquisition.
+impl PartialEq for LockInfo {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.held, &other.held)
+            || (self.held.client_id == other.held.client_id && self.held.id == other.held.id)
+    }
+}
+
+impl Eq for LockInfo {}
+
+impl std::fmt::Debug for LockInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockInfo")
+            .field("key", &self.key)
+            .field("fencing_token", &self.held.fencing())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The innermost lock held by the current task through
@@ -57,21 +93,17 @@ pub struct LockInfo {
 ///     .with_lock("order:42", async {
 ///         let info = lock_runtime::current_lock().expect("inside the lock");
 ///         assert_eq!(info.key, "order:42");
-///         assert!(info.fencing_token >= 1);
+///         assert!(info.fencing_token().await? >= 1);
+///         Ok::<_, lock_runtime::LockError>(())
 ///     })
-///     .await?;
+///     .await??;
 /// # Ok(())
 /// # }
 /// ```
 pub fn current_lock() -> Option<LockInfo> {
-    HELD.try_with(|stack| {
-        stack.top.as_ref().map(|held| LockInfo {
-            key: held.key.clone(),
-            fencing_token: held.fencing,
-        })
-    })
-    .ok()
-    .flatten()
+    HELD.try_with(|stack| stack.top.as_ref().map(LockInfo::of))
+        .ok()
+        .flatten()
 }
 
 /// The lock of `kind`'s kind this task already holds for `key` on client

@@ -26,7 +26,7 @@ use crate::inner::Inner;
 /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
 /// let guard = client.lock("order:42").acquire().await?;
 /// assert_eq!(guard.key(), "order:42");
-/// let fence = guard.fencing_token(); // send it along with every write
+/// let fence = guard.fencing_token().await?; // send it along with every write
 /// # let _ = fence;
 /// guard.release().await?;
 /// # Ok(())
@@ -75,8 +75,22 @@ impl LockGuard {
     /// issued before for this key, by any client. Storage that remembers the
     /// highest token it has seen and rejects lower ones is safe even against a
     /// holder whose lease ran out while it was paused.
-    pub fn fencing_token(&self) -> u64 {
-        self.held.fencing
+    ///
+    /// A lock taken uncontended on Redis or Valkey gets its token when it is
+    /// first asked for, not at acquire (a lock nobody asks a token of costs
+    /// the server a plain `SET NX PX` and a compare-and-delete): the first
+    /// call mints it with one atomic step that checks the lock is still
+    /// ours, and later calls answer at once. Locks handed over by a
+    /// release, taken by a script (leader elections, Redlock, read-write
+    /// locks, semaphores, `lock_all`) or on the embedded backend have it
+    /// from the start.
+    ///
+    /// `Err(LockError::Lost)` when the lease has ended (a holder whose lease
+    /// ran out never gets a token, so tokens rise in the order holders held
+    /// the key), or after the guard was released; `Err(LockError::Backend)`
+    /// when the server could not be asked.
+    pub async fn fencing_token(&self) -> Result<u64, LockError> {
+        self.held.fencing_token().await
     }
 
     /// `true` if this guard re-entered a lock its task already held; releasing
@@ -172,7 +186,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &self.held.key)
-            .field("fencing_token", &self.held.fencing)
+            .field("fencing_token", &self.held.fencing())
             .field("reentrant", &!self.owner)
             .field("lost", &self.is_lost())
             .finish()

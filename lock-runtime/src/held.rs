@@ -3,13 +3,15 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::LockError;
+use crate::backend::Backend;
 use crate::key::KeyNames;
 use crate::token::Token;
 
@@ -21,7 +23,12 @@ pub(crate) struct Held {
     pub(crate) key: String,
     pub(crate) names: KeyNames,
     pub(crate) token: Token,
-    pub(crate) fencing: u64,
+    /// The fencing token; 0 until minted (a lock taken by the plain `SET`
+    /// gets its token when somebody first asks: [`Held::fencing_token`]).
+    pub(crate) fencing: AtomicU64,
+    /// Where a token is minted on first use; `None` when it was issued at
+    /// acquire.
+    pub(crate) mint: Option<Backend>,
     /// The lease asked for (and renewed to).
     pub(crate) ttl: Duration,
     /// Cancelled when the lease is lost.
@@ -43,6 +50,69 @@ pub(crate) struct Held {
 }
 
 impl Held {
+    /// The fencing token if it is known already (issued at acquire, or
+    /// minted): for logs, and for the locks that always have one (leader
+    /// terms).
+    pub(crate) fn fencing(&self) -> Option<u64> {
+        Some(self.fencing.load(Ordering::Acquire)).filter(|&f| f != 0)
+    }
+
+    /// The fencing token: the one issued at acquire, or minted now by an
+    /// atomic step that checks the lock is still ours. `Lost` (and the
+    /// lease marked lost) when it is not: a holder whose lease ended never
+    /// gets a token. Asked again after a lost reply, the server mints a
+    /// higher one, also while ours; the first token stored here is kept.
+    pub(crate) async fn fencing_token(&self) -> Result<u64, LockError> {
+        if let Some(known) = self.fencing() {
+            return Ok(known);
+        }
+        // Ended (released, or handed on to another task of this client,
+        // which shares the server's key and gets the next tokens): a token
+        // minted now would rise above the next holder's.
+        if self.is_lost() || self.ended() {
+            return Err(LockError::lost(&self.key));
+        }
+        let Some(backend) = &self.mint else {
+            return Err(crate::error::BackendError::new("the lock has no fencing token").into());
+        };
+        let mut retry = crate::backoff::Retry::ONCE.start();
+        let minted = loop {
+            match backend.mint(&self.names, &self.token).await {
+                Err(LockError::Backend(e)) if e.is_connection() && retry.allows(None) => {
+                    retry.pause().await;
+                }
+                answer => break answer?,
+            }
+        };
+        let Some(minted) = minted else {
+            self.lose("the server says the lock is not ours (asked for its fencing token)");
+            return Err(LockError::lost(&self.key));
+        };
+        if self.ended() {
+            return Err(LockError::lost(&self.key));
+        }
+        Ok(
+            match self
+                .fencing
+                .compare_exchange(0, minted, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => minted,
+                // Minted twice at once (re-entered guards): the first kept.
+                Err(first) => first,
+            },
+        )
+    }
+
+    /// Marks the lease lost, `why`, unless it is known already.
+    pub(crate) fn lose(&self, why: &str) {
+        if self.lost.is_cancelled() {
+            return;
+        }
+        tracing::warn!(key = %self.key, fencing = self.fencing(), "lock lost: {why}");
+        crate::metrics::lost(&self.metrics);
+        self.lost.cancel();
+    }
+
     /// `true` while the lease is surely ours: not reported lost, and `at`
     /// before the end of the last confirmed lease.
     pub(crate) fn valid_at(&self, at: Instant) -> bool {
@@ -109,7 +179,7 @@ impl Held {
         if self.lost.is_cancelled() {
             return;
         }
-        tracing::warn!(key = %self.key, fencing = self.fencing,
+        tracing::warn!(key = %self.key, fencing = self.fencing(),
             "lock lost: no renewal was confirmed before the lease may have run out");
         crate::metrics::lost(&self.metrics);
         self.lost.cancel();
@@ -136,7 +206,7 @@ impl fmt::Debug for Held {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Held")
             .field("key", &self.key)
-            .field("fencing", &self.fencing)
+            .field("fencing", &self.fencing())
             .field("lost", &self.lost.is_cancelled())
             .finish_non_exhaustive()
     }

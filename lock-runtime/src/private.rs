@@ -246,6 +246,22 @@ pub mod testing {
         client.backend().delete(&client.leader_names(name)).await
     }
 
+    /// The Redis names of the mutex `key` under `prefix`: its lock key and
+    /// its waiters' queue.
+    pub fn lock_names(prefix: &str, key: &str) -> (String, String) {
+        let names = crate::key::KeyNames::new(prefix, key);
+        (names.lock, names.queue)
+    }
+
+    /// `true` when `client` releases with the server's own `DELIFEQ`
+    /// (detected when it connected; Valkey 9 and later).
+    pub fn releases_with_delifeq(client: &LockClient) -> bool {
+        match client.backend() {
+            crate::backend::Backend::Redis(b) => b.releases_with_delifeq(),
+            _ => false,
+        }
+    }
+
     /// The Redis name of the leader election `name`'s lock under `prefix`.
     pub fn leader_lock_name(prefix: &str, name: &str) -> String {
         crate::key::KeyNames::leader(prefix, name).lock
@@ -329,7 +345,7 @@ mod tests {
         let out: Result<u64, AppError> = run(Some(c.clone()), "k".into(), try_once(), async {
             let info = crate::current_lock().expect("inside the lock");
             assert_eq!(info.key, "k");
-            Ok(info.fencing_token)
+            Ok(info.fencing_token().await.unwrap())
         })
         .await;
         assert_eq!(out.unwrap(), 1);

@@ -60,10 +60,8 @@ async fn run(args: &[String]) -> Result<(), String> {
         .acquire()
         .await
         .map_err(|e| e.to_string())?;
-    eprintln!(
-        "hold: {label} holds `{key}` with fencing token {}",
-        guard.fencing_token()
-    );
+    let token = guard.fencing_token().await.map_err(|e| e.to_string())?;
+    eprintln!("hold: {label} holds `{key}` with fencing token {token}");
     tokio::select! {
         _ = tokio::time::sleep(Duration::from_secs(secs)) => {
             guard.release().await.map_err(|e| e.to_string())?;

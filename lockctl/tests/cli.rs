@@ -34,7 +34,7 @@ async fn inspect_list_and_force_release_a_held_lock() {
     assert_eq!(state["key"], "order:42");
     assert_eq!(state["held"], true);
     assert!(state["remaining_ms"].as_u64().unwrap() > 2_000, "{state}");
-    assert!(state["fencing_counter"].as_u64().unwrap() >= guard.fencing_token());
+    assert!(state["fencing_counter"].as_u64().unwrap() >= guard.fencing_token().await.unwrap());
 
     let out = lockctl(&url, &["inspect", "order:7"], "");
     assert!(out.status.success());

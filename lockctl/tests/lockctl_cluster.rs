@@ -80,14 +80,14 @@ async fn lockctl_lists_every_master_shows_holders_and_fences_out_a_force_release
     assert_eq!(state["waiting"], serde_json::json!(["pod-b"]));
     assert!(state["remaining_ms"].as_u64().unwrap() > 20_000, "{state}");
     assert!(state["since_ms"].as_u64().is_some(), "{state}");
-    assert!(state["fencing_counter"].as_u64().unwrap() >= held_0.fencing_token());
+    assert!(state["fencing_counter"].as_u64().unwrap() >= held_0.fencing_token().await.unwrap());
 
     // The holder writes fenced; an operator force-releases; its next fenced
     // write is refused, though nobody else wrote in between.
     let redis = redis::cluster::ClusterClient::new(cluster.seed_urls()).unwrap();
     let conn = redis.get_async_connection().await.unwrap();
     let resource = keys[0].as_str();
-    let token = held_0.fencing_token();
+    let token = held_0.fencing_token().await.unwrap();
     let write = |token: u64| {
         let mut conn = conn.clone();
         async move {
@@ -120,8 +120,8 @@ async fn lockctl_lists_every_master_shows_holders_and_fences_out_a_force_release
         .expect("the waiter is handed the lock")
         .unwrap()
         .unwrap();
-    assert!(next.fencing_token() > token);
-    write(next.fencing_token())
+    assert!(next.fencing_token().await.unwrap() > token);
+    write(next.fencing_token().await.unwrap())
         .await
         .expect("the new holder writes");
 

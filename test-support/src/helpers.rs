@@ -101,9 +101,9 @@ pub async fn next_holder(request: LockRequest, previous: u64, what: &str) {
         .await
         .unwrap_or_else(|e| panic!("{what}: the key is free, but: {e:?}"));
     assert!(
-        next.fencing_token() > previous,
+        next.fencing_token().await.unwrap() > previous,
         "{what}: fencing token {} after {previous}",
-        next.fencing_token()
+        next.fencing_token().await.unwrap()
     );
     next.release()
         .await
@@ -258,8 +258,8 @@ pub async fn assert_two_holders(first: LockGuard, second: LockRequest, why: &str
     );
     println!(
         "two holders at once: tokens {} and {}",
-        first.fencing_token(),
-        second.fencing_token()
+        first.fencing_token().await.unwrap(),
+        second.fencing_token().await.unwrap()
     );
     second.release().await.expect("the second holder releases");
     drop(first);
@@ -365,7 +365,9 @@ pub async fn locked_read_modify_writes(
                         inside.fetch_sub(1, Ordering::SeqCst);
                         lock_runtime::current_lock()
                             .expect("inside the lock")
-                            .fencing_token
+                            .fencing_token()
+                            .await
+                            .unwrap()
                     })
                     .await
                     .expect("every task gets the lock")
@@ -395,7 +397,7 @@ pub async fn locked_read_modify_writes(
 /// fencing token.
 pub async fn lock_and_release(client: &LockClient, key: &str) -> u64 {
     let guard = client.lock(key).acquire().await.expect("take the lock");
-    let fence = guard.fencing_token();
+    let fence = guard.fencing_token().await.unwrap();
     guard.release().await.expect("release the lock");
     fence
 }

@@ -10,13 +10,13 @@ async fn a_waiter_holds_within_a_few_ms_of_the_release_while_the_watchdog_keeps_
     let server = RedisServer::start();
     let c = default_redis_client(&server).await;
     let g = c.lock("k").ttl(ms(300)).acquire().await.unwrap();
-    assert_eq!(g.fencing_token(), 1);
+    assert_eq!(g.fencing_token().await.unwrap(), 1);
     assert!(c.lock("k").acquire().await.unwrap_err().is_busy());
     let c2 = c.clone();
     let t = tokio::spawn(async move {
         let s = Instant::now();
         let g = c2.lock("k").wait(secs(5)).acquire().await.unwrap();
-        (s.elapsed(), g.fencing_token())
+        (s.elapsed(), g.fencing_token().await.unwrap())
     });
     tokio::time::sleep(ms(1000)).await;
     assert!(!g.is_lost());
@@ -43,8 +43,8 @@ async fn hot_key(c: LockClient, tasks: usize, iters: usize) {
             let mut last = 0;
             for _ in 0..iters {
                 let g = c.lock("hot").wait(secs(20)).acquire().await.unwrap();
-                assert!(g.fencing_token() > last);
-                last = g.fencing_token();
+                assert!(g.fencing_token().await.unwrap() > last);
+                last = g.fencing_token().await.unwrap();
                 let v = shared.load(Ordering::SeqCst);
                 tokio::task::yield_now().await;
                 shared.store(v + 1, Ordering::SeqCst);

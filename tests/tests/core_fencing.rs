@@ -27,31 +27,31 @@ async fn fencing_tokens_strictly_increase_across_releases_expiry_deletes_and_cli
     // Released by its holder, then another client.
     for client in [&env.client, &other, &env.client] {
         let guard = client.lock(&key).acquire().await.unwrap();
-        seen.push(guard.fencing_token());
+        seen.push(guard.fencing_token().await.unwrap());
         guard.release().await.unwrap();
     }
     // Expired (fixed lease), then taken by the other client.
     let expired = fixed_lease(&env.client, &key, ms(100)).await.unwrap();
-    seen.push(expired.fencing_token());
+    seen.push(expired.fencing_token().await.unwrap());
     within(secs(2), "the fixed lease ends", expired.lost()).await;
     let next = other.lock(&key).wait(secs(1)).acquire().await.unwrap();
-    seen.push(next.fencing_token());
+    seen.push(next.fencing_token().await.unwrap());
     next.release().await.unwrap();
     drop(expired);
     // Deleted by an operator while held.
     let deleted = env.client.lock(&key).acquire().await.unwrap();
-    seen.push(deleted.fencing_token());
+    seen.push(deleted.fencing_token().await.unwrap());
     force_delete(&env.client, &key).await.unwrap();
     let next = other.lock(&key).acquire().await.unwrap();
-    seen.push(next.fencing_token());
+    seen.push(next.fencing_token().await.unwrap());
     assert!(deleted.release().await.unwrap_err().is_lost());
     next.release().await.unwrap();
     // Dropped.
     let dropped = other.lock(&key).acquire().await.unwrap();
-    seen.push(dropped.fencing_token());
+    seen.push(dropped.fencing_token().await.unwrap());
     drop(dropped);
     let next = env.client.lock(&key).wait(secs(1)).acquire().await.unwrap();
-    seen.push(next.fencing_token());
+    seen.push(next.fencing_token().await.unwrap());
     next.release().await.unwrap();
 
     println!("[{:?}] fencing tokens: {seen:?}", env.kind);
@@ -63,12 +63,15 @@ async fn fencing_tokens_strictly_increase_across_releases_expiry_deletes_and_cli
     // embedded backend): their tokens increase too, with gaps.
     let unrelated = key.clone() + ":other";
     let first = env.client.lock(&unrelated).acquire().await.unwrap();
-    let (t1, _) = (first.fencing_token(), first.release().await.unwrap());
+    let (t1, _) = (
+        first.fencing_token().await.unwrap(),
+        first.release().await.unwrap(),
+    );
     let second = env.client.lock(&unrelated).acquire().await.unwrap();
     assert!(
-        second.fencing_token() > t1,
+        second.fencing_token().await.unwrap() > t1,
         "{t1} then {}",
-        second.fencing_token()
+        second.fencing_token().await.unwrap()
     );
 }
 
@@ -87,7 +90,7 @@ async fn concurrent_acquisitions_get_distinct_increasing_fencing_tokens(env: Env
                 let mut mine = Vec::new();
                 for _ in 0..10 {
                     let guard = client.lock(&key).wait(secs(20)).acquire().await.unwrap();
-                    mine.push(guard.fencing_token());
+                    mine.push(guard.fencing_token().await.unwrap());
                     guard.release().await.unwrap();
                 }
                 mine
@@ -115,11 +118,17 @@ async fn a_stale_guard_cannot_release_the_new_holders_lock(env: Env) {
     let key = key("stale-release");
     let other = env.other().await;
     let stale = fixed_lease(&env.client, &key, ms(100)).await.unwrap();
+    // Asked while it held the lock: a token is minted only for a live lease.
+    let stale_token = stale.fencing_token().await.unwrap();
     within(secs(2), "the stale lease ends", stale.lost()).await;
+    assert!(
+        stale.fencing_token().await.unwrap() == stale_token,
+        "a token once issued stays the guard's"
+    );
     let holder = fixed_lease_waiting(&other, &key, secs(10), secs(1))
         .await
         .unwrap();
-    assert!(holder.fencing_token() > stale.fencing_token());
+    assert!(holder.fencing_token().await.unwrap() > stale_token);
     match stale.release().await {
         Err(LockError::Lost { key: k }) => assert_eq!(k, key),
         other => panic!("a stale release gave {other:?}"),

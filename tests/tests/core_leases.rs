@@ -339,7 +339,7 @@ async fn the_embedded_backend_follows_tokios_paused_clock() {
         "taken over at {at:?} of virtual time"
     );
     assert!(fixed.is_lost());
-    assert!(next.fencing_token() > fixed.fencing_token());
+    assert!(next.fencing_token().await.unwrap() > fixed.fencing_token().await.unwrap());
     next.release().await.unwrap();
     kept.release().await.unwrap();
 }

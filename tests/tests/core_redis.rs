@@ -47,7 +47,7 @@ async fn a_lock_is_a_key_with_a_lease_and_a_fresh_128_bit_token_beside_its_fenci
         let pttl = last_number(&server.cli(&["PTTL", "lock:L{order:42}"]));
         assert!(pttl > 9_000 && pttl <= 10_000, "PTTL {pttl}");
         assert_eq!(server.cli(&["GET", &fence]), round.to_string());
-        assert_eq!(guard.fencing_token(), round);
+        assert_eq!(guard.fencing_token().await.unwrap(), round);
         guard.release().await.unwrap();
         // Release deletes the lock, never the counter.
         assert_eq!(last_number(&server.cli(&["EXISTS", "lock:L{order:42}"])), 0);
@@ -78,7 +78,7 @@ async fn a_lock_is_a_key_with_a_lease_and_a_fresh_128_bit_token_beside_its_fenci
         .await
         .unwrap();
     let guard = other.lock("order:42").acquire().await.unwrap();
-    assert_eq!(guard.fencing_token(), 1);
+    assert_eq!(guard.fencing_token().await.unwrap(), 1);
     assert_eq!(last_number(&server.cli(&["EXISTS", "app:L{order:42}"])), 1);
     guard.release().await.unwrap();
 }
@@ -109,7 +109,7 @@ async fn a_release_touches_the_queue_and_publishes_only_when_somebody_queued() {
         let client = client.clone();
         tokio::spawn(async move {
             let guard = client.lock("busy").wait(secs(5)).acquire().await.unwrap();
-            let fencing = guard.fencing_token();
+            let fencing = guard.fencing_token().await.unwrap();
             guard.release().await.unwrap();
             fencing
         })
@@ -440,7 +440,7 @@ async fn twenty_thousand_names_leave_at_most_one_counter_per_hash_slot() {
                 for i in (t..names).step_by(16) {
                     let key = format!("order:{i}");
                     let guard = client.lock(&key).acquire().await.unwrap();
-                    last.insert(key.clone(), guard.fencing_token());
+                    last.insert(key.clone(), guard.fencing_token().await.unwrap());
                     if i % 1000 == 0 {
                         // Dropped: released in the background.
                         drop(guard);
@@ -479,7 +479,17 @@ async fn twenty_thousand_names_leave_at_most_one_counter_per_hash_slot() {
     // Tokens keep increasing per key, on the shared counters.
     let key = "order:7";
     let before = client.lock(key).acquire().await.unwrap();
-    let t = before.fencing_token();
+    let t = before.fencing_token().await.unwrap();
     before.release().await.unwrap();
-    assert!(client.lock(key).acquire().await.unwrap().fencing_token() > t);
+    assert!(
+        client
+            .lock(key)
+            .acquire()
+            .await
+            .unwrap()
+            .fencing_token()
+            .await
+            .unwrap()
+            > t
+    );
 }

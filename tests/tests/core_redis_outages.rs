@@ -128,7 +128,7 @@ async fn a_restarted_server_is_usable_again_by_old_and_new_clients() {
     println!(
         "the old client locked again {:?} after the restart (fencing token {}: the counter did not survive, no persistence)",
         restarted.elapsed(),
-        guard.fencing_token()
+        guard.fencing_token().await.unwrap()
     );
     guard.release().await.unwrap();
     let new = client(&server).await;
@@ -158,7 +158,7 @@ async fn a_paused_server_makes_lost_resolve_within_about_the_ttl_and_the_stale_r
     let err = guard.release().await.unwrap_err();
     assert!(err.is_lost(), "{err:?}");
     let next = client.lock("paused").wait(secs(2)).acquire().await.unwrap();
-    assert!(next.fencing_token() == 2);
+    assert!(next.fencing_token().await.unwrap() == 2);
     next.release().await.unwrap();
 }
 

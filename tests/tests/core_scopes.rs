@@ -250,7 +250,10 @@ async fn nested_locking_of_the_same_key_reenters_and_the_outer_scope_keeps_owner
                 .expect("acquire re-enters");
             assert!(guard.is_reentrant());
             assert_eq!(guard.key(), key);
-            assert_eq!(guard.fencing_token(), outer.fencing_token);
+            assert_eq!(
+                guard.fencing_token().await.unwrap(),
+                outer.fencing_token().await.unwrap()
+            );
             guard.release().await.expect("releasing a re-entered guard");
             let guard = client.lock(&key).acquire().await.unwrap();
             drop(guard);
@@ -273,14 +276,14 @@ async fn nested_locking_of_the_same_key_reenters_and_the_outer_scope_keeps_owner
                 tokio::spawn(async move {
                     let guard = other.lock(&key).wait(secs(5)).acquire().await.unwrap();
                     let at = Instant::now();
-                    let fence = guard.fencing_token();
+                    let fence = guard.fencing_token().await.unwrap();
                     guard.release().await.unwrap();
                     (at, fence)
                 })
             };
             tokio::time::sleep(ms(200)).await;
             assert!(!waiter.is_finished(), "another task took the outer lock");
-            (Instant::now(), outer.fencing_token, waiter)
+            (Instant::now(), outer.fencing_token().await.unwrap(), waiter)
         })
         .await
         .unwrap();
@@ -302,13 +305,13 @@ async fn current_lock_gives_the_innermost_key_and_fence(env: Env) {
     assert_eq!(current_lock(), None);
     let plain = client.lock(&a).acquire().await.unwrap();
     assert_eq!(current_lock(), None, "a plain guard opens no scope");
-    let plain_token = plain.fencing_token();
+    let plain_token = plain.fencing_token().await.unwrap();
     plain.release().await.unwrap();
     client
         .with_lock(&a, async {
             let outer = current_lock().expect("outer");
             assert_eq!(outer.key, a);
-            assert!(outer.fencing_token > plain_token);
+            assert!(outer.fencing_token().await.unwrap() > plain_token);
             client
                 .with_lock(&b, async {
                     let inner = current_lock().expect("inner");

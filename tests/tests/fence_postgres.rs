@@ -76,10 +76,10 @@ async fn a_paused_holder_is_refused_once_the_next_holder_committed() {
         .unwrap();
     let order = key("pg-kleppmann");
     let a = fixed_lease(&client, &order, ms(300)).await.unwrap();
-    let a_token = a.fencing_token();
+    let a_token = a.fencing_token().await.unwrap();
     tokio::time::sleep(ms(500)).await; // A's pause, past its lease
     let b = client.lock(&order).wait(secs(5)).acquire().await.unwrap();
-    let b_token = b.fencing_token();
+    let b_token = b.fencing_token().await.unwrap();
     pay(&env.pool, &order, b_token, "B").await.unwrap();
 
     // A wakes up and pays, inside its own transaction.

@@ -78,7 +78,7 @@ where
 {
     let order = key("fence-kleppmann");
     let a = fixed_lease(&env.client, &order, ms(300)).await.unwrap();
-    let a_token = a.fencing_token();
+    let a_token = a.fencing_token().await.unwrap();
     tokio::time::sleep(ms(500)).await; // A's "GC pause", past its lease
     let b = env
         .client
@@ -87,7 +87,7 @@ where
         .acquire()
         .await
         .unwrap();
-    let b_token = b.fencing_token();
+    let b_token = b.fencing_token().await.unwrap();
     assert!(b_token > a_token);
     let mut conn = env.conn.clone();
     fence::redis(&mut conn, &order, b_token)

@@ -118,7 +118,8 @@ async fn crashed_holders_hand_the_key_to_waiters_in_the_order_they_queued(store:
                 .acquire()
                 .await
                 .unwrap_or_else(|e| panic!("waiter {i}: {e:?}"));
-            order.lock().unwrap().push((i, guard.fencing_token()));
+            let token = guard.fencing_token().await.unwrap();
+            order.lock().unwrap().push((i, token));
             crash(guard);
             client
         }));

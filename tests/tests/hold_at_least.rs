@@ -30,7 +30,7 @@ async fn long_job(a: &LockClient, key: &str) -> LockGuard {
 async fn stays_taken_until_the_minimum_hold(a: &LockClient, b: &LockClient, key: &str) {
     let job = long_job(a, key).await;
     let acquired = Instant::now();
-    let fence = job.fencing_token();
+    let fence = job.fencing_token().await.unwrap();
     // A waiter queued while the job runs, with a 20 s lease in view.
     let waiter = {
         let b = b.clone();
@@ -38,7 +38,7 @@ async fn stays_taken_until_the_minimum_hold(a: &LockClient, b: &LockClient, key:
         tokio::spawn(async move {
             let guard = b.lock(&key).wait(secs(10)).acquire().await?;
             let at = Instant::now();
-            let fencing = guard.fencing_token();
+            let fencing = guard.fencing_token().await.unwrap();
             guard.release().await?;
             Ok::<_, LockError>((at, fencing))
         })
@@ -193,7 +193,10 @@ async fn a_minimum_over_the_longest_lease_is_a_config_error() {
 async fn the_attribute_keeps_the_key_for_its_minimum() {
     #[lock_runtime::distributed_lock(key = "job:<name>", hold_at_least = "600ms", client = client)]
     async fn run_job(client: &LockClient, name: &str) -> Result<u64, LockError> {
-        Ok(lock_runtime::current_lock().map_or(0, |l| l.fencing_token))
+        match lock_runtime::current_lock() {
+            Some(lock) => lock.fencing_token().await,
+            None => Ok(0),
+        }
     }
     let server = RedisServer::start();
     let (pod_a, pod_b) = two_clients(&LockClient::builder().redis(server.url())).await;

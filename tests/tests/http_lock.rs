@@ -55,7 +55,7 @@ fn pay_app(layer: LockLayer, gauge: Gauge, work: Duration) -> Router {
                     let _inside = gauge.enter();
                     assert_eq!(lock.key, format!("order:{id}"));
                     tokio::time::sleep(work).await;
-                    lock.fencing_token.to_string()
+                    lock.fencing_token().await.unwrap().to_string()
                 },
             ),
         )
@@ -312,7 +312,7 @@ async fn report(
 ) -> Body {
     match chunks_rx.lock().await.take() {
         Some(rx) => Body::from_stream(tokio_stream_from(rx).map(Ok::<_, Infallible>)),
-        None => Body::from(format!("token {}", lock.fencing_token)),
+        None => Body::from(format!("token {}", lock.fencing_token().await.unwrap())),
     }
 }
 
@@ -444,11 +444,17 @@ async fn the_handler_sees_its_lock_and_a_nested_lock_of_the_same_key_re_enters()
                     // function does: lock the same key again, on the same client.
                     let nested = client
                         .lock(format!("order:{id}"))
-                        .run(async { lock_runtime::current_lock().unwrap().fencing_token })
+                        .run(async {
+                            lock_runtime::current_lock()
+                                .unwrap()
+                                .fencing_token()
+                                .await
+                                .unwrap()
+                        })
                         .await
                         .expect("the nested lock did not re-enter");
-                    assert_eq!(nested, lock.fencing_token);
-                    lock.fencing_token.to_string()
+                    assert_eq!(nested, lock.fencing_token().await.unwrap());
+                    lock.fencing_token().await.unwrap().to_string()
                 }
             }),
         )

@@ -79,7 +79,11 @@ async fn export(State(h): State<Handlers>, permit: LockInfo) -> String {
     let seen = lock_runtime::current_lock() == Some(permit.clone());
     h.finish.acquire().await.expect("open").forget();
     h.now.fetch_sub(1, SeqCst);
-    format!("{} {} {seen}", permit.key, permit.fencing_token)
+    format!(
+        "{} {} {seen}",
+        permit.key,
+        permit.fencing_token().await.unwrap()
+    )
 }
 
 /// A request sent from a task of its own: its status and body.

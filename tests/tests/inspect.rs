@@ -27,6 +27,8 @@ async fn a_lock_is_seen_free_held_waited_for_and_free_again(
         .acquire()
         .await
         .unwrap();
+    // Minted on first use: asked for before the inspection.
+    let token = guard.fencing_token().await.unwrap();
     let held = holder.inspect(key).await.unwrap();
     assert!(held.held, "{held:?}");
     let left = held.remaining.expect("a lease");
@@ -34,10 +36,10 @@ async fn a_lock_is_seen_free_held_waited_for_and_free_again(
         left > Duration::from_secs(8) && left <= Duration::from_secs(10),
         "{held:?}"
     );
-    assert!(held.fencing_counter >= guard.fencing_token(), "{held:?}");
+    assert!(held.fencing_counter >= token, "{held:?}");
     assert_eq!(held.key, key);
     assert!(held.held_by_this_client, "{held:?}");
-    assert_eq!(held.fencing_token, Some(guard.fencing_token()));
+    assert_eq!(held.fencing_token, Some(token));
 
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
@@ -78,7 +80,9 @@ async fn inspect_on_the_embedded_backend() {
     // One backend shared by both clients: the same client, cloned.
     let client = builder.build().await.unwrap();
     let guard = client.lock("k").acquire().await.unwrap();
-    let _other = client.lock("job").acquire().await.unwrap();
+    let token = guard.fencing_token().await.unwrap();
+    let other = client.lock("job").acquire().await.unwrap();
+    other.fencing_token().await.unwrap();
     let listed = client.list("", 10).await.unwrap();
     let keys: Vec<&str> = listed.iter().map(|s| s.key.as_str()).collect();
     assert_eq!(keys, ["job", "k"]);
@@ -86,9 +90,7 @@ async fn inspect_on_the_embedded_backend() {
     assert_eq!(client.list("", 1).await.unwrap().len(), 1);
     let state = client.inspect("k").await.unwrap();
     assert!(
-        state.held
-            && state.fencing_token == Some(guard.fencing_token())
-            && state.fencing_counter > guard.fencing_token(),
+        state.held && state.fencing_token == Some(token) && state.fencing_counter > token,
         "{state:?}"
     );
     guard.release().await.unwrap();

@@ -302,7 +302,7 @@ async fn a_force_release_evicts_every_holder_and_raises_the_counter_on_the_embed
     assert!(!after.held && after.holders.is_empty(), "{after:?}");
     assert!(after.fencing_counter > before.fencing_counter, "{after:?}");
     let writer = client.rw_lock("rw").write().acquire().await.unwrap();
-    assert!(writer.fencing_token() > readers[1].fencing_token());
+    assert!(writer.fencing_token().await.unwrap() > readers[1].fencing_token().await.unwrap());
     writer.release().await.unwrap();
 }
 

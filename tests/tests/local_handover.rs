@@ -89,10 +89,10 @@ async fn a_handed_on_lease_is_renewed_and_its_loss_reaches_the_holder_at_that_ti
     let (server, [client, other]) = server_and_clients().await;
     let key = "renewed";
     let (first, second) = holder_and_waiter(&client, key, ms(600)).await;
-    let first_token = first.fencing_token();
+    let first_token = first.fencing_token().await.unwrap();
     first.release().await.unwrap();
     let second = acquired(secs(2), "the hand-over", second).await;
-    assert!(second.fencing_token() > first_token);
+    assert!(second.fencing_token().await.unwrap() > first_token);
     // In-process: no second acquisition on the server, one block reserved.
     let calls = Calls::of(&server);
     assert_eq!((calls.incr, calls.incrby), (1, 1), "{calls:?}");
@@ -124,14 +124,14 @@ async fn next_after_loss(
     lost: LockGuard,
     next: JoinHandle<Result<LockGuard, LockError>>,
 ) -> LockGuard {
-    let lost_token = lost.fencing_token();
+    let lost_token = lost.fencing_token().await.unwrap();
     let released = lost.release().await;
     assert!(
         matches!(released, Err(ref e) if e.is_lost()),
         "release of a lost lease: {released:?}"
     );
     let next = acquired(secs(5), "the next holder", next).await;
-    assert!(next.fencing_token() > lost_token);
+    assert!(next.fencing_token().await.unwrap() > lost_token);
     assert_eq!(Calls::of(server).incr, 2, "not acquired on the server");
     next
 }
@@ -154,7 +154,7 @@ async fn a_lease_that_runs_out_in_a_chain_is_not_handed_on() {
     assert!(lost_after < ms(900), "lost() only after {lost_after:?}");
     // `third` may be done by now, but only from the server (asserted below:
     // its token comes from a second INCR): a lost lease is never handed on.
-    let lost_token = second.fencing_token();
+    let lost_token = second.fencing_token().await.unwrap();
     // The line went back to the server as soon as the lease was lost: the
     // next in line acquired there (its request may have sat on the paused
     // server for longer than its own 300 ms lease, and then it is reported
@@ -163,7 +163,7 @@ async fn a_lease_that_runs_out_in_a_chain_is_not_handed_on() {
     let _ = third.release().await;
     // Free for another client afterwards.
     let taken = other.lock(key).wait(secs(2)).acquire().await.unwrap();
-    assert!(taken.fencing_token() > lost_token);
+    assert!(taken.fencing_token().await.unwrap() > lost_token);
     taken.release().await.unwrap();
 }
 

@@ -120,7 +120,9 @@ async fn waiters_that_give_up_at_random_never_stall_the_line() {
                     Ok(guard) => {
                         let guard = guard.expect("acquire");
                         let stay = tokio::task::yield_now();
-                        section.occupy(0, guard.fencing_token(), stay).await;
+                        section
+                            .occupy(0, guard.fencing_token().await.unwrap(), stay)
+                            .await;
                         guard.release().await.expect("release");
                         granted += 1;
                     }
@@ -139,7 +141,9 @@ async fn waiters_that_give_up_at_random_never_stall_the_line() {
             while Instant::now() < until {
                 let guard = in_line(&other, key).acquire().await.unwrap();
                 let stay = tokio::time::sleep(ms(2));
-                section.occupy(1, guard.fencing_token(), stay).await;
+                section
+                    .occupy(1, guard.fencing_token().await.unwrap(), stay)
+                    .await;
                 guard.release().await.unwrap();
                 granted += 1;
                 tokio::time::sleep(ms(10)).await;
@@ -186,18 +190,18 @@ async fn a_waiter_with_other_lease_settings_queues_on_the_server_and_is_served_f
     tokio::time::sleep(ms(100)).await; // time to queue on the server, were it to
     assert_eq!(queued(&server, key), 1);
     // The holder's chain yields to the waiter queued on the server.
-    let holder_token = holder.fencing_token();
+    let holder_token = holder.fencing_token().await.unwrap();
     holder.release().await.unwrap();
     let other_ttl = acquired(secs(3), "the waiter on the server", other_ttl).await;
-    assert!(other_ttl.fencing_token() > holder_token);
+    assert!(other_ttl.fencing_token().await.unwrap() > holder_token);
     assert!(
         !same_ttl.is_finished(),
         "handed on past a waiter on the server"
     );
-    let other_token = other_ttl.fencing_token();
+    let other_token = other_ttl.fencing_token().await.unwrap();
     other_ttl.release().await.unwrap();
     let same_ttl = acquired(secs(3), "the waiter in line", same_ttl).await;
-    assert!(same_ttl.fencing_token() > other_token);
+    assert!(same_ttl.fencing_token().await.unwrap() > other_token);
     same_ttl.release().await.unwrap();
     assert_eq!(Calls::of(&server).incrby, 0);
 }
@@ -212,7 +216,9 @@ async fn dropped_guards_hand_on_too() {
     let runs = steps_until(8, until, shared, move |_, (client, section)| async move {
         let guard = in_line(&client, key).acquire().await.unwrap();
         let stay = tokio::task::yield_now();
-        section.occupy(0, guard.fencing_token(), stay).await;
+        section
+            .occupy(0, guard.fencing_token().await.unwrap(), stay)
+            .await;
         drop(guard);
     })
     .await;
@@ -229,7 +235,9 @@ async fn dropped_guards_hand_on_too() {
 async fn locked_step(client: &LockClient, n: u32, section: &Section) -> Result<u64, LockError> {
     let token = lock_runtime::current_lock()
         .expect("inside the lock")
-        .fencing_token;
+        .fencing_token()
+        .await
+        .unwrap();
     section.occupy(0, token, tokio::task::yield_now()).await;
     Ok(token)
 }
@@ -240,13 +248,17 @@ async fn run_step(client: &LockClient, section: Arc<Section>) {
     let inner = client.clone();
     in_line(client, "macro:1")
         .run(async move {
-            let outer = lock_runtime::current_lock().unwrap().fencing_token;
+            let outer = lock_runtime::current_lock()
+                .unwrap()
+                .fencing_token()
+                .await
+                .unwrap();
             // Re-entry, not a place in the line (which would wait for
             // ourselves).
             let again = in_line(&inner, "macro:1").acquire();
             let again = within(secs(2), "re-entry", again).await.unwrap();
             assert!(again.is_reentrant());
-            assert_eq!(again.fencing_token(), outer);
+            assert_eq!(again.fencing_token().await.unwrap(), outer);
             section.occupy(0, outer, tokio::task::yield_now()).await;
             again.release().await.unwrap();
         })
@@ -284,12 +296,12 @@ async fn a_server_further_away_than_a_block_lasts_still_gets_hand_overs() {
     let key = "far";
     let holder = in_line(&client, key).acquire().await.unwrap();
     let waiter = spawn_entered(in_line(&client, key).acquire()).await;
-    let token = holder.fencing_token();
+    let token = holder.fencing_token().await.unwrap();
     within(secs(3), "the release", holder.release())
         .await
         .unwrap();
     let next = acquired(secs(3), "the hand-over", waiter).await;
-    assert!(next.fencing_token() > token);
+    assert!(next.fencing_token().await.unwrap() > token);
     let blocks = Calls::of(&server).incrby;
     assert!(
         blocks <= 2,
@@ -311,7 +323,7 @@ async fn a_forgotten_holder_whose_lease_ends_does_not_strand_its_line() {
     let key = "forgotten";
     let fixed = || client.lock(key).ttl(ms(300)).renew(false);
     let holder = fixed().acquire().await.unwrap();
-    let first = holder.fencing_token();
+    let first = holder.fencing_token().await.unwrap();
     let started = Instant::now();
     let waiter = spawn_entered(fixed().wait(secs(10)).acquire()).await;
     std::mem::forget(holder);
@@ -322,7 +334,7 @@ async fn a_forgotten_holder_whose_lease_ends_does_not_strand_its_line() {
         took < secs(2),
         "the line waited {took:?} for a forgotten holder"
     );
-    assert!(next.fencing_token() > first);
+    assert!(next.fencing_token().await.unwrap() > first);
     assert_eq!(Calls::of(&server).incr, 2, "not acquired on the server");
     next.release().await.unwrap();
 }

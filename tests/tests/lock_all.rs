@@ -184,26 +184,26 @@ async fn one_slot_shares_one_fencing_token(a: &LockClient, shared: bool) {
     let tag = key("acct").replace(':', "-");
     let (k1, k2) = (format!("{{{tag}}}:1"), format!("{{{tag}}}:2"));
     let g1 = a.lock(&k1).acquire().await.unwrap();
-    let t1 = g1.fencing_token();
+    let t1 = g1.fencing_token().await.unwrap();
     g1.release().await.unwrap();
     let g2 = a.lock(&k2).acquire().await.unwrap();
-    let t2 = g2.fencing_token();
+    let t2 = g2.fencing_token().await.unwrap();
     g2.release().await.unwrap();
     let all = a.lock_all([&k2, &k1]).acquire().await.unwrap();
     let (f1, f2) = (
-        all.fencing_token_of(&k1).unwrap(),
-        all.fencing_token_of(&k2).unwrap(),
+        all.fencing_token_of(&k1).await.unwrap().unwrap(),
+        all.fencing_token_of(&k2).await.unwrap().unwrap(),
     );
     if shared {
         assert_eq!(f1, f2, "one slot, one token");
     }
-    assert_eq!(all.fencing_token(), f1.max(f2));
+    assert_eq!(all.fencing_token().await.unwrap(), f1.max(f2));
     assert!(f1 > t1 && f1 > t2, "{f1} after {t1} and {t2}");
     assert!(f2 > t1 && f2 > t2, "{f2} after {t1} and {t2}");
-    assert_eq!(all.fencing_token_of("not-in-the-set"), None);
+    assert_eq!(all.fencing_token_of("not-in-the-set").await.unwrap(), None);
     all.release().await.unwrap();
     let next = a.lock(&k1).acquire().await.unwrap();
-    assert!(next.fencing_token() > f1.max(f2));
+    assert!(next.fencing_token().await.unwrap() > f1.max(f2));
     next.release().await.unwrap();
 }
 
@@ -448,7 +448,9 @@ async fn across_slots_rolls_back(cluster: &Cluster, a: &LockClient, b: &LockClie
         all.keys().collect::<Vec<_>>(),
         [first.as_str(), last.as_str()]
     );
-    assert!(all.fencing_token() >= all.fencing_token_of(&first).unwrap());
+    assert!(
+        all.fencing_token().await.unwrap() >= all.fencing_token_of(&first).await.unwrap().unwrap()
+    );
     assert!(is_held(b, &first).await && is_held(b, &last).await);
     all.release().await.unwrap();
     // Many keys over every node at once.

@@ -7,7 +7,11 @@ use test_support::helpers::{default_redis_client, memory_client};
 
 #[distributed_lock(key = "report:<day>", wait = "1s")]
 async fn report(day: u32) -> Result<u64, LockError> {
-    Ok(lock_runtime::current_lock().expect("inside").fencing_token)
+    Ok(lock_runtime::current_lock()
+        .expect("inside")
+        .fencing_token()
+        .await
+        .unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

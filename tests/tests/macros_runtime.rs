@@ -33,10 +33,12 @@ impl AppError {
 }
 
 /// The fencing token of the innermost lock this task holds.
-fn fence() -> u64 {
+async fn fence() -> u64 {
     lock_runtime::current_lock()
         .expect("the body runs inside the lock")
-        .fencing_token
+        .fencing_token()
+        .await
+        .unwrap()
 }
 
 /// A service whose methods are locked per order, counting who is inside.
@@ -76,7 +78,7 @@ impl Orders {
         self.enter();
         tokio::time::sleep(hold).await;
         self.leave();
-        fence()
+        fence().await
     }
 
     /// Waits up to 5 s for the order's lock.
@@ -104,7 +106,7 @@ impl Orders {
     /// Calls two locked methods for the same order while holding its lock.
     #[distributed_lock(key = "{<self.tenant>}:order:<order_id>", client = self.locks)]
     async fn pay_twice(&self, order_id: u64) -> Result<[u64; 3], AppError> {
-        let outer = fence();
+        let outer = fence().await;
         let tried = self.try_pay(order_id, Duration::ZERO).await?;
         let waited = self.pay(order_id, Duration::ZERO).await?;
         Ok([outer, tried, waited])
@@ -374,7 +376,7 @@ on_both_backends! {
             last = fence;
         }
         let other = client.lock("{acme}:order:3").acquire().await.unwrap();
-        assert!(other.fencing_token() > last);
+        assert!(other.fencing_token().await.unwrap() > last);
         other.release().await.unwrap();
     }
 }

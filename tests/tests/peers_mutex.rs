@@ -281,10 +281,10 @@ async fn a_forced_release_frees_the_key_at_once_and_the_evicted_holder_is_told()
     let (server, a, b, key) = with_two_clients("forced").await;
     let operator = redis_client(&server).await;
     let evicted = a.lock(&key).ttl(ms(600)).acquire().await.unwrap();
-    let old_token = evicted.fencing_token();
+    let old_token = evicted.fencing_token().await.unwrap();
     assert!(operator.force_release(&key).await.unwrap());
     let next = b.lock(&key).acquire().await.expect("free after the force");
-    assert!(next.fencing_token() > old_token);
+    assert!(next.fencing_token().await.unwrap() > old_token);
     within(secs(2), "the evicted holder's lost()", evicted.lost()).await;
     assert!(evicted.release().await.unwrap_err().is_lost());
     assert!(
@@ -321,14 +321,15 @@ async fn waiters_of_six_clients_get_the_released_mutex_in_the_order_they_queued(
                 .wait(secs(10))
                 .acquire()
                 .await?;
-            order.lock().unwrap().push((i, guard.fencing_token()));
+            let token = guard.fencing_token().await.unwrap();
+            order.lock().unwrap().push((i, token));
             tokio::time::sleep(ms(30)).await;
             guard.release().await
         }));
         // Each is in line before the next asks.
         tokio::time::sleep(ms(60)).await;
     }
-    let first_token = first.fencing_token();
+    let first_token = first.fencing_token().await.unwrap();
     first.release().await.unwrap();
     for w in waiters {
         within(secs(10), "a waiter", w).await.unwrap().unwrap();

@@ -207,7 +207,7 @@ async fn an_expired_write_lease_lets_the_next_writer_in_and_its_late_release_is_
     let second = write_waiting(&b, &key, secs(3)).await;
     let at = started.elapsed();
     assert!(at >= ms(450) && at < ms(1500), "{at:?}");
-    assert!(second.fencing_token() > first.fencing_token());
+    assert!(second.fencing_token().await.unwrap() > first.fencing_token().await.unwrap());
     assert!(first.release().await.unwrap_err().is_lost());
     assert!(
         c.rw_lock(&key)

@@ -82,7 +82,7 @@ fn a_chain_of_hand_overs_costs_one_script_call_per_grant_and_no_busy_attempt() {
                 .acquire()
                 .await
                 .unwrap();
-            guard.fencing_token()
+            guard.fencing_token().await.unwrap()
         }
     });
     let want = CHAIN as i64 + 2;

@@ -99,7 +99,7 @@ async fn release_with_lost_reply(builder: &LockClientBuilder, key: &str, cut: Cu
         .acquire()
         .await
         .expect("acquire");
-    let fence = guard.fencing_token();
+    let fence = guard.fencing_token().await.unwrap();
     let lost = guard.lost();
     let cuts = cut();
     let result = within(secs(8), "the release", guard.release()).await;
@@ -131,7 +131,11 @@ async fn run_with_lost_reply(builder: &LockClientBuilder, key: &str, cut: Cut<'_
         secs(8),
         "run",
         client.lock(key).ttl(LEASE).run(async {
-            fence = current_lock().expect("inside the lock").fencing_token;
+            fence = current_lock()
+                .expect("inside the lock")
+                .fencing_token()
+                .await
+                .unwrap();
             // The work is done: from here on only the release talks to Redis.
             cuts = Some(cut());
             "paid"
@@ -182,7 +186,11 @@ async fn with_lock_returns_the_output_of_work_whose_release_reply_was_lost() {
         secs(8),
         "with_lock",
         client.with_lock(key.as_str(), async {
-            fence = current_lock().expect("inside the lock").fencing_token;
+            fence = current_lock()
+                .expect("inside the lock")
+                .fencing_token()
+                .await
+                .unwrap();
             cuts = Some(server.lose_replies(WINDOW));
             42
         }),
@@ -211,10 +219,15 @@ struct Payments {
 }
 
 impl Payments {
-    /// Pays `order`; `paid` runs once the payment went through.
+    /// Pays `order` under its fencing token; `paid` runs with the token once
+    /// the payment went through.
     #[distributed_lock(key = "payment:<order>", client = self.locks, ttl = "30s")]
-    async fn pay(&self, order: u64, paid: &(dyn Fn() + Sync)) -> Result<&'static str, PayError> {
-        paid();
+    async fn pay(&self, order: u64, paid: &(dyn Fn(u64) + Sync)) -> Result<&'static str, PayError> {
+        let fence = current_lock()
+            .expect("inside the lock")
+            .fencing_token()
+            .await?;
+        paid(fence);
         Ok("receipt")
     }
 }
@@ -227,10 +240,9 @@ async fn the_attribute_returns_the_receipt_of_a_payment_whose_release_reply_was_
     };
     let order = 7;
     let key = format!("payment:{order}");
-    payments.pay(order, &|| {}).await.expect("warm-up payment");
+    payments.pay(order, &|_| {}).await.expect("warm-up payment");
     let cut = Mutex::new(None);
-    let paid = || {
-        let fence = current_lock().expect("inside the lock").fencing_token;
+    let paid = |fence| {
         *cut.lock().unwrap() = Some((fence, server.lose_replies(WINDOW)));
     };
     let receipt = within(secs(8), "the payment", payments.pay(order, &paid)).await;

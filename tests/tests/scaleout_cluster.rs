@@ -237,7 +237,7 @@ async fn a_slot_migration_while_a_lock_is_held_keeps_extend_and_release_working(
     let slot = cluster.slot_of(&key);
     let ttl = ms(900);
     let guard = a.lock(&key).ttl(ttl).acquire().await.unwrap();
-    let token = guard.fencing_token();
+    let token = guard.fencing_token().await.unwrap();
 
     let started = Instant::now();
     let from = tokio::task::block_in_place(|| cluster.migrate_slot(slot, 1));
@@ -266,7 +266,7 @@ async fn a_slot_migration_while_a_lock_is_held_keeps_extend_and_release_working(
     assert_eq!(pttl(&cluster, 1, &name), -2);
     let second = b.lock(&key).ttl(ttl).acquire().await.unwrap();
     assert!(
-        second.fencing_token() > token,
+        second.fencing_token().await.unwrap() > token,
         "the counter moved with the slot"
     );
 
@@ -501,7 +501,7 @@ async fn keys_with_braces_in_any_place_lock_exclude_release_and_fence_on_a_clust
             new_names_of_a_first_lock(&before, key),
             &what,
         ));
-        let token = first.fencing_token();
+        let token = first.fencing_token().await.unwrap();
         first
             .release()
             .await
@@ -554,12 +554,15 @@ async fn a_waiter_on_a_key_with_odd_braces_is_woken_by_the_release() {
         let now = all_shard_channels(&cluster);
         let notice = new_ones_share_one_slot(&cluster, &channels, now, 1, &what);
         assert_eq!(notice, slot, "{what}");
-        let token = holder.fencing_token();
+        let token = holder.fencing_token().await.unwrap();
         let released = Instant::now();
         holder.release().await.unwrap();
         let (woke, second) = within(secs(9), "the waiter wakes", waiter).await.unwrap();
         let second = second.unwrap_or_else(|e| panic!("the waiter gets `{key}`: {e}"));
-        assert!(second.fencing_token() > token, "`{key}` fenced higher");
+        assert!(
+            second.fencing_token().await.unwrap() > token,
+            "`{key}` fenced higher"
+        );
         second.release().await.unwrap();
         let latency = woke.saturating_duration_since(released);
         assert!(

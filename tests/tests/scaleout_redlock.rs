@@ -180,7 +180,7 @@ async fn masters_restarted_empty_after_the_ttl_do_not_let_a_second_holder_in() {
     let key = key("delayed-restart");
     let ttl = ms(600);
     let guard = a.lock(&key).ttl(ttl).acquire().await.unwrap();
-    let first_token = guard.fencing_token();
+    let first_token = guard.fencing_token().await.unwrap();
     masters.kill(0);
     masters.kill(1);
     // The restart is delayed past the lease, as the docs require; the holder
@@ -249,7 +249,7 @@ async fn fencing_tokens_never_decrease_while_a_minority_fails() {
         let guard = within(secs(5), "acquire", client.lock(key).ttl(secs(5)).acquire())
             .await
             .unwrap_or_else(|e| panic!("acquire with {failing}: {e}"));
-        let token = guard.fencing_token();
+        let token = guard.fencing_token().await.unwrap();
         guard.release().await.unwrap();
         (failing, token)
     }

@@ -41,7 +41,10 @@ fn round(url: String, key: String) -> Result<(), String> {
                 }
             });
             let got = b.lock(&b_key).ttl(secs(2)).wait(secs(4)).acquire().await;
-            let fencing = got.as_ref().map(|g| g.fencing_token()).ok();
+            let fencing = match &got {
+                Ok(g) => g.fencing_token().await.ok(),
+                Err(_) => None,
+            };
             result_tx.send(got.map(|_| fencing)).unwrap();
         });
     });
@@ -53,7 +56,7 @@ fn round(url: String, key: String) -> Result<(), String> {
         held_by_c.release().await.unwrap(); // handed to the paused B
         // A waits out B's hand-over lease and takes the key.
         let held_by_a = a.lock(&key).wait(secs(5)).acquire().await.unwrap();
-        let a_fencing = held_by_a.fencing_token();
+        let a_fencing = held_by_a.fencing_token().await.unwrap();
         let b_result = tokio::task::spawn_blocking(move || result_rx.recv().unwrap())
             .await
             .unwrap();

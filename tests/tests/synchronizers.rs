@@ -53,10 +53,13 @@ async fn readers_share_and_exclude_writers(a: &LockClient, b: &LockClient, key: 
     );
     let busy = a.rw_lock(key).read().acquire().await.unwrap_err();
     assert!(busy.is_busy(), "a writer excludes readers: {busy:?}");
-    let fence = w.fencing_token();
+    let fence = w.fencing_token().await.unwrap();
     w.release().await.unwrap();
     let w2 = a.rw_lock(key).write().acquire().await.unwrap();
-    assert!(w2.fencing_token() > fence, "writers' tokens rise");
+    assert!(
+        w2.fencing_token().await.unwrap() > fence,
+        "writers' tokens rise"
+    );
     w2.release().await.unwrap();
 }
 
@@ -136,7 +139,7 @@ async fn shared_holders_get_tokens_of_their_own(a: &LockClient, b: &LockClient, 
         .acquire()
         .await
         .unwrap();
-    let writer_token = dead.fencing_token();
+    let writer_token = dead.fencing_token().await.unwrap();
     std::mem::forget(dead);
     let readers: Vec<_> = (0..4)
         .map(|i| {
@@ -151,7 +154,7 @@ async fn shared_holders_get_tokens_of_their_own(a: &LockClient, b: &LockClient, 
                     .acquire()
                     .await?;
                 tokio::time::sleep(ms(200)).await;
-                let token = r.fencing_token();
+                let token = r.fencing_token().await.unwrap();
                 r.release().await?;
                 Ok::<_, LockError>(token)
             })

@@ -108,15 +108,31 @@ where
 }
 
 /// Logs the grant of `guard` (one key) for `op`: the guard and its fencing
-/// token.
-pub(super) fn granted(w: &mut Worker, op: u64, guard: LockGuard) -> (LockGuard, u64) {
-    let fence = guard.fencing_token();
+/// token, asked for at once (a lock taken uncontended gets its token on
+/// first use). The grant's time is taken before the token is asked for, so
+/// the logged hold starts no later than it did. `None` (logged as given
+/// up, the guard dropped) when the lease ended before the token came: a
+/// holder whose lease ended never gets a token.
+pub(super) async fn granted(w: &mut Worker, op: u64, guard: LockGuard) -> Option<(LockGuard, u64)> {
     let t = w.clock.now();
-    w.log(Event::Acquired {
-        op,
-        fence,
-        more_fences: vec![],
-        t,
-    });
-    (guard, fence)
+    match guard.fencing_token().await {
+        Ok(fence) => {
+            w.log(Event::Acquired {
+                op,
+                fence,
+                more_fences: vec![],
+                t,
+            });
+            Some((guard, fence))
+        }
+        Err(e) => {
+            let t = w.clock.now();
+            w.log(Event::GaveUp {
+                op,
+                error: format!("no fencing token: {e}"),
+                t,
+            });
+            None
+        }
+    }
 }

@@ -142,7 +142,7 @@ pub(super) async fn acquire_one(w: &mut Worker, op: u64, key: &str) -> Option<(L
     } else {
         waiting(w, op, key).await?
     };
-    Some(granted(w, op, guard))
+    granted(w, op, guard).await
 }
 
 /// A try-once acquire (wait 0): never queued.
@@ -461,8 +461,10 @@ mod tests {
                 .lock("k0")
                 .ttl(Duration::from_millis(477))
                 .wait(Duration::from_secs(5));
-            let waiting =
-                tokio::spawn(async move { waiter.acquire().await.map(|g| g.fencing_token()) });
+            let waiting = tokio::spawn(async move {
+                let guard = waiter.acquire().await?;
+                guard.fencing_token().await
+            });
             let conn = redis::Client::open(server.url()).unwrap();
             let mut conn = conn.get_multiplexed_async_connection().await.unwrap();
             let mut found: Vec<String> = Vec::new();

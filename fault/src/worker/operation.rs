@@ -60,7 +60,7 @@ async fn acquire_one(
         request(w, key, side).wait(left).acquire()
     })
     .await?;
-    Some(granted(w, op, guard))
+    granted(w, op, guard).await
 }
 
 /// A mutex, `hold_at_least` or a writer: fenced read, think, fenced write of
@@ -122,11 +122,23 @@ async fn all(w: &mut Worker, op: u64, n: usize) {
         release(w, op, Release::All(all)).await;
         return;
     };
-    let fences: Vec<u64> = order
-        .iter()
-        .map(|&i| all.guards()[i].fencing_token())
-        .collect();
+    // The grant's time before the tokens are asked for (see `granted`).
     let t = w.clock.now();
+    let mut fences: Vec<u64> = Vec::with_capacity(order.len());
+    for &i in &order {
+        match all.guards()[i].fencing_token().await {
+            Ok(fence) => fences.push(fence),
+            Err(e) => {
+                let t = w.clock.now();
+                w.log(Event::GaveUp {
+                    op,
+                    error: format!("no fencing token: {e}"),
+                    t,
+                });
+                return;
+            }
+        }
+    }
     w.log(Event::Acquired {
         op,
         fence: fences[0],
@@ -198,11 +210,11 @@ async fn write(
     // Write whatever `lost()` says: a real process may have been paused right
     // after checking it. Fencing has to make this harmless.
     let lost_before = guard.is_lost();
+    // Asked for at the grant (`granted`), so known: a lost guard still
+    // answers the token it got while it held the lock.
+    let fence = guard.fencing_token().await.unwrap_or(0);
     let sent = w.clock.now();
-    let write = w
-        .store
-        .write(key, guard.fencing_token(), op, version, counter + 1)
-        .await;
+    let write = w.store.write(key, fence, op, version, counter + 1).await;
     let t = w.clock.now();
     let (outcome, seq) = match write {
         Ok(WriteResult::Accepted(seq)) => (WriteOutcome::Accepted, seq),

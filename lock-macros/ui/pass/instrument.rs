@@ -6,14 +6,14 @@ use lock_runtime::{LockClient, LockError, distributed_lock};
 #[distributed_lock(key = "before:<id>", client = client)]
 async fn instrument_first(client: &LockClient, id: u64) -> Result<u64, LockError> {
     tracing::info!("inside");
-    Ok(lock_runtime::current_lock().unwrap().fencing_token + id)
+    Ok(lock_runtime::current_lock().unwrap().fencing_token().await.unwrap() + id)
 }
 
 #[distributed_lock(key = "after:<id>", client = client)]
 #[tracing::instrument(skip(client), err)]
 async fn instrument_second(client: &LockClient, id: u64) -> Result<u64, LockError> {
     tracing::info!("inside");
-    Ok(lock_runtime::current_lock().unwrap().fencing_token + id)
+    Ok(lock_runtime::current_lock().unwrap().fencing_token().await.unwrap() + id)
 }
 
 struct Service {

@@ -173,6 +173,24 @@ impl Backend {
         Ok(ours)
     }
 
+    /// Mints the fencing token of the lock `token` holds as `names`, on
+    /// first use (see `redis/plain.rs`): the token, or `None` when the lock
+    /// is not ours. Only a plain `SET` takes a lock without a token; the
+    /// other backends issue theirs at acquire.
+    pub(crate) async fn mint(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+    ) -> Result<Option<u64>, LockError> {
+        match self {
+            Backend::Redis(b) => b.mint(names, token).await,
+            Backend::Redlock(_) | Backend::Memory(_) => Err(crate::error::BackendError::new(
+                "this backend issues fencing tokens at acquire; none was issued",
+            )
+            .into()),
+        }
+    }
+
     /// Whether locks of `kind` are offered here: everywhere but on
     /// Redlock, which offers the mutex only (its quorum of independent
     /// servers would have to agree on sets of holders and queues).

@@ -22,6 +22,10 @@ pub(crate) static SHARED: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/shared.lua")));
 pub(crate) static ACQUIRE_ALL: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/acquire_all.lua")));
+pub(crate) static MINT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/mint.lua")));
+pub(crate) static UNLOCK: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/unlock.lua")));
 
 /// Loads the scripts once, so the hot path is a plain EVALSHA (which still
 /// falls back to loading after a failover or restart).
@@ -34,6 +38,8 @@ pub(crate) async fn load_scripts(conn: &mut Conn) -> Result<(), LockError> {
         &*RESERVE,
         &*SHARED,
         &*ACQUIRE_ALL,
+        &*MINT,
+        &*UNLOCK,
     ] {
         script
             .prepare_invoke()

@@ -49,6 +49,10 @@ pub(super) struct Acquisition {
     /// Re-sends after broken connections, over the whole acquisition
     /// ([`Retry::ACQUIRE`]).
     retry: Retrying,
+    /// The next attempt may be a plain `SET NX` (see
+    /// `backend/redis/plain.rs`): only the first. Once the key was found
+    /// busy we may be in its line, which only acquire.lua reads.
+    plain: bool,
     /// Redlock: since when a split vote is likelier our retry crossing a
     /// release on the masters than a contender's (the retry right after
     /// registering, or a free notice), and the brief pauses taken since.
@@ -143,6 +147,7 @@ impl Acquisition {
             last_busy: started,
             fence_seen: 0,
             retry: Retry::ACQUIRE.start(),
+            plain: true,
             crossing: None,
         }
     }
@@ -199,6 +204,20 @@ impl Acquisition {
                     // Boxed: a single server's attempt does not carry a vote's state.
                     Box::pin(redlock.acquire_paced(names, token, ttl, pause)).await
                 }
+                // The uncontended path: a plain `SET NX`; a taken key goes
+                // on to the script.
+                Backend::Redis(redis) if self.plain && redis.is_plain(names) => {
+                    let lock = LockRef::new(names, token, ttl);
+                    match redis.acquire_plain(lock, deadline.left(sent)).await {
+                        Ok(Some(acquired)) => Ok(acquired),
+                        Ok(None) => {
+                            // Boxed: the plain call's future does not carry
+                            // the script's state.
+                            Box::pin(redis.acquire(lock, deadline.left(sent))).await
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
                 // The one place the deadline becomes a wait again: the
                 // script's.
                 backend => {
@@ -212,6 +231,7 @@ impl Acquisition {
                     return Ok(Attempted::Acquired { fencing, sent });
                 }
                 Ok(AcquireOutcome::Busy { remaining, fence }) => {
+                    self.plain = false;
                     self.last_busy = self.last_busy.max(sent);
                     self.fence_seen = self.fence_seen.max(fence);
                     return Ok(Attempted::Busy { remaining });

@@ -80,7 +80,7 @@ pub struct LockState {
     pub remaining: Option<Duration>,
     /// The highest fencing token issued so far for the keys of this key's
     /// hash slot (they share one counter; 0 before any): at least the
-    /// current holder's token, and below the next one.
+    /// current holder's token (once it has one), and below the next one.
     pub fencing_counter: u64,
     /// How many waiters are queued for the lock (Redlock's waiters do not
     /// queue: 0 there).
@@ -88,7 +88,9 @@ pub struct LockState {
     /// This client holds the lock: one of its guards for `key` is alive and
     /// not known lost.
     pub held_by_this_client: bool,
-    /// The fencing token of this client's guard, when it holds the lock.
+    /// The fencing token of this client's guard, when it holds the lock
+    /// and its token was issued (a lock taken uncontended gets its token
+    /// when first asked: [`LockGuard::fencing_token`](crate::LockGuard::fencing_token)).
     pub fencing_token: Option<u64>,
 }
 
@@ -169,7 +171,7 @@ impl LockClient {
             .map(|(_, ms)| UNIX_EPOCH + Duration::from_millis(ms));
         Ok(LockState {
             held_by_this_client: mine.is_some(),
-            fencing_token: mine,
+            fencing_token: mine.flatten(),
             key: key.to_owned(),
             kind: reported,
             holder: holders.first().cloned(),

@@ -115,12 +115,12 @@ pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(
         // Our token was still on the key: it never ran out, even if the
         // watchdog's last confirmation is older than a lease.
         Ok(Released::Yes) => {
-            tracing::debug!(key = %key, fencing = held.fencing,
+            tracing::debug!(key = %key, fencing = held.fencing(),
                 elapsed_us = started.elapsed().as_micros() as u64, "lock released");
             Ok(())
         }
         Ok(Released::Gone) if valid => {
-            tracing::debug!(key = %key, fencing = held.fencing,
+            tracing::debug!(key = %key, fencing = held.fencing(),
                 "lock released (the first answer was lost; a re-sent release found the key gone)");
             Ok(())
         }
@@ -130,11 +130,11 @@ pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(
             }
             held.lost.cancel();
             if valid {
-                tracing::warn!(key = %key, fencing = held.fencing,
+                tracing::warn!(key = %key, fencing = held.fencing(),
                     "lock release: the key is not ours although the lease was valid \
                      (deleted by someone else, or lost in a failover)");
             } else {
-                tracing::warn!(key = %key, fencing = held.fencing,
+                tracing::warn!(key = %key, fencing = held.fencing(),
                     "lock release: not the owner any more (the lease had run out)");
             }
             Err(LockError::lost(key))

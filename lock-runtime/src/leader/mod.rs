@@ -122,7 +122,7 @@ impl LeaderRequest {
             .acquire()
             .await?;
         crate::metrics::elected(&self.name);
-        tracing::info!(name = %self.name, term = guard.fencing_token(), label = %label, "elected leader");
+        tracing::info!(name = %self.name, term = guard.held().fencing(), label = %label, "elected leader");
         Ok(Leadership::new(guard, label))
     }
 
@@ -199,7 +199,8 @@ impl Leadership {
     /// leader that was paused past its lease cannot overwrite its
     /// successor's work.
     pub fn term(&self) -> u64 {
-        self.guard.fencing_token()
+        // A leader's grant is a script's: its term is issued with it.
+        self.guard.held().fencing().unwrap_or_default()
     }
 
     /// The label observers see.

@@ -101,10 +101,5 @@ pub(super) async fn renew(
 }
 
 fn lose(held: &Held, why: &str) {
-    if held.lost.is_cancelled() {
-        return; // already known (its own deadline passed, or a release said so)
-    }
-    tracing::warn!(key = %held.key, fencing = held.fencing, "lock lost: {why}");
-    crate::metrics::lost(&held.metrics);
-    held.lost.cancel();
+    held.lose(why);
 }

@@ -222,12 +222,13 @@ impl Watchdog {
 
     /// The fencing token of a guard of this client on the lock named
     /// `lock`, while it is not known lost (every guard is under watch,
-    /// renewed or not). A scan: for inspection, not the hot path.
-    pub(crate) fn holding(&self, lock: &str) -> Option<u64> {
+    /// renewed or not): `Some(None)` for a guard whose token is not minted
+    /// yet. A scan: for inspection, not the hot path.
+    pub(crate) fn holding(&self, lock: &str) -> Option<Option<u64>> {
         let state = self.shared.state();
         state.entries.values().find_map(|entry| match &entry.lease {
             Lease::Lock(held) if held.names.lock == lock && !held.lost.is_cancelled() => {
-                Some(held.fencing)
+                Some(held.fencing())
             }
             _ => None,
         })

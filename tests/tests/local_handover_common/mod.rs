@@ -325,7 +325,9 @@ pub(crate) async fn hammer_losing(
                 .await
                 .expect("acquire");
             let stay = tokio::task::yield_now();
-            section.occupy(who, guard.fencing_token(), stay).await;
+            section
+                .occupy(who, guard.fencing_token().await.unwrap(), stay)
+                .await;
             match guard.release().await {
                 Ok(()) => false,
                 Err(e) if e.is_lost() => true,

@@ -143,7 +143,7 @@ pub async fn fencing_tokens_strictly_increase_across_clients_releases_expiry_and
         let guard = fixed_lease_waiting(client, &key, ms(300), secs(3))
             .await
             .unwrap();
-        tokens.push(guard.fencing_token());
+        tokens.push(guard.fencing_token().await.unwrap());
         match round % 4 {
             // Released.
             0 | 1 => guard.release().await.unwrap(),

@@ -11,7 +11,8 @@ use super::super::notifier::{Notices, Source};
 use super::super::scripts::load_scripts;
 use super::super::waiters::Registry;
 use super::batch::{BATCH, Batcher};
-use super::{CONNECTIONS, RedisBackend};
+use super::plain::has_delifeq;
+use super::{CONNECTIONS, Plain, RedisBackend};
 use crate::LockError;
 use crate::error::BackendError;
 
@@ -59,7 +60,18 @@ impl RedisBackend {
             .load_async(&mut conns[0])
             .await
             .map_err(|e| BackendError::with_source("cannot load the lock scripts", e))?;
-        let mut node = Self::with_pubsub(conns, Source::Fixed(Box::new(client)), options, waiters);
+        // A Redlock node's locks are a vote of scripts: no plain path.
+        let plain = Plain::new(
+            !announce_free,
+            !announce_free && has_delifeq(&mut conns[0]).await,
+        );
+        let mut node = Self::with_pubsub(
+            conns,
+            Source::Fixed(Box::new(client)),
+            options,
+            waiters,
+            plain,
+        );
         node.announce_free = announce_free;
         if announce_free {
             // A Redlock node: each call races a per-node timeout; not batched.
@@ -82,11 +94,15 @@ impl RedisBackend {
             .map_err(|e| BackendError::with_source("cannot reach the Sentinel master", e))?;
         let mut conn = Conn::Sentinel(sentinel.clone());
         load_scripts(&mut conn).await?;
+        // Asked of the master found now; a failover to a server without
+        // DELIFEQ turns it off at its first refusal (see plain.rs).
+        let plain = Plain::new(true, has_delifeq(&mut conn).await);
         Ok(Self::with_pubsub(
             vec![conn],
             Source::Sentinel(sentinel),
             options,
             Arc::new(Registry::default()),
+            plain,
         ))
     }
 
@@ -123,6 +139,9 @@ impl RedisBackend {
         .map_err(|_| BackendError::timeout("connecting to the cluster timed out"))?
         .map_err(|e| BackendError::with_source("cannot connect to the cluster", e))?;
         let waiters = Arc::new(Registry::default());
+        // Asked of one node: a cluster runs one server version (a node that
+        // refuses DELIFEQ turns it off at its first refusal).
+        let plain = Plain::new(true, has_delifeq(&mut Conn::Cluster(cluster.clone())).await);
         // Scripts are loaded on each node by EVALSHA's fallback on first use.
         Ok(Self {
             conns: vec![Conn::Cluster(cluster.clone())],
@@ -136,6 +155,7 @@ impl RedisBackend {
             publish: "SPUBLISH",
             announce_free: false,
             replica_acks: None,
+            plain,
         })
     }
 
@@ -144,6 +164,7 @@ impl RedisBackend {
         source: Source,
         options: &RedisOptions,
         waiters: Arc<Registry>,
+        plain: Plain,
     ) -> Self {
         Self {
             batchers: conns
@@ -156,6 +177,7 @@ impl RedisBackend {
             publish: "PUBLISH",
             announce_free: false,
             replica_acks: options.replica_acks,
+            plain,
         }
     }
 }

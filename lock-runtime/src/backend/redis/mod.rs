@@ -55,8 +55,11 @@ mod batched;
 mod connect;
 mod extend_many;
 mod notices;
+mod plain;
 mod replicas;
 mod shared;
+
+pub(crate) use plain::Plain;
 
 use batch::Turn;
 use batch::{Batcher, OpError};
@@ -78,6 +81,8 @@ pub(crate) struct RedisBackend {
     /// do not queue); otherwise only hand-overs are published.
     announce_free: bool,
     replica_acks: Option<(u32, Duration)>,
+    /// What the uncontended path may use here (see `plain.rs`).
+    plain: Plain,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -307,10 +312,19 @@ impl RedisBackend {
         if names.kind != Kind::Mutex {
             return Box::pin(self.release_shared(lock, dequeue)).await;
         }
+        // Nobody queued behind us (an unmarked value): the plain
+        // compare-and-delete is the whole release. Otherwise release.lua.
+        let mut plain_resent = false;
+        if !dequeue && self.is_plain(names) {
+            match self.unlock(names, token).await? {
+                (true, _) => return Ok(Released::Yes),
+                (false, resent) => plain_resent = resent,
+            }
+        }
         let (answer, resent) = match self.route(names) {
             Route::Alone(turn) => {
                 let cmd = self.release_cmd(names, token, ttl, dequeue);
-                self.send_release(names, &RELEASE, &cmd, false, turn)
+                self.send_release(names, &RELEASE, &cmd, plain_resent, turn)
                     .await?
             }
             Route::Queued(batcher) => {
@@ -318,14 +332,14 @@ impl RedisBackend {
                     .submit(self.release_op(names, token, ttl, dequeue))
                     .await;
                 match reply.answer {
-                    Ok(answer) => (answer, self.is_cluster()),
+                    Ok(answer) => (answer, plain_resent || self.is_cluster()),
                     // As a release sent alone: once more after a broken
                     // connection (the batch may have run: a "not ours" may
                     // be its doing), and while the slot is being migrated.
                     Err(OpError::Call(e)) if resend_release(&e) => {
                         let broken = connection_failure(&e) == Some(ConnectionFailure::Broken);
                         let cmd = self.release_cmd(names, token, ttl, dequeue);
-                        self.send_release(names, &RELEASE, &cmd, broken, None)
+                        self.send_release(names, &RELEASE, &cmd, broken || plain_resent, None)
                             .await?
                     }
                     Err(OpError::Call(e)) => return Err(release_failed(e)),

@@ -38,20 +38,25 @@ impl LockAllGuard {
     /// counter, and on Redlock (which takes the keys one at a time) each
     /// key has its own token: storage that checks tokens per key should use
     /// [`LockAllGuard::fencing_token_of`].
-    pub fn fencing_token(&self) -> u64 {
-        self.guards
-            .iter()
-            .map(LockGuard::fencing_token)
-            .max()
-            .unwrap_or_default()
+    ///
+    /// Keys the set took one at a time (after waiting) may get their tokens
+    /// on first use, as [`LockGuard::fencing_token`] says; the errors are
+    /// its errors.
+    pub async fn fencing_token(&self) -> Result<u64, LockError> {
+        let mut highest = 0;
+        for guard in &self.guards {
+            highest = highest.max(guard.fencing_token().await?);
+        }
+        Ok(highest)
     }
 
-    /// The fencing token of `key`, if it is one of the set.
-    pub fn fencing_token_of(&self, key: &str) -> Option<u64> {
-        self.guards
-            .iter()
-            .find(|g| g.key() == key)
-            .map(LockGuard::fencing_token)
+    /// The fencing token of `key`; `Ok(None)` when `key` is not one of the
+    /// set (see [`LockGuard::fencing_token`] for the errors).
+    pub async fn fencing_token_of(&self, key: &str) -> Result<Option<u64>, LockError> {
+        match self.guards.iter().find(|g| g.key() == key) {
+            Some(guard) => guard.fencing_token().await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Resolves when any key's lease is lost (see [`LockGuard::lost`]);

@@ -18,10 +18,10 @@ pub(super) struct RequestLock(pub(super) std::sync::Arc<Held>);
 
 impl RequestLock {
     fn info(parts: &Parts) -> Option<LockInfo> {
-        parts.extensions.get::<RequestLock>().map(|lock| LockInfo {
-            key: lock.0.key.clone(),
-            fencing_token: lock.0.fencing,
-        })
+        parts
+            .extensions
+            .get::<RequestLock>()
+            .map(|lock| LockInfo::of(&lock.0))
     }
 }
 
@@ -40,9 +40,10 @@ impl RequestLock {
 /// ```
 /// use lock_runtime::LockInfo;
 ///
-/// async fn pay(lock: LockInfo) -> String {
+/// async fn pay(lock: LockInfo) -> Result<String, String> {
 ///     // Pass the token with every write; storage rejects lower ones.
-///     format!("{} paid under fencing token {}", lock.key, lock.fencing_token)
+///     let token = lock.fencing_token().await.map_err(|e| e.to_string())?;
+///     Ok(format!("{} paid under fencing token {token}", lock.key))
 /// }
 /// ```
 impl<S: Send + Sync> FromRequestParts<S> for LockInfo {

@@ -1,0 +1,189 @@
+//! The uncontended path in plain commands: a lock nobody waits for and
+//! nobody asks a token of costs the server exactly what the hand-written
+//! pair costs.
+//!
+//! * Acquire: `SET key token NX PX ttl`. Only when that finds the key taken
+//!   does acquire.lua run (re-entry, the line, hand-overs). While a line of
+//!   waiters exists the key exists (acquire.lua pins it past its owner's
+//!   lease), so a plain `SET NX` never overtakes the line.
+//! * Release: the server's own compare-and-delete, `DELIFEQ key token`
+//!   (Valkey 9 and later), or the minimal script unlock.lua elsewhere. Only
+//!   when that deletes nothing (a marked value: somebody queued; or not
+//!   ours) does release.lua run.
+//! * Fencing: no `INCR` at acquire; the token is minted on first use by
+//!   mint.lua, which checks ownership first.
+//!
+//! Not for leader elections, Redlock nodes (whose locks are decided by a
+//! vote of scripts) or the shared locks: they keep their scripts.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::super::conn::Conn;
+use super::super::scripts::{MINT, UNLOCK, evalsha, millis, run_script};
+use super::super::{AcquireOutcome, LockRef};
+use super::RedisBackend;
+use crate::LockError;
+use crate::error::BackendError;
+use crate::key::{KeyNames, Kind};
+use crate::token::Token;
+
+/// What the plain path may use on this server.
+#[derive(Debug)]
+pub(crate) struct Plain {
+    /// Plain commands are used at all (not on a Redlock node).
+    pub(super) enabled: bool,
+    /// The server answers `DELIFEQ` (found once when connecting; turned off
+    /// for good the first time the server or a proxy in front of it
+    /// refuses the command).
+    delifeq: AtomicBool,
+}
+
+impl Plain {
+    pub(super) fn new(enabled: bool, delifeq: bool) -> Self {
+        Self {
+            enabled,
+            delifeq: AtomicBool::new(delifeq),
+        }
+    }
+
+    /// Whether releases use `DELIFEQ`.
+    pub(crate) fn delifeq(&self) -> bool {
+        self.delifeq.load(Ordering::Relaxed)
+    }
+}
+
+/// `true` when the server has `DELIFEQ` (Valkey 9 and later): asked once,
+/// with `COMMAND INFO`, which answers nil for a command it does not know.
+/// An error (an ACL that refuses `COMMAND`, a proxy) counts as no.
+pub(super) async fn has_delifeq(conn: &mut Conn) -> bool {
+    let answer: redis::RedisResult<Vec<redis::Value>> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("DELIFEQ")
+        .query_async(conn)
+        .await;
+    match answer {
+        Ok(info) => info.first().is_some_and(|c| *c != redis::Value::Nil),
+        Err(e) => {
+            tracing::debug!(
+                error = &e as &dyn std::error::Error,
+                "COMMAND INFO refused; releases use the compare-and-delete script"
+            );
+            false
+        }
+    }
+}
+
+/// `true` when `e` says the server (or a proxy, or an ACL) will not run
+/// the command at all: unknown, or not permitted.
+fn refused(e: &redis::RedisError) -> bool {
+    match e.kind() {
+        redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => true,
+        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => e
+            .detail()
+            .is_some_and(|d| d.to_ascii_lowercase().contains("unknown command")),
+        _ => false,
+    }
+}
+
+impl RedisBackend {
+    /// `true` when releases use the server's `DELIFEQ`.
+    pub(crate) fn releases_with_delifeq(&self) -> bool {
+        self.plain.enabled && self.plain.delifeq()
+    }
+
+    /// `true` when `names`' locks take the plain path here.
+    pub(crate) fn is_plain(&self, names: &KeyNames) -> bool {
+        self.plain.enabled && names.kind == Kind::Mutex && !names.is_leader()
+    }
+
+    /// The uncontended acquire: `SET key token NX PX ttl`. `Ok(Some(..))`:
+    /// ours, with no fencing token yet (0: minted on first use); `Ok(None)`:
+    /// the key is taken, acquire.lua decides. With replica acks, ours only
+    /// once they came (else given back, as acquire.lua's grants are).
+    pub(crate) async fn acquire_plain(
+        &self,
+        lock: LockRef<'_>,
+        wait: Duration,
+    ) -> Result<Option<AcquireOutcome>, LockError> {
+        let LockRef { names, token, ttl } = lock;
+        // "SET", the key, the token, "NX", "PX", the lease.
+        let mut cmd = redis::Cmd::with_capacity(6, names.lock.len() + 96);
+        cmd.arg("SET")
+            .arg(&names.lock)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(ttl));
+        let mut conn = self.conn(names);
+        let answer: redis::Value = cmd
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| BackendError::with_source("acquire failed", e))?;
+        if matches!(answer, redis::Value::Nil) {
+            return Ok(None);
+        }
+        if self.replica_acks.is_some() {
+            Box::pin(self.durable_or_given_back(lock, wait, &mut conn, None)).await?;
+        }
+        Ok(Some(AcquireOutcome::Acquired { fencing: 0 }))
+    }
+
+    /// The plain release: `DELIFEQ`, or unlock.lua. `Ok((true, _))` when it
+    /// deleted our key; `Ok((false, resent))` when it deleted nothing
+    /// (release.lua decides; `resent`: a copy may have run before, so a
+    /// "not ours" may be its doing).
+    pub(super) async fn unlock(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+    ) -> Result<(bool, bool), LockError> {
+        if self.plain.delifeq() {
+            let mut cmd = redis::Cmd::with_capacity(3, names.lock.len() + 80);
+            cmd.arg("DELIFEQ").arg(&names.lock).arg(token);
+            match self.send_release(names, &UNLOCK, &cmd, false, None).await {
+                Ok((answer, resent)) => return Ok((answer == redis::Value::Int(1), resent)),
+                Err(LockError::Backend(e))
+                    if std::error::Error::source(&e)
+                        .and_then(|s| s.downcast_ref::<redis::RedisError>())
+                        .is_some_and(refused) =>
+                {
+                    if self.plain.delifeq.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(
+                            error = &e as &dyn std::error::Error,
+                            "the server refused DELIFEQ (an ACL or a proxy?); \
+                             releasing with the compare-and-delete script from now on"
+                        );
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // "EVALSHA", the hash, the key count, the key, the token.
+        let mut cmd = evalsha(&UNLOCK, 1, 2, names.lock.len() + 64);
+        cmd.arg(&names.lock).arg(token);
+        let (answer, resent) = self.send_release(names, &UNLOCK, &cmd, false, None).await?;
+        Ok((answer == redis::Value::Int(1), resent))
+    }
+
+    /// Mints the fencing token of the lock `token` holds (mint.lua): the
+    /// token, or `None` when the lock is not ours. With replica acks, only
+    /// once they came (a token lost in a failover could be issued again).
+    pub(crate) async fn mint(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+    ) -> Result<Option<u64>, LockError> {
+        let mut cmd = evalsha(&MINT, 2, 3, 2 * names.lock.len() + 64);
+        cmd.arg(&names.lock).arg(names.fence()).arg(token);
+        let mut conn = self.conn(names);
+        let minted: u64 = run_script(&mut conn, &MINT, &cmd)
+            .await
+            .map_err(|e| BackendError::with_source("minting the fencing token failed", e))?;
+        if minted == 0 {
+            return Ok(None);
+        }
+        self.replicated(&mut conn).await?;
+        Ok(Some(minted))
+    }
+}

@@ -1,0 +1,241 @@
+//! The uncontended lock in plain commands, on a real server: a `SET NX PX`
+//! to acquire, the server's compare-and-delete (`DELIFEQ` where it has it,
+//! a minimal script where not) to release, and a fencing token minted only
+//! when asked for, by a step that checks the lock is still ours. And what
+//! keeps that safe: while a line of waiters exists, the lock key exists
+//! (pinned past its owner's lease), so a plain `SET NX` never overtakes it.
+//!
+//! Runs on the server `test_support` starts (Redis 7, or Valkey 9 with
+//! `REDIS_SERVER` naming its binary); the release's command depends on which.
+
+use lock_runtime::__private::testing::{lock_names, releases_with_delifeq};
+use lock_runtime::{LockClient, LockError};
+use test_support::RedisServer;
+use test_support::helpers::*;
+
+/// `INFO commandstats` call counts of `command` (lowercase), 0 if never called.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn counter(server: &RedisServer, key: &str) -> u64 {
+    server.cli(&["GET", &fence_name(key)]).parse().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn an_uncontended_pair_sends_one_set_and_one_compare_and_delete() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let key = key("plain-pair");
+    // Warm up: the connection's own set-up commands are not counted below.
+    client
+        .lock(&key)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let native = releases_with_delifeq(&client);
+    let (set, evalsha, delifeq, incr) = (
+        calls(&server, "set"),
+        calls(&server, "evalsha"),
+        calls(&server, "delifeq"),
+        calls(&server, "incr"),
+    );
+    const PAIRS: u64 = 50;
+    for _ in 0..PAIRS {
+        let guard = client.lock(&key).acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    let sets = calls(&server, "set") - set;
+    let scripts = calls(&server, "evalsha") - evalsha;
+    let native_releases = calls(&server, "delifeq") - delifeq;
+    println!("native DELIFEQ: {native}; {sets} SET, {scripts} EVALSHA, {native_releases} DELIFEQ");
+    assert_eq!(sets, PAIRS, "one plain SET per acquire");
+    if native {
+        assert_eq!((scripts, native_releases), (0, PAIRS), "DELIFEQ releases");
+    } else {
+        assert_eq!(scripts, PAIRS, "one compare-and-delete script per release");
+    }
+    assert_eq!(calls(&server, "incr"), incr, "no token was asked for");
+    assert_eq!(counter(&server, &key), 0, "the counter never moved");
+}
+
+#[tokio::test]
+async fn a_token_is_minted_on_first_use_and_answered_from_then_on() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let key = key("plain-mint");
+    let guard = client.lock(&key).acquire().await.unwrap();
+    assert_eq!(counter(&server, &key), 0, "nothing minted at acquire");
+    let token = guard.fencing_token().await.unwrap();
+    assert_eq!(
+        counter(&server, &key),
+        token,
+        "minted by the slot's counter"
+    );
+    assert_eq!(guard.fencing_token().await.unwrap(), token, "asked again");
+    assert_eq!(counter(&server, &key), token, "the second ask sent nothing");
+    guard.release().await.unwrap();
+    let next = client.lock(&key).acquire().await.unwrap();
+    assert!(next.fencing_token().await.unwrap() > token);
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_holder_whose_lease_ended_gets_lost_and_never_a_token() {
+    let server = RedisServer::start();
+    let (a, b) = two_clients(&LockClient::builder().redis(server.url())).await;
+    let key = key("plain-late-ask");
+    // Paused past its lease before it asked for its token.
+    let paused = a
+        .lock(&key)
+        .ttl(ms(150))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    within(secs(2), "the lease ends", paused.lost()).await;
+    let before = counter(&server, &key);
+    let asked = paused.fencing_token().await;
+    assert!(matches!(asked, Err(LockError::Lost { .. })), "{asked:?}");
+    assert_eq!(
+        counter(&server, &key),
+        before,
+        "no token for an ended lease"
+    );
+    // And once another holder took the key, still none: tokens rise in the
+    // order holders held it.
+    let next = b.lock(&key).acquire().await.unwrap();
+    let token = next.fencing_token().await.unwrap();
+    assert!(paused.fencing_token().await.unwrap_err().is_lost());
+    assert_eq!(next.fencing_token().await.unwrap(), token);
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_server_refuses_a_token_to_a_lease_it_no_longer_holds() {
+    // The client's own deadline has not passed (long lease), but the key is
+    // another owner's: an operator deleted it and someone else took it.
+    let server = RedisServer::start();
+    let (a, b) = two_clients(&LockClient::builder().redis(server.url())).await;
+    let key = key("plain-stolen");
+    let first = a.lock(&key).ttl(secs(30)).acquire().await.unwrap();
+    lock_runtime::__private::testing::force_delete(&a, &key)
+        .await
+        .unwrap();
+    let thief = b.lock(&key).acquire().await.unwrap();
+    let asked = first.fencing_token().await;
+    assert!(matches!(asked, Err(LockError::Lost { .. })), "{asked:?}");
+    assert!(first.is_lost(), "a refused mint marks the guard lost");
+    assert!(thief.fencing_token().await.unwrap() >= 1);
+    thief.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_line_pins_the_key_past_its_owners_lease() {
+    let server = RedisServer::start();
+    let (holder, waiter) = two_clients(&LockClient::builder().redis(server.url())).await;
+    let key = key("plain-pin");
+    let (lock, queue) = lock_names("lock:", &key);
+    let held = holder
+        .lock(&key)
+        .ttl(ms(800))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tokio::spawn(async move { waiter.lock(&key).wait(secs(10)).acquire().await })
+    };
+    eventually(secs(5), "the waiter queues", || {
+        server.cli(&["LLEN", &queue]) == "1"
+    })
+    .await;
+    // Marked with the owner's deadline, and living until the waiter's wait
+    // ends (about 10 s), far past the owner's 800 ms lease.
+    let value = server.cli(&["GET", &lock]);
+    assert!(value.contains('+'), "marked: {value}");
+    let pttl: i64 = server.cli(&["PTTL", &lock]).parse().unwrap();
+    assert!(pttl > 5_000, "pinned past the owner's lease: {pttl} ms");
+    // The owner crashes: nobody releases. A newcomer's plain SET NX finds
+    // the key taken, even after the owner's lease ended, and the line's
+    // head gets the key.
+    std::mem::forget(held);
+    tokio::time::sleep(ms(900)).await;
+    let newcomer = holder.lock(&key).acquire().await;
+    let first = within(secs(5), "the waiter takes over", waiting)
+        .await
+        .unwrap()
+        .expect("the waiter holds the key");
+    assert!(
+        matches!(newcomer, Err(LockError::Busy { .. })),
+        "the newcomer passed the line: {newcomer:?}"
+    );
+    assert!(first.fencing_token().await.unwrap() >= 1);
+    first.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_renewal_keeps_the_pin_and_moves_the_owners_deadline() {
+    let server = RedisServer::start();
+    let (holder, waiter) = two_clients(&LockClient::builder().redis(server.url())).await;
+    let key = key("plain-renew");
+    let (lock, queue) = lock_names("lock:", &key);
+    let held = holder.lock(&key).ttl(ms(600)).acquire().await.unwrap();
+    let waiting = {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tokio::spawn(async move { waiter.lock(&key).wait(secs(8)).acquire().await })
+    };
+    eventually(secs(5), "the waiter queues", || {
+        server.cli(&["LLEN", &queue]) == "1"
+    })
+    .await;
+    // Three leases' worth of renewals: the owner stays the owner.
+    tokio::time::sleep(ms(1_800)).await;
+    assert!(!held.is_lost(), "renewed while a line waits");
+    let value = server.cli(&["GET", &lock]);
+    assert!(value.contains('+'), "still marked: {value}");
+    held.release().await.unwrap();
+    let next = within(secs(3), "handed over", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lock_waited_for_is_fenced_and_released_through_the_scripts() {
+    let server = RedisServer::start();
+    let (a, b) = two_clients(&LockClient::builder().redis(server.url())).await;
+    let key = key("plain-contended");
+    let first = a.lock(&key).acquire().await.unwrap();
+    let first_token = first.fencing_token().await.unwrap();
+    let waiting = {
+        let (b, key) = (b.clone(), key.clone());
+        tokio::spawn(async move {
+            let guard = b.lock(&key).wait(secs(5)).acquire().await?;
+            let token = guard.fencing_token().await?;
+            guard.release().await.map(|()| token)
+        })
+    };
+    tokio::time::sleep(ms(200)).await;
+    // A marked value: the plain compare-and-delete deletes nothing, the
+    // release script hands the key over.
+    first.release().await.unwrap();
+    let handed = within(secs(3), "the hand-over", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(handed > first_token, "{handed} after {first_token}");
+    assert_eq!(server.cli(&["EXISTS", &lock_names("lock:", &key).0]), "0");
+}
