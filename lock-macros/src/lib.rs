@@ -29,7 +29,7 @@ use proc_macro::TokenStream;
 /// #[distributed_lock(key = "order:<order_id>", ttl = "30s", wait = "2s")]
 /// async fn pay(order_id: u64, amount: u64) -> Result<u64, AppError> {
 ///     // Only one process at a time gets here for a given order.
-///     let fence = lock_runtime::current_lock().unwrap().fencing_token;
+///     let fence = lock_runtime::current_lock().unwrap().fencing_token().await?;
 ///     if amount == 0 {
 ///         return Err(AppError::Declined);
 ///     }
@@ -64,7 +64,7 @@ use proc_macro::TokenStream;
 ///     redis: &mut redis::aio::MultiplexedConnection,
 ///     order_id: u64,
 /// ) -> Result<(), LockError> {
-///     let token = lock_runtime::current_lock().unwrap().fencing_token;
+///     let token = lock_runtime::current_lock().unwrap().fencing_token().await?;
 ///     let order = format!("order:{order_id}");
 ///     fence::redis(redis, &order, token)
 ///         .cmd(redis::cmd("HSET").arg(&order).arg("status").arg("paid"))
@@ -93,7 +93,7 @@ use proc_macro::TokenStream;
 ///         .run(async move {
 ///             // the body, unchanged
 /// #           let _ = amount;
-/// #           Ok(lock_runtime::current_lock().unwrap().fencing_token)
+/// #           Ok(lock_runtime::current_lock().unwrap().fencing_token().await?)
 ///         })
 ///         .await
 ///         .unwrap_or_else(|lock_error| Err(AppError::from(lock_error)))

@@ -22,5 +22,9 @@ if owner ~= ARGV[1] then
     end
   end
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if owner == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
 return redis.call('INCRBY', KEYS[2], ARGV[3])

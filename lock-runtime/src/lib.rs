@@ -44,16 +44,16 @@
 //!     .ttl(Duration::from_secs(10))
 //!     .wait(Duration::from_secs(2))
 //!     .run(async {
-//!         let fence = lock_runtime::current_lock().unwrap().fencing_token;
+//!         let fence = lock_runtime::current_lock().unwrap().fencing_token().await?;
 //!         // write to storage with `fence`, which rejects older tokens
-//!         fence
+//!         Ok::<_, lock_runtime::LockError>(fence)
 //!     })
-//!     .await?;
+//!     .await??;
 //! assert_eq!(paid, 1);
 //!
 //! // Or hold a guard yourself.
 //! let guard = client.lock("order:42").acquire().await?;
-//! assert_eq!(guard.fencing_token(), 2);
+//! assert_eq!(guard.fencing_token().await?, 2);
 //! guard.release().await?;
 //! # Ok(())
 //! # }

@@ -75,7 +75,8 @@ fn hex_into(bytes: &[u8], out: &mut [u8]) {
 /// `None` for a value that is no token of this version (set by hand, or by
 /// an older client).
 pub(crate) fn public_part(value: &str) -> Option<(&str, u64)> {
-    let value = value.strip_suffix('+').unwrap_or(value);
+    // A marked lock value is `token+deadline` (see acquire.lua).
+    let value = value.split_once('+').map_or(value, |(token, _)| token);
     let b = value.as_bytes();
     if b.len() != TOKEN_LEN || b[RANDOM_LEN] != b'.' || b[RANDOM_LEN + 1 + CLIENT_ID_LEN] != b'.' {
         return None;

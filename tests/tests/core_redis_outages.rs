@@ -144,6 +144,8 @@ async fn a_paused_server_makes_lost_resolve_within_about_the_ttl_and_the_stale_r
     let server = RedisServer::start();
     let client = client(&server).await;
     let guard = client.lock("paused").ttl(ms(300)).acquire().await.unwrap();
+    // Asked while held: a token is minted only for a live lease.
+    assert_eq!(guard.fencing_token().await.unwrap(), 1);
     let lost = guard.lost();
     tokio::time::sleep(ms(150)).await;
     let paused = Instant::now();

@@ -125,8 +125,12 @@ fn a_chain_of_hand_overs_costs_one_script_call_per_grant_and_no_busy_attempt() {
     // One release per grant; a link granted late may re-arm its short
     // hand-over lease (extend.lua) before use.
     let extends = server.command_calls("pexpire");
+    // The first holder took the key with a plain SET: its release tries the
+    // plain compare-and-delete first (the value was marked: it deleted
+    // nothing) and then release.lua. Every later link was handed the key,
+    // so its release goes to release.lua at once.
     assert!(
-        scripts <= grants + extends,
+        scripts <= grants + extends + 1,
         "{scripts} script calls for {grants} grants ({extends} re-armed)"
     );
 
@@ -134,5 +138,7 @@ fn a_chain_of_hand_overs_costs_one_script_call_per_grant_and_no_busy_attempt() {
     let fencing = a
         .block_on(within(secs(10), "the watcher", watcher))
         .unwrap();
-    assert_eq!(fencing, CHAIN as u64 + 3, "the watcher came last");
+    // Each hand-over minted one token (the first holder, which took the key
+    // with a plain SET, never asked for one): the watcher's is the last.
+    assert_eq!(fencing, CHAIN as u64 + 2, "the watcher came last");
 }

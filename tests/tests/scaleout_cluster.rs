@@ -58,13 +58,20 @@ fn shard_subscribers(cluster: &Cluster, i: usize, channel: &str) -> String {
 }
 
 /// Takes `key` with a 10 s lease (failing the test, naming the key, if it cannot).
+/// Holds `key` with its fencing token asked for (minted on first use, so
+/// the slot's counter exists from here on).
 async fn hold(client: &LockClient, key: &str) -> LockGuard {
-    client
+    let guard = client
         .lock(key)
         .ttl(secs(10))
         .acquire()
         .await
-        .unwrap_or_else(|e| panic!("acquire `{key}`: {e}"))
+        .unwrap_or_else(|e| panic!("acquire `{key}`: {e}"));
+    guard
+        .fencing_token()
+        .await
+        .unwrap_or_else(|e| panic!("the token of `{key}`: {e}"));
+    guard
 }
 
 /// A waiter's task: when it got the lock, and the lock.
@@ -143,7 +150,7 @@ async fn locks_on_keys_of_different_nodes_keep_all_their_names_in_their_own_slot
     let keys = one_key_per_node(&cluster, "spread");
     let mut guards = Vec::new();
     for key in &keys {
-        guards.push(a.lock(key).ttl(secs(10)).acquire().await.unwrap());
+        guards.push(hold(&a, key).await);
     }
     // One waiter per key, all from one client: its queue entries exist too.
     let waiters: Vec<_> = keys
@@ -292,6 +299,7 @@ async fn hold_through_a_half_migration(
     let slot = cluster.slot_of(key);
     let ttl = ms(900);
     let guard = a.lock(key).ttl(ttl).acquire().await.unwrap();
+    guard.fencing_token().await.unwrap(); // the counter exists, to move too
     let migration = cluster.begin_migration(slot, 2);
     let moved = cluster.move_keys(&migration);
     assert!(moved >= 2, "lock and counter moved: {moved}");

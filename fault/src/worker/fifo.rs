@@ -300,7 +300,7 @@ impl Watch {
         let owner = s.owner.as_deref().unwrap_or_default();
         if let Stand::Handed { token, max_gap } = &mut self.stand {
             *max_gap = (*max_gap).max(gap);
-            if owner.trim_end_matches('+') != token.as_str() {
+            if owner.split('+').next().unwrap_or_default() != token.as_str() {
                 self.events.push(Event::Lapsed {
                     op,
                     t,
@@ -317,7 +317,7 @@ impl Watch {
             }
             (Stand::InLine(entry), None) => {
                 let token = entry.split(':').next().unwrap_or_default().to_owned();
-                let handed = owner.trim_end_matches('+') == token;
+                let handed = owner.split('+').next().unwrap_or_default() == token;
                 self.events.push(Event::Left {
                     op,
                     t,

@@ -169,7 +169,21 @@ pub(crate) async fn observe(
             })
             .map(|entry| entry_token(entry))
             .collect();
-        let remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
+        // A marked value, `token+deadline`, is held until the owner's
+        // deadline; the key may live on past it, pinned for its line (see
+        // acquire.lua).
+        let (value, deadline) = match value {
+            Some(value) => match value.split_once('+') {
+                Some((token, deadline)) => (Some(token.to_owned()), deadline.parse::<u64>().ok()),
+                None => (Some(value), None),
+            },
+            None => (None, None),
+        };
+        let (value, remaining) = match deadline {
+            Some(deadline) if deadline <= now => (None, None),
+            Some(deadline) => (value, Some(Duration::from_millis(deadline - now))),
+            None => (value, u64::try_from(pttl).ok().map(Duration::from_millis)),
+        };
         Observed {
             held: value.is_some(),
             remaining,
@@ -282,7 +296,7 @@ async fn observe_majority(
     let tokens: Vec<&str> = answers
         .iter()
         .filter_map(|a| a.holders.first())
-        .map(|h| h.token.trim_end_matches('+'))
+        .map(|h| h.token.as_str())
         .collect();
     let holder = tokens
         .iter()

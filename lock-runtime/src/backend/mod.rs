@@ -130,13 +130,27 @@ impl Backend {
         dequeue: bool,
     ) -> Result<Released, LockError> {
         match self {
-            Backend::Redis(b) => b.release(lock, dequeue).await,
+            Backend::Redis(b) => b.release(lock, dequeue, false).await,
             Backend::Redlock(b) => Box::pin(b.release(lock)).await,
             Backend::Memory(b) => Ok(if b.release(lock.names, lock.token, dequeue) {
                 Released::Yes
             } else {
                 Released::NotOurs
             }),
+        }
+    }
+
+    /// The release of a held lock: as [`Backend::release`] (without leaving
+    /// a line), where a lock taken by a plain `SET` (`plain`) is first
+    /// released by the plain compare-and-delete (`redis/plain.rs`).
+    pub(crate) async fn release_held(
+        &self,
+        lock: LockRef<'_>,
+        plain: bool,
+    ) -> Result<Released, LockError> {
+        match self {
+            Backend::Redis(b) => b.release(lock, false, plain).await,
+            _ => self.release(lock, false).await,
         }
     }
 

@@ -24,6 +24,8 @@ pub(crate) static ACQUIRE_ALL: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/acquire_all.lua")));
 pub(crate) static MINT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/mint.lua")));
+pub(crate) static PROBE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../scripts/probe.lua")));
 pub(crate) static UNLOCK: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/unlock.lua")));
 

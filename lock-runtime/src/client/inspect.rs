@@ -108,10 +108,11 @@ impl LockClient {
     /// # async fn main() -> Result<(), lock_runtime::LockError> {
     /// let client = lock_runtime::LockClient::builder().memory().build().await?;
     /// let guard = client.lock("order:42").acquire().await?;
+    /// let token = guard.fencing_token().await?;
     /// let state = client.inspect("order:42").await?;
     /// assert!(state.held && state.held_by_this_client);
     /// assert_eq!(state.holder, Some(client.label().to_owned()));
-    /// assert_eq!(state.fencing_token, Some(guard.fencing_token()));
+    /// assert_eq!(state.fencing_token, Some(token));
     /// guard.release().await?;
     /// assert!(!client.inspect("order:42").await?.held);
     /// # Ok(())

@@ -97,7 +97,7 @@ pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {
 ///     .wait(Duration::from_secs(2))
 ///     .acquire()
 ///     .await?;
-/// println!("fencing token {}", guard.fencing_token());
+/// println!("fencing token {}", guard.fencing_token().await?);
 /// guard.release().await?;
 ///
 /// let total = client.with_lock("order:42", async { 40 + 2 }).await?;

@@ -82,9 +82,11 @@ async fn send(inner: &Inner, held: &Held, decision: Decision) -> Result<Released
                 }
             }),
         Decision::HandOn | Decision::Delete => {
+            // Taken by a plain SET: it is the one with a token to mint.
+            let plain = held.mint.is_some();
             inner
                 .backend
-                .release(LockRef::new(&held.names, &held.token, held.ttl), false)
+                .release_held(LockRef::new(&held.names, &held.token, held.ttl), plain)
                 .await
         }
     }

@@ -33,8 +33,9 @@
 //! use lock_runtime::layer::{IdempotencyLayer, LockLayer};
 //! use lock_runtime::{LockClient, LockInfo};
 //!
-//! async fn pay(lock: LockInfo) -> String {
-//!     format!("paid under fencing token {}", lock.fencing_token)
+//! async fn pay(lock: LockInfo) -> Result<String, String> {
+//!     let token = lock.fencing_token().await.map_err(|e| e.to_string())?;
+//!     Ok(format!("paid under fencing token {token}"))
 //! }
 //! async fn create_order() -> &'static str {
 //!     "created"

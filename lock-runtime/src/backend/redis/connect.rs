@@ -62,7 +62,7 @@ impl RedisBackend {
             .map_err(|e| BackendError::with_source("cannot load the lock scripts", e))?;
         // A Redlock node's locks are a vote of scripts: no plain path.
         let plain = Plain::new(
-            !announce_free,
+            !announce_free && !options.coalesce,
             !announce_free && has_delifeq(&mut conns[0]).await,
         );
         let mut node = Self::with_pubsub(
@@ -96,7 +96,7 @@ impl RedisBackend {
         load_scripts(&mut conn).await?;
         // Asked of the master found now; a failover to a server without
         // DELIFEQ turns it off at its first refusal (see plain.rs).
-        let plain = Plain::new(true, has_delifeq(&mut conn).await);
+        let plain = Plain::new(!options.coalesce, has_delifeq(&mut conn).await);
         Ok(Self::with_pubsub(
             vec![conn],
             Source::Sentinel(sentinel),
@@ -141,7 +141,10 @@ impl RedisBackend {
         let waiters = Arc::new(Registry::default());
         // Asked of one node: a cluster runs one server version (a node that
         // refuses DELIFEQ turns it off at its first refusal).
-        let plain = Plain::new(true, has_delifeq(&mut Conn::Cluster(cluster.clone())).await);
+        let plain = Plain::new(
+            !options.coalesce,
+            has_delifeq(&mut Conn::Cluster(cluster.clone())).await,
+        );
         // Scripts are loaded on each node by EVALSHA's fallback on first use.
         Ok(Self {
             conns: vec![Conn::Cluster(cluster.clone())],

@@ -226,7 +226,7 @@ impl RedisBackend {
         replicated: Option<Result<(), String>>,
     ) -> Result<(), LockError> {
         if let Err(e) = self.replicated_or(conn, replicated).await {
-            let _ = self.release(lock, !wait.is_zero()).await;
+            let _ = self.release(lock, !wait.is_zero(), true).await;
             return Err(e);
         }
         Ok(())
@@ -303,10 +303,16 @@ impl RedisBackend {
         Ok(Some(top))
     }
 
+    /// Releases (release.lua). `plain_first`: the lock was taken by a plain
+    /// `SET` (see `plain.rs`), so nobody may have queued behind it: the
+    /// plain compare-and-delete goes first, and is the whole release unless
+    /// the value was marked meanwhile. A lock handed over (always marked)
+    /// or taken by a script goes to release.lua at once.
     pub(crate) async fn release(
         &self,
         lock: LockRef<'_>,
         dequeue: bool,
+        plain_first: bool,
     ) -> Result<Released, LockError> {
         let LockRef { names, token, ttl } = lock;
         if names.kind != Kind::Mutex {
@@ -315,7 +321,7 @@ impl RedisBackend {
         // Nobody queued behind us (an unmarked value): the plain
         // compare-and-delete is the whole release. Otherwise release.lua.
         let mut plain_resent = false;
-        if !dequeue && self.is_plain(names) {
+        if plain_first && !dequeue && self.is_plain(names) {
             match self.unlock(names, token).await? {
                 (true, _) => return Ok(Released::Yes),
                 (false, resent) => plain_resent = resent,

@@ -14,13 +14,15 @@
 //!   mint.lua, which checks ownership first.
 //!
 //! Not for leader elections, Redlock nodes (whose locks are decided by a
-//! vote of scripts) or the shared locks: they keep their scripts.
+//! vote of scripts) or the shared locks: they keep their scripts. Nor for a
+//! client built with `coalesce_scripts(true)`, which asked for its calls to
+//! go out in batches of scripts (batch.rs).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::super::conn::Conn;
-use super::super::scripts::{MINT, UNLOCK, evalsha, millis, run_script};
+use super::super::scripts::{MINT, PROBE, UNLOCK, evalsha, millis, run_script};
 use super::super::{AcquireOutcome, LockRef};
 use super::RedisBackend;
 use crate::LockError;
@@ -31,7 +33,8 @@ use crate::token::Token;
 /// What the plain path may use on this server.
 #[derive(Debug)]
 pub(crate) struct Plain {
-    /// Plain commands are used at all (not on a Redlock node).
+    /// Plain commands are used at all (not on a Redlock node, nor with
+    /// `coalesce_scripts(true)`).
     pub(super) enabled: bool,
     /// The server answers `DELIFEQ` (found once when connecting; turned off
     /// for good the first time the server or a proxy in front of it
@@ -54,20 +57,16 @@ impl Plain {
 }
 
 /// `true` when the server has `DELIFEQ` (Valkey 9 and later): asked once,
-/// with `COMMAND INFO`, which answers nil for a command it does not know.
-/// An error (an ACL that refuses `COMMAND`, a proxy) counts as no.
+/// by probe.lua (an `EVALSHA`, which a least-privilege user may send, where
+/// `COMMAND INFO` or `INFO` would need more rights). An error counts as no.
 pub(super) async fn has_delifeq(conn: &mut Conn) -> bool {
-    let answer: redis::RedisResult<Vec<redis::Value>> = redis::cmd("COMMAND")
-        .arg("INFO")
-        .arg("DELIFEQ")
-        .query_async(conn)
-        .await;
-    match answer {
-        Ok(info) => info.first().is_some_and(|c| *c != redis::Value::Nil),
+    let cmd = evalsha(&PROBE, 0, 0, 0);
+    match run_script::<i64>(conn, &PROBE, &cmd).await {
+        Ok(answer) => answer == 1,
         Err(e) => {
             tracing::debug!(
                 error = &e as &dyn std::error::Error,
-                "COMMAND INFO refused; releases use the compare-and-delete script"
+                "the server probe failed; releases use the compare-and-delete script"
             );
             false
         }

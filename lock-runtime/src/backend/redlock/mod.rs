@@ -262,7 +262,7 @@ impl RedlockBackend {
         join_all(self.nodes.iter().map(|node| {
             timeout(
                 per_node,
-                node.release(LockRef::new(names, token, ttl), false),
+                node.release(LockRef::new(names, token, ttl), false, false),
             )
         }))
         .await
@@ -329,7 +329,7 @@ impl RedlockBackend {
                 tokio::spawn(async move {
                     timeout(
                         per_node,
-                        node.release(LockRef::new(&names, &token, ttl), false),
+                        node.release(LockRef::new(&names, &token, ttl), false, false),
                     )
                     .await
                 })

@@ -23,8 +23,9 @@ layer_with_config! {
     /// use axum::{routing::post, Router};
     /// use lock_runtime::{layer::LockLayer, LockClient, LockInfo};
     ///
-    /// async fn pay(Path(id): Path<u64>, lock: LockInfo) -> String {
-    ///     format!("order {id} paid under fencing token {}", lock.fencing_token)
+    /// async fn pay(Path(id): Path<u64>, lock: LockInfo) -> Result<String, String> {
+    ///     let token = lock.fencing_token().await.map_err(|e| e.to_string())?;
+    ///     Ok(format!("order {id} paid under fencing token {token}"))
     /// }
     ///
     /// # #[tokio::main(flavor = "current_thread")]
