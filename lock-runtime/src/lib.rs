@@ -122,6 +122,7 @@ pub mod fence;
 mod global;
 mod guard;
 mod held;
+mod hint;
 mod inner;
 mod key;
 mod leader;

@@ -315,6 +315,7 @@ impl LockClientBuilder {
             salt,
             label,
             registration: Default::default(),
+            hints: Default::default(),
         });
         super::registry::register(&inner).await;
         Ok(LockClient(inner))
