@@ -14,7 +14,7 @@
 //! table of slots by hash, and a slot taken by another key is simply
 //! overwritten (a hint, not a record).
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -93,10 +93,8 @@ impl RetryHints {
     }
 
     fn hash(&self, key: &str) -> u64 {
-        let mut hasher = self.hasher.build_hasher();
-        key.hash(&mut hasher);
         // Never 0, the mark of a slot never written.
-        hasher.finish() | 1
+        self.hasher.hash_one(key) | 1
     }
 }
 
