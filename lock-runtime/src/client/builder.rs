@@ -193,7 +193,7 @@ impl LockClientBuilder {
     /// alone (paired runs), since one call in flight per connection gives
     /// up the pipelining that many single calls get, and the batch loop
     /// costs Redis about what the script entries it saves do (BENCHMARKS.md,
-    /// "Eleventh session: coalesced script calls"). Measure with your own
+    /// "Why"). Measure with your own
     /// network and load before turning it on.
     ///
     /// ```
