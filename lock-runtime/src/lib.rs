@@ -233,14 +233,16 @@
 //! With a single Redis and asynchronous replication, a failover can lose a
 //! just-acquired lock (the replica never saw it), so two holders may coexist
 //! until the first lease ends. Fencing tokens still order them as long as the
-//! counter survived; see the README for the scale-out options.
+//! counter survived; `docs/guarantees.md` in the repository has the full
+//! list and the scale-out options.
 //!
 //! # Scale-out
 //!
 //! The same API runs on Redis Sentinel ([`LockClientBuilder::sentinel`], with
 //! [`LockClientBuilder::min_replica_acks`] for `WAIT`), Redis Cluster
 //! ([`LockClientBuilder::cluster`]) and Redlock over independent masters
-//! ([`LockClientBuilder::redlock`]); the README says what each guarantees.
+//! ([`LockClientBuilder::redlock`]); `docs/guarantees.md` in the repository
+//! says what each guarantees.
 //!
 //! # Features
 //!

@@ -95,8 +95,9 @@ impl LockClientBuilder {
     }
 
     /// Redlock over independent masters (an odd number, at least 3): a lock is
-    /// held while a majority grants it. See the README's scale-out section for
-    /// what it needs from the servers (delayed restarts or `appendfsync always`).
+    /// held while a majority grants it. The repository's `docs/guarantees.md`
+    /// (scale-out) says what it needs from the servers (delayed restarts or
+    /// `appendfsync always`).
     pub fn redlock<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
