@@ -116,3 +116,46 @@ async fn a_client_that_released_nothing_yet_hints_the_remaining_lease(env: Env) 
     );
     holder.release().await.unwrap();
 }
+
+/// `POST /orders/{id}/pay` behind `LockLayer` (the client's 30 s default
+/// lease), whose handler keeps the lock [`HOLD`].
+fn slow_pay_app(client: LockClient) -> axum::Router {
+    use axum::routing::post;
+    axum::Router::new().route(
+        "/orders/{id}/pay",
+        post(|| async {
+            tokio::time::sleep(HOLD).await;
+            "paid"
+        })
+        .route_layer(lock_runtime::LockLayer::new(client).key("order:<id>")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_route_answers_the_retry_after_of_its_handlers_hold_time_not_of_the_lease() {
+    use http::StatusCode;
+    use test_support::http::{send, serve};
+
+    let base = serve(slow_pay_app(memory_client().await)).await;
+    let http = reqwest::Client::new();
+    let pay = format!("{base}/orders/7/pay");
+    for _ in 0..2 {
+        assert_eq!(send(http.post(&pay)).await.status(), StatusCode::OK);
+    }
+
+    let first = tokio::spawn(send(http.post(&pay)));
+    tokio::time::sleep(HOLD / 4).await;
+    let busy = send(http.post(&pay)).await;
+    assert_eq!(busy.status(), StatusCode::CONFLICT);
+    let retry_after: u64 = busy.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // A 0.3 s hold rounds up to 1 s; the lease would say 30.
+    assert_eq!(retry_after, 1, "Retry-After: {retry_after}");
+    assert_eq!(first.await.unwrap().status(), StatusCode::OK);
+
+    tokio::time::sleep(Duration::from_secs(retry_after)).await;
+    assert_eq!(send(http.post(&pay)).await.status(), StatusCode::OK);
+}
