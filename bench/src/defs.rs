@@ -1,5 +1,5 @@
 //! The rows of the table: their order, what each measures, its baseline and
-//! its target (issue 14's Targets). BENCHMARKS.md explains each.
+//! its target. BENCHMARKS.md explains each.
 
 use super::report::{Metric, Target, Unit};
 

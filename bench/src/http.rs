@@ -39,7 +39,7 @@ use redis::aio::MultiplexedConnection;
 
 use crate::raw::{CHECKED_STORE, LIBRARY_SETTLE, RETENTION_MS, library_settle_args};
 
-/// Connections `wrk` keeps open, as in issue 26.
+/// Connections `wrk` keeps open.
 pub(crate) const CONNECTIONS: usize = 32;
 
 /// The handler every side serves: a small JSON body after no work.

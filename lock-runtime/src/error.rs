@@ -14,8 +14,14 @@ pub enum LockError {
     Busy {
         /// The key as given by the caller (without the client's prefix).
         key: String,
-        /// The holder's remaining lease when we gave up: the earliest moment a
-        /// retry can succeed without the holder releasing first.
+        /// When a retry is likely to find the key free: a hint, not a
+        /// promise. It is what this client's recent holds of the key took
+        /// (of any key, when it has not held this one yet), never more than
+        /// the holder's remaining lease, and the remaining lease when the
+        /// client has released nothing yet. A holder that keeps the key
+        /// longer than usual makes a retry at this moment find it busy
+        /// again; to be woken when it is released instead, acquire with
+        /// [`wait`](crate::LockRequest::wait).
         retry_after: Duration,
     },
     /// The lease may have ended before the work under it finished: it expired,

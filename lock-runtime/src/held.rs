@@ -193,6 +193,13 @@ impl Held {
             .filter(|left| !left.is_zero())
     }
 
+    /// How long the key was kept from others by this hold, at its release:
+    /// from acquisition to now, or to the end of `hold_at_least` if later.
+    pub(crate) fn hold_time(&self) -> Duration {
+        let now = Instant::now();
+        self.hold_until.unwrap_or(now).max(now) - self.since
+    }
+
     pub(crate) fn valid_until(&self) -> Instant {
         *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -26,6 +26,8 @@ pub(crate) struct Inner {
     /// The task that renews the client's registry entry, and how it finds
     /// the client (it stops once the client is gone).
     pub(crate) registration: std::sync::Mutex<Option<Registration>>,
+    /// Recent hold times, for the `retry_after` of a busy answer.
+    pub(crate) hints: crate::hint::RetryHints,
 }
 
 /// The task that renews a client's registry entry, and the client it renews

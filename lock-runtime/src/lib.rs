@@ -5,8 +5,8 @@
 //! `lock_runtime` gives them a lock that is correct under retries, crashes,
 //! pauses and Redis failover:
 //!
-//! * **Atomic scripts**: acquire, extend and release are each one Lua script;
-//!   ownership is a fresh 128-bit random token per acquisition.
+//! * **Atomic steps**: acquire, extend and release are each one atomic step
+//!   on the server; ownership is a fresh 128-bit random token per acquisition.
 //! * **Leases and a watchdog**: every lock has a TTL, renewed every `ttl / 3`
 //!   while held; when renewal fails the guard's [`LockGuard::lost`] resolves and
 //!   [`LockClient::with_lock`] cancels the work.
@@ -33,7 +33,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), LockError> {
 //! let client = LockClient::builder()
-//!     .memory() // .redis("redis://127.0.0.1:6379") in production
+//!     .memory() // .redis("redis://127.0.0.1:6379") to share locks between processes
 //!     .key_prefix("lock:")
 //!     .build()
 //!     .await?;
@@ -43,17 +43,13 @@
 //!     .lock("order:42")
 //!     .ttl(Duration::from_secs(10))
 //!     .wait(Duration::from_secs(2))
-//!     .run(async {
-//!         let fence = lock_runtime::current_lock().unwrap().fencing_token().await?;
-//!         // write to storage with `fence`, which rejects older tokens
-//!         Ok::<_, lock_runtime::LockError>(fence)
-//!     })
-//!     .await??;
-//! assert_eq!(paid, 1);
+//!     .run(async { "paid" })
+//!     .await?;
+//! assert_eq!(paid, "paid");
 //!
-//! // Or hold a guard yourself.
+//! // Or hold a guard yourself; meanwhile another taker is told `Busy`.
 //! let guard = client.lock("order:42").acquire().await?;
-//! assert_eq!(guard.fencing_token().await?, 2);
+//! assert!(client.lock("order:42").acquire().await.unwrap_err().is_busy());
 //! guard.release().await?;
 //! # Ok(())
 //! # }
@@ -73,6 +69,163 @@
 //! # }
 //! ```
 //!
+//! # A tour
+//!
+//! Each example runs on the embedded backend; swap `.memory()` for
+//! `.redis(url)` and nothing else changes.
+//!
+//! ## The attribute
+//!
+//! `#[distributed_lock]` (feature `macros`, on by default) runs an `async fn`
+//! under a lock whose key is built from its arguments; its error type needs
+//! `From<LockError>`.
+//!
+//! ```
+//! # #[cfg(feature = "macros")]
+//! # mod attribute {
+//! use lock_runtime::{LockError, distributed_lock};
+//!
+//! #[distributed_lock(key = "order:<order_id>", ttl = "30s", wait = "2s")]
+//! pub async fn pay(order_id: u64) -> Result<u64, LockError> {
+//!     Ok(order_id) // one caller at a time per order, in every process
+//! }
+//! # }
+//! # #[cfg(feature = "macros")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_runtime::LockError> {
+//! # use attribute::pay;
+//! lock_runtime::set_global_client(lock_runtime::LockClient::builder().memory().build().await?);
+//! assert_eq!(pay(42).await?, 42);
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "macros"))]
+//! # fn main() {}
+//! ```
+//!
+//! ## The layers (feature `axum`)
+//!
+//! `LockLayer` serializes requests per resource (busy: `409` with
+//! `Retry-After`); `IdempotencyLayer` runs a request once per
+//! `Idempotency-Key` and replays its response to retries.
+//!
+//! ```
+//! # #[cfg(feature = "axum")]
+//! # mod app {
+//! use axum::{Router, extract::Path, routing::post};
+//! use lock_runtime::{IdempotencyLayer, LockClient, LockLayer};
+//!
+//! async fn pay(Path(id): Path<u64>) -> String {
+//!     format!("order {id} paid")
+//! }
+//!
+//! pub fn app(client: LockClient) -> Router {
+//!     Router::new()
+//!         .route("/orders/{id}/pay", post(pay).route_layer(
+//!             LockLayer::new(client.clone()).key_from(|Path(id): Path<u64>| format!("order:{id}")),
+//!         ))
+//!         .route("/orders", post(|| async { "created" }).route_layer(IdempotencyLayer::new(client)))
+//! }
+//! # }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_runtime::LockError> {
+//! # #[cfg(feature = "axum")]
+//! # let _app = app::app(lock_runtime::LockClient::builder().memory().build().await?);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Idempotency records (feature `idempotency`)
+//!
+//! The same for work that is not an HTTP request: a message delivered twice
+//! is processed once, and the duplicate gets the stored result.
+//!
+//! ```
+//! # #[cfg(feature = "idempotency")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_runtime::LockError> {
+//! use lock_runtime::{Claimed, LockClient};
+//!
+//! let client = LockClient::builder().memory().build().await?;
+//! for _delivery in 0..2 {
+//!     match client.record("msg-7").fingerprint("charge 1250").claim().await? {
+//!         Claimed::Run(guard) => guard.complete("receipt-1").await?, // runs once
+//!         Claimed::Done(stored) => assert_eq!(stored, b"receipt-1"),
+//!         _ => unreachable!("nothing else claims msg-7 here"),
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "idempotency"))]
+//! # fn main() {}
+//! ```
+//!
+//! ## Leader election and fenced writes
+//!
+//! One leader per name; the term is a fencing token, which [`fence`] checks
+//! in the store the leader writes to.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_runtime::LockError> {
+//! use std::time::Duration;
+//! use lock_runtime::LockClient;
+//!
+//! let client = LockClient::builder().memory().build().await?;
+//! let leadership = client.leader("order-sweeper").ttl(Duration::from_secs(10)).campaign().await?;
+//! let first_term = leadership.term();
+//! leadership.resign().await?;
+//! let next = client.leader("order-sweeper").campaign().await?;
+//! assert!(next.term() > first_term); // a fencing token: older terms are refused
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The fenced write itself goes to the store (`no_run`: needs a Redis), over a
+//! connection of the re-exported [`redis`] crate:
+//!
+//! ```no_run
+//! # async fn sweep(term: u64) -> Result<(), Box<dyn std::error::Error>> {
+//! use lock_runtime::{fence, redis};
+//!
+//! let mut conn = redis::Client::open("redis://127.0.0.1:6379")?
+//!     .get_multiplexed_async_connection()
+//!     .await?;
+//! // Resource and keys in one hash slot: `{orders}` is their hash tag.
+//! fence::redis(&mut conn, "{orders}:sweeper", term)
+//!     .cmd(redis::cmd("HSET").arg("{orders}:42").arg("status").arg("cancelled"))
+//!     .run()
+//!     .await?; // Err(LockError::Stale { .. }) once a later term wrote
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What surprises people
+//!
+//! * **Fencing tokens are not consecutive.** The counter is shared by every
+//!   key of a hash slot, and a client that hands a hot key on between its own
+//!   tasks reserves tokens in blocks of 8: a key's tokens strictly increase,
+//!   in steps that may be 8 or more.
+//! * **A token is minted when first asked for.** An uncontended lock on
+//!   Redis or Valkey is a plain `SET NX PX` and a compare-and-delete; its
+//!   fencing token comes from [`LockGuard::fencing_token`]`.await` (or
+//!   [`LockInfo::fencing_token`]), which checks the lock is still ours. Ask
+//!   while you hold it: once the lease has ended you get `Lost`, never a
+//!   token.
+//! * **Equal tokens pass a fence.** One holder may write many times; a
+//!   resource with no record yet accepts any token. A stale holder is
+//!   refused once a later holder has written through the same fence.
+//! * **`fence::redis` wants one hash slot**: the keys its commands touch must
+//!   share the resource's slot (the resource as key, or as their hash tag),
+//!   else [`LockError::Config`], before anything is sent.
+//! * **`retry_after` is a hint** ([`LockError::Busy`]): this client's recent
+//!   hold times, bounded by the holder's remaining lease.
+//! * **Idempotency keys**: `"order-1"` (a structured-field string) and
+//!   `order-1` (a bare token) are one key; a `POST` without the header gets
+//!   `400` (`IdempotencyLayer::required_on` chooses the methods), and other
+//!   methods without it pass through unprotected.
+//! * **Reentrancy is per task**, not per process: another task of the same
+//!   process waits like another process.
+//!
 //! # Guarantees and their limits
 //!
 //! A lease-based lock cannot by itself stop a holder that was paused (GC, VM
@@ -86,14 +239,16 @@
 //! With a single Redis and asynchronous replication, a failover can lose a
 //! just-acquired lock (the replica never saw it), so two holders may coexist
 //! until the first lease ends. Fencing tokens still order them as long as the
-//! counter survived; see the README for the scale-out options.
+//! counter survived; `docs/guarantees.md` in the repository has the full
+//! list and the scale-out options.
 //!
 //! # Scale-out
 //!
 //! The same API runs on Redis Sentinel ([`LockClientBuilder::sentinel`], with
 //! [`LockClientBuilder::min_replica_acks`] for `WAIT`), Redis Cluster
 //! ([`LockClientBuilder::cluster`]) and Redlock over independent masters
-//! ([`LockClientBuilder::redlock`]); the README says what each guarantees.
+//! ([`LockClientBuilder::redlock`]); `docs/guarantees.md` in the repository
+//! says what each guarantees.
 //!
 //! # Features
 //!
@@ -122,6 +277,7 @@ pub mod fence;
 mod global;
 mod guard;
 mod held;
+mod hint;
 mod inner;
 mod key;
 mod leader;
@@ -169,3 +325,26 @@ pub use records::{Claimed, RecordGuard, RecordRequest};
 #[cfg(feature = "macros")]
 #[doc(inline)]
 pub use lock_macros::distributed_lock;
+
+/// The README's code blocks, compiled (and run, unless `no_run`) as doctests,
+/// so the user's guide cannot drift from the API.
+#[cfg(all(doctest, feature = "axum"))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
+/// The [`redis`](https://docs.rs/redis) crate this library is built on.
+///
+/// [`fence::redis`] takes a connection of this crate's types, and its
+/// `.cmd(..)` what `redis::cmd(..)` of this crate returns. Use it through this
+/// re-export (`lock_runtime::redis::Client::open(..)`) rather than a
+/// `redis` dependency of your own: two versions of `redis` in one build are
+/// two different crates, and the compiler refuses one's connection where the
+/// other's is expected.
+pub use redis;
+
+/// The [`sqlx`](https://docs.rs/sqlx) crate (feature `postgres`) that
+/// `fence::postgres` takes its connection from: open the pool and the
+/// transaction with `lock_runtime::sqlx`, so the types are the library's.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use sqlx;

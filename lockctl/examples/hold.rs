@@ -1,5 +1,5 @@
 //! Holds one lock under a label until interrupted: something for `lockctl`
-//! to show (the README's operations session was captured with it).
+//! to show (the transcript in docs/design.md, "Operations", was captured with it).
 //!
 //! ```text
 //! cargo run -p lockctl --example hold -- LABEL KEY [mutex|read|write|permits=N] [SECONDS]

@@ -1,4 +1,4 @@
-//! The runtime core (issue 2), fencing tokens: they only increase, and a stale
+//! The runtime core, fencing tokens: they only increase, and a stale
 //! guard cannot touch the new holder's lock; written once and run on both backends: every `async fn` below taking an
 //! [`Env`] becomes `memory::<name>` and `redis::<name>` (a `redis-server` of its
 //! own per test; `tests::core_support`), so the embedded backend and Redis

@@ -1,4 +1,4 @@
-//! The runtime core (issue 2), bad input: keys and leases out of bounds are
+//! The runtime core, bad input: keys and leases out of bounds are
 //! errors on both backends, and the builder refuses what it cannot use without
 //! panicking (plain tests at the end: no backend needed); the public types
 //! cross tasks and threads. The two tests taking an [`Env`] run on both

@@ -1,4 +1,4 @@
-//! The runtime core (issue 2), leases: mutual exclusion, a lease's end, the
+//! The runtime core, leases: mutual exclusion, a lease's end, the
 //! watchdog's renewals and `lost()`, and what they trace; written once and run on both backends: every `async fn` below taking an
 //! [`Env`] becomes `memory::<name>` and `redis::<name>` (a `redis-server` of its
 //! own per test; `tests::core_support`), so the embedded backend and Redis

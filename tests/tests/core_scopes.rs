@@ -1,4 +1,4 @@
-//! The runtime core (issue 2), scopes: `with_lock` and dropped guards release,
+//! The runtime core, scopes: `with_lock` and dropped guards release,
 //! whatever the work does (completes, fails, panics, is cancelled, loses its
 //! lease); nested locking re-enters and `current_lock` names the innermost; written once and run on both backends: every `async fn` below taking an
 //! [`Env`] becomes `memory::<name>` and `redis::<name>` (a `redis-server` of its

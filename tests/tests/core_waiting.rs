@@ -1,4 +1,4 @@
-//! The runtime core (issue 2), waiting: wakes on a release, `Busy` at the
+//! The runtime core, waiting: wakes on a release, `Busy` at the
 //! deadline, and waits that end or are dropped leave nothing behind; written once and run on both backends: every `async fn` below taking an
 //! [`Env`] becomes `memory::<name>` and `redis::<name>` (a `redis-server` of its
 //! own per test; `tests::core_support`), so the embedded backend and Redis

@@ -1,4 +1,4 @@
-//! Waiters keep their place in line when a holder crashes (issue 23, part 2):
+//! Waiters keep their place in line when a holder crashes:
 //! a key whose lease ran out goes to the head of its line, as a release would
 //! hand it; a newcomer never takes a key others queue for; a waiter that died
 //! in line stalls it for at most its own wait.

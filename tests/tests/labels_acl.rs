@@ -1,4 +1,4 @@
-//! The least-privilege ACL (`test_support::ACL_LOCKER`, the README's
+//! The least-privilege ACL (`test_support::ACL_LOCKER`, docs/keys.md's
 //! list) covers every command the client sends, whatever the server: a
 //! proxy records each command name on the wire, so a command this Redis
 //! does not know (`CLIENT SETINFO`, which redis-rs sends on connect unless

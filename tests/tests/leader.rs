@@ -1,4 +1,4 @@
-//! Leader election (issue 25), every scenario on the embedded backend, one
+//! Leader election, every scenario on the embedded backend, one
 //! Redis, Sentinel and a three-master Cluster: one leader at a time, terms
 //! that strictly increase, a resign that hands over at once, an observer on
 //! another client that sees every change in order (and `None` after a

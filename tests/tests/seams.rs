@@ -1,4 +1,4 @@
-//! One options value, one hold step, one release path (issue 27): a key
+//! One options value, one hold step, one release path: a key
 //! taken by `lock_all` is held and released by the same steps as one taken
 //! by `lock`, so `hold_at_least` keeps every key of the set, whether the
 //! guard is released or dropped, and a task of the same client waiting for

@@ -62,9 +62,8 @@ async fn client(url: &str, local_handover: bool) -> Result<LockClient, String> {
         .redis(url)
         .key_prefix(PREFIX)
         .local_handover(local_handover)
-        // 10,000 waiters arriving at once queue one script call each (a
-        // scan of the queue each, before the eleventh session's `ZSCORE`):
-        // on a loaded machine the last replies came later than the default
+        // 10,000 waiters arriving at once queue one script call each: on a
+        // loaded machine the last replies can come later than the default
         // 1 s.
         .response_timeout(RESPONSE_TIMEOUT)
         .build()

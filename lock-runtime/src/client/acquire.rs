@@ -126,7 +126,7 @@ impl Acquisition {
                 crate::metrics::busy(&asked.metrics, Duration::ZERO);
                 Some(Err(LockError::Busy {
                     key: key.to_owned(),
-                    retry_after: remaining,
+                    retry_after: inner.hints.hint(key, remaining),
                 }))
             }
             AcquireOutcome::Busy { .. } => None,
@@ -383,7 +383,7 @@ impl Acquisition {
         }
         LockError::Busy {
             key: attempt.key.clone(),
-            retry_after: remaining,
+            retry_after: attempt.inner.hints.hint(&attempt.key, remaining),
         }
     }
 }

@@ -95,8 +95,9 @@ impl LockClientBuilder {
     }
 
     /// Redlock over independent masters (an odd number, at least 3): a lock is
-    /// held while a majority grants it. See the README's scale-out section for
-    /// what it needs from the servers (delayed restarts or `appendfsync always`).
+    /// held while a majority grants it. The repository's `docs/guarantees.md`
+    /// (scale-out) says what it needs from the servers (delayed restarts or
+    /// `appendfsync always`).
     pub fn redlock<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -195,7 +196,7 @@ impl LockClientBuilder {
     /// alone (paired runs), since one call in flight per connection gives
     /// up the pipelining that many single calls get, and the batch loop
     /// costs Redis about what the script entries it saves do (BENCHMARKS.md,
-    /// "Eleventh session: coalesced script calls"). Measure with your own
+    /// "Why"). Measure with your own
     /// network and load before turning it on.
     ///
     /// ```
@@ -317,6 +318,7 @@ impl LockClientBuilder {
             salt,
             label,
             registration: Default::default(),
+            hints: Default::default(),
         });
         super::registry::register(&inner).await;
         Ok(LockClient(inner))

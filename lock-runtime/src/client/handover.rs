@@ -84,6 +84,7 @@ pub(super) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
             return Some(next);
         }
         crate::metrics::released(&held.metrics, held.since.elapsed());
+        inner.hints.held(&held.key, held.hold_time());
         crate::metrics::acquired(&next.metrics, waiter.started.elapsed(), true);
         tracing::debug!(key = %next.key, fencing, "lock handed on within the client");
         match local.give(waiter, next) {

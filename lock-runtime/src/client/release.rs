@@ -64,6 +64,7 @@ fn retire(inner: &Inner, held: &Arc<Held>) {
     inner.local.end(held);
     inner.watchdog.unwatch(held.id);
     crate::metrics::released(&held.metrics, held.since.elapsed());
+    inner.hints.held(&held.key, held.hold_time());
 }
 
 /// Sends what `decision` says for `held` to the server (a hand-on that

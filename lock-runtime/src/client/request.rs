@@ -110,7 +110,9 @@ impl LockRequest {
     /// Takes the lock, waiting up to the configured wait.
     ///
     /// `Err(LockError::Busy)` when still held by another owner at the deadline,
-    /// with the holder's remaining lease as `retry_after`. If the current task
+    /// with a hint of when a retry may succeed as `retry_after` (what this
+    /// client's recent holds took, bounded by the holder's remaining lease:
+    /// see [`LockError::Busy`]). If the current task
     /// already holds this key through [`LockRequest::run`] or
     /// [`LockClient::with_lock`], returns a re-entered guard at once.
     ///
@@ -209,6 +211,7 @@ impl LockRequest {
                         LocalWait::TimedOut { retry_after } => {
                             let waited = asked.deadline.started().elapsed();
                             crate::metrics::busy(&asked.metrics, waited);
+                            let retry_after = inner.hints.hint(&key, retry_after);
                             return Err(LockError::Busy { key, retry_after });
                         }
                         LocalWait::Represent(duty) => {

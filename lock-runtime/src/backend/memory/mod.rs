@@ -46,8 +46,7 @@ struct Queue {
 
 /// A map by key name, hashed with foldhash (seeded at random per map)
 /// rather than SipHash: an embedded acquire + release hashes names several
-/// times, and SipHash made it cost more instructions than it did before the
-/// seams were cut (BENCHMARKS.md, issue 27's paired runs).
+/// times, and SipHash was a visible share of its instructions.
 pub(super) type Names<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 #[derive(Debug, Default)]

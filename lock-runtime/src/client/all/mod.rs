@@ -309,8 +309,8 @@ impl LockAllRequest {
                         crate::metrics::busy(&asked.metrics, waited);
                         let key = group.get(index).unwrap_or(&group[0]).key.clone();
                         return Err(LockError::Busy {
+                            retry_after: inner.hints.hint(&key, remaining),
                             key,
-                            retry_after: remaining,
                         });
                     }
                     group

@@ -269,8 +269,9 @@ impl LockLayer {
         /// A request that finds every permit taken, after the configured
         /// [`wait`](Self::wait), gets `429 Too Many Requests` (unless
         /// [`busy_status`](Self::busy_status) says otherwise) with
-        /// `Retry-After` = the remaining lease of the permit that ends
-        /// first, rounded up to whole seconds, and an
+        /// `Retry-After` = the `retry_after` hint of
+        /// [`LockError::Busy`](crate::LockError::Busy) (recent hold times, at most the remaining
+        /// lease of the permit that ends first), rounded up to whole seconds, and an
         /// `application/problem+json` body. Everything else is as with the
         /// mutex: each permit has its own lease, renewed while the request runs
         /// and its body is sent; the handler's [`LockInfo`](crate::LockInfo)

@@ -10,8 +10,8 @@
 //! | outcome | response |
 //! | --- | --- |
 //! | lock taken | the inner service's response; the lock is held, renewed by the watchdog, until the body has produced its last frame (released just before that frame is written, so the client's next request finds it free) or is dropped |
-//! | busy after the configured wait | `409 Conflict` with `Retry-After` = the holder's remaining lease, rounded up |
-//! | every permit taken after the configured wait ([`permits`](LockLayer::permits)) | `429 Too Many Requests` with `Retry-After` = the remaining lease of the permit that ends first, rounded up |
+//! | busy after the configured wait | `409 Conflict` with `Retry-After` = [`LockError::Busy`](crate::LockError::Busy)'s `retry_after` (what this client's recent holds of the key took, at most the holder's remaining lease), rounded up to whole seconds |
+//! | every permit taken after the configured wait ([`permits`](LockLayer::permits)) | `429 Too Many Requests` with `Retry-After` = the same hint, at most the remaining lease of the permit that ends first |
 //! | either of the two, with [`busy_status`](LockLayer::busy_status) set | that status instead, with the same `Retry-After` and body |
 //! | misconfigured (a malformed template, `permits(0)`) | `500 Internal Server Error`, and an error log naming the mistake |
 //! | no key can be built for the request | `400 Bad Request`; with [`key_from`](LockLayer::key_from), the extractor's own rejection |
