@@ -28,6 +28,8 @@ use crate::raw::{
 
 const ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
 const RELEASE: &str = include_str!("../../lock-runtime/scripts/release.lua");
+const UNLOCK: &str = include_str!("../../lock-runtime/scripts/unlock.lua");
+const MINT: &str = include_str!("../../lock-runtime/scripts/mint.lua");
 const COMPARE_AND_DELETE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 /// The least a fenced acquire can be: `SET NX PX` and `INCR` in one step.
@@ -53,8 +55,16 @@ const SIDES: &[(&str, Side)] = &[
         Side::MinimumPair,
     ),
     (
-        "library pair: acquire.lua + release.lua, as the library sends them",
+        "library pair: SET NX PX + unlock.lua (DELIFEQ on Valkey 9), as sent",
         Side::LibraryPair,
+    ),
+    (
+        "library pair, token asked for: SET NX PX + mint.lua + the release",
+        Side::LibraryFencedPair,
+    ),
+    (
+        "library pair through its scripts: acquire.lua + release.lua",
+        Side::ScriptedPair,
     ),
     ("  SET NX PX", Side::Set),
     ("  INCR", Side::Incr),
@@ -84,6 +94,8 @@ enum Side {
     RawPair,
     MinimumPair,
     LibraryPair,
+    LibraryFencedPair,
+    ScriptedPair,
     Set,
     Incr,
     Empty3,
@@ -103,6 +115,10 @@ struct Shas {
     empty: String,
     checked: String,
     settle: String,
+    unlock: String,
+    mint: String,
+    /// The server has `DELIFEQ`: the library releases with it.
+    delifeq: bool,
 }
 
 impl Side {
@@ -132,6 +148,18 @@ impl Side {
             set
         };
         let set = || claim(key, &token);
+        // The library's plain release: DELIFEQ where the server has it.
+        let unlock = || {
+            if sha.delifeq {
+                let mut cmd = redis::cmd("DELIFEQ");
+                cmd.arg(key).arg(&token);
+                cmd
+            } else {
+                let mut cmd = evalsha(&sha.unlock, &names[..1]);
+                cmd.arg(&token);
+                cmd
+            }
+        };
         let (record, notice) = library_record_names("", &format!("k{i}"));
         match self {
             Side::Idle => vec![],
@@ -141,7 +169,13 @@ impl Side {
                 take.arg(&token).arg(30_000);
                 vec![take, cad()]
             }
-            Side::LibraryPair => {
+            Side::LibraryPair => vec![set(), unlock()],
+            Side::LibraryFencedPair => {
+                let mut mint = evalsha(&sha.mint, &names[..2]);
+                mint.arg(&token);
+                vec![set(), mint, unlock()]
+            }
+            Side::ScriptedPair => {
                 let mut release = evalsha(&sha.release, &names[..4]);
                 release.arg(release_args(&names, &token));
                 vec![acquire(), release]
@@ -266,6 +300,9 @@ async fn instructions(dir: &Path, side: Side, ops: usize) -> Result<u64, String>
         empty: load_script(&mut conn, EMPTY).await?,
         checked: load_script(&mut conn, CHECKED_STORE).await?,
         settle: load_script(&mut conn, LIBRARY_SETTLE).await?,
+        unlock: load_script(&mut conn, UNLOCK).await?,
+        mint: load_script(&mut conn, MINT).await?,
+        delifeq: has_delifeq(&mut conn).await,
     };
     let mut pipe = redis::pipe();
     let mut queued = 0;
@@ -297,6 +334,17 @@ async fn instructions(dir: &Path, side: Side, ops: usize) -> Result<u64, String>
         })
         .and_then(|n| n.trim().parse().ok())
         .ok_or_else(|| format!("no instruction total in {}", out.display()))
+}
+
+/// `true` when the server answers `COMMAND INFO DELIFEQ` with the command
+/// (Valkey 9 and later), as the library finds out with its probe script.
+async fn has_delifeq(conn: &mut MultiplexedConnection) -> bool {
+    let info: redis::RedisResult<Vec<redis::Value>> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("DELIFEQ")
+        .query_async(conn)
+        .await;
+    info.is_ok_and(|info| info.first().is_some_and(|c| *c != redis::Value::Nil))
 }
 
 async fn connect(port: u16) -> Result<MultiplexedConnection, String> {
