@@ -138,6 +138,7 @@
 //! decides (the partial claims are undone at once).
 
 mod body;
+pub mod commit;
 mod future;
 mod key;
 mod layer;
@@ -152,6 +153,10 @@ use std::convert::Infallible;
 
 use axum::response::{IntoResponseParts, ResponseParts};
 
+pub use self::commit::{COMMITTED_SUFFIX, Commit, RedisCommit};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use self::commit::{POSTGRES_SCHEMA, prune_postgres};
 pub use self::future::ResponseFuture;
 pub use self::key::{BodyFingerprint, MAX_IDEMPOTENCY_KEY_LEN};
 pub use self::layer::{DEFAULT_MAX_BODY, DEFAULT_RETENTION, IdempotencyLayer};
