@@ -115,7 +115,13 @@ async fn lookup(
         .bind(record)
         .fetch_optional(conn)
         .await
-        .map_err(|e| failed("looking up the committed record", record, e))?;
+        .map_err(|e| {
+            failed(
+                format!("looking up the committed record `{record}`"),
+                false,
+                e,
+            )
+        })?;
     Ok(row.map(
         |(fingerprint, status, headers, body, body_too_large)| Committed {
             fingerprint,
@@ -141,11 +147,11 @@ pub async fn prune_postgres(pool: &PgPool, batch: u32) -> Result<u64, LockError>
         .bind(batch)
         .execute(pool)
         .await
-        .map_err(|e| failed("pruning", "lock_idempotency", e))?;
+        .map_err(|e| failed("pruning expired committed records".into(), false, e))?;
     Ok(done.rows_affected())
 }
 
-fn failed(doing: &str, record: &str, e: sqlx::Error) -> LockError {
+fn failed(doing: String, committing: bool, e: sqlx::Error) -> LockError {
     let no_table = e
         .as_database_error()
         .and_then(|d| d.code())
@@ -155,9 +161,9 @@ fn failed(doing: &str, record: &str, e: sqlx::Error) -> LockError {
     } else {
         ""
     };
-    let context = format!("{doing} `{record}` in PostgreSQL failed{hint}");
+    let context = format!("{doing} in PostgreSQL failed{hint}");
     // A COMMIT that got no answer (the connection dropped) may have committed.
-    let unknown = doing == "committing" && e.as_database_error().is_none();
+    let unknown = committing && e.as_database_error().is_none();
     LockError::Backend(if unknown {
         BackendError::outcome_unknown(context, Some(Box::new(e)))
     } else {
@@ -220,7 +226,11 @@ impl Commit {
                     store.committed();
                     Ok(Outcome::Committed(stored))
                 }
-                Err(e) => Err(failed("committing", record, e)),
+                Err(e) => Err(failed(
+                    format!("committing the transaction with the record `{record}`"),
+                    true,
+                    e,
+                )),
             },
             Ok(None) => {
                 let _ = tx.rollback().await;
@@ -232,7 +242,11 @@ impl Commit {
                     Err(e) => Err(e),
                 }
             }
-            Err(e) => Err(failed("inserting", record, e)),
+            Err(e) => Err(failed(
+                format!("inserting the committed record `{record}`"),
+                false,
+                e,
+            )),
         };
         self.settle(outcome, prepared.response)
     }

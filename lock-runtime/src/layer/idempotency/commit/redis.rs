@@ -38,7 +38,7 @@ pub(super) async fn lookup(
         .arg(&["f", "s", "h", "b", "t"])
         .query_async(conn)
         .await
-        .map_err(|e| backend("looking up", record, e))?;
+        .map_err(|e| backend("looking up the committed record of", record, e))?;
     let [Some(f), Some(s), Some(h), Some(b), Some(t)] =
         <[_; 5]>::try_from(fields).map_err(|_| malformed(record))?
     else {
@@ -67,7 +67,9 @@ fn malformed(record: &str) -> LockError {
 
 fn backend(doing: &str, record: &str, e: redis::RedisError) -> LockError {
     LockError::Backend(match connection_failure(&e) {
-        Some(ConnectionFailure::TimedOut | ConnectionFailure::Broken) if doing == "committing" => {
+        Some(ConnectionFailure::TimedOut | ConnectionFailure::Broken)
+            if doing.starts_with("committing") =>
+        {
             BackendError::outcome_unknown(
                 format!(
                     "the commit of `{record}` was sent and no answer came back: it may or may \
@@ -211,7 +213,11 @@ impl RedisCommit<'_> {
                 _ => Err(unexpected(record, &parts)),
             },
             Ok(other) => Err(unexpected(record, &other)),
-            Err(e) => Err(backend("committing", record, e)),
+            Err(e) => Err(backend(
+                "committing the writes and the record of",
+                record,
+                e,
+            )),
         };
         commit.settle(outcome, prepared.response)
     }
