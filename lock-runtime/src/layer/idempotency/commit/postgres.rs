@@ -11,8 +11,8 @@ use crate::backend::records::StoredResponse;
 use crate::error::BackendError;
 
 /// The table of committed records, one row per record: run it once (it is
-/// idempotent) before the first request, as [`fence::POSTGRES_SCHEMA`]
-/// (crate::fence::POSTGRES_SCHEMA) for fences.
+/// idempotent) before the first request, as
+/// [`fence::POSTGRES_SCHEMA`](crate::fence::POSTGRES_SCHEMA) for fences.
 ///
 /// `record` is the layer's record name (its key prefix, then a SHA-256 of
 /// the scope, method, route and key); `expires_at` is the commit's time plus
