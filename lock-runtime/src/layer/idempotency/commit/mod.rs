@@ -48,13 +48,13 @@
 //! # mod example {
 //! use axum::http::{StatusCode, header};
 //! use axum::response::{IntoResponse, Response};
-//! use axum::{Json, extract::State};
+//! use axum::extract::State;
 //! use lock_runtime::layer::idempotency::Commit;
 //!
 //! async fn create_order(
 //!     State(pool): State<sqlx::PgPool>,
 //!     commit: Commit,
-//!     Json(item): Json<String>,
+//!     item: String,
 //! ) -> Result<Response, StatusCode> {
 //!     let failed = |_| StatusCode::SERVICE_UNAVAILABLE;
 //!     let mut tx = pool.begin().await.map_err(failed)?;
