@@ -44,6 +44,9 @@ enum Mode {
     HangsBeforeCommit,
     /// Writes the order without the `Commit` (as a handler written before it).
     Ignores,
+    /// As `HangsBeforeCommit`, then commits when told to go on: a claimer
+    /// paused past its lease.
+    PausesBeforeCommit,
 }
 
 #[derive(Clone)]
@@ -53,6 +56,8 @@ struct App {
     runs: Arc<AtomicUsize>,
     /// Told when the handler reached the point where it hangs.
     reached: mpsc::UnboundedSender<()>,
+    /// What a paused handler waits for.
+    go: Arc<tokio::sync::Notify>,
 }
 
 async fn create_order(
@@ -77,6 +82,10 @@ async fn create_order(
         let _ = app.reached.send(());
         std::future::pending::<()>().await;
     };
+    let pause = || async {
+        let _ = app.reached.send(());
+        app.go.notified().await;
+    };
     match &app.store {
         Store::Postgres(pool) => {
             let mut tx = pool.begin().await.map_err(|e| failed(&e))?;
@@ -91,6 +100,9 @@ async fn create_order(
             }
             if app.mode == Mode::HangsBeforeCommit {
                 hang().await;
+            }
+            if app.mode == Mode::PausesBeforeCommit {
+                pause().await;
             }
             let commit = commit.ok_or(StatusCode::INTERNAL_SERVER_ERROR)?;
             let response = commit
@@ -127,6 +139,9 @@ async fn create_order(
             }
             if app.mode == Mode::HangsBeforeCommit {
                 hang().await;
+            }
+            if app.mode == Mode::PausesBeforeCommit {
+                pause().await;
             }
             let commit = commit.ok_or(StatusCode::INTERNAL_SERVER_ERROR)?;
             let response = commit
@@ -188,6 +203,7 @@ struct Process {
     base: String,
     runs: Arc<AtomicUsize>,
     reached: mpsc::UnboundedReceiver<()>,
+    go: Arc<tokio::sync::Notify>,
 }
 
 impl Process {
@@ -195,7 +211,9 @@ impl Process {
         let runtime = one_worker_runtime();
         let (reached_tx, reached) = mpsc::unbounded_channel();
         let runs = Arc::new(AtomicUsize::new(0));
+        let go = Arc::new(tokio::sync::Notify::new());
         let app = App {
+            go: go.clone(),
             store: store.clone(),
             mode,
             runs: runs.clone(),
@@ -235,6 +253,7 @@ impl Process {
             base,
             runs,
             reached,
+            go,
         }
     }
 
@@ -288,6 +307,24 @@ async fn until_answered(request: impl Fn() -> reqwest::RequestBuilder) -> (Value
         tokio::time::sleep(ms(100)).await;
     }
     panic!("no answer after 100 tries");
+}
+
+/// Deletes every idempotency claim under `prefix` on the lock server: the
+/// leases of claimers paused past them ran out.
+async fn claims_expire(redis: &RedisServer, prefix: &str) {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let claims: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}I{{*}}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!claims.is_empty(), "no claim under {prefix}");
+    let _: () = redis::cmd("DEL")
+        .arg(&claims)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 }
 
 /// The orders in `store`, as `(id, item)`.
@@ -507,4 +544,42 @@ async fn expired_committed_records_are_ignored_and_pruned_in_batches() {
         .unwrap();
     assert_eq!(pruned, 2);
     assert_eq!(committed_records(&store).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimer_paused_past_its_lease_cannot_commit_a_second_time() {
+    let servers = Servers::start();
+    for (name, store) in servers.stores().await {
+        let mut a = Process::start(&servers.redis, &store, Mode::PausesBeforeCommit, "f:").await;
+        let first = tokio::spawn(a.post("k-6", "bowl").timeout(secs(30)).send());
+        if tokio::time::timeout(secs(10), a.reached.recv())
+            .await
+            .is_err()
+        {
+            let r = first.await.unwrap();
+            let r = match r {
+                Ok(r) => format!("{} {:?}", r.status(), r.text().await),
+                Err(e) => format!("{e:?}"),
+            };
+            panic!("{name}: the handler did not pause: {r}");
+        }
+        // A's lease runs out while it is paused; B claims, runs, commits.
+        claims_expire(&servers.redis, &format!("f:{name}:")).await;
+        let b = Process::start(&servers.redis, &store, Mode::Commits, "f:").await;
+        let (answer, replayed) = until_answered(|| b.post("k-6", "bowl")).await;
+        assert!(!replayed, "{name}");
+        // A wakes up and commits: it finds B's record, writes nothing, and
+        // answers with B's response.
+        a.go.notify_one();
+        let late = first.await.unwrap().unwrap();
+        assert!(late.status().is_success(), "{name}: {}", late.status());
+        assert!(
+            late.headers().get("idempotent-replayed").is_some(),
+            "{name}"
+        );
+        assert_eq!(late.json::<Value>().await.unwrap(), answer, "{name}");
+        let made = orders(&store).await;
+        assert_eq!(made.len(), 1, "{name}: {made:?}");
+        assert_eq!(committed_records(&store).await, 1, "{name}");
+    }
 }
