@@ -48,7 +48,7 @@
 //! the effect with no completed record, and after the claim's lease the
 //! client's retry runs the handler again. By itself the layer is exactly once
 //! while the process lives, at least once across a crash. Given a commit
-//! store ([`commit_with_postgres`](IdempotencyLayer::commit_with_postgres),
+//! store (`commit_with_postgres`, feature `postgres`;
 //! [`commit_with_redis`](IdempotencyLayer::commit_with_redis)), it hands the
 //! handler a [`Commit`]: the handler's writes and the completed record then
 //! commit together (one PostgreSQL transaction, one Redis script), a claimed

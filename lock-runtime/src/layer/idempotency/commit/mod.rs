@@ -10,14 +10,14 @@
 //! crash**, and what a handler gets when it does not use this module.
 //!
 //! With a commit store on the layer
-//! ([`commit_with_postgres`](super::IdempotencyLayer::commit_with_postgres),
+//! (`commit_with_postgres`, feature `postgres`;
 //! [`commit_with_redis`](super::IdempotencyLayer::commit_with_redis)), a
 //! claimed request carries a [`Commit`] (an extractor). The handler makes
 //! its response, then commits it with its writes:
 //!
-//! * **PostgreSQL** ([`Commit::postgres`]): the completed record (status,
+//! * **PostgreSQL** (`Commit::postgres`, feature `postgres`): the completed record (status,
 //!   kept headers, body, fingerprint, expiry) is a row of
-//!   `lock_idempotency` ([`POSTGRES_SCHEMA`]) inserted in the handler's own
+//!   `lock_idempotency` (`POSTGRES_SCHEMA`) inserted in the handler's own
 //!   transaction, which the call then commits: the row and the handler's
 //!   writes commit together or not at all.
 //! * **Redis** ([`Commit::redis`]): the handler's write commands and the
