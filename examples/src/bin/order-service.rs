@@ -3,7 +3,10 @@
 //!
 //! * `POST /orders` (`IdempotencyLayer`): a retried creation with the same
 //!   `Idempotency-Key` gets the stored response, not a second order, from
-//!   whichever instance it reaches.
+//!   whichever instance it reaches. With Redis or PostgreSQL the order and
+//!   its idempotency record commit together (`layer::idempotency::Commit`,
+//!   `order_service/create.rs`): exactly once even when the process is
+//!   killed between creating the order and answering.
 //! * `POST /orders/{id}/pay` (`LockLayer`, key `order:{id}` built from the
 //!   parsed `Path<u64>`, so `/orders/015/pay` and `/orders/+15/pay` are the
 //!   same lock as `/orders/15/pay`): one payment per order at a time; a
@@ -36,6 +39,11 @@
 //!   again against the same Redis with the same answers).
 //! * `PORT` (default 3000), on 127.0.0.1. `PAYMENT_DELAY_MS` (default 1000):
 //!   how long the fake payment provider takes.
+//! * `IDEMPOTENCY_COMMIT` (`on` by default, or `off`): `off` creates the
+//!   order, then lets the layer complete its record, two commits a crash can
+//!   fall between (kept to measure what the commit prevents).
+//! * `IDEMPOTENCY_LEASE_MS` (default 30000): how long a creation's key stays
+//!   in flight after the instance running it died.
 //! * `CANCEL_UNPAID_AFTER_MS` (default 900000, 15 minutes) and
 //!   `SWEEP_EVERY_MS` (default 5000): the sweeper's.
 //!
@@ -168,6 +176,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use lock_runtime::layer::idempotency::Commit;
 use lock_runtime::layer::{IdempotencyLayer, LockLayer, TaskTracker};
 use lock_runtime::{LockClient, LockError, LockInfo};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -188,6 +197,11 @@ struct NewOrder {
 #[derive(Clone)]
 struct AppState {
     orders: Orders,
+    /// Whether a new order commits with its idempotency record
+    /// (`IDEMPOTENCY_COMMIT`, on by default).
+    commit_with_record: bool,
+    /// The creations' lease (`IDEMPOTENCY_LEASE_MS`), if not the client's TTL.
+    idempotency_lease: Option<Duration>,
     payment_delay: Duration,
     /// Who leads the sweeper.
     sweeper: tokio::sync::watch::Receiver<Option<lock_runtime::Leader>>,
@@ -261,21 +275,29 @@ impl IntoResponse for AppError {
     }
 }
 
-/// `POST /orders`.
+/// `POST /orders`. The order and its idempotency record commit together
+/// through `commit` (PostgreSQL or Redis), so a process killed at any moment
+/// leaves either neither (the retry creates the order) or both (the retry
+/// gets this response): never two orders for one key.
 async fn create_order(
     State(state): State<AppState>,
+    commit: Option<Commit>,
     Json(new): Json<NewOrder>,
-) -> Result<impl IntoResponse, AppError> {
+) -> Result<Response, AppError> {
     if new.amount_cents == 0 {
         return Err(AppError::Invalid("amount_cents must be above zero"));
     }
-    let order = state.orders.create(new.item, new.amount_cents).await?;
-    tracing::info!(order = order.id, "order created");
-    Ok((
+    let (order, pending) = state.orders.prepare(new.item, new.amount_cents).await?;
+    let response = (
         StatusCode::CREATED,
         [(header::LOCATION, format!("/orders/{}", order.id))],
-        Json(order),
-    ))
+        Json(&order),
+    )
+        .into_response();
+    let commit = commit.filter(|_| state.commit_with_record);
+    let response = pending.commit(commit.as_ref(), response).await?;
+    tracing::info!(order = order.id, "order created");
+    Ok(response)
 }
 
 /// `POST /orders/{id}/pay`, under `LockLayer`'s lock on `order:<id>`.
@@ -364,6 +386,10 @@ fn app(
     prometheus: PrometheusHandle,
     handlers: &TaskTracker,
 ) -> Router {
+    let mut idempotency = IdempotencyLayer::new(client.clone());
+    if let Some(lease) = state.idempotency_lease {
+        idempotency = idempotency.ttl(lease);
+    }
     let scrape = Router::new()
         .route("/metrics", get(metrics))
         .with_state(prometheus);
@@ -373,8 +399,12 @@ fn app(
             post(create_order).route_layer(
                 // Records belong to the caller's credentials (Authorization,
                 // cookies); handlers run to completion (the default), counted
-                // for the graceful shutdown.
-                IdempotencyLayer::new(client.clone()).task_tracker(handlers.clone()),
+                // for the graceful shutdown; records commit with the orders
+                // (in PostgreSQL or Redis, where the orders are).
+                state
+                    .orders
+                    .idempotency_layer(idempotency)
+                    .task_tracker(handlers.clone()),
             ),
         )
         .route(
@@ -492,6 +522,8 @@ async fn run() -> Result<(), Startup> {
     tokio::spawn(sweeper::run(client.clone(), orders.clone(), sweeping));
     let state = AppState {
         orders,
+        commit_with_record: settings.idempotency_commit,
+        idempotency_lease: settings.idempotency_lease,
         payment_delay: settings.payment_delay,
         sweeper: observed,
     };

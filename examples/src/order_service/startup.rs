@@ -78,6 +78,14 @@ pub struct Settings {
     pub cancel_unpaid_after: Duration,
     /// `SWEEP_EVERY_MS` (default 5000): between the sweeper's sweeps.
     pub sweep_every: Duration,
+    /// `IDEMPOTENCY_COMMIT` (`on` by default, or `off`): whether a new order
+    /// commits with its idempotency record. `off` is the weaker guarantee
+    /// (the order, then the record: a crash between them lets a retry create
+    /// a second order), kept to measure what the commit prevents.
+    pub idempotency_commit: bool,
+    /// `IDEMPOTENCY_LEASE_MS` (default: the client's TTL, 30 s): how long a
+    /// creation's key stays in flight after its instance died.
+    pub idempotency_lease: Option<Duration>,
 }
 
 impl Settings {
@@ -100,6 +108,19 @@ impl Settings {
             payment_delay: Duration::from_millis(number("PAYMENT_DELAY_MS", 1000)?),
             cancel_unpaid_after: Duration::from_millis(number("CANCEL_UNPAID_AFTER_MS", 900_000)?),
             sweep_every: Duration::from_millis(number("SWEEP_EVERY_MS", 5000)?.max(1)),
+            idempotency_lease: match var("IDEMPOTENCY_LEASE_MS")? {
+                Some(_) => Some(Duration::from_millis(number("IDEMPOTENCY_LEASE_MS", 0)?)),
+                None => None,
+            },
+            idempotency_commit: match var("IDEMPOTENCY_COMMIT")?.as_deref() {
+                None | Some("on") => true,
+                Some("off") => false,
+                Some(other) => {
+                    return Err(Startup::new(format!(
+                        "cannot start: IDEMPOTENCY_COMMIT={other:?} is not usable: use `on` or `off`"
+                    )));
+                }
+            },
         })
     }
 }

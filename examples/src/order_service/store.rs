@@ -139,7 +139,8 @@ impl Orders {
     }
 
     /// Orders in the PostgreSQL database at `url` (feature `postgres`), in the tables `orders`
-    /// and `order_ids` (created if missing, with the fence's `lock_fence`).
+    /// and `order_ids` (created if missing, with the fence's `lock_fence` and
+    /// the idempotency records' `lock_idempotency`).
     #[cfg(feature = "postgres")]
     pub async fn postgres(url: &str, namespace: &str) -> Result<Self, sqlx::Error> {
         let pool = sqlx::postgres::PgPoolOptions::new()
@@ -148,6 +149,10 @@ impl Orders {
             .connect(url)
             .await?;
         sqlx::raw_sql(fence::POSTGRES_SCHEMA).execute(&pool).await?;
+        // Idempotency records committed with the orders.
+        sqlx::raw_sql(lock_runtime::layer::idempotency::POSTGRES_SCHEMA)
+            .execute(&pool)
+            .await?;
         sqlx::raw_sql(
             "CREATE TABLE IF NOT EXISTS order_ids (
                  namespace text PRIMARY KEY,
@@ -171,83 +176,6 @@ impl Orders {
             pool,
             namespace: namespace.to_owned(),
         })))
-    }
-
-    /// Stores a new order with the next id.
-    pub async fn create(&self, item: String, amount_cents: u64) -> Result<Order, StoreError> {
-        match &*self.0 {
-            Backend::Memory(m) => {
-                let mut m = lock(m);
-                m.last_id += 1;
-                let order = Order {
-                    id: m.last_id,
-                    item,
-                    amount_cents,
-                    status: OrderStatus::Created,
-                    paid_with_fencing_token: None,
-                };
-                m.orders.insert(order.id, (order.clone(), 0));
-                m.created.insert(order.id, std::time::Instant::now());
-                Ok(order)
-            }
-            Backend::Redis {
-                conn,
-                order_key,
-                ids_key,
-                ..
-            } => {
-                let mut conn = conn.clone();
-                let id: u64 = conn.incr(ids_key, 1).await?;
-                let () = conn
-                    .hset_multiple(
-                        format!("{order_key}{id}"),
-                        &[
-                            ("item", item.clone()),
-                            ("amount_cents", amount_cents.to_string()),
-                            ("status", "created".to_owned()),
-                            ("created_ms", sweep::now_ms().to_string()),
-                        ],
-                    )
-                    .await?;
-                Ok(Order {
-                    id,
-                    item,
-                    amount_cents,
-                    status: OrderStatus::Created,
-                    paid_with_fencing_token: None,
-                })
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres { pool, namespace } => {
-                let mut tx = pool.begin().await?;
-                let id: i64 = sqlx::query_scalar(
-                    "INSERT INTO order_ids (namespace, last_id) VALUES ($1, 1)
-                     ON CONFLICT (namespace) DO UPDATE SET last_id = order_ids.last_id + 1
-                     RETURNING last_id",
-                )
-                .bind(namespace)
-                .fetch_one(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "INSERT INTO orders (namespace, id, item, amount_cents, status)
-                     VALUES ($1, $2, $3, $4, 'created')",
-                )
-                .bind(namespace)
-                .bind(id)
-                .bind(&item)
-                .bind(i64::try_from(amount_cents).map_err(|_| too_large("amount_cents"))?)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(Order {
-                    id: id as u64,
-                    item,
-                    amount_cents,
-                    status: OrderStatus::Created,
-                    paid_with_fencing_token: None,
-                })
-            }
-        }
     }
 
     /// The order `id`, if there is one.
@@ -373,8 +301,40 @@ impl Orders {
     }
 }
 
+/// Inserts a new order with the next id in `tx`.
+#[cfg(feature = "postgres")]
+async fn insert_order(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    namespace: &str,
+    item: &str,
+    amount_cents: u64,
+) -> Result<u64, StoreError> {
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO order_ids (namespace, last_id) VALUES ($1, 1)
+         ON CONFLICT (namespace) DO UPDATE SET last_id = order_ids.last_id + 1
+         RETURNING last_id",
+    )
+    .bind(namespace)
+    .fetch_one(&mut **tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO orders (namespace, id, item, amount_cents, status)
+         VALUES ($1, $2, $3, $4, 'created')",
+    )
+    .bind(namespace)
+    .bind(id)
+    .bind(item)
+    .bind(i64::try_from(amount_cents).map_err(|_| too_large("amount_cents"))?)
+    .execute(&mut **tx)
+    .await?;
+    Ok(id as u64)
+}
+
+#[path = "create.rs"]
+mod create;
 #[path = "sweep.rs"]
 mod sweep;
+
 pub use sweep::Cancel;
 
 #[cfg(feature = "postgres")]

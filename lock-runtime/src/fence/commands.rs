@@ -102,14 +102,14 @@ const MAX_ARGS: usize = 4096;
 /// One command, split for the script: its keys (to declare in `KEYS`) and
 /// `name, kind, values...` (for `ARGV`).
 #[derive(Debug)]
-pub(super) struct Encoded {
-    pub(super) keys: Vec<Vec<u8>>,
-    pub(super) argv: Vec<Vec<u8>>,
+pub(crate) struct Encoded {
+    pub(crate) keys: Vec<Vec<u8>>,
+    pub(crate) argv: Vec<Vec<u8>>,
 }
 
 /// Checks `cmd` against the allow-list and splits it; `Config` names what is
 /// wrong.
-pub(super) fn encode(cmd: &redis::Cmd) -> Result<Encoded, LockError> {
+pub(crate) fn encode(cmd: &redis::Cmd) -> Result<Encoded, LockError> {
     let mut args = Vec::with_capacity(cmd.args_iter().len());
     for arg in cmd.args_iter() {
         match arg {

@@ -97,7 +97,7 @@
 //! [`LockError::Stale`]: crate::LockError::Stale
 //! [`LockError::Config`]: crate::LockError::Config
 
-mod commands;
+pub(crate) mod commands;
 #[cfg(feature = "postgres")]
 mod postgres_store;
 mod redis_store;

@@ -60,7 +60,10 @@
 //! `IdempotencyLayer` (feature `axum`) is these
 //! records for HTTP: the `Idempotency-Key` header names the record, the
 //! request's method, route, query and body are its fingerprint, and the
-//! response is the stored result.
+//! response is the stored result. Its handlers can also commit their writes
+//! with the completed record in one PostgreSQL transaction or Redis script
+//! (`layer::idempotency::Commit`), which closes the crash window above: a
+//! process killed after the work committed leaves its record committed too.
 
 use std::time::Duration;
 

@@ -6,6 +6,7 @@ use http::request::Parts;
 use http::{HeaderName, Method, header};
 
 use super::BodyFingerprint;
+use super::commit::CommitStore;
 use super::scope::Scope;
 use crate::LockClient;
 use crate::layer::TaskTracker;
@@ -67,6 +68,8 @@ pub(super) struct Config {
     pub(super) completion: Completion,
     /// The metrics series of each route, made once.
     pub(super) routes: Arc<RouteNames<Route>>,
+    /// Where handlers commit their writes with the record (see [`Commit`](super::Commit)).
+    pub(super) commit: Option<CommitStore>,
 }
 
 pub use crate::records::DEFAULT_RETENTION;
@@ -115,6 +118,7 @@ impl IdempotencyLayer {
                 fail_open: false,
                 completion: Completion::default(),
                 routes: Arc::default(),
+                commit: None,
             }),
         }
     }
@@ -296,6 +300,36 @@ impl IdempotencyLayer {
     }
 }
 
+impl IdempotencyLayer {
+    /// Lets handlers commit their PostgreSQL writes and the completed record
+    /// in one transaction ([`Commit::postgres`](super::Commit::postgres)),
+    /// records kept in `pool`'s table `lock_idempotency`
+    /// ([`POSTGRES_SCHEMA`](super::POSTGRES_SCHEMA)). Before a claimed
+    /// request runs, the layer looks there: a committed record is replayed.
+    /// Exactly once across crashes for the handlers that commit through it;
+    /// see the [`commit` docs](super::commit).
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub fn commit_with_postgres(mut self, pool: sqlx::PgPool) -> Self {
+        self.config().commit = Some(CommitStore::Postgres(Arc::new(
+            super::commit::PostgresStore::new(pool),
+        )));
+        self
+    }
+
+    /// Lets handlers send their Redis writes and the completed record as one
+    /// atomic step ([`Commit::redis`](super::Commit::redis)) on `conn`'s
+    /// server (a single server or a Sentinel's master: the data's, which may
+    /// be another than the locks'). Before a claimed request runs, the layer
+    /// looks there: a committed record is replayed. Exactly once across
+    /// crashes for the handlers that commit through it; see the
+    /// [`commit` docs](super::commit).
+    pub fn commit_with_redis(mut self, conn: redis::aio::ConnectionManager) -> Self {
+        self.config().commit = Some(CommitStore::Redis(conn));
+        self
+    }
+}
+
 config_debug!(IdempotencyLayer, c => {
     client,
     scope,
@@ -309,6 +343,7 @@ config_debug!(IdempotencyLayer, c => {
     store_server_errors,
     stored_headers,
     fail_open,
+    commit,
     run_to_completion = c.completion.enabled,
     task_tracker = c.completion.tracker.is_some(),
 });

@@ -41,6 +41,21 @@
 //!   backend down, lease lost mid-way; any status): not stored, the record is
 //!   released.
 //!
+//! # Exactly once across crashes
+//!
+//! The handler's writes and the layer's completion of the record are two
+//! commits: a process killed between them (`SIGKILL`, the OOM killer) leaves
+//! the effect with no completed record, and after the claim's lease the
+//! client's retry runs the handler again. By itself the layer is exactly once
+//! while the process lives, at least once across a crash. Given a commit
+//! store (`commit_with_postgres`, feature `postgres`;
+//! [`commit_with_redis`](IdempotencyLayer::commit_with_redis)), it hands the
+//! handler a [`Commit`]: the handler's writes and the completed record then
+//! commit together (one PostgreSQL transaction, one Redis script), a claimed
+//! request looks there before it runs, and a crash at any moment leaves both
+//! or neither. See [`commit`] for the details, and the order service
+//! (`examples/src/order_service/create.rs`) for a handler that uses it.
+//!
 //! # Responses too large to replay
 //!
 //! A response whose body is over [`max_response_body`](IdempotencyLayer::max_response_body)
@@ -138,6 +153,7 @@
 //! decides (the partial claims are undone at once).
 
 mod body;
+pub mod commit;
 mod future;
 mod key;
 mod layer;
@@ -152,6 +168,10 @@ use std::convert::Infallible;
 
 use axum::response::{IntoResponseParts, ResponseParts};
 
+pub use self::commit::{COMMITTED_SUFFIX, Commit, RedisCommit};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use self::commit::{POSTGRES_SCHEMA, prune_postgres};
 pub use self::future::ResponseFuture;
 pub use self::key::{BodyFingerprint, MAX_IDEMPOTENCY_KEY_LEN};
 pub use self::layer::{DEFAULT_MAX_BODY, DEFAULT_RETENTION, IdempotencyLayer};

@@ -30,6 +30,7 @@ use crate::records::claim::{Ask, Outcome};
 use crate::{MAX_TTL, MIN_TTL};
 
 use super::body::{Buffered, buffer, read_body};
+use super::commit::{Commit, State, look_before_running};
 use super::running::complete;
 
 wrapped_service! {
@@ -115,7 +116,7 @@ where
     B: HttpBody,
     ResB: HttpBody,
 {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let body = match read_body(&parts, body, config.max_request_body).await {
         Ok(body) => body,
         Err(response) => return Ok(response),
@@ -149,6 +150,7 @@ where
         .unwrap_or_else(|| client.default_ttl())
         .clamp(MIN_TTL, MAX_TTL);
     let started = Instant::now();
+    let commit_fingerprint = config.commit.is_some().then(|| fingerprint.clone());
     let ask = Ask {
         key: key.clone(),
         names,
@@ -202,6 +204,23 @@ where
         }
     };
 
+    // With a commit store, the store decides whether the work happened: a
+    // record committed there (by a claimer that died before completing
+    // ours) is replayed; none, and the handler runs with a `Commit`.
+    let mut commit = None;
+    let record = match (&config.commit, commit_fingerprint) {
+        (Some(store), Some(fingerprint)) => {
+            match look_before_running(&config, store, record, fingerprint, &key).await {
+                Ok((record, handle)) => {
+                    parts.extensions.insert(handle.clone());
+                    commit = Some(handle);
+                    record
+                }
+                Err(answer) => return Ok(answer),
+            }
+        }
+        _ => record,
+    };
     let req = Request::from_parts(parts, Body::from(body));
     // Claimed: from here on the request runs to its end (unless configured
     // otherwise), whether or not its client is still there, so a retry finds
@@ -210,7 +229,7 @@ where
     // own only if the client goes away first (`layer::detach`). Boxed either
     // way: this future holds a pointer, not the handler's and the storing's
     // state, and is smaller to move.
-    let run = run_claimed(config.clone(), inner, req, key, record);
+    let run = run_claimed(config.clone(), inner, req, key, record, commit);
     let ran = if config.completion.enabled {
         detachable(config.completion.tracker.as_ref(), run).await
     } else {
@@ -240,6 +259,7 @@ async fn run_claimed<S, ResB>(
     req: Request<Body>,
     key: String,
     running: RecordGuard,
+    commit: Option<Commit>,
 ) -> Result<Response<Body>, S::Error>
 where
     S: Service<Request<Body>, Response = Response<ResB>>,
@@ -257,6 +277,22 @@ where
             return Ok(failed("the request failed"));
         }
     };
+    match commit.map(|c| c.take_state()) {
+        // The handler committed its writes with the record: ours gets the
+        // committed response, whatever the handler answered after.
+        Some(State::Committed(stored)) => {
+            complete(running, stored, &config.completion).await;
+            return Ok(response.map(Body::new));
+        }
+        // Its commit failed or may have happened: not stored here, so the
+        // retry looks in the store again.
+        Some(State::Failed) => {
+            tracing::debug!(%key, "idempotency: the handler's commit failed; record released");
+            let _ = running.release().await;
+            return Ok(response.map(Body::new));
+        }
+        Some(State::Unused) | None => {}
+    }
     let (head, body) = response.into_parts();
     if !should_store(&config, &head) {
         tracing::debug!(%key, status = %head.status, "idempotency: response not stored; the key may be retried");

@@ -1,0 +1,389 @@
+//! [`Commit`]: the handler's writes and the completed record in one commit,
+//! so a request is exactly once across crashes.
+//!
+//! Without it, a handler's effect (an order inserted) and the layer's
+//! completion of the record (in Redis, after the handler returned) are two
+//! commits. A process killed between them (`SIGKILL`, the OOM killer, a lost
+//! node) leaves the effect with no completed record: the claim's lease runs
+//! out and the client's retry runs the handler again. That is the weaker
+//! guarantee, **exactly once while the process lives, at least once across a
+//! crash**, and what a handler gets when it does not use this module.
+//!
+//! With a commit store on the layer
+//! (`commit_with_postgres`, feature `postgres`;
+//! [`commit_with_redis`](super::IdempotencyLayer::commit_with_redis)), a
+//! claimed request carries a [`Commit`] (an extractor). The handler makes
+//! its response, then commits it with its writes:
+//!
+//! * **PostgreSQL** (`Commit::postgres`, feature `postgres`): the completed record (status,
+//!   kept headers, body, fingerprint, expiry) is a row of
+//!   `lock_idempotency` (`POSTGRES_SCHEMA`) inserted in the handler's own
+//!   transaction, which the call then commits: the row and the handler's
+//!   writes commit together or not at all.
+//! * **Redis** ([`Commit::redis`]): the handler's write commands and the
+//!   completed record (a hash beside the layer's record) go out as one script
+//!   call, as [`fence::redis`](crate::fence::redis) sends its commands: one
+//!   atomic step.
+//!
+//! Before a claimed request runs, the layer looks in that store: a committed
+//! record is replayed (and copied into the layer's record, so later
+//! duplicates get it without looking), no record means nothing committed
+//! and the handler runs. So a process killed at any moment leaves either
+//! nothing (the retry runs the work once the claim's lease ends) or both the
+//! effect and its record (the retry is replayed): **exactly once across
+//! crashes**, on the one condition that the handler's writes go through the
+//! [`Commit`]. The claim still makes concurrent duplicates wait (`409`, or
+//! [`wait`](super::IdempotencyLayer::wait)); it no longer decides whether the
+//! work happened. Two claimers that both ran (the first was paused past its
+//! lease) cannot both commit: the second finds the first's record in the
+//! same step, writes nothing, and answers with the first's response.
+//!
+//! A commit that fails, or whose outcome is unknown (the connection dropped
+//! during `COMMIT`), releases the claim instead of storing the handler's
+//! error response: the retry looks in the store again and replays what
+//! committed, or runs the work if nothing did.
+//!
+//! ```no_run
+//! # #[cfg(feature = "postgres")]
+//! # mod example {
+//! use axum::http::{StatusCode, header};
+//! use axum::response::{IntoResponse, Response};
+//! use axum::extract::State;
+//! use lock_runtime::layer::idempotency::Commit;
+//!
+//! async fn create_order(
+//!     State(pool): State<sqlx::PgPool>,
+//!     commit: Commit,
+//!     item: String,
+//! ) -> Result<Response, StatusCode> {
+//!     let failed = |_| StatusCode::SERVICE_UNAVAILABLE;
+//!     let mut tx = pool.begin().await.map_err(failed)?;
+//!     let id: i64 = sqlx::query_scalar("INSERT INTO orders (item) VALUES ($1) RETURNING id")
+//!         .bind(&item)
+//!         .fetch_one(&mut *tx)
+//!         .await
+//!         .map_err(failed)?;
+//!     let response = (StatusCode::CREATED, [(header::LOCATION, format!("/orders/{id}"))]);
+//!     // The order and its record commit together.
+//!     commit.postgres(tx, response).await.map_err(|_| StatusCode::SERVICE_UNAVAILABLE)
+//! }
+//! # }
+//! ```
+//!
+//! The order service (`examples/src/bin/order-service.rs`) does the same on
+//! PostgreSQL and on Redis.
+
+#[cfg(feature = "postgres")]
+mod postgres;
+mod redis;
+
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use http::request::Parts;
+
+#[cfg(feature = "postgres")]
+pub(super) use self::postgres::PostgresStore;
+#[cfg(feature = "postgres")]
+pub use self::postgres::{POSTGRES_SCHEMA, prune_postgres};
+pub use self::redis::{COMMITTED_SUFFIX, RedisCommit};
+
+use super::body::{Buffered, buffer};
+use super::layer::Config;
+use super::stored::{Rebuilt, encode_headers};
+use crate::LockError;
+use crate::backend::records::StoredResponse;
+use crate::layer::problem::problem;
+use crate::records::RecordGuard;
+
+/// Where a layer's committed records live, beside the handler's writes.
+#[derive(Clone)]
+pub(super) enum CommitStore {
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<self::postgres::PostgresStore>),
+    Redis(::redis::aio::ConnectionManager),
+}
+
+impl fmt::Debug for CommitStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            #[cfg(feature = "postgres")]
+            CommitStore::Postgres(_) => f.write_str("Postgres"),
+            CommitStore::Redis(_) => f.write_str("Redis"),
+        }
+    }
+}
+
+/// A record found committed in the store.
+pub(super) struct Committed {
+    pub(super) fingerprint: String,
+    pub(super) stored: StoredResponse,
+}
+
+impl CommitStore {
+    /// The Redis connection, where the store is Redis.
+    fn redis(&self) -> Option<&::redis::aio::ConnectionManager> {
+        match self {
+            #[cfg(feature = "postgres")]
+            CommitStore::Postgres(_) => None,
+            CommitStore::Redis(conn) => Some(conn),
+        }
+    }
+
+    /// The committed record named `record`, if one is there and not expired.
+    pub(super) async fn lookup(&self, record: &str) -> Result<Option<Committed>, LockError> {
+        match self {
+            #[cfg(feature = "postgres")]
+            CommitStore::Postgres(store) => store.lookup(record).await,
+            CommitStore::Redis(conn) => self::redis::lookup(&mut conn.clone(), record).await,
+        }
+    }
+}
+
+/// Looks for `record`'s committed copy before its claimed request runs:
+/// `Ok` with the `Commit` to hand the handler when there is none; the answer
+/// to send otherwise (the committed response, replayed and copied into the
+/// layer's record; `422` for a copy of another request; `503` when the store
+/// did not answer, the claim released).
+pub(super) async fn look_before_running(
+    config: &Arc<Config>,
+    store: &CommitStore,
+    record: RecordGuard,
+    fingerprint: String,
+    key: &str,
+) -> Result<(RecordGuard, Commit), Response> {
+    let name = record.record().to_owned();
+    match store.lookup(&name).await {
+        Ok(None) => Ok((
+            record,
+            Commit::new(config.clone(), store.clone(), name, fingerprint),
+        )),
+        Ok(Some(found)) if found.fingerprint == fingerprint => {
+            tracing::debug!(%key, record = %name, status = found.stored.status,
+                "idempotency: committed with its effect before; replaying it");
+            crate::layer::idempotency::running::complete(
+                record,
+                found.stored.clone(),
+                &config.completion,
+            )
+            .await;
+            Err(super::stored::replay(found.stored))
+        }
+        Ok(Some(_)) => {
+            let _ = record.release().await;
+            Err(problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "this Idempotency-Key was already used for a different request (method, \
+                 path, query or body); use a new key for a new request",
+            ))
+        }
+        Err(e) => {
+            tracing::warn!(%key, record = %name, error = &e as &dyn std::error::Error,
+                "idempotency: cannot look for a committed record; request refused");
+            let _ = record.release().await;
+            Err(crate::layer::problem::problem_retry(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the idempotency store is unavailable; retry later with the same Idempotency-Key",
+                std::time::Duration::from_secs(1),
+            ))
+        }
+    }
+}
+
+/// What became of a request's [`Commit`], read by the layer once the handler
+/// returned.
+#[derive(Debug, Default)]
+pub(super) enum State {
+    /// Not used: the layer stores the handler's response as without a store.
+    #[default]
+    Unused,
+    /// Committed with the handler's writes: the layer's record gets this.
+    Committed(StoredResponse),
+    /// Tried, and it failed or its outcome is unknown: the claim is released
+    /// and a retry looks in the store again.
+    Failed,
+}
+
+/// The means to commit a handler's writes and its idempotency record
+/// together: an extractor, on a route behind an
+/// [`IdempotencyLayer`](super::IdempotencyLayer) given a commit store. See
+/// the [module docs](self).
+///
+/// Rejects with `500` where there is none (no store on the layer, or a
+/// request without an `Idempotency-Key` where the key is optional, or a
+/// layer that [failed open](super::IdempotencyLayer::fail_open)); take
+/// `Option<Commit>` where that is expected.
+#[derive(Clone)]
+pub struct Commit(Arc<Pending>);
+
+pub(super) struct Pending {
+    pub(super) config: Arc<Config>,
+    pub(super) store: CommitStore,
+    /// The layer's record name: the committed record's name in the store.
+    pub(super) record: String,
+    pub(super) fingerprint: String,
+    pub(super) state: Mutex<State>,
+}
+
+impl fmt::Debug for Commit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Commit")
+            .field("record", &self.0.record)
+            .field("store", &self.0.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Commit {
+    pub(super) fn new(
+        config: Arc<Config>,
+        store: CommitStore,
+        record: String,
+        fingerprint: String,
+    ) -> Self {
+        Commit(Arc::new(Pending {
+            config,
+            store,
+            record,
+            fingerprint,
+            state: Mutex::new(State::Unused),
+        }))
+    }
+
+    /// What the handler did with it (the layer takes it once).
+    pub(super) fn take_state(&self) -> State {
+        std::mem::take(&mut *lock(&self.0.state))
+    }
+
+    fn set_state(&self, state: State) {
+        *lock(&self.0.state) = state;
+    }
+
+    /// The record's name in the store (for logs and tests).
+    pub fn record(&self) -> &str {
+        &self.0.record
+    }
+
+    /// Reads `response` as the layer stores it (status, kept headers, the
+    /// body up to the storage limit), and gives back the response to send.
+    async fn prepare(&self, response: impl IntoResponse) -> Result<Prepared, LockError> {
+        let (head, body) = response.into_response().into_parts();
+        let limit = self.0.config.max_response_body;
+        let buffered = buffer(body, limit).await.map_err(|e| {
+            LockError::Config(format!(
+                "the response to commit could not be read, so nothing was committed: {e}"
+            ))
+        })?;
+        let (stored_body, body_too_large, rebuilt) = match buffered {
+            Buffered::Complete { data, trailers } => (
+                data.clone(),
+                false,
+                axum::body::Body::new(Rebuilt::<std::pin::Pin<Box<axum::body::Body>>>::new(
+                    data, trailers, None,
+                )),
+            ),
+            Buffered::Partial { data, rest } => (
+                bytes::Bytes::new(),
+                true,
+                axum::body::Body::new(Rebuilt::new(data, None, Some(rest))),
+            ),
+        };
+        let stored = StoredResponse {
+            status: head.status.as_u16(),
+            headers: encode_headers(&head.headers, &self.0.config.stored_headers),
+            body: stored_body,
+            body_too_large,
+        };
+        Ok(Prepared {
+            stored,
+            response: Response::from_parts(head, rebuilt),
+        })
+    }
+
+    /// Marks the commit's outcome and passes `result` on.
+    fn settle(
+        &self,
+        result: Result<Outcome, LockError>,
+        response: Response,
+    ) -> Result<Response, LockError> {
+        match result {
+            Ok(Outcome::Committed(stored)) => {
+                self.set_state(State::Committed(stored));
+                Ok(response)
+            }
+            Ok(Outcome::Found(found)) => {
+                // Another claimer of this record committed first (ours was
+                // paused past its lease): nothing of ours was written; its
+                // response is the request's.
+                if found.fingerprint != self.0.fingerprint {
+                    self.set_state(State::Failed);
+                    return Err(LockError::Config(format!(
+                        "record `{}` was committed for another request",
+                        self.0.record
+                    )));
+                }
+                tracing::warn!(record = %self.0.record,
+                    "idempotency: another claimer committed this record first; nothing of ours \
+                     was committed, its response is replayed");
+                let replayed = super::stored::replay(found.stored.clone());
+                self.set_state(State::Committed(found.stored));
+                Ok(replayed)
+            }
+            Err(e) => {
+                self.set_state(State::Failed);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A response read for storage, and the same response to send.
+struct Prepared {
+    stored: StoredResponse,
+    response: Response,
+}
+
+/// What a commit step did.
+enum Outcome {
+    /// The writes and the record committed.
+    Committed(StoredResponse),
+    /// The record was there already: nothing was written.
+    Found(Committed),
+}
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Commit {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Commit>().cloned().ok_or_else(|| {
+            tracing::error!(
+                path = %parts.uri.path(),
+                "`Commit` extracted on a request no IdempotencyLayer with a commit store claimed"
+            );
+            problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "this route commits an idempotency record that no IdempotencyLayer claimed",
+            )
+            .into_response()
+        })
+    }
+}
+
+impl<S: Send + Sync> OptionalFromRequestParts<S> for Commit {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<Commit>().cloned())
+    }
+}
