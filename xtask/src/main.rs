@@ -60,7 +60,8 @@ const TOOLS: &[(&str, &str)] = &[
 
 /// The tests run a second time on Valkey by `cargo xtask test` (`--server
 /// all`, CI's run): those that talk to a server where Redis and Valkey can
-/// differ, as `(package, test target)`. What they cover: the scripts and
+/// differ, as `(package, test target)` (the package only documents where
+/// the file is; every name is unique in the workspace). What they cover: the scripts and
 /// every command the library sends (the core on a server, each primitive's
 /// scripts, fencing counters and `fence::redis`, idempotency records), the
 /// least-privilege ACL (the command proxy's list of names, `ACL LOG`),
@@ -290,19 +291,11 @@ fn test_on(
     let skips_path = skips
         .to_str()
         .ok_or_else(|| format!("{} is not UTF-8", skips.display()))?;
-    let mut args = vec!["test"];
-    if targets.is_empty() {
-        args.push("--workspace");
-    } else {
-        let mut packages: Vec<&str> = targets.iter().map(|&(p, _)| p).collect();
-        packages.sort_unstable();
-        packages.dedup();
-        for package in packages {
-            args.extend(["-p", package]);
-        }
-        for &(_, target) in targets {
-            args.extend(["--test", target]);
-        }
+    // `--workspace` either way: the same feature unification as the whole
+    // run, so the Valkey run after it rebuilds as little as it can.
+    let mut args = vec!["test", "--workspace"];
+    for &(_, target) in targets {
+        args.extend(["--test", target]);
     }
     args.push("--all-features");
     args.extend(extra);
