@@ -263,14 +263,9 @@ async fn measure(url: &str, reps: usize, pairs: usize) -> Result<(), String> {
         median(&r)
     };
     println!(
-        "\nFCALL against EVALSHA, the library's acquire.lua + release.lua bodies, redis {}; \
+        "\nFCALL against EVALSHA, the library's acquire.lua + release.lua bodies, {}; \
          medians of {reps}\n",
-        info::info(&mut conn, "server")
-            .await?
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("?")
-            .trim()
+        test_support::describe_server(&info::info(&mut conn, "server").await?)
     );
     println!(
         "{:<44} {:>12} {:>12} {:>14}",

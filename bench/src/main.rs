@@ -61,7 +61,11 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
 
 environment: BENCH_REPS, BENCH_QUICK=1, BENCH_JSON, BENCH_SVG, BENCH_ONLY (flags
 win); REDIS_URL=redis://127.0.0.1:PORT uses that server (loopback only) instead
-of starting one; REDIS_SERVER names the redis-server binary.";
+of starting one; REDIS_SERVER names the redis-server binary.
+
+  --server redis|valkey  the server every mode starts (default: LOCK_TEST_SERVER,
+                else redis; valkey is `cargo xtask deps`'s, or VALKEY_SERVER);
+                the report names the server it measured.";
 
 /// The rows there are, as `--only` names them.
 /// Rows 10, 11 and 12 are `x`, `y` and `z` inside.
@@ -110,7 +114,7 @@ impl Options {
     }
 }
 
-fn parse_options() -> Result<Options, String> {
+fn parse_options(args: &[String]) -> Result<Options, String> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let mut reps: Option<usize> = None;
     let mut quick = env("BENCH_QUICK").is_some_and(|v| v != "0");
@@ -124,7 +128,7 @@ fn parse_options() -> Result<Options, String> {
                 .map_err(|_| format!("BENCH_REPS={r:?} is not a number"))?,
         );
     }
-    let mut args = std::env::args().skip(1);
+    let mut args = args.iter().cloned();
     while let Some(arg) = args.next() {
         let mut value = |flag: &str| args.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
         match arg.as_str() {
@@ -325,6 +329,27 @@ async fn interrupted() -> &'static str {
     }
 }
 
+/// Takes `--server redis|valkey` out of `args` and makes it the server every
+/// mode starts ([`test_support::ServerKind::choose`]); without it,
+/// `LOCK_TEST_SERVER` chooses, Redis by default. Says which on stderr.
+fn take_server(mut args: Vec<String>) -> Result<Vec<String>, String> {
+    if let Some(at) = args.iter().position(|a| a == "--server") {
+        let name = args
+            .get(at + 1)
+            .cloned()
+            .ok_or("--server needs redis or valkey")?;
+        test_support::ServerKind::parse(&name)
+            .map_err(|_| format!("--server {name:?}: expected redis or valkey"))?
+            .choose()?;
+        args.drain(at..at + 2);
+    }
+    let kind = test_support::ServerKind::try_current()?;
+    if std::env::var_os("REDIS_URL").is_none_or(|u| u.is_empty()) {
+        eprintln!("bench: server {} (started for this run)", kind.version()?);
+    }
+    Ok(args)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(code) = probe::child_main(&args) {
@@ -336,6 +361,13 @@ fn main() -> ExitCode {
     if let Some(code) = instructions::child_main(&args) {
         return code;
     }
+    let args = match take_server(args) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match args.first().map(String::as_str) {
         Some("--curves") => return curves::main(&args[1..]),
         Some("--fcall") => return fcall::main(&args[1..]),
@@ -343,7 +375,7 @@ fn main() -> ExitCode {
         Some("--instructions") => return instructions::main(&args[1..]),
         _ => {}
     }
-    let opts = match parse_options() {
+    let opts = match parse_options(&args) {
         Ok(opts) => opts,
         Err(e) => {
             eprintln!("{e}");
@@ -435,9 +467,9 @@ fn run(opts: &Options) -> Result<bool, String> {
     let load_after = report::load_average();
     let load = |l: Option<f64>| l.map_or("?".to_string(), |l| format!("{l:.2}"));
     println!(
-        "\nlock-runtime benchmark, {date} {time}, {cores} cores, redis {}; medians of {} \
+        "\nlock-runtime benchmark, {date} {time}, {cores} cores, {}; medians of {} \
          repetition(s); load average {} before, {} after\n",
-        info.redis_version,
+        info.server,
         opts.reps,
         load(load_before),
         load(load_after)
@@ -467,6 +499,7 @@ fn run(opts: &Options) -> Result<bool, String> {
         "date": date,
         "time": time,
         "machine": machine,
+        "server": info.server,
         "redis_version": info.redis_version,
         "redis": if own { "started by the benchmark" } else { "REDIS_URL" },
         "load_average": { "before": load_before, "after": load_after },

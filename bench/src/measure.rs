@@ -41,7 +41,11 @@ impl Prefixes {
 }
 
 pub(crate) struct RunInfo {
+    /// `INFO server`'s `redis_version` (Valkey answers the Redis release it
+    /// is compatible with there).
     pub(crate) redis_version: String,
+    /// The server measured, by its own name: `redis 7.0.15`, `valkey 9.1.2`.
+    pub(crate) server: String,
     /// The hot-key rows' waits, for the chart.
     pub(crate) panels: Vec<Panel>,
 }
@@ -110,7 +114,14 @@ pub(crate) async fn measure(
     let rival = build(LockClient::builder().redis(url), "second lock client").await?;
     let raw = Raw::connect(&redis, &prefixes.raw).await?;
     attr::set_attr_client(&lib);
-    let redis_version = redis_version(&redis).await.unwrap_or_default();
+    let info = server_info(&redis).await.unwrap_or_default();
+    let redis_version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let server = test_support::describe_server(&info);
     let peer = Peer {
         manager: rslock::LockManager::new(vec![url]),
         prefix: prefixes.peer.clone(),
@@ -172,6 +183,7 @@ pub(crate) async fn measure(
     let panels = b.panels(opts, metrics);
     Ok(RunInfo {
         redis_version,
+        server,
         panels,
     })
 }
@@ -577,7 +589,8 @@ impl Bench<'_> {
     }
 }
 
-async fn redis_version(client: &redis::Client) -> Result<String, String> {
+/// The server's `INFO server` answer.
+async fn server_info(client: &redis::Client) -> Result<String, String> {
     let mut conn = client
         .get_multiplexed_async_connection()
         .await
@@ -587,10 +600,5 @@ async fn redis_version(client: &redis::Client) -> Result<String, String> {
         .query_async(&mut conn)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("")
-        .trim()
-        .to_string())
+    Ok(info)
 }

@@ -2,8 +2,13 @@
 //! table, or acts as one worker process of a run.
 //!
 //! ```text
-//! fault all [--ops N] [--runs R] [--short] [--keep DIR]      every scenario, then the table
-//! fault run NAME[,NAME..] [--ops N] [--runs R] [--short] [--keep DIR]  these scenarios, in this order
+//! fault all [--ops N] [--runs R] [--short] [--keep DIR] [--server S]  every scenario, then the table
+//! fault run NAME[,NAME..] [--ops N] [--runs R] [--short] [--keep DIR] [--server S]  these scenarios, in this order
+//!
+//! `--server redis|valkey` chooses the server every scenario starts (its
+//! lock servers, Sentinel and Cluster alike, and the record's store);
+//! without it `LOCK_TEST_SERVER` does, and Redis by default. The run
+//! prints the server and its version first.
 //!
 //! `--runs R` repeats the whole list R times (in the same order, so each
 //! scenario runs after the same predecessor every time) and ends with the
@@ -37,7 +42,7 @@ fn main() -> ExitCode {
                     .collect::<Result<Vec<_>, _>>()?;
                 run_all(&scenarios, &o)
             }),
-            None => Err("usage: fault run NAME[,NAME...] [--ops N] [--runs R]".into()),
+            None => Err("usage: fault run NAME[,NAME...] [--ops N] [--runs R] [--server S]".into()),
         },
         Some("list") => {
             for s in Scenario::suite(0, false)
@@ -53,7 +58,7 @@ fn main() -> ExitCode {
             _ => Err("usage: fault probe --redis URL".into()),
         },
         _ => Err(
-            "usage: fault all [--ops N] [--runs R] [--short] [--keep DIR] | fault run NAME[,NAME...] [...] | fault list | fault probe --redis URL"
+            "usage: fault all [--ops N] [--runs R] [--short] [--keep DIR] [--server redis|valkey] | fault run NAME[,NAME...] [...] | fault list | fault probe --redis URL"
                 .into(),
         ),
     };
@@ -99,6 +104,12 @@ fn options(args: &[String]) -> Result<Options, String> {
             }
             "--short" => o.short = true,
             "--keep" => o.keep = Some(it.next().ok_or("--keep needs a directory")?.into()),
+            "--server" => {
+                let name = it.next().ok_or("--server needs redis or valkey")?;
+                test_support::ServerKind::parse(name)
+                    .map_err(|_| format!("--server {name:?}: expected redis or valkey"))?
+                    .choose()?;
+            }
             other => return Err(format!("unknown option {other:?}")),
         }
     }
@@ -107,6 +118,8 @@ fn options(args: &[String]) -> Result<Options, String> {
 
 fn run_all(scenarios: &[Scenario], o: &Options) -> Result<bool, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let server = test_support::ServerKind::try_current()?;
+    println!("server: {}", server.version()?);
     let mut all: Vec<Outcome> = Vec::new();
     for round in 1..=o.runs {
         let keep = match (&o.keep, o.runs) {

@@ -1,6 +1,9 @@
 //! Test support shared by the `tests`, `fault` and `examples` packages (not
 //! published, no stable API).
 //!
+//! * [`ServerKind`]: which server every launcher starts, Redis (default) or
+//!   Valkey, chosen by `LOCK_TEST_SERVER` ([`SERVER_ENV`]); tests that one
+//!   server cannot run say so by name ([`tls_available`]).
 //! * [`RedisServer`]: one `redis-server` launcher: a free loopback port, a
 //!   temporary directory, extra options, TLS, restart, SIGSTOP/SIGCONT/SIGKILL,
 //!   `redis-cli`, and windows of lost replies ([`RedisServer::lose_replies`]).
@@ -28,6 +31,7 @@ mod acl;
 pub mod helpers;
 #[cfg(feature = "http")]
 pub mod http;
+mod kind;
 mod postgres;
 mod proxy;
 mod replies;
@@ -36,6 +40,9 @@ mod tls;
 pub mod topology;
 
 pub use acl::ACL_LOCKER;
+pub use kind::{
+    SERVER_ENV, SKIPS_ENV, ServerKind, VALKEY_VERSION, describe_server, tls_available, valkey_dir,
+};
 pub use postgres::{PostgresServer, postgres_bin_dir};
 pub use proxy::CommandProxy;
 pub use replies::{KILL_OTHER_CLIENTS, LostReplies, RawConnection};

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{Result, TlsFiles};
+use crate::{Result, ServerKind, TlsFiles};
 
 /// A free loopback TCP port (bound, then released).
 pub fn try_free_port() -> Result<u16> {
@@ -21,11 +21,11 @@ pub fn free_port() -> u16 {
     try_free_port().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The `redis-server` binary: `$REDIS_SERVER` or from `PATH`.
+/// The server binary of the server the tests run on ([`ServerKind::current`]):
+/// `redis-server` (or `$REDIS_SERVER`) by default, `valkey-server` with
+/// `LOCK_TEST_SERVER=valkey`.
 pub fn redis_server_bin() -> PathBuf {
-    std::env::var_os("REDIS_SERVER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("redis-server"))
+    ServerKind::current().server_bin()
 }
 
 /// Sends `sig` (`STOP`, `CONT`, `KILL`, ... without the `SIG`) to `pid` with
@@ -43,19 +43,21 @@ pub fn signal(pid: u32, sig: &str) -> Result<()> {
     }
 }
 
-/// Spawns `cmd` (a server of package `package`, as apt names it) with no
-/// standard input or output.
-pub(crate) fn spawn_quiet(mut cmd: Command, package: &str) -> Result<Child> {
+/// Spawns `cmd` with no standard input or output; `hint` says what to do
+/// when it cannot start (`install redis-server`).
+pub(crate) fn spawn_quiet(mut cmd: Command, hint: &str) -> Result<Child> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start {cmd:?} ({e}); install {package}"))
+        .map_err(|e| format!("cannot start {cmd:?} ({e}); {hint}"))
 }
 
 /// A `redis-server` on `127.0.0.1:<free port>` with its own temporary
 /// directory (its log is `redis.log` there), no persistence unless asked.
-/// Killed (SIGKILL) and cleaned up on drop.
+/// Killed (SIGKILL) and cleaned up on drop. The server is the one
+/// `LOCK_TEST_SERVER` chooses (see [`ServerKind`]): `valkey-server` takes the
+/// same options.
 #[derive(Debug)]
 pub struct RedisServer {
     /// The port (the TLS port when started with TLS).
@@ -89,7 +91,13 @@ impl RedisServer {
 
     /// Starts a TLS-only server (`--port 0 --tls-port P`) with `files`, not
     /// asking clients for certificates.
+    /// An error on a server without TLS (see [`ServerKind::has_tls`]; tests
+    /// ask [`crate::tls_available`] first).
     pub fn try_start_tls(files: &TlsFiles, extra: &[&str]) -> Result<Self> {
+        let kind = ServerKind::current();
+        if !kind.has_tls() {
+            return Err(format!("the {kind} server the tests use has no TLS"));
+        }
         Self::start_retrying(extra, Some(files))
     }
 
@@ -163,13 +171,14 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<()> {
-        let mut cmd = Command::new(redis_server_bin());
+        let kind = ServerKind::current();
+        let mut cmd = Command::new(kind.server_bin());
         cmd.args(&self.args)
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
             .arg(self.dir.path().join("redis.log"));
-        self.child = Some(spawn_quiet(cmd, "redis-server (or set REDIS_SERVER)")?);
+        self.child = Some(spawn_quiet(cmd, kind.install_hint())?);
         self.wait_ready()
     }
 
@@ -181,8 +190,10 @@ impl RedisServer {
             {
                 self.child = None;
                 return Err(format!(
-                    "redis-server on port {} exited at start ({status})",
-                    self.port
+                    "{} on port {} exited at start ({status}); its log: {}",
+                    ServerKind::current(),
+                    self.port,
+                    self.dir.path().join("redis.log").display()
                 ));
             }
             let up = if self.tls.is_some() {

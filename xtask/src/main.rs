@@ -2,16 +2,21 @@
 //! `.cargo/config.toml`). One definition of "the tests", used by the README,
 //! by developers and by CI (`.ci/run` calls `cargo xtask ci`).
 //!
-//! * `cargo xtask test [ARGS]`: installs what the tests need when it is
-//!   missing (`redis-server`, `redis-sentinel`, `redis-cli`, `openssl`,
-//!   PostgreSQL's `initdb` and server, from Debian's packages, with `sudo`
-//!   when not root), then runs
-//!   `cargo test --workspace --all-features [ARGS]`.
+//! * `cargo xtask test [--server redis|valkey|all] [ARGS]`: installs what
+//!   the tests need when it is missing (`redis-server`, `redis-sentinel`,
+//!   `redis-cli`, `openssl`, PostgreSQL's `initdb` and server, from Debian's
+//!   packages, with `sudo` when not root; a pinned `valkey-server`, see
+//!   `valkey.rs`), then runs `cargo test --workspace --all-features [ARGS]`
+//!   on the server `--server` names (`LOCK_TEST_SERVER`, read by every
+//!   launcher in `test-support`). `all`, the default and what CI runs:
+//!   everything on Redis, then [`VALKEY_SET`] again on Valkey. It ends by
+//!   saying which tests ran on which server, and which were skipped there.
 //! * `cargo xtask lint`: `cargo fmt --check`; clippy with `-D warnings` on the
 //!   workspace (every feature) and on `lock-runtime` with no feature and with
 //!   each feature alone; rustdoc with `-D warnings` for the same sets.
 //! * `cargo xtask ci`: `lint`, then `test`.
-//! * `cargo xtask deps`: only the installation step.
+//! * `cargo xtask deps`: only the installation step (Debian's packages and
+//!   Valkey).
 //! * `cargo xtask first-run [RUNS]`: seconds from a fresh clone, with an
 //!   empty cargo cache, to the example order service listening
 //!   (`first_run.rs`).
@@ -19,6 +24,7 @@
 use std::process::{Command, ExitCode};
 
 mod first_run;
+mod valkey;
 
 /// The feature sets of `lock-runtime` linted and documented on their own
 /// (`--no-default-features --features F`), besides `--all-features` on the
@@ -52,6 +58,52 @@ const TOOLS: &[(&str, &str)] = &[
     ("initdb", "postgresql"),
 ];
 
+/// The tests run a second time on Valkey by `cargo xtask test` (`--server
+/// all`, CI's run): those that talk to a server where Redis and Valkey can
+/// differ, as `(package, test target)` (the package only documents where
+/// the file is; every name is unique in the workspace). What they cover: the scripts and
+/// every command the library sends (the core on a server, each primitive's
+/// scripts, fencing counters and `fence::redis`, idempotency records), the
+/// least-privilege ACL (the command proxy's list of names, `ACL LOG`),
+/// pub/sub notices and hand-over, Cluster (slots, `SSUBSCRIBE`, migrations),
+/// Sentinel (discovery, `WAIT`, failover), Redlock masters, `lockctl`'s
+/// commands, and the fault suite's short scenarios. Left to Redis alone: the
+/// embedded backend, the macros, HTTP plumbing, input checks and cost
+/// counts, which no server behaviour changes.
+/// `cargo xtask test --server valkey` runs everything on Valkey instead.
+const VALKEY_SET: &[(&str, &str)] = &[
+    ("tests", "core_redis"),
+    ("tests", "core_waiting"),
+    ("tests", "core_fencing"),
+    ("tests", "labels_acl"),
+    ("tests", "peers_mutex"),
+    ("tests", "peers_rw_lock"),
+    ("tests", "peers_semaphore"),
+    ("tests", "peers_redlock"),
+    ("tests", "records_settle"),
+    ("tests", "fence_redis"),
+    ("tests", "leader"),
+    ("tests", "local_handover"),
+    ("tests", "scaleout_cluster"),
+    ("tests", "scaleout_sentinel"),
+    ("tests", "scaleout_redlock"),
+    ("fault", "security"),
+    ("fault", "scenarios"),
+    ("lockctl", "cli"),
+    ("lockctl", "lockctl_cluster"),
+];
+
+/// Which servers `cargo xtask test` runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Servers {
+    /// Everything on Redis.
+    Redis,
+    /// Everything on Valkey.
+    Valkey,
+    /// Everything on Redis, then [`VALKEY_SET`] on Valkey (CI).
+    All,
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (task, rest) = match args.split_first() {
@@ -59,9 +111,14 @@ fn main() -> ExitCode {
         None => ("help", &[][..]),
     };
     let outcome = match task {
-        "test" => deps().and_then(|()| test(rest)),
+        "test" => parse_servers(rest)
+            .and_then(|(servers, rest)| deps().and_then(|()| test(servers, &rest))),
         "lint" => lint(),
-        "ci" => deps().and_then(|()| lint()).and_then(|()| test(rest)),
+        "ci" => parse_servers(rest).and_then(|(servers, rest)| {
+            deps()
+                .and_then(|()| lint())
+                .and_then(|()| test(servers, &rest))
+        }),
         "deps" => deps(),
         "first-run" => first_run::first_run(rest),
         "help" | "-h" | "--help" => {
@@ -81,10 +138,13 @@ fn main() -> ExitCode {
 
 fn usage() -> &'static str {
     "usage: cargo xtask <task>\n  \
-     test [ARGS]  install what the tests need, then cargo test --workspace --all-features [ARGS]\n  \
+     test [--server redis|valkey|all] [ARGS]\n               \
+     install what the tests need, then cargo test --workspace --all-features [ARGS]\n               \
+     on Redis (redis), on Valkey (valkey), or on Redis and then the tests where\n               \
+     the servers can differ on Valkey (all, the default)\n  \
      lint         fmt --check, clippy -D warnings and rustdoc on each feature set\n  \
-     ci           deps, lint, then test (what .ci/run runs)\n  \
-     deps         only install what the tests need\n  \
+     ci [--server ..] [ARGS]  deps, lint, then test (what .ci/run runs)\n  \
+     deps         only install what the tests need (Debian's packages, Valkey)\n  \
      first-run [RUNS]  seconds from a fresh clone (empty cargo cache) to the order service listening"
 }
 
@@ -122,8 +182,14 @@ fn installed(tool: &str) -> bool {
             }))
 }
 
-/// Installs the Debian packages of the missing tools.
+/// Installs the Debian packages of the missing tools, then Valkey.
 fn deps() -> Result<(), String> {
+    debian_packages()?;
+    valkey::install()
+}
+
+/// Installs the Debian packages of the missing tools.
+fn debian_packages() -> Result<(), String> {
     let missing: Vec<&str> = TOOLS
         .iter()
         .filter(|(tool, _)| !installed(tool))
@@ -166,11 +232,101 @@ fn deps() -> Result<(), String> {
     run("redis-server", &["--version"], &[])
 }
 
-/// The test suite: every package, every feature.
-fn test(extra: &[String]) -> Result<(), String> {
-    let mut args = vec!["test", "--workspace", "--all-features"];
-    args.extend(extra.iter().map(String::as_str));
-    run("cargo", &args, &[])
+/// Takes `--server NAME` (or `--server=NAME`) off the front of `args`.
+fn parse_servers(args: &[String]) -> Result<(Servers, Vec<String>), String> {
+    let (value, rest) = match args {
+        [flag, value, rest @ ..] if flag == "--server" => (value.as_str(), rest),
+        [flag, rest @ ..] if flag.starts_with("--server=") => (&flag["--server=".len()..], rest),
+        [flag] if flag == "--server" => {
+            return Err("--server needs a value: redis, valkey or all".into());
+        }
+        rest => ("all", rest),
+    };
+    let servers = match value {
+        "redis" => Servers::Redis,
+        "valkey" => Servers::Valkey,
+        "all" => Servers::All,
+        other => {
+            return Err(format!("--server {other}: expected redis, valkey or all"));
+        }
+    };
+    Ok((servers, rest.to_vec()))
+}
+
+/// The test suite on the servers asked for; ends with what ran where.
+fn test(servers: Servers, extra: &[String]) -> Result<(), String> {
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let whole = "every test (cargo test --workspace --all-features)";
+    let mut report = Vec::new();
+    let outcome = match servers {
+        Servers::Redis => test_on("redis", &[], &extra, whole, &mut report),
+        Servers::Valkey => test_on("valkey", &[], &extra, whole, &mut report),
+        Servers::All => test_on("redis", &[], &extra, whole, &mut report).and_then(|()| {
+            let names: Vec<&str> = VALKEY_SET.iter().map(|&(_, t)| t).collect();
+            let what = format!("the tests where servers can differ: {}", names.join(" "));
+            test_on("valkey", VALKEY_SET, &extra, &what, &mut report)
+        }),
+    };
+    eprintln!("\nxtask test: what ran where");
+    for line in &report {
+        eprintln!("  {line}");
+    }
+    outcome
+}
+
+/// `cargo test` with `LOCK_TEST_SERVER=server`: the whole workspace when
+/// `targets` is empty, else those test targets. Appends to `report` what
+/// ran, how long it took, its outcome, and the tests that said they were
+/// skipped on this server.
+fn test_on(
+    server: &str,
+    targets: &[(&str, &str)],
+    extra: &[&str],
+    what: &str,
+    report: &mut Vec<String>,
+) -> Result<(), String> {
+    let skips =
+        std::env::temp_dir().join(format!("xtask-skips-{}-{server}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&skips);
+    let skips_path = skips
+        .to_str()
+        .ok_or_else(|| format!("{} is not UTF-8", skips.display()))?;
+    // `--workspace` either way: the same feature unification as the whole
+    // run, so the Valkey run after it rebuilds as little as it can.
+    let mut args = vec!["test", "--workspace"];
+    for &(_, target) in targets {
+        args.extend(["--test", target]);
+    }
+    args.push("--all-features");
+    args.extend(extra);
+    let started = std::time::Instant::now();
+    let valkey_bin;
+    let mut env = vec![
+        ("LOCK_TEST_SERVER", server),
+        ("LOCK_TEST_SKIPS", skips_path),
+    ];
+    if server == "valkey" {
+        valkey_bin = valkey::server();
+        let bin = valkey_bin
+            .to_str()
+            .ok_or_else(|| format!("{} is not UTF-8", valkey_bin.display()))?;
+        env.push(("VALKEY_SERVER", bin));
+    }
+    let outcome = run("cargo", &args, &env);
+    let took = started.elapsed().as_secs();
+    let verdict = match &outcome {
+        Ok(()) => "passed",
+        Err(_) => "FAILED",
+    };
+    report.push(format!(
+        "{server}: {what}: {verdict} in {}m{:02}s",
+        took / 60,
+        took % 60
+    ));
+    let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
+    let _ = std::fs::remove_file(&skips);
+    report.extend(skipped.lines().map(|l| format!("{server}: {l}")));
+    outcome
 }
 
 /// Formatting, clippy and rustdoc, warning-free.
@@ -259,7 +415,47 @@ fn combines_features(line: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::combines_features;
+    use super::{Servers, VALKEY_SET, combines_features, parse_servers};
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_server_option_is_taken_off_the_front_and_the_rest_goes_to_cargo() {
+        let (servers, rest) =
+            parse_servers(&strings(&["--server", "valkey", "-p", "tests"])).unwrap();
+        assert_eq!(
+            (servers, rest),
+            (Servers::Valkey, strings(&["-p", "tests"]))
+        );
+        let (servers, rest) = parse_servers(&strings(&["--server=redis"])).unwrap();
+        assert_eq!((servers, rest), (Servers::Redis, vec![]));
+        let (servers, rest) = parse_servers(&strings(&["--no-fail-fast"])).unwrap();
+        assert_eq!(
+            (servers, rest),
+            (Servers::All, strings(&["--no-fail-fast"]))
+        );
+        let err = parse_servers(&strings(&["--server", "valky"])).unwrap_err();
+        assert!(err.contains("redis, valkey or all"), "{err}");
+        assert!(parse_servers(&strings(&["--server"])).is_err());
+    }
+
+    #[test]
+    fn every_test_the_valkey_run_names_exists_in_its_package() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for (package, target) in VALKEY_SET {
+            let file = root
+                .join(package)
+                .join("tests")
+                .join(format!("{target}.rs"));
+            assert!(
+                file.is_file(),
+                "{} is gone: update VALKEY_SET",
+                file.display()
+            );
+        }
+    }
 
     #[test]
     fn a_cfg_over_two_features_is_caught_and_one_feature_is_not() {

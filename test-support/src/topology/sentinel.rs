@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::server::spawn_quiet;
 use crate::topology::{cli_port, info_field, pairs, pipeline, poll, try_cli_port, try_poll};
-use crate::{RedisServer, Result, try_free_port};
+use crate::{RedisServer, Result, ServerKind, try_free_port};
 
 /// Waits (up to 10 s) until `replica` has synced with `master` and really
 /// acknowledges writes: a probe write followed by `WAIT 1` on the same
@@ -35,7 +35,8 @@ pub fn wait_replica_online(master: &RedisServer, replica: &RedisServer) {
 /// The name the sentinels monitor the master under.
 pub const MASTER_NAME: &str = "mymaster";
 
-/// One `redis-sentinel` process with its own config file (`sentinel.conf`)
+/// One sentinel process (the server binary of [`ServerKind::current`] run
+/// with `--sentinel`) with its own config file (`sentinel.conf`)
 /// and log (`sentinel.log`) in a temporary directory; killed on drop.
 #[derive(Debug)]
 pub struct Sentinel {
@@ -70,9 +71,12 @@ impl Sentinel {
         );
         let path = dir.path().join("sentinel.conf");
         std::fs::write(&path, config).map_err(|e| format!("write sentinel.conf: {e}"))?;
-        let mut cmd = Command::new("redis-sentinel");
-        cmd.arg(&path);
-        let child = spawn_quiet(cmd, "redis-sentinel")?;
+        // `--sentinel` makes the server binary a sentinel, on Redis and
+        // Valkey alike (as a `*-sentinel` name would).
+        let kind = ServerKind::current();
+        let mut cmd = Command::new(kind.server_bin());
+        cmd.arg(&path).arg("--sentinel");
+        let child = spawn_quiet(cmd, kind.install_hint())?;
         let sentinel = Self {
             port,
             child: Some(child),
