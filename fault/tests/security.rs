@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::__private::testing::force_delete;
 use lock_runtime::LockClient;
 use test_support::helpers::{fixed_lease, ms, redis_url_client};
-use test_support::{ACL_LOCKER, RedisServer};
+use test_support::{RedisServer, acl_locker};
 
 async fn client(url: &str) -> LockClient {
     redis_url_client(url).await.expect("a client")
@@ -276,7 +276,7 @@ fn parse_monitor(line: &str) -> Option<(String, Vec<String>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_limited_to_the_lock_prefix_works_and_the_library_touches_nothing_else() {
     let server = RedisServer::try_start(&[]).unwrap();
-    assert_eq!(server.try_cli(ACL_LOCKER).unwrap(), "OK");
+    assert_eq!(server.try_cli(&acl_locker()).unwrap(), "OK");
     let monitor_file = tempfile::NamedTempFile::new().unwrap();
     let mut monitor = Command::new("redis-cli")
         .args(["-p", &server.port.to_string(), "monitor"])

@@ -50,3 +50,14 @@ pub const ACL_LOCKER: &[&str] = &[
     "+hget",
     "+hdel",
 ];
+
+/// [`ACL_LOCKER`] for the server the tests run on ([`crate::ServerKind`]):
+/// on Valkey 9, whose `DELIFEQ` the library releases with, `+delifeq` too
+/// (Redis 7 refuses an ACL rule that names a command it does not know).
+pub fn acl_locker() -> Vec<&'static str> {
+    let mut rules = ACL_LOCKER.to_vec();
+    if crate::ServerKind::current() == crate::ServerKind::Valkey {
+        rules.push("+delifeq");
+    }
+    rules
+}

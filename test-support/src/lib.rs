@@ -39,7 +39,7 @@ mod server;
 mod tls;
 pub mod topology;
 
-pub use acl::ACL_LOCKER;
+pub use acl::{ACL_LOCKER, acl_locker};
 pub use kind::{
     SERVER_ENV, SKIPS_ENV, ServerKind, VALKEY_VERSION, describe_server, tls_available, valkey_dir,
 };

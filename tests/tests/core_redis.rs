@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use lock_runtime::__private::testing::fence_counter;
 use lock_runtime::LockClient;
-use test_support::{ACL_LOCKER, RedisServer};
+use test_support::{RedisServer, acl_locker};
 
 use test_support::helpers::*;
 
@@ -279,7 +279,7 @@ async fn a_password_protected_server_works_with_the_right_password_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_limited_to_the_lock_keys_channels_and_commands_works() {
     let server = RedisServer::start();
-    assert_eq!(server.cli(ACL_LOCKER), "OK");
+    assert_eq!(server.cli(&acl_locker()), "OK");
     let url = format!("redis://locker:locker-pw@127.0.0.1:{}", server.port);
     let a = redis_url_client(&url).await.expect("ACL user");
     let b = redis_url_client(&url).await.expect("ACL user");
@@ -370,7 +370,7 @@ async fn an_acl_user_limited_to_the_lock_keys_channels_and_commands_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_without_channel_permission_gets_busy_in_time_without_flooding_the_server() {
     let server = RedisServer::start();
-    let mut setuser: Vec<&str> = ACL_LOCKER.to_vec();
+    let mut setuser: Vec<&str> = acl_locker();
     let at = setuser.iter().position(|a| *a == "&lock:*").unwrap();
     setuser.remove(at); // Redis 7's default for new users: no channels
     assert_eq!(server.cli(&setuser), "OK");

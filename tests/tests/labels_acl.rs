@@ -8,13 +8,13 @@
 use std::time::Duration;
 
 use lock_runtime::LockClient;
-use test_support::{ACL_LOCKER, CommandProxy, RedisServer};
+use test_support::{CommandProxy, RedisServer, acl_locker};
 
 /// The commands the ACL allows (`+evalsha`, `+script|load`, ...), and
 /// `auth`, which every user may send.
 fn documented() -> Vec<String> {
-    ACL_LOCKER
-        .iter()
+    acl_locker()
+        .into_iter()
         .filter_map(|rule| rule.strip_prefix('+'))
         .map(str::to_owned)
         .chain(["auth".to_owned()])
@@ -24,7 +24,7 @@ fn documented() -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_sends_nothing_outside_the_documented_acl() {
     let server = RedisServer::start();
-    assert_eq!(server.cli(ACL_LOCKER), "OK");
+    assert_eq!(server.cli(&acl_locker()), "OK");
     let proxy = CommandProxy::start(server.port);
     let url = format!("redis://locker:locker-pw@127.0.0.1:{}", proxy.port);
     let build = |label: &'static str| {
