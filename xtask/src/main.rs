@@ -75,6 +75,8 @@ const VALKEY_SET: &[(&str, &str)] = &[
     ("tests", "core_redis"),
     ("tests", "core_waiting"),
     ("tests", "core_fencing"),
+    ("tests", "plain_path"),
+    ("tests", "fifo_expiry"),
     ("tests", "labels_acl"),
     ("tests", "peers_mutex"),
     ("tests", "peers_rw_lock"),
