@@ -12,6 +12,20 @@ pub fn lock_two_clients_two_faults() -> LockConfig {
     LockConfig::new(2, 4, Faults::each_once(2))
 }
 
+/// Two clients waiting 4 ticks, one pause: a holder paused past its lease
+/// asks for its fencing token when it resumes (the Kleppmann case).
+pub fn lock_two_clients_one_pause() -> LockConfig {
+    LockConfig::new(
+        2,
+        4,
+        Faults {
+            pause: 1,
+            total: 1,
+            ..Faults::NONE
+        },
+    )
+}
+
 /// Three clients, no faults.
 pub fn lock_three_clients_no_faults() -> LockConfig {
     LockConfig::new(3, 4, Faults::NONE)

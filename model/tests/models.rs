@@ -205,6 +205,103 @@ fn finds(title: &str, cfg: model::lock::LockConfig, property: &str, steps: &[&st
     );
 }
 
+/// Like [`finds`], but explores until `property` itself breaks (another
+/// property the mistake breaks first does not stop the check).
+fn finds_broken(title: &str, cfg: model::lock::LockConfig, property: &'static str, steps: &[&str]) {
+    let report = check(
+        title,
+        cfg.into_model(),
+        Run {
+            stop_at: Some(property),
+            ..Run::default()
+        },
+    );
+    println!("{report}");
+    let found = report
+        .counterexample(property)
+        .unwrap_or_else(|| panic!("{title}: no counterexample to {property:?}"));
+    assert!(
+        steps.iter().all(|step| found.trace.contains(step)),
+        "not the expected counterexample ({steps:?}):\n{}",
+        found.trace
+    );
+}
+
+/// A holder paused past its lease (the Kleppmann case) asks for its fencing
+/// token when it resumes, before its watchdog runs: mint.lua refuses it (the
+/// configuration's `sometimes` property shows the model reaches that), so
+/// it never holds a token above the next holder's.
+#[test]
+fn lock_two_clients_with_a_pause_keep_every_property_with_tokens_minted_on_first_use() {
+    checked(
+        "lock 2 pause",
+        check(
+            "lock: 2 clients, 1 pause",
+            configs::lock_two_clients_one_pause().into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+/// The order of tokens is not vacuous: mint.lua without its ownership check
+/// (the comparison of the value with our token, and of the deadline with
+/// the clock) mints for a holder whose lease ran out while it was paused,
+/// after the next holder got its token:
+///
+/// ```text
+///  3. t=0 Redis runs A's SetNx { wait: 4 }: SET NX: OK, taken without a fencing token
+///  5. t=0 FAULT A: the process stops until t=4
+///  9. t=1 Redis runs B's SetNx { wait: 4 }: SET NX: nil; acquire.lua: busy for 2 more ticks, ...
+/// 15. t=2 time passes; A's lease expires
+/// 18. t=3 Redis runs B's Acquire { wait: 2 }: granted, fencing 1
+/// 21. t=4 A: fencing_token(): sends mint.lua
+/// 22. t=4 Redis runs A's Mint: mint.lua: minted fencing 2
+/// ```
+///
+/// Today's mint.lua answers 0 at step 22: A is told `Lost`.
+#[test]
+fn lock_a_mint_without_the_ownership_check_is_found() {
+    let mut cfg = configs::lock_two_clients_one_pause();
+    cfg.mint_checks_owner = false;
+    finds_broken(
+        "lock: 2 clients, 1 pause, mint.lua without the ownership check (counterexample expected)",
+        cfg,
+        "fencing tokens rise in the order holders held the key",
+        &["FAULT A", "A's lease expires", "A's Mint: mint.lua: minted"],
+    );
+}
+
+/// "While a line exists, the lock key exists" is what keeps a newcomer's
+/// plain `SET NX` behind the line, and the model shows it: a key that keeps
+/// only its owner's lease while waiters are queued (acquire.lua's `pin`
+/// without the longest wait) expires bare when its holder dies, and a
+/// try-once newcomer's `SET NX` takes it past the waiter at the head of
+/// the line:
+///
+/// ```text
+///  5. t=0 Redis runs B's SetNx { wait: 4 }: SET NX: OK, taken without a fencing token
+///  9. t=0 Redis runs A's Acquire { wait: 4 }: busy for 3 more ticks, counter 0; A queued, ...
+/// 11. t=0 FAULT B: the process dies
+/// 14. t=2 time passes; B's lease expires
+/// 17. t=3 Redis runs C's SetNx { wait: 0 }: SET NX: OK, taken without a fencing token
+///     then: t=3 key held by C until t=6, fence counter 0, queue [A]; A: Waiting { retry_at: 3 } ...
+/// ```
+///
+/// With the pin the key lives until A's wait ends: C's `SET NX` finds it
+/// taken, and acquire.lua hands it to A.
+#[test]
+fn lock_a_line_that_lets_the_key_expire_bare_is_overtaken() {
+    let mut cfg = configs::lock_two_waiters_and_a_try_once_newcomer_one_crash();
+    cfg.line_pins_key = false;
+    finds_broken(
+        "lock: 2 waiters and a try-once newcomer, 1 crash, no pin (counterexample expected)",
+        cfg,
+        "no waiter is overtaken by a later arrival",
+        &["FAULT B", "A queued", "C's SetNx { wait: 0 }: SET NX: OK"],
+    );
+}
+
 /// Local hand-over (client/local.rs): two tasks of one process form a line;
 /// a crash or a pause hits both.
 #[test]
