@@ -119,17 +119,18 @@ fn lock_three_clients_with_a_crash_keep_every_property() {
 /// ahead of it:
 ///
 /// ```text
-///  5. t=0 Redis runs B's Acquire { wait: 1 }: granted, fencing 1
-///  9. t=0 Redis runs A's Acquire { wait: 4 }: busy for 3 more ticks, counter 1; A queued, holder marked +
-/// 16. t=0 Redis runs C's Acquire { wait: 4 }: busy for 3 more ticks, counter 1; C queued, holder marked +
+///  5. t=0 Redis runs B's SetNx { wait: 1 }: SET NX: OK, taken without a fencing token
+///  9. t=0 Redis runs A's Acquire { wait: 4 }: busy for 3 more ticks, counter 0; A queued, ...
+/// 16. t=0 Redis runs C's Acquire { wait: 4 }: busy for 3 more ticks, counter 0; C queued, ...
 /// 18. t=0 FAULT B: the process dies
 /// 21. t=2 time passes; B's lease expires
 /// 22. t=3 C: its lease timer fires, tries again
-/// 24. t=3 Redis runs C's Acquire { wait: 1 }: granted, fencing 2
-///     then: key held by C until t=6, queue [A]; A: Waiting { retry_at: 3 }
+/// 24. t=3 Redis runs C's Acquire { wait: 1 }: granted, fencing 1
+///     then: t=3 key held by C (marked, lease to t=6) until t=6, ..., queue [A]; A: Waiting { retry_at: 3 } ...
 /// ```
 ///
-/// Today's acquire.lua hands the key to A at step 24 and answers C busy.
+/// Today's acquire.lua finds B's deadline passed at step 24 (the key is
+/// still there, pinned by the line), hands the key to A and answers C busy.
 #[test]
 fn lock_three_clients_with_a_crash_find_the_old_acquire_script_overtaking_a_waiter() {
     let mut cfg = configs::lock_three_clients_one_crash();
@@ -161,9 +162,11 @@ fn lock_three_clients_with_a_pause_find_the_old_acquire_script_overtaking_a_wait
 /// 7dbf470) a release hands the key to a waiter whose wait is over:
 ///
 /// ```text
-///  3. t=0 Redis runs A's Acquire { wait: 4 }: granted, fencing 1
-/// 10. t=0 Redis runs B's Acquire { wait: 1 }: busy for 3 more ticks, counter 1; B queued, holder marked +
-/// 16. t=1 A: release(); Redis runs A's Release { dequeue: false }: released and handed to B (fencing 2, lease 2)
+///  3. t=0 Redis runs A's SetNx { wait: 4 }: SET NX: OK, taken without a fencing token
+/// 10. t=0 Redis runs B's Acquire { wait: 1 }: busy for 3 more ticks, counter 0; B queued, ...
+/// 13. t=0 FAULT C: the process dies
+/// 15. t=1 A: release(); A: sends DELIFEQ (lease valid: yes)
+/// 16. t=1 Redis runs A's Unlock: DELIFEQ: 0; release.lua: released and handed to B (fencing 1, lease 2), ...
 /// ```
 ///
 /// B's wait ended at t=1: alive, it gives up; dead, the line waits out the

@@ -262,7 +262,7 @@ impl Narrate for LockModel {
             Some(v) => {
                 let _ = write!(out, "held by {}", name(v.owner));
                 if let Some(d) = v.ends {
-                    let _ = write!(out, "+{d} (lease to t={d})");
+                    let _ = write!(out, " (marked, lease to t={d})");
                 }
                 let _ = write!(out, " until t={}", v.expires);
             }
