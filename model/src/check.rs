@@ -135,6 +135,9 @@ pub struct Run {
     /// Stop at the first property that fails (for a check expected to fail;
     /// `sometimes` properties may then go unreached).
     pub stop_at_first_failure: bool,
+    /// Stop once this property has a counterexample (for a check expected
+    /// to break it; others may fail first without stopping it).
+    pub stop_at: Option<&'static str>,
 }
 
 impl Default for Run {
@@ -143,6 +146,7 @@ impl Default for Run {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_depth: None,
             stop_at_first_failure: false,
+            stop_at: None,
         }
     }
 }
@@ -235,6 +239,9 @@ where
     }
     if run.stop_at_first_failure {
         builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    }
+    if let Some(property) = run.stop_at {
+        builder = builder.finish_when(HasDiscoveries::AnyOf([property].into()));
     }
     let checker = builder.spawn_bfs().join();
     let elapsed = started.elapsed();

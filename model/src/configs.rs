@@ -12,6 +12,20 @@ pub fn lock_two_clients_two_faults() -> LockConfig {
     LockConfig::new(2, 4, Faults::each_once(2))
 }
 
+/// Two clients waiting 4 ticks, one pause: a holder paused past its lease
+/// asks for its fencing token when it resumes (the Kleppmann case).
+pub fn lock_two_clients_one_pause() -> LockConfig {
+    LockConfig::new(
+        2,
+        4,
+        Faults {
+            pause: 1,
+            total: 1,
+            ..Faults::NONE
+        },
+    )
+}
+
 /// Three clients, no faults.
 pub fn lock_three_clients_no_faults() -> LockConfig {
     LockConfig::new(3, 4, Faults::NONE)
@@ -71,8 +85,11 @@ pub fn lock_three_clients_one_fault_one_waiting_a_tick() -> LockConfig {
 
 /// Exhaustive: two clients waiting 4 ticks and a try-once newcomer (C),
 /// starting by tick 3, holds of a tick, one crash: a newcomer that comes
-/// after a dead holder's lease ran out finds the key free with a line
-/// behind it, hands it to the head of the line and is busy.
+/// after a dead holder's lease ran out finds the key still there, pinned by
+/// the line (its plain `SET NX` answers nil), and acquire.lua hands it to
+/// the head of the line and answers the newcomer busy. With
+/// [`LockConfig::line_pins_key`] off the model finds the newcomer's `SET
+/// NX` passing the line.
 pub fn lock_two_waiters_and_a_try_once_newcomer_one_crash() -> LockConfig {
     let mut cfg = lock_three_clients_one_crash();
     cfg.waits = vec![4, 4, 0];

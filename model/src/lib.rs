@@ -3,11 +3,14 @@
 //! Redis, expiry, crashes, pauses and lost messages with
 //! [stateright](https://docs.rs/stateright).
 //!
-//! * [`lock`]: one Redis server: acquire / extend / release scripts with the
-//!   waiter queue, the `+` mark, hand-over leases and notices, and the
-//!   fencing counter of the key's hash slot (which other keys raise too); the
-//!   client's acquire steps (with the stale hand-over rule), watchdog and
-//!   release outcomes; tasks of one process in line, handing the lease on
+//! * [`lock`]: one Redis server: the plain `SET NX` and compare-and-delete
+//!   of the uncontended path, the acquire / extend / mint / release scripts
+//!   with the waiter queue, the owner's deadline in the key's value and the
+//!   pin that keeps the key while a line exists, hand-over leases and
+//!   notices, and the fencing counter of the key's hash slot (which other
+//!   keys raise too); the client's acquire steps (with the stale hand-over
+//!   rule), watchdog, fencing token minted on first use and release
+//!   outcomes; tasks of one process in line, handing the lease on
 //!   with fencing tokens reserved by reserve.lua.
 //! * [`shared`]: read-write locks and semaphores (shared.lua: a writer, a
 //!   set of holders by lease end, a FIFO queue granted from its head with

@@ -66,9 +66,11 @@ impl Node {
                 self.fence += 1;
                 Ok(self.fence)
             }
-            // Ours: `PEXPIRE`, the counter as it is.
+            // "Ours already" (a re-sent attempt): `PEXPIRE`, and a token
+            // minted now, while ours (`INCR`).
             Some((o, _)) if o == token => {
                 self.lock = Some((o, now + ttl));
+                self.fence += 1;
                 Ok(self.fence)
             }
             // Another owner's, try once: `-ttl`.
@@ -76,12 +78,13 @@ impl Node {
         }
     }
 
-    /// fence_raise.lua:5-9
+    /// fence_raise.lua: the counter raised to at least `fence`.
     fn fence_raise(&mut self, fence: u8) {
         self.fence = self.fence.max(fence);
     }
 
-    /// extend_many.lua:7-14
+    /// extend_many.lua for one key: re-armed if ours (a Redlock node's
+    /// value is never marked: nobody queues there).
     fn extend(&mut self, now: u8, token: u8, ttl: u8) -> bool {
         match self.lock {
             Some((o, _)) if o == token => {

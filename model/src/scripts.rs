@@ -6,21 +6,23 @@
 pub const MIRRORED: &[(&str, &str, &str)] = &[
     (
         "acquire.lua",
-        "2e465f89d01e826a0db384e531f2db86402fea09",
-        "lock/server.rs `Server::acquire` (its free path's hand-over: `Server::hand_to_head`); \
-         redlock.rs `Node::acquire`. A leader election's record and candidates' labels \
+        "32a067df96075bac0aa2e58740bd6446421eedb9",
+        "lock/server.rs `Server::acquire` (its `pin`: `Server::pin`; its free path's \
+         hand-over: `Server::hand_to_head`; the plain `SET NX` sent before it, whose nil \
+         answer sends it: `Server::set_nx`, `Req::SetNx`); redlock.rs `Node::acquire`. A leader election's record and candidates' labels \
          (KEYS[5], KEYS[6]) are written beside each grant and not modelled: they never \
          decide who holds the lock; tests/tests/leader.rs covers them",
     ),
     (
         "acquire_all.lua",
-        "9aad4bf7df88f88eac5453cd3757d6e1351725c5",
+        "bb7efc0977ee209c40c458adf42eff2c03b2b95d",
         "not modelled on its own: seen from any one of its keys (the model has one), \
          it is a try-once acquire.lua that never queues: a free key with no live \
-         waiter is taken (SET PX, INCR), a free key with live waiters in line goes \
-         to the first of them exactly as `Server::hand_to_head` hands it (entries \
-         whose wait ended skipped) and the call is busy, another owner's key is \
-         busy; its INCR is one the other keys of its slot share (`Action::OtherKey`); \
+         waiter is taken (SET PX, INCR), a free key (or one pinned by its line past \
+         its owner's deadline) with live waiters in line goes to the first of them \
+         exactly as `Server::hand_to_head` hands it (entries whose wait ended \
+         skipped, marked and pinned) and the call is busy, another owner's key is \
+         busy, our own is re-armed keeping its mark and pin; its INCR is one the other keys of its slot share (`Action::OtherKey`); \
          all-or-none across keys is the atomicity of one script, and the client \
          side (global key order, roll-back) and the line are covered by \
          tests/tests/lock_all.rs and tests/tests/fifo_expiry.rs",
@@ -46,13 +48,13 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "extend.lua",
-        "2ba8056365d5580f47bf1159382577b93c61d205",
+        "ca1688e36f9d1d4742596267d0663f23a138c6ee",
         "lock/server.rs `Server::extend` (confirm); a leader's record re-armed beside \
          the lease (KEYS[2]) is not modelled",
     ),
     (
         "extend_many.lua",
-        "422006ece04fd85f5d3acd42fd2997fa6f29e1cf",
+        "e139abec434a799eabc1e116cf1fa3386088e284",
         "lock/server.rs `Server::extend` (watchdog); redlock.rs `Node::extend`",
     ),
     (
@@ -96,20 +98,32 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
         "records/server.rs `State::renew` (per record of the batch)",
     ),
     (
+        "mint.lua",
+        "cf2f9664330dd00da29b228122ecdc53d70b57bc",
+        "lock/server.rs `Server::mint` (from `Action::Mint`, `Held::fencing_token`)",
+    ),
+    (
         "release.lua",
-        "5f553ebdad53ae5bbefe8fc99228a10fdd2f48ac",
-        "lock/server.rs `Server::release` (its hand-over: `Server::hand_to_head`); \
-         redlock.rs `Node::release`. A leader election's record (written on a \
+        "adf7040472b072ac90694b31011c538a04d87da6",
+        "lock/server.rs `Server::release` (its hand-over: `Server::hand_to_head`; the \
+         plain compare-and-delete sent before it, whose 0 sends it: `Server::unlock`, \
+         `Req::Unlock`); redlock.rs `Node::release`. A leader election's record (written on a \
          hand-over, deleted on a release to nobody) is not modelled",
     ),
     (
         "reserve.lua",
-        "a2120dbac875f2c4e65e8e8db1a358941059f629",
+        "ac262d4aec192fa95b701feff73e85e032db5710",
         "lock/server.rs `Server::reserve` (from `LockModel::hand_on`, client/handover.rs `hand_on`)",
     ),
     (
         "shared.lua",
         "a40791b8b9d7d8c984d94e9ceee70962e5151fc8",
         "shared.rs `Holders::acquire`, `release`, `extend` (run by `LockModel::exec_shared`)",
+    ),
+    (
+        "unlock.lua",
+        "27a2878c6157d614f55540c72fc627fc71f8f7fe",
+        "lock/server.rs `Server::unlock` (the same compare-and-delete as Valkey's \
+         `DELIFEQ`, which the model does not tell apart)",
     ),
 ];

@@ -119,17 +119,18 @@ fn lock_three_clients_with_a_crash_keep_every_property() {
 /// ahead of it:
 ///
 /// ```text
-///  5. t=0 Redis runs B's Acquire { wait: 1 }: granted, fencing 1
-///  9. t=0 Redis runs A's Acquire { wait: 4 }: busy for 3 more ticks, counter 1; A queued, holder marked +
-/// 16. t=0 Redis runs C's Acquire { wait: 4 }: busy for 3 more ticks, counter 1; C queued, holder marked +
+///  5. t=0 Redis runs B's SetNx { wait: 1 }: SET NX: OK, taken without a fencing token
+///  9. t=0 Redis runs A's Acquire { wait: 4 }: busy for 3 more ticks, counter 0; A queued, ...
+/// 16. t=0 Redis runs C's Acquire { wait: 4 }: busy for 3 more ticks, counter 0; C queued, ...
 /// 18. t=0 FAULT B: the process dies
 /// 21. t=2 time passes; B's lease expires
 /// 22. t=3 C: its lease timer fires, tries again
-/// 24. t=3 Redis runs C's Acquire { wait: 1 }: granted, fencing 2
-///     then: key held by C until t=6, queue [A]; A: Waiting { retry_at: 3 }
+/// 24. t=3 Redis runs C's Acquire { wait: 1 }: granted, fencing 1
+///     then: t=3 key held by C (marked, lease to t=6) until t=6, ..., queue [A]; A: Waiting { retry_at: 3 } ...
 /// ```
 ///
-/// Today's acquire.lua hands the key to A at step 24 and answers C busy.
+/// Today's acquire.lua finds B's deadline passed at step 24 (the key is
+/// still there, pinned by the line), hands the key to A and answers C busy.
 #[test]
 fn lock_three_clients_with_a_crash_find_the_old_acquire_script_overtaking_a_waiter() {
     let mut cfg = configs::lock_three_clients_one_crash();
@@ -161,9 +162,11 @@ fn lock_three_clients_with_a_pause_find_the_old_acquire_script_overtaking_a_wait
 /// 7dbf470) a release hands the key to a waiter whose wait is over:
 ///
 /// ```text
-///  3. t=0 Redis runs A's Acquire { wait: 4 }: granted, fencing 1
-/// 10. t=0 Redis runs B's Acquire { wait: 1 }: busy for 3 more ticks, counter 1; B queued, holder marked +
-/// 16. t=1 A: release(); Redis runs A's Release { dequeue: false }: released and handed to B (fencing 2, lease 2)
+///  3. t=0 Redis runs A's SetNx { wait: 4 }: SET NX: OK, taken without a fencing token
+/// 10. t=0 Redis runs B's Acquire { wait: 1 }: busy for 3 more ticks, counter 0; B queued, ...
+/// 13. t=0 FAULT C: the process dies
+/// 15. t=1 A: release(); A: sends DELIFEQ (lease valid: yes)
+/// 16. t=1 Redis runs A's Unlock: DELIFEQ: 0; release.lua: released and handed to B (fencing 1, lease 2), ...
 /// ```
 ///
 /// B's wait ended at t=1: alive, it gives up; dead, the line waits out the
@@ -202,6 +205,103 @@ fn finds(title: &str, cfg: model::lock::LockConfig, property: &str, steps: &[&st
         steps.iter().all(|step| found.trace.contains(step)),
         "not the expected counterexample ({steps:?}):\n{}",
         found.trace
+    );
+}
+
+/// Like [`finds`], but explores until `property` itself breaks (another
+/// property the mistake breaks first does not stop the check).
+fn finds_broken(title: &str, cfg: model::lock::LockConfig, property: &'static str, steps: &[&str]) {
+    let report = check(
+        title,
+        cfg.into_model(),
+        Run {
+            stop_at: Some(property),
+            ..Run::default()
+        },
+    );
+    println!("{report}");
+    let found = report
+        .counterexample(property)
+        .unwrap_or_else(|| panic!("{title}: no counterexample to {property:?}"));
+    assert!(
+        steps.iter().all(|step| found.trace.contains(step)),
+        "not the expected counterexample ({steps:?}):\n{}",
+        found.trace
+    );
+}
+
+/// A holder paused past its lease (the Kleppmann case) asks for its fencing
+/// token when it resumes, before its watchdog runs: mint.lua refuses it (the
+/// configuration's `sometimes` property shows the model reaches that), so
+/// it never holds a token above the next holder's.
+#[test]
+fn lock_two_clients_with_a_pause_keep_every_property_with_tokens_minted_on_first_use() {
+    checked(
+        "lock 2 pause",
+        check(
+            "lock: 2 clients, 1 pause",
+            configs::lock_two_clients_one_pause().into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+/// The order of tokens is not vacuous: mint.lua without its ownership check
+/// (the comparison of the value with our token, and of the deadline with
+/// the clock) mints for a holder whose lease ran out while it was paused,
+/// after the next holder got its token:
+///
+/// ```text
+///  3. t=0 Redis runs A's SetNx { wait: 4 }: SET NX: OK, taken without a fencing token
+///  5. t=0 FAULT A: the process stops until t=4
+///  9. t=1 Redis runs B's SetNx { wait: 4 }: SET NX: nil; acquire.lua: busy for 2 more ticks, ...
+/// 15. t=2 time passes; A's lease expires
+/// 18. t=3 Redis runs B's Acquire { wait: 2 }: granted, fencing 1
+/// 21. t=4 A: fencing_token(): sends mint.lua
+/// 22. t=4 Redis runs A's Mint: mint.lua: minted fencing 2
+/// ```
+///
+/// Today's mint.lua answers 0 at step 22: A is told `Lost`.
+#[test]
+fn lock_a_mint_without_the_ownership_check_is_found() {
+    let mut cfg = configs::lock_two_clients_one_pause();
+    cfg.mint_checks_owner = false;
+    finds_broken(
+        "lock: 2 clients, 1 pause, mint.lua without the ownership check (counterexample expected)",
+        cfg,
+        "fencing tokens rise in the order holders held the key",
+        &["FAULT A", "A's lease expires", "A's Mint: mint.lua: minted"],
+    );
+}
+
+/// "While a line exists, the lock key exists" is what keeps a newcomer's
+/// plain `SET NX` behind the line, and the model shows it: a key that keeps
+/// only its owner's lease while waiters are queued (acquire.lua's `pin`
+/// without the longest wait) expires bare when its holder dies, and a
+/// try-once newcomer's `SET NX` takes it past the waiter at the head of
+/// the line:
+///
+/// ```text
+///  5. t=0 Redis runs B's SetNx { wait: 4 }: SET NX: OK, taken without a fencing token
+///  9. t=0 Redis runs A's Acquire { wait: 4 }: busy for 3 more ticks, counter 0; A queued, ...
+/// 11. t=0 FAULT B: the process dies
+/// 14. t=2 time passes; B's lease expires
+/// 17. t=3 Redis runs C's SetNx { wait: 0 }: SET NX: OK, taken without a fencing token
+///     then: t=3 key held by C until t=6, fence counter 0, queue [A]; A: Waiting { retry_at: 3 } ...
+/// ```
+///
+/// With the pin the key lives until A's wait ends: C's `SET NX` finds it
+/// taken, and acquire.lua hands it to A.
+#[test]
+fn lock_a_line_that_lets_the_key_expire_bare_is_overtaken() {
+    let mut cfg = configs::lock_two_waiters_and_a_try_once_newcomer_one_crash();
+    cfg.line_pins_key = false;
+    finds_broken(
+        "lock: 2 waiters and a try-once newcomer, 1 crash, no pin (counterexample expected)",
+        cfg,
+        "no waiter is overtaken by a later arrival",
+        &["FAULT B", "A queued", "C's SetNx { wait: 0 }: SET NX: OK"],
     );
 }
 

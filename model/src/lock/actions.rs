@@ -75,11 +75,19 @@ impl LockModel {
                     urgent.push(Action::LineTimeout(c));
                 }
             }
-            Phase::HandingOn => self.watchdog_actions(cl, c, now, urgent),
+            Phase::HandingOn | Phase::Minting => self.watchdog_actions(cl, c, now, urgent),
             Phase::Hold => {
                 self.watchdog_actions(cl, c, now, urgent);
+                // A writer writes with its token; a holder without one
+                // may ask for it at any moment while not told lost
+                // (`Held::fencing_token`), also just after a pause, before
+                // its watchdog runs.
                 if !cl.wrote && !cl.lost && self.cfg.writes(c) {
-                    lazy.push(Action::Write(c));
+                    if cl.fencing != 0 {
+                        lazy.push(Action::Write(c));
+                    } else {
+                        lazy.push(Action::Mint(c));
+                    }
                 }
                 if now >= cl.acquired_at + self.cfg.hold_max {
                     urgent.push(Action::Release(c));
@@ -140,6 +148,6 @@ impl LockModel {
     }
 
     pub(super) fn needs_time(&self, s: &State) -> bool {
-        s.clients.iter().any(|c| c.active()) || s.held() || s.queued().next().is_some()
+        s.clients.iter().any(|c| c.active()) || s.key_exists() || s.queued().next().is_some()
     }
 }

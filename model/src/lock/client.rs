@@ -70,7 +70,7 @@ impl LockModel {
         let cl = &mut s.clients[c as usize];
         cl.phase = Phase::Done(end);
         cl.registered = false;
-        cl.app = Some(Net::new(Req::Release { dequeue: queued }, 1, true));
+        cl.app = Some(Net::new(self.release_req(queued), 1, true));
         log.say(|| {
             format!(
                 "{}: gives up ({end:?}); releases in the background",
@@ -206,6 +206,8 @@ impl LockModel {
             Phase::Done(End::ReleasedOk),
         );
         debug_assert!(matches!(giver, Phase::Hold | Phase::HandingOn));
+        // Ghost: the next task's tenure begins.
+        self.tenure_begins(s, None);
         let from = &mut s.clients[c as usize];
         let (token, valid_until, wd, wd_net, lease_ended) = (
             from.token,
@@ -228,7 +230,8 @@ impl LockModel {
         to.lost = false;
         to.acquired_at = now;
         to.lease_ended = lease_ended;
-        self.issued(s, fencing);
+        to.superseded = false;
+        self.issued_to(s, w, fencing);
         s.ghost.handed_locally = true;
         log.say(|| {
             format!(
@@ -248,14 +251,32 @@ impl LockModel {
         cl.wd_net = None; // unwatched: a renewal in flight is ignored
         let valid = !cl.lost && now < cl.valid_until;
         cl.phase = Phase::Releasing { was_lost, valid };
-        cl.app = Some(Net::new(Req::Release { dequeue: false }, 1, false));
+        let req = self.release_req(false);
+        cl.app = Some(Net::new(req, 1, false));
         log.say(|| {
             format!(
                 "{}: sends {} (lease valid: {})",
                 name(c),
-                self.script("release.lua", "release"),
+                match req {
+                    Req::Unlock => "DELIFEQ".to_string(),
+                    _ => self.script("release.lua", "release"),
+                },
                 if valid { "yes" } else { "no" }
             )
         });
+    }
+
+    /// The first request of a release (`RedisBackend::release`): a mutex's
+    /// release that leaves no queue entry goes to the plain
+    /// compare-and-delete first (release.lua only if that deleted
+    /// nothing); leaving the queue (`dequeue`), or a shared lock's, goes to
+    /// the script at once. Re-sent once after a broken connection
+    /// (`RedisBackend::send_release`).
+    pub(super) fn release_req(&self, dequeue: bool) -> Req {
+        if dequeue || self.cfg.shared.is_some() {
+            Req::Release { dequeue }
+        } else {
+            Req::Unlock
+        }
     }
 }

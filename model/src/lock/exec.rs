@@ -29,14 +29,50 @@ impl LockModel {
         let owner_before = s.server.lock.map(|v| v.owner);
         let (resp, text) = match net.req {
             _ if self.cfg.shared.is_some() => self.exec_shared(s, c, net.req),
-            Req::Acquire { wait } => {
+            // The plain `SET NX` on a free key takes it; on a taken key it
+            // answers nil and changes nothing, and the client sends
+            // acquire.lua at once (which starts with the same `SET NX`):
+            // one step here, as if acquire.lua alone had been sent (the
+            // validity still counts from the first send). Any other step
+            // that could fall between the two falls before this one.
+            Req::SetNx { .. } if s.server.set_nx(now, token, ttl) => {
+                // Ghost: a lease of c's starts now.
+                s.clients[c as usize].lease_ended = false;
+                (
+                    Resp::SetNx,
+                    "SET NX: OK, taken without a fencing token".to_string(),
+                )
+            }
+            Req::Mint => {
+                let before = s.server.fence;
+                let f = s.server.mint(now, token, self.cfg.mint_checks_owner);
+                if s.server.fence != before {
+                    self.issued_to(s, c, f);
+                } else {
+                    s.ghost.mint_refused = true;
+                }
+                let text = if f == 0 {
+                    "0 (not ours: our lease ended)".to_string()
+                } else {
+                    format!("minted fencing {f}")
+                };
+                (Resp::Minted(f), format!("mint.lua: {text}"))
+            }
+            // The plain compare-and-delete; when it deletes nothing it
+            // changes nothing, and the client sends release.lua at once
+            // (told whether a copy may have run before): one step here,
+            // as for `SET NX` above.
+            Req::Unlock if s.server.unlock(token) => {
+                (Resp::Unlocked, "DELIFEQ: deleted".to_string())
+            }
+            Req::Acquire { wait } | Req::SetNx { wait } => {
                 let before = s.server.fence;
                 let (r, notice) =
                     s.server
                         .acquire(now, token, ttl, wait, self.cfg.handoff, self.scripts());
                 if let AcqReply::Granted(f) = r {
                     if s.server.fence != before {
-                        self.issued(s, f);
+                        self.issued_to(s, c, f);
                     }
                     // Ghost: a lease of c's starts (or is re-armed) now.
                     s.clients[c as usize].lease_ended = false;
@@ -58,7 +94,7 @@ impl LockModel {
                     AcqReply::Granted(f) => format!("granted, fencing {f}"),
                     AcqReply::Busy { remaining, fence } if wait != 0 => {
                         format!(
-                            "busy for {remaining} more ticks, counter {fence}; {} queued, holder marked +",
+                            "busy for {remaining} more ticks, counter {fence}; {} queued, holder marked with its deadline, key pinned",
                             name(c)
                         )
                     }
@@ -66,6 +102,9 @@ impl LockModel {
                         format!("busy for {remaining} more ticks")
                     }
                 };
+                if matches!(net.req, Req::SetNx { .. }) {
+                    text = format!("SET NX: nil; acquire.lua: {text}");
+                }
                 (Resp::Acquire(r), text)
             }
             Req::Confirm | Req::Renew => {
@@ -80,18 +119,19 @@ impl LockModel {
                     format!("{script}: {}", if ok { "re-armed" } else { "not ours (0)" }),
                 )
             }
-            Req::Release { dequeue } => {
+            Req::Release { .. } | Req::Unlock => {
+                let dequeue = net.req == Req::Release { dequeue: true };
                 let (r, notice) = s.server.release(
                     now,
                     token,
                     self.cfg.handoff,
                     dequeue.then_some((token, ttl)),
-                    self.cfg.skip_ended_waits,
+                    self.scripts(),
                 );
                 if let Some(Notice::Grant { to, fence }) = notice {
                     self.handed(s, to, fence);
                 }
-                let text = match r {
+                let mut text = match r {
                     RelReply::NotOurs => "not ours (0)".to_string(),
                     RelReply::Released => "released".to_string(),
                     RelReply::Handed { to, fence } => format!(
@@ -100,6 +140,9 @@ impl LockModel {
                         ttl.min(self.cfg.handoff)
                     ),
                 };
+                if net.req == Req::Unlock {
+                    text = format!("DELIFEQ: 0; release.lua: {text}");
+                }
                 (Resp::Release(r), text)
             }
             Req::Reserve => {
@@ -116,6 +159,11 @@ impl LockModel {
         log.say(|| format!("Redis runs {}'s {:?}: {text}", name(c), net.req));
         if self.cfg.shared.is_none() {
             let owner = s.server.lock.map(|v| v.owner);
+            if let Some(new) = owner
+                && owner != owner_before
+            {
+                self.tenure_begins(s, Some(new));
+            }
             let to = match resp {
                 // reserve.lua keeps the key for the owner's process: the
                 // next task in line takes it without queueing on the server.
@@ -132,6 +180,32 @@ impl LockModel {
         Scripts {
             fifo_on_expiry: self.cfg.fifo_on_expiry,
             skip_ended_waits: self.cfg.skip_ended_waits,
+            line_pins_key: self.cfg.line_pins_key,
+            mint_checks_owner: self.cfg.mint_checks_owner,
+        }
+    }
+
+    /// Ghost: a holder's tenure begins (the server gave the key to the
+    /// acquisition of token `server`; `None`: a task of a process took the
+    /// lease handed on in it). Every other client holding a guard is now
+    /// superseded: a token issued to it from now on would sit above the
+    /// new holder's, although it held the key before.
+    pub(super) fn tenure_begins(&self, s: &mut State, server: Option<u8>) {
+        for (i, cl) in s.clients.iter_mut().enumerate() {
+            if Some(i as u8) == server {
+                cl.superseded = false;
+            } else if cl.holding() && server.is_none_or(|t| cl.token != t) {
+                cl.superseded = true;
+            }
+        }
+    }
+
+    /// A fencing token `f` issued to client `c`'s tenure: strictly above
+    /// every earlier one, and never to a holder a later one superseded.
+    pub(super) fn issued_to(&self, s: &mut State, c: u8, f: u8) {
+        self.issued(s, f);
+        if s.clients[c as usize].superseded {
+            s.ghost.token_after_later_holder = true;
         }
     }
 
@@ -211,7 +285,7 @@ impl LockModel {
     /// lease of `to`'s starts, and the notice is published to every
     /// subscribed process (release.lua's and acquire.lua's `PUBLISH`, shared.lua `promote`).
     pub(crate) fn handed(&self, s: &mut State, to: u8, fence: u8) {
-        self.issued(s, fence);
+        self.issued_to(s, to, fence);
         s.clients[to as usize].lease_ended = false;
         let notice = Notice::Grant { to, fence };
         for other in &mut s.clients {

@@ -1,14 +1,32 @@
-//! The lock protocol on one Redis server, as implemented: the acquire,
-//! extend and release scripts (waiter queue, `+` mark, hand-over leases,
-//! notices, the slot's fencing counter), the client's acquire steps (with
-//! the stale hand-over rule of `fence_seen`), its watchdog and its release,
-//! with a model clock and faults.
+//! The lock protocol on one Redis server, as implemented: the uncontended
+//! path in plain commands (a `SET NX PX` to acquire, the server's
+//! compare-and-delete to release), the acquire, extend, mint and release
+//! scripts (waiter queue, the `token+deadline` mark and the pin that keeps
+//! the key while a line exists, hand-over leases, notices, the slot's
+//! fencing counter), the client's acquire steps (with the stale hand-over
+//! rule of `fence_seen`), its watchdog, its fencing token minted on first
+//! use, and its release, with a model clock and faults.
 //!
 //! Each transition that mirrors Rust code cites the function it follows by
 //! name (`Acquisition::attempt`, with its file where the name alone is
-//! ambiguous), never by line: line numbers go stale. The scripts are cited by
-//! line (`Server::acquire` follows acquire.lua step by step): they are pinned
-//! by hash in [`crate::scripts`], so a changed script fails its test first.
+//! ambiguous), never by line: line numbers go stale. The scripts are cited
+//! the same way, by their local functions (acquire.lua's `pin`) or the
+//! comments that open their steps (acquire.lua's "Ours already"); they are
+//! pinned by hash in [`crate::scripts`], so a changed script fails its test
+//! first.
+//!
+//! The uncontended path: an acquisition's first attempt is a plain `SET
+//! NX` ([`Req::SetNx`]); only a key found taken sends acquire.lua, and
+//! every attempt after a busy one goes to the script. A lock taken so has
+//! no fencing token: its holder may ask for one at any moment while it
+//! believes it holds, also after a pause ([`Action::Mint`], mint.lua,
+//! which refuses a holder whose lease ended), and writes to the fenced
+//! store only with a token. A release first sends the plain
+//! compare-and-delete ([`Req::Unlock`]), and release.lua only when that
+//! deleted nothing. Once somebody queues, the key is marked with its
+//! owner's deadline and pinned until the longest wait in line ends, so a
+//! newcomer's plain `SET NX` finds it taken and cannot pass the line; a
+//! script that finds the deadline passed hands the key to the line.
 //!
 //! Time is a small integer clock: a tick is longer than a round trip, so a
 //! step that takes one round trip (a script call and its answer, a notice)
@@ -53,8 +71,10 @@
 //! never queued) is passed over, and no hand-over goes to an entry whose
 //! wait is over (a crashed waiter cannot stall the line past its wait).
 //! [`LockConfig::fifo_on_expiry`] and [`LockConfig::skip_ended_waits`]
-//! switch back to the scripts before commit 7dbf470, for the tests that
-//! show the model finds what they did.
+//! switch back to the scripts before commit 7dbf470,
+//! [`LockConfig::line_pins_key`] and [`LockConfig::mint_checks_owner`]
+//! off break the pin and mint.lua's ownership check, for the tests that
+//! show the model finds what they do.
 
 use std::fmt::Write as _;
 
@@ -176,6 +196,18 @@ pub struct LockConfig {
     /// below the reserved block (the last one issued before it) instead of
     /// the block's first (`hand_on`, client/handover.rs). The model must find it.
     pub hand_on_below_block: bool,
+    /// `true`: today's scripts: a marked key lives until the end of the
+    /// longest wait in its line (acquire.lua's `pin`). `false`, a mistake
+    /// the model must catch: the key keeps only its owner's lease while
+    /// waiters are queued, so it can expire bare and a newcomer's plain
+    /// `SET NX` takes it past the line.
+    pub line_pins_key: bool,
+    /// `true`: today's mint.lua, which mints only while the lock is the
+    /// caller's (its value, with a deadline still ahead if marked).
+    /// `false`, a mistake the model must catch: a mint without that check,
+    /// so a holder whose lease ended (paused past it) gets a token above
+    /// the next holder's.
+    pub mint_checks_owner: bool,
     /// `Some`: a read-write lock or a semaphore (shared.lua, see
     /// [`crate::shared`]) instead of a mutex.
     pub shared: Option<SharedConfig>,
@@ -198,6 +230,8 @@ impl LockConfig {
             other_keys: 0,
             fifo_on_expiry: true,
             skip_ended_waits: true,
+            line_pins_key: true,
+            mint_checks_owner: true,
             process: (0..clients as u8).collect(),
             block: 2,
             hand_on_below_block: false,

@@ -119,7 +119,7 @@ impl Model for LockModel {
                 "every acquire ends, and the key, queue and mark go",
                 |_: &LockModel, s: &State| {
                     s.clients.iter().all(|c| !c.active())
-                        && !s.held()
+                        && !s.key_exists()
                         && s.queued().next().is_none()
                 },
             ),
@@ -185,17 +185,38 @@ impl Model for LockModel {
 impl LockModel {
     /// The properties of a mutex, besides those of every configuration.
     fn mutex_properties(&self) -> Vec<Property<LockModel>> {
-        let mut properties = vec![Property::always(
-            "at most one holder believes its lease valid",
-            |_: &LockModel, s: &State| {
-                s.clients.iter().filter(|c| c.believes_valid(s.now)).count() <= 1
-            },
-        )];
+        let mut properties = vec![
+            Property::always(
+                "at most one holder believes its lease valid",
+                |_: &LockModel, s: &State| {
+                    s.clients.iter().filter(|c| c.believes_valid(s.now)).count() <= 1
+                },
+            ),
+            // The invariant the plain `SET NX` relies on: a live waiter in
+            // line means the key exists (the overtaking it prevents is
+            // checked below, this says why).
+            Property::always(
+                "while a waiter is in line the key exists",
+                |m: &LockModel, s: &State| {
+                    s.server.lock.is_some() || !s.server.queue.iter().any(|e| m.live_waiter(s, e))
+                },
+            ),
+        ];
         properties.extend(check::never_set![LockModel;
             "no waiter is overtaken by a later arrival" => ghost.overtaken,
             "no hand-over goes to a waiter whose wait is over" => ghost.handed_to_ended,
+            "fencing tokens rise in the order holders held the key" =>
+                ghost.token_after_later_holder,
         ]);
         let cfg = &self.cfg;
+        // A holder paused past its lease asks for its token on resuming
+        // (the Kleppmann case): mint.lua refuses it.
+        if cfg.mint_checks_owner && cfg.faults.pause > 0 {
+            properties.push(Property::sometimes(
+                "mint.lua refuses a holder whose lease ended",
+                |_: &LockModel, s: &State| s.ghost.mint_refused,
+            ));
+        }
         let processes = |min_wait: u8| {
             let mut ps: Vec<u8> = (0..cfg.waits.len())
                 .filter(|&c| cfg.waits[c] >= min_wait)
@@ -239,13 +260,11 @@ impl Narrate for LockModel {
         let mut out = format!("t={} key ", s.now);
         match s.server.lock {
             Some(v) => {
-                let _ = write!(
-                    out,
-                    "held by {}{} until t={}",
-                    name(v.owner),
-                    if v.marked { "+" } else { "" },
-                    v.expires
-                );
+                let _ = write!(out, "held by {}", name(v.owner));
+                if let Some(d) = v.ends {
+                    let _ = write!(out, " (marked, lease to t={d})");
+                }
+                let _ = write!(out, " until t={}", v.expires);
             }
             None => out.push_str("free"),
         }
@@ -264,7 +283,7 @@ impl Narrate for LockModel {
         }
         for (i, c) in s.clients.iter().enumerate() {
             let _ = write!(out, "; {}: {:?}", name(i as u8), c.phase);
-            if matches!(c.phase, Phase::Hold) {
+            if c.holding() {
                 let _ = write!(
                     out,
                     " (token {}, fencing {}, valid until t={}, lost {})",

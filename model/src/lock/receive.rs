@@ -85,77 +85,96 @@ impl LockModel {
                     }
                 }
             }
-            (Conn::App, Req::Acquire { .. }, Phase::AcquireSent { sent }) => match resp {
-                // `Acquisition::attempt`
-                Some(Resp::Acquire(AcqReply::Granted(f))) => {
-                    log.say(|| format!("{}: acquire answered granted", name(c)));
-                    self.hold(s, c, f, sent, ttl, log);
-                }
-                Some(Resp::Acquire(AcqReply::Busy { remaining, fence })) => {
-                    // `Acquisition::attempt`: the counter a busy attempt saw (`fence_seen`)
-                    s.clients[ci].last_busy = s.clients[ci].last_busy.max(sent);
-                    if self.cfg.check_stale_grants {
-                        s.clients[ci].fence_seen = s.clients[ci].fence_seen.max(fence);
+            (Conn::App, Req::Mint, Phase::Minting) => {
+                // `Held::fencing_token` (held.rs)
+                s.clients[ci].phase = Phase::Hold;
+                match resp {
+                    Some(Resp::Minted(f)) if f != 0 => {
+                        s.clients[ci].fencing = f;
+                        log.say(|| format!("{}: fencing_token() -> {f}", name(c)));
+                        // It asked to write: at once (a token minted early
+                        // and used late is what a token issued at acquire
+                        // shows, with hand-overs).
+                        self.write(s, c, log);
                     }
-                    log.say(|| format!("{}: acquire answered busy ({remaining} ticks)", name(c)));
-                    if !s.clients[ci].registered {
-                        // `Acquisition::finish`
-                        if now >= s.clients[ci].deadline {
-                            self.give_up(s, c, log);
-                        } else {
-                            // `Acquisition::queue`: register (subscribe), then try again.
-                            s.clients[ci].registered = true;
-                            s.clients[ci].subscribed = true;
-                            s.clients[ci].phase = Phase::Attempting;
-                            log.say(|| format!("{}: registers for notices", name(c)));
+                    Some(Resp::Minted(_)) => {
+                        // `Held::lose`: a holder whose lease ended gets `Lost`.
+                        s.clients[ci].lost = true;
+                        s.clients[ci].wd = None;
+                        log.say(|| format!("{}: fencing_token() -> Lost; lost()", name(c)));
+                    }
+                    Some(_) => unreachable!(),
+                    None => log.say(|| format!("{}: fencing_token() -> a backend error", name(c))),
+                }
+            }
+            (Conn::App, Req::Acquire { .. } | Req::SetNx { .. }, Phase::AcquireSent { sent }) => {
+                match resp {
+                    // `Acquisition::attempt`: the plain `SET NX` took the key.
+                    Some(Resp::SetNx) => {
+                        log.say(|| format!("{}: SET NX answered OK", name(c)));
+                        self.hold(s, c, 0, sent, ttl, log);
+                    }
+                    // `Acquisition::attempt`
+                    Some(Resp::Acquire(AcqReply::Granted(f))) => {
+                        log.say(|| format!("{}: acquire answered granted", name(c)));
+                        self.hold(s, c, f, sent, ttl, log);
+                    }
+                    Some(Resp::Acquire(AcqReply::Busy { remaining, fence })) => {
+                        // `Acquisition::attempt`: the counter a busy attempt saw (`fence_seen`)
+                        s.clients[ci].last_busy = s.clients[ci].last_busy.max(sent);
+                        if self.cfg.check_stale_grants {
+                            s.clients[ci].fence_seen = s.clients[ci].fence_seen.max(fence);
                         }
-                    } else {
-                        // `Acquisition::wait_for_turn`
-                        if s.clients[ci].granted != 0 {
-                            let fence = std::mem::take(&mut s.clients[ci].granted);
-                            if self.fresh(&s.clients[ci], fence) {
-                                s.clients[ci].phase = Phase::Confirming { fence, sent: None };
-                                log.say(|| {
-                                    format!("{}: a grant is waiting (fencing {fence})", name(c))
-                                });
+                        log.say(|| {
+                            format!("{}: acquire answered busy ({remaining} ticks)", name(c))
+                        });
+                        if !s.clients[ci].registered {
+                            // `Acquisition::finish`
+                            if now >= s.clients[ci].deadline {
+                                self.give_up(s, c, log);
                             } else {
-                                // `Acquisition::wait_for_turn`: stale, tries again at once.
+                                // `Acquisition::queue`: register (subscribe), then try again.
+                                s.clients[ci].registered = true;
+                                s.clients[ci].subscribed = true;
                                 s.clients[ci].phase = Phase::Attempting;
-                                s.ghost.stale_ignored = true;
-                                log.say(|| {
+                                log.say(|| format!("{}: registers for notices", name(c)));
+                            }
+                        } else {
+                            // `Acquisition::wait_for_turn`
+                            if s.clients[ci].granted != 0 {
+                                let fence = std::mem::take(&mut s.clients[ci].granted);
+                                if self.fresh(&s.clients[ci], fence) {
+                                    s.clients[ci].phase = Phase::Confirming { fence, sent: None };
+                                    log.say(|| {
+                                        format!("{}: a grant is waiting (fencing {fence})", name(c))
+                                    });
+                                } else {
+                                    // `Acquisition::wait_for_turn`: stale, tries again at once.
+                                    s.clients[ci].phase = Phase::Attempting;
+                                    s.ghost.stale_ignored = true;
+                                    log.say(|| {
                                     format!(
                                         "{}: a grant is waiting (fencing {fence}), stale (counter seen {}): tries again",
                                         name(c),
                                         s.clients[ci].fence_seen
                                     )
                                 });
+                                }
+                            } else if now >= s.clients[ci].deadline {
+                                self.give_up(s, c, log);
+                            } else {
+                                let retry_at = (now + remaining).min(s.clients[ci].deadline);
+                                s.clients[ci].phase = Phase::Waiting { retry_at };
+                                log.say(|| {
+                                    format!("{}: waits until a notice or t={retry_at}", name(c))
+                                });
                             }
-                        } else if now >= s.clients[ci].deadline {
-                            self.give_up(s, c, log);
-                        } else {
-                            let retry_at = (now + remaining).min(s.clients[ci].deadline);
-                            s.clients[ci].phase = Phase::Waiting { retry_at };
-                            log.say(|| {
-                                format!("{}: waits until a notice or t={retry_at}", name(c))
-                            });
                         }
                     }
+                    Some(_) => unreachable!(),
+                    None => self.acquire_failed(s, c, log),
                 }
-                Some(_) => unreachable!(),
-                None => {
-                    // `Acquisition::attempt` (a killed connection: not a timeout;
-                    // the back-off is far below a tick).
-                    if s.clients[ci].retries < 8
-                        && (now < s.clients[ci].deadline || s.clients[ci].retries == 0)
-                    {
-                        s.clients[ci].retries += 1;
-                        s.clients[ci].phase = Phase::Attempting;
-                        log.say(|| format!("{}: connection error; tries again", name(c)));
-                    } else {
-                        self.fail(s, c, End::AcquireError, log);
-                    }
-                }
-            },
+            }
             (
                 Conn::App,
                 Req::Confirm,
@@ -177,9 +196,14 @@ impl LockModel {
                 }
                 None => self.fail(s, c, End::AcquireError, log),
             },
-            (Conn::App, Req::Release { .. }, Phase::Releasing { was_lost, valid }) => {
+            (
+                Conn::App,
+                Req::Release { .. } | Req::Unlock,
+                Phase::Releasing { was_lost, valid },
+            ) => {
                 // `LockGuard::release` with `RedisBackend::release`
                 let released = match resp {
+                    Some(Resp::Unlocked) => Some(Released::Yes),
                     Some(Resp::Release(RelReply::NotOurs)) if net.resent => Some(Released::Gone),
                     Some(Resp::Release(RelReply::NotOurs)) => Some(Released::NotOurs),
                     Some(Resp::Release(_)) => Some(Released::Yes),
@@ -254,6 +278,20 @@ impl LockModel {
                 }
             }
             (conn, req, phase) => unreachable!("{conn:?} {req:?} in {phase:?}"),
+        }
+    }
+
+    /// `Acquisition::attempt` after a killed connection (not a timeout;
+    /// the back-off is far below a tick): tries again within its wait, or
+    /// gives up.
+    fn acquire_failed(&self, s: &mut State, c: u8, log: &mut Log) {
+        let cl = &mut s.clients[c as usize];
+        if cl.retries < 8 && (s.now < cl.deadline || cl.retries == 0) {
+            cl.retries += 1;
+            cl.phase = Phase::Attempting;
+            log.say(|| format!("{}: connection error; tries again", name(c)));
+        } else {
+            self.fail(s, c, End::AcquireError, log);
         }
     }
 }

@@ -97,7 +97,11 @@ impl LockModel {
                 };
                 (Resp::Release(r), taken, text.to_string())
             }
-            Req::Reserve => unreachable!("only a mutex's line reserves"),
+            // A shared lock takes no plain path, and has its token from
+            // the start; only a mutex's line reserves.
+            Req::SetNx { .. } | Req::Mint | Req::Unlock | Req::Reserve => {
+                unreachable!("a mutex's request")
+            }
         };
         s.server.fence = fence;
         // Ghost: FIFO. A taker overtakes whoever was queued ahead of it (or

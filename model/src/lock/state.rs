@@ -5,6 +5,13 @@ use super::*;
 /// A script call and what became of it.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Req {
+    /// The uncontended acquire, a plain `SET key token NX PX ttl`
+    /// (plain.rs `acquire_plain`), then acquire.lua with this wait if the
+    /// key is taken.
+    SetNx {
+        /// The wait of the acquire.lua call that follows a taken key.
+        wait: u8,
+    },
     /// acquire.lua with this wait (`0`: try once).
     Acquire {
         /// `ARGV[4]`, in ticks.
@@ -21,6 +28,11 @@ pub enum Req {
     Renew,
     /// reserve.lua, from `hand_on` (client/handover.rs).
     Reserve,
+    /// mint.lua, from `Held::fencing_token` (held.rs).
+    Mint,
+    /// The plain release, `DELIFEQ` or unlock.lua (plain.rs `unlock`),
+    /// then release.lua (not leaving the queue) if it deleted nothing.
+    Unlock,
 }
 
 /// The answer of a script call.
@@ -34,6 +46,14 @@ pub enum Resp {
     Release(RelReply),
     /// reserve.lua's answer: the top of the block, or `0`.
     Reserved(u8),
+    /// The plain `SET NX`'s answer `OK` (a nil is followed by acquire.lua
+    /// in the same step, whose answer comes back).
+    SetNx,
+    /// mint.lua's answer: the token, or `0`.
+    Minted(u8),
+    /// The plain release's answer `1`, deleted (a `0` is followed by
+    /// release.lua in the same step, whose answer comes back).
+    Unlocked,
 }
 
 /// Where a request is.
@@ -124,6 +144,10 @@ pub enum Phase {
     },
     /// Holding the lock (a guard).
     Hold,
+    /// Holding, and asking for the fencing token (`Held::fencing_token`,
+    /// held.rs): mint.lua in flight. The holder waits for the answer before
+    /// it writes or releases.
+    Minting,
     /// `LockGuard::release` in flight.
     Releasing {
         /// `LockGuard::release`'s `was_lost`: lost before the release.
@@ -208,6 +232,9 @@ pub struct Client {
     pub queued_ever: bool,
     /// Ghost: its process was paused.
     pub paused_ever: bool,
+    /// Ghost: while it held, the server gave the key to another owner (or
+    /// its process handed the lease on): a later holder's tenure began.
+    pub superseded: bool,
     /// Ghost: its lease had ended when it called `release()`.
     pub ended_at_release: bool,
 }
@@ -239,6 +266,7 @@ impl Client {
             lease_ended: false,
             queued_ever: false,
             paused_ever: false,
+            superseded: false,
             ended_at_release: false,
         }
     }
@@ -250,12 +278,17 @@ impl Client {
     /// Holds a lease under watch: holding, or in `release()` handing it on
     /// (the watchdog entry stays until the hand-over or the release).
     pub(super) fn watched(&self) -> bool {
-        matches!(self.phase, Phase::Hold | Phase::HandingOn)
+        matches!(self.phase, Phase::Hold | Phase::Minting | Phase::HandingOn)
+    }
+
+    /// Holds a guard it may use: holding, or asking for its token.
+    pub fn holding(&self) -> bool {
+        matches!(self.phase, Phase::Hold | Phase::Minting)
     }
 
     /// Believes it holds a valid lease: `Held::valid_at(now)`.
     pub fn believes_valid(&self, now: u8) -> bool {
-        matches!(self.phase, Phase::Hold) && !self.lost && now < self.valid_until
+        self.holding() && !self.lost && now < self.valid_until
     }
 }
 
@@ -264,6 +297,12 @@ impl Client {
 pub struct Ghost {
     /// A fencing token was issued that is not above every earlier one.
     pub fence_not_increasing: bool,
+    /// A fencing token was issued to a holder after a later holder's
+    /// tenure began (the tokens would not rise in the order holders held
+    /// the key).
+    pub token_after_later_holder: bool,
+    /// mint.lua refused a holder (its lease had ended on the server).
+    pub mint_refused: bool,
     /// The fenced store accepted a token not above the last accepted one.
     pub store_accepted_stale: bool,
     /// `release()` said `Lost` although the lease cannot have ended.
@@ -355,15 +394,24 @@ pub struct State {
 }
 
 impl State {
-    /// Somebody holds the key on the server (a mutex's owner; a writer or a
-    /// shared holder).
+    /// Somebody holds the key on the server (a mutex's owner whose lease
+    /// has not ended; a writer or a shared holder).
     pub fn held(&self) -> bool {
+        self.server.lock.is_some_and(|v| v.leased_at(self.now)) || self.shared.held()
+    }
+
+    /// The key exists on the server: held, or pinned by its line past its
+    /// owner's lease.
+    pub fn key_exists(&self) -> bool {
         self.server.lock.is_some() || self.shared.held()
     }
 
-    /// `token` holds the key on the server.
+    /// `token` holds the key on the server (its lease has not ended).
     pub fn owns(&self, token: u8) -> bool {
-        self.server.lock.is_some_and(|v| v.owner == token) || self.shared.owns(token)
+        self.server
+            .lock
+            .is_some_and(|v| v.owner == token && v.leased_at(self.now))
+            || self.shared.owns(token)
     }
 
     /// The tokens in the waiter queue, first first.
@@ -398,6 +446,9 @@ pub enum Action {
     RenewTimeout(u8),
     /// Client `c`, holding and not told `lost`, writes to the fenced store.
     Write(u8),
+    /// Client `c`, holding without a fencing token and not told `lost`,
+    /// asks for it (mint.lua).
+    Mint(u8),
     /// Client `c` calls `release()`.
     Release(u8),
     /// Fault: client `c` dies.

@@ -18,6 +18,7 @@ impl LockModel {
             Action::Renew(c) => self.renew(s, c, log),
             Action::RenewTimeout(c) => self.renew_timeout(s, c, log),
             Action::Write(c) => self.write(s, c, log),
+            Action::Mint(c) => self.mint(s, c, log),
             Action::Release(c) => self.release(s, c, log),
             Action::Crash(c) => self.crash(s, c, log),
             Action::Pause(c) => self.pause(s, c, log),
@@ -153,13 +154,28 @@ impl LockModel {
                 } else {
                     s.clients[ci].deadline.saturating_sub(now).max(1)
                 };
-                s.clients[ci].app = Some(Net::new(Req::Acquire { wait: wait_arg }, 0, false));
+                // The first attempt of a mutex is a plain `SET NX` (only a
+                // taken key goes on to acquire.lua); later ones, after a
+                // busy answer, go to the script (`Acquisition::plain`,
+                // cleared by the busy answer that also registers the
+                // acquisition for notices, or ends it).
+                let plain = !s.clients[ci].registered && self.cfg.shared.is_none();
+                let req = if plain {
+                    Req::SetNx { wait: wait_arg }
+                } else {
+                    Req::Acquire { wait: wait_arg }
+                };
+                s.clients[ci].app = Some(Net::new(req, 0, false));
                 s.clients[ci].phase = Phase::AcquireSent { sent: now };
                 log.say(|| {
                     format!(
                         "{}: sends {} (wait {wait_arg})",
                         name(c),
-                        self.script("acquire.lua", "acquire"),
+                        if plain {
+                            "SET NX".to_string()
+                        } else {
+                            self.script("acquire.lua", "acquire")
+                        },
                     )
                 });
             }
@@ -294,7 +310,7 @@ impl LockModel {
     }
 
     /// [`Action::Write`].
-    fn write(&self, s: &mut State, c: u8, log: &mut Log) {
+    pub(super) fn write(&self, s: &mut State, c: u8, log: &mut Log) {
         let mine = s.owns(s.clients[c as usize].token);
         let cl = &mut s.clients[c as usize];
         cl.wrote = true;
@@ -322,12 +338,23 @@ impl LockModel {
         }
     }
 
+    /// [`Action::Mint`]: `Held::fencing_token` (held.rs) asks mint.lua; the
+    /// holder waits for the answer.
+    fn mint(&self, s: &mut State, c: u8, log: &mut Log) {
+        let cl = &mut s.clients[c as usize];
+        cl.phase = Phase::Minting;
+        cl.app = Some(Net::new(Req::Mint, 1, false));
+        log.say(|| format!("{}: fencing_token(): sends mint.lua", name(c)));
+    }
+
     /// [`Action::Release`].
     fn release(&self, s: &mut State, c: u8, log: &mut Log) {
         let cl = &mut s.clients[c as usize];
         // `LockGuard::release`: `was_lost` is read first.
         let was_lost = cl.lost;
         cl.ended_at_release = cl.lease_ended;
+        // Ghost: no token is asked for any more.
+        cl.superseded = false;
         log.say(|| format!("{}: release()", name(c)));
         // `LockGuard::release`: a task waits in line: hand on.
         if !was_lost && self.has_waiters(s, c) {
@@ -349,6 +376,7 @@ impl LockModel {
             }
             cl.wd = None;
             cl.registered = false;
+            cl.superseded = false;
             cl.inbox.clear();
             cl.paused_until = None;
             // Requests on the wire still reach Redis; nothing is re-sent.
