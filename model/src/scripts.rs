@@ -112,7 +112,7 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "reserve.lua",
-        "ac262d4aec192fa95b701feff73e85e032db5710",
+        "1365fdc60b72b225017a3ec13f2b52ee268bd27d",
         "lock/server.rs `Server::reserve` (from `LockModel::hand_on`, client/handover.rs `hand_on`)",
     ),
     (

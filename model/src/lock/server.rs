@@ -382,7 +382,8 @@ impl Server {
     /// reserve.lua: keep the lock for a hand-over in the owner's process
     /// and reserve `block` fencing tokens; the highest, or `0` (another
     /// owner's, absent, somebody queued behind us, or our deadline passed).
-    /// The mark goes (`SET key token PX lease`).
+    /// The mark goes (`SET key token PX lease`; an unmarked value keeps
+    /// its value and gets the lease by `PEXPIRE`: the same state).
     pub(super) fn reserve(&mut self, now: u8, token: u8, lease: u8, block: u8) -> u8 {
         match self.lock {
             Some(v) if v.owner == token && !v.marked() => {}
