@@ -93,6 +93,15 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
          `Req::Release`: without one)",
     ),
     (
+        "idempotency_commit.lua",
+        "95bade41bb9bf59da0f57294a7fa4b8da1a98c09",
+        "not modelled: the handler's commands and the completed record written in \
+         one script, only when no completed record is there yet (else nothing is \
+         written and the record found is answered). Its one-step effect is the \
+         property itself (both or neither); tests/tests/http_idempotency_commit.rs \
+         and examples/tests/order_service_kills.rs (processes SIGKILLed) cover it",
+    ),
+    (
         "idempotency_renew_many.lua",
         "e86e7288684e2910ca9411382f99aebc6d8943a3",
         "records/server.rs `State::renew` (per record of the batch)",
@@ -101,6 +110,16 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
         "mint.lua",
         "cf2f9664330dd00da29b228122ecdc53d70b57bc",
         "lock/server.rs `Server::mint` (from `Action::Mint`, `Held::fencing_token`)",
+    ),
+    (
+        "probe.lua",
+        "bacdff309b2522c4848f34499c5439b8d9b62253",
+        "not modelled: it reads no key and writes nothing (it answers whether the \
+         server names itself Valkey 9 or later, so the client may release with \
+         DELIFEQ). DELIFEQ and unlock.lua have one semantics, which \
+         `Server::unlock` models; a server that refuses DELIFEQ leaves the key \
+         as it was, and the client sends unlock.lua instead \
+         (tests/tests/plain_path.rs)",
     ),
     (
         "release.lua",
