@@ -263,6 +263,35 @@ async fn a_huge_finite_wait_on_a_busy_redis_key_waits_for_the_holder() {
         let elected = within(secs(5), "the candidate", candidate).await.unwrap();
         let leadership = elected.unwrap_or_else(|e| panic!("campaign wait({d:?}): {e:?}"));
         leadership.resign().await.unwrap();
+
+        // The other kinds queue through their own scripts.
+        let reader = client.rw_lock(&k).read().acquire().await.unwrap();
+        let writer = tokio::spawn(other.rw_lock(&k).write().wait(d).acquire());
+        tokio::time::sleep(ms(100)).await;
+        assert!(!writer.is_finished(), "write wait({d:?}) ended early");
+        reader.release().await.unwrap();
+        let written = within(secs(5), "the writer", writer).await.unwrap();
+        let guard = written.unwrap_or_else(|e| panic!("write wait({d:?}): {e:?}"));
+        guard.release().await.unwrap();
+
+        let permit = client.semaphore(&k, 1).acquire().await.unwrap();
+        let next = tokio::spawn(other.semaphore(&k, 1).wait(d).acquire());
+        tokio::time::sleep(ms(100)).await;
+        assert!(!next.is_finished(), "permit wait({d:?}) ended early");
+        permit.release().await.unwrap();
+        let permitted = within(secs(5), "the next permit", next).await.unwrap();
+        let guard = permitted.unwrap_or_else(|e| panic!("permit wait({d:?}): {e:?}"));
+        guard.release().await.unwrap();
+
+        let both = [k.clone(), format!("{k}-2")];
+        let held = client.lock(&both[1]).acquire().await.unwrap();
+        let all = tokio::spawn(other.lock_all(both).wait(d).acquire());
+        tokio::time::sleep(ms(100)).await;
+        assert!(!all.is_finished(), "lock_all wait({d:?}) ended early");
+        held.release().await.unwrap();
+        let taken = within(secs(5), "lock_all", all).await.unwrap();
+        let guard = taken.unwrap_or_else(|e| panic!("lock_all wait({d:?}): {e:?}"));
+        guard.release().await.unwrap();
     }
 }
 
