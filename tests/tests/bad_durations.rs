@@ -296,6 +296,31 @@ async fn a_huge_finite_wait_on_a_busy_redis_key_waits_for_the_holder() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_record_refuses_a_huge_retention_and_waits_out_a_huge_wait() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let other = redis_client(&server).await;
+    for d in HUGE_WAITS {
+        let claimed = client.record(key("kept")).retention(d).claim().await;
+        assert_config("record.retention", d, claimed);
+
+        let k = key("in-flight");
+        let Claimed::Run(first) = client.record(&k).claim().await.unwrap() else {
+            panic!("a free record is ours to run");
+        };
+        let duplicate = tokio::spawn(other.record(&k).wait(d).claim());
+        tokio::time::sleep(ms(100)).await;
+        assert!(!duplicate.is_finished(), "wait({d:?}) ended early");
+        first.complete(b"done").await.unwrap();
+        let answer = within(secs(5), "the duplicate", duplicate).await;
+        match answer.expect("the duplicate's wait panicked") {
+            Ok(Claimed::Done(stored)) => assert_eq!(stored, b"done"),
+            other => panic!("wait({d:?}): {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_layer_with_a_huge_wait_serves_the_request_once_the_key_is_free() {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
