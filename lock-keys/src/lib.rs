@@ -10,4 +10,7 @@
 mod limits;
 pub mod template;
 
-pub use limits::{DEFAULT_TTL, MAX_KEY_LEN, MAX_LOCK_ALL_KEYS, MAX_PREFIX_LEN, MAX_TTL, MIN_TTL};
+pub use limits::{
+    DEFAULT_TTL, MAX_KEY_LEN, MAX_LOCK_ALL_KEYS, MAX_PREFIX_LEN, MAX_RETENTION, MAX_TTL, MAX_WAIT,
+    MIN_TTL,
+};

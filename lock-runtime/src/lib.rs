@@ -272,6 +272,7 @@ mod backend;
 mod backoff;
 mod client;
 mod context;
+mod durations;
 mod error;
 pub mod fence;
 mod global;
@@ -310,7 +311,9 @@ pub use key::escape_key_part;
 pub use leader::{Leader, LeaderRequest, Leadership};
 // Defined in the internal `lock-keys` crate, which the attribute reads too.
 #[doc(inline)]
-pub use lock_keys::{DEFAULT_TTL, MAX_KEY_LEN, MAX_PREFIX_LEN, MAX_TTL, MIN_TTL};
+pub use lock_keys::{
+    DEFAULT_TTL, MAX_KEY_LEN, MAX_PREFIX_LEN, MAX_RETENTION, MAX_TTL, MAX_WAIT, MIN_TTL,
+};
 
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]

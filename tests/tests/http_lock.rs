@@ -386,10 +386,6 @@ async fn requests_whose_key_cannot_be_built_get_400() {
                 let name = req.uri.path().rsplit('/').next()?;
                 (name != "forbidden").then(|| format!("job:{name}"))
             })),
-        )
-        .route(
-            "/broken",
-            ok().route_layer(LockLayer::new(client.clone()).key("order:<id")),
         );
     let base = serve(app).await;
     let http = reqwest::Client::new();
@@ -399,7 +395,10 @@ async fn requests_whose_key_cannot_be_built_get_400() {
             .header("x-account", "a-1"),
     )
     .await;
-    assert_eq!(r.text().await.unwrap(), "a-1");
+    assert_eq!(
+        r.text().await.unwrap(),
+        "header:/accounts/debit:x-account:a-1"
+    );
     let r = send(http.post(format!("{base}/accounts/debit"))).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     assert_eq!(r.headers()["content-type"], "application/problem+json");
@@ -424,10 +423,6 @@ async fn requests_whose_key_cannot_be_built_get_400() {
     assert_eq!(r.text().await.unwrap(), "job:nightly");
     let r = send(http.post(format!("{base}/jobs/forbidden"))).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-
-    // A malformed template is the server's fault.
-    let r = send(http.post(format!("{base}/broken"))).await;
-    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

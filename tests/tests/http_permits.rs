@@ -347,22 +347,21 @@ async fn every_key_has_its_own_permits(env: Env) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zero_permits_answer_500_with_a_problem_and_the_handler_never_runs() {
+#[tokio::test]
+async fn zero_permits_are_refused_when_the_layer_is_built() {
     let client = memory_client().await;
-    let layer = LockLayer::new(client.clone())
-        .key("export:<tenant>")
-        .permits(0);
-    let (app, handlers) = export_app(layer);
-    let base = serve(app).await;
-    let r = send(reqwest::Client::new().post(format!("{base}/tenants/acme/export"))).await;
-    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(r.headers()["content-type"], "application/problem+json");
-    let problem: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(problem["status"], 500);
-    let detail = problem["detail"].as_str().unwrap();
-    assert!(detail.contains("zero permits"), "{detail}");
-    assert_eq!(handlers.runs.load(SeqCst), 0);
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        LockLayer::new(client.clone())
+            .key("export:<tenant>")
+            .permits(0)
+    }));
+    let payload = refused.expect_err("permits(0) was accepted");
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(message.starts_with("LockLayer::permits"), "{message}");
+    assert!(message.contains("zero permits"), "{message}");
 }
 
 #[tokio::test]

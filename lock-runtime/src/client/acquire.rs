@@ -285,7 +285,9 @@ impl Acquisition {
         if now >= deadline {
             return Woken::TimedOut;
         }
-        let mut retry_at = (now + remaining + Duration::from_millis(1)).min(deadline);
+        let mut retry_at =
+            crate::durations::later(now, remaining.saturating_add(Duration::from_millis(1)))
+                .min(deadline);
         loop {
             tokio::select! {
                 _ = handle.waiter.notify.notified() => {}

@@ -68,7 +68,7 @@ pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {
     if ttl > MAX_TTL {
         return Err(LockError::Config(format!(
             "the lease {} is above the maximum of {}",
-            humantime::format_duration(ttl),
+            crate::durations::shown(ttl),
             humantime::format_duration(MAX_TTL)
         )));
     }

@@ -14,11 +14,8 @@ use tokio::time::Instant;
 
 use super::{MAX_TTL, validate_ttl};
 use crate::LockError;
+use crate::durations::later;
 use crate::inner::Inner;
-
-/// A wait too long to represent (`Duration::MAX`) waits this long:
-/// "forever".
-const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// What a lock request asks for besides its key(s) and its kind of lock:
 /// the lease, the wait, renewals, `hold_at_least` and the metrics name.
@@ -192,15 +189,13 @@ pub(crate) struct Deadline {
 }
 
 impl Deadline {
-    /// `wait` from now: `Duration::ZERO` tries once; a wait too long to
-    /// represent (`Duration::MAX`) waits "forever".
+    /// `wait` from now: `Duration::ZERO` tries once; a wait above
+    /// [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that
+    /// long, so what a script is told ([`Deadline::left`]) is always an
+    /// exact number of milliseconds.
     pub(crate) fn after(wait: Duration) -> Self {
         let started = Instant::now();
-        let at = (!wait.is_zero()).then(|| {
-            started
-                .checked_add(wait)
-                .unwrap_or_else(|| started + FOREVER)
-        });
+        let at = (!wait.is_zero()).then(|| later(started, wait));
         Self { started, at }
     }
 
@@ -256,7 +251,11 @@ mod tests {
         // Still a wait, however late: never "try once" by accident.
         assert_eq!(d.left(Instant::now()), Duration::from_millis(1));
 
-        let forever = Deadline::after(Duration::MAX);
-        assert!(forever.at() > Instant::now() + Duration::from_secs(365 * 24 * 3600));
+        for huge in [Duration::MAX, Duration::from_millis(u64::MAX)] {
+            let forever = Deadline::after(huge);
+            assert!(forever.at() > Instant::now() + Duration::from_secs(365 * 24 * 3600));
+            // What a script gets stays below 2^53 ms, exact as a Lua number.
+            assert_eq!(forever.left(forever.started()), crate::MAX_WAIT);
+        }
     }
 }

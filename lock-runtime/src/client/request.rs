@@ -68,7 +68,9 @@ impl LockRequest {
         /// How long to wait for a busy lock (default `Duration::ZERO`: try once).
         /// Waiting sleeps on release notices, not polling. A wait that ends in
         /// [`LockError::Busy`] has left the key's line of waiters by the time it
-        /// answers, so a release after that never hands the lock to it.
+        /// answers, so a release after that never hands the lock to it. A wait
+        /// above [`MAX_WAIT`](crate::MAX_WAIT) (a century; `Duration::MAX`
+        /// included) waits that long: without bound, in practice.
         wait;
 
         /// Whether the watchdog renews the lease (default `true`). With `false` the

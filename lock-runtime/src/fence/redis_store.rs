@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::commands::{self, Encoded};
 use crate::LockError;
+use crate::durations::check_retention;
 use crate::error::{BackendError, ConnectionFailure, connection_failure};
 use crate::key::{self, slot_of_bytes, slot_tag};
 
@@ -103,7 +104,9 @@ where
     /// How long the record of the highest token outlives the last write
     /// through it ([`DEFAULT_RETENTION`] unless set). A holder that writes
     /// after its resource's record expired is no longer refused: keep this
-    /// longer than any holder can stay paused after its lease ends.
+    /// longer than any holder can stay paused after its lease ends. From one
+    /// millisecond to [`MAX_RETENTION`](crate::MAX_RETENTION) (a year);
+    /// anything else fails [`run`](Self::run) with [`LockError::Config`].
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
         self
@@ -121,7 +124,7 @@ where
     ///   control characters.
     /// * [`LockError::Config`]: a command is not allowed or has the wrong
     ///   number of arguments, a key is not in the resource's hash slot, or
-    ///   the retention is zero. Nothing was sent.
+    ///   the retention is out of bounds. Nothing was sent.
     /// * [`LockError::Backend`]: the server failed or answered with an error
     ///   (a command's own error, such as `WRONGTYPE`, leaves the commands
     ///   before it applied, as in any Redis script). When the connection
@@ -132,12 +135,7 @@ where
         if let Some(e) = self.invalid {
             return Err(e);
         }
-        let retention_ms = self.retention.as_millis();
-        if retention_ms == 0 {
-            return Err(LockError::Config(
-                "a fence's retention must be at least one millisecond".into(),
-            ));
-        }
+        check_retention("a fence's record", self.retention)?;
         let slot = key::slot(&self.resource);
         if let Some(stray) = self.keys.iter().find(|k| slot_of_bytes(k) != slot) {
             return Err(LockError::Config(format!(
@@ -154,7 +152,8 @@ where
         }
         invocation
             .arg(self.token)
-            .arg(u64::try_from(retention_ms).unwrap_or(u64::MAX))
+            // At most a year: an exact integer for the script.
+            .arg(self.retention.as_millis() as u64)
             .arg(self.commands);
         for a in &self.argv {
             invocation.arg(a.as_slice());

@@ -28,6 +28,18 @@
 //! idempotency outcomes are responses, with an `application/problem+json` body
 //! (RFC 9457).
 //!
+//! # Settings out of range
+//!
+//! Both layers answer a bad setting the same way: when the router is built,
+//! never on each request. A setting no request could be served with (a
+//! lease outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL),
+//! a retention outside one millisecond..=[`MAX_RETENTION`](crate::MAX_RETENTION),
+//! `permits(0)`, a malformed key template, an invalid header name) panics in
+//! its setter with a message naming the setter and the bound, as axum
+//! panics on a bad route. A wait is never refused: one above
+//! [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that long,
+//! as every request of the client does.
+//!
 //! ```
 //! use axum::{extract::Path, routing::post, Router};
 //! use lock_runtime::layer::{IdempotencyLayer, LockLayer};

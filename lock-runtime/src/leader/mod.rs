@@ -76,7 +76,8 @@ impl LeaderRequest {
     }
 
     /// How long [`campaign`](Self::campaign) waits to be elected (default:
-    /// without bound); then `LockError::Busy`. `Duration::ZERO`: try once.
+    /// without bound); then `LockError::Busy`. `Duration::ZERO`: try once;
+    /// a wait above [`MAX_WAIT`](crate::MAX_WAIT) waits that long.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self

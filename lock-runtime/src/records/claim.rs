@@ -10,6 +10,7 @@ use super::guard::{MAX_POLL, RecordGuard, Taken, release_in_background};
 use super::names::RecordNames;
 use crate::backend::WaitHandle;
 use crate::backend::records::{Claim, RecordClaim, StoredResponse};
+use crate::durations::later;
 use crate::token::Token;
 use crate::{LockClient, LockError};
 
@@ -49,7 +50,8 @@ impl Ask {
         let token = client.0.token();
         let backend = client.backend();
         let notice = &self.names.notice;
-        let deadline = Instant::now() + self.wait;
+        // A wait above `MAX_WAIT` waits that long, as a lock's does.
+        let deadline = later(Instant::now(), self.wait);
         let waits = !self.wait.is_zero();
         // Registered for the record's notices once it was found in flight
         // (at once where that costs nothing: the embedded backend, or a

@@ -156,7 +156,7 @@ impl RecordGuard {
             // Stops the renewal when done, whichever way.
             let _renewal = renewal;
             let (record, notice) = (&names.record, &names.notice);
-            let give_up = Instant::now() + lease.max(MIN_COMPLETION_TRIES);
+            let give_up = crate::durations::later(Instant::now(), lease.max(MIN_COMPLETION_TRIES));
             let mut pause = Duration::from_millis(10);
             loop {
                 let stored = client

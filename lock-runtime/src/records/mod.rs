@@ -76,6 +76,7 @@ pub use guard::RecordGuard;
 use self::claim::{Ask, Outcome};
 use self::names::{RecordNames, digest};
 use crate::client::validate_ttl;
+use crate::durations::check_retention;
 use crate::key::validate_key;
 use crate::{LockClient, LockError};
 
@@ -152,32 +153,32 @@ impl RecordRequest {
 
     /// How long to wait for a record another claimer runs (woken by its
     /// completion or release); `Duration::ZERO` (the default): answer
-    /// [`Claimed::InFlight`] at once.
+    /// [`Claimed::InFlight`] at once. A wait above
+    /// [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that
+    /// long, as a lock's does.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
     }
 
     /// How long a completed record (its stored result) is kept; 24 hours by
-    /// default. After that, the key can run again.
+    /// default. After that, the key can run again. From one millisecond to
+    /// [`MAX_RETENTION`](crate::MAX_RETENTION) (a year); anything else is
+    /// refused by [`claim`](Self::claim).
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
         self
     }
 
     /// Claims the record. Errors: [`LockError::InvalidKey`],
-    /// [`LockError::Config`] (a lease out of bounds, a zero retention),
+    /// [`LockError::Config`] (a lease or a retention out of bounds),
     /// [`LockError::Backend`] when the store did not answer (whatever the
     /// claim may have taken is released in the background).
     pub async fn claim(self) -> Result<Claimed, LockError> {
         validate_key(&self.key)?;
         let lease = self.lease.unwrap_or_else(|| self.client.default_ttl());
         validate_ttl(lease)?;
-        if self.retention.is_zero() {
-            return Err(LockError::Config(
-                "the retention of a record must be above zero".into(),
-            ));
-        }
+        check_retention("a record", self.retention)?;
         let names =
             RecordNames::hashed(self.client.key_prefix(), &[self.key.as_bytes()], b"record");
         let ask = Ask {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Claim, StoredResponse};
+use crate::durations::later;
 use crate::token::Token;
 
 #[derive(Debug)]
@@ -140,7 +141,9 @@ impl MemoryRecords {
                 response: response.clone(),
             },
             fingerprint: fingerprint.to_owned(),
-            expires: now + retention,
+            // Checked by the request; clamped here too, so that no
+            // retention can overflow the clock.
+            expires: later(now, retention),
         };
         match Self::live(&mut records, name, now) {
             None => {

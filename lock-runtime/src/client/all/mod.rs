@@ -133,7 +133,8 @@ impl LockAllRequest {
         ttl;
 
         /// How long to wait for all of them together (default
-        /// `Duration::ZERO`: try once).
+        /// `Duration::ZERO`: try once; at most [`MAX_WAIT`](crate::MAX_WAIT),
+        /// longer waits are that long).
         wait;
 
         /// Whether the watchdog renews the leases (default `true`).

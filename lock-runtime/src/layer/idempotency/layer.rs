@@ -9,6 +9,8 @@ use super::BodyFingerprint;
 use super::commit::CommitStore;
 use super::scope::Scope;
 use crate::LockClient;
+use crate::client::validate_ttl;
+use crate::durations::{check_retention, refused_at_build};
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
 use crate::layer::routes::RouteNames;
@@ -212,13 +214,27 @@ impl IdempotencyLayer {
         /// at least [`MIN_TTL`](crate::MIN_TTL)), renewed every `ttl / 3` while
         /// the handler runs, by the client's watchdog together with its locks.
         /// If the process dies, the key is usable again after at most this long. Named like [`LockRequest::ttl`](crate::LockRequest::ttl).
-        pub fn ttl(ttl: Duration) => lease = Some(ttl);
+        /// A lease outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL)
+        /// is refused here, when the router is built: this panics with the
+        /// bound (see [Settings out of range](crate::layer#settings-out-of-range)).
+        #[track_caller]
+        pub fn ttl(ttl: Duration) => lease = Some(refused_at_build(
+            "IdempotencyLayer::ttl",
+            validate_ttl(ttl).map(|()| ttl),
+        ));
     }
 
     config_setters! {
         /// How long a completed record (the stored response) is kept (default
-        /// 24 hours).
-        pub fn retention(retention: Duration) => retention;
+        /// 24 hours). A retention outside one millisecond..=[`MAX_RETENTION`](crate::MAX_RETENTION)
+        /// is refused here, when the router is built: this panics with the
+        /// bound, as [`RecordRequest::claim`](crate::RecordRequest::claim)
+        /// refuses it with `LockError::Config`.
+        #[track_caller]
+        pub fn retention(retention: Duration) => retention = refused_at_build(
+            "IdempotencyLayer::retention",
+            check_retention("a record", retention).map(|()| retention),
+        );
 
         /// How long a duplicate waits for the request in flight to finish, then
         /// gets its stored response (default `Duration::ZERO`: `409 Conflict` at
@@ -229,7 +245,9 @@ impl IdempotencyLayer {
         /// request's completion, or runs about as soon after a release (the
         /// first request failed and its response is not stored). A lost notice
         /// costs at most the record's lease, within this wait (see [Waiting
-        /// duplicates](super#waiting-duplicates)).
+        /// duplicates](super#waiting-duplicates)). A wait above
+        /// [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that
+        /// long, as a record request's does.
         pub fn wait(wait: Duration) => wait;
 
         /// The largest request body accepted, in bytes (default 1 MiB); larger

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, RawPathParams};
+use axum::extract::{FromRequestParts, MatchedPath, RawPathParams};
 use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -30,8 +30,9 @@ pub(crate) enum KeySource {
     Path,
     /// A template over path parameters.
     Template(Vec<Segment>),
-    /// A header's value.
-    Header(HeaderName),
+    /// A header's value: with `scoped`, escaped and under the route's
+    /// namespace ([`header_key`]); without, the whole key (trusted).
+    Header { name: HeaderName, scoped: bool },
     /// A closure over the request.
     Fn(KeyFn),
     /// A closure over an extractor's value; `extractor` is its type name.
@@ -39,8 +40,6 @@ pub(crate) enum KeySource {
         extract: KeyExtractor,
         extractor: &'static str,
     },
-    /// A configuration mistake, reported on every request (500).
-    Invalid(String),
 }
 
 impl fmt::Debug for KeySource {
@@ -48,10 +47,13 @@ impl fmt::Debug for KeySource {
         match self {
             KeySource::Path => f.write_str("Path"),
             KeySource::Template(t) => f.debug_tuple("Template").field(t).finish(),
-            KeySource::Header(h) => f.debug_tuple("Header").field(h).finish(),
+            KeySource::Header { name, scoped } => f
+                .debug_struct("Header")
+                .field("name", name)
+                .field("scoped", scoped)
+                .finish(),
             KeySource::Fn(_) => f.write_str("Fn(..)"),
             KeySource::Extract { extractor, .. } => write!(f, "Extract({extractor})"),
-            KeySource::Invalid(e) => f.debug_tuple("Invalid").field(e).finish(),
         }
     }
 }
@@ -63,6 +65,30 @@ pub(crate) enum KeyError {
     Request(String),
     /// The layer is misconfigured (500).
     Config(String),
+}
+
+/// The namespace of keys taken from a request header: no template, path
+/// or key a client writes with escaped values can spell one.
+pub(crate) const HEADER_NAMESPACE: &str = "header:";
+
+/// The key a header's `value` names on `route` (the matched route, `*`
+/// when the layer runs outside one): `header:<route>:<name>:<value>`,
+/// each part escaped as a path value is ([`escape_key_part`]), so the
+/// value names only this route's keys, never a template's (`item:42`) nor
+/// another route's.
+///
+/// [`escape_key_part`]: crate::escape_key_part
+pub(crate) fn header_key(route: &str, name: &HeaderName, value: &str) -> String {
+    let mut key = String::with_capacity(
+        HEADER_NAMESPACE.len() + route.len() + name.as_str().len() + value.len() + 8,
+    );
+    key.push_str(HEADER_NAMESPACE);
+    crate::key::push_escaped(&mut key, route);
+    key.push(':');
+    crate::key::push_escaped(&mut key, name.as_str());
+    key.push(':');
+    crate::key::push_escaped(&mut key, value);
+    key
 }
 
 /// Parses `"order:<id>"` with the grammar of `#[distributed_lock]` keys
@@ -163,10 +189,17 @@ impl KeySource {
                 }
                 Ok(key)
             }
-            KeySource::Header(name) => {
+            KeySource::Header { name, scoped } => {
                 match parts.headers.get_all(name).iter().collect::<Vec<_>>()[..] {
                     [value] => match value.to_str() {
-                        Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
+                        Ok(v) if !v.trim().is_empty() && !*scoped => Ok(v.trim().to_owned()),
+                        Ok(v) if !v.trim().is_empty() => {
+                            let route = parts
+                                .extensions
+                                .get::<MatchedPath>()
+                                .map_or("*", MatchedPath::as_str);
+                            Ok(header_key(route, name, v.trim()))
+                        }
                         _ => Err(KeyError::Request(format!(
                             "the `{name}` header is empty or not visible ASCII"
                         ))),
@@ -185,7 +218,6 @@ impl KeySource {
             KeySource::Extract { extractor, .. } => Err(KeyError::Config(format!(
                 "the key extractor `{extractor}` runs in the service, not in `build`"
             ))),
-            KeySource::Invalid(e) => Err(KeyError::Config(e.clone())),
         }
     }
 }
@@ -235,10 +267,30 @@ mod tests {
 
     #[test]
     fn headers_and_paths_name_keys() {
-        let h = KeySource::Header(HeaderName::from_static("x-account"));
+        let name = HeaderName::from_static("x-account");
+        let h = KeySource::Header {
+            name: name.clone(),
+            scoped: true,
+        };
+        // Outside a router: the `*` route.
         assert_eq!(
             h.build(&mut parts(&[("x-account", " acc-1 ")])).unwrap(),
-            "acc-1"
+            "header:*:x-account:acc-1"
+        );
+        // Under a route (`tests/tests/http_header_keys.rs` serves one).
+        assert_eq!(
+            header_key("/items/{id}", &name, "item:42"),
+            "header:/items/%7Bid%7D:x-account:item%3A42"
+        );
+        let trusted = KeySource::Header {
+            name,
+            scoped: false,
+        };
+        assert_eq!(
+            trusted
+                .build(&mut parts(&[("x-account", " item:42 ")]))
+                .unwrap(),
+            "item:42"
         );
         assert!(matches!(
             h.build(&mut parts(&[])),

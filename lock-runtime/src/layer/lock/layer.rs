@@ -7,11 +7,12 @@ use http::request::Parts;
 use http::{HeaderName, StatusCode};
 
 use super::key::{KeySource, parse_template};
-use crate::LockClient;
-use crate::client::LockOptions;
+use crate::client::{LockOptions, validate_ttl};
+use crate::durations::refused_at_build;
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
 use crate::layer::routes::RouteNames;
+use crate::{LockClient, LockError};
 
 layer_with_config! {
     /// Applies a per-resource lock to the routes it wraps: see the [module
@@ -55,7 +56,7 @@ pub(super) struct Config {
     /// name).
     pub(super) options: LockOptions,
     /// `None`: a mutex per key; `Some(n)`: one of `n` permits of the
-    /// semaphore per key (`Some(0)` is refused on every request).
+    /// semaphore per key (never `Some(0)`: refused when set).
     pub(super) permits: Option<u32>,
     /// `None`: the default for the kind of lock (409, or 429 with permits).
     pub(super) busy_status: Option<StatusCode>,
@@ -110,8 +111,9 @@ impl LockLayer {
     /// `<id>`; field paths (`<order.id>`) are refused.
     ///
     /// A request whose route lacks a named parameter gets `400`. A malformed
-    /// template makes every request fail with `500` and an error log naming
-    /// the mistake.
+    /// template is refused here, when the router is built: this panics with
+    /// a message naming the mistake (see [Settings out of
+    /// range](crate::layer#settings-out-of-range)).
     ///
     /// # When a template is not enough
     ///
@@ -123,11 +125,13 @@ impl LockLayer {
     /// with [`key_from`](Self::key_from) instead. A template is enough when
     /// the text is the identity: a parameter the handler uses as a string,
     /// unchanged.
+    #[track_caller]
     pub fn key(mut self, template: &str) -> Self {
-        self.config().key = match parse_template(template) {
-            Ok(segments) => KeySource::Template(segments),
-            Err(e) => KeySource::Invalid(e),
-        };
+        let segments = refused_at_build(
+            "LockLayer::key",
+            parse_template(template).map_err(LockError::Config),
+        );
+        self.config().key = KeySource::Template(segments);
         self
     }
 
@@ -201,16 +205,50 @@ impl LockLayer {
         self
     }
 
-    /// The key is the value of the header `name` (trimmed); a request without
-    /// it, with it twice, or with a value that is not visible ASCII gets `400`.
+    /// The key is named by the value of the header `name` (trimmed), within
+    /// this route: the lock is `header:<route>:<name>:<value>`, the matched
+    /// route (`*` under [`Router::layer`](axum::Router::layer)), the header's
+    /// name and its value each escaped as a template escapes a path value
+    /// ([`escape_key_part`](crate::escape_key_part)). So a client sending
+    /// `X-Key: item:42` locks a key of this route only, never the lock
+    /// `item:42` that the template `item:<id>` takes for `/items/42`, nor
+    /// one of another route keyed by the same header. Two requests to this
+    /// route with the same value exclude each other.
+    ///
+    /// A request without the header, with it twice, or with a value that is
+    /// not visible ASCII gets `400`. An invalid header name is refused here,
+    /// when the router is built (a panic naming it). For a header set by a
+    /// party you trust whose value is the whole key, see
+    /// [`key_from_trusted_header`](Self::key_from_trusted_header).
+    #[track_caller]
     pub fn key_from_header<N>(mut self, name: N) -> Self
     where
         N: TryInto<HeaderName>,
         N::Error: fmt::Display,
     {
-        self.config().key = match name.try_into() {
-            Ok(name) => KeySource::Header(name),
-            Err(e) => KeySource::Invalid(format!("invalid header name for the lock key: {e}")),
+        let name = header_name("LockLayer::key_from_header", name);
+        self.config().key = KeySource::Header { name, scoped: true };
+        self
+    }
+
+    /// The key is the whole value of the header `name` (trimmed), as it is:
+    /// whoever sets the header names any lock of this client, another
+    /// route's and those taken with [`LockClient::lock`] included. Only for
+    /// a header that a party you trust sets and clients cannot (a gateway
+    /// that overwrites it); otherwise use
+    /// [`key_from_header`](Self::key_from_header), which keeps the key
+    /// within the route. The long name is on purpose. Requests without a
+    /// usable value get `400`, as there.
+    #[track_caller]
+    pub fn key_from_trusted_header<N>(mut self, name: N) -> Self
+    where
+        N: TryInto<HeaderName>,
+        N::Error: fmt::Display,
+    {
+        let name = header_name("LockLayer::key_from_trusted_header", name);
+        self.config().key = KeySource::Header {
+            name,
+            scoped: false,
         };
         self
     }
@@ -236,15 +274,22 @@ impl LockLayer {
     }
 
     /// The lease (default: the client's). Renewed every `ttl / 3` while the
-    /// request runs and its body is sent.
+    /// request runs and its body is sent. A lease outside
+    /// [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL) is refused
+    /// here, when the router is built: this panics with the bound (see
+    /// [Settings out of range](crate::layer#settings-out-of-range)).
+    #[track_caller]
     pub fn ttl(mut self, ttl: Duration) -> Self {
+        refused_at_build("LockLayer::ttl", validate_ttl(ttl));
         let options = &mut self.config().options;
         *options = std::mem::take(options).ttl(ttl);
         self
     }
 
     /// How long a request waits for a busy lock before it is refused (default
-    /// `Duration::ZERO`: refused at once).
+    /// `Duration::ZERO`: refused at once). A wait above
+    /// [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that
+    /// long.
     pub fn wait(mut self, wait: Duration) -> Self {
         let options = &mut self.config().options;
         *options = std::mem::take(options).wait(wait);
@@ -252,7 +297,6 @@ impl LockLayer {
     }
 
     config_setters! {
-
         /// The status of a request refused because its key is busy (default
         /// `409 Conflict`; `423 Locked` is the other common choice; with
         /// [`permits`](Self::permits), `429 Too Many Requests`). A status set
@@ -285,9 +329,9 @@ impl LockLayer {
         /// key should name the same `n` (see [`LockClient::semaphore`] for
         /// what happens when they do not).
         ///
-        /// `permits(0)` would admit no request: it is a configuration
-        /// mistake, answered like a malformed [`key`](Self::key) template,
-        /// with `500 Internal Server Error` on every request and an error log.
+        /// `permits(0)` would admit no request: it is refused here, when the
+        /// router is built (a panic), like a malformed [`key`](Self::key)
+        /// template.
         ///
         /// ```
         /// use axum::{body::Body, extract::Path, http::Request, routing::post, Router};
@@ -313,7 +357,8 @@ impl LockLayer {
         /// # Ok(())
         /// # }
         /// ```
-        pub fn permits(n: u32) => permits = Some(n);
+        #[track_caller]
+        pub fn permits(n: u32) => permits = Some(refused_at_build("LockLayer::permits", at_least_one(n)));
 
         /// When the backend cannot be reached: `false` (the default) answers `503
         /// Service Unavailable` with `Retry-After` (fail closed); `true` runs the
@@ -375,6 +420,30 @@ impl LockLayer {
         self.config().completion.tracker = Some(tracker);
         self
     }
+}
+
+/// `name` as a header name, or a panic naming `setter` (see
+/// [`refused_at_build`]).
+#[track_caller]
+fn header_name<N>(setter: &str, name: N) -> HeaderName
+where
+    N: TryInto<HeaderName>,
+    N::Error: fmt::Display,
+{
+    let name = name
+        .try_into()
+        .map_err(|e| LockError::Config(format!("invalid header name for the lock key: {e}")));
+    refused_at_build(setter, name)
+}
+
+/// A number of permits: zero would admit no request.
+fn at_least_one(n: u32) -> Result<u32, LockError> {
+    if n == 0 {
+        return Err(LockError::Config(
+            "zero permits would admit no request; use at least 1".into(),
+        ));
+    }
+    Ok(n)
 }
 
 config_debug!(LockLayer, c => {

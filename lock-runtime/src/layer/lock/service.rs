@@ -51,15 +51,6 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        if self.config.permits == Some(0) {
-            tracing::error!(
-                "lock layer misconfigured: `permits(0)` admits no request; use at least 1"
-            );
-            return ResponseFuture::ready(misconfigured(
-                "the lock layer of this route is misconfigured: it allows no request at once \
-                 (zero permits)",
-            ));
-        }
         let (mut parts, body) = req.into_parts();
         if let KeySource::Extract { extract, .. } = &self.config.key {
             // An extractor may await: it runs inside the response future.
