@@ -239,3 +239,38 @@ async fn a_lock_waited_for_is_fenced_and_released_through_the_scripts() {
     assert!(handed > first_token, "{handed} after {first_token}");
     assert_eq!(server.cli(&["EXISTS", &lock_names("lock:", &key).0]), "0");
 }
+
+/// A server with `DELIFEQ` behind an ACL (or a proxy) that refuses it: the
+/// first release falls back to the compare-and-delete script, says so once,
+/// and no later release sends `DELIFEQ` again.
+#[tokio::test]
+async fn a_refused_delifeq_falls_back_to_the_script_once() {
+    let server = RedisServer::start();
+    let probe = redis_client(&server).await;
+    if !releases_with_delifeq(&probe) {
+        println!(
+            "SKIPPED on this server (it has no DELIFEQ): \
+             a_refused_delifeq_falls_back_to_the_script_once"
+        );
+        return;
+    }
+    let created = server.cli(&[
+        "ACL", "SETUSER", "nodel", "on", ">nodel-pw", "~lock:*", "&lock:*", "+@all", "-delifeq",
+    ]);
+    assert_eq!(created, "OK");
+    let url = format!("redis://nodel:nodel-pw@127.0.0.1:{}", server.port);
+    let client = redis_url_client(&url).await.expect("the ACL user connects");
+    assert!(releases_with_delifeq(&client), "the probe found DELIFEQ");
+    let key = key("plain-refused");
+    for _ in 0..3 {
+        let guard = client.lock(&key).acquire().await.unwrap();
+        guard.release().await.expect("released by the script after the refusal");
+        assert_eq!(server.cli(&["EXISTS", &lock_names("lock:", &key).0]), "0");
+    }
+    assert!(!releases_with_delifeq(&client), "turned off for good");
+    // One entry, counted once: one refusal.
+    let denied = server.cli(&["ACL", "LOG"]);
+    let lines: Vec<&str> = denied.lines().collect();
+    assert_eq!(denied.matches("cmd=delifeq").count(), 1, "{denied}");
+    assert_eq!(lines.get(1), Some(&"1"), "one refusal only:\n{denied}");
+}
