@@ -109,7 +109,11 @@ async fn a_release_touches_the_queue_and_publishes_only_when_somebody_queued() {
         guard.release().await.unwrap();
     }
     assert_eq!(server.command_calls("set"), 20);
-    assert_eq!(server.command_calls("incr"), 0, "no token asked, none minted");
+    assert_eq!(
+        server.command_calls("incr"),
+        0,
+        "no token asked, none minted"
+    );
     if lock_runtime::__private::testing::releases_with_delifeq(&client) {
         assert_eq!(server.command_calls("delifeq"), 20);
     } else {

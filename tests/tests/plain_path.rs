@@ -255,7 +255,15 @@ async fn a_refused_delifeq_falls_back_to_the_script_once() {
         return;
     }
     let created = server.cli(&[
-        "ACL", "SETUSER", "nodel", "on", ">nodel-pw", "~lock:*", "&lock:*", "+@all", "-delifeq",
+        "ACL",
+        "SETUSER",
+        "nodel",
+        "on",
+        ">nodel-pw",
+        "~lock:*",
+        "&lock:*",
+        "+@all",
+        "-delifeq",
     ]);
     assert_eq!(created, "OK");
     let url = format!("redis://nodel:nodel-pw@127.0.0.1:{}", server.port);
@@ -264,7 +272,10 @@ async fn a_refused_delifeq_falls_back_to_the_script_once() {
     let key = key("plain-refused");
     for _ in 0..3 {
         let guard = client.lock(&key).acquire().await.unwrap();
-        guard.release().await.expect("released by the script after the refusal");
+        guard
+            .release()
+            .await
+            .expect("released by the script after the refusal");
         assert_eq!(server.cli(&["EXISTS", &lock_names("lock:", &key).0]), "0");
     }
     assert!(!releases_with_delifeq(&client), "turned off for good");

@@ -66,7 +66,9 @@ impl RedisBackend {
         {
             // Not durable enough: give them back before saying no.
             for n in names {
-                let _ = self.release(LockRef::new(n, token, ttl), false, false).await;
+                let _ = self
+                    .release(LockRef::new(n, token, ttl), false, false)
+                    .await;
             }
             return Err(e);
         }
