@@ -331,7 +331,8 @@ pub use lock_macros::distributed_lock;
 
 /// The README's code blocks, compiled (and run, unless `no_run`) as doctests,
 /// so the user's guide cannot drift from the API.
-#[cfg(all(doctest, feature = "axum"))]
+#[cfg(doctest)]
+#[cfg(feature = "axum")]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
