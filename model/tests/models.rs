@@ -98,7 +98,7 @@ fn lock_three_clients_with_a_pause_find_the_stale_hand_over_without_the_check() 
 }
 
 /// A holder that dies with two clients queued behind it, or a waiter that
-/// dies in line (issue 23): the key whose lease ran out goes to the head of
+/// dies in line: the key whose lease ran out goes to the head of
 /// the line, and a dead waiter's entry is skipped once its wait is over.
 #[test]
 fn lock_three_clients_with_a_crash_keep_every_property() {

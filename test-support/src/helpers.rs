@@ -83,10 +83,14 @@ pub async fn is_held(client: &LockClient, key: &str) -> bool {
     }
 }
 
-/// The remaining lease of the holder of `key`, as a try-once acquire reports it.
+/// The remaining lease of the holder of `key`, as `inspect` reports it.
 pub async fn remaining(client: &LockClient, key: &str) -> Duration {
-    match client.lock(key).acquire().await {
-        Err(LockError::Busy { retry_after, .. }) => retry_after,
+    // `inspect`, not a `Busy`'s `retry_after`: that is a hint from recent
+    // hold times, at most the lease left.
+    match client.inspect(key).await {
+        Ok(state) if state.held => state
+            .remaining
+            .unwrap_or_else(|| panic!("`{key}` is held without an expiry")),
         Ok(_) => panic!("`{key}` was expected to be held"),
         Err(e) => panic!("probe of `{key}` failed: {e}"),
     }

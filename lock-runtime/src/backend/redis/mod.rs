@@ -319,12 +319,19 @@ impl RedisBackend {
             return Box::pin(self.release_shared(lock, dequeue)).await;
         }
         // Nobody queued behind us (an unmarked value): the plain
-        // compare-and-delete is the whole release. Otherwise release.lua.
+        // compare-and-delete is the whole release. Otherwise release.lua,
+        // at once where this slot's last releases found somebody queued
+        // (`Plain::contended`): a hot key's release then costs one round
+        // trip, not a refused plain one first.
         let mut plain_resent = false;
-        if plain_first && !dequeue && self.is_plain(names) {
+        let plain = plain_first && !dequeue && self.is_plain(names);
+        if plain && !self.plain.contended(names.slot) {
             match self.unlock(names, token).await? {
                 (true, _) => return Ok(Released::Yes),
-                (false, resent) => plain_resent = resent,
+                (false, resent) => {
+                    plain_resent = resent;
+                    self.plain.set_contended(names.slot, true);
+                }
             }
         }
         let (answer, resent) = match self.route(names) {
@@ -354,7 +361,13 @@ impl RedisBackend {
             }
         };
         match answer {
-            redis::Value::Int(1) => Ok(Released::Yes),
+            redis::Value::Int(1) => {
+                if plain {
+                    // Nobody was queued after all: plain releases again.
+                    self.plain.set_contended(names.slot, false);
+                }
+                Ok(Released::Yes)
+            }
             redis::Value::Array(items) if !items.is_empty() => {
                 // Handed over: if the new owner waits in this process, wake it
                 // now instead of after the notice's trip through pub/sub.

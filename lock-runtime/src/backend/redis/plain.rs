@@ -18,7 +18,7 @@
 //! client built with `coalesce_scripts(true)`, which asked for its calls to
 //! go out in batches of scripts (batch.rs).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::super::conn::Conn;
@@ -36,6 +36,10 @@ pub(crate) struct Plain {
     /// Plain commands are used at all (not on a Redlock node, nor with
     /// `coalesce_scripts(true)`).
     pub(super) enabled: bool,
+    /// One bit per group of hash slots (slot % 256): the last release of a
+    /// plain-taken lock there found somebody queued, so the next one goes
+    /// to release.lua at once. A hint only: either path releases correctly.
+    contended: [AtomicU64; 4],
     /// The server answers `DELIFEQ` (found once when connecting; turned off
     /// for good the first time the server or a proxy in front of it
     /// refuses the command).
@@ -47,6 +51,24 @@ impl Plain {
         Self {
             enabled,
             delifeq: AtomicBool::new(delifeq),
+            contended: Default::default(),
+        }
+    }
+
+    /// Whether the last release of a plain-taken lock in `slot`'s group
+    /// found somebody queued behind it.
+    pub(super) fn contended(&self, slot: u16) -> bool {
+        let bit = usize::from(slot) % 256;
+        self.contended[bit / 64].load(Ordering::Relaxed) & (1 << (bit % 64)) != 0
+    }
+
+    pub(super) fn set_contended(&self, slot: u16, contended: bool) {
+        let bit = usize::from(slot) % 256;
+        let mask = 1u64 << (bit % 64);
+        if contended {
+            self.contended[bit / 64].fetch_or(mask, Ordering::Relaxed);
+        } else {
+            self.contended[bit / 64].fetch_and(!mask, Ordering::Relaxed);
         }
     }
 
