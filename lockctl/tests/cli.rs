@@ -27,6 +27,8 @@ async fn inspect_list_and_force_release_a_held_lock() {
         .await
         .unwrap();
     let _other = client.lock("job:nightly").acquire().await.unwrap();
+    // Minted on first use: asked for before the counter is read.
+    let token = guard.fencing_token().await.unwrap();
 
     let out = lockctl(&url, &["--json", "inspect", "order:42"], "");
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -34,7 +36,7 @@ async fn inspect_list_and_force_release_a_held_lock() {
     assert_eq!(state["key"], "order:42");
     assert_eq!(state["held"], true);
     assert!(state["remaining_ms"].as_u64().unwrap() > 2_000, "{state}");
-    assert!(state["fencing_counter"].as_u64().unwrap() >= guard.fencing_token().await.unwrap());
+    assert!(state["fencing_counter"].as_u64().unwrap() >= token);
 
     let out = lockctl(&url, &["inspect", "order:7"], "");
     assert!(out.status.success());

@@ -31,6 +31,8 @@ async fn lockctl_lists_every_master_shows_holders_and_fences_out_a_force_release
     let keys: Vec<String> = (0..3).map(|node| cluster.key_on(node, "order")).collect();
     let ttl = Duration::from_secs(30);
     let held_0 = a.lock(&keys[0]).ttl(ttl).acquire().await.unwrap();
+    // Minted on first use: asked for now, so the counter shows it below.
+    held_0.fencing_token().await.unwrap();
     let _held_1 = a.lock(&keys[1]).ttl(ttl).acquire().await.unwrap();
     let _read_2 = b.rw_lock(&keys[2]).read().ttl(ttl).acquire().await.unwrap();
     let waiter = {

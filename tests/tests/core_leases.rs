@@ -41,7 +41,14 @@ async fn sixty_four_tasks_doing_read_modify_write_under_one_lock_end_with_the_ex
         env.kind,
         took / 64
     );
-    assert_eq!(run.fences, (1..=64).collect::<Vec<u64>>());
+    // One token per increment, rising in the order of the increments (with
+    // gaps: a hot key's in-process hand-overs take tokens in blocks).
+    assert_eq!(run.fences.len(), 64, "{:?}", run.fences);
+    assert!(
+        run.fences.windows(2).all(|w| w[0] < w[1]),
+        "{:?}",
+        run.fences
+    );
     watchdogs_stop(secs(2), &[&env.client, &other]).await;
 }
 
