@@ -89,7 +89,7 @@ pub use lock_keys::MAX_LOCK_ALL_KEYS;
 ///     .await?;
 /// // Each key is the lock `client.lock(key)` takes.
 /// assert!(client.lock("account:2").acquire().await.unwrap_err().is_busy());
-/// let fence = both.fencing_token(); // send it along with the writes
+/// let fence = both.fencing_token().await?; // send it along with the writes
 /// # let _ = fence;
 /// both.release().await?;
 ///
