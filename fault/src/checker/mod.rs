@@ -774,6 +774,23 @@ mod tests {
     }
 
     #[test]
+    fn a_killed_semaphore_holders_permit_nobody_needed_is_not_held_past_its_ttl() {
+        // Two permits: worker 1 takes the other one at once after the kill,
+        // and the run ends with nobody needing the struck one.
+        let a = vec![attempt(1, 0), acquired(1, 1, 10)];
+        let b = vec![attempt(1, 1_000), acquired(1, 2, 1_010)];
+        let mut data = run(vec![a, b], vec![], 0);
+        data.kind = Kind::Semaphore { permits: 2 };
+        data.faults = vec![Fault::KillWorker { worker: 0, t: 500 }];
+        let r = check(&data);
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        // Still waiting when the lease had ended: the permit was kept.
+        data.workers[1].events.truncate(1);
+        let r = check(&data);
+        assert_eq!(r.violations.held_past_ttl, 1, "{:?}", r.examples);
+    }
+
+    #[test]
     fn a_killed_holders_key_taken_over_late_is_held_past_its_ttl() {
         let a = vec![attempt(1, 0), acquired(1, 1, 10)];
         let b = vec![attempt(1, 20), acquired(1, 2, 500_000)];

@@ -373,14 +373,21 @@ pub(super) fn struck_holders(
             let next = synchronizers::taken_over(run.kind, key_ops, victim, held.side, start);
             // Another process wanted the key when the fault struck, or
             // within a lease after (one that had got it, or given up, or
-            // died, before the fault does not count).
+            // died, before the fault does not count). A semaphore's other
+            // permits may serve every later wish without the struck one's:
+            // only a wish still waiting once the lease had ended shows the
+            // struck permit kept (the run may end with nobody needing it).
+            let wanted_until = match run.kind {
+                Kind::Semaphore { .. } => start + ttl_us + slack_us,
+                _ => start,
+            };
             let pending = ops.iter().any(|o| {
                 let death = killed.get(&o.process).copied();
                 o.key == held.key
                     && o.process != victim
                     && run.kind.conflicts(held.side, o.side)
                     && o.attempt <= start + ttl_us
-                    && o.wait_end().or(death).is_none_or(|t| t >= start)
+                    && o.wait_end().or(death).is_none_or(|t| t >= wanted_until)
             });
             match next {
                 Some(t) => {
