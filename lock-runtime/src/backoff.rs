@@ -1,9 +1,15 @@
 //! [`Backoff`]: the one exponential back-off of the crate, and [`Retry`]:
-//! the one set of rules for sending a step again.
+//! the one set of rules for sending a step again (or looking again), with
+//! the two pauses that are not back-offs ([`renewal_retry`],
+//! [`split_vote_pause`]). Locks and idempotency records send their steps
+//! through [`Retrying::send`] and [`Retry::spawn`].
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::LockError;
 
 /// Pauses that double from `first` up to `max`: between reconnects of the
 /// notice connection, and between an acquire's retries after a broken
@@ -120,6 +126,45 @@ impl Retry {
         max: Duration::from_secs(2),
     };
 
+    /// A record's completion whose answer did not come back (a repeated
+    /// completion finds our result stored): 10 ms doubling to 250 ms, until
+    /// the caller's deadline (a lease, at least two seconds: a completion
+    /// given up leaves the work to run again once the lease ends).
+    #[cfg(feature = "idempotency")]
+    pub(crate) const COMPLETION: Retry = Retry {
+        times: u32::MAX,
+        within: None,
+        first_at_once: false,
+        first: Duration::from_millis(10),
+        max: Duration::from_millis(250),
+    };
+
+    /// A waiter whose notices are not confirmed (the subscription refused
+    /// by an ACL, the notice connection down) looks again: 10 ms doubling
+    /// to 250 ms, within its wait. The lease stays its other timer.
+    #[cfg(feature = "idempotency")]
+    pub(crate) const LOOK_AGAIN: Retry = Retry {
+        times: u32::MAX,
+        within: None,
+        first_at_once: false,
+        first: Duration::from_millis(10),
+        max: Duration::from_millis(250),
+    };
+
+    /// Redlock, within 100 ms of a free notice (or of the retry after
+    /// registering): the first 4 split votes with every master answering
+    /// pause 4, 8, 16, 32 ms. Such a split is likelier our retry crossing a
+    /// release on the masters than a contender's, and it holds once the
+    /// release got there; other splits pause up to a per-node timeout
+    /// ([`split_vote_pause`]).
+    pub(crate) const CROSSING: Retry = Retry {
+        times: 4,
+        within: Some(Duration::from_millis(100)),
+        first_at_once: false,
+        first: Duration::from_millis(4),
+        max: Duration::from_millis(32),
+    };
+
     /// Starts retrying under this policy (its time bound runs from now).
     pub(crate) fn start(self) -> Retrying {
         Retrying {
@@ -153,9 +198,57 @@ impl Retrying {
         self.give_up.is_none_or(|at| next < at) && deadline.is_none_or(|at| next < at)
     }
 
-    /// `true` before the first re-send.
-    pub(crate) fn is_first(&self) -> bool {
-        self.done == 0
+    /// Whether a step that failed with `e` is sent again: its answer did
+    /// not come back (a broken connection, or too few Redlock nodes
+    /// answering to tell), with re-sends left before `deadline`; a step
+    /// whose caller tries once (its deadline is now) still gets its first
+    /// re-send, unless the failure was a timeout, which took its time
+    /// already.
+    pub(crate) fn resends(&self, e: &LockError, deadline: Option<Instant>) -> bool {
+        let LockError::Backend(b) = e else {
+            return false;
+        };
+        (b.is_connection() || b.is_outcome_unknown())
+            && (self.allows(deadline) || (self.done == 0 && !b.is_timeout()))
+    }
+
+    /// `true` once the policy's time bound has passed.
+    pub(crate) fn ended(&self) -> bool {
+        self.give_up.is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// Takes the next pause without sleeping (for a caller that sleeps on
+    /// something else too), and counts it.
+    pub(crate) fn next_pause(&mut self) -> Duration {
+        self.done += 1;
+        self.backoff.advance()
+    }
+
+    /// Sends `step` until it is answered, again after each broken
+    /// connection that [`resends`](Self::resends) allows before `deadline`
+    /// (`what` names the step in the debug log). Only for steps that are
+    /// safe to send twice.
+    pub(crate) async fn send<T, Fut>(
+        &mut self,
+        what: &str,
+        deadline: Option<Instant>,
+        mut step: impl FnMut() -> Fut,
+    ) -> Result<T, LockError>
+    where
+        Fut: Future<Output = Result<T, LockError>>,
+    {
+        loop {
+            match step().await {
+                Err(e) if self.resends(&e, deadline) => {
+                    tracing::debug!(
+                        error = &e as &dyn std::error::Error,
+                        "{what}: unanswered; sending it again"
+                    );
+                    self.pause().await;
+                }
+                answer => return answer,
+            }
+        }
     }
 
     /// Takes the pause before the next send (none before a first re-send
@@ -166,6 +259,58 @@ impl Retrying {
         }
         self.done += 1;
     }
+}
+
+impl Retry {
+    /// [`Retrying::send`] as a task of its own on the current runtime, the
+    /// caller not waiting (a release nobody waits for): `report` gets the
+    /// answer. `false` outside a runtime: nothing was sent (a lease then
+    /// runs out by itself).
+    pub(crate) fn spawn<T, Fut>(
+        self,
+        what: &'static str,
+        step: impl FnMut() -> Fut + Send + 'static,
+        report: impl FnOnce(Result<T, LockError>) + Send + 'static,
+    ) -> bool
+    where
+        Fut: Future<Output = Result<T, LockError>> + Send,
+        T: Send + 'static,
+    {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        runtime.spawn(async move { report(self.start().send(what, None, step).await) });
+        true
+    }
+}
+
+/// When the watchdog tries a renewal again after one that got no answer:
+/// after a thirtieth of the lease (5 ms at least), capped by the lease's
+/// validity, so about ten tries fit in the third of a lease left when a
+/// renewal is due, and a server back within that keeps the lease.
+pub(crate) fn renewal_retry(ttl: Duration) -> Duration {
+    (ttl / 30).max(Duration::from_millis(5))
+}
+
+/// Redlock: the pause after a split vote (contenders each took some masters
+/// and nobody a majority). Woken by the same notices, they would all try
+/// again at once and split again: a random pause lets one win (Redlock's
+/// advice). `brief`: within [`Retry::CROSSING`] with every master answering,
+/// half of it to all of it; otherwise up to `per_node`, the longest an
+/// attempt waits for a dead master (at most a tenth of the lease), so
+/// contenders are staggered by up to a whole attempt.
+pub(crate) fn split_vote_pause(brief: Option<Duration>, per_node: Duration) -> Duration {
+    match brief {
+        Some(cap) => cap / 2 + random_below(cap / 2),
+        None => random_below(per_node),
+    }
+}
+
+/// A random pause in `[0, cap)`.
+fn random_below(cap: Duration) -> Duration {
+    let cap = cap.as_micros().max(1) as u64;
+    let draw = getrandom::u64().unwrap_or(0);
+    Duration::from_micros(draw % cap)
 }
 
 #[cfg(test)]

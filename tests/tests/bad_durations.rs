@@ -127,7 +127,7 @@ async fn a_record_refuses_bad_leases_and_retentions_and_clamps_huge_waits() {
         assert_config(
             "record.lease",
             d,
-            client.record(key("r")).lease(d).claim().await,
+            client.record(key("r")).ttl(d).claim().await,
         );
         let claimed = client.record(key("r")).retention(d).claim().await;
         assert_config("record.retention", d, claimed);

@@ -123,10 +123,7 @@ where
     F: Future<Output = ()> + Send,
 {
     let id = key("msg");
-    let guard = run(
-        a.record(&id).lease(secs(10)).claim().await.unwrap(),
-        backend,
-    );
+    let guard = run(a.record(&id).ttl(secs(10)).claim().await.unwrap(), backend);
     let first = tokio::spawn(async move {
         tokio::time::sleep(ms(200)).await;
         end(guard).await;
@@ -185,7 +182,7 @@ async fn a_crashed_claimer_lets_a_later_claim_run_once_its_lease_ends() {
             runtime.block_on(async {
                 let client = LockClient::builder().redis(url).build().await.unwrap();
                 let guard = run(
-                    client.record(&id).lease(ms(800)).claim().await.unwrap(),
+                    client.record(&id).ttl(ms(800)).claim().await.unwrap(),
                     "redis",
                 );
                 std::mem::forget(guard);
@@ -226,7 +223,7 @@ async fn bad_keys_and_settings_are_refused_before_anything_is_sent() {
         Err(LockError::Config(_))
     ));
     assert!(matches!(
-        client.record("k").lease(Duration::ZERO).claim().await,
+        client.record("k").ttl(Duration::ZERO).claim().await,
         Err(LockError::Config(_))
     ));
     // Nothing was claimed by the refused requests.
@@ -260,10 +257,7 @@ async fn a_record_nobody_waits_on_is_completed_and_released_without_a_notice() {
 
     // A duplicate that waits marks the record: one notice, and it is woken.
     let id = key("msg");
-    let guard = run(
-        a.record(&id).lease(secs(10)).claim().await.unwrap(),
-        "redis",
-    );
+    let guard = run(a.record(&id).ttl(secs(10)).claim().await.unwrap(), "redis");
     let waiting = tokio::spawn({
         let (b, id) = (b.clone(), id.clone());
         async move { b.record(&id).wait(secs(5)).claim().await }

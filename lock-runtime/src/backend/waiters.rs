@@ -238,6 +238,18 @@ impl WaitHandle {
     }
 }
 
+impl WaitHandle {
+    /// Sleeps until a notice for this waiter or `until`, whichever comes
+    /// first: `true` when a notice woke it. Notices are at most once, so
+    /// every waiter sleeps with a timer too.
+    pub(crate) async fn notice_or(&self, until: tokio::time::Instant) -> bool {
+        tokio::select! {
+            () = self.waiter.notify.notified() => true,
+            () = tokio::time::sleep_until(until) => false,
+        }
+    }
+}
+
 impl Drop for WaitHandle {
     fn drop(&mut self) {
         self.registry.unregister(&self.channel, &self.token);

@@ -53,20 +53,10 @@ pub(super) struct Acquisition {
     /// `backend/redis/plain.rs`): only the first. Once the key was found
     /// busy we may be in its line, which only acquire.lua reads.
     plain: bool,
-    /// Redlock: since when a split vote is likelier our retry crossing a
-    /// release on the masters than a contender's (the retry right after
-    /// registering, or a free notice), and the brief pauses taken since.
-    crossing: Option<(Instant, u32)>,
+    /// Redlock: the brief pauses after split votes ([`Retry::CROSSING`])
+    /// since the retry right after registering, or a free notice.
+    crossing: Option<Retrying>,
 }
-
-/// Redlock: within this long of a free notice (or of the retry after
-/// registering), the first [`CROSSING_TRIES`] split votes with every master
-/// answering pause briefly, [`CROSSING_PAUSE`] doubled each time (4, 8, 16,
-/// 32 ms at most): a retry that crossed the release on the masters holds
-/// once the release got there. Other splits pause up to a per-node timeout.
-const CROSSING_WINDOW: Duration = Duration::from_millis(100);
-const CROSSING_TRIES: u32 = 4;
-const CROSSING_PAUSE: Duration = Duration::from_millis(4);
 
 /// What one attempt found.
 enum Attempted {
@@ -166,7 +156,7 @@ impl Acquisition {
                     return Err(self.give_up(remaining).await);
                 }
                 self.queue().await;
-                self.crossing = Some((Instant::now(), 0));
+                self.crossing = Some(Retry::CROSSING.start());
                 continue;
             }
             match self.wait_for_turn(remaining).await {
@@ -177,11 +167,8 @@ impl Acquisition {
                 }
                 Woken::Retry => self.crossing = None,
                 Woken::Freed => {
-                    if self
-                        .crossing
-                        .is_none_or(|(at, _)| at.elapsed() >= CROSSING_WINDOW)
-                    {
-                        self.crossing = Some((Instant::now(), 0));
+                    if self.crossing.as_ref().is_none_or(Retrying::ended) {
+                        self.crossing = Some(Retry::CROSSING.start());
                     }
                 }
                 Woken::TimedOut => return Err(self.give_up(remaining).await),
@@ -238,11 +225,7 @@ impl Acquisition {
                 }
                 // Within the wait; an acquire that tries once still gets its
                 // first re-send, unless the failure took its time already.
-                Err(LockError::Backend(e))
-                    if e.is_connection()
-                        && (self.retry.allows(Some(deadline.at()))
-                            || (self.retry.is_first() && !e.is_timeout())) =>
-                {
+                Err(e) if self.retry.resends(&e, Some(deadline.at())) => {
                     // The driver re-establishes a broken connection.
                     tracing::debug!(key = %self.attempt.key, error = &e as &dyn std::error::Error,
                         "lock acquire: connection failed; retrying");
@@ -289,9 +272,8 @@ impl Acquisition {
             crate::durations::later(now, remaining.saturating_add(Duration::from_millis(1)))
                 .min(deadline);
         loop {
-            tokio::select! {
-                _ = handle.waiter.notify.notified() => {}
-                _ = tokio::time::sleep_until(retry_at) => return Woken::Retry,
+            if !handle.notice_or(retry_at).await {
+                return Woken::Retry;
             }
             match handle.waiter.take_grant() {
                 Some(fencing) if fresh(fencing) => return Woken::Granted(fencing),
@@ -427,12 +409,8 @@ impl Drop for Attempt {
 }
 
 /// Redlock: the pause after a split vote of the next attempt, when it is a
-/// brief one (see [`CROSSING_WINDOW`]); `None`: the usual one.
-fn brief_split_pause(crossing: &mut Option<(Instant, u32)>) -> Option<Duration> {
-    let (since, tries) = crossing.as_mut()?;
-    if since.elapsed() >= CROSSING_WINDOW || *tries >= CROSSING_TRIES {
-        return None;
-    }
-    *tries += 1;
-    Some(CROSSING_PAUSE * (1 << (*tries - 1)))
+/// brief one ([`Retry::CROSSING`]); `None`: the usual one.
+fn brief_split_pause(crossing: &mut Option<Retrying>) -> Option<Duration> {
+    let crossing = crossing.as_mut()?;
+    crossing.allows(None).then(|| crossing.next_pause())
 }

@@ -220,34 +220,24 @@ pub(crate) fn release_in_background(
     ttl: Duration,
     dequeue: bool,
 ) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::debug!(key = %key, "lock dropped outside a tokio runtime; the lease will run out");
-        return;
-    };
-    runtime.spawn(async move {
-        let mut retry = Retry::RELEASE_IN_BACKGROUND.start();
-        loop {
-            match inner
-                .backend
-                .release(LockRef::new(&names, &token, ttl), dequeue)
-                .await
-            {
-                Ok(Released::Yes | Released::Gone) => {
-                    tracing::debug!(key = %key, "lock released in the background");
-                }
-                Ok(Released::NotOurs) => {
-                    tracing::debug!(key = %key, "background release: the lock was not ours (any more)");
-                }
-                Err(LockError::Backend(e)) if e.is_connection() && retry.allows(None) => {
-                    tracing::debug!(key = %key, error = &e as &dyn std::error::Error,
-                        "background release failed; trying again");
-                    retry.pause().await;
-                    continue;
-                }
-                Err(e) => tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
-                    "background release failed; if it did not run, the lease will run out"),
-            }
-            return;
+    let step = move || {
+        let (inner, names) = (inner.clone(), names.clone());
+        async move {
+            let lock = LockRef::new(&names, &token, ttl);
+            inner.backend.release(lock, dequeue).await
         }
-    });
+    };
+    let report = move |released: Result<Released, LockError>| match released {
+        Ok(Released::Yes | Released::Gone) => {
+            tracing::debug!(key = %key, "lock released in the background");
+        }
+        Ok(Released::NotOurs) => {
+            tracing::debug!(key = %key, "background release: the lock was not ours (any more)");
+        }
+        Err(e) => tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
+            "background release failed; if it did not run, the lease will run out"),
+    };
+    if !Retry::RELEASE_IN_BACKGROUND.spawn("background release", step, report) {
+        tracing::debug!("lock dropped outside a tokio runtime; the lease will run out");
+    }
 }

@@ -405,7 +405,12 @@ impl KeyNames {
 }
 
 mod parts;
+#[cfg(feature = "idempotency")]
+mod record;
 mod slot;
+
+#[cfg(feature = "idempotency")]
+pub(crate) use record::{RecordNames, digest};
 
 use slot::slot_counter;
 pub(crate) use slot::{has_hash_tag, slot, slot_of_bytes, slot_tag};

@@ -7,16 +7,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::names::RecordNames;
-use crate::backend::records::StoredResponse;
+use crate::backend::records::{RecordClaim, StoredResponse};
+use crate::backoff::Retry;
+use crate::durations::later;
+use crate::key::RecordNames;
 use crate::token::Token;
 use crate::watchdog::RecordLease;
 use crate::{LockClient, LockError};
-
-/// The longest pause between two tries of a completion whose outcome is
-/// unknown (and between two looks at a record in flight whose notices are
-/// not confirmed).
-pub(super) const MAX_POLL: Duration = Duration::from_millis(250);
 
 /// The shortest time a completion is tried for, however short the lease.
 const MIN_COMPLETION_TRIES: Duration = Duration::from_secs(2);
@@ -36,17 +33,21 @@ pub struct RecordGuard {
     names: RecordNames,
     token: Token,
     fingerprint: String,
-    lease: Duration,
+    ttl: Duration,
     retention: Duration,
-    /// The record under the watchdog; `None` once settled.
+    /// The record under the watchdog, from the claim that took it.
     renewal: Option<Renewal>,
-    settled: bool,
+    /// Dropped now, the record is released: a claim on the wire, or a
+    /// record ours and not settled.
+    armed: bool,
 }
 
-/// A record's entry in the watchdog: dropping it stops the renewal.
+/// A record's entry in the watchdog, and when its claim was sent: dropping
+/// it stops the renewal.
 struct Renewal {
     client: LockClient,
     id: u64,
+    since: Instant,
 }
 
 impl Drop for Renewal {
@@ -60,46 +61,68 @@ impl fmt::Debug for RecordGuard {
         f.debug_struct("RecordGuard")
             .field("key", &self.key)
             .field("record", &self.names.record)
-            .field("lease", &self.lease)
+            .field("ttl", &self.ttl)
             .field("retention", &self.retention)
             .finish_non_exhaustive()
     }
 }
 
-/// What a claim that took the record fixed: the record, its claimer and the
-/// request's fingerprint, lease and retention.
-pub(super) struct Taken {
-    pub(super) key: String,
-    pub(super) names: RecordNames,
-    pub(super) token: Token,
-    pub(super) fingerprint: String,
-    pub(super) lease: Duration,
-    pub(super) retention: Duration,
-}
-
 impl RecordGuard {
-    /// The record `taken` was claimed by a claim sent at `sent`: renewed
-    /// every `lease / 3` from then.
-    pub(super) fn start(client: LockClient, taken: Taken, sent: Instant) -> Self {
-        let watched = Arc::new(RecordLease {
-            record: taken.names.record.clone(),
-            token: taken.token,
-        });
-        let id = client.watch_record(watched, taken.lease, sent);
+    /// A claim of `names` by `token` for `(ttl, retention)`, not yet sent
+    /// (disarmed).
+    pub(super) fn new(
+        client: LockClient,
+        key: String,
+        names: RecordNames,
+        token: Token,
+        fingerprint: String,
+        (ttl, retention): (Duration, Duration),
+    ) -> Self {
         Self {
-            renewal: Some(Renewal {
-                client: client.clone(),
-                id,
-            }),
             client,
-            key: taken.key,
-            names: taken.names,
-            token: taken.token,
-            fingerprint: taken.fingerprint,
-            lease: taken.lease,
-            retention: taken.retention,
-            settled: false,
+            key,
+            names,
+            token,
+            fingerprint,
+            ttl,
+            retention,
+            renewal: None,
+            armed: false,
         }
+    }
+
+    /// The claim to send; `waiting`: the caller will wait for a record in
+    /// flight (and marks it, so its completion or release is announced).
+    pub(super) fn claim(&self, waiting: bool) -> RecordClaim<'_> {
+        RecordClaim {
+            record: &self.names.record,
+            notice: &self.names.notice,
+            token: &self.token,
+            fingerprint: &self.fingerprint,
+            lease: self.ttl,
+            waiting,
+        }
+    }
+
+    /// Whether dropping the guard now releases the record.
+    pub(super) fn arm(&mut self, armed: bool) {
+        self.armed = armed;
+    }
+
+    /// The record was taken by a claim sent at `sent`: renewed every
+    /// `ttl / 3` from then.
+    pub(super) fn watch(&mut self, sent: Instant) {
+        let watched = Arc::new(RecordLease {
+            record: self.names.record.clone(),
+            token: self.token,
+        });
+        let id = self.client.watch_record(watched, self.ttl, sent);
+        let client = self.client.clone();
+        self.renewal = Some(Renewal {
+            client,
+            id,
+            since: sent,
+        });
     }
 
     /// The key as given to [`LockClient::record`].
@@ -137,42 +160,43 @@ impl RecordGuard {
         }
     }
 
-    /// Stores `stored`, as [`RecordGuard::complete`]; the future owns what it
-    /// needs (a layer may run it as a task of its own and stop waiting for
-    /// it). `Ok(false)`: another claimer's record is there. The lease stays
-    /// renewed until the future ends.
+    /// Stores `stored`, as [`RecordGuard::complete`], sent again under
+    /// [`Retry::COMPLETION`] for a lease (two seconds at least); the future
+    /// owns what it needs (a layer may run it as a task of its own and stop
+    /// waiting for it). `Ok(false)`: another claimer's record is there. The
+    /// lease stays renewed until the future ends.
     pub(crate) fn completing(
         mut self,
         stored: StoredResponse,
     ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static {
-        self.settled = true;
-        let renewal = self.renewal.take();
-        let client = self.client.clone();
-        // Settled: the guard's drop no longer needs them.
-        let names = std::mem::take(&mut self.names);
-        let (token, fingerprint) = (self.token, std::mem::take(&mut self.fingerprint));
-        let (lease, retention) = (self.lease, self.retention);
+        let (settled, renewal) = self.settle();
         async move {
             // Stops the renewal when done, whichever way.
             let _renewal = renewal;
-            let (record, notice) = (&names.record, &names.notice);
-            let give_up = crate::durations::later(Instant::now(), lease.max(MIN_COMPLETION_TRIES));
-            let mut pause = Duration::from_millis(10);
-            loop {
-                let stored = client
-                    .backend()
-                    .complete_record(record, notice, &token, &fingerprint, &stored, retention)
-                    .await;
-                match stored {
-                    Err(e) if Instant::now() + pause < give_up => {
-                        tracing::debug!(%record, error = &e as &dyn std::error::Error,
-                            "idempotency: completion unanswered; sending it again");
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(MAX_POLL);
-                    }
-                    answer => return answer,
-                }
-            }
+            let Settled {
+                client,
+                names,
+                token,
+                fingerprint,
+                retention,
+                ..
+            } = &settled;
+            let give_up = later(Instant::now(), settled.ttl.max(MIN_COMPLETION_TRIES));
+            let complete = || {
+                let (record, notice) = (&names.record, &names.notice);
+                client.backend().complete_record(
+                    record,
+                    notice,
+                    token,
+                    fingerprint,
+                    &stored,
+                    *retention,
+                )
+            };
+            let mut retry = Retry::COMPLETION.start();
+            retry
+                .send("idempotency: completion", Some(give_up), complete)
+                .await
         }
     }
 
@@ -182,60 +206,62 @@ impl RecordGuard {
     /// longer ours (its lease ran out); an error when the store did not
     /// answer (the record then expires with its lease).
     pub async fn release(mut self) -> Result<(), LockError> {
-        self.renewal = None; // stops the renewal
-        self.settled = true;
-        let released = release(&self.client, &self.names, &self.token, &self.fingerprint).await;
+        let (settled, renewal) = self.settle();
+        drop(renewal); // stops the renewal
+        // Sent again once if the reply was lost, so that does not keep the
+        // key blocked for a lease.
+        let release = || settled.release_once();
+        let released = Retry::ONCE
+            .start()
+            .send("idempotency: release", None, release)
+            .await;
         log_release(&released);
         released.map(|_| ())
     }
-}
 
-/// Releases `names`' record for `token` (claimed for a request of
-/// `fingerprint`), once more if no answer came back (a second release of a
-/// record already released finds nothing, harmlessly), so a lost reply does
-/// not keep the key blocked for a lease.
-async fn release(
-    client: &LockClient,
-    names: &RecordNames,
-    token: &Token,
-    fingerprint: &str,
-) -> Result<bool, LockError> {
-    let (record, notice) = (&names.record, &names.notice);
-    let backend = client.backend();
-    match backend
-        .release_record(record, notice, token, fingerprint)
-        .await
-    {
-        Err(e) => {
-            tracing::debug!(%record, error = &e as &dyn std::error::Error, "idempotency: release unanswered; sending it again");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            backend
-                .release_record(record, notice, token, fingerprint)
-                .await
+    /// Disarms the guard and takes what settling the record needs, and its
+    /// renewal (its hold time counted for the key's retry hints).
+    fn settle(&mut self) -> (Settled, Option<Renewal>) {
+        self.armed = false;
+        let renewal = self.renewal.take();
+        if let Some(renewal) = &renewal {
+            let inner = &self.client.0;
+            inner
+                .hints
+                .held(&self.names.record, renewal.since.elapsed());
         }
-        answer => answer,
+        let settled = Settled {
+            client: self.client.clone(),
+            names: std::mem::take(&mut self.names),
+            token: self.token,
+            fingerprint: std::mem::take(&mut self.fingerprint),
+            ttl: self.ttl,
+            retention: self.retention,
+        };
+        (settled, renewal)
     }
 }
 
-/// Releases `names`' record for `token` (claimed for a request of
-/// `fingerprint`) on the current runtime without waiting (with no runtime,
-/// the lease runs out by itself).
-pub(super) fn release_in_background(
+/// What settling a record needs, owned (for a task of its own).
+struct Settled {
     client: LockClient,
     names: RecordNames,
     token: Token,
     fingerprint: String,
-    log: bool,
-) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    runtime.spawn(async move {
-        let released = release(&client, &names, &token, &fingerprint).await;
-        if log {
-            log_release(&released);
-        }
-    });
+    ttl: Duration,
+    retention: Duration,
+}
+
+impl Settled {
+    /// Releases the record for our token, once (sent again, a release of a
+    /// record already released finds nothing, harmlessly).
+    async fn release_once(&self) -> Result<bool, LockError> {
+        let (record, notice) = (&self.names.record, &self.names.notice);
+        let backend = self.client.backend();
+        backend
+            .release_record(record, notice, &self.token, &self.fingerprint)
+            .await
+    }
 }
 
 fn log_release(released: &Result<bool, LockError>) {
@@ -252,20 +278,24 @@ fn log_release(released: &Result<bool, LockError>) {
 }
 
 impl Drop for RecordGuard {
+    /// Armed (a claim on the wire, or a record ours and unsettled): the
+    /// record is released in the background under
+    /// [`Retry::RELEASE_IN_BACKGROUND`] (a no-op where the claim did not
+    /// take it); with no runtime, it expires with its lease.
     fn drop(&mut self) {
-        // Settled: released (renewal already stopped) or completing (the
-        // completion stops the renewal when it is done).
-        if !self.settled {
-            self.renewal = None; // stops the renewal
-            tracing::debug!(record = %self.record(), "idempotency: record guard dropped unsettled; releasing the record");
-            let fingerprint = std::mem::take(&mut self.fingerprint);
-            release_in_background(
-                self.client.clone(),
-                self.names.clone(),
-                self.token,
-                fingerprint,
-                true,
-            );
+        if !self.armed {
+            return;
         }
+        tracing::debug!(record = %self.record(), "idempotency: record dropped unsettled; releasing it");
+        let (settled, renewal) = self.settle();
+        drop(renewal); // stops the renewal
+        let settled = Arc::new(settled);
+        let step = move || {
+            let settled = settled.clone();
+            async move { settled.release_once().await }
+        };
+        Retry::RELEASE_IN_BACKGROUND.spawn("idempotency: background release", step, |released| {
+            log_release(&released)
+        });
     }
 }

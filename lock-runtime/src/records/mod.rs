@@ -67,17 +67,18 @@
 
 use std::time::Duration;
 
-pub(crate) mod claim;
+use tokio::time::Instant;
+
 mod guard;
-pub(crate) mod names;
 
 pub use guard::RecordGuard;
 
-use self::claim::{Ask, Outcome};
-use self::names::{RecordNames, digest};
-use crate::client::validate_ttl;
-use crate::durations::check_retention;
-use crate::key::validate_key;
+use crate::backend::WaitHandle;
+use crate::backend::records::{Claim, StoredResponse};
+use crate::backoff::Retry;
+use crate::client::LockOptions;
+use crate::durations::{check_retention, later};
+use crate::key::{RecordNames, digest, validate_key};
 use crate::{LockClient, LockError};
 
 /// How long a completed record is kept when a request sets no
@@ -90,9 +91,11 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 pub struct RecordRequest {
     client: LockClient,
     key: String,
+    /// `None`: named by the key alone (a layer names it by route and scope).
+    names: Option<RecordNames>,
     fingerprint: String,
-    lease: Option<Duration>,
-    wait: Duration,
+    /// The lease and the wait, as a lock's.
+    options: LockOptions,
     retention: Duration,
 }
 
@@ -100,6 +103,9 @@ pub struct RecordRequest {
 #[derive(Debug)]
 #[non_exhaustive]
 #[must_use = "a claimed record must be completed or released"]
+// Answered once per claim and moved once or twice: the guard inline costs
+// less than a box's allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum Claimed {
     /// The record is ours: run the work, then
     /// [`complete`](RecordGuard::complete) the guard with its result (or
@@ -109,12 +115,24 @@ pub enum Claimed {
     Done(Vec<u8>),
     /// Another claimer runs the work, and did not finish within the wait.
     InFlight {
-        /// When its lease ends at the latest (if it crashed, a claim then
-        /// runs the work).
+        /// When to try again: about how long this key's work usually takes
+        /// (as a lock's `Busy` says), at most until the claimer's lease
+        /// ends (if it crashed, a claim then runs the work).
         retry_after: Duration,
     },
     /// The key was claimed with another fingerprint: a different piece of
     /// work under the same key. Nothing runs.
+    Reused,
+}
+
+/// [`Claimed`] with the whole stored response (a layer's status and
+/// headers).
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // as `Claimed`
+pub(crate) enum Answer {
+    Run(RecordGuard),
+    Done(StoredResponse),
+    InFlight { retry_after: Duration },
     Reused,
 }
 
@@ -126,9 +144,9 @@ impl LockClient {
         RecordRequest {
             client: self.clone(),
             key: key.into(),
+            names: None,
             fingerprint: digest(&[], b""),
-            lease: None,
-            wait: Duration::ZERO,
+            options: LockOptions::new(),
             retention: DEFAULT_RETENTION,
         }
     }
@@ -143,21 +161,22 @@ impl RecordRequest {
         self
     }
 
-    /// The lease of a claimed record, renewed while its guard lives: how
-    /// long the key stays in flight after its claimer crashed. The client's
-    /// default TTL when not set.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
+    /// The lease of a claimed record, renewed every `ttl / 3` while its
+    /// guard lives: how long the key stays in flight after its claimer
+    /// crashed. The client's default TTL when not set; the same limits as
+    /// [`LockRequest::ttl`](crate::LockRequest::ttl).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.options = self.options.ttl(ttl);
         self
     }
 
     /// How long to wait for a record another claimer runs (woken by its
     /// completion or release); `Duration::ZERO` (the default): answer
-    /// [`Claimed::InFlight`] at once. A wait above
-    /// [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that
-    /// long, as a lock's does.
+    /// [`Claimed::InFlight`] at once. As [`LockRequest::wait`](crate::LockRequest::wait):
+    /// a wait above [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX`
+    /// included) waits that long.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
+        self.options = self.options.wait(wait);
         self
     }
 
@@ -170,32 +189,98 @@ impl RecordRequest {
         self
     }
 
+    /// The record named `names` (a layer's: by route and caller), claimed
+    /// with the fingerprint digest `fingerprint`.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn named(mut self, names: RecordNames, fingerprint: String) -> Self {
+        self.names = Some(names);
+        self.fingerprint = fingerprint;
+        self
+    }
+
     /// Claims the record. Errors: [`LockError::InvalidKey`],
     /// [`LockError::Config`] (a lease or a retention out of bounds),
     /// [`LockError::Backend`] when the store did not answer (whatever the
     /// claim may have taken is released in the background).
     pub async fn claim(self) -> Result<Claimed, LockError> {
-        validate_key(&self.key)?;
-        let lease = self.lease.unwrap_or_else(|| self.client.default_ttl());
-        validate_ttl(lease)?;
-        check_retention("a record", self.retention)?;
-        let names =
-            RecordNames::hashed(self.client.key_prefix(), &[self.key.as_bytes()], b"record");
-        let ask = Ask {
-            key: self.key,
-            names,
-            fingerprint: self.fingerprint,
-            lease,
-            wait: self.wait,
-            retention: self.retention,
-        };
-        Ok(match ask.claim(&self.client).await? {
-            Outcome::Run(guard) => Claimed::Run(guard),
-            Outcome::Done(stored) => Claimed::Done(stored.body.to_vec()),
-            Outcome::InFlight { remaining } => Claimed::InFlight {
-                retry_after: remaining,
-            },
-            Outcome::Reused => Claimed::Reused,
+        Ok(match self.answer().await? {
+            Answer::Run(guard) => Claimed::Run(guard),
+            Answer::Done(stored) => Claimed::Done(stored.body.to_vec()),
+            Answer::InFlight { retry_after } => Claimed::InFlight { retry_after },
+            Answer::Reused => Claimed::Reused,
         })
+    }
+
+    /// [`claim`](Self::claim), answered with the whole stored response.
+    ///
+    /// The claim is sent as a lock's acquire is ([`Retry::ACQUIRE`]: a
+    /// repeated claim finds and re-arms our own); a record in flight is
+    /// marked, and waited for on its notices, with its lease and
+    /// [`Retry::LOOK_AGAIN`] as timers, until the wait ends.
+    pub(crate) async fn answer(self) -> Result<Answer, LockError> {
+        validate_key(&self.key)?;
+        check_retention("a record", self.retention)?;
+        let asked = self.options.resolve(&self.client.0)?;
+        let names = self.names.unwrap_or_else(|| {
+            RecordNames::hashed(self.client.key_prefix(), &[self.key.as_bytes()], b"record")
+        });
+        let (deadline, waits) = (asked.deadline, !asked.deadline.tries_once());
+        let client = self.client;
+        let backend = client.backend();
+        let token = client.0.token();
+        let notice = names.notice.clone();
+        // Armed while a claim is on the wire: dropped then, or with an
+        // error, it releases whatever the claim may have taken.
+        let mut guard = RecordGuard::new(
+            client.clone(),
+            self.key,
+            names,
+            token,
+            self.fingerprint,
+            (asked.ttl, self.retention),
+        );
+        // Registered for the record's notices once it was found in flight
+        // (at once where that costs nothing: the embedded backend, or a
+        // channel already subscribed to).
+        let mut waiter: Option<WaitHandle> = None;
+        if waits && backend.notices_ready_on(&notice) {
+            waiter = Some(backend.register_on(&notice, &token).await);
+        }
+        let (mut resend, mut look_again) = (Retry::ACQUIRE.start(), Retry::LOOK_AGAIN.start());
+        loop {
+            // The record's lease starts no earlier than this.
+            let sent = Instant::now();
+            guard.arm(true);
+            let claim = || backend.claim_record(guard.claim(waits));
+            let answer = resend.send("idempotency: claim", Some(deadline.at()), claim);
+            let found = answer.await?;
+            if let Claim::Claimed = found {
+                drop(waiter); // no more notices for us
+                guard.watch(sent);
+                return Ok(Answer::Run(guard));
+            }
+            guard.arm(false); // nothing on the server is ours
+            let remaining = match found {
+                Claim::InFlight { remaining } => remaining,
+                Claim::Done(stored) => return Ok(Answer::Done(stored)),
+                Claim::Mismatch | Claim::Claimed => return Ok(Answer::Reused),
+            };
+            if deadline.passed() {
+                let retry_after = client.0.hints.hint(guard.record(), remaining);
+                return Ok(Answer::InFlight { retry_after });
+            }
+            let Some(handle) = &waiter else {
+                // Register, then claim again at once: a notice sent between
+                // the first claim and the registration is seen that way.
+                waiter = Some(backend.register_on(&notice, &token).await);
+                continue;
+            };
+            let now = Instant::now();
+            let mut until = later(now, remaining + Duration::from_millis(1)).min(deadline.at());
+            if !backend.notices_ready_on(&notice) {
+                until = until.min(now + look_again.next_pause());
+            }
+            handle.notice_or(until).await;
+        }
     }
 }

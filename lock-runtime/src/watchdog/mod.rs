@@ -420,7 +420,7 @@ fn settle(state: &mut State, ids: Vec<u64>, sent: Instant, answer: Answer) {
                 continue;
             }
             None => {
-                let retry = now + (entry.ttl / 30).max(Duration::from_millis(5));
+                let retry = now + crate::backoff::renewal_retry(entry.ttl);
                 // Never past the validity while there is some left.
                 entry.due = if now < entry.valid_until {
                     retry.min(entry.valid_until)

@@ -272,13 +272,18 @@ pub(super) fn majority(answers: &[Option<bool>], quorum: usize) -> Option<bool> 
     }
 }
 
+/// Too few nodes answered to tell: the step's outcome is unknown (it may be
+/// sent again).
 pub(super) fn no_majority(redlock: &RedlockBackend, answered: usize, what: &str) -> LockError {
-    BackendError::new(format!(
-        "Redlock: {answered} of {} nodes answered the idempotency {what}, without \
+    BackendError::outcome_unknown(
+        format!(
+            "Redlock: {answered} of {} nodes answered the idempotency {what}, without \
          a majority of {} either way",
-        redlock.nodes().len(),
-        redlock.quorum()
-    ))
+            redlock.nodes().len(),
+            redlock.quorum()
+        ),
+        None,
+    )
     .into()
 }
 

@@ -32,6 +32,7 @@ use super::redis::{RedisBackend, RedisOptions};
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, LockRef, Released};
 use crate::LockError;
+use crate::backoff::split_vote_pause;
 use crate::error::BackendError;
 use crate::key::KeyNames;
 use crate::token::Token;
@@ -121,7 +122,7 @@ impl RedlockBackend {
     /// reached a node before the release did, which a loaded releaser's
     /// tasks can delay by milliseconds), and a pause of up to a per-node
     /// timeout (a second by default) would only delay the hand-over. With a
-    /// node down, the usual pause (see [`random_below`]).
+    /// node down, the usual pause (see [`split_vote_pause`]).
     pub(crate) async fn acquire_paced(
         &self,
         names: &KeyNames,
@@ -212,17 +213,11 @@ impl RedlockBackend {
         // Not ours: undo whatever was taken, everywhere, before answering.
         self.release_all(names, token, ttl).await;
         if !acquired.is_empty() {
-            // A split vote: contenders each took some nodes and nobody a
-            // majority (likely while a minority is down, when a majority
-            // needs every live node). Woken by the same notices, they would
-            // all try again at once and split again; a random pause before
-            // the next attempt lets one of them win (Redlock's advice).
-            // With a node down, attempts last up to a per-node timeout and
-            // contenders need the long pause to stop splitting in lockstep.
-            let pause = match split_pause {
-                Some(cap) if failed == 0 => cap / 2 + random_below(cap / 2),
-                _ => random_below(per_node),
-            };
+            // A split vote (likely while a minority is down, when a majority
+            // needs every live node): a random pause. With a node down,
+            // attempts last up to a per-node timeout and contenders need the
+            // long pause to stop splitting in lockstep.
+            let pause = split_vote_pause(split_pause.filter(|_| failed == 0), per_node);
             tracing::debug!(key = %names.lock, took = acquired.len(), busy = busy.len(),
                 pause_us = pause.as_micros() as u64, "Redlock: split vote; pausing");
             tokio::time::sleep(pause).await;
@@ -399,13 +394,4 @@ impl RedlockBackend {
     pub(crate) fn node_timeout(&self) -> Duration {
         self.node_timeout
     }
-}
-
-/// A random pause in `[0, cap)`. After a split vote, `cap` is `per_node`:
-/// an attempt that waits for a dead node lasts up to `per_node` (at most a
-/// tenth of the lease), so contenders are staggered by up to a whole attempt.
-fn random_below(cap: Duration) -> Duration {
-    let cap = cap.as_micros().max(1) as u64;
-    let draw = getrandom::u64().unwrap_or(0);
-    Duration::from_micros(draw % cap)
 }

@@ -5,8 +5,8 @@ use std::borrow::Cow;
 use http::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 
-use crate::records::names::RecordNames;
-pub(crate) use crate::records::names::digest;
+use crate::key::RecordNames;
+pub(crate) use crate::key::digest;
 
 /// `Idempotency-Key`.
 pub(crate) static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");

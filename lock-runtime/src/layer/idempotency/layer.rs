@@ -58,7 +58,7 @@ pub(super) struct Config {
     pub(super) client: LockClient,
     pub(super) scope: Scope,
     pub(super) required_on: Vec<Method>,
-    pub(super) lease: Option<Duration>,
+    pub(super) ttl: Option<Duration>,
     pub(super) retention: Duration,
     pub(super) wait: Duration,
     pub(super) max_request_body: usize,
@@ -97,7 +97,7 @@ impl IdempotencyLayer {
                 client,
                 scope: Scope::Credentials,
                 required_on: vec![Method::POST],
-                lease: None,
+                ttl: None,
                 retention: DEFAULT_RETENTION,
                 wait: Duration::ZERO,
                 max_request_body: DEFAULT_MAX_BODY,
@@ -210,15 +210,15 @@ impl IdempotencyLayer {
     }
 
     config_setters! {
-        /// The lease of an in-flight record (default: the client's default TTL,
-        /// at least [`MIN_TTL`](crate::MIN_TTL)), renewed every `ttl / 3` while
+        /// The lease of an in-flight record (default: the client's default
+        /// TTL), renewed every `ttl / 3` while
         /// the handler runs, by the client's watchdog together with its locks.
         /// If the process dies, the key is usable again after at most this long. Named like [`LockRequest::ttl`](crate::LockRequest::ttl).
         /// A lease outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL)
         /// is refused here, when the router is built: this panics with the
         /// bound (see [Settings out of range](crate::layer#settings-out-of-range)).
         #[track_caller]
-        pub fn ttl(ttl: Duration) => lease = Some(refused_at_build(
+        pub fn ttl(ttl: Duration) => ttl = Some(refused_at_build(
             "IdempotencyLayer::ttl",
             validate_ttl(ttl).map(|()| ttl),
         ));
@@ -352,7 +352,7 @@ config_debug!(IdempotencyLayer, c => {
     client,
     scope,
     required_on,
-    lease,
+    ttl,
     retention,
     wait,
     max_request_body,

@@ -25,9 +25,7 @@ use crate::layer::completion::Aborted;
 use crate::layer::detach::detachable;
 use crate::layer::problem::{Refusal, problem, problem_retry};
 use crate::metrics::{IdempotencyOutcome, Route};
-use crate::records::RecordGuard;
-use crate::records::claim::{Ask, Outcome};
-use crate::{MAX_TTL, MIN_TTL};
+use crate::records::{Answer, RecordGuard};
 
 use super::body::{Buffered, buffer, read_body};
 use super::commit::{Commit, State, look_before_running};
@@ -145,33 +143,26 @@ where
             ));
         }
     };
-    let lease = config
-        .lease
-        .unwrap_or_else(|| client.default_ttl())
-        .clamp(MIN_TTL, MAX_TTL);
     let started = Instant::now();
     let commit_fingerprint = config.commit.is_some().then(|| fingerprint.clone());
-    let ask = Ask {
-        key: key.clone(),
-        names,
-        fingerprint,
-        lease,
-        wait: config.wait,
-        retention: config.retention,
-    };
-    let record = match ask.claim(client).await {
-        Ok(Outcome::Run(record)) => {
+    let mut claim = client.record(key.clone()).named(names, fingerprint);
+    if let Some(ttl) = config.ttl {
+        claim = claim.ttl(ttl);
+    }
+    let claim = claim.wait(config.wait).retention(config.retention);
+    let record = match claim.answer().await {
+        Ok(Answer::Run(record)) => {
             crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Claimed);
             record
         }
-        Ok(Outcome::Done(stored)) => {
+        Ok(Answer::Done(stored)) => {
             crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Replayed);
             tracing::debug!(%key, status = stored.status,
                 waited_us = started.elapsed().as_micros() as u64,
                 "idempotency: replaying the stored response");
             return Ok(replay(stored));
         }
-        Ok(Outcome::Reused) => {
+        Ok(Answer::Reused) => {
             tracing::debug!(%key, "idempotency: key reused for another request");
             crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::PayloadMismatch);
             return Ok(problem(
@@ -180,7 +171,7 @@ where
                  path, query or body); use a new key for a new request",
             ));
         }
-        Ok(Outcome::InFlight { .. }) => {
+        Ok(Answer::InFlight { .. }) => {
             tracing::debug!(%key, "idempotency: duplicate while the first request runs");
             crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::InFlight);
             // The lease only bounds a crashed holder; a live one is usually

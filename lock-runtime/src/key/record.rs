@@ -1,8 +1,9 @@
-//! A record's names: the hash that holds it and its notice channel.
+//! An idempotency record's names: the key that holds it and its notice
+//! channel, hashed from whatever names it (a key, a caller's scope, a route).
 
 use sha2::{Digest, Sha256};
 
-use crate::key::Role;
+use super::Role;
 
 /// The Redis names of one record: the record itself and its notice channel,
 /// in one hash slot.
