@@ -453,8 +453,8 @@ fn semaphore_takers_with_every_fault_kind_never_pass_the_limit() {
 }
 
 /// The FIFO property is not vacuous: a script that admits a newcomer that
-/// fits while a writer is queued (shared.lua:159 without `LLEN == 0`) lets
-/// readers overtake it:
+/// fits while a writer is queued (shared.lua, "if redis.call('LLEN'" without
+/// its test of the queue's length) lets readers overtake it:
 ///
 /// ```text
 ///  3. t=0 Redis runs A's Acquire ...: shared.lua acquire: granted, fencing 1
