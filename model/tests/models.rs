@@ -303,10 +303,10 @@ fn lock_a_mint_without_the_ownership_check_is_found() {
 
 /// "While a line exists, the lock key exists" is what keeps a newcomer's
 /// plain `SET NX` behind the line, and the model shows it: a key that keeps
-/// only its owner's lease while waiters are queued (acquire.lua's `pin`
-/// without the longest wait) expires bare when its holder dies, and a
-/// try-once newcomer's `SET NX` takes it past the waiter at the head of
-/// the line:
+/// only its owner's lease while waiters are queued
+/// (acquire.lua, "local function pin(" without the longest wait) expires
+/// bare when its holder dies, and a try-once newcomer's `SET NX` takes it
+/// past the waiter at the head of the line:
 ///
 /// ```text
 ///  5. t=0 Redis runs B's SetNx { wait: 4 }: SET NX: OK, taken without a fencing token
