@@ -23,6 +23,11 @@
 //!   against (a test fails when a script changes without the model).
 //! * [`check`]: running a check and printing counterexamples as traces.
 //!
+//! A step of a script is cited by the script's file and a quoted fragment
+//! of the step's comment or command that occurs exactly once in it, as in
+//! acquire.lua, "Ours already", never by line number (tests/scripts.rs
+//! checks both).
+//!
 //! `cargo test -p model` runs the CI configurations; `cargo run --release
 //! -p model -- --exhaustive` the larger ones (see FAULTS.md, "What is
 //! model-checked").

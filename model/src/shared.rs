@@ -55,8 +55,9 @@ pub struct SharedConfig {
     /// `ARGV[5]`: the most shared holders (`0`: no limit, a read-write lock).
     pub limit: u8,
     /// Test only, a broken script: a newcomer that fits is admitted even
-    /// while somebody is queued (shared.lua:159 without `LLEN == 0`). The
-    /// model must find the waiter it overtakes.
+    /// while somebody is queued (shared.lua, "if redis.call('LLEN'" without
+    /// its test of the queue's length). The model must find the waiter it
+    /// overtakes.
     pub admit_past_queue: bool,
 }
 
@@ -72,7 +73,7 @@ pub struct Lease {
     pub fence: u8,
 }
 
-/// A queue entry `token:lease_ms:mode` (shared.lua:120).
+/// A queue entry `token:lease_ms:mode` (shared.lua, "local entry =").
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Waiting {
     /// The waiter's token.
@@ -126,8 +127,8 @@ pub(crate) type Taken = Vec<(u8, u8)>;
 
 impl Holders {
     /// The clock reaches `now`: the writer's key, holders' leases and the
-    /// queue that ended go (shared.lua:33 `ZREMRANGEBYSCORE`, the `PX` and
-    /// `PEXPIRE`s). The owners whose leases ended.
+    /// queue that ended go (shared.lua, "Holders whose lease ended are gone.",
+    /// the `PX` and `PEXPIRE`s). The owners whose leases ended.
     pub(crate) fn expire(&mut self, now: u8) -> Vec<u8> {
         let mut ended = Vec::new();
         if let Some(w) = self.writer
@@ -160,7 +161,7 @@ impl Holders {
             || self.holders.iter().any(|h| h.token == token)
     }
 
-    /// shared.lua:43-48 `ours`.
+    /// shared.lua, "local function ours()".
     fn ours(&self, token: u8, exclusive: bool) -> bool {
         if exclusive {
             self.writer.is_some_and(|w| w.token == token)
@@ -169,7 +170,7 @@ impl Holders {
         }
     }
 
-    /// shared.lua:50-59 `fits`.
+    /// shared.lua, "local function fits(m)".
     pub(crate) fn fits(&self, exclusive: bool, limit: u8) -> bool {
         if self.writer.is_some() {
             return false;
@@ -182,8 +183,9 @@ impl Holders {
         }
     }
 
-    /// shared.lua:36-41 `hold_shared`: `ZADD` (the set's own `PEXPIRE`
-    /// keeps it as long as its longest lease: members end one by one here).
+    /// shared.lua, "local function hold_shared(who, ms)": `ZADD` (the set's
+    /// own `PEXPIRE` keeps it as long as its longest lease: members end one
+    /// by one here).
     fn hold_shared(&mut self, who: u8, until: u8, fence: u8) {
         match self.holders.iter_mut().find(|h| h.token == who) {
             Some(h) => h.expires = until,
@@ -198,7 +200,7 @@ impl Holders {
         }
     }
 
-    /// shared.lua:61-69 `take`.
+    /// shared.lua, "local function take(who, m, ms)".
     fn take(&mut self, fence: &mut u8, who: u8, exclusive: bool, until: u8, taken: &mut Taken) {
         *fence += 1;
         if exclusive {
@@ -213,8 +215,9 @@ impl Holders {
         taken.push((who, *fence));
     }
 
-    /// shared.lua:74-102 `promote`: the head of the queue while it fits,
-    /// each with a lease capped at the hand-over cap; a writer alone.
+    /// shared.lua, "local function promote(granted)": the head of the queue
+    /// while it fits, each with a lease capped at the hand-over cap; a writer
+    /// alone.
     fn promote(&mut self, call: &Call, fence: &mut u8, taken: &mut Taken) {
         while let Some(&head) = self.queue.first() {
             let lease = head.lease.min(call.cap);
@@ -229,7 +232,8 @@ impl Holders {
         }
     }
 
-    /// shared.lua:112-116 and 147-151: re-armed to the full lease.
+    /// Re-armed to the full lease: shared.lua, "if op == 'extend' then", and
+    /// shared.lua, "Held already (granted just now".
     fn rearm(&mut self, call: &Call) {
         if call.exclusive {
             if let Some(w) = &mut self.writer {
@@ -240,7 +244,8 @@ impl Holders {
         }
     }
 
-    /// shared.lua `acquire` (141-183), with a wait of `wait` (`0`: try once).
+    /// shared.lua, "acquire: grant whoever waits at the head first" to the
+    /// script's end, with a wait of `wait` (`0`: try once).
     pub(crate) fn acquire(
         &mut self,
         call: &Call,
@@ -249,10 +254,11 @@ impl Holders {
         past_queue: bool,
     ) -> (AcqReply, Taken) {
         let mut taken = Taken::new();
-        // shared.lua:143: grant whoever waits at the head first.
+        // shared.lua, "acquire: grant whoever waits at the head first".
         self.promote(call, fence, &mut taken);
-        // shared.lua: held already: the full lease, and the token issued
-        // to it (a writer's is the counter: nothing was granted since).
+        // shared.lua, "Held already (granted just now": the full lease, and
+        // the token issued to it (a writer's is the counter: nothing was
+        // granted since).
         if self.ours(call.token, call.exclusive) {
             self.rearm(call);
             let own = self
@@ -266,21 +272,23 @@ impl Holders {
             }
             return (AcqReply::Granted(own), taken);
         }
-        // shared.lua:159-162: a newcomer, only when nobody is queued.
+        // shared.lua, "if redis.call('LLEN', KEYS[3]) == 0 and fits(mode) then":
+        // a newcomer, only when nobody is queued.
         if (self.queue.is_empty() || past_queue) && self.fits(call.exclusive, call.limit) {
             let until = call.now + call.lease;
             self.take(fence, call.token, call.exclusive, until, &mut taken);
             return (AcqReply::Granted(*fence), taken);
         }
-        // shared.lua:164-172: busy until the earliest lease that could make room.
+        // shared.lua, "Busy until the earliest lease that could make room ends."
         let mut remaining = self.writer.map_or(call.lease, |w| w.expires - call.now);
         if let Some(first) = self.holders.iter().map(|h| h.expires).min() {
             remaining = remaining.min((first - call.now).max(1));
         }
         let mut counter = 0;
         if wait != 0 {
-            // shared.lua:173-182: queue once; the queue outlives the wait
-            // plus a lease; the counter as this attempt saw it.
+            // shared.lua, "if not redis.call('LPOS', KEYS[3], entry) then":
+            // queue once; the queue outlives the wait plus a lease; the
+            // counter as this attempt saw it.
             let entry = call.entry();
             if !self.queue.contains(&entry) {
                 if self.queue.is_empty() {
@@ -303,9 +311,9 @@ impl Holders {
         )
     }
 
-    /// shared.lua `release` (122-140): leave the queue if asked, free our
-    /// place if ours, and promote either way (the entry that left may have
-    /// made room). `(ours, grants)`.
+    /// shared.lua, "if op == 'release' then": leave the queue if asked, free
+    /// our place if ours, and promote either way (the entry that left may
+    /// have made room). `(ours, grants)`.
     pub(crate) fn release(&mut self, call: &Call, dequeue: bool, fence: &mut u8) -> (bool, Taken) {
         let mut taken = Taken::new();
         if dequeue && let Some(i) = self.queue.iter().position(|e| *e == call.entry()) {
@@ -324,7 +332,7 @@ impl Holders {
         (ours, taken)
     }
 
-    /// shared.lua `extend` (108-118).
+    /// shared.lua, "if op == 'extend' then".
     pub(crate) fn extend(&mut self, call: &Call) -> bool {
         if !self.ours(call.token, call.exclusive) {
             return false;

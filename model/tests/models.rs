@@ -303,10 +303,10 @@ fn lock_a_mint_without_the_ownership_check_is_found() {
 
 /// "While a line exists, the lock key exists" is what keeps a newcomer's
 /// plain `SET NX` behind the line, and the model shows it: a key that keeps
-/// only its owner's lease while waiters are queued (acquire.lua's `pin`
-/// without the longest wait) expires bare when its holder dies, and a
-/// try-once newcomer's `SET NX` takes it past the waiter at the head of
-/// the line:
+/// only its owner's lease while waiters are queued
+/// (acquire.lua, "local function pin(" without the longest wait) expires
+/// bare when its holder dies, and a try-once newcomer's `SET NX` takes it
+/// past the waiter at the head of the line:
 ///
 /// ```text
 ///  5. t=0 Redis runs B's SetNx { wait: 4 }: SET NX: OK, taken without a fencing token
@@ -453,8 +453,8 @@ fn semaphore_takers_with_every_fault_kind_never_pass_the_limit() {
 }
 
 /// The FIFO property is not vacuous: a script that admits a newcomer that
-/// fits while a writer is queued (shared.lua:159 without `LLEN == 0`) lets
-/// readers overtake it:
+/// fits while a writer is queued (shared.lua, "if redis.call('LLEN'" without
+/// its test of the queue's length) lets readers overtake it:
 ///
 /// ```text
 ///  3. t=0 Redis runs A's Acquire ...: shared.lua acquire: granted, fencing 1

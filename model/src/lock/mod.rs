@@ -10,10 +10,9 @@
 //! Each transition that mirrors Rust code cites the function it follows by
 //! name (`Acquisition::attempt`, with its file where the name alone is
 //! ambiguous), never by line: line numbers go stale. The scripts are cited
-//! the same way, by their local functions (acquire.lua's `pin`) or the
-//! comments that open their steps (acquire.lua's "Ours already"); they are
-//! pinned by hash in [`crate::scripts`], so a changed script fails its test
-//! first.
+//! by anchor, as the crate docs say (acquire.lua, "local function pin(");
+//! they are pinned by hash in [`crate::scripts`], so a changed script fails
+//! its test first.
 //!
 //! The uncontended path: an acquisition's first attempt is a plain `SET
 //! NX` ([`Req::SetNx`]); only a key found taken sends acquire.lua, and
@@ -197,10 +196,10 @@ pub struct LockConfig {
     /// the block's first (`hand_on`, client/handover.rs). The model must find it.
     pub hand_on_below_block: bool,
     /// `true`: today's scripts: a marked key lives until the end of the
-    /// longest wait in its line (acquire.lua's `pin`). `false`, a mistake
-    /// the model must catch: the key keeps only its owner's lease while
-    /// waiters are queued, so it can expire bare and a newcomer's plain
-    /// `SET NX` takes it past the line.
+    /// longest wait in its line (acquire.lua, "local function pin(").
+    /// `false`, a mistake the model must catch: the key keeps only its
+    /// owner's lease while waiters are queued, so it can expire bare and a
+    /// newcomer's plain `SET NX` takes it past the line.
     pub line_pins_key: bool,
     /// `true`: today's mint.lua, which mints only while the lock is the
     /// caller's (its value, with a deadline still ahead if marked).

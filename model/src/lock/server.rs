@@ -6,10 +6,11 @@
 use super::*;
 
 /// The value of the lock key and its expiry: its owner's token while
-/// nobody waits; `token+deadline` once somebody queued (acquire.lua's
-/// header, "marked"), the deadline being the end of the owner's lease, and
-/// the key itself then living until that deadline or the end of the
-/// longest wait in line, whichever is later (acquire.lua's `pin`).
+/// nobody waits; `token+deadline` once somebody queued
+/// (acquire.lua, "it is marked: 'token+deadline'"), the deadline being the
+/// end of the owner's lease, and the key itself then living until that
+/// deadline or the end of the longest wait in line, whichever is later
+/// (acquire.lua, "local function pin(").
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Val {
     /// The owner's token (a client index).
@@ -144,11 +145,11 @@ impl Server {
         ended
     }
 
-    /// acquire.lua's `pin`: marks the key as `token`'s, whose lease ends
-    /// at `deadline`, and keeps it until the end of the longest wait in
-    /// line if that is later (`ZRANGE ... -1 -1 WITHSCORES`, `SET ...
-    /// PXAT`). Without `pins` (a mistake the model must catch) the key
-    /// keeps only the owner's lease.
+    /// acquire.lua, "local function pin(": marks the key as `token`'s,
+    /// whose lease ends at `deadline`, and keeps it until the end of the
+    /// longest wait in line if that is later (`ZRANGE ... -1 -1
+    /// WITHSCORES`, `SET ... PXAT`). Without `pins` (a mistake the model
+    /// must catch) the key keeps only the owner's lease.
     fn pin(&mut self, token: u8, deadline: u8, pins: bool) {
         let longest = self.queue.iter().map(|e| e.until).max().unwrap_or(0);
         self.lock = Some(Val {

@@ -120,7 +120,8 @@ impl LockModel {
             if who == call.token {
                 self.issued(s, f);
             } else {
-                // shared.lua:91-97: a notice to each waiter granted.
+                // shared.lua, "pcall: a notice refused by an ACL must not undo the grant.":
+                // a notice to each waiter granted.
                 self.handed(s, who, f);
                 s.ghost.shared.promoted = true;
                 let _ = write!(

@@ -18,12 +18,12 @@ impl State {
                 Some(_) => 1,
             },
             Req::Claim => match self.record {
-                // idempotency_claim.lua:37-41: gone since the SET
+                // idempotency_claim.lua, "Gone since the SET found it"
                 None => {
                     self.claim_for(i, now + lease);
                     0
                 }
-                // idempotency_claim.lua:59-63: our own claim again
+                // idempotency_claim.lua, "Our own earlier claim whose reply was lost"
                 Some(r) if !r.done && r.owner == i => {
                     self.record = Some(Record {
                         expires: now + lease,
@@ -31,19 +31,26 @@ impl State {
                     });
                     0
                 }
-                // idempotency_claim.lua:64-69 (64-66: a waiter's mark)
+                // Another's claim, busy:
+                // idempotency_claim.lua, "return {1, ttl, ''}" (the waiter's
+                // mark before it, idempotency_claim.lua, "'KEEPTTL'", is not
+                // modelled)
                 Some(r) if !r.done => 1,
-                // idempotency_claim.lua:53-55
+                // idempotency_claim.lua, "return {2, 0, v}"
                 Some(_) => 2,
             },
             Req::Complete => match self.record {
-                // idempotency_settle.lua:27-32
+                // Our response already stored by an earlier try:
+                // idempotency_settle.lua, "== 'done' .. tail .. ':'"
                 Some(r) if r.done && r.owner == i => 1,
-                // idempotency_settle.lua:25 (the claim as written)
-                // or 33-34 (marked waited on), then 36-38 (and 42-47:
-                // the completion's notice, which wakes marked waiting
-                // duplicates; they are not modelled, and the notice
-                // changes no state)
+                // Ours, as written or marked waited on:
+                //   idempotency_settle.lua, "Our claim as written"
+                //   idempotency_settle.lua, "waited = v == 'waited' .. tail"
+                // stored:
+                //   idempotency_settle.lua, "'SET', KEYS[1], ARGV[4], 'PX', ARGV[3]"
+                // and announced if marked (it wakes marked waiting duplicates;
+                // they are not modelled, and the notice changes no state):
+                //   idempotency_settle.lua, "pcall: a notice refused by an ACL"
                 Some(Record {
                     done: false, owner, ..
                 }) if owner == i => {
@@ -55,7 +62,7 @@ impl State {
                     self.done_ever = true;
                     1
                 }
-                // idempotency_settle.lua:36-38 (nothing there)
+                // Nothing there: idempotency_settle.lua, "storing and not v"
                 None => {
                     if self.done_ever {
                         // Only retention could have removed it.
@@ -69,12 +76,13 @@ impl State {
                     self.done_ever = true;
                     1
                 }
-                // idempotency_settle.lua:50
+                // Another request's: idempotency_settle.lua, "return 0"
                 Some(_) => 0,
             },
             Req::Release => match self.record {
-                // idempotency_settle.lua:25 or 33-34, then 36-40
-                // (42-47: the notice, as for completions)
+                // Ours, as for a completion, then deleted (and announced
+                // if marked, as for completions):
+                //   idempotency_settle.lua, "redis.call('DEL', KEYS[1])"
                 Some(r) if !r.done && r.owner == i => {
                     self.record = None;
                     1
@@ -84,7 +92,7 @@ impl State {
         }
     }
 
-    /// Request `i`'s part of idempotency_renew_many.lua:16-24,
+    /// Request `i`'s part of idempotency_renew_many.lua, "for i = 1, #KEYS do",
     /// re-arming until `expires`: whether the record is still its own.
     pub(super) fn renew(&mut self, i: u8, expires: u8) -> bool {
         let ok = matches!(self.record, Some(r) if r.owner == i);
