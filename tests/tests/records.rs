@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use lock_runtime::__private::testing::releases_with_delifeq;
 use lock_runtime::{Claimed, LockClient, LockError, RecordGuard};
 use test_support::RedisServer;
 use test_support::helpers::{key, memory_client, ms, redis_client, secs};
@@ -270,4 +271,59 @@ async fn a_record_nobody_waits_on_is_completed_and_released_without_a_notice() {
         before + 1,
         "one notice for the waiter"
     );
+}
+
+/// A record nobody waits on settles in one command: where the server
+/// compares for itself (Valkey 9), `SET .. IFEQ` stores the result over our
+/// claim and `DELIFEQ` releases it; elsewhere the settle script does. Either
+/// way a later claim gets the stored result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_nobody_waits_on_settles_in_one_command() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    // Warm up: the connection's own set-up is not counted below.
+    run(client.record(key("warm")).claim().await.unwrap(), "redis")
+        .release()
+        .await
+        .unwrap();
+    let native = releases_with_delifeq(&client);
+    let calls = |command| server.command_calls(command);
+    let before = (calls("set"), calls("evalsha"), calls("delifeq"));
+    const N: u64 = 10;
+    let mut ids = Vec::new();
+    for _ in 0..N {
+        let id = key("msg");
+        let guard = run(client.record(&id).claim().await.unwrap(), "redis");
+        guard.complete(b"done").await.unwrap();
+        let guard = run(client.record(key("msg")).claim().await.unwrap(), "redis");
+        guard.release().await.unwrap();
+        ids.push(id);
+    }
+    let sent = (
+        calls("set") - before.0,
+        calls("evalsha") - before.1,
+        calls("delifeq") - before.2,
+    );
+    println!("native: {native}; (SET, EVALSHA, DELIFEQ) = {sent:?}");
+    if native {
+        assert_eq!(
+            sent,
+            (3 * N, 0, N),
+            "claims, completions and releases in plain commands"
+        );
+    } else {
+        // The script's own `SET` of a result counts as a `SET` too.
+        assert_eq!(
+            sent,
+            (3 * N, 2 * N, 0),
+            "plain claims, settled by the script"
+        );
+    }
+    for id in ids {
+        let again = client.record(&id).claim().await.unwrap();
+        assert!(
+            matches!(&again, Claimed::Done(d) if d == b"done"),
+            "{again:?}"
+        );
+    }
 }

@@ -82,6 +82,7 @@ const VALKEY_SET: &[(&str, &str)] = &[
     ("tests", "peers_rw_lock"),
     ("tests", "peers_semaphore"),
     ("tests", "peers_redlock"),
+    ("tests", "records"),
     ("tests", "records_settle"),
     ("tests", "fence_redis"),
     ("tests", "leader"),

@@ -173,10 +173,15 @@ pub(super) async fn release_on(
 }
 
 /// Settles the record `token` claimed for a request of `fingerprint` on
-/// `node` with the settle script, which announces itself on the record's
-/// `notice` channel: stores `stored` (the completed value, kept for its
-/// retention), or without it releases the record. `true` when the script
-/// did it (answered 1).
+/// `node`: stores `stored` (the completed value, kept for its retention),
+/// or without it releases the record. `true` when it was done.
+///
+/// Where the server compares for itself (Valkey 9: `SET .. IFEQ`,
+/// `DELIFEQ`; found with the locks' plain path), a record nobody waits on
+/// (still exactly our claim's value) is settled by that one command, as a
+/// hand-written store would be. Anything else (a duplicate marked it
+/// `waited`, a completion sent again, a record not ours) goes to the settle
+/// script, which announces itself on the record's `notice` channel.
 async fn settle(
     node: &RedisBackend,
     record: &str,
@@ -185,15 +190,63 @@ async fn settle(
     notice: &str,
     stored: Option<(Duration, Value<'_>)>,
 ) -> redis::RedisResult<bool> {
-    // The claim as it was written: the script finds it by comparing the
-    // record with it whole, building no string (every request that ran
-    // settles).
     let claim = Value {
         owner: token,
         fingerprint,
         response: None,
     };
-    // One command built in place (`evalsha`), not the driver's
+    if node.releases_with_delifeq() && settled_natively(node, record, claim, stored).await? {
+        return Ok(true);
+    }
+    settle_by_script(node, record, claim, notice, stored).await
+}
+
+/// `SET record stored IFEQ claim PX retention`, or without `stored`
+/// `DELIFEQ record claim`: `true` when the record held exactly `claim`.
+/// A command refused (an ACL, a proxy) is `false`, and turns the native
+/// commands off for this server, as for locks.
+async fn settled_natively(
+    node: &RedisBackend,
+    record: &str,
+    claim: Value<'_>,
+    stored: Option<(Duration, Value<'_>)>,
+) -> redis::RedisResult<bool> {
+    let bytes = record.len() + claim.len_hint() + 64;
+    let cmd = match stored {
+        Some((retention, value)) => {
+            let mut cmd = redis::Cmd::with_capacity(7, bytes + value.len_hint());
+            cmd.arg("SET").arg(record).arg(value).arg("IFEQ").arg(claim);
+            cmd.arg("PX").arg(millis(retention));
+            cmd
+        }
+        None => {
+            let mut cmd = redis::Cmd::with_capacity(3, bytes);
+            cmd.arg("DELIFEQ").arg(record).arg(claim);
+            cmd
+        }
+    };
+    match cmd
+        .query_async::<redis::Value>(&mut node.connection())
+        .await
+    {
+        Ok(redis::Value::Okay | redis::Value::Int(1)) => Ok(true),
+        Ok(_) => Ok(false),
+        Err(e) if node.refused_native(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The settle script (see [`settle`]): `true` when it answered 1.
+async fn settle_by_script(
+    node: &RedisBackend,
+    record: &str,
+    claim: Value<'_>,
+    notice: &str,
+    stored: Option<(Duration, Value<'_>)>,
+) -> redis::RedisResult<bool> {
+    // The claim as it was written: the script finds it by comparing the
+    // record with it whole, building no string (every request that ran
+    // settles). One command built in place (`evalsha`), not the driver's
     // `ScriptInvocation`, which copies each argument into a vector of its
     // own and then into the command.
     let value_len = stored.as_ref().map_or(0, |(_, value)| value.len_hint());

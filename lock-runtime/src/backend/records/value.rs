@@ -22,6 +22,7 @@ use crate::token::Token;
 /// one writer: in flight (`response` is `None`, the value a claim sets) or
 /// completed with `response` (the value a completion stores). The two share
 /// their head, `<state>:<owner>:<fingerprint>`.
+#[derive(Clone, Copy)]
 pub(super) struct Value<'a> {
     pub(super) owner: &'a Token,
     pub(super) fingerprint: &'a str,

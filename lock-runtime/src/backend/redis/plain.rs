@@ -108,6 +108,24 @@ fn refused(e: &redis::RedisError) -> bool {
 }
 
 impl RedisBackend {
+    /// `true` when `e` says the server (or a proxy, or an ACL) will not run
+    /// a native command (`DELIFEQ`, `SET .. IFEQ`): the native commands are
+    /// then off for good on this server, said once; the caller sends the
+    /// script instead.
+    pub(crate) fn refused_native(&self, e: &redis::RedisError) -> bool {
+        if !refused(e) {
+            return false;
+        }
+        if self.plain.delifeq.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                error = e as &dyn std::error::Error,
+                "the server refused a native compare-and-delete or compare-and-set \
+                 (an ACL or a proxy?); using the scripts from now on"
+            );
+        }
+        true
+    }
+
     /// `true` when releases use the server's `DELIFEQ`.
     pub(crate) fn releases_with_delifeq(&self) -> bool {
         self.plain.enabled && self.plain.delifeq()
@@ -167,16 +185,7 @@ impl RedisBackend {
                 Err(LockError::Backend(e))
                     if std::error::Error::source(&e)
                         .and_then(|s| s.downcast_ref::<redis::RedisError>())
-                        .is_some_and(refused) =>
-                {
-                    if self.plain.delifeq.swap(false, Ordering::Relaxed) {
-                        tracing::warn!(
-                            error = &e as &dyn std::error::Error,
-                            "the server refused DELIFEQ (an ACL or a proxy?); \
-                             releasing with the compare-and-delete script from now on"
-                        );
-                    }
-                }
+                        .is_some_and(|e| self.refused_native(e)) => {}
                 Err(e) => return Err(e),
             }
         }
