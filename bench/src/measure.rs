@@ -244,6 +244,10 @@ impl Bench<'_> {
             // command.
             let (f, u) = rows::fenced(&mut self.raw, n, rep).await?;
             metrics[M1_FENCE].record(p50(&f), p50(&u));
+            // The price of a token, paid only by the locks that ask for it.
+            let lib = &self.lib;
+            let (l, r) = rows::fenced_pairs(lib, &mut self.raw, n, rep).await?;
+            metrics[M1_FENCED_PAIR].record(p50(&l), p50(&r));
         }
         Ok(())
     }

@@ -16,6 +16,11 @@ const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then 
 const COMPARE_DELETE_PUBLISH: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], '1') return 1 end return 0";
 
+/// The least a fenced acquire can be: `SET NX PX` and `INCR` of the key's
+/// counter in one step (the counter, or minus the holder's `PTTL`).
+pub(crate) const FENCED_MINIMUM: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+     return redis.call('INCR', KEYS[2]) end return -redis.call('PTTL', KEYS[1])";
+
 /// The library's own acquire and release scripts, sent by hand in row 1's
 /// informational line: what a pair costs with no client code around it.
 pub(crate) const LIBRARY_ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
@@ -42,6 +47,7 @@ pub(crate) struct Raw {
     del_pub_sha: String,
     lib_acquire_sha: String,
     lib_release_sha: String,
+    fenced_sha: String,
     /// Prepended to every key, so runs against a shared server do not collide.
     pub(crate) prefix: String,
 }
@@ -83,12 +89,14 @@ impl Raw {
         let del_pub_sha = load_script(&mut conn, COMPARE_DELETE_PUBLISH).await?;
         let lib_acquire_sha = load_script(&mut conn, LIBRARY_ACQUIRE).await?;
         let lib_release_sha = load_script(&mut conn, LIBRARY_RELEASE).await?;
+        let fenced_sha = load_script(&mut conn, FENCED_MINIMUM).await?;
         Ok(Self {
             conn,
             del_sha,
             del_pub_sha,
             lib_acquire_sha,
             lib_release_sha,
+            fenced_sha,
             prefix: prefix.to_string(),
         })
     }
@@ -146,6 +154,35 @@ impl Raw {
     }
 
     /// One uncontended acquire + release; an error if the key was not free.
+    /// The least fenced pair by hand: [`FENCED_MINIMUM`] (a token from
+    /// `counter`), then the compare-and-delete.
+    pub(crate) async fn fenced_pair(
+        &mut self,
+        key: &str,
+        counter: &str,
+        value: &str,
+    ) -> Result<(), String> {
+        let token: i64 = redis::cmd("EVALSHA")
+            .arg(&self.fenced_sha)
+            .arg(2)
+            .arg(key)
+            .arg(counter)
+            .arg(value)
+            .arg(30_000)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|e| format!("raw fenced acquire: {e}"))?;
+        if token <= 0 {
+            return Err(format!("raw fenced baseline: {key} was unexpectedly held"));
+        }
+        if !self.release(key, value).await? {
+            return Err(format!(
+                "raw fenced baseline: {key} was not ours at release"
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) async fn pair(&mut self, key: &str, value: &str) -> Result<(), String> {
         if !self.try_set(key, value).await? {
             return Err(format!("raw baseline: {key} was unexpectedly held"));

@@ -132,6 +132,47 @@ pub(crate) async fn serial(
     .await
 }
 
+/// `n` library pairs on `client` whose fencing token is asked for
+/// (acquire, mint, release), and `n` least fenced raw pairs, in alternating
+/// blocks. Returns the per-pair latencies in microseconds: (library, raw).
+pub(crate) async fn fenced_pairs(
+    client: &LockClient,
+    raw: &mut Raw,
+    n: usize,
+    rep: usize,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let (key, raw_key, counter) = (
+        "fenced-pair",
+        raw.key("fenced-pair"),
+        raw.key("fenced-pair:n"),
+    );
+    let mut sent = 0u64;
+    blocks(
+        n,
+        rep,
+        async || {
+            let guard = client
+                .lock(key)
+                .acquire()
+                .await
+                .map_err(|e| format!("acquire {key}: {e}"))?;
+            guard
+                .fencing_token()
+                .await
+                .map_err(|e| format!("token {key}: {e}"))?;
+            guard
+                .release()
+                .await
+                .map_err(|e| format!("release {key}: {e}"))
+        },
+        async || {
+            sent += 1;
+            raw.fenced_pair(&raw_key, &counter, &value(2, sent)).await
+        },
+    )
+    .await
+}
+
 /// `n` pairs of the library's scripts sent by hand and `n` raw pairs, in
 /// alternating blocks. Returns the per-pair latencies in microseconds:
 /// (scripts, raw).

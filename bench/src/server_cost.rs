@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 
 use crate::raw::{
-    CHECKED_STORE, LIBRARY_SETTLE, RETENTION_MS, acquire_args, library_claim, library_names,
-    library_record_names, library_settle_args, load_script, release_args,
+    CHECKED_STORE, FENCED_MINIMUM, LIBRARY_SETTLE, RETENTION_MS, acquire_args, library_claim,
+    library_names, library_record_names, library_settle_args, load_script, release_args,
 };
 
 const ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
@@ -32,9 +32,6 @@ const UNLOCK: &str = include_str!("../../lock-runtime/scripts/unlock.lua");
 const MINT: &str = include_str!("../../lock-runtime/scripts/mint.lua");
 const COMPARE_AND_DELETE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
-/// The least a fenced acquire can be: `SET NX PX` and `INCR` in one step.
-const FENCED_MINIMUM: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
-     return redis.call('INCR', KEYS[2]) end return -redis.call('PTTL', KEYS[1])";
 const EMPTY: &str = "return 1";
 
 const USAGE: &str = "\
