@@ -151,10 +151,8 @@ where
     }
     let claim = claim.wait(config.wait).retention(config.retention);
     let record = match claim.answer().await {
-        Ok(Answer::Run(record)) => {
-            crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Claimed);
-            record
-        }
+        // Counted once the commit store (if any) has been looked at.
+        Ok(Answer::Run(record)) => record,
         Ok(Answer::Done(stored)) => {
             crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Replayed);
             tracing::debug!(%key, status = stored.status,
@@ -207,11 +205,22 @@ where
                     commit = Some(handle);
                     record
                 }
-                Err(answer) => return Ok(answer),
+                Err(answer) => {
+                    // Committed before (replayed), another request's (422),
+                    // or the store did not answer (503).
+                    let outcome = match answer.status() {
+                        StatusCode::UNPROCESSABLE_ENTITY => IdempotencyOutcome::PayloadMismatch,
+                        StatusCode::SERVICE_UNAVAILABLE => IdempotencyOutcome::StoreUnavailable,
+                        _ => IdempotencyOutcome::Replayed,
+                    };
+                    crate::metrics::idempotency(&metrics_route, outcome);
+                    return Ok(answer);
+                }
             }
         }
         _ => record,
     };
+    crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Claimed);
     let req = Request::from_parts(parts, Body::from(body));
     // Claimed: from here on the request runs to its end (unless configured
     // otherwise), whether or not its client is still there, so a retry finds
