@@ -204,3 +204,56 @@ fn the_attribute_names_by_template_and_idempotency_by_route() {
         1
     );
 }
+
+/// A committed copy in the commit store, replayed to a process that never
+/// saw the request (the one that ran it died before completing its own
+/// record), counts as replayed, not as claimed.
+#[test]
+fn a_copy_replayed_from_the_commit_store_counts_as_replayed() {
+    use axum::Router;
+    use axum::routing::post;
+    use http::Request;
+    use lock_runtime::layer::idempotency::Commit;
+    use lock_runtime::{IdempotencyLayer, LockClient};
+    use tower::ServiceExt;
+
+    let server = test_support::RedisServer::start();
+    let url = server.url();
+    let seen = recorded(|first| async move {
+        let conn = redis::Client::open(url.as_str()).unwrap();
+        let conn = redis::aio::ConnectionManager::new(conn).await.unwrap();
+        // Two processes sharing the commit store, each its own records.
+        let second = LockClient::builder().memory().build().await.unwrap();
+        let app = |client: &LockClient| {
+            let handler = |commit: Commit| async move {
+                let write = redis::cmd("SET").arg("order:1").arg("paid").clone();
+                commit.redis().cmd(write).respond("created").await.unwrap()
+            };
+            Router::new()
+                .route("/orders", post(handler))
+                .route_layer(IdempotencyLayer::new(client.clone()).commit_with_redis(conn.clone()))
+        };
+        let send = |app: Router| {
+            app.oneshot(
+                Request::post("/orders")
+                    .header("idempotency-key", "\"k-1\"")
+                    .body(axum::body::Body::from("a"))
+                    .unwrap(),
+            )
+        };
+        assert_eq!(send(app(&first)).await.unwrap().status(), 200);
+        assert_eq!(send(app(&second)).await.unwrap().status(), 200); // from the store
+    });
+    let route = ("route", "/orders");
+    for (outcome, n) in [("claimed", 1), ("replayed", 1)] {
+        let key = (
+            "idempotency_requests_total".to_owned(),
+            labels(&[route, ("outcome", outcome)]),
+        );
+        assert_eq!(
+            seen.get(&key).copied().unwrap_or(0),
+            n,
+            "{outcome}: {seen:#?}"
+        );
+    }
+}
