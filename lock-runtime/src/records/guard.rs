@@ -278,11 +278,11 @@ fn log_release(released: &Result<bool, LockError>) {
 }
 
 impl Drop for RecordGuard {
-    /// Armed (a claim on the wire, or a record ours and unsettled): the
-    /// record is released in the background under
-    /// [`Retry::RELEASE_IN_BACKGROUND`] (a no-op where the claim did not
-    /// take it); with no runtime, it expires with its lease.
     fn drop(&mut self) {
+        // Armed (a claim on the wire, or a record ours and unsettled): the
+        // record is released in the background, sent again as a lock's is
+        // (a no-op where the claim did not take it); with no runtime, it
+        // expires with its lease.
         if !self.armed {
             return;
         }
