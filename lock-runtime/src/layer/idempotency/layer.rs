@@ -6,7 +6,7 @@ use http::request::Parts;
 use http::{HeaderName, Method, header};
 
 use super::BodyFingerprint;
-use super::commit::CommitStore;
+use super::commit::store::CommitStore;
 use super::scope::Scope;
 use crate::LockClient;
 use crate::client::validate_ttl;
@@ -330,7 +330,7 @@ impl IdempotencyLayer {
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub fn commit_with_postgres(mut self, pool: sqlx::PgPool) -> Self {
         self.config().commit = Some(CommitStore::Postgres(Arc::new(
-            super::commit::PostgresStore::new(pool),
+            super::commit::table::PostgresStore::new(pool),
         )));
         self
     }

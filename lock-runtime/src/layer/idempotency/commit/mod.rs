@@ -73,9 +73,13 @@
 //! The order service (`examples/src/bin/order-service.rs`) does the same on
 //! PostgreSQL and on Redis.
 
+mod committed;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod redis;
+pub(super) mod store;
+#[cfg(feature = "postgres")]
+pub(super) mod table;
 
 use std::convert::Infallible;
 use std::fmt;
@@ -86,12 +90,13 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::request::Parts;
 
+pub use self::committed::COMMITTED_SUFFIX;
+pub use self::redis::RedisCommit;
 #[cfg(feature = "postgres")]
-pub(super) use self::postgres::PostgresStore;
-#[cfg(feature = "postgres")]
-pub use self::postgres::{POSTGRES_SCHEMA, prune_postgres};
-pub use self::redis::{COMMITTED_SUFFIX, RedisCommit};
+pub use self::table::{POSTGRES_SCHEMA, prune_postgres};
 
+use self::committed::Committed;
+use self::store::CommitStore;
 use super::body::{Buffered, buffer};
 use super::layer::Config;
 use super::stored::{Rebuilt, encode_headers};
@@ -99,50 +104,6 @@ use crate::LockError;
 use crate::backend::records::StoredResponse;
 use crate::layer::problem::problem;
 use crate::records::RecordGuard;
-
-/// Where a layer's committed records live, beside the handler's writes.
-#[derive(Clone)]
-pub(super) enum CommitStore {
-    #[cfg(feature = "postgres")]
-    Postgres(Arc<self::postgres::PostgresStore>),
-    Redis(::redis::aio::ConnectionManager),
-}
-
-impl fmt::Debug for CommitStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            #[cfg(feature = "postgres")]
-            CommitStore::Postgres(_) => f.write_str("Postgres"),
-            CommitStore::Redis(_) => f.write_str("Redis"),
-        }
-    }
-}
-
-/// A record found committed in the store.
-pub(super) struct Committed {
-    pub(super) fingerprint: String,
-    pub(super) stored: StoredResponse,
-}
-
-impl CommitStore {
-    /// The Redis connection, where the store is Redis.
-    fn redis(&self) -> Option<&::redis::aio::ConnectionManager> {
-        match self {
-            #[cfg(feature = "postgres")]
-            CommitStore::Postgres(_) => None,
-            CommitStore::Redis(conn) => Some(conn),
-        }
-    }
-
-    /// The committed record named `record`, if one is there and not expired.
-    pub(super) async fn lookup(&self, record: &str) -> Result<Option<Committed>, LockError> {
-        match self {
-            #[cfg(feature = "postgres")]
-            CommitStore::Postgres(store) => store.lookup(record).await,
-            CommitStore::Redis(conn) => self::redis::lookup(&mut conn.clone(), record).await,
-        }
-    }
-}
 
 /// Looks for `record`'s committed copy before its claimed request runs:
 /// `Ok` with the `Commit` to hand the handler when there is none; the answer

@@ -5,84 +5,16 @@ use std::borrow::Borrow;
 use std::sync::LazyLock;
 
 use redis::Value;
-use redis::aio::ConnectionManager;
 
-use super::{Commit, Committed, Outcome, State};
+use super::committed::{backend, committed_name, lookup};
+use super::{Commit, Outcome, State};
 use crate::LockError;
-use crate::backend::records::StoredResponse;
-use crate::error::{BackendError, ConnectionFailure, connection_failure};
+use crate::error::BackendError;
 use crate::fence::commands::{self, Encoded};
 
 static COMMIT: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(include_str!("../../../../scripts/idempotency_commit.lua"))
 });
-
-/// What follows the layer's record name in the name of its committed copy
-/// (a hash: `f` fingerprint, `s` status, `h` kept headers, `b` body, `t`
-/// body too large), which shares the record's hash slot.
-pub const COMMITTED_SUFFIX: &str = ":committed";
-
-fn committed_name(record: &str) -> String {
-    let mut name = String::with_capacity(record.len() + COMMITTED_SUFFIX.len());
-    name.push_str(record);
-    name.push_str(COMMITTED_SUFFIX);
-    name
-}
-
-pub(super) async fn lookup(
-    conn: &mut ConnectionManager,
-    record: &str,
-) -> Result<Option<Committed>, LockError> {
-    let fields: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
-        .arg(committed_name(record))
-        .arg(&["f", "s", "h", "b", "t"])
-        .query_async(conn)
-        .await
-        .map_err(|e| backend("looking up the committed record of", record, e))?;
-    let [Some(f), Some(s), Some(h), Some(b), Some(t)] =
-        <[_; 5]>::try_from(fields).map_err(|_| malformed(record))?
-    else {
-        return Ok(None);
-    };
-    let status = std::str::from_utf8(&s)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| malformed(record))?;
-    Ok(Some(Committed {
-        fingerprint: String::from_utf8(f).map_err(|_| malformed(record))?,
-        stored: StoredResponse {
-            status,
-            headers: h.into(),
-            body: b.into(),
-            body_too_large: t == b"1",
-        },
-    }))
-}
-
-fn malformed(record: &str) -> LockError {
-    LockError::Backend(BackendError::new(format!(
-        "the committed record of `{record}` is malformed"
-    )))
-}
-
-fn backend(doing: &str, record: &str, e: redis::RedisError) -> LockError {
-    LockError::Backend(match connection_failure(&e) {
-        Some(ConnectionFailure::TimedOut | ConnectionFailure::Broken)
-            if doing.starts_with("committing") =>
-        {
-            BackendError::outcome_unknown(
-                format!(
-                    "the commit of `{record}` was sent and no answer came back: it may or may \
-                     not have been applied"
-                ),
-                Some(Box::new(e)),
-            )
-        }
-        _ => {
-            BackendError::with_source(format!("{doing} the committed record `{record}` failed"), e)
-        }
-    })
-}
 
 impl Commit {
     /// Starts the handler's atomic step on the layer's Redis
