@@ -205,14 +205,7 @@ where
                     commit = Some(handle);
                     record
                 }
-                Err(answer) => {
-                    // Committed before (replayed), another request's (422),
-                    // or the store did not answer (503).
-                    let outcome = match answer.status() {
-                        StatusCode::UNPROCESSABLE_ENTITY => IdempotencyOutcome::PayloadMismatch,
-                        StatusCode::SERVICE_UNAVAILABLE => IdempotencyOutcome::StoreUnavailable,
-                        _ => IdempotencyOutcome::Replayed,
-                    };
+                Err((outcome, answer)) => {
                     crate::metrics::idempotency(&metrics_route, outcome);
                     return Ok(answer);
                 }
