@@ -12,7 +12,7 @@ use super::hold::{Taken, hold};
 use super::local::{Entry, LocalWait, Owner};
 use super::options::{Asked, LockOptions, option_setters};
 use crate::guard::LockGuard;
-use crate::key::{KeyNames, Kind, validate_key};
+use crate::key::{Access, KeyNames, LockKind, validate_key};
 use crate::{ConfigReason, LockError, context};
 
 /// A request for one lock, from [`LockClient::lock`]. Configure, then
@@ -23,9 +23,10 @@ pub struct LockRequest {
     client: LockClient,
     key: String,
     options: LockOptions,
-    /// A mutex, a side of a read-write lock, a semaphore's permit, or a
-    /// leadership.
-    kind: Kind,
+    /// A mutex, a read-write lock, a semaphore, or a leadership.
+    kind: LockKind,
+    /// How it is taken: a read-write lock's side, a semaphore's permits.
+    access: Access,
     /// A leadership's label (what observers see); empty for locks.
     label: String,
 }
@@ -36,19 +37,21 @@ impl LockRequest {
             client,
             key,
             options: LockOptions::new(),
-            kind: Kind::Mutex,
+            kind: LockKind::Mutex,
+            access: Access::Exclusive,
             label: String::new(),
         }
     }
 
-    pub(super) fn of_kind(mut self, kind: Kind) -> Self {
+    pub(super) fn of_kind(mut self, kind: LockKind, access: Access) -> Self {
         self.kind = kind;
+        self.access = access;
         self
     }
 
     /// A campaign for the leadership `key` under `label` (see `leader`).
     pub(crate) fn leadership(mut self, label: String) -> Self {
-        self.kind = Kind::Leader;
+        self.kind = LockKind::Leader;
         self.label = label;
         self
     }
@@ -142,7 +145,7 @@ impl LockRequest {
         let inner = &self.client.0;
         self.check_kind()?;
         if let Some(held) = context::find(inner.id, &self.key, self.kind) {
-            if held.names.kind == Kind::Read && self.kind == Kind::Write {
+            if held.names.access.is_shared() && !self.access.is_shared() {
                 return Err(LockError::misuse(
                     ConfigReason::WriteInsideRead,
                     format_args!(
@@ -156,7 +159,7 @@ impl LockRequest {
             return Ok(LockGuard::reentered(held, inner.clone()));
         }
         super::keep_tasks_running(inner).await?;
-        let mut names = KeyNames::of_kind(&inner.prefix, &self.key, self.kind);
+        let mut names = KeyNames::of_kind(&inner.prefix, &self.key, self.kind, self.access);
         names.label = self.label;
         if let Some(answer) = Acquisition::try_embedded(inner, &self.key, &names, &asked) {
             return answer.map(|(token, fencing, sent)| {
@@ -188,7 +191,7 @@ impl LockRequest {
             // Only mutexes form lines: the other kinds are shared, or few.
             if !asked.deadline.tries_once()
                 && asked.hold_at_least.is_zero()
-                && names.kind == Kind::Mutex
+                && names.kind == LockKind::Mutex
             {
                 let owner: Arc<dyn Owner> = inner.clone();
                 loop {
@@ -244,8 +247,8 @@ impl LockRequest {
     /// Whether the backend offers this kind of lock, with valid settings.
     fn check_kind(&self) -> Result<(), LockError> {
         match self.kind {
-            Kind::Mutex => Ok(()),
-            Kind::Leader
+            LockKind::Mutex => Ok(()),
+            LockKind::Leader
                 if matches!(self.client.0.backend, crate::backend::Backend::Redlock(_)) =>
             {
                 Err(LockError::Config(
@@ -256,8 +259,8 @@ impl LockRequest {
                         .into(),
                 ))
             }
-            Kind::Leader => Ok(()),
-            Kind::Permits(0) => Err(LockError::misuse(
+            LockKind::Leader => Ok(()),
+            LockKind::Semaphore if self.access == Access::Shared(0) => Err(LockError::misuse(
                 ConfigReason::ZeroPermits,
                 format_args!("nobody could ever hold {:?}", self.key),
             )),
@@ -265,7 +268,7 @@ impl LockRequest {
                 "{} are not offered on the {} backend (Redlock offers the mutex, \
                  lock_all and hold_at_least)",
                 match kind {
-                    Kind::Permits(_) => "semaphores",
+                    LockKind::Semaphore => "semaphores",
                     _ => "read-write locks",
                 },
                 self.client.0.backend.describe()

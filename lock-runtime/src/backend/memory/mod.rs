@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE};
-use crate::key::{KeyNames, Kind};
+use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 use shared::{Grants, SharedLocks};
 
@@ -177,7 +177,7 @@ impl MemoryBackend {
         ttl: Duration,
         wait: Duration,
     ) -> AcquireOutcome {
-        if names.kind != Kind::Mutex {
+        if names.kind != LockKind::Mutex {
             let (outcome, granted) = {
                 let state = &mut *self.state();
                 state.tick(Instant::now());
@@ -233,7 +233,7 @@ impl MemoryBackend {
     }
 
     pub(crate) fn extend(&self, names: &KeyNames, token: &Token, ttl: Duration) -> bool {
-        if names.kind != Kind::Mutex {
+        if names.kind != LockKind::Mutex {
             return self.state().shared.extend(names, token, ttl);
         }
         let now = Instant::now();
@@ -250,7 +250,7 @@ impl MemoryBackend {
     /// Releases if `token` holds the lock, then hands it to the first waiter.
     /// `dequeue`: also drop `token`'s own queue entry (an abandoned wait).
     pub(crate) fn release(&self, names: &KeyNames, token: &Token, dequeue: bool) -> bool {
-        if names.kind != Kind::Mutex {
+        if names.kind != LockKind::Mutex {
             let (ours, granted) = {
                 let state = &mut *self.state();
                 state

@@ -215,7 +215,7 @@ impl LockAllRequest {
         let mut taken = Vec::with_capacity(wanted.len());
         let mut todo = Vec::with_capacity(wanted.len());
         for w in wanted {
-            match context::find(inner.id, &w.key, crate::key::Kind::Mutex) {
+            match context::find(inner.id, &w.key, crate::key::LockKind::Mutex) {
                 Some(held) => {
                     tracing::trace!(key = %w.key, "lock re-entered by the holding task (lock_all)");
                     taken.push(LockGuard::reentered(held, inner.clone()));
