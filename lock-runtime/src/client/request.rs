@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::LockClient;
 use super::acquire::Acquisition;
 use super::hold::{Taken, hold};
-use super::local::{Entry, LocalWait, Owner};
+use super::local::{LocalEntry, LocalWait, Owner};
 use super::options::{Asked, LockOptions, option_setters};
 use crate::guard::LockGuard;
 use crate::key::{Access, KeyNames, LockKind, validate_key};
@@ -202,12 +202,12 @@ impl LockRequest {
                         asked.renew,
                         &asked.metrics,
                     ) {
-                        Entry::Queued(ticket) => ticket,
-                        Entry::Represent(duty) => {
+                        LocalEntry::Queued(ticket) => ticket,
+                        LocalEntry::Represent(duty) => {
                             representing = Some(duty);
                             break;
                         }
-                        Entry::Alone => break,
+                        LocalEntry::Alone => break,
                     };
                     match inner.local.wait(ticket, asked.deadline.at()).await {
                         LocalWait::Granted(held) => {
