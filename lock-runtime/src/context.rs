@@ -181,17 +181,3 @@ pub(crate) async fn scope_all<F: Future>(held: Vec<Arc<Held>>, fut: F) -> F::Out
     }
     HELD.scope(stack, fut).await
 }
-
-/// Runs `fut` to its end (`Some`), unless `lost` resolves first (`None`:
-/// `fut` is dropped, cancelled): the body of every `run` (a lock's,
-/// `lock_all`'s, a leadership's).
-pub(crate) async fn unless_lost<F: Future>(
-    lost: impl Future<Output = ()>,
-    fut: F,
-) -> Option<F::Output> {
-    tokio::select! {
-        biased;
-        _ = lost => None,
-        output = fut => Some(output),
-    }
-}

@@ -283,6 +283,7 @@ mod inner;
 mod key;
 mod leader;
 mod metrics;
+mod run;
 mod token;
 mod watchdog;
 

@@ -4,8 +4,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::LockClient;
 use super::acquire::Acquisition;
 use super::hold::{Taken, hold};
@@ -13,6 +11,7 @@ use super::local::{LocalEntry, LocalWait, Owner};
 use super::options::{Asked, LockOptions, option_setters};
 use crate::guard::LockGuard;
 use crate::key::{Access, KeyNames, LockKind, validate_key};
+use crate::run::{end_run, unless_lost};
 use crate::{ConfigReason, LockError, context};
 
 /// A request for one lock, from [`LockClient::lock`]. Configure, then
@@ -296,35 +295,15 @@ impl LockRequest {
     /// ```
     pub async fn run<F: Future>(self, fut: F) -> Result<F::Output, LockError> {
         let guard = self.acquire().await?;
-        // An `Arc` clone: the key is read from it on the unhappy paths only.
         let held = guard.held().clone();
         let lost = guard.lost();
-        let outcome = context::scope(held.clone(), context::unless_lost(lost, fut)).await;
-        let Some(output) = outcome else {
-            drop(guard);
-            return Err(LockError::lost(&held.key));
-        };
-        // The work is done. If the lease was valid at this moment, the output
-        // is the caller's whatever the release answers: a lost reply, a
-        // server that went away, even a key deleted behind our back cannot
-        // undo work that finished under a valid lease.
-        if held.valid_at(Instant::now()) {
-            if let Err(e) = guard.release().await {
-                tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
-                    "the work finished under a valid lease; releasing the lock afterwards failed");
-            }
-            return Ok(output);
-        }
-        // The lease's deadline passed without a confirmed renewal before the
-        // work was seen to end (a runtime blocked past it): the guard is
-        // lost, as `lost()` says, whatever the server still holds. The
-        // release frees the key if it is still ours.
-        if let Err(e) = guard.release().await
-            && !e.is_lost()
-        {
-            tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
-                "the lease may have run out before the work finished, and the release failed");
-        }
-        Err(LockError::lost(&held.key))
+        let output = context::scope(held.clone(), unless_lost(lost, fut)).await;
+        end_run(
+            std::slice::from_ref(&held),
+            output,
+            guard,
+            |guard| async move { [guard.release().await] },
+        )
+        .await
     }
 }

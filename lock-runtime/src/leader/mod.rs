@@ -20,12 +20,11 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::backend::labels;
 use crate::client::LockClient;
 use crate::guard::LockGuard;
 use crate::key::{KeyNames, validate_key};
+use crate::run::{end_run, unless_lost};
 use crate::{LockError, context};
 
 mod observe;
@@ -136,23 +135,14 @@ impl LeaderRequest {
         let leadership = self.campaign().await?;
         let held = leadership.guard.held().clone();
         let lost = leadership.lost();
-        let outcome = context::scope(held.clone(), context::unless_lost(lost, fut)).await;
-        let Some(output) = outcome else {
-            drop(leadership);
-            return Err(LockError::lost(&held.key));
-        };
-        // As `LockRequest::run`: work that ended under a valid lease is the
-        // caller's, whatever the resign answers.
-        let valid = held.valid_at(Instant::now());
-        match leadership.resign().await {
-            Err(e) if valid => {
-                tracing::warn!(name = %held.key, error = &e as &dyn std::error::Error,
-                    "the work ended while leading; resigning afterwards failed");
-                Ok(output)
-            }
-            _ if valid => Ok(output),
-            _ => Err(LockError::lost(&held.key)),
-        }
+        let output = context::scope(held.clone(), unless_lost(lost, fut)).await;
+        end_run(
+            std::slice::from_ref(&held),
+            output,
+            leadership,
+            |leadership| async move { [leadership.resign().await] },
+        )
+        .await
     }
 
     /// Follows who leads `name`, without campaigning: the receiver holds the
