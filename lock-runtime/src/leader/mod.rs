@@ -21,7 +21,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::backend::labels;
-use crate::client::LockClient;
+use crate::client::{LockClient, LockOptions};
 use crate::guard::LockGuard;
 use crate::key::{KeyNames, validate_key};
 use crate::run::{end_run, unless_lost};
@@ -51,18 +51,25 @@ pub struct Leader {
 pub struct LeaderRequest {
     client: LockClient,
     name: String,
-    ttl: Option<Duration>,
-    wait: Option<Duration>,
+    /// The options every lock request shares, checked as a lock's are when
+    /// the campaign starts. A leadership sets the lease and the wait only:
+    /// it is always renewed, ends when it resigns (no `hold_at_least`), and
+    /// its metrics are named by the election.
+    options: LockOptions,
+    /// `None`: the client's label.
     label: Option<String>,
 }
 
 impl LeaderRequest {
     pub(crate) fn new(client: LockClient, name: String) -> Self {
+        // A campaign waits without bound unless told otherwise.
+        let options = LockOptions::new()
+            .wait(Duration::MAX)
+            .metrics_name(name.as_str());
         Self {
             client,
             name,
-            ttl: None,
-            wait: None,
+            options,
             label: None,
         }
     }
@@ -70,7 +77,7 @@ impl LeaderRequest {
     /// The lease (default: the client's), renewed every `ttl / 3` while
     /// leading. A leader that dies is replaced within it plus one round trip.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
+        self.options = self.options.ttl(ttl);
         self
     }
 
@@ -78,7 +85,7 @@ impl LeaderRequest {
     /// without bound); then `LockError::Busy`. `Duration::ZERO`: try once;
     /// a wait above [`MAX_WAIT`](crate::MAX_WAIT) waits that long.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
+        self.options = self.options.wait(wait);
         self
     }
 
@@ -115,9 +122,7 @@ impl LeaderRequest {
         let guard = self
             .client
             .lock(self.name.clone())
-            .ttl(self.ttl.unwrap_or(self.client.0.default_ttl))
-            .wait(self.wait.unwrap_or(Duration::MAX))
-            .metrics_name(self.name.as_str())
+            .options(self.options)
             .leadership(label.clone())
             .acquire()
             .await?;
@@ -282,5 +287,38 @@ impl LockClient {
     /// The names of the leadership `name` (for the observer).
     pub(crate) fn leader_names(&self, name: &str) -> KeyNames {
         KeyNames::leader(&self.0.prefix, name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::LockClient;
+
+    #[tokio::test]
+    async fn a_campaign_answers_every_lease_and_wait_as_a_lock_does() {
+        let client = LockClient::builder().memory().build().await.unwrap();
+        for d in [
+            Duration::ZERO,
+            Duration::from_millis(1),
+            Duration::from_millis(u64::MAX),
+            Duration::MAX,
+        ] {
+            let lock = client.lock("k").ttl(d).acquire().await.map(drop);
+            let leader = client.leader("k").ttl(d).campaign().await.map(drop);
+            assert!(lock.as_ref().is_err_and(|e| e.is_config()), "ttl {d:?}");
+            assert_eq!(format!("{leader:?}"), format!("{lock:?}"), "ttl {d:?}");
+        }
+        // A huge wait is a wait without bound in practice; a free name is
+        // had at once whatever the wait.
+        for d in [
+            Duration::ZERO,
+            Duration::from_millis(u64::MAX),
+            Duration::MAX,
+        ] {
+            let leadership = client.leader("k").wait(d).campaign().await.unwrap();
+            leadership.resign().await.unwrap();
+        }
     }
 }
