@@ -9,8 +9,9 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{FnArg, Ident, LitStr, Pat, ReturnType, Signature, Type};
 
-use crate::args::{Args, Keys, Kind, LockedFn};
+use crate::args::{Args, Keys, LockedFn};
 use lock_keys::template::{self, Placeholder, Segment};
+use lock_keys::{Access, LockKind};
 
 /// Checks the function and the arguments, reporting every error found, then
 /// writes the function back with its body run under the lock.
@@ -43,10 +44,14 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
     let renew = args.renew.unwrap_or(true);
     let hold_at_least = duration(args.hold_at_least.unwrap_or(Duration::ZERO));
     let kind = match args.kind {
-        Kind::Mutex => quote!(Mutex),
-        Kind::Read => quote!(Read),
-        Kind::Write => quote!(Write),
-        Kind::Permits(n) => quote!(Permits(#n)),
+        LockKind::RwLock => quote!(RwLock),
+        LockKind::Semaphore => quote!(Semaphore),
+        // The parser makes no other kind.
+        _ => quote!(Mutex),
+    };
+    let access = match args.access {
+        Access::Exclusive => quote!(Exclusive),
+        Access::Shared(n) => quote!(Shared(#n)),
     };
     // The template, not the key: the `name` label of the lock's metrics.
     let (name, run) = match &args.keys {
@@ -77,7 +82,8 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
             #client_var,
             #key_var,
             #krate::__private::Options {
-                kind: #krate::__private::Kind::#kind,
+                kind: #krate::__private::LockKind::#kind,
+                access: #krate::__private::Access::#access,
                 lock: #krate::__private::LockOptions::new()
                     .wait(#wait)
                     .renew(#renew)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::LockError;
 use crate::held::Held;
-use crate::key::Kind;
+use crate::key::LockKind;
 
 tokio::task_local! {
     static HELD: Stack;
@@ -106,16 +106,10 @@ pub fn current_lock() -> Option<LockInfo> {
         .flatten()
 }
 
-/// The lock of `kind`'s kind this task already holds for `key` on client
+/// The lock of `kind` this task already holds for `key` on client
 /// `client_id`, if any: the same mutex; a read or write lock of the same
 /// read-write lock; a permit of the same semaphore (whatever its count).
-pub(crate) fn find(client_id: u64, key: &str, kind: Kind) -> Option<Arc<Held>> {
-    let family = |kind: Kind| match kind {
-        Kind::Mutex => 0,
-        Kind::Read | Kind::Write => 1,
-        Kind::Permits(_) => 2,
-        Kind::Leader => 3,
-    };
+pub(crate) fn find(client_id: u64, key: &str, kind: LockKind) -> Option<Arc<Held>> {
     HELD.try_with(|stack| {
         stack
             .iter()
@@ -123,9 +117,9 @@ pub(crate) fn find(client_id: u64, key: &str, kind: Kind) -> Option<Arc<Held>> {
                 held.client_id == client_id
                     && held.key == key
                     && if held.names.is_leader() {
-                        kind == Kind::Leader
+                        kind == LockKind::Leader
                     } else {
-                        family(held.names.kind) == family(kind)
+                        held.names.kind == kind
                     }
             })
             .cloned()
@@ -186,18 +180,4 @@ pub(crate) async fn scope_all<F: Future>(held: Vec<Arc<Held>>, fut: F) -> F::Out
         stack.push(held);
     }
     HELD.scope(stack, fut).await
-}
-
-/// Runs `fut` to its end (`Some`), unless `lost` resolves first (`None`:
-/// `fut` is dropped, cancelled): the body of every `run` (a lock's,
-/// `lock_all`'s, a leadership's).
-pub(crate) async fn unless_lost<F: Future>(
-    lost: impl Future<Output = ()>,
-    fut: F,
-) -> Option<F::Output> {
-    tokio::select! {
-        biased;
-        _ = lost => None,
-        output = fut => Some(output),
-    }
 }

@@ -283,6 +283,7 @@ mod inner;
 mod key;
 mod leader;
 mod metrics;
+mod run;
 mod token;
 mod watchdog;
 
@@ -300,7 +301,7 @@ pub mod __private;
 
 pub use backend::labels::MAX_LABEL_LEN;
 pub use client::{
-    LockAllGuard, LockAllRequest, LockClient, LockClientBuilder, LockKind, LockRequest, LockState,
+    LockAllGuard, LockAllRequest, LockClient, LockClientBuilder, LockRequest, LockState,
     MAX_LOCK_ALL_KEYS, RwLockRequest,
 };
 pub use context::{LockInfo, current_lock};
@@ -312,7 +313,7 @@ pub use leader::{Leader, LeaderRequest, Leadership};
 // Defined in the internal `lock-keys` crate, which the attribute reads too.
 #[doc(inline)]
 pub use lock_keys::{
-    DEFAULT_TTL, MAX_KEY_LEN, MAX_PREFIX_LEN, MAX_RETENTION, MAX_TTL, MAX_WAIT, MIN_TTL,
+    DEFAULT_TTL, LockKind, MAX_KEY_LEN, MAX_PREFIX_LEN, MAX_RETENTION, MAX_TTL, MAX_WAIT, MIN_TTL,
 };
 
 #[cfg(feature = "axum")]

@@ -19,7 +19,8 @@
 //!         client,
 //!         key,
 //!         ::lock_runtime::__private::Options {
-//!             kind: ::lock_runtime::__private::Kind::Mutex,
+//!             kind: ::lock_runtime::__private::LockKind::Mutex,
+//!             access: ::lock_runtime::__private::Access::Exclusive,
 //!             lock: ::lock_runtime::__private::LockOptions::new()
 //!                 .wait(2s).renew(true).hold_at_least(0s).ttl(30s)
 //!                 .metrics_name("order:<order_id>"),
@@ -33,42 +34,35 @@
 //! (without `client = ...`, `client` is `None`: the global client; without
 //! `ttl = ...`, no `.ttl(..)`: the client's default). `lock` is the
 //! [`LockOptions`] value every request kind shares, written by its own
-//! setters. `rw = "read"` and `permits = 4` change only `kind`
-//! (`Kind::Read`, `Kind::Permits(4)`); `keys = ["account:<from>",
-//! "account:<to>"]` renders every key into a `Vec<String>` and calls
-//! [`run_all`] instead, with `kind: Kind::Mutex`, `hold_at_least(0s)` and
-//! the templates joined by `", "` as the metrics name.
+//! setters. `rw = "read"`, `rw = "write"` and `permits = 4` change only
+//! `kind` and `access` (`LockKind::RwLock` with `Access::READ` or
+//! `Access::Exclusive`, `LockKind::Semaphore` with `Access::Shared(4)`):
+//! the kind type is the client's own, from `lock-keys`, which the attribute
+//! reads too. `keys = ["account:<from>", "account:<to>"]` renders every key
+//! into a `Vec<String>` and calls [`run_all`] instead, with
+//! `kind: LockKind::Mutex`, `hold_at_least(0s)` and the templates joined by
+//! `", "` as the metrics name.
 
 use std::future::Future;
 use std::sync::Arc;
 
 pub use crate::client::LockOptions;
 use crate::{LockClient, LockError};
+pub use lock_keys::{Access, LockKind};
 
 /// Options written in the attribute.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// `rw = "..."` or `permits = n`; neither: [`Kind::Mutex`].
-    pub kind: Kind,
+    /// `rw = "..."`: [`LockKind::RwLock`]; `permits = n`:
+    /// [`LockKind::Semaphore`]; neither: [`LockKind::Mutex`] (the attribute
+    /// takes no other kind).
+    pub kind: LockKind,
+    /// `rw = "read"`: [`Access::READ`]; `permits = n`: [`Access::Shared`]`(n)`;
+    /// else [`Access::Exclusive`].
+    pub access: Access,
     /// `ttl`, `wait`, `renew`, `hold_at_least`, and the key template as
     /// the `name` label of the lock's metrics.
     pub lock: LockOptions,
-}
-
-/// Which lock of the synchronizer family the attribute takes: the library's
-/// own `Kind` (crate::key), less the leader election, which the attribute
-/// does not take, under the same name (the macro's `args::Kind` and the
-/// fault suite's `Kind` carry it too).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Neither `rw` nor `permits`: [`LockClient::lock`].
-    Mutex,
-    /// `rw = "read"`: [`LockClient::rw_lock`]`(key).read()`.
-    Read,
-    /// `rw = "write"`: [`LockClient::rw_lock`]`(key).write()`.
-    Write,
-    /// `permits = n`: [`LockClient::semaphore`]`(key, n)`.
-    Permits(u32),
 }
 
 /// What `client = <expr>` may be: a [`LockClient`] or anything that leads to
@@ -146,11 +140,18 @@ where
     let Some(client) = client.or_else(crate::global_client) else {
         return R::from_lock_error(LockError::NoClient);
     };
-    let request = match options.kind {
-        Kind::Mutex => client.lock(key),
-        Kind::Read => client.rw_lock(key).read(),
-        Kind::Write => client.rw_lock(key).write(),
-        Kind::Permits(permits) => client.semaphore(key, permits),
+    let request = match (options.kind, options.access) {
+        (LockKind::Mutex, Access::Exclusive) => client.lock(key),
+        (LockKind::RwLock, Access::READ) => client.rw_lock(key).read(),
+        (LockKind::RwLock, Access::Exclusive) => client.rw_lock(key).write(),
+        (LockKind::Semaphore, Access::Shared(permits)) => client.semaphore(key, permits),
+        (kind, access) => {
+            return R::from_lock_error(LockError::Config(format!(
+                "the attribute takes a mutex, a read-write lock's side or a semaphore's \
+                 permit, not a {} taken as {access:?}",
+                kind.as_str()
+            )));
+        }
     };
     match request.options(options.lock).run(body).await {
         Ok(result) => result,
@@ -174,7 +175,10 @@ where
     R: LockResult,
     F: Future<Output = R>,
 {
-    if options.kind != Kind::Mutex || !options.lock.hold_at_least.is_zero() {
+    if options.kind != LockKind::Mutex
+        || options.access != Access::Exclusive
+        || !options.lock.hold_at_least.is_zero()
+    {
         return R::from_lock_error(LockError::Config(
             "`keys = [...]` takes plain locks: no `rw`, `permits` or `hold_at_least`".into(),
         ));
@@ -307,12 +311,20 @@ mod tests {
 
     /// What `#[distributed_lock(key = "k")]` writes.
     fn try_once() -> Options {
-        with(Kind::Mutex, LockOptions::new())
+        with(MUTEX, LockOptions::new())
     }
 
-    fn with(kind: Kind, lock: LockOptions) -> Options {
+    const MUTEX: (LockKind, Access) = (LockKind::Mutex, Access::Exclusive);
+    const READ: (LockKind, Access) = (LockKind::RwLock, Access::READ);
+    const WRITE: (LockKind, Access) = (LockKind::RwLock, Access::Exclusive);
+    const fn permits(n: u32) -> (LockKind, Access) {
+        (LockKind::Semaphore, Access::Shared(n))
+    }
+
+    fn with((kind, access): (LockKind, Access), lock: LockOptions) -> Options {
         Options {
             kind,
+            access,
             lock: lock.metrics_name("k"),
         }
     }
@@ -371,10 +383,7 @@ mod tests {
         let out: Result<(), AppError> =
             run(Some(c.clone()), "k".into(), try_once(), async { Ok(()) }).await;
         assert!(matches!(out, Err(AppError::Lock(e)) if e.is_busy()));
-        let options = with(
-            Kind::Mutex,
-            LockOptions::new().ttl(Duration::from_millis(1)),
-        );
+        let options = with(MUTEX, LockOptions::new().ttl(Duration::from_millis(1)));
         let out: Result<(), LockError> = run(Some(c), "other".into(), options, async {
             unreachable!("a refused ttl never runs the body")
         })
@@ -386,10 +395,10 @@ mod tests {
     async fn run_all_refuses_what_the_attribute_refuses() {
         let c = memory().await;
         for options in [
-            with(Kind::Read, LockOptions::new()),
-            with(Kind::Permits(2), LockOptions::new()),
+            with(READ, LockOptions::new()),
+            with(permits(2), LockOptions::new()),
             with(
-                Kind::Mutex,
+                MUTEX,
                 LockOptions::new().hold_at_least(Duration::from_secs(1)),
             ),
         ] {
@@ -406,12 +415,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn run_refuses_what_the_attribute_never_writes() {
+        let c = memory().await;
+        for options in [
+            with((LockKind::Leader, Access::Exclusive), LockOptions::new()),
+            with((LockKind::Mutex, Access::READ), LockOptions::new()),
+            with((LockKind::Semaphore, Access::Exclusive), LockOptions::new()),
+        ] {
+            let shown = format!("{options:?}");
+            let out: Result<(), LockError> = run(Some(c.clone()), "k".into(), options, async {
+                unreachable!("refused options never run the body")
+            })
+            .await;
+            assert!(out.unwrap_err().is_config(), "{shown}");
+        }
+    }
+
+    #[tokio::test]
     async fn without_a_client_every_kind_is_no_client() {
         // No global client in this test binary's other tests either.
         if crate::global_client().is_some() {
             return;
         }
-        for kind in [Kind::Mutex, Kind::Read, Kind::Write, Kind::Permits(3)] {
+        for kind in [MUTEX, READ, WRITE, permits(3)] {
             let out: Result<(), LockError> =
                 run(None, "k".into(), with(kind, LockOptions::new()), async {
                     unreachable!()
@@ -429,7 +455,7 @@ mod tests {
         let c = memory().await;
         let held = c.lock("k").acquire().await.unwrap();
         let waiting = with(
-            Kind::Mutex,
+            MUTEX,
             LockOptions::new()
                 .ttl(Duration::from_millis(200))
                 .wait(Duration::from_secs(5))

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use lock_keys::{Access, LockKind};
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
@@ -61,8 +62,11 @@ const CONFLICTS: &[(&str, &str, &str)] = &[
 pub(crate) struct Args {
     /// The key template(s): `key` or `keys` (one of them is required).
     pub(crate) keys: Keys,
-    /// The kind of lock: `rw`, `permits`, or neither (a mutex).
-    pub(crate) kind: Kind,
+    /// The kind of lock: `rw` (a read-write lock), `permits` (a
+    /// semaphore), or neither (a mutex).
+    pub(crate) kind: LockKind,
+    /// How it is taken: `rw`'s side, `permits`' count; alone for a mutex.
+    pub(crate) access: Access,
     /// The lease; `None`: the client's default.
     pub(crate) ttl: Option<Duration>,
     /// How long to wait for a busy lock; `None`: try once.
@@ -85,19 +89,6 @@ pub(crate) enum Keys {
     /// Several locks, all or none: at least one, at most
     /// [`MAX_LOCK_ALL_KEYS`], no template twice.
     All(Vec<LitStr>),
-}
-
-/// The kind of lock, from `rw` and `permits`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// Neither: one holder.
-    Mutex,
-    /// `rw = "read"`.
-    Read,
-    /// `rw = "write"`.
-    Write,
-    /// `permits = n`, `n >= 1`.
-    Permits(u32),
 }
 
 impl Parse for Args {
@@ -189,9 +180,11 @@ impl Parse for Args {
             (None, Some(keys)) => Keys::All(keys),
             _ => return Err(missing_key()),
         };
+        let (kind, access) = kind.unwrap_or((LockKind::Mutex, Access::Exclusive));
         Ok(Self {
             keys,
-            kind: kind.unwrap_or(Kind::Mutex),
+            kind,
+            access,
             ttl,
             wait,
             renew,

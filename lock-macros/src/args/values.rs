@@ -8,7 +8,7 @@ use syn::parse::ParseStream;
 use syn::punctuated::Punctuated;
 use syn::{Expr, ExprLit, ExprUnary, Lit, LitBool, LitStr, Token, UnOp};
 
-use super::Kind;
+use lock_keys::{Access, LockKind};
 
 /// After an unknown name: skip `= value` so the following arguments are still
 /// checked.
@@ -91,16 +91,16 @@ pub(super) fn parse_keys(input: ParseStream<'_>) -> syn::Result<syn::Result<Vec<
     Ok(errors.map_or(Ok(templates), Err))
 }
 
-/// `rw = "read"` or `rw = "write"`.
-pub(super) fn parse_rw(input: ParseStream<'_>) -> syn::Result<syn::Result<Kind>> {
+/// `rw = "read"` or `rw = "write"`: a read-write lock, shared or alone.
+pub(super) fn parse_rw(input: ParseStream<'_>) -> syn::Result<syn::Result<(LockKind, Access)>> {
     let value = input.parse::<Expr>()?;
     if let Expr::Lit(ExprLit {
         lit: Lit::Str(s), ..
     }) = &value
     {
         match s.value().as_str() {
-            "read" => return Ok(Ok(Kind::Read)),
-            "write" => return Ok(Ok(Kind::Write)),
+            "read" => return Ok(Ok((LockKind::RwLock, Access::READ))),
+            "write" => return Ok(Ok((LockKind::RwLock, Access::Exclusive))),
             other => {
                 return Ok(Err(syn::Error::new(
                     s.span(),
@@ -119,8 +119,11 @@ pub(super) fn parse_rw(input: ParseStream<'_>) -> syn::Result<syn::Result<Kind>>
     )))
 }
 
-/// `permits = n`: an integer literal from 1 to `u32::MAX`.
-pub(super) fn parse_permits(input: ParseStream<'_>) -> syn::Result<syn::Result<Kind>> {
+/// `permits = n`: an integer literal from 1 to `u32::MAX`; a semaphore,
+/// shared by at most `n` holders.
+pub(super) fn parse_permits(
+    input: ParseStream<'_>,
+) -> syn::Result<syn::Result<(LockKind, Access)>> {
     let value = input.parse::<Expr>()?;
     let range = format!("between 1 and {}", u32::MAX);
     // `new_spanned`: all of `-1`, not only the `-`.
@@ -168,7 +171,7 @@ pub(super) fn parse_permits(input: ParseStream<'_>) -> syn::Result<syn::Result<K
             "`permits` must be at least 1: a semaphore with no permits could never be taken".into(),
         ),
         Ok(n) => match u32::try_from(n) {
-            Ok(n) => Ok(Ok(Kind::Permits(n))),
+            Ok(n) => Ok(Ok((LockKind::Semaphore, Access::Shared(n)))),
             Err(_) => error(format!("`permits` must be {range}; got {n}")),
         },
         Err(_) => error(format!("`permits` must be {range}")),

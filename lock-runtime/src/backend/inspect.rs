@@ -14,7 +14,7 @@ use super::redis::RedisBackend;
 use super::redlock::RedlockBackend;
 use crate::LockError;
 use crate::error::BackendError;
-use crate::key::{KeyNames, Kind};
+use crate::key::{Access, KeyNames, LockKind};
 
 /// One holder as the backend keeps it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -80,8 +80,8 @@ impl Backend {
     /// The state of the three locks `key` names, read without changing them.
     pub(crate) async fn inspect(&self, prefix: &str, key: &str) -> Result<Seen, LockError> {
         let mutex = KeyNames::new(prefix, key);
-        let rw = KeyNames::of_kind(prefix, key, Kind::Read);
-        let semaphore = KeyNames::of_kind(prefix, key, Kind::Permits(1));
+        let rw = KeyNames::of_kind(prefix, key, LockKind::RwLock, Access::READ);
+        let semaphore = KeyNames::of_kind(prefix, key, LockKind::Semaphore, Access::Shared(1));
         match self {
             Backend::Redis(b) => observe(b, &mutex, Some((&rw, &semaphore))).await,
             Backend::Redlock(b) => Ok(Seen {

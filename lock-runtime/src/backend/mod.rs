@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
-use crate::key::{KeyNames, Kind};
+use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 
 mod all;
@@ -208,8 +208,8 @@ impl Backend {
     /// Whether locks of `kind` are offered here: everywhere but on
     /// Redlock, which offers the mutex only (its quorum of independent
     /// servers would have to agree on sets of holders and queues).
-    pub(crate) fn offers(&self, kind: Kind) -> bool {
-        kind == Kind::Mutex || !matches!(self, Backend::Redlock(_))
+    pub(crate) fn offers(&self, kind: LockKind) -> bool {
+        kind == LockKind::Mutex || !matches!(self, Backend::Redlock(_))
     }
 
     /// Where a holder may hand its lease to a waiter of its own client

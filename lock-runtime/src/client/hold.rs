@@ -13,7 +13,7 @@ use super::options::Asked;
 use crate::guard::LockGuard;
 use crate::held::Held;
 use crate::inner::Inner;
-use crate::key::{KeyNames, Kind};
+use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 
 /// A lease just taken on the server.
@@ -68,7 +68,7 @@ pub(super) fn hold(inner: &Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard
     inner
         .watchdog
         .watch(held.clone(), asked.renew, sent, granted);
-    if held.names.kind == Kind::Mutex && !held.names.is_leader() {
+    if held.names.kind == LockKind::Mutex && !held.names.is_leader() {
         inner
             .local
             .hold(&held, asked.renew, !asked.deadline.tries_once());

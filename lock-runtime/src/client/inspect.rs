@@ -6,41 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::LockClient;
 use crate::LockError;
 use crate::backend::inspect::Observed;
-use crate::key::{KeyNames, Kind, validate_key};
+use crate::key::{Access, KeyNames, LockKind, validate_key};
 use crate::token::public_part;
-
-/// Which of the three locks a key names [`LockClient::inspect`] reports.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LockKind {
-    /// `client.lock(key)` (and `lock_all`, which takes mutexes).
-    #[default]
-    Mutex,
-    /// `client.rw_lock(key)`: a writer, or readers.
-    RwLock,
-    /// `client.semaphore(key, n)`: permits.
-    Semaphore,
-    /// `client.leader(key)`: an election, its leader the holder and its
-    /// candidates the waiters (holder named by the leader's own label).
-    Leader,
-    /// An `IdempotencyLayer` record in flight (listed by
-    /// [`LockClient::list`]; its key is the record's hashed name).
-    IdempotencyRecord,
-}
-
-impl LockKind {
-    /// `"mutex"`, `"rw_lock"`, `"semaphore"`, `"leader"` or
-    /// `"idempotency_record"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LockKind::Mutex => "mutex",
-            LockKind::RwLock => "rw_lock",
-            LockKind::Semaphore => "semaphore",
-            LockKind::Leader => "leader",
-            LockKind::IdempotencyRecord => "idempotency_record",
-        }
-    }
-}
 
 /// A lock's state as [`LockClient::inspect`] read it: a snapshot, stale the
 /// moment it is returned. For operators, dashboards and tests; never decide
@@ -123,25 +90,23 @@ impl LockClient {
         let prefix = &self.0.prefix;
         let seen = self.0.backend.inspect(prefix, key).await?;
         let busy = |o: &Observed| o.held || o.queued > 0;
-        let (reported, kind, seen) = if busy(&seen.mutex) {
-            (LockKind::Mutex, Kind::Mutex, seen.mutex)
+        let (reported, seen) = if busy(&seen.mutex) {
+            (LockKind::Mutex, seen.mutex)
         } else if busy(&seen.rw) {
-            (LockKind::RwLock, Kind::Read, seen.rw)
+            (LockKind::RwLock, seen.rw)
         } else if busy(&seen.semaphore) {
-            (LockKind::Semaphore, Kind::Permits(1), seen.semaphore)
+            (LockKind::Semaphore, seen.semaphore)
         } else {
             let names = KeyNames::leader(prefix, key);
             let election = self.0.backend.observe_leader(&names).await?;
             if busy(&election) {
-                (LockKind::Leader, Kind::Mutex, election)
+                (LockKind::Leader, election)
             } else {
-                (LockKind::Mutex, Kind::Mutex, seen.mutex)
+                (LockKind::Mutex, seen.mutex)
             }
         };
-        let names = match reported {
-            LockKind::Leader => KeyNames::leader(prefix, key),
-            _ => KeyNames::of_kind(prefix, key, kind),
-        };
+        // Names to read, not to take: the access is not used.
+        let names = KeyNames::of_kind(prefix, key, reported, Access::Exclusive);
         let mine = self.0.watchdog.holding(&names.lock);
         let tokens = seen
             .holders
@@ -316,12 +281,13 @@ impl LockClient {
     pub async fn force_release(&self, key: &str) -> Result<bool, LockError> {
         let state = self.inspect(key).await?;
         let prefix = &self.0.prefix;
-        let names = match state.kind {
-            LockKind::Mutex | LockKind::IdempotencyRecord => KeyNames::new(prefix, key),
-            LockKind::RwLock => KeyNames::of_kind(prefix, key, Kind::Write),
-            LockKind::Semaphore => KeyNames::of_kind(prefix, key, Kind::Permits(1)),
-            LockKind::Leader => KeyNames::leader(prefix, key),
+        // How many waiters the embedded backend grants once the holders are
+        // gone: one permit, the semaphore's own count not being known here.
+        let access = match state.kind {
+            LockKind::Semaphore => Access::Shared(1),
+            _ => Access::Exclusive,
         };
+        let names = KeyNames::of_kind(prefix, key, state.kind, access);
         let fence = self.0.backend.force_release(&names, key).await?;
         tracing::warn!(
             %key,

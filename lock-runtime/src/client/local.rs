@@ -65,7 +65,7 @@ struct Line {
     holder: Option<Arc<Held>>,
     /// Tasks of the line acquiring on the server.
     representatives: usize,
-    waiters: VecDeque<Waiter>,
+    waiters: VecDeque<LocalWaiter>,
     /// Reserved fencing tokens.
     blocks: Blocks,
 }
@@ -83,7 +83,7 @@ impl Line {
             return false;
         }
         while let Some(waiter) = self.waiters.pop_front() {
-            if waiter.send.send(Turn::Represent).is_ok() {
+            if waiter.send.send(LocalTurn::Represent).is_ok() {
                 self.representatives = 1;
                 return false;
             }
@@ -92,17 +92,20 @@ impl Line {
     }
 }
 
+/// A task of this client waiting in a key's line for a lease handed on
+/// in-process (the server's waiters, woken by notices, are
+/// `backend::waiters::Waiter`).
 #[derive(Debug)]
-pub(crate) struct Waiter {
+pub(crate) struct LocalWaiter {
     ticket: u64,
-    send: oneshot::Sender<Turn>,
+    send: oneshot::Sender<LocalTurn>,
     pub(crate) metrics: crate::metrics::Name,
     pub(crate) started: Instant,
 }
 
-/// What a waiter in line is sent.
+/// What a [`LocalWaiter`] in line is sent.
 #[derive(Debug)]
-enum Turn {
+enum LocalTurn {
     /// The lease, handed on.
     Held(Arc<Held>),
     /// Acquire on the server for the line (counted as a representative).
@@ -120,8 +123,9 @@ pub(crate) trait Owner: Send + Sync {
     fn give_back(self: Arc<Self>, held: Arc<Held>);
 }
 
-/// How a task takes part in acquiring a key: [`Local::enter`].
-pub(crate) enum Entry {
+/// How a task takes part in acquiring a key, as it enters this client's
+/// line for it: [`Local::enter`].
+pub(crate) enum LocalEntry {
     /// Wait in line: [`Local::wait`].
     Queued(Ticket),
     /// Acquire on the server for the line; the [`Representing`] duty ends
@@ -141,7 +145,7 @@ pub(crate) enum Entry {
 /// line would wait for a representative that never comes.
 pub(crate) struct Ticket {
     ticket: u64,
-    receive: oneshot::Receiver<Turn>,
+    receive: oneshot::Receiver<LocalTurn>,
     owner: Arc<dyn Owner>,
     key: String,
     /// `false` once a turn (or the end of the line) was read.
@@ -151,7 +155,7 @@ pub(crate) struct Ticket {
 impl Ticket {
     /// Leaves the line: no turn can be sent any more; the one sent before,
     /// if any, is returned.
-    fn leave(&mut self) -> Option<Turn> {
+    fn leave(&mut self) -> Option<LocalTurn> {
         self.waiting = false;
         if let Some(line) = self.owner.lines().keys().get_mut(&self.key) {
             line.waiters.retain(|w| w.ticket != self.ticket);
@@ -178,9 +182,9 @@ impl Drop for Ticket {
         }
         match self.leave() {
             // Handed on, or released.
-            Some(Turn::Held(held)) => self.owner.clone().give_back(held),
+            Some(LocalTurn::Held(held)) => self.owner.clone().give_back(held),
             // Its drop ends the role: the next in line takes it.
-            Some(Turn::Represent) => drop(self.representing()),
+            Some(LocalTurn::Represent) => drop(self.representing()),
             None => {}
         }
     }
@@ -242,13 +246,13 @@ impl Local {
         ttl: Duration,
         renew: bool,
         metrics: &crate::metrics::Name,
-    ) -> Entry {
+    ) -> LocalEntry {
         if !self.enabled {
-            return Entry::Alone;
+            return LocalEntry::Alone;
         }
         let mut keys = self.keys();
         let represent = || {
-            Entry::Represent(Representing {
+            LocalEntry::Represent(Representing {
                 owner: owner.clone(),
                 key: key.to_owned(),
             })
@@ -268,7 +272,7 @@ impl Local {
             return represent();
         };
         if line.ttl != ttl || line.renew != renew {
-            return Entry::Alone;
+            return LocalEntry::Alone;
         }
         if line.holder.as_ref().is_some_and(|h| h.is_lost()) {
             // Lost without a release: nobody of the line holds the key.
@@ -281,13 +285,13 @@ impl Local {
         }
         let (send, receive) = oneshot::channel();
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
-        line.waiters.push_back(Waiter {
+        line.waiters.push_back(LocalWaiter {
             ticket,
             send,
             metrics: metrics.clone(),
             started: Instant::now(),
         });
-        Entry::Queued(Ticket {
+        LocalEntry::Queued(Ticket {
             ticket,
             receive,
             owner: owner.clone(),
@@ -348,8 +352,8 @@ impl Local {
         };
         ticket.waiting = false;
         match turn {
-            Turn::Held(held) => LocalWait::Granted(held),
-            Turn::Represent => LocalWait::Represent(ticket.representing()),
+            LocalTurn::Held(held) => LocalWait::Granted(held),
+            LocalTurn::Represent => LocalWait::Represent(ticket.representing()),
         }
     }
 
@@ -446,8 +450,8 @@ impl Local {
     pub(crate) fn pass(
         &self,
         held: &Arc<Held>,
-        next: impl FnOnce(&Waiter) -> Arc<Held>,
-    ) -> Option<(Waiter, Arc<Held>)> {
+        next: impl FnOnce(&LocalWaiter) -> Arc<Held>,
+    ) -> Option<(LocalWaiter, Arc<Held>)> {
         let mut keys = self.keys();
         let line = keys.get_mut(&held.key).filter(|line| line.holds(held))?;
         while let Some(waiter) = line.waiters.pop_front() {
@@ -465,11 +469,11 @@ impl Local {
 impl Local {
     /// Sends `next` (taken from [`Local::pass`]) to `waiter`; `Err(next)`
     /// when the waiter is gone since: the lease is still the giver's.
-    pub(crate) fn give(&self, waiter: Waiter, next: Arc<Held>) -> Result<(), Arc<Held>> {
-        match waiter.send.send(Turn::Held(next)) {
+    pub(crate) fn give(&self, waiter: LocalWaiter, next: Arc<Held>) -> Result<(), Arc<Held>> {
+        match waiter.send.send(LocalTurn::Held(next)) {
             Ok(()) => Ok(()),
-            Err(Turn::Held(next)) => Err(next),
-            Err(Turn::Represent) => unreachable!("sent a lease"),
+            Err(LocalTurn::Held(next)) => Err(next),
+            Err(LocalTurn::Represent) => unreachable!("sent a lease"),
         }
     }
 }

@@ -18,7 +18,7 @@ use lock_keys::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use crate::LockError;
 use crate::backend::Backend;
 use crate::inner::Inner;
-use crate::key::{KeyNames, validate_key};
+use crate::key::{Access, KeyNames, LockKind, validate_key};
 
 mod acquire;
 mod all;
@@ -36,7 +36,7 @@ mod rw_lock;
 
 pub use all::{LockAllGuard, LockAllRequest, MAX_LOCK_ALL_KEYS};
 pub use builder::LockClientBuilder;
-pub use inspect::{LockKind, LockState};
+pub use inspect::LockState;
 pub use options::LockOptions;
 pub use request::LockRequest;
 pub use rw_lock::RwLockRequest;
@@ -177,7 +177,8 @@ impl LockClient {
     /// # }
     /// ```
     pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
-        LockRequest::new(self.clone(), key.into()).of_kind(crate::key::Kind::Permits(permits))
+        LockRequest::new(self.clone(), key.into())
+            .of_kind(LockKind::Semaphore, Access::Shared(permits))
     }
 
     /// Starts a request for every lock in `keys` at once: all or none. See

@@ -3,9 +3,11 @@
 //! the lease resolved, the wait turned into one [`Deadline`].
 //!
 //! Every kind of request shares them: [`LockRequest`](crate::LockRequest)
-//! (and the read-write lock, semaphore and leadership built on it),
-//! [`LockAllRequest`](crate::LockAllRequest), the attribute (through
-//! `__private`) and `LockLayer`. Their public setters write this value.
+//! (and the read-write lock and semaphore built on it),
+//! [`LockAllRequest`](crate::LockAllRequest),
+//! [`LeaderRequest`](crate::LeaderRequest) (its lease and wait), the
+//! attribute (through `__private`) and `LockLayer`. Their public setters
+//! write this value, and every one is checked by [`LockOptions::resolve`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,8 +120,10 @@ impl LockOptions {
 }
 
 /// A request's public setters, each a thin setter on its `options`
-/// ([`LockOptions`]), with the request's own docs: every request kind
-/// offers the same five, in this order (and `options`, all at once).
+/// ([`LockOptions`]), with the request's own docs: every lock request kind
+/// offers the same five, in this order (and `options`, all at once). A
+/// leadership offers only the lease and the wait, written by hand (it is
+/// renewed while it leads, and ends when it resigns).
 macro_rules! option_setters {
     (
         $(#[$metrics:meta])* metrics_name;

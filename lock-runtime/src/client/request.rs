@@ -4,15 +4,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::LockClient;
 use super::acquire::Acquisition;
 use super::hold::{Taken, hold};
-use super::local::{Entry, LocalWait, Owner};
+use super::local::{LocalEntry, LocalWait, Owner};
 use super::options::{Asked, LockOptions, option_setters};
 use crate::guard::LockGuard;
-use crate::key::{KeyNames, Kind, validate_key};
+use crate::key::{Access, KeyNames, LockKind, validate_key};
+use crate::run::{end_run, unless_lost};
 use crate::{ConfigReason, LockError, context};
 
 /// A request for one lock, from [`LockClient::lock`]. Configure, then
@@ -23,9 +22,10 @@ pub struct LockRequest {
     client: LockClient,
     key: String,
     options: LockOptions,
-    /// A mutex, a side of a read-write lock, a semaphore's permit, or a
-    /// leadership.
-    kind: Kind,
+    /// A mutex, a read-write lock, a semaphore, or a leadership.
+    kind: LockKind,
+    /// How it is taken: a read-write lock's side, a semaphore's permits.
+    access: Access,
     /// A leadership's label (what observers see); empty for locks.
     label: String,
 }
@@ -36,19 +36,21 @@ impl LockRequest {
             client,
             key,
             options: LockOptions::new(),
-            kind: Kind::Mutex,
+            kind: LockKind::Mutex,
+            access: Access::Exclusive,
             label: String::new(),
         }
     }
 
-    pub(super) fn of_kind(mut self, kind: Kind) -> Self {
+    pub(super) fn of_kind(mut self, kind: LockKind, access: Access) -> Self {
         self.kind = kind;
+        self.access = access;
         self
     }
 
     /// A campaign for the leadership `key` under `label` (see `leader`).
     pub(crate) fn leadership(mut self, label: String) -> Self {
-        self.kind = Kind::Leader;
+        self.kind = LockKind::Leader;
         self.label = label;
         self
     }
@@ -142,7 +144,7 @@ impl LockRequest {
         let inner = &self.client.0;
         self.check_kind()?;
         if let Some(held) = context::find(inner.id, &self.key, self.kind) {
-            if held.names.kind == Kind::Read && self.kind == Kind::Write {
+            if held.names.access.is_shared() && !self.access.is_shared() {
                 return Err(LockError::misuse(
                     ConfigReason::WriteInsideRead,
                     format_args!(
@@ -156,7 +158,7 @@ impl LockRequest {
             return Ok(LockGuard::reentered(held, inner.clone()));
         }
         super::keep_tasks_running(inner).await?;
-        let mut names = KeyNames::of_kind(&inner.prefix, &self.key, self.kind);
+        let mut names = KeyNames::of_kind(&inner.prefix, &self.key, self.kind, self.access);
         names.label = self.label;
         if let Some(answer) = Acquisition::try_embedded(inner, &self.key, &names, &asked) {
             return answer.map(|(token, fencing, sent)| {
@@ -188,7 +190,7 @@ impl LockRequest {
             // Only mutexes form lines: the other kinds are shared, or few.
             if !asked.deadline.tries_once()
                 && asked.hold_at_least.is_zero()
-                && names.kind == Kind::Mutex
+                && names.kind == LockKind::Mutex
             {
                 let owner: Arc<dyn Owner> = inner.clone();
                 loop {
@@ -199,12 +201,12 @@ impl LockRequest {
                         asked.renew,
                         &asked.metrics,
                     ) {
-                        Entry::Queued(ticket) => ticket,
-                        Entry::Represent(duty) => {
+                        LocalEntry::Queued(ticket) => ticket,
+                        LocalEntry::Represent(duty) => {
                             representing = Some(duty);
                             break;
                         }
-                        Entry::Alone => break,
+                        LocalEntry::Alone => break,
                     };
                     match inner.local.wait(ticket, asked.deadline.at()).await {
                         LocalWait::Granted(held) => {
@@ -244,8 +246,8 @@ impl LockRequest {
     /// Whether the backend offers this kind of lock, with valid settings.
     fn check_kind(&self) -> Result<(), LockError> {
         match self.kind {
-            Kind::Mutex => Ok(()),
-            Kind::Leader
+            LockKind::Mutex => Ok(()),
+            LockKind::Leader
                 if matches!(self.client.0.backend, crate::backend::Backend::Redlock(_)) =>
             {
                 Err(LockError::Config(
@@ -256,8 +258,8 @@ impl LockRequest {
                         .into(),
                 ))
             }
-            Kind::Leader => Ok(()),
-            Kind::Permits(0) => Err(LockError::misuse(
+            LockKind::Leader => Ok(()),
+            LockKind::Semaphore if self.access == Access::Shared(0) => Err(LockError::misuse(
                 ConfigReason::ZeroPermits,
                 format_args!("nobody could ever hold {:?}", self.key),
             )),
@@ -265,7 +267,7 @@ impl LockRequest {
                 "{} are not offered on the {} backend (Redlock offers the mutex, \
                  lock_all and hold_at_least)",
                 match kind {
-                    Kind::Permits(_) => "semaphores",
+                    LockKind::Semaphore => "semaphores",
                     _ => "read-write locks",
                 },
                 self.client.0.backend.describe()
@@ -293,35 +295,15 @@ impl LockRequest {
     /// ```
     pub async fn run<F: Future>(self, fut: F) -> Result<F::Output, LockError> {
         let guard = self.acquire().await?;
-        // An `Arc` clone: the key is read from it on the unhappy paths only.
         let held = guard.held().clone();
         let lost = guard.lost();
-        let outcome = context::scope(held.clone(), context::unless_lost(lost, fut)).await;
-        let Some(output) = outcome else {
-            drop(guard);
-            return Err(LockError::lost(&held.key));
-        };
-        // The work is done. If the lease was valid at this moment, the output
-        // is the caller's whatever the release answers: a lost reply, a
-        // server that went away, even a key deleted behind our back cannot
-        // undo work that finished under a valid lease.
-        if held.valid_at(Instant::now()) {
-            if let Err(e) = guard.release().await {
-                tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
-                    "the work finished under a valid lease; releasing the lock afterwards failed");
-            }
-            return Ok(output);
-        }
-        // The lease's deadline passed without a confirmed renewal before the
-        // work was seen to end (a runtime blocked past it): the guard is
-        // lost, as `lost()` says, whatever the server still holds. The
-        // release frees the key if it is still ours.
-        if let Err(e) = guard.release().await
-            && !e.is_lost()
-        {
-            tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
-                "the lease may have run out before the work finished, and the release failed");
-        }
-        Err(LockError::lost(&held.key))
+        let output = context::scope(held.clone(), unless_lost(lost, fut)).await;
+        end_run(
+            std::slice::from_ref(&held),
+            output,
+            guard,
+            |guard| async move { [guard.release().await] },
+        )
+        .await
     }
 }

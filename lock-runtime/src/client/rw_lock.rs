@@ -3,7 +3,7 @@
 //! permits; several keys at once are [`super::LockAllRequest`].)
 
 use super::{LockClient, LockRequest};
-use crate::key::Kind;
+use crate::key::{Access, LockKind};
 
 /// A read-write lock, from [`LockClient::rw_lock`]: choose a side, then
 /// configure and acquire it like any [`LockRequest`].
@@ -52,11 +52,11 @@ impl RwLockRequest {
 
     /// The shared side: held with other readers, never with a writer.
     pub fn read(self) -> LockRequest {
-        LockRequest::new(self.client, self.key).of_kind(Kind::Read)
+        LockRequest::new(self.client, self.key).of_kind(LockKind::RwLock, Access::READ)
     }
 
     /// The exclusive side: held alone, with no reader.
     pub fn write(self) -> LockRequest {
-        LockRequest::new(self.client, self.key).of_kind(Kind::Write)
+        LockRequest::new(self.client, self.key).of_kind(LockKind::RwLock, Access::Exclusive)
     }
 }

@@ -37,6 +37,7 @@
 //! were used. `prefix + F + body` is the per-key counter of earlier versions,
 //! folded into the slot counter at the key's next acquisition.
 
+pub(crate) use lock_keys::{Access, LockKind};
 use lock_keys::{MAX_KEY_LEN, MAX_PREFIX_LEN};
 
 use crate::LockError;
@@ -246,24 +247,6 @@ fn unescape(s: &str) -> Option<String> {
     (escape_key_part(&out) == s).then_some(out)
 }
 
-/// What kind of lock a request is for (the synchronizer family).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
-    /// `client.lock(key)`: one holder.
-    #[default]
-    Mutex,
-    /// `client.rw_lock(key).read()`: many readers, no writer.
-    Read,
-    /// `client.rw_lock(key).write()`: one writer, no reader.
-    Write,
-    /// `client.semaphore(key, n)`: at most `n` holders.
-    Permits(u32),
-    /// `client.leader(name)`: a mutex under names of its own, with a
-    /// record of its holder (see [`KeyNames::record`]). Its [`KeyNames`]
-    /// say `Mutex`: the backends take and hand it over as one.
-    Leader,
-}
-
 /// The names one lock uses, built once per acquisition.
 #[derive(Clone, Debug)]
 pub(crate) struct KeyNames {
@@ -275,8 +258,13 @@ pub(crate) struct KeyNames {
     pub(crate) holders: String,
     /// Their fencing tokens (a hash by token); empty for a mutex.
     pub(crate) fences: String,
-    /// What kind of lock these names are for.
-    pub(crate) kind: Kind,
+    /// What kind of lock these names are for, as the backends take it: a
+    /// leader election's say `Mutex` (the backends take and hand it over
+    /// as one; see [`KeyNames::is_leader`]).
+    pub(crate) kind: LockKind,
+    /// How this holder takes the lock (a read-write lock's side, a
+    /// semaphore's permits): the shared scripts' mode and limit.
+    pub(crate) access: Access,
     pub(crate) queue: String,
     pub(crate) notice: String,
     /// The Redis Cluster slot all four names share (`CLUSTER KEYSLOT` of
@@ -315,7 +303,7 @@ impl KeyNames {
 
     /// A mutex's names (lock, queue, notice) under the letters `kinds`.
     fn mutex_like(prefix: &str, key: &str, kinds: [Role; 3]) -> Self {
-        Self::with_kinds(prefix, key, Kind::Mutex, kinds, None)
+        Self::with_kinds(prefix, key, LockKind::Mutex, Access::Exclusive, kinds, None)
     }
 
     /// The names under the letters `[lock, queue, notice]`, and `shared`'s
@@ -323,7 +311,8 @@ impl KeyNames {
     fn with_kinds(
         prefix: &str,
         key: &str,
-        kind: Kind,
+        kind: LockKind,
+        access: Access,
         [lock, queue, notice]: [Role; 3],
         shared: Option<[Role; 2]>,
     ) -> Self {
@@ -349,6 +338,7 @@ impl KeyNames {
             holders,
             fences,
             kind,
+            access,
             record: String::new(),
             labels: String::new(),
             label: String::new(),
@@ -360,32 +350,35 @@ impl KeyNames {
         !self.record.is_empty()
     }
 
-    /// The names of a lock of `kind`: a mutex's, or those of a read-write
-    /// lock or a semaphore (other names, so `rw_lock("k")`,
-    /// `semaphore("k", n)` and `lock("k")` are three resources).
-    pub(crate) fn of_kind(prefix: &str, key: &str, kind: Kind) -> Self {
+    /// The names of a lock of `kind`, taken with `access`: a mutex's, or
+    /// those of a read-write lock or a semaphore (other names, so
+    /// `rw_lock("k")`, `semaphore("k", n)` and `lock("k")` are three
+    /// resources). A mutex, a leader election and an idempotency record are
+    /// taken alone: their `access` is not read.
+    pub(crate) fn of_kind(prefix: &str, key: &str, kind: LockKind, access: Access) -> Self {
         let [lock, holders, fences, queue, notice] = match kind {
-            Kind::Mutex => return Self::new(prefix, key),
-            Kind::Leader => return Self::leader(prefix, key),
-            Kind::Read | Kind::Write => [
+            LockKind::Leader => return Self::leader(prefix, key),
+            LockKind::RwLock => [
                 Role::RwWriter,
                 Role::RwReaders,
                 Role::RwFences,
                 Role::RwQueue,
                 Role::RwNotice,
             ],
-            Kind::Permits(_) => [
+            LockKind::Semaphore => [
                 Role::SemaphoreWriter,
                 Role::SemaphoreHolders,
                 Role::SemaphoreFences,
                 Role::SemaphoreQueue,
                 Role::SemaphoreNotice,
             ],
+            _ => return Self::new(prefix, key),
         };
         Self::with_kinds(
             prefix,
             key,
             kind,
+            access,
             [lock, queue, notice],
             Some([holders, fences]),
         )

@@ -280,8 +280,13 @@ proptest! {
 
     #[test]
     fn each_name_of_a_key_is_made_as_the_lock_name_is(key in keys(), prefix in "[a-z:]{0,6}") {
-        for kind in [Kind::Mutex, Kind::Read, Kind::Permits(3), Kind::Leader] {
-            let n = KeyNames::of_kind(&prefix, &key, kind);
+        for (kind, access) in [
+            (LockKind::Mutex, Access::Exclusive),
+            (LockKind::RwLock, Access::READ),
+            (LockKind::Semaphore, Access::Shared(3)),
+            (LockKind::Leader, Access::Exclusive),
+        ] {
+            let n = KeyNames::of_kind(&prefix, &key, kind, access);
             let letter = |name: &str| name[prefix.len()..].chars().next().unwrap();
             for made in [&n.lock, &n.queue, &n.notice] {
                 let role = ALL_ROLES.iter().find(|r| r.letter() == letter(made)).unwrap();

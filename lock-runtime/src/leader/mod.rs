@@ -20,12 +20,11 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::backend::labels;
-use crate::client::LockClient;
+use crate::client::{LockClient, LockOptions};
 use crate::guard::LockGuard;
 use crate::key::{KeyNames, validate_key};
+use crate::run::{end_run, unless_lost};
 use crate::{LockError, context};
 
 mod observe;
@@ -52,18 +51,25 @@ pub struct Leader {
 pub struct LeaderRequest {
     client: LockClient,
     name: String,
-    ttl: Option<Duration>,
-    wait: Option<Duration>,
+    /// The options every lock request shares, checked as a lock's are when
+    /// the campaign starts. A leadership sets the lease and the wait only:
+    /// it is always renewed, ends when it resigns (no `hold_at_least`), and
+    /// its metrics are named by the election.
+    options: LockOptions,
+    /// `None`: the client's label.
     label: Option<String>,
 }
 
 impl LeaderRequest {
     pub(crate) fn new(client: LockClient, name: String) -> Self {
+        // A campaign waits without bound unless told otherwise.
+        let options = LockOptions::new()
+            .wait(Duration::MAX)
+            .metrics_name(name.as_str());
         Self {
             client,
             name,
-            ttl: None,
-            wait: None,
+            options,
             label: None,
         }
     }
@@ -71,7 +77,7 @@ impl LeaderRequest {
     /// The lease (default: the client's), renewed every `ttl / 3` while
     /// leading. A leader that dies is replaced within it plus one round trip.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
+        self.options = self.options.ttl(ttl);
         self
     }
 
@@ -79,7 +85,7 @@ impl LeaderRequest {
     /// without bound); then `LockError::Busy`. `Duration::ZERO`: try once;
     /// a wait above [`MAX_WAIT`](crate::MAX_WAIT) waits that long.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
+        self.options = self.options.wait(wait);
         self
     }
 
@@ -116,9 +122,7 @@ impl LeaderRequest {
         let guard = self
             .client
             .lock(self.name.clone())
-            .ttl(self.ttl.unwrap_or(self.client.0.default_ttl))
-            .wait(self.wait.unwrap_or(Duration::MAX))
-            .metrics_name(self.name.as_str())
+            .options(self.options)
             .leadership(label.clone())
             .acquire()
             .await?;
@@ -136,23 +140,14 @@ impl LeaderRequest {
         let leadership = self.campaign().await?;
         let held = leadership.guard.held().clone();
         let lost = leadership.lost();
-        let outcome = context::scope(held.clone(), context::unless_lost(lost, fut)).await;
-        let Some(output) = outcome else {
-            drop(leadership);
-            return Err(LockError::lost(&held.key));
-        };
-        // As `LockRequest::run`: work that ended under a valid lease is the
-        // caller's, whatever the resign answers.
-        let valid = held.valid_at(Instant::now());
-        match leadership.resign().await {
-            Err(e) if valid => {
-                tracing::warn!(name = %held.key, error = &e as &dyn std::error::Error,
-                    "the work ended while leading; resigning afterwards failed");
-                Ok(output)
-            }
-            _ if valid => Ok(output),
-            _ => Err(LockError::lost(&held.key)),
-        }
+        let output = context::scope(held.clone(), unless_lost(lost, fut)).await;
+        end_run(
+            std::slice::from_ref(&held),
+            output,
+            leadership,
+            |leadership| async move { [leadership.resign().await] },
+        )
+        .await
     }
 
     /// Follows who leads `name`, without campaigning: the receiver holds the
@@ -292,5 +287,38 @@ impl LockClient {
     /// The names of the leadership `name` (for the observer).
     pub(crate) fn leader_names(&self, name: &str) -> KeyNames {
         KeyNames::leader(&self.0.prefix, name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::LockClient;
+
+    #[tokio::test]
+    async fn a_campaign_answers_every_lease_and_wait_as_a_lock_does() {
+        let client = LockClient::builder().memory().build().await.unwrap();
+        for d in [
+            Duration::ZERO,
+            Duration::from_millis(1),
+            Duration::from_millis(u64::MAX),
+            Duration::MAX,
+        ] {
+            let lock = client.lock("k").ttl(d).acquire().await.map(drop);
+            let leader = client.leader("k").ttl(d).campaign().await.map(drop);
+            assert!(lock.as_ref().is_err_and(|e| e.is_config()), "ttl {d:?}");
+            assert_eq!(format!("{leader:?}"), format!("{lock:?}"), "ttl {d:?}");
+        }
+        // A huge wait is a wait without bound in practice; a free name is
+        // had at once whatever the wait.
+        for d in [
+            Duration::ZERO,
+            Duration::from_millis(u64::MAX),
+            Duration::MAX,
+        ] {
+            let leadership = client.leader("k").wait(d).campaign().await.unwrap();
+            leadership.resign().await.unwrap();
+        }
     }
 }

@@ -74,7 +74,7 @@ struct Shared {
 struct State {
     /// By the lease's id: a number the client counts up, never a caller's
     /// input, so a fast hash serves (no crafted collisions to fear).
-    entries: HashMap<u64, Entry, foldhash::fast::RandomState>,
+    entries: HashMap<u64, WatchedLease, foldhash::fast::RandomState>,
     timers: BTreeSet<(Instant, u64)>,
     /// When the scheduler will wake up by itself, if it sleeps.
     sleeping_until: Option<Instant>,
@@ -117,7 +117,7 @@ impl Watchdog {
         let id = held.id;
         self.insert(
             id,
-            Entry {
+            WatchedLease {
                 lease: Lease::Lock(held),
                 ttl,
                 drift,
@@ -152,7 +152,7 @@ impl Watchdog {
         }
         self.insert(
             id,
-            Entry {
+            WatchedLease {
                 lease: Lease::Record(lease),
                 ttl,
                 drift,
@@ -164,7 +164,7 @@ impl Watchdog {
         );
     }
 
-    fn insert(&self, id: u64, entry: Entry) {
+    fn insert(&self, id: u64, entry: WatchedLease) {
         let due = entry.due;
         let wake = {
             let mut state = self.shared.state();
@@ -248,8 +248,9 @@ impl Drop for Watchdog {
     }
 }
 
+/// A lease under the watchdog: what it renews, how, and when next.
 #[derive(Debug)]
-struct Entry {
+struct WatchedLease {
     lease: Lease,
     ttl: Duration,
     /// Held back from each lease for clock drift between servers (Redlock).

@@ -38,7 +38,7 @@ fn watch(state: &mut State, id: u64, renew: bool, due: Instant, valid_until: Ins
     state.timers.insert((due, id));
     state.entries.insert(
         id,
-        Entry {
+        WatchedLease {
             lease: Lease::Lock(held),
             ttl: TTL,
             drift: Duration::ZERO,
@@ -194,7 +194,7 @@ fn watch_record(state: &mut State, id: u64, due: Instant, valid_until: Instant) 
     state.timers.insert((due, id));
     state.entries.insert(
         id,
-        Entry {
+        WatchedLease {
             lease: Lease::Record(Arc::new(RecordLease {
                 record: format!("t:I{{r{id}}}"),
                 token: Token::for_test(),

@@ -8,15 +8,17 @@ use tokio::time::Instant;
 
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, HANDOFF_LEASE};
-use crate::key::{KeyNames, Kind};
+use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 use shared::{Grants, SharedLocks};
 
 mod observe;
 mod shared;
 
+/// A mutex (or a leader election's lock) held in the embedded backend:
+/// what Redis keeps under the lock's name.
 #[derive(Debug)]
-struct Held {
+struct MemoryHold {
     token: Token,
     fencing: u64,
     expires: Instant,
@@ -24,9 +26,9 @@ struct Held {
     label: String,
 }
 
-/// A place in a mutex's line.
+/// A place in a mutex's line (what Redis keeps in the queue list).
 #[derive(Clone, Debug)]
-struct Entry {
+struct QueueEntry {
     token: Token,
     /// The lease it asked for (a hand-over gives at most `HANDOFF_LEASE`).
     lease: Duration,
@@ -40,7 +42,7 @@ struct Entry {
 #[derive(Debug)]
 struct Queue {
     /// Waiters in arrival order.
-    entries: VecDeque<Entry>,
+    entries: VecDeque<QueueEntry>,
     expires: Instant,
 }
 
@@ -51,7 +53,7 @@ pub(super) type Names<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 #[derive(Debug, Default)]
 pub(super) struct State {
-    locks: Names<Held>,
+    locks: Names<MemoryHold>,
     /// Read-write locks and semaphores.
     shared: SharedLocks,
     /// One fencing counter for every key (as Redis keeps one per hash
@@ -66,7 +68,7 @@ impl State {
     /// The first entry of a mutex's line whose wait has not ended, the
     /// others before it dropped (as acquire.lua and release.lua do); the
     /// line goes with its last entry.
-    fn first_in_line(&mut self, queue: &str, now: Instant) -> Option<Entry> {
+    fn first_in_line(&mut self, queue: &str, now: Instant) -> Option<QueueEntry> {
         let line = self.queues.get_mut(queue)?;
         if line.expires <= now {
             line.entries.clear();
@@ -126,7 +128,7 @@ impl State {
                 queue.entries.clear();
             }
             if !queue.entries.iter().any(|e| e.token == *token) {
-                queue.entries.push_back(Entry {
+                queue.entries.push_back(QueueEntry {
                     token: *token,
                     lease: ttl,
                     until: now + wait,
@@ -177,7 +179,7 @@ impl MemoryBackend {
         ttl: Duration,
         wait: Duration,
     ) -> AcquireOutcome {
-        if names.kind != Kind::Mutex {
+        if names.kind != LockKind::Mutex {
             let (outcome, granted) = {
                 let state = &mut *self.state();
                 state.tick(Instant::now());
@@ -233,7 +235,7 @@ impl MemoryBackend {
     }
 
     pub(crate) fn extend(&self, names: &KeyNames, token: &Token, ttl: Duration) -> bool {
-        if names.kind != Kind::Mutex {
+        if names.kind != LockKind::Mutex {
             return self.state().shared.extend(names, token, ttl);
         }
         let now = Instant::now();
@@ -250,7 +252,7 @@ impl MemoryBackend {
     /// Releases if `token` holds the lock, then hands it to the first waiter.
     /// `dequeue`: also drop `token`'s own queue entry (an abandoned wait).
     pub(crate) fn release(&self, names: &KeyNames, token: &Token, dequeue: bool) -> bool {
-        if names.kind != Kind::Mutex {
+        if names.kind != LockKind::Mutex {
             let (ours, granted) = {
                 let state = &mut *self.state();
                 state
@@ -399,7 +401,7 @@ impl MemoryBackend {
         state.fence += 1;
         let fencing = state.fence;
         for n in names {
-            let held = Held {
+            let held = MemoryHold {
                 token: *token,
                 fencing,
                 expires: now + ttl,
@@ -425,7 +427,7 @@ fn grant(
     let fencing = state.fence;
     state.locks.insert(
         names.lock.clone(),
-        Held {
+        MemoryHold {
             token,
             fencing,
             expires: now + lease,

@@ -5,13 +5,13 @@ use tokio::time::Instant;
 
 use super::MemoryBackend;
 use crate::backend::inspect::{Holding, Observed};
-use crate::key::{KeyNames, Kind};
+use crate::key::{KeyNames, LockKind};
 
 impl MemoryBackend {
     /// The state of the lock `names` (any kind).
     pub(crate) fn observe(&self, names: &KeyNames) -> Observed {
         let state = self.state();
-        if names.kind != Kind::Mutex {
+        if names.kind != LockKind::Mutex {
             return state.shared.observe(names, state.fence);
         }
         let now = Instant::now();

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::backend::inspect::{Holding, Observed};
 use crate::backend::{AcquireOutcome, HANDOFF_LEASE};
-use crate::key::{KeyNames, Kind};
+use crate::key::{Access, KeyNames};
 use crate::token::Token;
 
 /// One read-write lock or semaphore.
@@ -26,11 +26,10 @@ struct Shared {
 }
 
 /// Exclusive, and the most shared holders (0: no limit).
-fn mode(kind: Kind) -> (bool, u32) {
-    match kind {
-        Kind::Mutex | Kind::Write | Kind::Leader => (true, 0),
-        Kind::Read => (false, 0),
-        Kind::Permits(n) => (false, n),
+fn mode(access: Access) -> (bool, u32) {
+    match access {
+        Access::Exclusive => (true, 0),
+        Access::Shared(limit) => (false, limit),
     }
 }
 
@@ -161,7 +160,7 @@ impl SharedLocks {
         wait: Duration,
     ) -> (AcquireOutcome, Grants) {
         let now = Instant::now();
-        let (exclusive, limit) = mode(names.kind);
+        let (exclusive, limit) = mode(names.access);
         let lock = self
             .0
             .entry(names.lock.clone())
@@ -205,7 +204,7 @@ impl SharedLocks {
 
     pub(super) fn extend(&mut self, names: &KeyNames, token: &Token, ttl: Duration) -> bool {
         let now = Instant::now();
-        let (exclusive, _) = mode(names.kind);
+        let (exclusive, _) = mode(names.access);
         let Some(lock) = self.0.get_mut(&names.lock) else {
             return false;
         };
@@ -227,7 +226,7 @@ impl SharedLocks {
         dequeue: bool,
     ) -> (bool, Grants) {
         let now = Instant::now();
-        let (exclusive, limit) = mode(names.kind);
+        let (exclusive, limit) = mode(names.access);
         let Some(lock) = self.0.get_mut(&names.lock) else {
             return (false, Grants::new());
         };
@@ -256,7 +255,7 @@ impl SharedLocks {
     /// grants the waiters that now fit.
     pub(super) fn evict(&mut self, names: &KeyNames, fence: &mut u64) -> Grants {
         let now = Instant::now();
-        let (_, limit) = mode(names.kind);
+        let (_, limit) = mode(names.access);
         let Some(lock) = self.0.get_mut(&names.lock) else {
             return Grants::new();
         };

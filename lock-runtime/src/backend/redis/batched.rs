@@ -11,7 +11,7 @@ use super::RedisBackend;
 use super::batch::{BatchStats, Batcher, Op, OpError, OpKind, Turn};
 use crate::LockError;
 use crate::error::BackendError;
-use crate::key::{KeyNames, Kind};
+use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 
 /// Where a call goes.
@@ -37,7 +37,7 @@ impl RedisBackend {
     /// Where a call on `names` goes: only a mutex's (not a leader
     /// election's) calls are batched, and not on a Redlock node.
     pub(super) fn route(&self, names: &KeyNames) -> Route {
-        if names.kind != Kind::Mutex || names.is_leader() {
+        if names.kind != LockKind::Mutex || names.is_leader() {
             return Route::Alone(None);
         }
         let Some(batcher) = self.batchers.get(self.handle(names)) else {

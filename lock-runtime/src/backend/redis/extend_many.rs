@@ -7,7 +7,7 @@ use super::RedisBackend;
 use crate::LockError;
 use crate::backend::LockRef;
 use crate::error::BackendError;
-use crate::key::{KeyNames, Kind};
+use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 use std::time::Duration;
 
@@ -42,7 +42,7 @@ impl RedisBackend {
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
     ) -> Result<Vec<bool>, LockError> {
-        let batched = |names: &KeyNames| names.kind == Kind::Mutex && !names.is_leader();
+        let batched = |names: &KeyNames| names.kind == LockKind::Mutex && !names.is_leader();
         if leases.iter().any(|(names, ..)| !batched(names)) {
             // Readers', permits' and leaders' leases: one call each (their
             // sets are renewed by `shared.lua`, a leader's record with its

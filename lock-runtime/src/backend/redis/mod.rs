@@ -13,7 +13,7 @@ use super::{AcquireOutcome, LockRef, Released};
 use crate::LockError;
 use crate::backoff::Retry;
 use crate::error::{BackendError, ConnectionFailure, connection_failure};
-use crate::key::{KeyNames, Kind};
+use crate::key::{KeyNames, LockKind};
 
 /// The error a release that got no answer gives.
 fn release_failed(e: redis::RedisError) -> LockError {
@@ -141,7 +141,7 @@ impl RedisBackend {
         wait: Duration,
     ) -> Result<AcquireOutcome, LockError> {
         let LockRef { names, token, ttl } = lock;
-        if names.kind != Kind::Mutex {
+        if names.kind != LockKind::Mutex {
             // Boxed: a mutex's future does not carry a shared lock's state.
             return Box::pin(self.acquire_shared(lock, wait)).await;
         }
@@ -250,7 +250,7 @@ impl RedisBackend {
                 return Ok(extended);
             }
         };
-        let (script, cmd) = if names.kind == Kind::Mutex {
+        let (script, cmd) = if names.kind == LockKind::Mutex {
             let leader = names.is_leader();
             let mut cmd = evalsha(
                 &EXTEND,
@@ -315,7 +315,7 @@ impl RedisBackend {
         plain_first: bool,
     ) -> Result<Released, LockError> {
         let LockRef { names, token, ttl } = lock;
-        if names.kind != Kind::Mutex {
+        if names.kind != LockKind::Mutex {
             return Box::pin(self.release_shared(lock, dequeue)).await;
         }
         // Nobody queued behind us (an unmarked value): the plain

@@ -27,7 +27,7 @@ use super::super::{AcquireOutcome, LockRef};
 use super::RedisBackend;
 use crate::LockError;
 use crate::error::BackendError;
-use crate::key::{KeyNames, Kind};
+use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 
 /// What the plain path may use on this server.
@@ -133,7 +133,7 @@ impl RedisBackend {
 
     /// `true` when `names`' locks take the plain path here.
     pub(crate) fn is_plain(&self, names: &KeyNames) -> bool {
-        self.plain.enabled && names.kind == Kind::Mutex && !names.is_leader()
+        self.plain.enabled && names.kind == LockKind::Mutex && !names.is_leader()
     }
 
     /// The uncontended acquire: `SET key token NX PX ttl`. `Ok(Some(..))`:

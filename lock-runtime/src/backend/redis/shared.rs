@@ -8,23 +8,22 @@ use crate::LockError;
 use crate::backend::scripts::{SHARED, evalsha, millis, run_script};
 use crate::backend::{AcquireOutcome, HANDOFF_LEASE, LockRef, Released};
 use crate::error::BackendError;
-use crate::key::{KeyNames, Kind};
+use crate::key::{Access, KeyNames};
 use crate::token::Token;
 
-/// The script's mode and limit for a kind: shared (`s`) with at most
+/// The script's mode and limit for an access: shared (`s`) with at most
 /// `limit` holders (0: no limit), or exclusive (`x`).
-fn mode(kind: Kind) -> (&'static str, u32) {
-    match kind {
-        Kind::Write | Kind::Mutex | Kind::Leader => ("x", 0),
-        Kind::Read => ("s", 0),
-        Kind::Permits(n) => ("s", n),
+fn mode(access: Access) -> (&'static str, u32) {
+    match access {
+        Access::Exclusive => ("x", 0),
+        Access::Shared(limit) => ("s", limit),
     }
 }
 
 impl RedisBackend {
     /// `shared.lua` with the arguments every operation takes.
     fn shared_cmd(&self, op: &str, names: &KeyNames, token: &Token, ttl: Duration) -> redis::Cmd {
-        let (mode, limit) = mode(names.kind);
+        let (mode, limit) = mode(names.access);
         let mut cmd = evalsha(&SHARED, 5, 14, 6 * names.lock.len() + 96);
         cmd.arg(&names.lock)
             .arg(&names.holders)

@@ -30,6 +30,7 @@ use crate::guard::LockGuard;
 use crate::held::Held;
 use crate::inner::Inner;
 use crate::key::{KeyNames, validate_key};
+use crate::run::{end_run, unless_lost};
 use crate::token::Token;
 use crate::{ConfigReason, LockError, context};
 
@@ -215,7 +216,7 @@ impl LockAllRequest {
         let mut taken = Vec::with_capacity(wanted.len());
         let mut todo = Vec::with_capacity(wanted.len());
         for w in wanted {
-            match context::find(inner.id, &w.key, crate::key::Kind::Mutex) {
+            match context::find(inner.id, &w.key, crate::key::LockKind::Mutex) {
                 Some(held) => {
                     tracing::trace!(key = %w.key, "lock re-entered by the holding task (lock_all)");
                     taken.push(LockGuard::reentered(held, inner.clone()));
@@ -342,39 +343,11 @@ impl LockAllRequest {
         let guard = self.acquire().await?;
         let held: Vec<Arc<Held>> = guard.guards.iter().map(|g| g.held().clone()).collect();
         let lost = guard.lost();
-        let outcome = context::scope_all(held.clone(), context::unless_lost(lost, fut)).await;
-        let Some(output) = outcome else {
-            let key = held
-                .iter()
-                .find(|h| h.is_lost())
-                .unwrap_or(&held[0])
-                .key
-                .clone();
-            drop(guard);
-            return Err(LockError::lost(&key));
-        };
-        let now = Instant::now();
-        let valid: Vec<bool> = held.iter().map(|h| h.valid_at(now)).collect();
-        let released = join_all(guard.guards.into_iter().map(LockGuard::release)).await;
-        let mut lost_key = None;
-        for ((held, valid), result) in held.iter().zip(valid).zip(released) {
-            let Err(e) = result else { continue };
-            if valid {
-                // Finished under a valid lease: the output stands.
-                tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
-                    "the work finished under a valid lease; releasing the lock afterwards failed");
-                continue;
-            }
-            if !e.is_lost() {
-                tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
-                    "the lease may have run out before the work finished, and the release failed");
-            }
-            lost_key.get_or_insert_with(|| held.key.clone());
-        }
-        match lost_key {
-            Some(key) => Err(LockError::lost(&key)),
-            None => Ok(output),
-        }
+        let output = context::scope_all(held.clone(), unless_lost(lost, fut)).await;
+        end_run(&held, output, guard, |guard: LockAllGuard| {
+            join_all(guard.guards.into_iter().map(LockGuard::release))
+        })
+        .await
     }
 }
 

@@ -16,10 +16,11 @@ type Running<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send 
 /// produced keeps the lock in its body until sent or dropped.
 #[must_use = "futures do nothing unless polled"]
 pub struct ResponseFuture<E> {
-    kind: Kind<E>,
+    state: State<E>,
 }
 
-enum Kind<E> {
+/// Where the response stands.
+enum State<E> {
     /// Answered without the inner service (no key could be built).
     Ready(Option<Response<Body>>),
     /// Locking, then running the inner service.
@@ -29,13 +30,13 @@ enum Kind<E> {
 impl<E> ResponseFuture<E> {
     pub(super) fn ready(response: Response<Body>) -> Self {
         Self {
-            kind: Kind::Ready(Some(response)),
+            state: State::Ready(Some(response)),
         }
     }
 
     pub(super) fn running(future: Running<E>) -> Self {
         Self {
-            kind: Kind::Running(future),
+            state: State::Running(future),
         }
     }
 }
@@ -44,20 +45,20 @@ impl<E> Future for ResponseFuture<E> {
     type Output = Result<Response<Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.get_mut().kind {
-            Kind::Ready(response) => Poll::Ready(Ok(response
+        match &mut self.get_mut().state {
+            State::Ready(response) => Poll::Ready(Ok(response
                 .take()
                 .expect("ResponseFuture polled after completion"))),
-            Kind::Running(future) => future.as_mut().poll(cx),
+            State::Running(future) => future.as_mut().poll(cx),
         }
     }
 }
 
 impl<E> fmt::Debug for ResponseFuture<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &self.kind {
-            Kind::Ready(_) => "ready",
-            Kind::Running(_) => "running",
+        let state = match &self.state {
+            State::Ready(_) => "ready",
+            State::Running(_) => "running",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)

@@ -1,0 +1,141 @@
+//! Running a future under held leases, as every `run` does
+//! (`LockRequest::run`, `LockAllRequest::run`, `LeaderRequest::run`): the
+//! body, cancelled when a lease is lost ([`unless_lost`]), and the end, one
+//! rule for all three ([`end_run`]).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use lock_keys::MAX_LOCK_ALL_KEYS;
+use tokio::time::Instant;
+
+use crate::error::LockError;
+use crate::held::Held;
+
+/// Runs `fut` to its end (`Some`), unless `lost` resolves first (`None`:
+/// `fut` is dropped, cancelled): the body of every `run` (a lock's,
+/// `lock_all`'s, a leadership's).
+pub(crate) async fn unless_lost<F: Future>(
+    lost: impl Future<Output = ()>,
+    fut: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        _ = lost => None,
+        output = fut => Some(output),
+    }
+}
+
+/// Ends a `run` whose body ran under the leases `held` (one, or
+/// `lock_all`'s, in order) and ended with `output` (`None`: cancelled by
+/// [`unless_lost`]). `guard` holds the leases; `release` gives them back
+/// (a guard's release, `lock_all`'s releases, a resign) and answers for
+/// each lease, in `held`'s order.
+///
+/// - Cancelled: `guard` is dropped (released in the background) and the
+///   answer is `Err(LockError::Lost)` naming the first lease known lost.
+/// - Ended while every lease was valid: the output is the caller's, whatever
+///   the releases answer (a lost reply, a server gone, even a key deleted
+///   behind our back cannot undo work that finished under a valid lease);
+///   a failed release is a `tracing` warning naming its key.
+/// - Ended after a lease's deadline passed without a confirmed renewal (a
+///   runtime blocked past it): that lease is lost, as `lost()` says,
+///   whatever the server still holds, and the answer is
+///   `Err(LockError::Lost)` naming the first such key; every lease is still
+///   released (which frees a key that is still ours).
+pub(crate) async fn end_run<T, G, R>(
+    held: &[Arc<Held>],
+    output: Option<T>,
+    guard: G,
+    release: impl FnOnce(G) -> R,
+) -> Result<T, LockError>
+where
+    R: Future<Output: IntoIterator<Item = Result<(), LockError>>>,
+{
+    let Some(output) = output else {
+        let lost = held.iter().find(|h| h.is_lost()).unwrap_or(&held[0]);
+        drop(guard);
+        return Err(LockError::lost(&lost.key));
+    };
+    // Each lease's validity as the work was seen to end, before any
+    // release moves it (a release that finds the key gone marks it lost).
+    // A request holds at most `MAX_LOCK_ALL_KEYS` leases.
+    debug_assert!(held.len() <= MAX_LOCK_ALL_KEYS);
+    let now = Instant::now();
+    let mut valid = [false; MAX_LOCK_ALL_KEYS];
+    for (valid, held) in valid.iter_mut().zip(held) {
+        *valid = held.valid_at(now);
+    }
+    let lost = held.iter().zip(valid).find(|(_, valid)| !valid);
+    let released = release(guard).await;
+    for ((held, valid), result) in held.iter().zip(valid).zip(released) {
+        let Err(e) = result else { continue };
+        if valid {
+            tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
+                "the work finished under a valid lease; releasing the lock afterwards failed");
+        } else if !e.is_lost() {
+            tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
+                "the lease may have run out before the work finished, and the release failed");
+        }
+    }
+    match lost {
+        Some((held, _)) => Err(LockError::lost(&held.key)),
+        None => Ok(output),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{LockClient, LockError};
+
+    const LEASE: Duration = Duration::from_millis(100);
+
+    /// Work that keeps the runtime's only thread past its lease: it ends
+    /// after the lease's deadline, with nothing renewed and `lost()` not
+    /// polled since it started.
+    async fn blocks_past_its_lease() -> &'static str {
+        std::thread::sleep(LEASE * 3);
+        "done"
+    }
+
+    fn lost_key(answer: Result<&str, LockError>) -> String {
+        match answer {
+            Err(LockError::Lost { key }) => key,
+            other => panic!("expected Lost, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn work_that_ends_after_its_lease_ran_out_is_lost_for_every_run() {
+        let client = LockClient::builder().memory().build().await.unwrap();
+        let one = client.lock("a").ttl(LEASE);
+        assert_eq!(lost_key(one.run(blocks_past_its_lease()).await), "a");
+        // Named: the first in the global order (by hash slot, then key).
+        let all = client.lock_all(["c", "b"]).ttl(LEASE);
+        assert_eq!(lost_key(all.run(blocks_past_its_lease()).await), "b");
+        let leader = client.leader("d").ttl(LEASE);
+        assert_eq!(lost_key(leader.run(blocks_past_its_lease()).await), "d");
+        // Each run gave its leases back: every key is free.
+        let again = client.lock_all(["a", "b", "c"]).acquire().await.unwrap();
+        again.release().await.unwrap();
+        client
+            .leader("d")
+            .wait(Duration::ZERO)
+            .campaign()
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn work_that_ends_under_valid_leases_keeps_its_output_for_every_run() {
+        let client = LockClient::builder().memory().build().await.unwrap();
+        let done = async { "done" };
+        assert_eq!(client.lock("a").run(done).await.unwrap(), "done");
+        let done = async { "done" };
+        assert_eq!(client.lock_all(["c", "b"]).run(done).await.unwrap(), "done");
+        let done = async { "done" };
+        assert_eq!(client.leader("d").run(done).await.unwrap(), "done");
+    }
+}
