@@ -200,7 +200,7 @@ mod tests {
         let run = run_to_completion(
             &with_tracker,
             None,
-            finishing(done.clone(), Duration::from_millis(50)),
+            finishing(done.clone(), Duration::from_millis(500)),
         );
         let gave_up = tokio::time::timeout(Duration::from_millis(10), run).await;
         assert!(gave_up.is_err());
@@ -220,7 +220,7 @@ mod tests {
             .with_lock("order:7", async {
                 let run = run_to_completion(&with_tracker, None, async move {
                     let in_place = crate::current_lock().map(|l| l.key);
-                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                     // By now in a task of its own: its caller gave up.
                     let _ = tx.send((in_place, crate::current_lock().map(|l| l.key)));
                 });
@@ -296,14 +296,14 @@ mod tests {
         let run = run_to_completion(
             &off,
             None,
-            finishing(done.clone(), Duration::from_millis(30)),
+            finishing(done.clone(), Duration::from_millis(500)),
         );
         assert!(
             tokio::time::timeout(Duration::from_millis(5), run)
                 .await
                 .is_err()
         );
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
         assert!(!done.load(Ordering::SeqCst));
     }
 }
