@@ -791,6 +791,19 @@ mod tests {
     }
 
     #[test]
+    fn a_killed_holders_key_first_wanted_after_its_lease_is_not_held_past_its_ttl() {
+        // Worker 1 wants the key only 300 ms after the kill (a key of the
+        // victim's own): it was not kept out.
+        let a = vec![attempt(1, 0), acquired(1, 1, 10)];
+        let b = vec![attempt(1, 300_000), acquired(1, 2, 300_010)];
+        let mut data = run(vec![a, b], vec![], 0);
+        data.faults = vec![Fault::KillWorker { worker: 0, t: 50 }];
+        let r = check(&data);
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        assert_eq!(r.max_takeover_ms, 0);
+    }
+
+    #[test]
     fn a_killed_holders_key_taken_over_late_is_held_past_its_ttl() {
         let a = vec![attempt(1, 0), acquired(1, 1, 10)];
         let b = vec![attempt(1, 20), acquired(1, 2, 500_000)];

@@ -390,7 +390,10 @@ pub(super) fn struck_holders(
                     && o.wait_end().or(death).is_none_or(|t| t >= wanted_until)
             });
             match next {
-                Some(t) => {
+                // Only a holder kept out says how long the key stayed
+                // taken: when nobody wanted it until later (keys of their
+                // own), the next holder came when it came.
+                Some(t) if pending => {
                     let takeover = t - start;
                     r.max_takeover_ms = r.max_takeover_ms.max(ms(takeover));
                     if takeover > ttl_us + slack_us {
@@ -418,7 +421,7 @@ pub(super) fn struck_holders(
                         ),
                     );
                 }
-                None => {}
+                _ => {}
             }
             if let Some(end) = end {
                 // Stale: sent once the store had seen the next holder's token
