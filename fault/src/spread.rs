@@ -94,6 +94,20 @@ pub fn table(outcomes: &[Outcome]) -> String {
                 fmt_spread(&local, "")
             ));
         }
+        let refused: Vec<u64> = ok.iter().map(|o| o.report.tokens_refused).collect();
+        if refused.iter().any(|n| *n > 0) {
+            let after: Vec<u64> = ok
+                .iter()
+                .map(|o| o.report.tokens_refused_after_next_write)
+                .collect();
+            let strikes: Vec<u64> = ok.iter().map(|o| o.faults as u64).collect();
+            notes.push(format!(
+                "strikes {}, tokens refused after the lease ended {} ({} once the next holder had written)",
+                fmt_spread(&strikes, ""),
+                fmt_spread(&refused, ""),
+                fmt_spread(&after, "")
+            ));
+        }
         let ops = ok.first().map_or(0, |o| o.report.operations);
         s.push_str(&format!(
             "| {} | {} | {} | {} of {} | {} | {} | {} | {} |\n",

@@ -1,6 +1,7 @@
-//! Short versions of the fault scenarios 1-10 (2 also on a PostgreSQL record), of scenario 11's stopped
-//! holders and controls, and of scenario 12 (waiters' order) (500 lock operations each, a few seconds): the `fault` binary re-executed as worker processes, real
-//! redis-servers, real faults, and the checker's verdict.
+//! Short versions of the fault scenarios 1-10 (2 also on a PostgreSQL record, and with the token
+//! asked for after the pause), of scenario 11's stopped holders and controls, and of scenario 12
+//! (waiters' order) (500 lock operations each, a few seconds): the `fault` binary re-executed as
+//! worker processes, real redis-servers, real faults, and the checker's verdict.
 //!
 //! The long run is `cargo run --release -p fault -- all --ops 10000` (FAULTS.md).
 //! These tests run one at a time (they share two cores with everything else),
@@ -118,6 +119,37 @@ fn a_holder_stopped_past_its_lease_is_fenced_out_of_a_postgresql_record_by_fence
 #[test]
 fn without_fence_postgres_the_checker_reports_the_stopped_holders_writes_to_postgresql() {
     reports_stale_writes(&run("stop-holder-postgres-unfenced"));
+}
+
+/// The lazy token (Kleppmann's paused holder): the workers ask for their
+/// token after their think, and the victim is stopped past its lease
+/// before it asks. No violation (no token handed out once another holder
+/// had the key, no stale write accepted), and a stopped holder asked for
+/// its token and was refused: the lease had ended.
+#[test]
+fn a_holder_stopped_past_its_lease_before_it_asks_for_its_token_never_gets_one() {
+    let o = run_clean("stop-holder-lazy-token");
+    let r = &o.report;
+    assert!(o.faults >= 2, "the holder was struck {} times", o.faults);
+    assert!(
+        r.tokens_refused_struck >= 1,
+        "no holder stopped past its lease was refused its token: {r:?}"
+    );
+    assert_eq!(
+        r.stale_writes_rejected, r.stale_writes,
+        "a stale write was accepted"
+    );
+    assert!(r.stale_release_lost >= 1, "{r:?}");
+}
+
+/// The control: the same run with tokens minted without a look at the
+/// lease. A stopped holder gets a token above the next holder's, and the
+/// checker must say so.
+#[test]
+fn tokens_minted_without_the_lease_check_are_reported() {
+    let o = run("stop-holder-lazy-token-unchecked");
+    assert!(o.as_expected(), "{}", o.report);
+    assert!(o.report.violations.late_tokens > 0, "{}", o.report);
 }
 
 #[test]

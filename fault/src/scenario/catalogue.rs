@@ -30,6 +30,7 @@ impl Scenario {
             victim_kind: None,
             check_as: None,
             fifo: None,
+            token: TokenTiming::AtGrant,
         }
     }
 
@@ -59,6 +60,29 @@ impl Scenario {
                 kill_every: 2,
             },
             ..stop(name, title, fencing)
+        };
+        // Scenario 2 with the lazy token (Kleppmann's paused holder): the
+        // workers ask for their token only after their think, the pause the
+        // stop stretches past the victim's lease. The plain path mints a
+        // lock's token on first use, so the victim must mostly take its key
+        // uncontended: each worker takes a key of its own 9 times in 10 (the
+        // victim k0), and the others' tenth operation brings one of them to
+        // k0 now and then, which takes the key over while the victim is
+        // stopped. Holds of 50-150 ms, so that the budget lasts for strikes.
+        let lazy = |name, title, token| Scenario {
+            workers: small(16),
+            keys: small(16) as usize,
+            affinity_per_mille: 900,
+            ttl_ms: 500,
+            think_ms: (50, 150),
+            fault: FaultPlan::StopHolder {
+                stop_ms: if short { 800 } else { 1500 },
+                victim_think_ms: 300,
+                kill_every: 3,
+            },
+            token,
+            expect_violations: token == TokenTiming::Unchecked,
+            ..Scenario::base(name, title, ops)
         };
         // kill -9 of the lock server every `every_ms` (at most `max_kills`
         // times), restarted after 500 ms.
@@ -107,6 +131,16 @@ impl Scenario {
                 "stop-holder-postgres-unfenced",
                 "2. same PostgreSQL record WITHOUT the fence (checker must object)",
                 false,
+            ),
+            lazy(
+                "stop-holder-lazy-token",
+                "2. SIGSTOP holder > TTL before it asks for its token (minted on first use), every 3rd: kill -9",
+                TokenTiming::AfterThink,
+            ),
+            lazy(
+                "stop-holder-lazy-token-unchecked",
+                "2. same, tokens minted without the lease check (checker must object)",
+                TokenTiming::Unchecked,
             ),
             Scenario {
                 workers: small(16),

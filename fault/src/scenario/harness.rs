@@ -114,6 +114,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         block_keep_ms: scenario.block.1,
         block_lose_ms: scenario.block.2,
         seed: u64::from(id) * 7919 + epoch,
+        token: scenario.token,
     };
     let spawn = |config: &WorkerConfig| -> Result<Running, String> {
         let stderr = std::fs::File::create(dir.join(format!("worker-{}.stderr", config.id)))

@@ -12,7 +12,7 @@ use crate::log::{self, Clock, Event, Fault, LogWriter};
 use crate::server::SentinelGroup;
 use crate::store;
 use crate::timeline::Sampler;
-use crate::worker::{self, WorkerConfig};
+use crate::worker::{self, TokenTiming, WorkerConfig};
 use test_support::{PostgresServer, RedisServer, signal};
 
 mod catalogue;
@@ -188,6 +188,10 @@ pub struct Scenario {
     /// find itself in the key's queue, `n` per mille of the operations
     /// try-once, and the checker's FIFO rule.
     pub fifo: Option<u64>,
+    /// When the workers ask for their fencing token: at the grant, or (the
+    /// lazy token's scenario) after their think, the pause the fault
+    /// lengthens.
+    pub token: TokenTiming,
 }
 
 /// A finished run.

@@ -41,6 +41,12 @@ pub fn table(outcomes: &[Outcome]) -> String {
                 r.stale_writes, r.stale_writes_rejected, r.stale_release_lost
             ));
         }
+        if r.tokens_refused > 0 {
+            notes.push(format!(
+                "{} tokens refused after the lease ended ({} after a stop past it, {} once the next holder had written)",
+                r.tokens_refused, r.tokens_refused_struck, r.tokens_refused_after_next_write
+            ));
+        }
         if r.max_takeover_ms > 0 {
             notes.push(format!(
                 "max takeover after stop/kill {} ms",
