@@ -133,6 +133,13 @@ pub struct Violations {
     /// holder got although another holder had taken the key since its
     /// grant: the token of a lease that had ended.
     pub late_tokens: u64,
+    /// Scenario 13: orders beyond one per key.
+    pub duplicate_orders: u64,
+    /// Scenario 13: `2xx` answers that named an order other than the key's
+    /// own (or none).
+    pub mismatched_acks: u64,
+    /// Scenario 13: keys that got no `2xx` before their client gave up.
+    pub keys_never_acknowledged: u64,
 }
 
 impl Violations {
@@ -157,6 +164,9 @@ impl Violations {
             + self.hung_workers
             + self.overtaken
             + self.late_tokens
+            + self.duplicate_orders
+            + self.mismatched_acks
+            + self.keys_never_acknowledged
     }
 
     /// The non-zero kinds, as `name=count` pairs.
@@ -181,6 +191,9 @@ impl Violations {
             ("hung_workers", self.hung_workers),
             ("overtaken", self.overtaken),
             ("late_tokens", self.late_tokens),
+            ("duplicate_orders", self.duplicate_orders),
+            ("mismatched_acks", self.mismatched_acks),
+            ("keys_never_acknowledged", self.keys_never_acknowledged),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)

@@ -1,6 +1,7 @@
 //! The scenarios: `fault all`'s suite, the demonstrations, and each by name.
 
 use super::*;
+use crate::orders::OrderStore;
 
 impl Scenario {
     fn base(name: &'static str, title: &'static str, ops: u64) -> Self {
@@ -31,6 +32,7 @@ impl Scenario {
             check_as: None,
             fifo: None,
             token: TokenTiming::AtGrant,
+            orders: None,
         }
     }
 
@@ -465,13 +467,15 @@ impl Scenario {
         ]
     }
 
-    /// What `fault all` runs, in this order: scenarios 1-7, 8, 9-10, 11.
+    /// What `fault all` runs, in this order: scenarios 1-7, 8, 9-10, 11,
+    /// 12, 13.
     pub fn suite(ops: u64, short: bool) -> Vec<Scenario> {
         let mut scenarios = Self::all(ops, short);
         scenarios.extend(Self::scale_out(ops, short));
         scenarios.extend(Self::in_process(ops, short));
         scenarios.extend(Self::synchronizers(ops, short));
         scenarios.extend(Self::fifo(ops, short));
+        scenarios.extend(Self::exactly_once(ops));
         scenarios
     }
 
@@ -514,6 +518,49 @@ impl Scenario {
                     replicas: 1,
                     timeout_ms: 500,
                 },
+            ),
+        ]
+    }
+
+    /// Scenario 13: exactly once across crashes ([`crate::orders`]). The
+    /// example order service, two instances behind one Redis (orders in
+    /// that Redis, or in a PostgreSQL of the run's own), one of them
+    /// SIGKILLed and restarted at once every 30-150 ms, `ops / 30` times
+    /// (at least 10), while 16 clients create orders, each key retried
+    /// until it gets a `2xx`; and the controls: the same service with the
+    /// order and its idempotency record committed apart
+    /// (`IDEMPOTENCY_COMMIT=off`), whose second orders the count must find.
+    pub fn exactly_once(ops: u64) -> Vec<Scenario> {
+        let kills = (ops / 30).max(10) as usize;
+        let orders = |name, title, store, commit: bool| Scenario {
+            expect_violations: !commit,
+            orders: Some(OrderPlan::new(store, commit, kills)),
+            ..Scenario::base(name, title, ops)
+        };
+        vec![
+            orders(
+                "exactly-once-redis",
+                "13. order service: kill -9 + restart every 30-150 ms under retrying clients, orders and records committed together in Redis",
+                OrderStore::Redis,
+                true,
+            ),
+            orders(
+                "exactly-once-postgres",
+                "13. same, orders and records committed together in PostgreSQL",
+                OrderStore::Postgres,
+                true,
+            ),
+            orders(
+                "exactly-once-redis-no-commit",
+                "13. same on Redis, the order committed before its record (checker must object)",
+                OrderStore::Redis,
+                false,
+            ),
+            orders(
+                "exactly-once-postgres-no-commit",
+                "13. same on PostgreSQL, the order committed before its record (checker must object)",
+                OrderStore::Postgres,
+                false,
             ),
         ]
     }

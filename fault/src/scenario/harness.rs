@@ -8,6 +8,9 @@ use super::*;
 /// Runs `scenario`, re-executing `exe` (the `fault` binary) as the workers;
 /// logs and server files go to a temporary directory, kept when `keep` is set.
 pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outcome, String> {
+    if let Some(plan) = &scenario.orders {
+        return crate::orders::run(scenario, plan, exe, keep);
+    }
     let started = Instant::now();
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let dir: PathBuf = match keep {
@@ -258,6 +261,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         elapsed: started.elapsed(),
         faults: faults.len(),
         tokens,
+        orders: None,
         error,
     })
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::checker::{self, Report, RunData, WorkerLog};
 use crate::kind::Kind;
 use crate::log::{self, Clock, Event, Fault, LogWriter};
+use crate::orders::{OrderPlan, OrderStats};
 use crate::server::SentinelGroup;
 use crate::store;
 use crate::timeline::Sampler;
@@ -192,6 +193,9 @@ pub struct Scenario {
     /// lazy token's scenario) after their think, the pause the fault
     /// lengthens.
     pub token: TokenTiming,
+    /// Scenario 13, exactly once across crashes: no lock workers, the
+    /// order service killed under its clients instead ([`crate::orders`]).
+    pub orders: Option<OrderPlan>,
 }
 
 /// A finished run.
@@ -208,6 +212,8 @@ pub struct Outcome {
     /// How the lock server issued fencing tokens, for the scenarios with
     /// several tasks per process on one server.
     pub tokens: Option<TokenCalls>,
+    /// What the order service's clients did (scenario 13).
+    pub orders: Option<OrderStats>,
     /// The harness itself failed (a server did not come back, ...): the
     /// report is empty.
     pub error: Option<String>,
