@@ -233,9 +233,10 @@ pub struct Report {
     /// Holders whose token, asked for after the grant, was refused with
     /// `LockError::Lost` (their lease had ended) ...
     pub tokens_refused: u64,
-    /// ... of which had been stopped past their lease since the grant ...
+    /// ... of which had been stopped past their lease while they held
+    /// (between their attempt and the answer) ...
     pub tokens_refused_struck: u64,
-    /// ... and of which after another holder of the key had written
+    /// ... and of which once another holder of the key had written
     /// (Kleppmann's paused holder).
     pub tokens_refused_after_next_write: u64,
     /// Blocked below the TTL (scenario 7) ...
@@ -304,8 +305,8 @@ struct Op {
     /// When the token was asked for, if after the grant (the grant was
     /// logged with token 0).
     token_sent: Option<u64>,
-    /// That token refused: whether with `Lost`.
-    token_refused: Option<bool>,
+    /// That token refused: whether with `Lost`, and when the answer came.
+    token_refused: Option<(bool, u64)>,
     blocked: Option<(u64, u64, Option<u64>)>,
     release_sent: Option<u64>,
     released: Option<(ReleaseOutcome, u64)>,
@@ -698,22 +699,23 @@ mod tests {
 
     /// Worker 0 takes `k` at 10 µs without a token and is stopped from 30
     /// µs to 300 ms (TTL 100 ms); worker 1 takes the key over at 150 ms
-    /// (token 2) and writes. Back, worker 0 asks for its token at 300.1 ms:
-    /// `answer` is what it got (`None`: refused, `Lost`).
-    fn token_asked_after_a_stop(answer: Option<u64>) -> Report {
+    /// (token 2) and writes. Worker 0 asks for its token at `sent` µs and
+    /// has the answer at 300.1 ms: `answer` is what it got (`None`:
+    /// refused, `Lost`).
+    fn token_asked_after_a_stop(sent: u64, answer: Option<u64>) -> Report {
         let mut victim = vec![attempt(1, 0), acquired(1, 0, 10)];
         victim.push(match answer {
             Some(fence) => Event::Token {
                 op: 1,
                 fence,
-                sent: 300_100,
+                sent,
                 t: 300_110,
             },
             None => Event::TokenRefused {
                 op: 1,
                 lost: true,
                 error: "lost".into(),
-                sent: 300_100,
+                sent,
                 t: 300_101,
             },
         });
@@ -738,25 +740,28 @@ mod tests {
 
     #[test]
     fn a_token_asked_for_after_the_lease_ended_is_refused_or_is_a_violation() {
-        // Refused: counted, after a stop, once the next holder had written.
-        let r = token_asked_after_a_stop(None);
-        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
-        assert_eq!(
-            (
-                r.tokens_refused,
-                r.tokens_refused_struck,
-                r.tokens_refused_after_next_write
-            ),
-            (1, 1, 1)
-        );
+        // Refused: counted, after a stop, once the next holder had written;
+        // asked after the stop, or before it landed and answered after.
+        for sent in [300_100, 20] {
+            let r = token_asked_after_a_stop(sent, None);
+            assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+            assert_eq!(
+                (
+                    r.tokens_refused,
+                    r.tokens_refused_struck,
+                    r.tokens_refused_after_next_write
+                ),
+                (1, 1, 1)
+            );
+        }
         // The token it had from its grant (taken on the contended path):
         // below the next holder's, no violation.
-        let r = token_asked_after_a_stop(Some(1));
+        let r = token_asked_after_a_stop(300_100, Some(1));
         assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
         assert_eq!(r.tokens_refused, 0);
         // A token minted now, above the next holder's: the token of a lease
         // that had ended.
-        let r = token_asked_after_a_stop(Some(3));
+        let r = token_asked_after_a_stop(300_100, Some(3));
         assert_eq!(r.violations.late_tokens, 1, "{:?}", r.examples);
     }
 

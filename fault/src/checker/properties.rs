@@ -484,8 +484,8 @@ pub(super) fn struck_holders(
 
 /// Tokens asked for after the grant (the lazy token's scenario). A refusal
 /// (`Lost`) is counted, with whether the holder had been stopped past its
-/// lease since its grant, and whether another holder of the key had
-/// written by then (Kleppmann's paused holder). A token handed to a holder
+/// lease while it held, and whether another holder of the key had written
+/// by then (Kleppmann's paused holder). A token handed to a holder
 /// although another had taken the key since its grant, above that one's
 /// token, is a violation: the token of a lease that had ended, which a
 /// fenced store would take over the next holder's.
@@ -512,25 +512,29 @@ pub(super) fn tokens_after_the_grant(
             })
         };
         match o.token_refused {
-            Some(true) => {
+            Some((true, answered)) => {
                 r.tokens_refused += 1;
-                // A stop past the lease between the attempt and the ask
-                // (one that came mid-acquire ends a lease the holder has
-                // not seen yet).
+                // A stop past the lease between the attempt and the answer:
+                // before the ask, or with the ask on its way (the harness
+                // strikes on a mark that stays until the operation ends).
                 let struck = run.faults.iter().any(|f| {
                     matches!(f, Fault::StopWorker { worker, start, end }
                         if *worker == o.process
-                            && *start < sent
+                            && *start < answered
                             && *end > o.attempt
                             && end - start > ttl_us)
                 });
                 r.tokens_refused_struck += u64::from(struck);
-                if later().any(|b| b.written.is_some_and(|t| t < sent)) {
-                    r.tokens_refused_after_next_write += 1;
-                }
+                let next_wrote = by_key[o.key.as_str()].iter().any(|b| {
+                    b.worker != o.worker
+                        && run.kind.conflicts(o.side, b.side)
+                        && b.acquired.is_some_and(|(_, t)| t > granted)
+                        && b.written.is_some_and(|t| t < answered)
+                });
+                r.tokens_refused_after_next_write += u64::from(next_wrote);
             }
             // Not asked (the server could not be reached): no token either.
-            Some(false) => {}
+            Some((false, _)) => {}
             None => {
                 let overtaken = later().find_map(|b| {
                     let (next, t) = b.acquired?;

@@ -113,10 +113,12 @@ pub(super) fn rebuild(run: &RunData, r: &mut Report, examples: &mut Vec<String>)
                         ops[i].token_sent = Some(*sent);
                     }
                 }
-                Event::TokenRefused { op, lost, sent, .. } => {
+                Event::TokenRefused {
+                    op, lost, sent, t, ..
+                } => {
                     if let Some(i) = part(op, &None) {
                         ops[i].token_sent = Some(*sent);
-                        ops[i].token_refused = Some(*lost);
+                        ops[i].token_refused = Some((*lost, *t));
                     }
                 }
                 Event::GaveUp { op, error, t } => {
