@@ -17,6 +17,9 @@
 //! * [`kind`]: which synchronizer the workers take (a mutex, a read-write
 //!   lock, a semaphore, `hold_at_least`, `lock_all`) and what the checker
 //!   allows of each.
+//! * [`orders`]: exactly once across crashes: the example order service's
+//!   instances SIGKILLed under retrying clients, and the count of orders
+//!   per key at the end.
 //!
 //! Run everything with `cargo run --release -p fault -- all --ops 10000`
 //! (see FAULTS.md at the repository root); CI runs short versions as tests.
@@ -24,6 +27,7 @@
 pub mod checker;
 pub mod kind;
 pub mod log;
+pub mod orders;
 pub mod postgres;
 pub mod record;
 pub mod rng;

@@ -118,12 +118,41 @@ pub enum Event {
     Acquired {
         /// Operation.
         op: u64,
-        /// Fencing token.
+        /// Fencing token; 0 when the worker asks for it later (a `Token` or
+        /// `TokenRefused` line follows, unless the process dies first).
         fence: u64,
         /// `lock_all`: the tokens of the attempt's `more_keys`, in order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         more_fences: Vec<u64>,
         /// Time (after `acquire` returned).
+        t: u64,
+    },
+    /// The fencing token of a lock whose grant was logged without one,
+    /// asked for after the think (a lock taken on the plain path gets it
+    /// minted now, by a step that checks the lease).
+    Token {
+        /// Operation.
+        op: u64,
+        /// The token.
+        fence: u64,
+        /// When it was asked for.
+        sent: u64,
+        /// Time (the answer).
+        t: u64,
+    },
+    /// That token refused: the operation ends there (no read, no write),
+    /// with a release.
+    TokenRefused {
+        /// Operation.
+        op: u64,
+        /// `LockError::Lost`: the lease had ended (any other error: the
+        /// server could not be asked).
+        lost: bool,
+        /// The error's text.
+        error: String,
+        /// When it was asked for.
+        sent: u64,
+        /// Time (the answer).
         t: u64,
     },
     /// Not acquired within the wait (`Busy`, or errors until the deadline).
@@ -284,6 +313,8 @@ impl Event {
             | Event::Attempt { t, .. }
             | Event::AcquireError { t, .. }
             | Event::Acquired { t, .. }
+            | Event::Token { t, .. }
+            | Event::TokenRefused { t, .. }
             | Event::GaveUp { t, .. }
             | Event::Cancelled { t, .. }
             | Event::Read { t, .. }

@@ -147,7 +147,10 @@ fn run_all(scenarios: &[Scenario], o: &Options) -> Result<bool, String> {
 fn run_round(scenarios: &[Scenario], exe: &Path, keep: Option<&Path>) -> Vec<Outcome> {
     let mut outcomes: Vec<Outcome> = Vec::new();
     for s in scenarios {
-        eprintln!("running {} ({} operations) ...", s.name, s.ops);
+        match &s.orders {
+            Some(plan) => eprintln!("running {} ({} kills) ...", s.name, plan.kills),
+            None => eprintln!("running {} ({} operations) ...", s.name, s.ops),
+        }
         let outcome = match scenario::run(s, exe, keep) {
             Ok(outcome) => outcome,
             Err(e) => {
@@ -158,6 +161,7 @@ fn run_round(scenarios: &[Scenario], exe: &Path, keep: Option<&Path>) -> Vec<Out
                     elapsed: Default::default(),
                     faults: 0,
                     tokens: None,
+                    orders: None,
                     error: Some(e),
                 }
             }

@@ -94,6 +94,41 @@ pub fn table(outcomes: &[Outcome]) -> String {
                 fmt_spread(&local, "")
             ));
         }
+        let refused: Vec<u64> = ok.iter().map(|o| o.report.tokens_refused).collect();
+        if refused.iter().any(|n| *n > 0) {
+            let after: Vec<u64> = ok
+                .iter()
+                .map(|o| o.report.tokens_refused_after_next_write)
+                .collect();
+            let strikes: Vec<u64> = ok.iter().map(|o| o.faults as u64).collect();
+            notes.push(format!(
+                "strikes {}, tokens refused after the lease ended {} ({} once the next holder had written)",
+                fmt_spread(&strikes, ""),
+                fmt_spread(&refused, ""),
+                fmt_spread(&after, "")
+            ));
+        }
+        // Scenario 13: the keys vary from run to run, the kills do not.
+        let orders: Vec<&Outcome> = ok
+            .iter()
+            .copied()
+            .copied()
+            .filter(|o| o.orders.is_some())
+            .collect();
+        if !orders.is_empty() {
+            let keys: Vec<u64> = orders.iter().map(|o| o.report.operations).collect();
+            let kills: Vec<u64> = orders.iter().map(|o| o.faults as u64).collect();
+            let duplicates: Vec<String> = orders
+                .iter()
+                .map(|o| o.report.violations.duplicate_orders.to_string())
+                .collect();
+            notes.push(format!(
+                "keys {}, kills {}, orders beyond one per key in each run: {}",
+                fmt_spread(&keys, ""),
+                fmt_spread(&kills, ""),
+                duplicates.join(" ")
+            ));
+        }
         let ops = ok.first().map_or(0, |o| o.report.operations);
         s.push_str(&format!(
             "| {} | {} | {} | {} of {} | {} | {} | {} | {} |\n",

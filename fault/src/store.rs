@@ -243,11 +243,7 @@ impl Store {
         version: u64,
         counter: u64,
     ) -> redis::RedisResult<WriteResult> {
-        let _: i64 = UNMARK
-            .key(record_key(key))
-            .arg(self.worker)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        self.unmark(key).await?;
         if let Some(pg) = &self.pg {
             return pg
                 .write(self.pg_access(key, fence, op), version, counter)
@@ -291,6 +287,31 @@ impl Store {
             None => return Err(unexpected(&replies)),
         };
         Ok(WriteResult::Accepted(seq))
+    }
+
+    /// Marks this worker as `key`'s holder, for the harness to strike, with
+    /// no access of the record: a holder that asks for its token only after
+    /// its think (the lazy token's scenario) has none to read with yet. A
+    /// fenced read marks as well; [`Store::write`] and [`Store::unmark`]
+    /// clear the mark.
+    pub async fn mark(&self, key: &str) -> redis::RedisResult<()> {
+        redis::cmd("HSET")
+            .arg(record_key(key))
+            .arg("reader")
+            .arg(self.worker)
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// Clears this worker's strike mark on `key` (a newer holder's stays):
+    /// before a write, or when an operation ends without one.
+    pub async fn unmark(&self, key: &str) -> redis::RedisResult<()> {
+        let _: i64 = UNMARK
+            .key(record_key(key))
+            .arg(self.worker)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
     }
 
     /// The access log's entry for this access.

@@ -1,6 +1,9 @@
-//! Short versions of the fault scenarios 1-10 (2 also on a PostgreSQL record), of scenario 11's stopped
-//! holders and controls, and of scenario 12 (waiters' order) (500 lock operations each, a few seconds): the `fault` binary re-executed as worker processes, real
-//! redis-servers, real faults, and the checker's verdict.
+//! Short versions of the fault scenarios 1-10 (2 also on a PostgreSQL record, and with the token
+//! asked for after the pause), of scenario 11's stopped holders and controls, of scenario 12
+//! (waiters' order) (500 lock operations each, a few seconds) and of scenario 13 (exactly once
+//! across crashes: 16 kills of the order service on each store): the `fault` binary re-executed
+//! as worker processes (the example `order-service` in 13), real redis-servers, real faults, and
+//! the verdict.
 //!
 //! The long run is `cargo run --release -p fault -- all --ops 10000` (FAULTS.md).
 //! These tests run one at a time (they share two cores with everything else),
@@ -15,7 +18,8 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const OPS: u64 = 500;
 
-fn run(name: &str) -> Outcome {
+/// Runs `name` (its CI size, `OPS`) alone and prints its row of the table.
+fn run_alone(name: &str) -> Outcome {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let scenario = Scenario::by_name(name, OPS, true).expect("a scenario");
     let exe = Path::new(env!("CARGO_BIN_EXE_fault"));
@@ -24,6 +28,11 @@ fn run(name: &str) -> Outcome {
     for example in &outcome.report.examples {
         println!("  {example}");
     }
+    outcome
+}
+
+fn run(name: &str) -> Outcome {
+    let outcome = run_alone(name);
     // Every operation drawn from the budget began in a log, but those a
     // task of a killed process drew just before it died.
     let r = &outcome.report;
@@ -118,6 +127,37 @@ fn a_holder_stopped_past_its_lease_is_fenced_out_of_a_postgresql_record_by_fence
 #[test]
 fn without_fence_postgres_the_checker_reports_the_stopped_holders_writes_to_postgresql() {
     reports_stale_writes(&run("stop-holder-postgres-unfenced"));
+}
+
+/// The lazy token (Kleppmann's paused holder): the workers ask for their
+/// token after their think, and the victim is stopped past its lease
+/// before it asks. No violation (no token handed out once another holder
+/// had the key, no stale write accepted), and a stopped holder asked for
+/// its token and was refused: the lease had ended.
+#[test]
+fn a_holder_stopped_past_its_lease_before_it_asks_for_its_token_never_gets_one() {
+    let o = run_clean("stop-holder-lazy-token");
+    let r = &o.report;
+    assert!(o.faults >= 2, "the holder was struck {} times", o.faults);
+    assert!(
+        r.tokens_refused_struck >= 1,
+        "no holder stopped past its lease was refused its token: {r:?}"
+    );
+    assert_eq!(
+        r.stale_writes_rejected, r.stale_writes,
+        "a stale write was accepted"
+    );
+    assert!(r.stale_release_lost >= 1, "{r:?}");
+}
+
+/// The control: the same run with tokens minted without a look at the
+/// lease. A stopped holder gets a token above the next holder's, and the
+/// checker must say so.
+#[test]
+fn tokens_minted_without_the_lease_check_are_reported() {
+    let o = run("stop-holder-lazy-token-unchecked");
+    assert!(o.as_expected(), "{}", o.report);
+    assert!(o.report.violations.late_tokens > 0, "{}", o.report);
 }
 
 #[test]
@@ -366,4 +406,28 @@ fn waiters_keep_their_order_when_holders_are_stopped_or_killed_on_one_redis() {
 #[test]
 fn waiters_keep_their_order_when_holders_are_stopped_or_killed_on_sentinel() {
     waiters_keep_their_order("fifo-crashed-holders-sentinel");
+}
+
+/// Scenario 13 on `name`'s store: one of the order service's two instances
+/// killed and restarted 16 times, 30-150 ms apart, while 16 clients create
+/// orders, each key retried until a `2xx`. Every key has exactly one
+/// order, every acknowledged response names it, and the kills came.
+fn exactly_once(name: &str) {
+    let o = run_alone(name);
+    assert_clean(&o);
+    let r = &o.report;
+    assert_eq!(r.violations.duplicate_orders, 0, "{:#?}", r.examples);
+    assert_eq!(r.acquired, r.operations, "keys never acknowledged: {r}");
+    assert!(r.operations >= 16, "only {} keys", r.operations);
+    assert_eq!(o.faults, 16, "the kills did not all come");
+}
+
+#[test]
+fn killed_order_service_instances_never_create_a_second_order_in_redis() {
+    exactly_once("exactly-once-redis");
+}
+
+#[test]
+fn killed_order_service_instances_never_create_a_second_order_in_postgresql() {
+    exactly_once("exactly-once-postgres");
 }

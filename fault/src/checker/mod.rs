@@ -129,6 +129,17 @@ pub struct Violations {
     /// Acquisitions granted while an earlier waiter, alive and still
     /// waiting, stood in line for the key ([`fifo`]).
     pub overtaken: u64,
+    /// A token asked for after the grant (minted on first use) that a
+    /// holder got although another holder had taken the key since its
+    /// grant: the token of a lease that had ended.
+    pub late_tokens: u64,
+    /// Scenario 13: orders beyond one per key.
+    pub duplicate_orders: u64,
+    /// Scenario 13: `2xx` answers that named an order other than the key's
+    /// own (or none).
+    pub mismatched_acks: u64,
+    /// Scenario 13: keys that got no `2xx` before their client gave up.
+    pub keys_never_acknowledged: u64,
 }
 
 impl Violations {
@@ -152,6 +163,10 @@ impl Violations {
             + self.held_too_briefly
             + self.hung_workers
             + self.overtaken
+            + self.late_tokens
+            + self.duplicate_orders
+            + self.mismatched_acks
+            + self.keys_never_acknowledged
     }
 
     /// The non-zero kinds, as `name=count` pairs.
@@ -175,6 +190,10 @@ impl Violations {
             ("held_too_briefly", self.held_too_briefly),
             ("hung_workers", self.hung_workers),
             ("overtaken", self.overtaken),
+            ("late_tokens", self.late_tokens),
+            ("duplicate_orders", self.duplicate_orders),
+            ("mismatched_acks", self.mismatched_acks),
+            ("keys_never_acknowledged", self.keys_never_acknowledged),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)
@@ -211,6 +230,15 @@ pub struct Report {
     pub stale_writes_rejected: u64,
     /// Stopped holders whose release said "not owner".
     pub stale_release_lost: u64,
+    /// Holders whose token, asked for after the grant, was refused with
+    /// `LockError::Lost` (their lease had ended) ...
+    pub tokens_refused: u64,
+    /// ... of which had been stopped past their lease while they held
+    /// (between their attempt and the answer) ...
+    pub tokens_refused_struck: u64,
+    /// ... and of which once another holder of the key had written
+    /// (Kleppmann's paused holder).
+    pub tokens_refused_after_next_write: u64,
     /// Blocked below the TTL (scenario 7) ...
     pub blocked_keep: u64,
     /// ... and past it.
@@ -272,6 +300,13 @@ struct Op {
     read: Option<u64>,
     /// (outcome, sequence number, sent).
     write: Option<(WriteOutcome, u64, u64)>,
+    /// When the answer of a write the store accepted came.
+    written: Option<u64>,
+    /// When the token was asked for, if after the grant (the grant was
+    /// logged with token 0).
+    token_sent: Option<u64>,
+    /// That token refused: whether with `Lost`, and when the answer came.
+    token_refused: Option<(bool, u64)>,
     blocked: Option<(u64, u64, Option<u64>)>,
     release_sent: Option<u64>,
     released: Option<(ReleaseOutcome, u64)>,
@@ -293,6 +328,9 @@ impl Default for Op {
             cancelled_at: None,
             read: None,
             write: None,
+            written: None,
+            token_sent: None,
+            token_refused: None,
             blocked: None,
             release_sent: None,
             released: None,
@@ -343,6 +381,7 @@ const HOLD_SLACK_US: u64 = 10_000;
 pub fn check(run: &RunData) -> Report {
     use properties::{
         blocked_runtimes, draws, holds, stalls, store_writes, struck_holders, tokens,
+        tokens_after_the_grant,
     };
     let mut r = Report::default();
     let mut examples = Vec::new();
@@ -366,6 +405,7 @@ pub fn check(run: &RunData) -> Report {
     }
     stalls(run, &rb, &by_key, &mut r, &mut examples);
     struck_holders(run, &rb, &by_key, &mut r, &mut examples);
+    tokens_after_the_grant(run, &rb, &by_key, &mut r, &mut examples);
     blocked_runtimes(run, &rb.ops, &mut r, &mut examples);
 
     if run.fifo {
@@ -657,6 +697,74 @@ mod tests {
         assert_eq!((r.stale_writes, r.stale_writes_rejected), (1, 1));
     }
 
+    /// Worker 0 takes `k` at 10 µs without a token and is stopped from 30
+    /// µs to 300 ms (TTL 100 ms); worker 1 takes the key over at 150 ms
+    /// (token 2) and writes. Worker 0 asks for its token at `sent` µs and
+    /// has the answer at 300.1 ms: `answer` is what it got (`None`:
+    /// refused, `Lost`).
+    fn token_asked_after_a_stop(sent: u64, answer: Option<u64>) -> Report {
+        let mut victim = vec![attempt(1, 0), acquired(1, 0, 10)];
+        victim.push(match answer {
+            Some(fence) => Event::Token {
+                op: 1,
+                fence,
+                sent,
+                t: 300_110,
+            },
+            None => Event::TokenRefused {
+                op: 1,
+                lost: true,
+                error: "lost".into(),
+                sent,
+                t: 300_101,
+            },
+        });
+        victim.extend([
+            Event::ReleaseSent { op: 1, t: 300_200 },
+            Event::Released {
+                op: 1,
+                outcome: ReleaseOutcome::Lost,
+                t: 300_300,
+            },
+        ]);
+        let mut next = Vec::new();
+        op(&mut next, 1, "k", 2, 149_990, 1, ReleaseOutcome::Ok);
+        let mut data = run(vec![victim, next], vec![write(1, 2, 0, 0, 1, 1)], 1);
+        data.faults = vec![Fault::StopWorker {
+            worker: 0,
+            start: 30,
+            end: 300_000,
+        }];
+        check(&data)
+    }
+
+    #[test]
+    fn a_token_asked_for_after_the_lease_ended_is_refused_or_is_a_violation() {
+        // Refused: counted, after a stop, once the next holder had written;
+        // asked after the stop, or before it landed and answered after.
+        for sent in [300_100, 20] {
+            let r = token_asked_after_a_stop(sent, None);
+            assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+            assert_eq!(
+                (
+                    r.tokens_refused,
+                    r.tokens_refused_struck,
+                    r.tokens_refused_after_next_write
+                ),
+                (1, 1, 1)
+            );
+        }
+        // The token it had from its grant (taken on the contended path):
+        // below the next holder's, no violation.
+        let r = token_asked_after_a_stop(300_100, Some(1));
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        assert_eq!(r.tokens_refused, 0);
+        // A token minted now, above the next holder's: the token of a lease
+        // that had ended.
+        let r = token_asked_after_a_stop(300_100, Some(3));
+        assert_eq!(r.violations.late_tokens, 1, "{:?}", r.examples);
+    }
+
     #[test]
     fn a_release_sent_before_the_stop_landed_may_say_ok_and_one_sent_after_may_not() {
         // The harness reads the stop's start (30 µs), then signals; the
@@ -788,6 +896,19 @@ mod tests {
         data.workers[1].events.truncate(1);
         let r = check(&data);
         assert_eq!(r.violations.held_past_ttl, 1, "{:?}", r.examples);
+    }
+
+    #[test]
+    fn a_killed_holders_key_first_wanted_after_its_lease_is_not_held_past_its_ttl() {
+        // Worker 1 wants the key only 300 ms after the kill (a key of the
+        // victim's own): it was not kept out.
+        let a = vec![attempt(1, 0), acquired(1, 1, 10)];
+        let b = vec![attempt(1, 300_000), acquired(1, 2, 300_010)];
+        let mut data = run(vec![a, b], vec![], 0);
+        data.faults = vec![Fault::KillWorker { worker: 0, t: 50 }];
+        let r = check(&data);
+        assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+        assert_eq!(r.max_takeover_ms, 0);
     }
 
     #[test]

@@ -172,10 +172,12 @@ pub(super) fn tokens(
     r: &mut Report,
     examples: &mut Vec<String>,
 ) {
-    // Per token: acquisitions, and how many of them exclusive.
+    // Per token: acquisitions, and how many of them exclusive. Token 0 is
+    // none: a holder that was to ask for its token later, and never got
+    // one (refused, or struck before it asked).
     let mut fences: HashMap<u64, (u32, u32)> = HashMap::new();
     for o in key_ops {
-        if let Some((fence, _)) = o.acquired {
+        if let Some((fence, _)) = o.acquired.filter(|&(fence, _)| fence != 0) {
             let (n, exclusive) = fences.entry(fence).or_default();
             *n += 1;
             *exclusive += u32::from(o.side == Side::Write);
@@ -198,13 +200,19 @@ pub(super) fn tokens(
     }
     // A token must exceed every token acquired (by anyone) before this
     // attempt began; 1 ms of margin covers cross-process clock error.
-    let mut acquired: Vec<(u64, u64)> = key_ops
-        .iter()
+    // A token asked for after the grant counts from the grant: it must be
+    // above every token acquired before the holder's attempt, and the next
+    // holder's must be above it.
+    let tokened = || {
+        key_ops
+            .iter()
+            .filter(|o| o.acquired.is_some_and(|(f, _)| f != 0))
+    };
+    let mut acquired: Vec<(u64, u64)> = tokened()
         .filter_map(|o| o.acquired.map(|(fence, t)| (t, fence)))
         .collect();
     acquired.sort_unstable();
-    let mut attempts: Vec<(u64, u64)> = key_ops
-        .iter()
+    let mut attempts: Vec<(u64, u64)> = tokened()
         .filter_map(|o| o.acquired.map(|(fence, _)| (o.attempt, fence)))
         .collect();
     attempts.sort_unstable();
@@ -390,7 +398,10 @@ pub(super) fn struck_holders(
                     && o.wait_end().or(death).is_none_or(|t| t >= wanted_until)
             });
             match next {
-                Some(t) => {
+                // Only a holder kept out says how long the key stayed
+                // taken: when nobody wanted it until later (keys of their
+                // own), the next holder came when it came.
+                Some(t) if pending => {
                     let takeover = t - start;
                     r.max_takeover_ms = r.max_takeover_ms.max(ms(takeover));
                     if takeover > ttl_us + slack_us {
@@ -418,7 +429,7 @@ pub(super) fn struck_holders(
                         ),
                     );
                 }
-                None => {}
+                _ => {}
             }
             if let Some(end) = end {
                 // Stale: sent once the store had seen the next holder's token
@@ -465,6 +476,79 @@ pub(super) fn struck_holders(
                         );
                     }
                     _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Tokens asked for after the grant (the lazy token's scenario). A refusal
+/// (`Lost`) is counted, with whether the holder had been stopped past its
+/// lease while it held, and whether another holder of the key had written
+/// by then (Kleppmann's paused holder). A token handed to a holder
+/// although another had taken the key since its grant, above that one's
+/// token, is a violation: the token of a lease that had ended, which a
+/// fenced store would take over the next holder's.
+pub(super) fn tokens_after_the_grant(
+    run: &RunData,
+    rb: &Rebuilt,
+    by_key: &BTreeMap<&str, Vec<&Op>>,
+    r: &mut Report,
+    examples: &mut Vec<String>,
+) {
+    let ttl_us = run.ttl_ms * 1000;
+    for o in &rb.ops {
+        let (Some(sent), Some((fence, granted))) = (o.token_sent, o.acquired) else {
+            continue;
+        };
+        // Holders that took the key after this grant, their grant logged
+        // before the token was asked for (1 ms of margin for the clocks).
+        let later = || {
+            by_key[o.key.as_str()].iter().filter(move |b| {
+                b.worker != o.worker
+                    && run.kind.conflicts(o.side, b.side)
+                    && b.acquired
+                        .is_some_and(|(_, t)| t > granted && t + 1000 < sent)
+            })
+        };
+        match o.token_refused {
+            Some((true, answered)) => {
+                r.tokens_refused += 1;
+                // A stop past the lease between the attempt and the answer:
+                // before the ask, or with the ask on its way (the harness
+                // strikes on a mark that stays until the operation ends).
+                let struck = run.faults.iter().any(|f| {
+                    matches!(f, Fault::StopWorker { worker, start, end }
+                        if *worker == o.process
+                            && *start < answered
+                            && *end > o.attempt
+                            && end - start > ttl_us)
+                });
+                r.tokens_refused_struck += u64::from(struck);
+                let next_wrote = by_key[o.key.as_str()].iter().any(|b| {
+                    b.worker != o.worker
+                        && run.kind.conflicts(o.side, b.side)
+                        && b.acquired.is_some_and(|(_, t)| t > granted)
+                        && b.written.is_some_and(|t| t < answered)
+                });
+                r.tokens_refused_after_next_write += u64::from(next_wrote);
+            }
+            // Not asked (the server could not be reached): no token either.
+            Some((false, _)) => {}
+            None => {
+                let overtaken = later().find_map(|b| {
+                    let (next, t) = b.acquired?;
+                    (next != 0 && next < fence).then_some((b, next, t))
+                });
+                if let Some((b, next, t)) = overtaken {
+                    flag(
+                        &mut r.violations.late_tokens,
+                        examples,
+                        format!(
+                            "{}: worker {} op {}, granted at {granted} µs, asked for its token at {sent} µs and got {fence}, though worker {} op {} had taken the key at {t} µs (token {next})",
+                            o.key, o.worker, o.op, b.worker, b.op
+                        ),
+                    );
                 }
             }
         }

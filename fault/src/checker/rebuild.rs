@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::{Op, Report, RunData, flag};
 use crate::kind::{Kind, Side};
-use crate::log::{Event, Fault};
+use crate::log::{Event, Fault, WriteOutcome};
 
 /// The operations rebuilt from the workers' logs (one per key of each
 /// operation), and who died when.
@@ -101,6 +101,26 @@ pub(super) fn rebuild(run: &RunData, r: &mut Report, examples: &mut Vec<String>)
                         r.acquired += 1;
                     }
                 }
+                // A token asked for after the grant: the hold began at
+                // the grant, with this token.
+                Event::Token {
+                    op, fence, sent, ..
+                } => {
+                    if let Some(i) = part(op, &None) {
+                        if let Some((f, _)) = &mut ops[i].acquired {
+                            *f = *fence;
+                        }
+                        ops[i].token_sent = Some(*sent);
+                    }
+                }
+                Event::TokenRefused {
+                    op, lost, sent, t, ..
+                } => {
+                    if let Some(i) = part(op, &None) {
+                        ops[i].token_sent = Some(*sent);
+                        ops[i].token_refused = Some((*lost, *t));
+                    }
+                }
                 Event::GaveUp { op, error, t } => {
                     let parts = parts(op);
                     for &i in &parts {
@@ -151,10 +171,14 @@ pub(super) fn rebuild(run: &RunData, r: &mut Report, examples: &mut Vec<String>)
                     outcome,
                     seq,
                     sent,
+                    t,
                     ..
                 } => {
                     if let Some(i) = part(op, key) {
                         ops[i].write = Some((*outcome, *seq, *sent));
+                        if *outcome == WriteOutcome::Accepted {
+                            ops[i].written = Some(*t);
+                        }
                     }
                 }
                 Event::Blocked {

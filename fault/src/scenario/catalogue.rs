@@ -1,6 +1,7 @@
 //! The scenarios: `fault all`'s suite, the demonstrations, and each by name.
 
 use super::*;
+use crate::orders::OrderStore;
 
 impl Scenario {
     fn base(name: &'static str, title: &'static str, ops: u64) -> Self {
@@ -30,6 +31,8 @@ impl Scenario {
             victim_kind: None,
             check_as: None,
             fifo: None,
+            token: TokenTiming::AtGrant,
+            orders: None,
         }
     }
 
@@ -59,6 +62,29 @@ impl Scenario {
                 kill_every: 2,
             },
             ..stop(name, title, fencing)
+        };
+        // Scenario 2 with the lazy token (Kleppmann's paused holder): the
+        // workers ask for their token only after their think, the pause the
+        // stop stretches past the victim's lease. The plain path mints a
+        // lock's token on first use, so the victim must mostly take its key
+        // uncontended: each worker takes a key of its own 9 times in 10 (the
+        // victim k0), and the others' tenth operation brings one of them to
+        // k0 now and then, which takes the key over while the victim is
+        // stopped. Holds of 50-150 ms, so that the budget lasts for strikes.
+        let lazy = |name, title, token| Scenario {
+            workers: small(16),
+            keys: small(16) as usize,
+            affinity_per_mille: 900,
+            ttl_ms: 500,
+            think_ms: (50, 150),
+            fault: FaultPlan::StopHolder {
+                stop_ms: if short { 800 } else { 1500 },
+                victim_think_ms: 300,
+                kill_every: 3,
+            },
+            token,
+            expect_violations: token == TokenTiming::Unchecked,
+            ..Scenario::base(name, title, ops)
         };
         // kill -9 of the lock server every `every_ms` (at most `max_kills`
         // times), restarted after 500 ms.
@@ -107,6 +133,16 @@ impl Scenario {
                 "stop-holder-postgres-unfenced",
                 "2. same PostgreSQL record WITHOUT the fence (checker must object)",
                 false,
+            ),
+            lazy(
+                "stop-holder-lazy-token",
+                "2. SIGSTOP holder > TTL before it asks for its token (minted on first use), every 3rd: kill -9",
+                TokenTiming::AfterThink,
+            ),
+            lazy(
+                "stop-holder-lazy-token-unchecked",
+                "2. same, tokens minted without the lease check (checker must object)",
+                TokenTiming::Unchecked,
             ),
             Scenario {
                 workers: small(16),
@@ -431,13 +467,15 @@ impl Scenario {
         ]
     }
 
-    /// What `fault all` runs, in this order: scenarios 1-7, 8, 9-10, 11.
+    /// What `fault all` runs, in this order: scenarios 1-7, 8, 9-10, 11,
+    /// 12, 13.
     pub fn suite(ops: u64, short: bool) -> Vec<Scenario> {
         let mut scenarios = Self::all(ops, short);
         scenarios.extend(Self::scale_out(ops, short));
         scenarios.extend(Self::in_process(ops, short));
         scenarios.extend(Self::synchronizers(ops, short));
         scenarios.extend(Self::fifo(ops, short));
+        scenarios.extend(Self::exactly_once(ops));
         scenarios
     }
 
@@ -480,6 +518,49 @@ impl Scenario {
                     replicas: 1,
                     timeout_ms: 500,
                 },
+            ),
+        ]
+    }
+
+    /// Scenario 13: exactly once across crashes ([`crate::orders`]). The
+    /// example order service, two instances behind one Redis (orders in
+    /// that Redis, or in a PostgreSQL of the run's own), one of them
+    /// SIGKILLed and restarted at once every 30-150 ms, `ops / 30` times
+    /// (at least 10), while 16 clients create orders, each key retried
+    /// until it gets a `2xx`; and the controls: the same service with the
+    /// order and its idempotency record committed apart
+    /// (`IDEMPOTENCY_COMMIT=off`), whose second orders the count must find.
+    pub fn exactly_once(ops: u64) -> Vec<Scenario> {
+        let kills = (ops / 30).max(10) as usize;
+        let orders = |name, title, store, commit: bool| Scenario {
+            expect_violations: !commit,
+            orders: Some(OrderPlan::new(store, commit, kills)),
+            ..Scenario::base(name, title, ops)
+        };
+        vec![
+            orders(
+                "exactly-once-redis",
+                "13. order service: kill -9 + restart every 30-150 ms under retrying clients, orders and records committed together in Redis",
+                OrderStore::Redis,
+                true,
+            ),
+            orders(
+                "exactly-once-postgres",
+                "13. same, orders and records committed together in PostgreSQL",
+                OrderStore::Postgres,
+                true,
+            ),
+            orders(
+                "exactly-once-redis-no-commit",
+                "13. same on Redis, the order committed before its record (checker must object)",
+                OrderStore::Redis,
+                false,
+            ),
+            orders(
+                "exactly-once-postgres-no-commit",
+                "13. same on PostgreSQL, the order committed before its record (checker must object)",
+                OrderStore::Postgres,
+                false,
             ),
         ]
     }

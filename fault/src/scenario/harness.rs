@@ -8,6 +8,9 @@ use super::*;
 /// Runs `scenario`, re-executing `exe` (the `fault` binary) as the workers;
 /// logs and server files go to a temporary directory, kept when `keep` is set.
 pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outcome, String> {
+    if let Some(plan) = &scenario.orders {
+        return crate::orders::run(scenario, plan, exe, keep);
+    }
     let started = Instant::now();
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let dir: PathBuf = match keep {
@@ -114,6 +117,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         block_keep_ms: scenario.block.1,
         block_lose_ms: scenario.block.2,
         seed: u64::from(id) * 7919 + epoch,
+        token: scenario.token,
     };
     let spawn = |config: &WorkerConfig| -> Result<Running, String> {
         let stderr = std::fs::File::create(dir.join(format!("worker-{}.stderr", config.id)))
@@ -257,6 +261,7 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         elapsed: started.elapsed(),
         faults: faults.len(),
         tokens,
+        orders: None,
         error,
     })
 }

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use crate::checker::{self, Report, RunData, WorkerLog};
 use crate::kind::Kind;
 use crate::log::{self, Clock, Event, Fault, LogWriter};
+use crate::orders::{OrderPlan, OrderStats};
 use crate::server::SentinelGroup;
 use crate::store;
 use crate::timeline::Sampler;
-use crate::worker::{self, WorkerConfig};
+use crate::worker::{self, TokenTiming, WorkerConfig};
 use test_support::{PostgresServer, RedisServer, signal};
 
 mod catalogue;
@@ -188,6 +189,13 @@ pub struct Scenario {
     /// find itself in the key's queue, `n` per mille of the operations
     /// try-once, and the checker's FIFO rule.
     pub fifo: Option<u64>,
+    /// When the workers ask for their fencing token: at the grant, or (the
+    /// lazy token's scenario) after their think, the pause the fault
+    /// lengthens.
+    pub token: TokenTiming,
+    /// Scenario 13, exactly once across crashes: no lock workers, the
+    /// order service killed under its clients instead ([`crate::orders`]).
+    pub orders: Option<OrderPlan>,
 }
 
 /// A finished run.
@@ -204,6 +212,8 @@ pub struct Outcome {
     /// How the lock server issued fencing tokens, for the scenarios with
     /// several tasks per process on one server.
     pub tokens: Option<TokenCalls>,
+    /// What the order service's clients did (scenario 13).
+    pub orders: Option<OrderStats>,
     /// The harness itself failed (a server did not come back, ...): the
     /// report is empty.
     pub error: Option<String>,

@@ -10,10 +10,17 @@ pub fn table(outcomes: &[Outcome]) -> String {
     s.push_str("| --- | ---: | ---: | ---: | --- |\n");
     for o in outcomes {
         let r = &o.report;
-        let mut notes = vec![format!(
-            "{} acquired, {} writes accepted, max wait {} ms",
-            r.acquired, r.writes_accepted, r.max_wait_ms
-        )];
+        let mut notes = vec![match o.orders {
+            // Scenario 13: keys, not lock operations.
+            Some(orders) => format!(
+                "{} keys acknowledged, {} requests ({} without a 2xx, tried again), {} orders at the end, longest key {} ms",
+                r.acquired, orders.requests, orders.failed, orders.orders, r.max_wait_ms
+            ),
+            None => format!(
+                "{} acquired, {} writes accepted, max wait {} ms",
+                r.acquired, r.writes_accepted, r.max_wait_ms
+            ),
+        }];
         if r.fenced_out > 0 {
             notes.push(format!("{} rejected by fencing", r.fenced_out));
         }
@@ -41,6 +48,12 @@ pub fn table(outcomes: &[Outcome]) -> String {
                 r.stale_writes, r.stale_writes_rejected, r.stale_release_lost
             ));
         }
+        if r.tokens_refused > 0 {
+            notes.push(format!(
+                "{} tokens refused after the lease ended ({} after a stop past it, {} once the next holder had written)",
+                r.tokens_refused, r.tokens_refused_struck, r.tokens_refused_after_next_write
+            ));
+        }
         if r.max_takeover_ms > 0 {
             notes.push(format!(
                 "max takeover after stop/kill {} ms",
@@ -56,8 +69,10 @@ pub fn table(outcomes: &[Outcome]) -> String {
                 r.blocked_keep, r.blocked_lose
             ));
         }
-        if o.faults > 0 {
-            notes.push(format!("{} faults", o.faults));
+        match (o.faults, o.orders) {
+            (0, _) => {}
+            (kills, Some(_)) => notes.push(format!("{kills} kills")),
+            (faults, None) => notes.push(format!("{faults} faults")),
         }
         if let Some(f) = r.fifo {
             notes.push(format!(

@@ -103,6 +103,54 @@ pub struct WorkerConfig {
     /// waiting acquires watched until they show up in the key's queue, and
     /// `n` per mille of the operations try-once.
     pub try_once_per_mille: Option<u64>,
+    /// When an operation asks for its fencing token.
+    pub token: TokenTiming,
+}
+
+/// When a worker asks for the fencing token of a lock it took.
+///
+/// A lock taken uncontended on the plain path (`SET NX PX`) has no token
+/// until its holder asks: `LockGuard::fencing_token` then mints one by an
+/// atomic step that checks the lease is still ours, and a holder whose
+/// lease ended gets `LockError::Lost`, never a token. The plain path is
+/// not taken by a client that coalesces its calls into scripts, so the
+/// workers of the two later timings build theirs without coalescing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TokenTiming {
+    /// At the grant, before the read (every scenario but the lazy token's).
+    #[default]
+    AtGrant,
+    /// After the think, the pause the fault lengthens: the grant is logged
+    /// without a token, and the read and the write come after the token.
+    AfterThink,
+    /// The same, with the token minted by the worker itself: an `INCR` of
+    /// the key's fencing counter with no look at the lease (the control:
+    /// what a mint that did not check the lease would hand out).
+    Unchecked,
+}
+
+impl TokenTiming {
+    /// Parses `at-grant`, `after-think`, `unchecked` (`--token`).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "at-grant" => Ok(Self::AtGrant),
+            "after-think" => Ok(Self::AfterThink),
+            "unchecked" => Ok(Self::Unchecked),
+            _ => Err(format!(
+                "--token {s:?}: expected one of at-grant, after-think, unchecked"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for TokenTiming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::AtGrant => "at-grant",
+            Self::AfterThink => "after-think",
+            Self::Unchecked => "unchecked",
+        })
+    }
 }
 
 impl WorkerConfig {
@@ -150,6 +198,9 @@ impl WorkerConfig {
         }
         if let Some(n) = self.try_once_per_mille {
             put("try-once-per-mille", n.to_string());
+        }
+        if self.token != TokenTiming::AtGrant {
+            put("token", self.token.to_string());
         }
         a
     }
@@ -225,6 +276,10 @@ impl WorkerConfig {
                 true => Some(num("try-once-per-mille")?),
                 false => None,
             },
+            // Absent: at the grant.
+            token: map
+                .get("token")
+                .map_or(Ok(TokenTiming::AtGrant), |t| TokenTiming::parse(t))?,
         })
     }
 }
@@ -251,8 +306,12 @@ fn builder(config: &WorkerConfig) -> lock_runtime::LockClientBuilder {
     // coalesced under every fault (the `tasks-batched` scenarios make them
     // meet); a process of one task sends each call alone as before.
     // `FAULT_NO_COALESCE` (any value) in the harness's environment turns it
-    // off in every worker, for paired runs.
-    b.coalesce_scripts(std::env::var_os("FAULT_NO_COALESCE").is_none())
+    // off in every worker, for paired runs. Off for a token asked after the
+    // think: a coalescing client takes every lock by a script, which issues
+    // its token at once, and the lazy token's scenario needs the plain path.
+    b.coalesce_scripts(
+        config.token == TokenTiming::AtGrant && std::env::var_os("FAULT_NO_COALESCE").is_none(),
+    )
 }
 
 /// Runs the worker process to the end of the budget on a current-thread
@@ -280,6 +339,9 @@ struct Worker {
     blocks: u64,
     /// Scenario 12: reads the lock server's queues (`None` elsewhere).
     probe: Option<fifo::Probe>,
+    /// The lock server, for tokens minted without the lease check
+    /// ([`TokenTiming::Unchecked`]; `None` elsewhere).
+    counters: Option<redis::aio::MultiplexedConnection>,
 }
 
 impl Worker {
@@ -358,6 +420,21 @@ async fn run_async(config: WorkerConfig) -> Result<(), String> {
             None => None,
         });
     }
+    let counters = match config.token {
+        TokenTiming::Unchecked => {
+            // One server (the scenario's topology is `single`).
+            let url = config.lock_url.split(',').next().unwrap_or_default();
+            let err = |e: redis::RedisError| format!("lock server: {e}");
+            let client = redis::Client::open(url).map_err(err)?;
+            Some(
+                client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(err)?,
+            )
+        }
+        _ => None,
+    };
     let mut tasks = tokio::task::JoinSet::new();
     for ((task, id, log), probe) in logs.into_iter().zip(probes) {
         tasks.spawn(
@@ -376,6 +453,7 @@ async fn run_async(config: WorkerConfig) -> Result<(), String> {
                 },
                 blocks: 0,
                 probe,
+                counters: counters.clone(),
             }
             .run(),
         );
@@ -434,25 +512,39 @@ mod tests {
             block_lose_ms: 0,
             seed: 42,
             try_once_per_mille: Some(200),
+            token: TokenTiming::AfterThink,
         };
         let args = c.to_args();
         assert_eq!(args[0], "worker");
         assert_eq!(WorkerConfig::from_args(&args[1..]).unwrap(), c);
         assert!(WorkerConfig::from_args(&["--id".into()]).is_err());
-        // Without the scenario-12 flag and the PostgreSQL record (every
-        // other scenario): none.
+        // Without the scenario-12 flag, the PostgreSQL record and the lazy
+        // token (every other scenario): none.
         let plain = WorkerConfig {
             try_once_per_mille: None,
             record_url: None,
+            token: TokenTiming::AtGrant,
             ..c
         };
         let args = plain.to_args();
         assert!(
             !args
                 .iter()
-                .any(|a| a.contains("try-once") || a == "--record")
+                .any(|a| a.contains("try-once") || a == "--record" || a == "--token")
         );
         assert_eq!(WorkerConfig::from_args(&args[1..]).unwrap(), plain);
+    }
+
+    #[test]
+    fn token_timings_round_trip_through_their_flag() {
+        for t in [
+            TokenTiming::AtGrant,
+            TokenTiming::AfterThink,
+            TokenTiming::Unchecked,
+        ] {
+            assert_eq!(TokenTiming::parse(&t.to_string()), Ok(t));
+        }
+        assert!(TokenTiming::parse("lazy").is_err());
     }
 
     #[test]

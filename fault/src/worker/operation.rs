@@ -6,11 +6,14 @@
 //! * a read-write lock's reader, a semaphore's holder: a shared read, think,
 //!   an exit, both in the store's access log ([`shared`]);
 //! * `lock_all`: a fenced read-modify-write of each key's record with that
-//!   key's own token ([`all`]).
+//!   key's own token ([`all`]);
+//! * a mutex whose token is asked for after the think (the lazy token's
+//!   scenario): the grant, think, the token, then the fenced read and write
+//!   ([`token_after_think`]).
 
 use lock_runtime::{LockAllGuard, LockError, LockGuard};
 
-use super::{Worker, ms};
+use super::{TokenTiming, Worker, ms};
 use crate::kind::{Kind, Side};
 use crate::log::{Event, ReleaseOutcome, WriteOutcome};
 use crate::store::{ReadResult, WriteResult};
@@ -66,6 +69,9 @@ async fn acquire_one(
 /// A mutex, `hold_at_least` or a writer: fenced read, think, fenced write of
 /// `counter + 1`, release.
 async fn exclusive(w: &mut Worker, op: u64, key: String, side: Option<Side>) {
+    if w.config.token != TokenTiming::AtGrant {
+        return token_after_think(w, op, key, side).await;
+    }
     let Some((guard, fence)) = acquire_one(w, op, &key, side).await else {
         return;
     };
@@ -74,8 +80,93 @@ async fn exclusive(w: &mut Worker, op: u64, key: String, side: Option<Side>) {
         return;
     };
     think(w, op, &guard).await;
-    write(w, op, &key, None, &guard, version, counter).await;
+    write(w, op, &key, None, fence, &guard, (version, counter)).await;
     release(w, op, Release::One(guard)).await;
+}
+
+/// The lazy token (Kleppmann's paused holder): the grant logged without a
+/// token, the strike mark set, think (the pause that a `SIGSTOP` stretches
+/// past the lease), and only then the token, asked of the guard
+/// ([`TokenTiming::AfterThink`]: minted now, if the lock was taken on the
+/// plain path, by a step that checks the lease) or minted by the worker
+/// itself ([`TokenTiming::Unchecked`], the control). With a token, a fenced
+/// read and a fenced write; a token refused ends the operation without
+/// touching the record, as it would end an application's.
+async fn token_after_think(w: &mut Worker, op: u64, key: String, side: Option<Side>) {
+    let started = attempt(w, op, std::slice::from_ref(&key), side);
+    let Some(guard) = acquire(w, op, started, |w, left| {
+        request(w, &key, side).wait(left).acquire()
+    })
+    .await
+    else {
+        return;
+    };
+    let t = w.clock.now();
+    w.log(Event::Acquired {
+        op,
+        fence: 0,
+        more_fences: vec![],
+        t,
+    });
+    if let Err(e) = w.store.mark(&key).await {
+        eprintln!("worker {}: store mark: {e}", w.id);
+    }
+    think(w, op, &guard).await;
+    let sent = w.clock.now();
+    let token = match w.config.token {
+        TokenTiming::Unchecked => unchecked_token(w, &key).await,
+        _ => guard.fencing_token().await,
+    };
+    let t = w.clock.now();
+    let fence = match token {
+        Ok(fence) => {
+            w.log(Event::Token { op, fence, sent, t });
+            Some(fence)
+        }
+        Err(e) => {
+            w.log(Event::TokenRefused {
+                op,
+                lost: matches!(e, LockError::Lost { .. }),
+                error: e.to_string(),
+                sent,
+                t,
+            });
+            None
+        }
+    };
+    let read = match fence {
+        Some(fence) => read(w, op, &key, None, fence, false).await,
+        None => None,
+    };
+    match (fence, read) {
+        (Some(fence), Some(record)) => {
+            write(w, op, &key, None, fence, &guard, record).await;
+        }
+        // No write: the mark must not outlive the operation (the harness
+        // would strike the worker's next one before it holds).
+        _ => {
+            if let Err(e) = w.store.unmark(&key).await {
+                eprintln!("worker {}: store unmark: {e}", w.id);
+            }
+        }
+    }
+    release(w, op, Release::One(guard)).await;
+}
+
+/// The control's token: the next value of the key's fencing counter on the
+/// lock server, `INCR`ed with no look at the lease, which is what mint.lua
+/// would hand out without its check.
+async fn unchecked_token(w: &mut Worker, key: &str) -> Result<u64, LockError> {
+    let Some(conn) = &mut w.counters else {
+        return Err(LockError::Config("no connection to the lock server".into()));
+    };
+    redis::cmd("INCR")
+        .arg(lock_runtime::__private::testing::fence_counter(
+            "lock:", key,
+        ))
+        .query_async(conn)
+        .await
+        .map_err(|e| LockError::Config(format!("INCR of the fencing counter: {e}")))
 }
 
 /// A reader or a semaphore's holder: shared read (the entry), think, exit,
@@ -154,9 +245,9 @@ async fn all(w: &mut Worker, op: u64, n: usize) {
     }
     if read_all.len() == keys.len() {
         think(w, op, &all.guards()[order[0]]).await;
-        for ((key, (version, counter)), &i) in keys.iter().zip(read_all).zip(&order) {
+        for (((key, record), &i), &fence) in keys.iter().zip(read_all).zip(&order).zip(&fences) {
             let guard = &all.guards()[i];
-            write(w, op, key, Some(key.clone()), guard, version, counter).await;
+            write(w, op, key, Some(key.clone()), fence, guard, record).await;
         }
     }
     release(w, op, Release::All(all)).await;
@@ -197,22 +288,20 @@ async fn read(
     ok.then_some((version, counter))
 }
 
-/// The fenced write of `counter + 1`, logged.
+/// The fenced write of `counter + 1` after reading `(version, counter)`,
+/// with `guard`'s token `fence`, logged.
 async fn write(
     w: &mut Worker,
     op: u64,
     key: &str,
     logged_key: Option<String>,
+    fence: u64,
     guard: &LockGuard,
-    version: u64,
-    counter: u64,
+    (version, counter): (u64, u64),
 ) {
     // Write whatever `lost()` says: a real process may have been paused right
     // after checking it. Fencing has to make this harmless.
     let lost_before = guard.is_lost();
-    // Asked for at the grant (`granted`), so known: a lost guard still
-    // answers the token it got while it held the lock.
-    let fence = guard.fencing_token().await.unwrap_or(0);
     let sent = w.clock.now();
     let write = w.store.write(key, fence, op, version, counter + 1).await;
     let t = w.clock.now();

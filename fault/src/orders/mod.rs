@@ -1,0 +1,224 @@
+//! Exactly once across crashes (scenario 13): the example order service
+//! (`examples/src/bin/order-service.rs`) run as real processes, two
+//! instances behind one Redis (and, for the PostgreSQL store, one
+//! PostgreSQL), SIGKILLed and restarted at random moments while clients
+//! create orders, each key retried until it gets a `2xx`. At the end every
+//! key must have exactly one order, and every acknowledged response must
+//! name it.
+//!
+//! The service commits each new order with its idempotency record
+//! (`IdempotencyLayer::commit_with_redis` / `commit_with_postgres`, the
+//! `Commit` extractor: one Redis script, one PostgreSQL transaction). The
+//! controls run it with `IDEMPOTENCY_COMMIT=off` (the order first, the
+//! record after: two commits a kill can fall between), and the count must
+//! find the second orders that makes.
+//!
+//! * [`service`]: the `order-service` binary (built by cargo when needed)
+//!   and its instances, killed and restarted on their ports.
+//! * [`drive`]: the killer, the clients, and the count at the end.
+//!
+//! The lock workers, the fenced store and the checker of the other
+//! scenarios take no part: what is checked is the service's own end state.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::checker::{Report, Violations};
+use crate::scenario::{Outcome, Scenario};
+
+pub mod drive;
+pub mod service;
+
+/// Where the order service keeps its orders (its locks and idempotency
+/// claims are in Redis either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrderStore {
+    /// Orders in the Redis that holds the locks; records committed with
+    /// them by one script (`commit_with_redis`).
+    Redis,
+    /// Orders in a PostgreSQL of the run's own; records committed with them
+    /// in one transaction (`commit_with_postgres`).
+    Postgres,
+}
+
+/// What an exactly-once scenario runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OrderPlan {
+    /// Where the orders are.
+    pub store: OrderStore,
+    /// The order commits with its idempotency record
+    /// (`IDEMPOTENCY_COMMIT=on`); off in the controls.
+    pub commit: bool,
+    /// Concurrent clients, each with its own keys.
+    pub clients: usize,
+    /// Kills in the run: the clients take new keys until the last.
+    pub kills: usize,
+    /// One instance killed (and restarted at once) every this many ms,
+    /// drawn uniformly.
+    pub kill_every_ms: (u64, u64),
+    /// `IDEMPOTENCY_LEASE_MS`: a killed claimer's key is free again after
+    /// this.
+    pub lease_ms: u64,
+}
+
+impl OrderPlan {
+    /// The plan of the scenarios: 16 clients, `kills` kills 30-150 ms
+    /// apart, a lease of 1 s.
+    pub fn new(store: OrderStore, commit: bool, kills: usize) -> Self {
+        Self {
+            store,
+            commit,
+            clients: 16,
+            kills,
+            kill_every_ms: (30, 150),
+            lease_ms: 1000,
+        }
+    }
+}
+
+/// What a run did besides its verdict (the table's notes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OrderStats {
+    /// Requests sent: every try of every key.
+    pub requests: u64,
+    /// Of which got no `2xx` (cut off by a kill, refused while the key was
+    /// claimed, timed out) and were tried again.
+    pub failed: u64,
+    /// Orders found at the end.
+    pub orders: u64,
+}
+
+/// Runs `scenario` on `plan`; `fault_exe` is the `fault` binary, next to
+/// which cargo puts the order service (see [`service::binary`]). The
+/// service's logs go to a temporary directory, kept under `keep` when set.
+pub fn run(
+    scenario: &Scenario,
+    plan: &OrderPlan,
+    fault_exe: &Path,
+    keep: Option<&Path>,
+) -> Result<Outcome, String> {
+    let started = Instant::now();
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir: PathBuf = match keep {
+        Some(d) => {
+            let d = d.join(scenario.name);
+            std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
+            d
+        }
+        None => tmp.path().to_path_buf(),
+    };
+    let bin = service::binary(fault_exe)?;
+    let ran = drive::drive(&bin, plan, &dir)?;
+    let (report, stats) = judge(&ran);
+    Ok(Outcome {
+        scenario: scenario.clone(),
+        report,
+        elapsed: started.elapsed(),
+        faults: ran.kills,
+        tokens: None,
+        orders: Some(stats),
+        error: None,
+    })
+}
+
+/// The verdict on a finished run: every key one order, every
+/// acknowledgement naming it.
+fn judge(ran: &drive::Ran) -> (Report, OrderStats) {
+    let mut r = Report {
+        operations: ran.keys.len() as u64,
+        ..Report::default()
+    };
+    let mut v = Violations::default();
+    let mut examples = Vec::new();
+    let note = |examples: &mut Vec<String>, s: String| {
+        if examples.len() < 20 {
+            examples.push(s);
+        }
+    };
+    let mut per_key: std::collections::HashMap<&str, Vec<u64>> = Default::default();
+    for (id, item) in &ran.orders {
+        per_key.entry(item.as_str()).or_default().push(*id);
+    }
+    for ids in per_key.values_mut() {
+        ids.sort_unstable();
+    }
+    for key in &ran.keys {
+        let ids = per_key
+            .get(key.name.as_str())
+            .map_or(&[][..], Vec::as_slice);
+        if ids.len() > 1 {
+            v.duplicate_orders += ids.len() as u64 - 1;
+            note(
+                &mut examples,
+                format!(
+                    "{}: {} orders (ids {ids:?}); acknowledged {:?}",
+                    key.name,
+                    ids.len(),
+                    key.acknowledged.map(|(id, _)| id)
+                ),
+            );
+        }
+        match key.acknowledged {
+            Some((id, at)) => {
+                r.acquired += 1;
+                r.max_wait_ms = r
+                    .max_wait_ms
+                    .max(ms(at.saturating_duration_since(key.first_try)));
+                if ran.orders.get(&id) != Some(&key.name) {
+                    v.mismatched_acks += 1;
+                    note(
+                        &mut examples,
+                        format!(
+                            "{}: acknowledged with order {id}, which is {}",
+                            key.name,
+                            match ran.orders.get(&id) {
+                                Some(item) => format!("{item:?}'s"),
+                                None => "not there".into(),
+                            }
+                        ),
+                    );
+                }
+            }
+            None => {
+                v.keys_never_acknowledged += 1;
+                note(
+                    &mut examples,
+                    format!(
+                        "{}: no 2xx within {} s",
+                        key.name,
+                        drive::KEY_DEADLINE.as_secs()
+                    ),
+                );
+            }
+        }
+    }
+    // The longest time no request got a `2xx` while keys were left.
+    let mut acks: Vec<Instant> = ran
+        .keys
+        .iter()
+        .filter_map(|k| k.acknowledged.map(|(_, at)| at))
+        .collect();
+    acks.sort_unstable();
+    let mut last = ran.started;
+    for at in acks {
+        let stall = ms(at.saturating_duration_since(last));
+        if stall > r.max_stall_ms {
+            r.max_stall_ms = stall;
+            let since = last.saturating_duration_since(ran.started);
+            r.max_stall_at = (since.as_micros() as u64, "the service".into());
+        }
+        last = at;
+    }
+    r.violations = v;
+    r.examples = examples;
+    let stats = OrderStats {
+        requests: ran.requests,
+        failed: ran.failed,
+        orders: ran.orders.len() as u64,
+    };
+    (r, stats)
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
