@@ -222,3 +222,58 @@ fn judge(ran: &drive::Ran) -> (Report, OrderStats) {
 fn ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_orders_wrong_acknowledgements_and_silent_keys_are_counted() {
+        let started = Instant::now();
+        let at = |ms: u64| started + Duration::from_millis(ms);
+        let key = |name: &str, acknowledged: Option<(u64, Instant)>| drive::Key {
+            name: name.into(),
+            first_try: at(10),
+            acknowledged,
+        };
+        let ran = drive::Ran {
+            started,
+            keys: vec![
+                key("key-0", Some((1, at(50)))),
+                // Two orders; the retry's answer names the second.
+                key("key-1", Some((3, at(400)))),
+                // Answered with another key's order.
+                key("key-2", Some((1, at(420)))),
+                key("key-3", None),
+            ],
+            kills: 3,
+            requests: 9,
+            failed: 4,
+            orders: [(1, "key-0"), (2, "key-1"), (3, "key-1"), (4, "key-2")]
+                .into_iter()
+                .map(|(id, item)| (id, item.to_string()))
+                .collect(),
+        };
+        let (r, stats) = judge(&ran);
+        let v = &r.violations;
+        assert_eq!(
+            (
+                v.duplicate_orders,
+                v.mismatched_acks,
+                v.keys_never_acknowledged
+            ),
+            (1, 1, 1),
+            "{:?}",
+            r.examples
+        );
+        assert_eq!((r.operations, r.acquired), (4, 3));
+        assert_eq!(r.max_wait_ms, 410);
+        assert_eq!(r.max_stall_ms, 350);
+        assert_eq!(stats.orders, 4);
+        // One order per key, each acknowledged with its own: nothing.
+        let mut clean = ran;
+        clean.keys.truncate(1);
+        clean.orders.retain(|id, _| *id == 1);
+        assert_eq!(judge(&clean).0.violations, Violations::default());
+    }
+}
