@@ -99,7 +99,8 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
          one script, only when no completed record is there yet (else nothing is \
          written and the record found is answered). Its one-step effect is the \
          property itself (both or neither); tests/tests/http_idempotency_commit.rs \
-         and examples/tests/order_service_kills.rs (processes SIGKILLed) cover it",
+         and fault scenario 13 (`fault run exactly-once-redis,exactly-once-postgres`: \
+         processes SIGKILLed) cover it",
     ),
     (
         "idempotency_renew_many.lua",
