@@ -20,11 +20,9 @@
 //! The lock workers, the fenced store and the checker of the other
 //! scenarios take no part: what is checked is the service's own end state.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::checker::{Report, Violations};
-use crate::scenario::{Outcome, Scenario};
 
 pub mod drive;
 pub mod service;
@@ -88,42 +86,9 @@ pub struct OrderStats {
     pub orders: u64,
 }
 
-/// Runs `scenario` on `plan`; `fault_exe` is the `fault` binary, next to
-/// which cargo puts the order service (see [`service::binary`]). The
-/// service's logs go to a temporary directory, kept under `keep` when set.
-pub fn run(
-    scenario: &Scenario,
-    plan: &OrderPlan,
-    fault_exe: &Path,
-    keep: Option<&Path>,
-) -> Result<Outcome, String> {
-    let started = Instant::now();
-    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let dir: PathBuf = match keep {
-        Some(d) => {
-            let d = d.join(scenario.name);
-            std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
-            d
-        }
-        None => tmp.path().to_path_buf(),
-    };
-    let bin = service::binary(fault_exe)?;
-    let ran = drive::drive(&bin, plan, &dir)?;
-    let (report, stats) = judge(&ran);
-    Ok(Outcome {
-        scenario: scenario.clone(),
-        report,
-        elapsed: started.elapsed(),
-        faults: ran.kills,
-        tokens: None,
-        orders: Some(stats),
-        error: None,
-    })
-}
-
 /// The verdict on a finished run: every key one order, every
 /// acknowledgement naming it.
-fn judge(ran: &drive::Ran) -> (Report, OrderStats) {
+pub fn judge(ran: &drive::Ran) -> (Report, OrderStats) {
     let mut r = Report {
         operations: ran.keys.len() as u64,
         ..Report::default()

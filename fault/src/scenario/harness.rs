@@ -5,12 +5,33 @@ use super::inject::{InjectCtx, Injector, Step};
 use super::sides::{LockSide, Running};
 use super::*;
 
+/// Scenario 13: the order service's instances, killed under retrying
+/// clients, driven by `crate::orders` (the service next to `fault_exe`,
+/// its logs in `dir`), then judged: every key one order.
+fn run_orders(
+    scenario: &Scenario,
+    plan: &crate::orders::OrderPlan,
+    fault_exe: &Path,
+    dir: &Path,
+    started: Instant,
+) -> Result<Outcome, String> {
+    let bin = crate::orders::service::binary(fault_exe)?;
+    let ran = crate::orders::drive::drive(&bin, plan, dir)?;
+    let (report, stats) = crate::orders::judge(&ran);
+    Ok(Outcome {
+        scenario: scenario.clone(),
+        report,
+        elapsed: started.elapsed(),
+        faults: ran.kills,
+        tokens: None,
+        orders: Some(stats),
+        error: None,
+    })
+}
+
 /// Runs `scenario`, re-executing `exe` (the `fault` binary) as the workers;
 /// logs and server files go to a temporary directory, kept when `keep` is set.
 pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outcome, String> {
-    if let Some(plan) = &scenario.orders {
-        return crate::orders::run(scenario, plan, exe, keep);
-    }
     let started = Instant::now();
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let dir: PathBuf = match keep {
@@ -21,6 +42,9 @@ pub fn run(scenario: &Scenario, exe: &Path, keep: Option<&Path>) -> Result<Outco
         }
         None => tmp.path().to_path_buf(),
     };
+    if let Some(plan) = &scenario.orders {
+        return run_orders(scenario, plan, exe, &dir, started);
+    }
     let mut lock = LockSide::start(scenario)?;
     let store_server = RedisServer::try_start(&[])?;
     let store_client = redis::Client::open(store_server.url()).map_err(|e| e.to_string())?;
