@@ -33,7 +33,7 @@ use std::time::Duration;
 pub(crate) struct Name {
     /// `None`: the name `default`, whose keys are built once per process.
     #[cfg(feature = "metrics")]
-    keys: Option<Arc<report::Keys>>,
+    keys: Option<Arc<report::SeriesKeys>>,
 }
 
 impl Name {
@@ -41,7 +41,7 @@ impl Name {
     pub(crate) fn new(name: Arc<str>) -> Self {
         Self {
             #[cfg(feature = "metrics")]
-            keys: Some(Arc::new(report::Keys::new(name))),
+            keys: Some(Arc::new(report::SeriesKeys::new(name))),
         }
     }
 
@@ -59,9 +59,9 @@ impl Name {
 
     /// The keys of this name's series.
     #[cfg(feature = "metrics")]
-    fn keys(&self) -> &report::Keys {
-        static DEFAULT: std::sync::LazyLock<report::Keys> =
-            std::sync::LazyLock::new(|| report::Keys::new(Arc::from("default")));
+    fn keys(&self) -> &report::SeriesKeys {
+        static DEFAULT: std::sync::LazyLock<report::SeriesKeys> =
+            std::sync::LazyLock::new(|| report::SeriesKeys::new(Arc::from("default")));
         self.keys.as_deref().unwrap_or(&DEFAULT)
     }
 }
@@ -101,13 +101,13 @@ impl IdempotencyOutcome {
 /// [`Name`] does for a lock's). Empty without the `metrics` feature.
 #[cfg(feature = "axum")]
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Route {
+pub(crate) struct RouteSeries {
     #[cfg(feature = "metrics")]
     keys: Arc<report::RouteKeys>,
 }
 
 #[cfg(feature = "axum")]
-impl Route {
+impl RouteSeries {
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(crate) fn new(route: &str) -> Self {
         Self {
@@ -192,12 +192,12 @@ mod report {
 
     /// The keys of one name's series, each built on its first use.
     #[derive(Debug)]
-    pub(crate) struct Keys {
+    pub(crate) struct SeriesKeys {
         name: Arc<str>,
         built: [OnceLock<Key>; Series::COUNT],
     }
 
-    impl Keys {
+    impl SeriesKeys {
         pub(super) fn new(name: Arc<str>) -> Self {
             Self {
                 name,
@@ -311,7 +311,7 @@ mod report {
     }
 
     #[cfg(feature = "axum")]
-    pub(crate) fn idempotency(route: &Route, outcome: IdempotencyOutcome) {
+    pub(crate) fn idempotency(route: &RouteSeries, outcome: IdempotencyOutcome) {
         let key = route.keys.key(outcome);
         metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
     }
@@ -331,7 +331,7 @@ mod report {
     pub(crate) fn campaigning(name: &str) {}
     pub(crate) fn elected(name: &str) {}
     #[cfg(feature = "axum")]
-    pub(crate) fn idempotency(route: &Route, outcome: IdempotencyOutcome) {}
+    pub(crate) fn idempotency(route: &RouteSeries, outcome: IdempotencyOutcome) {}
 }
 
 pub(crate) use report::*;

@@ -22,10 +22,10 @@ use crate::error::BackendError;
 use crate::key::{KeyNames, parse};
 
 /// One leader as a record says: label, term, lease left.
-pub(crate) type Record = (String, u64, Duration);
+pub(crate) type LeaderEntry = (String, u64, Duration);
 
 /// Reads `<term>:<label>`.
-fn parse_record(value: &str, pttl: i64) -> Option<Record> {
+fn parse_record(value: &str, pttl: i64) -> Option<LeaderEntry> {
     let (term, label) = value.split_once(':')?;
     let term = term.parse().ok()?;
     // No expiry (-1) cannot be set by the scripts; read as "now".
@@ -35,7 +35,7 @@ fn parse_record(value: &str, pttl: i64) -> Option<Record> {
 
 impl Backend {
     /// The leader of the election `names`, if anybody leads it.
-    pub(crate) async fn leader(&self, names: &KeyNames) -> Result<Option<Record>, LockError> {
+    pub(crate) async fn leader(&self, names: &KeyNames) -> Result<Option<LeaderEntry>, LockError> {
         match self {
             Backend::Redis(b) => read(&mut b.conn(names), &names.record).await,
             Backend::Memory(b) => Ok(b.leader(names)),
@@ -79,7 +79,7 @@ impl Backend {
         prefix: &str,
         starting_with: &str,
         limit: usize,
-    ) -> Result<Vec<(String, Record)>, LockError> {
+    ) -> Result<Vec<(String, LeaderEntry)>, LockError> {
         let mut found = match self {
             Backend::Memory(b) => b.leaders(prefix),
             Backend::Redlock(_) => return Err(not_on_redlock()),
@@ -97,7 +97,7 @@ fn not_on_redlock() -> LockError {
 }
 
 /// `GET` and `PTTL` of a record, in one step.
-async fn read(conn: &mut Conn, record: &str) -> Result<Option<Record>, LockError> {
+async fn read(conn: &mut Conn, record: &str) -> Result<Option<LeaderEntry>, LockError> {
     let (value, pttl): (Option<String>, i64) = redis::pipe()
         .atomic()
         .get(record)
@@ -114,7 +114,7 @@ async fn scan_records(
     prefix: &str,
     starting_with: &str,
     limit: usize,
-) -> Result<Vec<(String, Record)>, LockError> {
+) -> Result<Vec<(String, LeaderEntry)>, LockError> {
     let mut conn = node.connection();
     let pattern = format!("{}A*", super::inspect::glob_escape(prefix));
     let masters = match &mut conn {

@@ -23,7 +23,7 @@ mod scripts;
 pub(crate) mod waiters;
 
 pub(crate) use all::{AllOutcome, AtomicSteps};
-pub(crate) use leaders::Record;
+pub(crate) use leaders::LeaderEntry;
 pub(crate) use waiters::WaitHandle;
 
 /// The lease a waiter gets when a release hands the lock to it (capped by the

@@ -5,7 +5,7 @@ use crate::LockError;
 
 /// Where a command's keys are among its arguments (after the name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Keys {
+enum KeyPositions {
     /// The first argument; the rest are values.
     First,
     /// The first two arguments (source and destination).
@@ -22,72 +22,72 @@ enum Keys {
 /// table gives it (name included; negative: at least that many), checked
 /// before sending, since a command that fails inside the script leaves the
 /// ones before it applied.
-const ALLOWED: &[(&str, i32, Keys)] = &[
+const ALLOWED: &[(&str, i32, KeyPositions)] = &[
     // Strings
-    ("SET", -3, Keys::First),
-    ("SETEX", 4, Keys::First),
-    ("PSETEX", 4, Keys::First),
-    ("SETNX", 3, Keys::First),
-    ("SETRANGE", 4, Keys::First),
-    ("APPEND", 3, Keys::First),
-    ("GETSET", 3, Keys::First),
-    ("GETDEL", 2, Keys::First),
-    ("GETEX", -2, Keys::First),
-    ("INCR", 2, Keys::First),
-    ("INCRBY", 3, Keys::First),
-    ("INCRBYFLOAT", 3, Keys::First),
-    ("DECR", 2, Keys::First),
-    ("DECRBY", 3, Keys::First),
-    ("SETBIT", 4, Keys::First),
-    ("MSET", -3, Keys::Pairs),
-    // Keys
-    ("DEL", -2, Keys::All),
-    ("UNLINK", -2, Keys::All),
-    ("EXPIRE", -3, Keys::First),
-    ("PEXPIRE", -3, Keys::First),
-    ("EXPIREAT", -3, Keys::First),
-    ("PEXPIREAT", -3, Keys::First),
-    ("PERSIST", 2, Keys::First),
-    ("RENAME", 3, Keys::FirstTwo),
+    ("SET", -3, KeyPositions::First),
+    ("SETEX", 4, KeyPositions::First),
+    ("PSETEX", 4, KeyPositions::First),
+    ("SETNX", 3, KeyPositions::First),
+    ("SETRANGE", 4, KeyPositions::First),
+    ("APPEND", 3, KeyPositions::First),
+    ("GETSET", 3, KeyPositions::First),
+    ("GETDEL", 2, KeyPositions::First),
+    ("GETEX", -2, KeyPositions::First),
+    ("INCR", 2, KeyPositions::First),
+    ("INCRBY", 3, KeyPositions::First),
+    ("INCRBYFLOAT", 3, KeyPositions::First),
+    ("DECR", 2, KeyPositions::First),
+    ("DECRBY", 3, KeyPositions::First),
+    ("SETBIT", 4, KeyPositions::First),
+    ("MSET", -3, KeyPositions::Pairs),
+    // KeyPositions
+    ("DEL", -2, KeyPositions::All),
+    ("UNLINK", -2, KeyPositions::All),
+    ("EXPIRE", -3, KeyPositions::First),
+    ("PEXPIRE", -3, KeyPositions::First),
+    ("EXPIREAT", -3, KeyPositions::First),
+    ("PEXPIREAT", -3, KeyPositions::First),
+    ("PERSIST", 2, KeyPositions::First),
+    ("RENAME", 3, KeyPositions::FirstTwo),
     // Hashes
-    ("HSET", -4, Keys::First),
-    ("HSETNX", 4, Keys::First),
-    ("HMSET", -4, Keys::First),
-    ("HDEL", -3, Keys::First),
-    ("HINCRBY", 4, Keys::First),
-    ("HINCRBYFLOAT", 4, Keys::First),
+    ("HSET", -4, KeyPositions::First),
+    ("HSETNX", 4, KeyPositions::First),
+    ("HMSET", -4, KeyPositions::First),
+    ("HDEL", -3, KeyPositions::First),
+    ("HINCRBY", 4, KeyPositions::First),
+    ("HINCRBYFLOAT", 4, KeyPositions::First),
     // Lists
-    ("LPUSH", -3, Keys::First),
-    ("RPUSH", -3, Keys::First),
-    ("LPUSHX", -3, Keys::First),
-    ("RPUSHX", -3, Keys::First),
-    ("LPOP", -2, Keys::First),
-    ("RPOP", -2, Keys::First),
-    ("LSET", 4, Keys::First),
-    ("LREM", 4, Keys::First),
-    ("LTRIM", 4, Keys::First),
-    ("LINSERT", 5, Keys::First),
-    ("LMOVE", 5, Keys::FirstTwo),
-    ("RPOPLPUSH", 3, Keys::FirstTwo),
+    ("LPUSH", -3, KeyPositions::First),
+    ("RPUSH", -3, KeyPositions::First),
+    ("LPUSHX", -3, KeyPositions::First),
+    ("RPUSHX", -3, KeyPositions::First),
+    ("LPOP", -2, KeyPositions::First),
+    ("RPOP", -2, KeyPositions::First),
+    ("LSET", 4, KeyPositions::First),
+    ("LREM", 4, KeyPositions::First),
+    ("LTRIM", 4, KeyPositions::First),
+    ("LINSERT", 5, KeyPositions::First),
+    ("LMOVE", 5, KeyPositions::FirstTwo),
+    ("RPOPLPUSH", 3, KeyPositions::FirstTwo),
     // Sets
-    ("SADD", -3, Keys::First),
-    ("SREM", -3, Keys::First),
-    ("SPOP", -2, Keys::First),
-    ("SMOVE", 4, Keys::FirstTwo),
+    ("SADD", -3, KeyPositions::First),
+    ("SREM", -3, KeyPositions::First),
+    ("SPOP", -2, KeyPositions::First),
+    ("SMOVE", 4, KeyPositions::FirstTwo),
     // Sorted sets
-    ("ZADD", -4, Keys::First),
-    ("ZREM", -3, Keys::First),
-    ("ZINCRBY", 4, Keys::First),
-    ("ZPOPMIN", -2, Keys::First),
-    ("ZPOPMAX", -2, Keys::First),
-    ("ZREMRANGEBYSCORE", 4, Keys::First),
-    ("ZREMRANGEBYRANK", 4, Keys::First),
-    ("ZREMRANGEBYLEX", 4, Keys::First),
+    ("ZADD", -4, KeyPositions::First),
+    ("ZREM", -3, KeyPositions::First),
+    ("ZINCRBY", 4, KeyPositions::First),
+    ("ZPOPMIN", -2, KeyPositions::First),
+    ("ZPOPMAX", -2, KeyPositions::First),
+    ("ZREMRANGEBYSCORE", 4, KeyPositions::First),
+    ("ZREMRANGEBYRANK", 4, KeyPositions::First),
+    ("ZREMRANGEBYLEX", 4, KeyPositions::First),
     // Streams, HyperLogLog
-    ("XADD", -5, Keys::First),
-    ("XDEL", -3, Keys::First),
-    ("XTRIM", -4, Keys::First),
-    ("PFADD", -2, Keys::First),
+    ("XADD", -5, KeyPositions::First),
+    ("XDEL", -3, KeyPositions::First),
+    ("XTRIM", -4, KeyPositions::First),
+    ("PFADD", -2, KeyPositions::First),
 ];
 
 /// The names of the commands a fenced write accepts, upper case.
@@ -137,7 +137,7 @@ pub(crate) fn encode(cmd: &redis::Cmd) -> Result<Encoded, LockError> {
     let arity_ok = match usize::try_from(arity) {
         Ok(exact) => given == exact,
         Err(_) => given >= arity.unsigned_abs() as usize,
-    } && (keys != Keys::Pairs || rest.len() % 2 == 0);
+    } && (keys != KeyPositions::Pairs || rest.len() % 2 == 0);
     if !arity_ok {
         return Err(LockError::Config(format!(
             "`{name}` with {} argument(s): wrong number of arguments",
@@ -157,10 +157,10 @@ pub(crate) fn encode(cmd: &redis::Cmd) -> Result<Encoded, LockError> {
     };
     for (i, arg) in rest.iter().enumerate() {
         let is_key = match keys {
-            Keys::First => i == 0,
-            Keys::FirstTwo => i < 2,
-            Keys::All => true,
-            Keys::Pairs => i % 2 == 0,
+            KeyPositions::First => i == 0,
+            KeyPositions::FirstTwo => i < 2,
+            KeyPositions::All => true,
+            KeyPositions::Pairs => i % 2 == 0,
         };
         if is_key {
             kind.push(b'K');

@@ -186,6 +186,12 @@ macro_rules! config_debug {
     };
 }
 
+/// A route's handler, with the lock or record around it, boxed: what the
+/// layers' response futures poll.
+type BoxedResponse<E> = std::pin::Pin<
+    Box<dyn Future<Output = Result<http::Response<axum::body::Body>, E>> + Send + 'static>,
+>;
+
 mod bounds;
 mod completion;
 mod detach;

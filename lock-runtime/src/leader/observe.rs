@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use super::Leader;
 use crate::LockError;
-use crate::backend::{Record, WaitHandle};
+use crate::backend::{LeaderEntry, WaitHandle};
 use crate::backoff::Backoff;
 use crate::client::LockClient;
 use crate::inner::Inner;
@@ -51,7 +51,7 @@ pub(super) async fn start(
     Ok(rx)
 }
 
-fn leader(name: &str, (label, term, _): Record) -> Leader {
+fn leader(name: &str, (label, term, _): LeaderEntry) -> Leader {
     Leader {
         name: name.to_owned(),
         label,

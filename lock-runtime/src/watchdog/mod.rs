@@ -52,7 +52,7 @@ const IDLE_LOOK: Duration = Duration::from_secs(1);
 /// the new lease is due before everything it already sleeps on.
 #[derive(Debug)]
 pub(crate) struct Watchdog {
-    shared: Arc<Shared>,
+    shared: Arc<Scheduler>,
     /// To restart the scheduler with, if its task ends with its runtime.
     backend: Backend,
     live: AtomicUsize,
@@ -61,8 +61,8 @@ pub(crate) struct Watchdog {
 }
 
 #[derive(Debug, Default)]
-struct Shared {
-    state: Mutex<State>,
+struct Scheduler {
+    state: Mutex<Leases>,
     wake: Notify,
     closed: AtomicBool,
     /// `true` while the scheduler task exists: its future clears it when
@@ -71,7 +71,7 @@ struct Shared {
 }
 
 #[derive(Debug, Default)]
-struct State {
+struct Leases {
     /// By the lease's id: a number the client counts up, never a caller's
     /// input, so a fast hash serves (no crafted collisions to fear).
     entries: HashMap<u64, WatchedLease, foldhash::fast::RandomState>,
@@ -80,17 +80,20 @@ struct State {
     sleeping_until: Option<Instant>,
 }
 
-impl Shared {
-    fn state(&self) -> MutexGuard<'_, State> {
+impl Scheduler {
+    fn state(&self) -> MutexGuard<'_, Leases> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl Watchdog {
     pub(crate) fn start(backend: Backend) -> Self {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Scheduler::default());
         shared.running.store(true, Ordering::Release);
-        tokio::spawn(run(backend.clone(), restart::Running(shared.clone())));
+        tokio::spawn(run(
+            backend.clone(),
+            restart::SchedulerAlive(shared.clone()),
+        ));
         Self {
             shared,
             backend,
@@ -266,14 +269,14 @@ type Batch = Vec<(u64, Lease, Duration, Instant)>;
 
 /// Per lease of a call: re-armed, not ours, or unknown (`None`); the whole
 /// call: an error, or no answer in time (`None`).
-type Answer = Option<Result<Vec<Option<bool>>, LockError>>;
+type CallAnswer = Option<Result<Vec<Option<bool>>, LockError>>;
 
-type Call = Pin<Box<dyn std::future::Future<Output = (Vec<u64>, Instant, Answer)> + Send>>;
+type Call = Pin<Box<dyn std::future::Future<Output = (Vec<u64>, Instant, CallAnswer)> + Send>>;
 
 /// The scheduler. `running` is an argument, not a local: a task dropped
 /// with its runtime before its first poll drops its arguments, not its
 /// locals, and must clear the flag too.
-async fn run(backend: Backend, running: restart::Running) {
+async fn run(backend: Backend, running: restart::SchedulerAlive) {
     let shared = running.0.clone();
     let mut calls: FuturesUnordered<Call> = FuturesUnordered::new();
     loop {
@@ -313,7 +316,7 @@ async fn run(backend: Backend, running: restart::Running) {
 
 /// Takes every lease due now or soon (renewing a little early lets calls fill
 /// up), and loses those that ran out.
-fn take_due(state: &mut State, now: Instant) -> Batch {
+fn take_due(state: &mut Leases, now: Instant) -> Batch {
     let mut batch: Batch = Vec::new();
     // Renewing early by up to min(ttl / 6, 1 min).
     let horizon = now + Duration::from_secs(60);
@@ -380,7 +383,7 @@ fn take_due(state: &mut State, now: Instant) -> Batch {
 }
 
 /// Applies the answer of one renewal call.
-fn settle(state: &mut State, ids: Vec<u64>, sent: Instant, answer: Answer) {
+fn settle(state: &mut Leases, ids: Vec<u64>, sent: Instant, answer: CallAnswer) {
     let now = Instant::now();
     let answers: Vec<Option<bool>> = match answer {
         Some(Ok(extended)) => extended,

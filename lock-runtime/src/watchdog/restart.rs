@@ -1,13 +1,13 @@
 //! A scheduler whose task ended with the tokio runtime it ran on (a client
 //! built in one runtime and used in another) is restarted on the runtime in
-//! use; the leases under watch stay where they are, in [`Shared`].
+//! use; the leases under watch stay where they are, in [`Scheduler`].
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
-use super::{Shared, State, Watchdog, run};
+use super::{Leases, Scheduler, Watchdog, run};
 use crate::LockError;
 
 impl Watchdog {
@@ -43,7 +43,7 @@ impl Watchdog {
         {
             let mut state = self.shared.state();
             let now = Instant::now();
-            let State {
+            let Leases {
                 entries, timers, ..
             } = &mut *state;
             for (id, entry) in entries.iter_mut().filter(|(_, e)| e.busy) {
@@ -53,7 +53,10 @@ impl Watchdog {
             }
             state.sleeping_until = None;
         }
-        runtime.spawn(run(self.backend.clone(), Running(self.shared.clone())));
+        runtime.spawn(run(
+            self.backend.clone(),
+            SchedulerAlive(self.shared.clone()),
+        ));
         tracing::info!(
             "lock client: the watchdog ended with the tokio runtime it ran on; restarted on the \
              runtime in use"
@@ -62,11 +65,11 @@ impl Watchdog {
     }
 }
 
-/// Clears [`Shared::running`] when the scheduler's future is dropped: it
+/// Clears [`Scheduler::running`] when the scheduler's future is dropped: it
 /// returned, or its runtime shut down.
-pub(super) struct Running(pub(super) Arc<Shared>);
+pub(super) struct SchedulerAlive(pub(super) Arc<Scheduler>);
 
-impl Drop for Running {
+impl Drop for SchedulerAlive {
     fn drop(&mut self) {
         self.0.running.store(false, Ordering::Release);
     }

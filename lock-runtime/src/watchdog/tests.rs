@@ -32,7 +32,7 @@ fn held(id: u64) -> Arc<Held> {
 }
 
 /// Puts lock `id` under watch as `Watchdog::watch` does, with explicit times.
-fn watch(state: &mut State, id: u64, renew: bool, due: Instant, valid_until: Instant) {
+fn watch(state: &mut Leases, id: u64, renew: bool, due: Instant, valid_until: Instant) {
     let held = held(id);
     held.set_valid_until(valid_until);
     state.timers.insert((due, id));
@@ -51,7 +51,7 @@ fn watch(state: &mut State, id: u64, renew: bool, due: Instant, valid_until: Ins
 }
 
 /// The lock of entry `id`.
-fn lock(state: &State, id: u64) -> Arc<Held> {
+fn lock(state: &Leases, id: u64) -> Arc<Held> {
     match &state.entries[&id].lease {
         Lease::Lock(held) => held.clone(),
         #[cfg(feature = "idempotency")]
@@ -68,7 +68,7 @@ fn ids(batch: &Batch) -> Vec<u64> {
 #[test]
 fn a_wake_up_renews_what_is_due_within_a_sixth_of_its_lease_and_nothing_later() {
     let now = Instant::now();
-    let mut state = State::default();
+    let mut state = Leases::default();
     watch(&mut state, 1, true, now, now + TTL);
     watch(&mut state, 2, true, now + ms(40), now + TTL); // within ttl/6 = 50 ms
     watch(&mut state, 3, true, now + ms(250), now + TTL * 2); // far off
@@ -84,7 +84,7 @@ fn a_wake_up_renews_what_is_due_within_a_sixth_of_its_lease_and_nothing_later() 
 #[test]
 fn a_partial_batch_is_topped_up_with_leases_due_within_a_third() {
     let now = Instant::now();
-    let mut state = State::default();
+    let mut state = Leases::default();
     watch(&mut state, 1, true, now, now + TTL);
     watch(&mut state, 2, true, now + ms(90), now + TTL);
     watch(&mut state, 3, true, now + ms(150), now + TTL);
@@ -94,7 +94,7 @@ fn a_partial_batch_is_topped_up_with_leases_due_within_a_third() {
 #[test]
 fn a_lease_whose_validity_ran_out_before_its_renewal_is_lost_not_renewed() {
     let now = Instant::now();
-    let mut state = State::default();
+    let mut state = Leases::default();
     watch(&mut state, 1, true, now - ms(10), now - ms(1));
     let lost = lock(&state, 1);
     assert!(take_due(&mut state, now).is_empty());
@@ -105,7 +105,7 @@ fn a_lease_whose_validity_ran_out_before_its_renewal_is_lost_not_renewed() {
 #[test]
 fn a_fixed_lease_is_lost_at_its_end_and_never_renewed() {
     let now = Instant::now();
-    let mut state = State::default();
+    let mut state = Leases::default();
     watch(&mut state, 1, false, now + ms(10), now + ms(10));
     assert!(
         take_due(&mut state, now).is_empty(),
@@ -119,7 +119,7 @@ fn a_fixed_lease_is_lost_at_its_end_and_never_renewed() {
 #[test]
 fn a_confirmed_renewal_re_arms_the_lease_from_its_send_time() {
     let now = Instant::now();
-    let mut state = State::default();
+    let mut state = Leases::default();
     watch(&mut state, 1, true, now, now + ms(100));
     let held = lock(&state, 1);
     take_due(&mut state, now);
@@ -140,7 +140,7 @@ fn a_confirmed_renewal_re_arms_the_lease_from_its_send_time() {
 #[test]
 fn not_ours_from_the_server_loses_the_lease_at_once() {
     let now = Instant::now();
-    let mut state = State::default();
+    let mut state = Leases::default();
     watch(&mut state, 1, true, now, now + TTL);
     watch(&mut state, 2, true, now, now + TTL);
     let (one, two) = (lock(&state, 1), lock(&state, 2));
@@ -159,7 +159,7 @@ fn not_ours_from_the_server_loses_the_lease_at_once() {
 #[test]
 fn an_unanswered_renewal_is_retried_soon_and_lost_only_once_the_lease_may_have_ended() {
     let start = Instant::now();
-    let mut state = State::default();
+    let mut state = Leases::default();
     let valid_until = start + ms(200);
     watch(&mut state, 1, true, start, valid_until);
     let held = lock(&state, 1);
@@ -180,7 +180,7 @@ fn an_unanswered_renewal_is_retried_soon_and_lost_only_once_the_lease_may_have_e
 #[test]
 fn an_answer_for_a_lease_released_meanwhile_is_ignored() {
     let now = Instant::now();
-    let mut state = State::default();
+    let mut state = Leases::default();
     watch(&mut state, 1, true, now, now + TTL);
     take_due(&mut state, now);
     state.entries.remove(&1); // unwatched while the call was in flight
@@ -190,7 +190,7 @@ fn an_answer_for_a_lease_released_meanwhile_is_ignored() {
 
 /// Puts record `id` under watch as `Watchdog::watch_record` does.
 #[cfg(feature = "idempotency")]
-fn watch_record(state: &mut State, id: u64, due: Instant, valid_until: Instant) {
+fn watch_record(state: &mut Leases, id: u64, due: Instant, valid_until: Instant) {
     state.timers.insert((due, id));
     state.entries.insert(
         id,
@@ -213,7 +213,7 @@ fn watch_record(state: &mut State, id: u64, due: Instant, valid_until: Instant) 
 #[test]
 fn records_ride_the_lock_schedule_and_are_given_up_only_when_the_server_says_so() {
     let now = Instant::now();
-    let mut state = State::default();
+    let mut state = Leases::default();
     watch(&mut state, 1, true, now, now + TTL);
     watch_record(&mut state, 2, now + ms(10), now + TTL);
     // Past its validity (a renewal whose reply was lost may have re-armed

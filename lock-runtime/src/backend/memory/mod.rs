@@ -52,7 +52,7 @@ struct Queue {
 pub(super) type Names<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 #[derive(Debug, Default)]
-pub(super) struct State {
+pub(super) struct MemoryState {
     locks: Names<MemoryHold>,
     /// Read-write locks and semaphores.
     shared: SharedLocks,
@@ -64,7 +64,7 @@ pub(super) struct State {
     ops: u64,
 }
 
-impl State {
+impl MemoryState {
     /// The first entry of a mutex's line whose wait has not ended, the
     /// others before it dropped (as acquire.lua and release.lua do); the
     /// line goes with its last entry.
@@ -160,7 +160,7 @@ impl State {
 /// queues and hand-over work as in the Redis scripts.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryBackend {
-    state: Mutex<State>,
+    state: Mutex<MemoryState>,
     waiters: Arc<Registry>,
     /// Idempotency records (`IdempotencyLayer`).
     #[cfg(feature = "idempotency")]
@@ -168,7 +168,7 @@ pub(crate) struct MemoryBackend {
 }
 
 impl MemoryBackend {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -344,7 +344,7 @@ impl MemoryBackend {
     }
 
     /// Every leader under `prefix`: (name, record).
-    pub(crate) fn leaders(&self, prefix: &str) -> Vec<(String, super::Record)> {
+    pub(crate) fn leaders(&self, prefix: &str) -> Vec<(String, super::LeaderEntry)> {
         let now = Instant::now();
         let leaders = format!("{prefix}E");
         self.state()
@@ -416,7 +416,7 @@ impl MemoryBackend {
 /// Takes the lock for `token` (a leader's: labelled `label`) and returns
 /// its new fencing token.
 fn grant(
-    state: &mut State,
+    state: &mut MemoryState,
     names: &KeyNames,
     token: Token,
     lease: Duration,

@@ -15,7 +15,7 @@ use crate::token::Token;
 
 /// One read-write lock or semaphore.
 #[derive(Debug)]
-struct Shared {
+struct SharedLock {
     /// The writer: token, lease end, fencing token.
     writer: Option<(Token, Instant, u64)>,
     /// Readers or permit holders: token, lease end, fencing token.
@@ -33,7 +33,7 @@ fn mode(access: Access) -> (bool, u32) {
     }
 }
 
-impl Shared {
+impl SharedLock {
     fn new(now: Instant) -> Self {
         Self {
             writer: None,
@@ -105,7 +105,7 @@ impl Shared {
 
 /// Every read-write lock and semaphore, by its writer's name.
 #[derive(Debug, Default)]
-pub(super) struct SharedLocks(super::Names<Shared>);
+pub(super) struct SharedLocks(super::Names<SharedLock>);
 
 /// Waiters granted by a call: token and fencing token.
 pub(super) type Grants = Vec<(Token, u64)>;
@@ -164,7 +164,7 @@ impl SharedLocks {
         let lock = self
             .0
             .entry(names.lock.clone())
-            .or_insert_with(|| Shared::new(now));
+            .or_insert_with(|| SharedLock::new(now));
         lock.expire(now);
         let mut granted = lock.promote(fence, limit, now);
         let outcome = if let Some((until, fencing)) = lock.holds(token, exclusive) {

@@ -12,7 +12,7 @@ use crate::durations::later;
 use crate::token::Token;
 
 #[derive(Debug)]
-enum State {
+enum RecordPhase {
     Run {
         owner: Token,
     },
@@ -23,8 +23,8 @@ enum State {
 }
 
 #[derive(Debug)]
-struct Record {
-    state: State,
+struct MemoryRecord {
+    state: RecordPhase,
     fingerprint: String,
     expires: Instant,
 }
@@ -33,7 +33,7 @@ struct Record {
 /// access with tokio's clock (so `tokio::time::pause()` works).
 #[derive(Debug, Default)]
 pub(crate) struct MemoryRecords {
-    records: Mutex<HashMap<String, Record>>,
+    records: Mutex<HashMap<String, MemoryRecord>>,
     claims: AtomicUsize,
 }
 
@@ -41,16 +41,16 @@ pub(crate) struct MemoryRecords {
 const SWEEP_EVERY: usize = 1024;
 
 impl MemoryRecords {
-    fn records(&self) -> std::sync::MutexGuard<'_, HashMap<String, Record>> {
+    fn records(&self) -> std::sync::MutexGuard<'_, HashMap<String, MemoryRecord>> {
         self.records.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The live record named `name`, with expired ones removed on the way.
     fn live<'a>(
-        records: &'a mut HashMap<String, Record>,
+        records: &'a mut HashMap<String, MemoryRecord>,
         name: &str,
         now: Instant,
-    ) -> Option<&'a mut Record> {
+    ) -> Option<&'a mut MemoryRecord> {
         if records.get(name).is_some_and(|r| r.expires <= now) {
             records.remove(name);
         }
@@ -73,8 +73,8 @@ impl MemoryRecords {
             None => {
                 records.insert(
                     name.to_owned(),
-                    Record {
-                        state: State::Run { owner: *token },
+                    MemoryRecord {
+                        state: RecordPhase::Run { owner: *token },
                         fingerprint: fingerprint.to_owned(),
                         expires: now + lease,
                     },
@@ -83,27 +83,27 @@ impl MemoryRecords {
             }
             Some(record) if record.fingerprint != fingerprint => Claim::Mismatch,
             Some(record) => match &record.state {
-                State::Run { owner } if owner == token => {
+                RecordPhase::Run { owner } if owner == token => {
                     record.expires = now + lease;
                     Claim::Claimed
                 }
-                State::Run { .. } => Claim::InFlight {
+                RecordPhase::Run { .. } => Claim::InFlight {
                     remaining: record.expires - now,
                 },
-                State::Done { response, .. } => Claim::Done(response.clone()),
+                RecordPhase::Done { response, .. } => Claim::Done(response.clone()),
             },
         }
     }
 
     /// The live record `name` if `token` runs it.
     fn owned<'a>(
-        records: &'a mut HashMap<String, Record>,
+        records: &'a mut HashMap<String, MemoryRecord>,
         name: &str,
         token: &Token,
         now: Instant,
-    ) -> Option<&'a mut Record> {
+    ) -> Option<&'a mut MemoryRecord> {
         Self::live(records, name, now)
-            .filter(|r| matches!(&r.state, State::Run { owner } if owner == token))
+            .filter(|r| matches!(&r.state, RecordPhase::Run { owner } if owner == token))
     }
 
     pub(super) fn renew(&self, name: &str, token: &Token, lease: Duration) -> bool {
@@ -111,13 +111,13 @@ impl MemoryRecords {
         let mut records = self.records();
         match Self::live(&mut records, name, now) {
             Some(record) => match &record.state {
-                State::Run { owner } if owner == token => {
+                RecordPhase::Run { owner } if owner == token => {
                     record.expires = now + lease;
                     true
                 }
                 // Crossed our completion: nothing to re-arm.
-                State::Done { owner, .. } => owner == token,
-                State::Run { .. } => false,
+                RecordPhase::Done { owner, .. } => owner == token,
+                RecordPhase::Run { .. } => false,
             },
             None => false,
         }
@@ -135,8 +135,8 @@ impl MemoryRecords {
     ) -> bool {
         let now = Instant::now();
         let mut records = self.records();
-        let done = Record {
-            state: State::Done {
+        let done = MemoryRecord {
+            state: RecordPhase::Done {
                 owner: *token,
                 response: response.clone(),
             },
@@ -151,12 +151,12 @@ impl MemoryRecords {
                 true
             }
             Some(record) => match &record.state {
-                State::Done { owner, .. } => owner == token,
-                State::Run { owner } if owner == token => {
+                RecordPhase::Done { owner, .. } => owner == token,
+                RecordPhase::Run { owner } if owner == token => {
                     *record = done;
                     true
                 }
-                State::Run { .. } => false,
+                RecordPhase::Run { .. } => false,
             },
         }
     }

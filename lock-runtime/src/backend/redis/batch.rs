@@ -112,7 +112,7 @@ struct Queued {
 }
 
 #[derive(Default)]
-struct State {
+struct BatchQueue {
     /// A script call (alone, or a batch) is in flight on this handle.
     in_flight: bool,
     queue: Vec<Queued>,
@@ -135,7 +135,7 @@ pub(super) struct Batcher {
     replica_acks: Option<(u32, Duration)>,
     /// `false`: every call goes out alone (the builder's default).
     coalesce: bool,
-    state: Mutex<State>,
+    state: Mutex<BatchQueue>,
     calls: AtomicU64,
     ops: AtomicU64,
     largest: AtomicU64,
@@ -170,7 +170,7 @@ impl Batcher {
         })
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    fn state(&self) -> std::sync::MutexGuard<'_, BatchQueue> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 

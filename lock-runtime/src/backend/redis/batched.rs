@@ -15,7 +15,7 @@ use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 
 /// Where a call goes.
-pub(super) enum Route {
+pub(super) enum Dispatch {
     /// Out at once with its own script; the turn (if batched calls share
     /// the handle) is held until its answer.
     Alone(Option<Turn>),
@@ -36,16 +36,16 @@ impl OpError {
 impl RedisBackend {
     /// Where a call on `names` goes: only a mutex's (not a leader
     /// election's) calls are batched, and not on a Redlock node.
-    pub(super) fn route(&self, names: &KeyNames) -> Route {
+    pub(super) fn route(&self, names: &KeyNames) -> Dispatch {
         if names.kind != LockKind::Mutex || names.is_leader() {
-            return Route::Alone(None);
+            return Dispatch::Alone(None);
         }
         let Some(batcher) = self.batchers.get(self.handle(names)) else {
-            return Route::Alone(None);
+            return Dispatch::Alone(None);
         };
         match batcher.try_turn() {
-            Some(turn) => Route::Alone(Some(turn)),
-            None => Route::Queued(batcher.clone()),
+            Some(turn) => Dispatch::Alone(Some(turn)),
+            None => Dispatch::Queued(batcher.clone()),
         }
     }
 

@@ -63,7 +63,7 @@ pub(crate) use plain::Plain;
 
 use batch::Turn;
 use batch::{Batcher, OpError};
-use batched::{Joined, Route, mutex_script};
+use batched::{Dispatch, Joined, mutex_script};
 use replicas::wait_for_replicas;
 
 pub(crate) struct RedisBackend {
@@ -148,8 +148,8 @@ impl RedisBackend {
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
         let mut conn = self.conn(names);
         let turn = match self.route(names) {
-            Route::Alone(turn) => turn,
-            Route::Queued(batcher) => {
+            Dispatch::Alone(turn) => turn,
+            Dispatch::Queued(batcher) => {
                 // Boxed, as every path a plain call does not take: the
                 // caller's future then holds a pointer, not this state.
                 let reply =
@@ -236,8 +236,8 @@ impl RedisBackend {
         let LockRef { names, token, ttl } = lock;
         let mut conn = self.conn(names);
         let turn = match self.route(names) {
-            Route::Alone(turn) => turn,
-            Route::Queued(batcher) => {
+            Dispatch::Alone(turn) => turn,
+            Dispatch::Queued(batcher) => {
                 let reply = batcher.submit(Self::extend_op(names, token, ttl)).await;
                 let extended = reply
                     .answer
@@ -335,12 +335,12 @@ impl RedisBackend {
             }
         }
         let (answer, resent) = match self.route(names) {
-            Route::Alone(turn) => {
+            Dispatch::Alone(turn) => {
                 let cmd = self.release_cmd(names, token, ttl, dequeue);
                 self.send_release(names, &RELEASE, &cmd, plain_resent, turn)
                     .await?
             }
-            Route::Queued(batcher) => {
+            Dispatch::Queued(batcher) => {
                 let reply = batcher
                     .submit(self.release_op(names, token, ttl, dequeue))
                     .await;

@@ -260,7 +260,7 @@ impl LockAllRequest {
         let ttl = asked.ttl;
         let group = if atomic {
             let token = inner.token();
-            let pending = Pending {
+            let pending = StepInFlight {
                 inner: inner.clone(),
                 group,
                 token,
@@ -372,7 +372,7 @@ fn groups(todo: Vec<Wanted>, steps: AtomicSteps) -> Vec<Vec<Wanted>> {
 /// The clean-up duty of an atomic step in flight: dropped armed (an error,
 /// or the request cancelled mid-step), it releases the group's keys with
 /// the step's token in the background, in case the step ran.
-struct Pending {
+struct StepInFlight {
     inner: Arc<Inner>,
     group: Vec<Wanted>,
     token: Token,
@@ -380,14 +380,14 @@ struct Pending {
     armed: bool,
 }
 
-impl Pending {
+impl StepInFlight {
     fn disarm(mut self) -> Vec<Wanted> {
         self.armed = false;
         std::mem::take(&mut self.group)
     }
 }
 
-impl Drop for Pending {
+impl Drop for StepInFlight {
     fn drop(&mut self) {
         if !self.armed {
             return;

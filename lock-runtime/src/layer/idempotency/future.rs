@@ -7,9 +7,9 @@ use axum::BoxError;
 use axum::body::Body;
 use bytes::Bytes;
 use http::Response;
-use pin_project_lite::pin_project;
 
-type Running<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send + 'static>>;
+use crate::layer::BoxedResponse;
+use pin_project_lite::pin_project;
 
 pin_project! {
     /// The response future of [`Idempotency`](super::Idempotency).
@@ -33,7 +33,7 @@ pin_project! {
         /// Not subject to idempotency: the inner service's future as is.
         Passthrough { #[pin] future: F },
         /// Claiming, running, storing or replaying.
-        Running { future: Running<E> },
+        Running { future: BoxedResponse<E> },
     }
 }
 
@@ -52,7 +52,7 @@ impl<F, E> ResponseFuture<F, E> {
         }
     }
 
-    pub(super) fn running(future: Running<E>) -> Self {
+    pub(super) fn running(future: BoxedResponse<E>) -> Self {
         Self {
             kind: Kind::Running { future },
         }

@@ -14,7 +14,7 @@ use crate::durations::{check_retention, refused_at_build};
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
 use crate::layer::routes::RouteNames;
-use crate::metrics::Route;
+use crate::metrics::RouteSeries;
 
 layer_with_config! {
     /// Makes retried requests with the same `Idempotency-Key` safe: see the
@@ -69,7 +69,7 @@ pub(super) struct Config {
     pub(super) fail_open: bool,
     pub(super) completion: Completion,
     /// The metrics series of each route, made once.
-    pub(super) routes: Arc<RouteNames<Route>>,
+    pub(super) routes: Arc<RouteNames<RouteSeries>>,
     /// Where handlers commit their writes with the record (see [`Commit`](super::Commit)).
     pub(super) commit: Option<CommitStore>,
 }

@@ -24,11 +24,11 @@ use crate::layer::bounds::{HttpBody, Wrapped};
 use crate::layer::completion::Aborted;
 use crate::layer::detach::detachable;
 use crate::layer::problem::{Refusal, problem, problem_retry};
-use crate::metrics::{IdempotencyOutcome, Route};
+use crate::metrics::{IdempotencyOutcome, RouteSeries};
 use crate::records::{Answer, RecordGuard};
 
 use super::body::{Buffered, buffer, read_body};
-use super::commit::{Commit, State, look_before_running};
+use super::commit::{Commit, CommitState, look_before_running};
 use super::running::complete;
 
 wrapped_service! {
@@ -125,7 +125,7 @@ where
         .extensions
         .get::<MatchedPath>()
         .map_or(parts.uri.path(), MatchedPath::as_str);
-    let metrics_route = config.routes.get(route, Route::new);
+    let metrics_route = config.routes.get(route, RouteSeries::new);
     let scope = config.scope.of(&parts);
     let names = record_names(client.key_prefix(), &scope, method, route, &key);
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -273,18 +273,18 @@ where
     match commit.map(|c| c.take_state()) {
         // The handler committed its writes with the record: ours gets the
         // committed response, whatever the handler answered after.
-        Some(State::Committed(stored)) => {
+        Some(CommitState::Committed(stored)) => {
             complete(running, stored, &config.completion).await;
             return Ok(response.map(Body::new));
         }
         // Its commit failed or may have happened: not stored here, so the
         // retry looks in the store again.
-        Some(State::Failed) => {
+        Some(CommitState::Failed) => {
             tracing::debug!(%key, "idempotency: the handler's commit failed; record released");
             let _ = running.release().await;
             return Ok(response.map(Body::new));
         }
-        Some(State::Unused) | None => {}
+        Some(CommitState::Unused) | None => {}
     }
     let (head, body) = response.into_parts();
     if !should_store(&config, &head) {

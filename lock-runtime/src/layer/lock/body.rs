@@ -26,11 +26,11 @@ pin_project! {
         inner: Option<B>,
         // A frame read before the body was handed on, sent first.
         first: Option<Frame<Bytes>>,
-        state: State,
+        state: BodyPhase,
     }
 }
 
-enum State {
+enum BodyPhase {
     Streaming(LockGuard),
     /// Releasing; then sending the last frame (if any) and ending.
     Releasing(Release, Option<Frame<Bytes>>),
@@ -52,7 +52,7 @@ impl<B> LockedBody<B> {
         Self {
             inner: Some(inner),
             first,
-            state: State::Streaming(guard),
+            state: BodyPhase::Streaming(guard),
         }
     }
 
@@ -61,7 +61,7 @@ impl<B> LockedBody<B> {
         Self {
             inner: None,
             first: None,
-            state: State::Releasing(Box::pin(std::future::ready(())), Some(frame)),
+            state: BodyPhase::Releasing(Box::pin(std::future::ready(())), Some(frame)),
         }
     }
 }
@@ -81,15 +81,15 @@ where
         let mut this = self.project();
         loop {
             match this.state {
-                State::Streaming(guard) => {
+                BodyPhase::Streaming(guard) => {
                     if guard.is_lost() {
                         let key = guard.key().to_owned();
                         tracing::warn!(%key, "lock lost while the response body streamed; the body was cut short");
-                        *this.state = State::Done;
+                        *this.state = BodyPhase::Done;
                         return Poll::Ready(Some(Err(Box::new(LockError::Lost { key }))));
                     }
                     let Some(mut inner) = this.inner.as_mut().as_pin_mut() else {
-                        *this.state = State::Done;
+                        *this.state = BodyPhase::Done;
                         continue;
                     };
                     let polled = match this.first.take() {
@@ -103,33 +103,35 @@ where
                         Some(Ok(frame)) => Some(frame),
                         Some(Err(e)) => {
                             // Dropping the guard releases in the background.
-                            *this.state = State::Done;
+                            *this.state = BodyPhase::Done;
                             return Poll::Ready(Some(Err(e.into())));
                         }
                         None => None,
                     };
-                    if let State::Streaming(guard) = std::mem::replace(this.state, State::Done) {
-                        *this.state = State::Releasing(release(guard), frame);
+                    if let BodyPhase::Streaming(guard) =
+                        std::mem::replace(this.state, BodyPhase::Done)
+                    {
+                        *this.state = BodyPhase::Releasing(release(guard), frame);
                     }
                 }
-                State::Releasing(releasing, last) => {
+                BodyPhase::Releasing(releasing, last) => {
                     ready!(releasing.as_mut().poll(cx));
                     let last = last.take();
-                    *this.state = State::Done;
+                    *this.state = BodyPhase::Done;
                     return Poll::Ready(last.map(Ok));
                 }
-                State::Done => return Poll::Ready(None),
+                BodyPhase::Done => return Poll::Ready(None),
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self.state, State::Done)
+        matches!(self.state, BodyPhase::Done)
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.state {
-            State::Streaming(_) => {
+            BodyPhase::Streaming(_) => {
                 let first = self
                     .first
                     .as_ref()
@@ -146,10 +148,10 @@ where
                 }
                 hint
             }
-            State::Releasing(_, Some(frame)) => {
+            BodyPhase::Releasing(_, Some(frame)) => {
                 SizeHint::with_exact(frame.data_ref().map_or(0, |d| d.len() as u64))
             }
-            State::Releasing(_, None) | State::Done => SizeHint::with_exact(0),
+            BodyPhase::Releasing(_, None) | BodyPhase::Done => SizeHint::with_exact(0),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use http::Response;
 
-type Running<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send + 'static>>;
+use crate::layer::BoxedResponse;
 
 /// The response future of [`Lock`](super::Lock).
 ///
@@ -16,27 +16,27 @@ type Running<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send 
 /// produced keeps the lock in its body until sent or dropped.
 #[must_use = "futures do nothing unless polled"]
 pub struct ResponseFuture<E> {
-    state: State<E>,
+    state: ResponsePhase<E>,
 }
 
 /// Where the response stands.
-enum State<E> {
+enum ResponsePhase<E> {
     /// Answered without the inner service (no key could be built).
     Ready(Option<Response<Body>>),
     /// Locking, then running the inner service.
-    Running(Running<E>),
+    Running(BoxedResponse<E>),
 }
 
 impl<E> ResponseFuture<E> {
     pub(super) fn ready(response: Response<Body>) -> Self {
         Self {
-            state: State::Ready(Some(response)),
+            state: ResponsePhase::Ready(Some(response)),
         }
     }
 
-    pub(super) fn running(future: Running<E>) -> Self {
+    pub(super) fn running(future: BoxedResponse<E>) -> Self {
         Self {
-            state: State::Running(future),
+            state: ResponsePhase::Running(future),
         }
     }
 }
@@ -46,10 +46,10 @@ impl<E> Future for ResponseFuture<E> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.get_mut().state {
-            State::Ready(response) => Poll::Ready(Ok(response
+            ResponsePhase::Ready(response) => Poll::Ready(Ok(response
                 .take()
                 .expect("ResponseFuture polled after completion"))),
-            State::Running(future) => future.as_mut().poll(cx),
+            ResponsePhase::Running(future) => future.as_mut().poll(cx),
         }
     }
 }
@@ -57,8 +57,8 @@ impl<E> Future for ResponseFuture<E> {
 impl<E> fmt::Debug for ResponseFuture<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
-            State::Ready(_) => "ready",
-            State::Running(_) => "running",
+            ResponsePhase::Ready(_) => "ready",
+            ResponsePhase::Running(_) => "running",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)

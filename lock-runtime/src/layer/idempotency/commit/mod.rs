@@ -166,7 +166,7 @@ pub(super) async fn look_before_running(
 /// What became of a request's [`Commit`], read by the layer once the handler
 /// returned.
 #[derive(Debug, Default)]
-pub(super) enum State {
+pub(super) enum CommitState {
     /// Not used: the layer stores the handler's response as without a store.
     #[default]
     Unused,
@@ -187,15 +187,15 @@ pub(super) enum State {
 /// layer that [failed open](super::IdempotencyLayer::fail_open)); take
 /// `Option<Commit>` where that is expected.
 #[derive(Clone)]
-pub struct Commit(Arc<Pending>);
+pub struct Commit(Arc<CommitShared>);
 
-pub(super) struct Pending {
+pub(super) struct CommitShared {
     pub(super) config: Arc<Config>,
     pub(super) store: CommitStore,
     /// The layer's record name: the committed record's name in the store.
     pub(super) record: String,
     pub(super) fingerprint: String,
-    pub(super) state: Mutex<State>,
+    pub(super) state: Mutex<CommitState>,
 }
 
 impl fmt::Debug for Commit {
@@ -214,21 +214,21 @@ impl Commit {
         record: String,
         fingerprint: String,
     ) -> Self {
-        Commit(Arc::new(Pending {
+        Commit(Arc::new(CommitShared {
             config,
             store,
             record,
             fingerprint,
-            state: Mutex::new(State::Unused),
+            state: Mutex::new(CommitState::Unused),
         }))
     }
 
     /// What the handler did with it (the layer takes it once).
-    pub(super) fn take_state(&self) -> State {
+    pub(super) fn take_state(&self) -> CommitState {
         std::mem::take(&mut *lock(&self.0.state))
     }
 
-    fn set_state(&self, state: State) {
+    fn set_state(&self, state: CommitState) {
         *lock(&self.0.state) = state;
     }
 
@@ -281,7 +281,7 @@ impl Commit {
     ) -> Result<Response, LockError> {
         match result {
             Ok(Outcome::Committed(stored)) => {
-                self.set_state(State::Committed(stored));
+                self.set_state(CommitState::Committed(stored));
                 Ok(response)
             }
             Ok(Outcome::Found(found)) => {
@@ -289,7 +289,7 @@ impl Commit {
                 // paused past its lease): nothing of ours was written; its
                 // response is the request's.
                 if found.fingerprint != self.0.fingerprint {
-                    self.set_state(State::Failed);
+                    self.set_state(CommitState::Failed);
                     return Err(LockError::Config(format!(
                         "record `{}` was committed for another request",
                         self.0.record
@@ -299,11 +299,11 @@ impl Commit {
                     "idempotency: another claimer committed this record first; nothing of ours \
                      was committed, its response is replayed");
                 let replayed = super::stored::replay(found.stored.clone());
-                self.set_state(State::Committed(found.stored));
+                self.set_state(CommitState::Committed(found.stored));
                 Ok(replayed)
             }
             Err(e) => {
-                self.set_state(State::Failed);
+                self.set_state(CommitState::Failed);
                 Err(e)
             }
         }
@@ -324,7 +324,7 @@ enum Outcome {
     Found(Committed),
 }
 
-fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+fn lock(state: &Mutex<CommitState>) -> std::sync::MutexGuard<'_, CommitState> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -38,7 +38,7 @@ impl Commit {
         response: impl axum::response::IntoResponse,
     ) -> Result<axum::response::Response, LockError> {
         let CommitStore::Postgres(store) = &self.0.store else {
-            self.set_state(super::State::Failed);
+            self.set_state(super::CommitState::Failed);
             return Err(LockError::Config(
                 "Commit::postgres on a layer without `commit_with_postgres`".into(),
             ));

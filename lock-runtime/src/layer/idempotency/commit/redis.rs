@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use redis::Value;
 
 use super::committed::{backend, committed_name, lookup};
-use super::{Commit, Outcome, State};
+use super::{Commit, CommitState, Outcome};
 use crate::LockError;
 use crate::error::BackendError;
 use crate::fence::commands::{self, Encoded};
@@ -97,13 +97,13 @@ impl RedisCommit<'_> {
     ) -> Result<axum::response::Response, LockError> {
         let commit = self.commit;
         let Some(conn) = commit.0.store.redis() else {
-            commit.set_state(State::Failed);
+            commit.set_state(CommitState::Failed);
             return Err(LockError::Config(
                 "Commit::redis on a layer without `commit_with_redis`".into(),
             ));
         };
         if let Some(e) = self.invalid {
-            commit.set_state(State::Failed);
+            commit.set_state(CommitState::Failed);
             return Err(e);
         }
         let prepared = match commit.prepare(response).await {
