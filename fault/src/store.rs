@@ -86,6 +86,10 @@ pub const OPS_KEY: &str = "ops";
 /// How many operations within the budget each worker drew (a hash).
 pub const DRAWN_KEY: &str = "drawn";
 
+/// Each worker's last draw, so that a draw sent again gets its first answer
+/// (a hash).
+const LAST_DRAW_KEY: &str = "lastdraw";
+
 /// A worker's handle on the store.
 #[derive(Clone)]
 pub struct Store {
@@ -141,12 +145,16 @@ impl Store {
     }
 
     /// Takes the next operation number from the run's `budget`, counting it
-    /// as this worker's when it is within the budget.
-    pub async fn next_op(&self, budget: u64) -> redis::RedisResult<u64> {
+    /// as this worker's when it is within the budget. `seq` numbers the
+    /// worker's draws from 1: the same `seq` sent again (its reply was
+    /// lost) answers the same number.
+    pub async fn next_op(&self, budget: u64, seq: u64) -> redis::RedisResult<u64> {
         DRAW.key(OPS_KEY)
             .key(DRAWN_KEY)
+            .key(LAST_DRAW_KEY)
             .arg(self.worker)
             .arg(budget)
+            .arg(seq)
             .invoke_async(&mut self.conn.clone())
             .await
     }

@@ -351,6 +351,28 @@ impl Worker {
         }
     }
 
+    /// Draws the worker's `seq`th operation number, sent again for up to
+    /// [`DRAW_TRIES`] while the store does not answer (a reply lost to a
+    /// timeout: the same `seq` gets the same number, so the checker's count
+    /// of draws still matches the log).
+    async fn draw(&self, seq: u64) -> Result<u64, String> {
+        let mut tries = 1;
+        loop {
+            match self.store.next_op(self.config.budget, seq).await {
+                Ok(n) => return Ok(n),
+                Err(e) if tries < DRAW_TRIES => {
+                    eprintln!(
+                        "worker {}: draw {seq} failed ({e}); sending it again",
+                        self.id
+                    );
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(format!("store: {e}")),
+            }
+        }
+    }
+
     /// Draws operations until the budget is spent.
     async fn run(mut self) -> Result<(), String> {
         self.log(Event::Start {
@@ -360,10 +382,7 @@ impl Worker {
         });
         let mut op = 0;
         loop {
-            let n = match self.store.next_op(self.config.budget).await {
-                Ok(n) => n,
-                Err(e) => return Err(format!("store: {e}")),
-            };
+            let n = self.draw(op + 1).await?;
             if n > self.config.budget {
                 break;
             }
@@ -375,6 +394,10 @@ impl Worker {
         Ok(())
     }
 }
+
+/// How many times a draw is sent before the worker gives up: 5 s of a
+/// store that does not answer.
+const DRAW_TRIES: u32 = 50;
 
 async fn run_async(config: WorkerConfig) -> Result<(), String> {
     let clock = Clock::new(config.epoch);
