@@ -2,7 +2,8 @@
 //! the one set of rules for sending a step again (or looking again), with
 //! the two pauses that are not back-offs ([`renewal_retry`],
 //! [`split_vote_pause`]). Locks and idempotency records send their steps
-//! through [`Retrying::send`] and [`Retry::spawn`].
+//! through [`Retrying::send`] and [`Retry::spawn`], and give back what
+//! nobody waits for through [`release_in_background`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -282,6 +283,33 @@ impl Retry {
         runtime.spawn(async move { report(self.start().send(what, None, step).await) });
         true
     }
+}
+
+/// What our token may hold on a server and nobody waits to give back: a
+/// dropped guard's lease, an abandoned acquisition's, an unsettled
+/// idempotency record's claim. [`release_in_background`] sends it.
+pub(crate) trait Release: Send + Sync + 'static {
+    /// What one release answers.
+    type Released: Send + 'static;
+    /// One release with our token. Safe to send twice: a release that
+    /// finds nothing of ours changes nothing.
+    fn release_once(&self) -> impl Future<Output = Result<Self::Released, LockError>> + Send;
+    /// Logs what became of the release.
+    fn report(&self, released: &Result<Self::Released, LockError>);
+}
+
+/// Releases `held` on the current runtime without blocking, sent again
+/// under [`Retry::RELEASE_IN_BACKGROUND`] (`what` names it in the debug
+/// log). `false` outside a runtime: nothing was sent, and the lease runs
+/// out by itself.
+pub(crate) fn release_in_background<R: Release>(what: &'static str, held: R) -> bool {
+    let held = std::sync::Arc::new(held);
+    let sender = held.clone();
+    let step = move || {
+        let held = sender.clone();
+        async move { held.release_once().await }
+    };
+    Retry::RELEASE_IN_BACKGROUND.spawn(what, step, move |released| held.report(&released))
 }
 
 /// When the watchdog tries a renewal again after one that got no answer:
