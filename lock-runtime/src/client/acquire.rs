@@ -24,8 +24,9 @@ use tokio::time::Instant;
 use super::hold::{Taken, hold};
 use super::options::Asked;
 use super::release::release_in_background;
+use super::turns::{Turns, Woken};
 use crate::LockError;
-use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, LockRef, WaitHandle};
+use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, LockRef};
 use crate::backoff::{Retry, Retrying};
 use crate::guard::LockGuard;
 use crate::inner::Inner;
@@ -35,17 +36,11 @@ use crate::token::Token;
 /// One acquire in progress.
 pub(super) struct Acquisition {
     attempt: Attempt,
-    /// Registered for hand-overs and notices, once the key was found busy
-    /// (or at once where registering costs nothing).
-    waiter: Option<WaitHandle>,
+    /// The waits for a busy key, and the hand-overs they take.
+    turns: Turns,
     /// Send time of the last attempt that found the lock busy: a hand-over
-    /// to us that is not stale (see `fence_seen`) happened after it.
+    /// to us that is not stale (see [`Turns`]) happened after it.
     last_busy: Instant,
-    /// The highest fencing counter a busy attempt saw. A hand-over whose
-    /// token is at most this was sent before that attempt ran: its lease
-    /// has ended and the key is someone else's (a waiter paused past the
-    /// hand-over lease, found by the model checker), so it is ignored.
-    fence_seen: u64,
     /// Re-sends after broken connections, over the whole acquisition
     /// ([`Retry::ACQUIRE`]).
     retry: Retrying,
@@ -64,18 +59,6 @@ enum Attempted {
     Busy { remaining: Duration },
 }
 
-/// How a wait ended.
-enum Woken {
-    /// A release handed the lock to us, with this fencing token.
-    Granted(u64),
-    /// The holder's lease ran out (or our hand-over was stale): try again.
-    Retry,
-    /// A notice said the key is free: try again.
-    Freed,
-    /// The deadline passed.
-    TimedOut,
-}
-
 impl Acquisition {
     /// Starts acquiring `key` (named `names`) as `asked`.
     pub(super) async fn start(
@@ -85,13 +68,9 @@ impl Acquisition {
         asked: Asked,
     ) -> Result<Self, LockError> {
         let token = inner.token();
-        let mut acquisition = Self::new(inner, key, names, token, asked);
-        let attempt = &acquisition.attempt;
-        let names = attempt.names.as_ref().expect("set until the end");
-        if !attempt.asked.deadline.tries_once() && attempt.inner.backend.notices_ready(names) {
-            acquisition.waiter = Some(attempt.inner.backend.register(names, &attempt.token).await);
-        }
-        Ok(acquisition)
+        let on = (names.notice.as_str(), &token);
+        let turns = Turns::new(&inner.backend, on, asked.deadline, None).await;
+        Ok(Self::new(inner, key, names, token, asked, turns))
     }
 
     /// The embedded backend answers at once, so an uncontended acquire there
@@ -123,7 +102,14 @@ impl Acquisition {
         }
     }
 
-    fn new(inner: Arc<Inner>, key: String, names: KeyNames, token: Token, asked: Asked) -> Self {
+    fn new(
+        inner: Arc<Inner>,
+        key: String,
+        names: KeyNames,
+        token: Token,
+        asked: Asked,
+        turns: Turns,
+    ) -> Self {
         let started = asked.deadline.started();
         Self {
             attempt: Attempt {
@@ -133,9 +119,8 @@ impl Acquisition {
                 token,
                 asked,
             },
-            waiter: None,
+            turns,
             last_busy: started,
-            fence_seen: 0,
             retry: Retry::ACQUIRE.start(),
             plain: true,
             crossing: None,
@@ -151,15 +136,21 @@ impl Acquisition {
                 }
                 Attempted::Busy { remaining } => remaining,
             };
-            if self.waiter.is_none() {
-                if self.attempt.asked.deadline.passed() {
-                    return Err(self.give_up(remaining).await);
-                }
-                self.queue().await;
-                self.crossing = Some(Retry::CROSSING.start());
-                continue;
-            }
-            match self.wait_for_turn(remaining).await {
+            let attempt = &self.attempt;
+            let names = attempt.names.as_ref().expect("set until the end");
+            let (on, deadline) = (
+                (names.notice.as_str(), &attempt.token),
+                attempt.asked.deadline,
+            );
+            let backend = &attempt.inner.backend;
+            match self
+                .turns
+                .after_busy(backend, on, deadline, remaining)
+                .await
+            {
+                // Tried again at once, so a hand-over between the attempt
+                // and the registration is seen.
+                Woken::Registered => self.crossing = Some(Retry::CROSSING.start()),
                 Woken::Granted(fencing) => {
                     if let Some((sent, granted)) = self.confirm().await? {
                         return Ok(self.hold(fencing, sent, Some(granted)));
@@ -220,7 +211,7 @@ impl Acquisition {
                 Ok(AcquireOutcome::Busy { remaining, fence }) => {
                     self.plain = false;
                     self.last_busy = self.last_busy.max(sent);
-                    self.fence_seen = self.fence_seen.max(fence);
+                    self.turns.saw_fence(fence);
                     return Ok(Attempted::Busy { remaining });
                 }
                 // Within the wait; an acquire that tries once still gets its
@@ -238,63 +229,6 @@ impl Acquisition {
                     return Err(e);
                 }
             }
-        }
-    }
-
-    /// Registers for notices after the key was found busy; the caller tries
-    /// again at once, so a hand-over between the attempt and the
-    /// registration is seen that way.
-    async fn queue(&mut self) {
-        let names = self.attempt.names.as_ref().expect("set until the end");
-        let inner = &self.attempt.inner;
-        self.waiter = Some(inner.backend.register(names, &self.attempt.token).await);
-    }
-
-    /// Sleeps until a release hands the lock to us, a notice says it is free,
-    /// the holder's lease (`remaining`) runs out, or the deadline passes.
-    /// Notices are at most once, hence the lease timer.
-    async fn wait_for_turn(&mut self, remaining: Duration) -> Woken {
-        let handle = self.waiter.as_ref().expect("registered before waiting");
-        let fence_seen = self.fence_seen;
-        let deadline = self.attempt.asked.deadline.at();
-        // A hand-over sent before our last busy attempt ran is stale.
-        let fresh = |fencing: u64| fencing > fence_seen;
-        match handle.waiter.take_grant() {
-            Some(fencing) if fresh(fencing) => return Woken::Granted(fencing),
-            Some(_) => return Woken::Retry,
-            None => {}
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Woken::TimedOut;
-        }
-        let mut retry_at =
-            crate::durations::later(now, remaining.saturating_add(Duration::from_millis(1)))
-                .min(deadline);
-        loop {
-            if !handle.notice_or(retry_at).await {
-                return Woken::Retry;
-            }
-            match handle.waiter.take_grant() {
-                Some(fencing) if fresh(fencing) => return Woken::Granted(fencing),
-                // Stale: the attempt that follows tells what holds now.
-                Some(_) => return Woken::Retry,
-                None => {}
-            }
-            let handed_on = handle.waiter.take_handoff_seen();
-            if handle.waiter.take_freed() {
-                return Woken::Freed; // act now
-            }
-            if handed_on {
-                // The lock went to another waiter with a short lease: if that
-                // waiter is dead, the key is free when it runs out.
-                let free_by = Instant::now() + HANDOFF_LEASE + Duration::from_millis(5);
-                retry_at = retry_at.min(free_by);
-            }
-            // Else the permit of a notice whose news (a hand-over to another
-            // waiter) an earlier wake-up took: two notices arriving before
-            // this task ran set the news once and leave a permit. Not a
-            // reason to try (the key is someone else's): wait on.
         }
     }
 
