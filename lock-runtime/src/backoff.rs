@@ -298,6 +298,49 @@ pub(crate) trait Release: Send + Sync + 'static {
     fn report(&self, released: &Result<Self::Released, LockError>);
 }
 
+/// What our token may hold on a server while a claim is under way or
+/// unsettled (a lock's acquisition, a record's claim, a record taken and
+/// not completed): dropped while armed, it is released in the background
+/// ([`release_in_background`]).
+pub(crate) struct Armed<R: Release> {
+    /// `None` once settled.
+    held: Option<R>,
+    armed: bool,
+    /// Names the background release in the debug log.
+    what: &'static str,
+}
+
+impl<R: Release> Armed<R> {
+    /// `held`, armed or not yet (nothing of it sent).
+    pub(crate) fn new(what: &'static str, held: R, armed: bool) -> Self {
+        let held = Some(held);
+        Self { held, armed, what }
+    }
+
+    /// Whether dropping it now releases what it holds.
+    pub(crate) fn arm(&mut self, armed: bool) {
+        self.armed = armed;
+    }
+
+    pub(crate) fn get(&self) -> &R {
+        self.held.as_ref().expect("taken only when settled")
+    }
+
+    /// Disarms it and takes what it holds, for the caller to settle.
+    pub(crate) fn settle(&mut self) -> R {
+        self.armed = false;
+        self.held.take().expect("settled once")
+    }
+}
+
+impl<R: Release> Drop for Armed<R> {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take().filter(|_| self.armed) {
+            release_in_background(self.what, held);
+        }
+    }
+}
+
 /// Releases `held` on the current runtime without blocking, sent again
 /// under [`Retry::RELEASE_IN_BACKGROUND`] (`what` names it in the debug
 /// log). `false` outside a runtime: nothing was sent, and the lease runs

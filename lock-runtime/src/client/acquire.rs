@@ -23,11 +23,11 @@ use tokio::time::Instant;
 
 use super::hold::{Taken, hold};
 use super::options::Asked;
-use super::release::release_in_background;
+use super::release::{Abandoned, BACKGROUND_RELEASE};
 use super::turns::{Turns, Woken};
 use crate::LockError;
 use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, LockRef};
-use crate::backoff::{Retry, Retrying};
+use crate::backoff::{Armed, Retry, Retrying};
 use crate::guard::LockGuard;
 use crate::inner::Inner;
 use crate::key::KeyNames;
@@ -111,12 +111,18 @@ impl Acquisition {
         turns: Turns,
     ) -> Self {
         let started = asked.deadline.started();
+        let dequeue = !asked.deadline.tries_once();
+        let lock = (names, token, asked.ttl);
+        let claim = Abandoned {
+            inner,
+            key,
+            lock,
+            dequeue,
+        };
         Self {
             attempt: Attempt {
-                inner,
-                key,
-                names: Some(names),
-                token,
+                // Armed from the start: the first attempt may take the lock.
+                claim: Armed::new(BACKGROUND_RELEASE, claim, true),
                 asked,
             },
             turns,
@@ -137,12 +143,9 @@ impl Acquisition {
                 Attempted::Busy { remaining } => remaining,
             };
             let attempt = &self.attempt;
-            let names = attempt.names.as_ref().expect("set until the end");
-            let (on, deadline) = (
-                (names.notice.as_str(), &attempt.token),
-                attempt.asked.deadline,
-            );
-            let backend = &attempt.inner.backend;
+            let on = (attempt.names().notice.as_str(), attempt.token());
+            let deadline = attempt.asked.deadline;
+            let backend = &attempt.inner().backend;
             match self
                 .turns
                 .after_busy(backend, on, deadline, remaining)
@@ -170,12 +173,12 @@ impl Acquisition {
     /// One script call (re-sent after a broken connection, with the same
     /// token, so a re-send is safe even if the first one took the lock).
     async fn attempt(&mut self) -> Result<Attempted, LockError> {
-        let inner = self.attempt.inner.clone();
-        let names = self.attempt.names.as_ref().expect("set until the end");
+        let inner = self.attempt.inner().clone();
+        let names = self.attempt.names();
         loop {
             let sent = Instant::now();
             let deadline = self.attempt.asked.deadline;
-            let (token, ttl) = (&self.attempt.token, self.attempt.asked.ttl);
+            let (token, ttl) = (self.attempt.token(), self.attempt.asked.ttl);
             let answer = match &inner.backend {
                 Backend::Redlock(redlock) => {
                     let pause = brief_split_pause(&mut self.crossing);
@@ -218,14 +221,14 @@ impl Acquisition {
                 // first re-send, unless the failure took its time already.
                 Err(e) if self.retry.resends(&e, Some(deadline.at())) => {
                     // The driver re-establishes a broken connection.
-                    tracing::debug!(key = %self.attempt.key, error = &e as &dyn std::error::Error,
+                    tracing::debug!(key = %self.attempt.key(), error = &e as &dyn std::error::Error,
                         "lock acquire: connection failed; retrying");
                     self.retry.pause().await;
                 }
                 Err(e) => {
                     // The script may have run even if the reply was lost: the
                     // attempt releases with our token on the way out.
-                    tracing::debug!(key = %self.attempt.key, error = &e as &dyn std::error::Error, "lock acquire failed");
+                    tracing::debug!(key = %self.attempt.key(), error = &e as &dyn std::error::Error, "lock acquire failed");
                     return Err(e);
                 }
             }
@@ -238,7 +241,7 @@ impl Acquisition {
     /// replicated first) re-armed to the full lease before use. `None`: the
     /// hand-over ran out before we saw it.
     async fn confirm(&mut self) -> Result<Option<(Instant, Duration)>, LockError> {
-        let inner = self.attempt.inner.clone();
+        let inner = self.attempt.inner().clone();
         let ttl = self.attempt.asked.ttl;
         let granted = ttl.min(HANDOFF_LEASE);
         if self.attempt.asked.renew
@@ -247,13 +250,9 @@ impl Acquisition {
         {
             return Ok(Some((self.last_busy, granted)));
         }
-        let names = self.attempt.names.as_ref().expect("set until the end");
+        let (names, token) = (self.attempt.names(), self.attempt.token());
         let sent = Instant::now();
-        match inner
-            .backend
-            .extend(LockRef::new(names, &self.attempt.token, ttl))
-            .await
-        {
+        match inner.backend.extend(LockRef::new(names, token, ttl)).await {
             Ok(true) => Ok(Some((sent, ttl))),
             Ok(false) => Ok(None),
             Err(e) => Err(e),
@@ -264,17 +263,23 @@ impl Acquisition {
     /// sent at `sent`; `handed`: handed over by a release, with this lease
     /// (else the full one).
     fn hold(mut self, fencing: u64, sent: Instant, handed: Option<Duration>) -> LockGuard {
-        let attempt = &mut self.attempt;
+        let Attempt { claim, asked } = &mut self.attempt;
+        let Abandoned {
+            inner,
+            key,
+            lock: (names, token, _),
+            ..
+        } = claim.settle();
         let taken = Taken {
-            key: std::mem::take(&mut attempt.key),
-            names: attempt.names.take().expect("set until the end"),
-            token: attempt.token,
+            key,
+            names,
+            token,
             fencing,
             sent,
-            granted: handed.unwrap_or(attempt.asked.ttl),
+            granted: handed.unwrap_or(asked.ttl),
             handover: handed.is_some(),
         };
-        hold(&attempt.inner, taken, &attempt.asked)
+        hold(&inner, taken, asked)
     }
 
     /// Gives up. A wait that may have queued leaves the line before `Busy` is
@@ -283,40 +288,36 @@ impl Acquisition {
     async fn give_up(mut self, remaining: Duration) -> LockError {
         let attempt = &mut self.attempt;
         let waited = attempt.asked.deadline.started().elapsed();
-        tracing::debug!(key = %attempt.key, waited_us = waited.as_micros() as u64, "lock busy");
+        let key = attempt.key();
+        tracing::debug!(key = %key, waited_us = waited.as_micros() as u64, "lock busy");
         crate::metrics::busy(&attempt.asked.metrics, waited);
-        if let Some(names) = attempt.names.as_ref().filter(|_| attempt.queued()) {
-            // A release that finds the lock ours (it had just been handed to
-            // us) hands it on.
-            let left = attempt
-                .inner
-                .backend
-                .release(LockRef::new(names, &attempt.token, attempt.asked.ttl), true)
-                .await;
-            if left.is_ok() {
-                attempt.names = None;
-            }
-        } else {
-            attempt.names = None; // never ours, never queued: nothing to clean up
-        }
-        LockError::Busy {
-            key: attempt.key.clone(),
-            retry_after: attempt.inner.hints.hint(&attempt.key, remaining),
-        }
+        let backend = &attempt.inner().backend;
+        // Never ours, never queued (tried once): nothing to clean up. Else
+        // a release that finds the lock ours (it had just been handed to
+        // us) hands it on.
+        let left = !attempt.queued()
+            || (backend
+                .release(
+                    LockRef::new(attempt.names(), attempt.token(), attempt.asked.ttl),
+                    true,
+                )
+                .await)
+                .is_ok();
+        let busy = LockError::Busy {
+            key: key.to_owned(),
+            retry_after: attempt.inner().hints.hint(key, remaining),
+        };
+        attempt.claim.arm(!left);
+        busy
     }
 }
 
 /// The clean-up duty of an acquisition: if it is abandoned (busy after a
 /// wait, error, cancellation) after a script may have queued us or taken the
-/// lock, leave the queue and release with our token in the background (which
-/// hands the lock on if it had been handed to us).
+/// lock, `claim` leaves the queue and releases with our token in the
+/// background (which hands the lock on if it had been handed to us).
 struct Attempt {
-    inner: Arc<Inner>,
-    /// The key as the caller gave it.
-    key: String,
-    /// `None` once nothing is left to clean up.
-    names: Option<KeyNames>,
-    token: Token,
+    claim: Armed<Abandoned>,
     asked: Asked,
 }
 
@@ -325,20 +326,22 @@ impl Attempt {
     fn queued(&self) -> bool {
         !self.asked.deadline.tries_once()
     }
-}
 
-impl Drop for Attempt {
-    fn drop(&mut self) {
-        if let Some(names) = self.names.take() {
-            release_in_background(
-                self.inner.clone(),
-                std::mem::take(&mut self.key),
-                names,
-                self.token,
-                self.asked.ttl,
-                self.queued(),
-            );
-        }
+    fn inner(&self) -> &Arc<Inner> {
+        &self.claim.get().inner
+    }
+
+    /// The key as the caller gave it.
+    fn key(&self) -> &str {
+        &self.claim.get().key
+    }
+
+    fn names(&self) -> &KeyNames {
+        &self.claim.get().lock.0
+    }
+
+    fn token(&self) -> &Token {
+        &self.claim.get().lock.1
     }
 }
 

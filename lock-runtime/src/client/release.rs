@@ -228,18 +228,24 @@ pub(crate) fn release_in_background(
         lock: (names, token, ttl),
         dequeue,
     };
-    if !backoff::release_in_background("background release", lock) {
+    if !backoff::release_in_background(BACKGROUND_RELEASE, lock) {
         tracing::debug!("lock dropped outside a tokio runtime; the lease will run out");
     }
 }
 
-/// A lease (or a place in the key's queue) nobody holds any more.
-struct Abandoned {
-    inner: Arc<Inner>,
-    key: String,
+/// What a lock's background release is called in the debug log.
+pub(super) const BACKGROUND_RELEASE: &str = "background release";
+
+/// A lease (or a place in the key's queue) that an acquisition may have
+/// taken, or that nobody holds any more.
+pub(super) struct Abandoned {
+    pub(super) inner: Arc<Inner>,
+    /// The key as the caller gave it.
+    pub(super) key: String,
     /// Its names, its owner's token and its lease.
-    lock: (KeyNames, Token, Duration),
-    dequeue: bool,
+    pub(super) lock: (KeyNames, Token, Duration),
+    /// Also leave the key's waiter queue.
+    pub(super) dequeue: bool,
 }
 
 impl Release for Abandoned {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::records::{RecordClaim, StoredResponse};
-use crate::backoff::{self, Release, Retry};
+use crate::backoff::{Armed, Release, Retry};
 use crate::durations::later;
 use crate::key::RecordNames;
 use crate::token::Token;
@@ -29,13 +29,12 @@ const MIN_COMPLETION_TRIES: Duration = Duration::from_secs(2);
 #[must_use = "a record guard dropped at once releases the record"]
 pub struct RecordGuard {
     key: String,
-    /// What settling the record needs; taken when it is settled.
-    ours: Option<Record>,
     /// The record under the watchdog, from the claim that took it.
     renewal: Option<Renewal>,
-    /// Dropped now, the record is released: a claim on the wire, or a
-    /// record ours and not settled.
-    armed: bool,
+    /// What settling the record needs; armed (released in the background
+    /// if the guard is dropped) while a claim is on the wire, or while the
+    /// record is ours and not settled.
+    ours: Armed<Record>,
 }
 
 /// What a record's claim, completion and release send, owned (a
@@ -65,14 +64,13 @@ impl Drop for Renewal {
 
 impl fmt::Debug for RecordGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut debug = f.debug_struct("RecordGuard");
-        debug.field("key", &self.key);
-        if let Some(ours) = &self.ours {
-            debug.field("record", &ours.names.record);
-            debug.field("ttl", &ours.ttl);
-            debug.field("retention", &ours.retention);
-        }
-        debug.finish_non_exhaustive()
+        let ours = self.ours.get();
+        f.debug_struct("RecordGuard")
+            .field("key", &self.key)
+            .field("record", &ours.names.record)
+            .field("ttl", &ours.ttl)
+            .field("retention", &ours.retention)
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,20 +95,15 @@ impl RecordGuard {
         };
         Self {
             key,
-            ours: Some(ours),
             renewal: None,
-            armed: false,
+            ours: Armed::new("idempotency: background release", ours, false),
         }
-    }
-
-    fn ours(&self) -> &Record {
-        self.ours.as_ref().expect("taken only when settled")
     }
 
     /// The claim to send; `waiting`: the caller will wait for a record in
     /// flight (and marks it, so its completion or release is announced).
     pub(super) fn claim(&self, waiting: bool) -> RecordClaim<'_> {
-        let ours = self.ours();
+        let ours = self.ours.get();
         RecordClaim {
             record: &ours.names.record,
             notice: &ours.names.notice,
@@ -123,13 +116,13 @@ impl RecordGuard {
 
     /// Whether dropping the guard now releases the record.
     pub(super) fn arm(&mut self, armed: bool) {
-        self.armed = armed;
+        self.ours.arm(armed);
     }
 
     /// The record was taken by a claim sent at `sent`: renewed every
     /// `ttl / 3` from then.
     pub(super) fn watch(&mut self, sent: Instant) {
-        let ours = self.ours();
+        let ours = self.ours.get();
         let record = ours.names.record.clone();
         let watched = Arc::new(RecordLease {
             record,
@@ -151,7 +144,7 @@ impl RecordGuard {
 
     /// The record's Redis name (under the client's prefix).
     pub(crate) fn record(&self) -> &str {
-        &self.ours().names.record
+        &self.ours.get().names.record
     }
 
     /// Stores `result` for the retention period, so every later claim of
@@ -227,16 +220,20 @@ impl RecordGuard {
     }
 
     /// Disarms the guard and takes what settling the record needs, and its
-    /// renewal (its hold time counted for the key's retry hints).
+    /// renewal.
     fn settle(&mut self) -> (Record, Option<Renewal>) {
-        self.armed = false;
-        let ours = self.ours.take().expect("settled once");
-        let renewal = self.renewal.take();
-        if let Some(renewal) = &renewal {
-            let hints = &ours.client.0.hints;
-            hints.held(&ours.names.record, renewal.since.elapsed());
-        }
-        (ours, renewal)
+        let renewal = self.unwatch();
+        (self.ours.settle(), renewal)
+    }
+
+    /// Takes the record's renewal (dropped, it stops), its hold time
+    /// counted for the key's retry hints.
+    fn unwatch(&mut self) -> Option<Renewal> {
+        let renewal = self.renewal.take()?;
+        let ours = self.ours.get();
+        let hints = &ours.client.0.hints;
+        hints.held(&ours.names.record, renewal.since.elapsed());
+        Some(renewal)
     }
 }
 
@@ -267,16 +264,10 @@ impl Release for Record {
 
 impl Drop for RecordGuard {
     fn drop(&mut self) {
-        // Armed (a claim on the wire, or a record ours and unsettled): the
-        // record is released in the background, sent again as a lock's is
-        // (a no-op where the claim did not take it); with no runtime, it
-        // expires with its lease.
-        if !self.armed {
-            return;
-        }
-        tracing::debug!(record = %self.record(), "idempotency: record dropped unsettled; releasing it");
-        let (ours, renewal) = self.settle();
-        drop(renewal); // stops the renewal
-        backoff::release_in_background("idempotency: background release", ours);
+        // Unsettled: the renewal stops here, and then `ours`, if armed (a
+        // claim on the wire, or a record ours), releases the record in the
+        // background, sent again as a lock's is (a no-op where the claim
+        // did not take it); with no runtime, it expires with its lease.
+        drop(self.unwatch());
     }
 }
