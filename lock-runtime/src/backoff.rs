@@ -2,7 +2,8 @@
 //! the one set of rules for sending a step again (or looking again), with
 //! the two pauses that are not back-offs ([`renewal_retry`],
 //! [`split_vote_pause`]). Locks and idempotency records send their steps
-//! through [`Retrying::send`] and [`Retry::spawn`].
+//! through [`Retrying::send`] and [`Retry::spawn`], and give back what
+//! nobody waits for through [`release_in_background`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -282,6 +283,76 @@ impl Retry {
         runtime.spawn(async move { report(self.start().send(what, None, step).await) });
         true
     }
+}
+
+/// What our token may hold on a server and nobody waits to give back: a
+/// dropped guard's lease, an abandoned acquisition's, an unsettled
+/// idempotency record's claim. [`release_in_background`] sends it.
+pub(crate) trait Release: Send + Sync + 'static {
+    /// What one release answers.
+    type Released: Send + 'static;
+    /// One release with our token. Safe to send twice: a release that
+    /// finds nothing of ours changes nothing.
+    fn release_once(&self) -> impl Future<Output = Result<Self::Released, LockError>> + Send;
+    /// Logs what became of the release.
+    fn report(&self, released: &Result<Self::Released, LockError>);
+}
+
+/// What our token may hold on a server while a claim is under way or
+/// unsettled (a lock's acquisition, a record's claim, a record taken and
+/// not completed): dropped while armed, it is released in the background
+/// ([`release_in_background`]).
+pub(crate) struct Armed<R: Release> {
+    /// `None` once settled.
+    held: Option<R>,
+    armed: bool,
+    /// Names the background release in the debug log.
+    what: &'static str,
+}
+
+impl<R: Release> Armed<R> {
+    /// `held`, armed or not yet (nothing of it sent).
+    pub(crate) fn new(what: &'static str, held: R, armed: bool) -> Self {
+        let held = Some(held);
+        Self { held, armed, what }
+    }
+
+    /// Whether dropping it now releases what it holds.
+    pub(crate) fn arm(&mut self, armed: bool) {
+        self.armed = armed;
+    }
+
+    pub(crate) fn get(&self) -> &R {
+        self.held.as_ref().expect("taken only when settled")
+    }
+
+    /// Disarms it and takes what it holds, for the caller to settle.
+    pub(crate) fn settle(&mut self) -> R {
+        self.armed = false;
+        self.held.take().expect("settled once")
+    }
+}
+
+impl<R: Release> Drop for Armed<R> {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take().filter(|_| self.armed) {
+            release_in_background(self.what, held);
+        }
+    }
+}
+
+/// Releases `held` on the current runtime without blocking, sent again
+/// under [`Retry::RELEASE_IN_BACKGROUND`] (`what` names it in the debug
+/// log). `false` outside a runtime: nothing was sent, and the lease runs
+/// out by itself.
+pub(crate) fn release_in_background<R: Release>(what: &'static str, held: R) -> bool {
+    let held = std::sync::Arc::new(held);
+    let sender = held.clone();
+    let step = move || {
+        let held = sender.clone();
+        async move { held.release_once().await }
+    };
+    Retry::RELEASE_IN_BACKGROUND.spawn(what, step, move |released| held.report(&released))
 }
 
 /// When the watchdog tries a renewal again after one that got no answer:

@@ -250,13 +250,6 @@ impl Backend {
         }
     }
 
-    /// `true` when registering a waiter for `names` costs no round trip (the
-    /// embedded backend, or notices for this key already reach us), so a
-    /// waiter registers before its first attempt and needs no second one.
-    pub(crate) fn notices_ready(&self, names: &KeyNames) -> bool {
-        self.notices_ready_on(&names.notice)
-    }
-
     /// Restarts the backend's own tasks (the notices') on the runtime in use
     /// if they ended with the runtime they ran on; an error that names the
     /// cause where that cannot be done (a cluster connection).
@@ -268,8 +261,10 @@ impl Backend {
         }
     }
 
-    /// As [`Backend::notices_ready`], for any notice channel (a lock's or an
-    /// idempotency record's).
+    /// `true` when registering a waiter on `channel` (a lock's or an
+    /// idempotency record's) costs no round trip (the embedded backend, or
+    /// notices on it already reach us), so a waiter registers before its
+    /// first attempt and needs no second one.
     pub(crate) fn notices_ready_on(&self, channel: &str) -> bool {
         match self {
             Backend::Redis(b) => b.is_subscribed(channel),
@@ -295,11 +290,6 @@ impl Backend {
             Backend::Redis(b) => b.needs_confirmation(),
             _ => false,
         }
-    }
-
-    /// Registers a waiter for hand-overs and notices on `names`.
-    pub(crate) async fn register(&self, names: &KeyNames, token: &Token) -> WaitHandle {
-        self.register_on(&names.notice, token).await
     }
 
     /// Registers a waiter for notices on `channel` (a lock's or an

@@ -23,10 +23,11 @@ use tokio::time::Instant;
 
 use super::hold::{Taken, hold};
 use super::options::Asked;
-use super::release::release_in_background;
+use super::release::{Abandoned, BACKGROUND_RELEASE};
+use super::turns::{Turns, Woken};
 use crate::LockError;
-use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, LockRef, WaitHandle};
-use crate::backoff::{Retry, Retrying};
+use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, LockRef};
+use crate::backoff::{Armed, Retry, Retrying};
 use crate::guard::LockGuard;
 use crate::inner::Inner;
 use crate::key::KeyNames;
@@ -35,17 +36,11 @@ use crate::token::Token;
 /// One acquire in progress.
 pub(super) struct Acquisition {
     attempt: Attempt,
-    /// Registered for hand-overs and notices, once the key was found busy
-    /// (or at once where registering costs nothing).
-    waiter: Option<WaitHandle>,
+    /// The waits for a busy key, and the hand-overs they take.
+    turns: Turns,
     /// Send time of the last attempt that found the lock busy: a hand-over
-    /// to us that is not stale (see `fence_seen`) happened after it.
+    /// to us that is not stale (see [`Turns`]) happened after it.
     last_busy: Instant,
-    /// The highest fencing counter a busy attempt saw. A hand-over whose
-    /// token is at most this was sent before that attempt ran: its lease
-    /// has ended and the key is someone else's (a waiter paused past the
-    /// hand-over lease, found by the model checker), so it is ignored.
-    fence_seen: u64,
     /// Re-sends after broken connections, over the whole acquisition
     /// ([`Retry::ACQUIRE`]).
     retry: Retrying,
@@ -64,18 +59,6 @@ enum Attempted {
     Busy { remaining: Duration },
 }
 
-/// How a wait ended.
-enum Woken {
-    /// A release handed the lock to us, with this fencing token.
-    Granted(u64),
-    /// The holder's lease ran out (or our hand-over was stale): try again.
-    Retry,
-    /// A notice said the key is free: try again.
-    Freed,
-    /// The deadline passed.
-    TimedOut,
-}
-
 impl Acquisition {
     /// Starts acquiring `key` (named `names`) as `asked`.
     pub(super) async fn start(
@@ -85,13 +68,9 @@ impl Acquisition {
         asked: Asked,
     ) -> Result<Self, LockError> {
         let token = inner.token();
-        let mut acquisition = Self::new(inner, key, names, token, asked);
-        let attempt = &acquisition.attempt;
-        let names = attempt.names.as_ref().expect("set until the end");
-        if !attempt.asked.deadline.tries_once() && attempt.inner.backend.notices_ready(names) {
-            acquisition.waiter = Some(attempt.inner.backend.register(names, &attempt.token).await);
-        }
-        Ok(acquisition)
+        let on = (names.notice.as_str(), &token);
+        let turns = Turns::new(&inner.backend, on, asked.deadline, None).await;
+        Ok(Self::new(inner, key, names, token, asked, turns))
     }
 
     /// The embedded backend answers at once, so an uncontended acquire there
@@ -123,19 +102,31 @@ impl Acquisition {
         }
     }
 
-    fn new(inner: Arc<Inner>, key: String, names: KeyNames, token: Token, asked: Asked) -> Self {
+    fn new(
+        inner: Arc<Inner>,
+        key: String,
+        names: KeyNames,
+        token: Token,
+        asked: Asked,
+        turns: Turns,
+    ) -> Self {
         let started = asked.deadline.started();
+        let dequeue = !asked.deadline.tries_once();
+        let lock = (names, token, asked.ttl);
+        let claim = Abandoned {
+            inner,
+            key,
+            lock,
+            dequeue,
+        };
         Self {
             attempt: Attempt {
-                inner,
-                key,
-                names: Some(names),
-                token,
+                // Armed from the start: the first attempt may take the lock.
+                claim: Armed::new(BACKGROUND_RELEASE, claim, true),
                 asked,
             },
-            waiter: None,
+            turns,
             last_busy: started,
-            fence_seen: 0,
             retry: Retry::ACQUIRE.start(),
             plain: true,
             crossing: None,
@@ -151,15 +142,18 @@ impl Acquisition {
                 }
                 Attempted::Busy { remaining } => remaining,
             };
-            if self.waiter.is_none() {
-                if self.attempt.asked.deadline.passed() {
-                    return Err(self.give_up(remaining).await);
-                }
-                self.queue().await;
-                self.crossing = Some(Retry::CROSSING.start());
-                continue;
-            }
-            match self.wait_for_turn(remaining).await {
+            let attempt = &self.attempt;
+            let on = (attempt.names().notice.as_str(), attempt.token());
+            let deadline = attempt.asked.deadline;
+            let backend = &attempt.inner().backend;
+            match self
+                .turns
+                .after_busy(backend, on, deadline, remaining)
+                .await
+            {
+                // Tried again at once, so a hand-over between the attempt
+                // and the registration is seen.
+                Woken::Registered => self.crossing = Some(Retry::CROSSING.start()),
                 Woken::Granted(fencing) => {
                     if let Some((sent, granted)) = self.confirm().await? {
                         return Ok(self.hold(fencing, sent, Some(granted)));
@@ -179,12 +173,12 @@ impl Acquisition {
     /// One script call (re-sent after a broken connection, with the same
     /// token, so a re-send is safe even if the first one took the lock).
     async fn attempt(&mut self) -> Result<Attempted, LockError> {
-        let inner = self.attempt.inner.clone();
-        let names = self.attempt.names.as_ref().expect("set until the end");
+        let inner = self.attempt.inner().clone();
+        let names = self.attempt.names();
         loop {
             let sent = Instant::now();
             let deadline = self.attempt.asked.deadline;
-            let (token, ttl) = (&self.attempt.token, self.attempt.asked.ttl);
+            let (token, ttl) = (self.attempt.token(), self.attempt.asked.ttl);
             let answer = match &inner.backend {
                 Backend::Redlock(redlock) => {
                     let pause = brief_split_pause(&mut self.crossing);
@@ -220,81 +214,24 @@ impl Acquisition {
                 Ok(AcquireOutcome::Busy { remaining, fence }) => {
                     self.plain = false;
                     self.last_busy = self.last_busy.max(sent);
-                    self.fence_seen = self.fence_seen.max(fence);
+                    self.turns.saw_fence(fence);
                     return Ok(Attempted::Busy { remaining });
                 }
                 // Within the wait; an acquire that tries once still gets its
                 // first re-send, unless the failure took its time already.
                 Err(e) if self.retry.resends(&e, Some(deadline.at())) => {
                     // The driver re-establishes a broken connection.
-                    tracing::debug!(key = %self.attempt.key, error = &e as &dyn std::error::Error,
+                    tracing::debug!(key = %self.attempt.key(), error = &e as &dyn std::error::Error,
                         "lock acquire: connection failed; retrying");
                     self.retry.pause().await;
                 }
                 Err(e) => {
                     // The script may have run even if the reply was lost: the
                     // attempt releases with our token on the way out.
-                    tracing::debug!(key = %self.attempt.key, error = &e as &dyn std::error::Error, "lock acquire failed");
+                    tracing::debug!(key = %self.attempt.key(), error = &e as &dyn std::error::Error, "lock acquire failed");
                     return Err(e);
                 }
             }
-        }
-    }
-
-    /// Registers for notices after the key was found busy; the caller tries
-    /// again at once, so a hand-over between the attempt and the
-    /// registration is seen that way.
-    async fn queue(&mut self) {
-        let names = self.attempt.names.as_ref().expect("set until the end");
-        let inner = &self.attempt.inner;
-        self.waiter = Some(inner.backend.register(names, &self.attempt.token).await);
-    }
-
-    /// Sleeps until a release hands the lock to us, a notice says it is free,
-    /// the holder's lease (`remaining`) runs out, or the deadline passes.
-    /// Notices are at most once, hence the lease timer.
-    async fn wait_for_turn(&mut self, remaining: Duration) -> Woken {
-        let handle = self.waiter.as_ref().expect("registered before waiting");
-        let fence_seen = self.fence_seen;
-        let deadline = self.attempt.asked.deadline.at();
-        // A hand-over sent before our last busy attempt ran is stale.
-        let fresh = |fencing: u64| fencing > fence_seen;
-        match handle.waiter.take_grant() {
-            Some(fencing) if fresh(fencing) => return Woken::Granted(fencing),
-            Some(_) => return Woken::Retry,
-            None => {}
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Woken::TimedOut;
-        }
-        let mut retry_at =
-            crate::durations::later(now, remaining.saturating_add(Duration::from_millis(1)))
-                .min(deadline);
-        loop {
-            if !handle.notice_or(retry_at).await {
-                return Woken::Retry;
-            }
-            match handle.waiter.take_grant() {
-                Some(fencing) if fresh(fencing) => return Woken::Granted(fencing),
-                // Stale: the attempt that follows tells what holds now.
-                Some(_) => return Woken::Retry,
-                None => {}
-            }
-            let handed_on = handle.waiter.take_handoff_seen();
-            if handle.waiter.take_freed() {
-                return Woken::Freed; // act now
-            }
-            if handed_on {
-                // The lock went to another waiter with a short lease: if that
-                // waiter is dead, the key is free when it runs out.
-                let free_by = Instant::now() + HANDOFF_LEASE + Duration::from_millis(5);
-                retry_at = retry_at.min(free_by);
-            }
-            // Else the permit of a notice whose news (a hand-over to another
-            // waiter) an earlier wake-up took: two notices arriving before
-            // this task ran set the news once and leave a permit. Not a
-            // reason to try (the key is someone else's): wait on.
         }
     }
 
@@ -304,7 +241,7 @@ impl Acquisition {
     /// replicated first) re-armed to the full lease before use. `None`: the
     /// hand-over ran out before we saw it.
     async fn confirm(&mut self) -> Result<Option<(Instant, Duration)>, LockError> {
-        let inner = self.attempt.inner.clone();
+        let inner = self.attempt.inner().clone();
         let ttl = self.attempt.asked.ttl;
         let granted = ttl.min(HANDOFF_LEASE);
         if self.attempt.asked.renew
@@ -313,13 +250,9 @@ impl Acquisition {
         {
             return Ok(Some((self.last_busy, granted)));
         }
-        let names = self.attempt.names.as_ref().expect("set until the end");
+        let (names, token) = (self.attempt.names(), self.attempt.token());
         let sent = Instant::now();
-        match inner
-            .backend
-            .extend(LockRef::new(names, &self.attempt.token, ttl))
-            .await
-        {
+        match inner.backend.extend(LockRef::new(names, token, ttl)).await {
             Ok(true) => Ok(Some((sent, ttl))),
             Ok(false) => Ok(None),
             Err(e) => Err(e),
@@ -330,17 +263,23 @@ impl Acquisition {
     /// sent at `sent`; `handed`: handed over by a release, with this lease
     /// (else the full one).
     fn hold(mut self, fencing: u64, sent: Instant, handed: Option<Duration>) -> LockGuard {
-        let attempt = &mut self.attempt;
+        let Attempt { claim, asked } = &mut self.attempt;
+        let Abandoned {
+            inner,
+            key,
+            lock: (names, token, _),
+            ..
+        } = claim.settle();
         let taken = Taken {
-            key: std::mem::take(&mut attempt.key),
-            names: attempt.names.take().expect("set until the end"),
-            token: attempt.token,
+            key,
+            names,
+            token,
             fencing,
             sent,
-            granted: handed.unwrap_or(attempt.asked.ttl),
+            granted: handed.unwrap_or(asked.ttl),
             handover: handed.is_some(),
         };
-        hold(&attempt.inner, taken, &attempt.asked)
+        hold(&inner, taken, asked)
     }
 
     /// Gives up. A wait that may have queued leaves the line before `Busy` is
@@ -349,40 +288,36 @@ impl Acquisition {
     async fn give_up(mut self, remaining: Duration) -> LockError {
         let attempt = &mut self.attempt;
         let waited = attempt.asked.deadline.started().elapsed();
-        tracing::debug!(key = %attempt.key, waited_us = waited.as_micros() as u64, "lock busy");
+        let key = attempt.key();
+        tracing::debug!(key = %key, waited_us = waited.as_micros() as u64, "lock busy");
         crate::metrics::busy(&attempt.asked.metrics, waited);
-        if let Some(names) = attempt.names.as_ref().filter(|_| attempt.queued()) {
-            // A release that finds the lock ours (it had just been handed to
-            // us) hands it on.
-            let left = attempt
-                .inner
-                .backend
-                .release(LockRef::new(names, &attempt.token, attempt.asked.ttl), true)
-                .await;
-            if left.is_ok() {
-                attempt.names = None;
-            }
-        } else {
-            attempt.names = None; // never ours, never queued: nothing to clean up
-        }
-        LockError::Busy {
-            key: attempt.key.clone(),
-            retry_after: attempt.inner.hints.hint(&attempt.key, remaining),
-        }
+        let backend = &attempt.inner().backend;
+        // Never ours, never queued (tried once): nothing to clean up. Else
+        // a release that finds the lock ours (it had just been handed to
+        // us) hands it on.
+        let left = !attempt.queued()
+            || (backend
+                .release(
+                    LockRef::new(attempt.names(), attempt.token(), attempt.asked.ttl),
+                    true,
+                )
+                .await)
+                .is_ok();
+        let busy = LockError::Busy {
+            key: key.to_owned(),
+            retry_after: attempt.inner().hints.hint(key, remaining),
+        };
+        attempt.claim.arm(!left);
+        busy
     }
 }
 
 /// The clean-up duty of an acquisition: if it is abandoned (busy after a
 /// wait, error, cancellation) after a script may have queued us or taken the
-/// lock, leave the queue and release with our token in the background (which
-/// hands the lock on if it had been handed to us).
+/// lock, `claim` leaves the queue and releases with our token in the
+/// background (which hands the lock on if it had been handed to us).
 struct Attempt {
-    inner: Arc<Inner>,
-    /// The key as the caller gave it.
-    key: String,
-    /// `None` once nothing is left to clean up.
-    names: Option<KeyNames>,
-    token: Token,
+    claim: Armed<Abandoned>,
     asked: Asked,
 }
 
@@ -391,20 +326,22 @@ impl Attempt {
     fn queued(&self) -> bool {
         !self.asked.deadline.tries_once()
     }
-}
 
-impl Drop for Attempt {
-    fn drop(&mut self) {
-        if let Some(names) = self.names.take() {
-            release_in_background(
-                self.inner.clone(),
-                std::mem::take(&mut self.key),
-                names,
-                self.token,
-                self.asked.ttl,
-                self.queued(),
-            );
-        }
+    fn inner(&self) -> &Arc<Inner> {
+        &self.claim.get().inner
+    }
+
+    /// The key as the caller gave it.
+    fn key(&self) -> &str {
+        &self.claim.get().key
+    }
+
+    fn names(&self) -> &KeyNames {
+        &self.claim.get().lock.0
+    }
+
+    fn token(&self) -> &Token {
+        &self.claim.get().lock.1
     }
 }
 

@@ -33,6 +33,7 @@ mod registry;
 pub(crate) mod release;
 mod request;
 mod rw_lock;
+pub(crate) mod turns;
 
 pub use all::{LockAllGuard, LockAllRequest, MAX_LOCK_ALL_KEYS};
 pub use builder::LockClientBuilder;

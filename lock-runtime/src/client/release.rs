@@ -8,6 +8,7 @@
 //! `handover`), or deletes it on the server, which hands it to the first
 //! waiter queued there.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use super::handover::hand_on;
 use super::local::{Local, Owner};
 use crate::LockError;
 use crate::backend::{LockRef, Released};
-use crate::backoff::Retry;
+use crate::backoff::{self, Release};
 use crate::held::Held;
 use crate::inner::Inner;
 use crate::key::KeyNames;
@@ -209,9 +210,10 @@ fn send_in_background(inner: Arc<Inner>, held: &Arc<Held>, decision: Decision) {
 
 /// Releases the lock `key` (named `names`, owned by `token`) on the current
 /// runtime without blocking, sent again under
-/// [`Retry::RELEASE_IN_BACKGROUND`]; outside a runtime the lease runs out
-/// by itself. `dequeue`: also leave the key's waiter queue. For leases no
-/// guard holds (an abandoned acquisition) and dropped guards.
+/// [`Retry::RELEASE_IN_BACKGROUND`](crate::backoff::Retry::RELEASE_IN_BACKGROUND);
+/// outside a runtime the lease runs out by itself. `dequeue`: also leave the key's
+/// waiter queue. For leases no guard holds (an abandoned acquisition) and
+/// dropped guards.
 pub(crate) fn release_in_background(
     inner: Arc<Inner>,
     key: String,
@@ -220,24 +222,52 @@ pub(crate) fn release_in_background(
     ttl: Duration,
     dequeue: bool,
 ) {
-    let step = move || {
-        let (inner, names) = (inner.clone(), names.clone());
-        async move {
-            let lock = LockRef::new(&names, &token, ttl);
-            inner.backend.release(lock, dequeue).await
-        }
+    let lock = Abandoned {
+        inner,
+        key,
+        lock: (names, token, ttl),
+        dequeue,
     };
-    let report = move |released: Result<Released, LockError>| match released {
-        Ok(Released::Yes | Released::Gone) => {
-            tracing::debug!(key = %key, "lock released in the background");
-        }
-        Ok(Released::NotOurs) => {
-            tracing::debug!(key = %key, "background release: the lock was not ours (any more)");
-        }
-        Err(e) => tracing::warn!(key = %key, error = &e as &dyn std::error::Error,
-            "background release failed; if it did not run, the lease will run out"),
-    };
-    if !Retry::RELEASE_IN_BACKGROUND.spawn("background release", step, report) {
+    if !backoff::release_in_background(BACKGROUND_RELEASE, lock) {
         tracing::debug!("lock dropped outside a tokio runtime; the lease will run out");
+    }
+}
+
+/// What a lock's background release is called in the debug log.
+pub(super) const BACKGROUND_RELEASE: &str = "background release";
+
+/// A lease (or a place in the key's queue) that an acquisition may have
+/// taken, or that nobody holds any more.
+pub(super) struct Abandoned {
+    pub(super) inner: Arc<Inner>,
+    /// The key as the caller gave it.
+    pub(super) key: String,
+    /// Its names, its owner's token and its lease.
+    pub(super) lock: (KeyNames, Token, Duration),
+    /// Also leave the key's waiter queue.
+    pub(super) dequeue: bool,
+}
+
+impl Release for Abandoned {
+    type Released = Released;
+
+    fn release_once(&self) -> impl Future<Output = Result<Released, LockError>> + Send {
+        let (names, token, ttl) = &self.lock;
+        let lock = LockRef::new(names, token, *ttl);
+        self.inner.backend.release(lock, self.dequeue)
+    }
+
+    fn report(&self, released: &Result<Released, LockError>) {
+        let key = &self.key;
+        match released {
+            Ok(Released::Yes | Released::Gone) => {
+                tracing::debug!(key = %key, "lock released in the background");
+            }
+            Ok(Released::NotOurs) => {
+                tracing::debug!(key = %key, "background release: the lock was not ours (any more)");
+            }
+            Err(e) => tracing::warn!(key = %key, error = e as &dyn std::error::Error,
+                "background release failed; if it did not run, the lease will run out"),
+        }
     }
 }

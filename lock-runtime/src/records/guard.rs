@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::records::{RecordClaim, StoredResponse};
-use crate::backoff::Retry;
+use crate::backoff::{Armed, Release, Retry};
 use crate::durations::later;
 use crate::key::RecordNames;
 use crate::token::Token;
@@ -28,18 +28,24 @@ const MIN_COMPLETION_TRIES: Duration = Duration::from_secs(2);
 /// record expires with its lease and a later claim runs.
 #[must_use = "a record guard dropped at once releases the record"]
 pub struct RecordGuard {
-    client: LockClient,
     key: String,
+    /// The record under the watchdog, from the claim that took it.
+    renewal: Option<Renewal>,
+    /// What settling the record needs; armed (released in the background
+    /// if the guard is dropped) while a claim is on the wire, or while the
+    /// record is ours and not settled.
+    ours: Armed<Record>,
+}
+
+/// What a record's claim, completion and release send, owned (a
+/// completion or a background release runs as a task of its own).
+struct Record {
+    client: LockClient,
     names: RecordNames,
     token: Token,
     fingerprint: String,
     ttl: Duration,
     retention: Duration,
-    /// The record under the watchdog, from the claim that took it.
-    renewal: Option<Renewal>,
-    /// Dropped now, the record is released: a claim on the wire, or a
-    /// record ours and not settled.
-    armed: bool,
 }
 
 /// A record's entry in the watchdog, and when its claim was sent: dropping
@@ -58,11 +64,12 @@ impl Drop for Renewal {
 
 impl fmt::Debug for RecordGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ours = self.ours.get();
         f.debug_struct("RecordGuard")
             .field("key", &self.key)
-            .field("record", &self.names.record)
-            .field("ttl", &self.ttl)
-            .field("retention", &self.retention)
+            .field("record", &ours.names.record)
+            .field("ttl", &ours.ttl)
+            .field("retention", &ours.retention)
             .finish_non_exhaustive()
     }
 }
@@ -78,46 +85,51 @@ impl RecordGuard {
         fingerprint: String,
         (ttl, retention): (Duration, Duration),
     ) -> Self {
-        Self {
+        let ours = Record {
             client,
-            key,
             names,
             token,
             fingerprint,
             ttl,
             retention,
+        };
+        Self {
+            key,
             renewal: None,
-            armed: false,
+            ours: Armed::new("idempotency: background release", ours, false),
         }
     }
 
     /// The claim to send; `waiting`: the caller will wait for a record in
     /// flight (and marks it, so its completion or release is announced).
     pub(super) fn claim(&self, waiting: bool) -> RecordClaim<'_> {
+        let ours = self.ours.get();
         RecordClaim {
-            record: &self.names.record,
-            notice: &self.names.notice,
-            token: &self.token,
-            fingerprint: &self.fingerprint,
-            lease: self.ttl,
+            record: &ours.names.record,
+            notice: &ours.names.notice,
+            token: &ours.token,
+            fingerprint: &ours.fingerprint,
+            lease: ours.ttl,
             waiting,
         }
     }
 
     /// Whether dropping the guard now releases the record.
     pub(super) fn arm(&mut self, armed: bool) {
-        self.armed = armed;
+        self.ours.arm(armed);
     }
 
     /// The record was taken by a claim sent at `sent`: renewed every
     /// `ttl / 3` from then.
     pub(super) fn watch(&mut self, sent: Instant) {
+        let ours = self.ours.get();
+        let record = ours.names.record.clone();
         let watched = Arc::new(RecordLease {
-            record: self.names.record.clone(),
-            token: self.token,
+            record,
+            token: ours.token,
         });
-        let id = self.client.watch_record(watched, self.ttl, sent);
-        let client = self.client.clone();
+        let id = ours.client.watch_record(watched, ours.ttl, sent);
+        let client = ours.client.clone();
         self.renewal = Some(Renewal {
             client,
             id,
@@ -132,7 +144,7 @@ impl RecordGuard {
 
     /// The record's Redis name (under the client's prefix).
     pub(crate) fn record(&self) -> &str {
-        &self.names.record
+        &self.ours.get().names.record
     }
 
     /// Stores `result` for the retention period, so every later claim of
@@ -169,29 +181,17 @@ impl RecordGuard {
         mut self,
         stored: StoredResponse,
     ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static {
-        let (settled, renewal) = self.settle();
+        let (ours, renewal) = self.settle();
         async move {
             // Stops the renewal when done, whichever way.
             let _renewal = renewal;
-            let Settled {
-                client,
-                names,
-                token,
-                fingerprint,
-                retention,
-                ..
-            } = &settled;
-            let give_up = later(Instant::now(), settled.ttl.max(MIN_COMPLETION_TRIES));
+            let give_up = later(Instant::now(), ours.ttl.max(MIN_COMPLETION_TRIES));
+            let Record { client, names, .. } = &ours;
             let complete = || {
                 let (record, notice) = (&names.record, &names.notice);
-                client.backend().complete_record(
-                    record,
-                    notice,
-                    token,
-                    fingerprint,
-                    &stored,
-                    *retention,
-                )
+                let (token, fingerprint) = (&ours.token, &ours.fingerprint);
+                let backend = client.backend();
+                backend.complete_record(record, notice, token, fingerprint, &stored, ours.retention)
             };
             let mut retry = Retry::COMPLETION.start();
             retry
@@ -206,96 +206,68 @@ impl RecordGuard {
     /// longer ours (its lease ran out); an error when the store did not
     /// answer (the record then expires with its lease).
     pub async fn release(mut self) -> Result<(), LockError> {
-        let (settled, renewal) = self.settle();
+        let (ours, renewal) = self.settle();
         drop(renewal); // stops the renewal
         // Sent again once if the reply was lost, so that does not keep the
         // key blocked for a lease.
-        let release = || settled.release_once();
+        let release = || ours.release_once();
         let released = Retry::ONCE
             .start()
             .send("idempotency: release", None, release)
             .await;
-        log_release(&released);
+        ours.report(&released);
         released.map(|_| ())
     }
 
     /// Disarms the guard and takes what settling the record needs, and its
-    /// renewal (its hold time counted for the key's retry hints).
-    fn settle(&mut self) -> (Settled, Option<Renewal>) {
-        self.armed = false;
-        let renewal = self.renewal.take();
-        if let Some(renewal) = &renewal {
-            let inner = &self.client.0;
-            inner
-                .hints
-                .held(&self.names.record, renewal.since.elapsed());
-        }
-        let settled = Settled {
-            client: self.client.clone(),
-            names: std::mem::take(&mut self.names),
-            token: self.token,
-            fingerprint: std::mem::take(&mut self.fingerprint),
-            ttl: self.ttl,
-            retention: self.retention,
-        };
-        (settled, renewal)
+    /// renewal.
+    fn settle(&mut self) -> (Record, Option<Renewal>) {
+        let renewal = self.unwatch();
+        (self.ours.settle(), renewal)
+    }
+
+    /// Takes the record's renewal (dropped, it stops), its hold time
+    /// counted for the key's retry hints.
+    fn unwatch(&mut self) -> Option<Renewal> {
+        let renewal = self.renewal.take()?;
+        let ours = self.ours.get();
+        let hints = &ours.client.0.hints;
+        hints.held(&ours.names.record, renewal.since.elapsed());
+        Some(renewal)
     }
 }
 
-/// What settling a record needs, owned (for a task of its own).
-struct Settled {
-    client: LockClient,
-    names: RecordNames,
-    token: Token,
-    fingerprint: String,
-    ttl: Duration,
-    retention: Duration,
-}
+impl Release for Record {
+    type Released = bool;
 
-impl Settled {
-    /// Releases the record for our token, once (sent again, a release of a
+    /// Releases the record for our token (sent again, a release of a
     /// record already released finds nothing, harmlessly).
-    async fn release_once(&self) -> Result<bool, LockError> {
+    fn release_once(&self) -> impl Future<Output = Result<bool, LockError>> + Send {
         let (record, notice) = (&self.names.record, &self.names.notice);
         let backend = self.client.backend();
-        backend
-            .release_record(record, notice, &self.token, &self.fingerprint)
-            .await
+        backend.release_record(record, notice, &self.token, &self.fingerprint)
     }
-}
 
-fn log_release(released: &Result<bool, LockError>) {
-    match released {
-        Ok(true) => tracing::debug!("idempotency: record released"),
-        Ok(false) => tracing::debug!("idempotency: record already gone when released"),
-        Err(e) => {
-            tracing::warn!(
-                error = e as &dyn std::error::Error,
-                "idempotency: cannot release the record; it expires with its lease"
-            )
+    fn report(&self, released: &Result<bool, LockError>) {
+        match released {
+            Ok(true) => tracing::debug!("idempotency: record released"),
+            Ok(false) => tracing::debug!("idempotency: record already gone when released"),
+            Err(e) => {
+                tracing::warn!(
+                    error = e as &dyn std::error::Error,
+                    "idempotency: cannot release the record; it expires with its lease"
+                )
+            }
         }
     }
 }
 
 impl Drop for RecordGuard {
     fn drop(&mut self) {
-        // Armed (a claim on the wire, or a record ours and unsettled): the
-        // record is released in the background, sent again as a lock's is
-        // (a no-op where the claim did not take it); with no runtime, it
-        // expires with its lease.
-        if !self.armed {
-            return;
-        }
-        tracing::debug!(record = %self.record(), "idempotency: record dropped unsettled; releasing it");
-        let (settled, renewal) = self.settle();
-        drop(renewal); // stops the renewal
-        let settled = Arc::new(settled);
-        let step = move || {
-            let settled = settled.clone();
-            async move { settled.release_once().await }
-        };
-        Retry::RELEASE_IN_BACKGROUND.spawn("idempotency: background release", step, |released| {
-            log_release(&released)
-        });
+        // Unsettled: the renewal stops here, and then `ours`, if armed (a
+        // claim on the wire, or a record ours), releases the record in the
+        // background, sent again as a lock's is (a no-op where the claim
+        // did not take it); with no runtime, it expires with its lease.
+        drop(self.unwatch());
     }
 }

@@ -73,11 +73,11 @@ mod guard;
 
 pub use guard::RecordGuard;
 
-use crate::backend::WaitHandle;
 use crate::backend::records::{Claim, StoredResponse};
 use crate::backoff::Retry;
 use crate::client::LockOptions;
-use crate::durations::{check_retention, later};
+use crate::client::turns::{Turns, Woken};
+use crate::durations::check_retention;
 use crate::key::{RecordNames, digest, validate_key};
 use crate::{LockClient, LockError};
 
@@ -215,8 +215,8 @@ impl RecordRequest {
     ///
     /// The claim is sent as a lock's acquire is ([`Retry::ACQUIRE`]: a
     /// repeated claim finds and re-arms our own); a record in flight is
-    /// marked, and waited for on its notices, with its lease and
-    /// [`Retry::LOOK_AGAIN`] as timers, until the wait ends.
+    /// marked, and waited for as a busy lock is ([`Turns`]), with
+    /// [`Retry::LOOK_AGAIN`] as a timer too, until the wait ends.
     pub(crate) async fn answer(self) -> Result<Answer, LockError> {
         validate_key(&self.key)?;
         check_retention("a record", self.retention)?;
@@ -239,14 +239,10 @@ impl RecordRequest {
             self.fingerprint,
             (asked.ttl, self.retention),
         );
-        // Registered for the record's notices once it was found in flight
-        // (at once where that costs nothing: the embedded backend, or a
-        // channel already subscribed to).
-        let mut waiter: Option<WaitHandle> = None;
-        if waits && backend.notices_ready_on(&notice) {
-            waiter = Some(backend.register_on(&notice, &token).await);
-        }
-        let (mut resend, mut look_again) = (Retry::ACQUIRE.start(), Retry::LOOK_AGAIN.start());
+        let on = (notice.as_str(), &token);
+        let look_again = Some(Retry::LOOK_AGAIN);
+        let mut turns = Turns::new(backend, on, deadline, look_again).await;
+        let mut resend = Retry::ACQUIRE.start();
         loop {
             // The record's lease starts no earlier than this.
             let sent = Instant::now();
@@ -254,33 +250,22 @@ impl RecordRequest {
             let claim = || backend.claim_record(guard.claim(waits));
             let answer = resend.send("idempotency: claim", Some(deadline.at()), claim);
             let found = answer.await?;
-            if let Claim::Claimed = found {
-                drop(waiter); // no more notices for us
-                guard.watch(sent);
-                return Ok(Answer::Run(guard));
-            }
-            guard.arm(false); // nothing on the server is ours
+            // Not claimed: nothing on the server is ours.
+            guard.arm(matches!(found, Claim::Claimed));
             let remaining = match found {
+                Claim::Claimed => {
+                    drop(turns); // no more notices for us
+                    guard.watch(sent);
+                    return Ok(Answer::Run(guard));
+                }
                 Claim::InFlight { remaining } => remaining,
                 Claim::Done(stored) => return Ok(Answer::Done(stored)),
-                Claim::Mismatch | Claim::Claimed => return Ok(Answer::Reused),
+                Claim::Mismatch => return Ok(Answer::Reused),
             };
-            if deadline.passed() {
+            if let Woken::TimedOut = turns.after_busy(backend, on, deadline, remaining).await {
                 let retry_after = client.0.hints.hint(guard.record(), remaining);
                 return Ok(Answer::InFlight { retry_after });
             }
-            let Some(handle) = &waiter else {
-                // Register, then claim again at once: a notice sent between
-                // the first claim and the registration is seen that way.
-                waiter = Some(backend.register_on(&notice, &token).await);
-                continue;
-            };
-            let now = Instant::now();
-            let mut until = later(now, remaining + Duration::from_millis(1)).min(deadline.at());
-            if !backend.notices_ready_on(&notice) {
-                until = until.min(now + look_again.next_pause());
-            }
-            handle.notice_or(until).await;
         }
     }
 }

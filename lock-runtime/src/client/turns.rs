@@ -1,0 +1,142 @@
+//! Waiting for a busy key: the part of an acquisition that a lock and an
+//! idempotency record share.
+//!
+//! An attempt found the key busy. The first time, the claimer registers for
+//! the key's notices and tries again at once (a notice sent between the
+//! attempt and the registration is seen that way); after that it sleeps
+//! until a notice, the holder's lease or the deadline, and tries again. At
+//! the deadline it gives up. A lock's waits also take hand-overs from a
+//! release ([`Woken::Granted`]); a record has none.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::options::Deadline;
+use crate::backend::{Backend, HANDOFF_LEASE, WaitHandle};
+use crate::backoff::{Retry, Retrying};
+use crate::durations::later;
+use crate::token::Token;
+
+/// The waits of one claimer, on one notice channel.
+pub(crate) struct Turns {
+    /// Registered for notices (and hand-overs), once the key was found
+    /// busy (or at once where registering costs nothing).
+    waiter: Option<WaitHandle>,
+    /// The highest fencing counter a busy attempt saw. A hand-over whose
+    /// token is at most this was sent before that attempt ran: its lease
+    /// has ended and the key is someone else's (a waiter paused past the
+    /// hand-over lease, found by the model checker), so it is ignored.
+    fence_seen: u64,
+    /// Where notices are not confirmed (the subscription refused by an
+    /// ACL, the notice connection down), the pauses after which to look
+    /// again; `None`: the holder's lease is the only other timer.
+    look_again: Option<Retrying>,
+}
+
+/// How a wait after a busy attempt ended.
+pub(crate) enum Woken {
+    /// Just registered for notices: try again at once.
+    Registered,
+    /// A release handed the lock to us, with this fencing token.
+    Granted(u64),
+    /// The holder's lease ran out (or our hand-over was stale): try again.
+    Retry,
+    /// A notice said the key is free: try again.
+    Freed,
+    /// The deadline passed.
+    TimedOut,
+}
+
+impl Turns {
+    /// Waits on `channel` as `token` until `deadline`, registered at once
+    /// where that costs nothing (the embedded backend, or a channel already
+    /// subscribed to) and a wait is asked for. `look_again`: how often to
+    /// look again while the channel's notices are not confirmed (`None`:
+    /// wait for the holder's lease).
+    pub(crate) async fn new(
+        backend: &Backend,
+        (channel, token): (&str, &Token),
+        deadline: Deadline,
+        look_again: Option<Retry>,
+    ) -> Self {
+        let mut waiter = None;
+        if !deadline.tries_once() && backend.notices_ready_on(channel) {
+            waiter = Some(backend.register_on(channel, token).await);
+        }
+        Self {
+            waiter,
+            fence_seen: 0,
+            look_again: look_again.map(Retry::start),
+        }
+    }
+
+    /// A busy attempt saw the key's fencing counter at `fence`.
+    pub(crate) fn saw_fence(&mut self, fence: u64) {
+        self.fence_seen = self.fence_seen.max(fence);
+    }
+
+    /// After an attempt found the key busy for `remaining`: registers (the
+    /// first time), or sleeps until a release hands the lock to us, a
+    /// notice says it is free, the holder's lease runs out, or `deadline`
+    /// passes. Notices are at most once, hence the lease timer.
+    pub(crate) async fn after_busy(
+        &mut self,
+        backend: &Backend,
+        (channel, token): (&str, &Token),
+        deadline: Deadline,
+        remaining: Duration,
+    ) -> Woken {
+        let Some(handle) = &self.waiter else {
+            if deadline.passed() {
+                return Woken::TimedOut;
+            }
+            self.waiter = Some(backend.register_on(channel, token).await);
+            return Woken::Registered;
+        };
+        let fence_seen = self.fence_seen;
+        // A hand-over sent before our last busy attempt ran is stale.
+        let fresh = |fencing: u64| fencing > fence_seen;
+        match handle.waiter.take_grant() {
+            Some(fencing) if fresh(fencing) => return Woken::Granted(fencing),
+            Some(_) => return Woken::Retry,
+            None => {}
+        }
+        let (now, deadline) = (Instant::now(), deadline.at());
+        if now >= deadline {
+            return Woken::TimedOut;
+        }
+        let mut retry_at =
+            later(now, remaining.saturating_add(Duration::from_millis(1))).min(deadline);
+        if let Some(look_again) = &mut self.look_again
+            && !backend.notices_ready_on(channel)
+        {
+            retry_at = retry_at.min(now + look_again.next_pause());
+        }
+        loop {
+            if !handle.notice_or(retry_at).await {
+                return Woken::Retry;
+            }
+            match handle.waiter.take_grant() {
+                Some(fencing) if fresh(fencing) => return Woken::Granted(fencing),
+                // Stale: the attempt that follows tells what holds now.
+                Some(_) => return Woken::Retry,
+                None => {}
+            }
+            let handed_on = handle.waiter.take_handoff_seen();
+            if handle.waiter.take_freed() {
+                return Woken::Freed; // act now
+            }
+            if handed_on {
+                // The lock went to another waiter with a short lease: if that
+                // waiter is dead, the key is free when it runs out.
+                let free_by = Instant::now() + HANDOFF_LEASE + Duration::from_millis(5);
+                retry_at = retry_at.min(free_by);
+            }
+            // Else the permit of a notice whose news (a hand-over to another
+            // waiter) an earlier wake-up took: two notices arriving before
+            // this task ran set the news once and leave a permit. Not a
+            // reason to try (the key is someone else's): wait on.
+        }
+    }
+}
