@@ -93,7 +93,9 @@ pub struct RecordRequest {
     key: String,
     /// `None`: named by the key alone (a layer names it by route and scope).
     names: Option<RecordNames>,
-    fingerprint: String,
+    /// The fingerprint's digest; `None`: none set (the digest of nothing,
+    /// computed at the claim: a layer always names its own).
+    fingerprint: Option<String>,
     /// The lease and the wait, as a lock's.
     options: LockOptions,
     retention: Duration,
@@ -145,7 +147,7 @@ impl LockClient {
             client: self.clone(),
             key: key.into(),
             names: None,
-            fingerprint: digest(&[], b""),
+            fingerprint: None,
             options: LockOptions::new(),
             retention: DEFAULT_RETENTION,
         }
@@ -157,7 +159,7 @@ impl RecordRequest {
     /// another fingerprint than the record's gets [`Claimed::Reused`]. None
     /// set: every claim of the key matches.
     pub fn fingerprint(mut self, payload: impl AsRef<[u8]>) -> Self {
-        self.fingerprint = digest(&[payload.as_ref()], b"");
+        self.fingerprint = Some(digest(&[payload.as_ref()], b""));
         self
     }
 
@@ -194,7 +196,7 @@ impl RecordRequest {
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn named(mut self, names: RecordNames, fingerprint: String) -> Self {
         self.names = Some(names);
-        self.fingerprint = fingerprint;
+        self.fingerprint = Some(fingerprint);
         self
     }
 
@@ -236,7 +238,7 @@ impl RecordRequest {
             self.key,
             names,
             token,
-            self.fingerprint,
+            self.fingerprint.unwrap_or_else(|| digest(&[], b"")),
             (asked.ttl, self.retention),
         );
         let on = (notice.as_str(), &token);
