@@ -327,7 +327,7 @@ async fn a_notice_that_never_comes_ends_the_wait_within_the_lease() {
     );
 }
 
-/// Ten slow requests at once (each five leases long): the watchdog keeps
+/// Ten slow requests at once (each over six leases long): the watchdog keeps
 /// their records in flight, renewing them together in one script call per
 /// renewal period (per server), and forgets them once they complete.
 async fn slow_requests_are_renewed_in_batches(
@@ -336,8 +336,10 @@ async fn slow_requests_are_renewed_in_batches(
     nodes: &[&RedisServer],
 ) {
     let lease = ms(300);
+    // Long enough for the window below to start once every record is
+    // claimed (later under load) and end before the first completes.
     let work = Work {
-        work: ms(1500),
+        work: ms(2000),
         ..Work::default()
     };
     let layer = IdempotencyLayer::new(client.clone()).ttl(lease);
@@ -347,15 +349,18 @@ async fn slow_requests_are_renewed_in_batches(
     let requests: Vec<_> = (0..n)
         .map(|i| {
             let (http, base) = (http.clone(), base.clone());
-            tokio::spawn(async move { send(&http, &base, &format!("slow-{i}"), ms(1500)).await })
+            tokio::spawn(async move { send(&http, &base, &format!("slow-{i}"), ms(2000)).await })
         })
         .collect();
-    tokio::time::sleep(ms(250)).await;
-    assert_eq!(
-        client.renewed_records(),
-        n,
-        "{backend}: records under watch"
-    );
+    let sent = Instant::now();
+    while client.renewed_records() != n {
+        assert!(
+            sent.elapsed() < ms(800),
+            "{backend}: {} of {n} records under watch",
+            client.renewed_records()
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
     let before: Vec<(u64, u64)> = nodes
         .iter()
         .map(|s| (s.command_calls("evalsha"), s.command_calls("pexpire")))

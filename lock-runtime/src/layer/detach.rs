@@ -192,7 +192,8 @@ mod tests {
         done.store(true, Ordering::SeqCst);
     }
 
-    #[tokio::test]
+    // Paused time: the timings are the test's own, whatever the load.
+    #[tokio::test(start_paused = true)]
     async fn a_handler_whose_caller_goes_away_is_finished_by_a_task() {
         let tracker = TaskTracker::new();
         let done = Arc::new(AtomicBool::new(false));
@@ -236,7 +237,8 @@ mod tests {
         assert_eq!(seen, (key.clone(), key));
     }
 
-    #[tokio::test]
+    // Paused time: the timings are the test's own, whatever the load.
+    #[tokio::test(start_paused = true)]
     async fn a_handler_running_in_place_is_counted_by_the_tracker() {
         let tracker = TaskTracker::new();
         let done = Arc::new(AtomicBool::new(false));
@@ -286,7 +288,8 @@ mod tests {
         assert!(matches!(ran, Err::<(), _>(Aborted)));
     }
 
-    #[tokio::test]
+    // Paused time: the timings are the test's own, whatever the load.
+    #[tokio::test(start_paused = true)]
     async fn without_run_to_completion_a_caller_that_goes_away_cuts_the_handler_off() {
         let done = Arc::new(AtomicBool::new(false));
         let off = Completion {
