@@ -25,6 +25,8 @@
 //!   which both sides share), one request at a time and 32 at once, each
 //!   with an id of its own: `LockLayer` against `bench/src/http.rs`'s
 //!   hand-rolled middleware;
+//! * `permit`: row 10, a semaphore's permit (4 permits) acquired and
+//!   released, one at a time, against the library's own mutex pair;
 //! * `idem` and `idem32`: row 12, the same route and requests, each with an
 //!   `Idempotency-Key` of its own: `IdempotencyLayer` (its defaults) against
 //!   the hand-rolled claim (`SET NX PX`) + store (`SET PX`) middleware.
@@ -57,7 +59,7 @@ usage: bench --instructions [--n N] [--only SCENARIOS] [--top K] [--dir PATH]
 
   --n N           pairs or requests per scenario and side (default 2000)
   --only LIST     comma-separated scenarios: pair, pair32, route, route32,
-                  idem, idem32
+                  idem, idem32, permit
                   (default all)
   --top K         functions of the difference to show (default 25)
   --dir PATH      where the callgrind profiles go (default
@@ -78,16 +80,19 @@ enum Kind {
     Route,
     /// The idempotent route (row 12).
     Idem,
+    /// A semaphore's permit against the library's mutex (row 10).
+    Permit,
 }
 
 /// The scenarios: name, concurrent tasks, what they drive.
-const SCENARIOS: [(&str, usize, Kind); 6] = [
+const SCENARIOS: [(&str, usize, Kind); 7] = [
     ("pair", 1, Kind::Pair),
     ("pair32", 32, Kind::Pair),
     ("route", 1, Kind::Route),
     ("route32", 32, Kind::Route),
     ("idem", 1, Kind::Idem),
     ("idem32", 32, Kind::Idem),
+    ("permit", 1, Kind::Permit),
 ];
 
 /// The sides of a scenario: the library first, the baseline second, and
@@ -96,6 +101,8 @@ fn sides(kind: Kind) -> &'static [&'static str] {
     match kind {
         Kind::Pair => &["lib", "raw", "scripts"],
         Kind::Route | Kind::Idem => &["lib", "raw"],
+        // The baseline is the library's own mutex pair, as in row 10.
+        Kind::Permit => &["permit", "lib"],
     }
 }
 
@@ -456,6 +463,8 @@ fn difference(lib: &Profile, base: &Profile, top: usize) -> Vec<(String, f64, f6
 /// What a child drives: one side of one scenario.
 enum Driver {
     Lib(LockClient),
+    /// A semaphore of 4 permits, one permit at a time.
+    Permit(LockClient),
     Raw(Raw),
     Scripts(Raw, [String; 5]),
     /// The router, and whether each request carries an `Idempotency-Key`.
@@ -491,7 +500,8 @@ fn child(scenario: &str, side: &str, url: &str, n: usize) -> Result<(), String> 
             (Kind::Route, "raw") => Driver::Route(route(HttpSide::RawLock).await?, false),
             (Kind::Idem, "lib") => Driver::Route(route(HttpSide::Idempotency).await?, true),
             (Kind::Idem, "raw") => Driver::Route(route(HttpSide::RawIdempotency).await?, true),
-            (Kind::Pair, "lib") => Driver::Lib(lib.clone()),
+            (Kind::Pair | Kind::Permit, "lib") => Driver::Lib(lib.clone()),
+            (Kind::Permit, "permit") => Driver::Permit(lib.clone()),
             (Kind::Pair, "raw") => Driver::Raw(raw().await?),
             (Kind::Pair, "scripts") => {
                 let raw = raw().await?;
@@ -525,6 +535,7 @@ async fn drive(driver: &Driver, tasks: usize, n: usize) -> Result<(), String> {
     for t in 0..tasks {
         let driver = match driver {
             Driver::Lib(c) => Driver::Lib(c.clone()),
+            Driver::Permit(c) => Driver::Permit(c.clone()),
             Driver::Raw(r) => Driver::Raw(r.clone()),
             Driver::Scripts(r, _) => Driver::Scripts(r.clone(), r.library_names(&format!("s{t}"))),
             Driver::Route(r, keyed) => Driver::Route(r.clone(), *keyed),
@@ -545,6 +556,11 @@ async fn one_task(driver: &Driver, t: usize, n: usize) -> Result<(), String> {
         Driver::Lib(client) => {
             for _ in 0..n {
                 crate::rows::lib_pair(client, &key).await?;
+            }
+        }
+        Driver::Permit(client) => {
+            for _ in 0..n {
+                crate::rows::family_pair(client, &key, Some(4)).await?;
             }
         }
         Driver::Raw(raw) => {
