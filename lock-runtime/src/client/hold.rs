@@ -86,8 +86,9 @@ pub(crate) struct Watched {
     inner: Arc<Inner>,
     lease: Arc<crate::watchdog::RecordLease>,
     id: u64,
-    /// The send time of the claim that set the lease.
-    since: Instant,
+    /// The send time of the claim that set the lease; `None` once its
+    /// hold time is counted.
+    since: Option<Instant>,
 }
 
 #[cfg(feature = "idempotency")]
@@ -105,12 +106,20 @@ impl Watched {
         let record = record.to_owned();
         let lease = Arc::new(crate::watchdog::RecordLease { record, token });
         inner.watchdog.watch_record(id, lease.clone(), ttl, sent);
-        let (inner, since) = (inner.clone(), sent);
+        let (inner, since) = (inner.clone(), Some(sent));
         Self {
             inner,
             lease,
             id,
             since,
+        }
+    }
+
+    /// Counts the hold time now, if not yet: the record is settled, though
+    /// its renewal may run on until the answer (a completion's).
+    pub(crate) fn settled(&mut self) {
+        if let Some(since) = self.since.take() {
+            self.inner.hints.held(&self.lease.record, since.elapsed());
         }
     }
 }
@@ -119,7 +128,6 @@ impl Watched {
 impl Drop for Watched {
     fn drop(&mut self) {
         self.inner.watchdog.unwatch_record(self.id);
-        let held_for = self.since.elapsed();
-        self.inner.hints.held(&self.lease.record, held_for);
+        self.settled();
     }
 }

@@ -143,11 +143,8 @@ impl RecordGuard {
             body: bytes::Bytes::copy_from_slice(result.as_ref()),
             body_too_large: false,
         };
-        match self.completing(stored).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(LockError::Lost { key }),
-            Err(e) => Err(e),
-        }
+        let completed = self.completing(stored).await?;
+        completed.then_some(()).ok_or(LockError::Lost { key })
     }
 
     /// Stores `stored`, as [`RecordGuard::complete`], sent again under
@@ -159,7 +156,10 @@ impl RecordGuard {
         mut self,
         stored: StoredResponse,
     ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static {
-        let renewal = self.renewal.take();
+        let mut renewal = self.renewal.take();
+        if let Some(renewal) = &mut renewal {
+            renewal.settled(); // its hold time ends here, as a lock's at its release
+        }
         let ours = self.ours.settle();
         async move {
             // Stops the renewal when done, whichever way.
