@@ -35,6 +35,8 @@ mod request;
 mod rw_lock;
 pub(crate) mod turns;
 
+pub(crate) use options::{lease_setters, option_setter};
+
 pub use all::{LockAllGuard, LockAllRequest, MAX_LOCK_ALL_KEYS};
 pub use builder::LockClientBuilder;
 pub use inspect::LockState;
