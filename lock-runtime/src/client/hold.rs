@@ -1,6 +1,7 @@
 //! The last step of every acquisition: a lease taken on the server becomes
 //! a watched [`LockGuard`] ([`hold`]), whether one key's acquisition took it
-//! or `lock_all`'s atomic step.
+//! or `lock_all`'s atomic step; an idempotency record's claim puts its
+//! lease under the same watchdog ([`Watched`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -75,4 +76,58 @@ pub(super) fn hold(inner: &Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard
     }
     tracing::debug!(key = %held.key, fencing, waited_us = waited.as_micros() as u64, "lock acquired");
     LockGuard::owner(held, inner.clone())
+}
+
+/// An idempotency record's lease under the watchdog, put there as [`hold`]
+/// puts a lock's: dropped, the watchdog lets it go and its hold time is
+/// counted for the record's retry hints, as a lock's release counts a lock's.
+#[cfg(feature = "idempotency")]
+pub(crate) struct Watched {
+    inner: Arc<Inner>,
+    lease: Arc<crate::watchdog::RecordLease>,
+    id: u64,
+    /// The send time of the claim that set the lease; `None` once its
+    /// hold time is counted.
+    since: Option<Instant>,
+}
+
+#[cfg(feature = "idempotency")]
+impl Watched {
+    /// Watches the record `record` that `token` claimed for `ttl`, by a
+    /// claim sent at `sent`: renewed every `ttl / 3` until dropped.
+    pub(crate) fn record(
+        inner: &Arc<Inner>,
+        record: &str,
+        token: Token,
+        ttl: Duration,
+        sent: Instant,
+    ) -> Self {
+        let id = inner.next_lock_id.fetch_add(1, Ordering::Relaxed);
+        let record = record.to_owned();
+        let lease = Arc::new(crate::watchdog::RecordLease { record, token });
+        inner.watchdog.watch_record(id, lease.clone(), ttl, sent);
+        let (inner, since) = (inner.clone(), Some(sent));
+        Self {
+            inner,
+            lease,
+            id,
+            since,
+        }
+    }
+
+    /// Counts the hold time now, if not yet: the record is settled, though
+    /// its renewal may run on until the answer (a completion's).
+    pub(crate) fn settled(&mut self) {
+        if let Some(since) = self.since.take() {
+            self.inner.hints.held(&self.lease.record, since.elapsed());
+        }
+    }
+}
+
+#[cfg(feature = "idempotency")]
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.inner.watchdog.unwatch_record(self.id);
+        self.settled();
+    }
 }

@@ -25,7 +25,7 @@ mod all;
 mod blocks;
 mod builder;
 mod handover;
-mod hold;
+pub(crate) mod hold;
 mod inspect;
 pub(crate) mod local;
 mod options;
@@ -34,6 +34,8 @@ pub(crate) mod release;
 mod request;
 mod rw_lock;
 pub(crate) mod turns;
+
+pub(crate) use options::{lease_setters, option_setter};
 
 pub use all::{LockAllGuard, LockAllRequest, MAX_LOCK_ALL_KEYS};
 pub use builder::LockClientBuilder;
@@ -241,31 +243,6 @@ impl LockClient {
     #[cfg(feature = "idempotency")]
     pub fn renewed_records(&self) -> usize {
         self.0.watchdog.live_records()
-    }
-
-    /// Puts the record `record` that `token` claimed for `ttl` (the claim was
-    /// sent at `sent`) under the watchdog; returns its id for
-    /// [`LockClient::unwatch_record`].
-    #[cfg(feature = "idempotency")]
-    pub(crate) fn watch_record(
-        &self,
-        lease: Arc<crate::watchdog::RecordLease>,
-        ttl: Duration,
-        sent: tokio::time::Instant,
-    ) -> u64 {
-        let inner = &self.0;
-        let id = inner
-            .next_lock_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let drift = inner.backend.drift(ttl);
-        inner.watchdog.watch_record(id, lease, ttl, sent, drift);
-        id
-    }
-
-    /// Stops renewing the record of [`LockClient::watch_record`].
-    #[cfg(feature = "idempotency")]
-    pub(crate) fn unwatch_record(&self, id: u64) {
-        self.0.watchdog.unwatch_record(id);
     }
 
     /// Deletes the lock `key` regardless of its owner, as an operator's `DEL`

@@ -122,8 +122,9 @@ impl LockOptions {
 /// A request's public setters, each a thin setter on its `options`
 /// ([`LockOptions`]), with the request's own docs: every lock request kind
 /// offers the same five, in this order (and `options`, all at once). A
-/// leadership offers only the lease and the wait, written by hand (it is
-/// renewed while it leads, and ends when it resigns).
+/// leadership and a record's claim offer only the lease and the wait
+/// ([`lease_setters`]: a leadership is renewed while it leads, and ends
+/// when it resigns).
 macro_rules! option_setters {
     (
         $(#[$metrics:meta])* metrics_name;
@@ -138,38 +139,36 @@ macro_rules! option_setters {
             self
         }
 
-        $(#[$metrics])*
-        pub fn metrics_name(mut self, name: impl Into<Arc<str>>) -> Self {
-            self.options = self.options.metrics_name(name);
-            self
-        }
+        $crate::client::option_setter!($(#[$metrics])* metrics_name(name: impl Into<Arc<str>>));
+        $crate::client::lease_setters!($(#[$ttl])* ttl; $(#[$wait])* wait;);
+        $crate::client::option_setter!($(#[$renew])* renew(renew: bool));
+        $crate::client::option_setter!($(#[$hold])* hold_at_least(min: Duration));
+    };
+}
+pub(super) use option_setters;
 
-        $(#[$ttl])*
-        pub fn ttl(mut self, ttl: Duration) -> Self {
-            self.options = self.options.ttl(ttl);
-            self
-        }
+/// The lease and the wait of [`option_setters`], for the requests that offer
+/// only those (an idempotency record's claim, a leadership), with their docs.
+macro_rules! lease_setters {
+    ($(#[$ttl:meta])* ttl; $(#[$wait:meta])* wait;) => {
+        $crate::client::option_setter!($(#[$ttl])* ttl(ttl: Duration));
+        $crate::client::option_setter!($(#[$wait])* wait(wait: Duration));
+    };
+}
+pub(crate) use lease_setters;
 
-        $(#[$wait])*
-        pub fn wait(mut self, wait: Duration) -> Self {
-            self.options = self.options.wait(wait);
-            self
-        }
-
-        $(#[$renew])*
-        pub fn renew(mut self, renew: bool) -> Self {
-            self.options = self.options.renew(renew);
-            self
-        }
-
-        $(#[$hold])*
-        pub fn hold_at_least(mut self, min: Duration) -> Self {
-            self.options = self.options.hold_at_least(min);
+/// One setter of [`option_setters`]: `name(value)` sets the option `name`
+/// of the request's `options`.
+macro_rules! option_setter {
+    ($(#[$doc:meta])* $name:ident($value:ident: $ty:ty)) => {
+        $(#[$doc])*
+        pub fn $name(mut self, $value: $ty) -> Self {
+            self.options = self.options.$name($value);
             self
         }
     };
 }
-pub(super) use option_setters;
+pub(crate) use option_setter;
 
 /// [`LockOptions`] as a started request uses them, checked.
 #[derive(Clone, Debug)]

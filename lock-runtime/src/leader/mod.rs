@@ -74,19 +74,14 @@ impl LeaderRequest {
         }
     }
 
-    /// The lease (default: the client's), renewed every `ttl / 3` while
-    /// leading. A leader that dies is replaced within it plus one round trip.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.options = self.options.ttl(ttl);
-        self
-    }
-
-    /// How long [`campaign`](Self::campaign) waits to be elected (default:
-    /// without bound); then `LockError::Busy`. `Duration::ZERO`: try once;
-    /// a wait above [`MAX_WAIT`](crate::MAX_WAIT) waits that long.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.options = self.options.wait(wait);
-        self
+    crate::client::lease_setters! {
+        /// The lease (default: the client's), renewed every `ttl / 3` while
+        /// leading. A leader that dies is replaced within it plus one round trip.
+        ttl;
+        /// How long [`campaign`](Self::campaign) waits to be elected (default:
+        /// without bound); then `LockError::Busy`. `Duration::ZERO`: try once;
+        /// a wait above [`MAX_WAIT`](crate::MAX_WAIT) waits that long.
+        wait;
     }
 
     /// What observers see while this candidate leads (default: the client's

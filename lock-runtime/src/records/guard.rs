@@ -2,17 +2,16 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::backend::records::{RecordClaim, StoredResponse};
 use crate::backoff::{Armed, Release, Retry};
+use crate::client::hold::Watched;
 use crate::durations::later;
 use crate::key::RecordNames;
 use crate::token::Token;
-use crate::watchdog::RecordLease;
 use crate::{LockClient, LockError};
 
 /// The shortest time a completion is tried for, however short the lease.
@@ -29,8 +28,10 @@ const MIN_COMPLETION_TRIES: Duration = Duration::from_secs(2);
 #[must_use = "a record guard dropped at once releases the record"]
 pub struct RecordGuard {
     key: String,
-    /// The record under the watchdog, from the claim that took it.
-    renewal: Option<Renewal>,
+    /// The record under the watchdog, from the claim that took it; dropped
+    /// first (field order), so an unsettled guard stops the renewal before
+    /// `ours` releases the record.
+    renewal: Option<Watched>,
     /// What settling the record needs; armed (released in the background
     /// if the guard is dropped) while a claim is on the wire, or while the
     /// record is ours and not settled.
@@ -46,20 +47,6 @@ struct Record {
     fingerprint: String,
     ttl: Duration,
     retention: Duration,
-}
-
-/// A record's entry in the watchdog, and when its claim was sent: dropping
-/// it stops the renewal.
-struct Renewal {
-    client: LockClient,
-    id: u64,
-    since: Instant,
-}
-
-impl Drop for Renewal {
-    fn drop(&mut self) {
-        self.client.unwatch_record(self.id);
-    }
 }
 
 impl fmt::Debug for RecordGuard {
@@ -123,18 +110,9 @@ impl RecordGuard {
     /// `ttl / 3` from then.
     pub(super) fn watch(&mut self, sent: Instant) {
         let ours = self.ours.get();
-        let record = ours.names.record.clone();
-        let watched = Arc::new(RecordLease {
-            record,
-            token: ours.token,
-        });
-        let id = ours.client.watch_record(watched, ours.ttl, sent);
-        let client = ours.client.clone();
-        self.renewal = Some(Renewal {
-            client,
-            id,
-            since: sent,
-        });
+        let (record, ttl) = (&ours.names.record, ours.ttl);
+        let watched = Watched::record(&ours.client.0, record, ours.token, ttl, sent);
+        self.renewal = Some(watched);
     }
 
     /// The key as given to [`LockClient::record`].
@@ -165,11 +143,8 @@ impl RecordGuard {
             body: bytes::Bytes::copy_from_slice(result.as_ref()),
             body_too_large: false,
         };
-        match self.completing(stored).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(LockError::Lost { key }),
-            Err(e) => Err(e),
-        }
+        let completed = self.completing(stored).await?;
+        completed.then_some(()).ok_or(LockError::Lost { key })
     }
 
     /// Stores `stored`, as [`RecordGuard::complete`], sent again under
@@ -181,7 +156,11 @@ impl RecordGuard {
         mut self,
         stored: StoredResponse,
     ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static {
-        let (ours, renewal) = self.settle();
+        let mut renewal = self.renewal.take();
+        if let Some(renewal) = &mut renewal {
+            renewal.settled(); // its hold time ends here, as a lock's at its release
+        }
+        let ours = self.ours.settle();
         async move {
             // Stops the renewal when done, whichever way.
             let _renewal = renewal;
@@ -206,8 +185,8 @@ impl RecordGuard {
     /// longer ours (its lease ran out); an error when the store did not
     /// answer (the record then expires with its lease).
     pub async fn release(mut self) -> Result<(), LockError> {
-        let (ours, renewal) = self.settle();
-        drop(renewal); // stops the renewal
+        self.renewal = None; // stops the renewal
+        let ours = self.ours.settle();
         // Sent again once if the reply was lost, so that does not keep the
         // key blocked for a lease.
         let release = || ours.release_once();
@@ -217,23 +196,6 @@ impl RecordGuard {
             .await;
         ours.report(&released);
         released.map(|_| ())
-    }
-
-    /// Disarms the guard and takes what settling the record needs, and its
-    /// renewal.
-    fn settle(&mut self) -> (Record, Option<Renewal>) {
-        let renewal = self.unwatch();
-        (self.ours.settle(), renewal)
-    }
-
-    /// Takes the record's renewal (dropped, it stops), its hold time
-    /// counted for the key's retry hints.
-    fn unwatch(&mut self) -> Option<Renewal> {
-        let renewal = self.renewal.take()?;
-        let ours = self.ours.get();
-        let hints = &ours.client.0.hints;
-        hints.held(&ours.names.record, renewal.since.elapsed());
-        Some(renewal)
     }
 }
 
@@ -259,15 +221,5 @@ impl Release for Record {
                 )
             }
         }
-    }
-}
-
-impl Drop for RecordGuard {
-    fn drop(&mut self) {
-        // Unsettled: the renewal stops here, and then `ours`, if armed (a
-        // claim on the wire, or a record ours), releases the record in the
-        // background, sent again as a lock's is (a no-op where the claim
-        // did not take it); with no runtime, it expires with its lease.
-        drop(self.unwatch());
     }
 }

@@ -163,23 +163,16 @@ impl RecordRequest {
         self
     }
 
-    /// The lease of a claimed record, renewed every `ttl / 3` while its
-    /// guard lives: how long the key stays in flight after its claimer
-    /// crashed. The client's default TTL when not set; the same limits as
-    /// [`LockRequest::ttl`](crate::LockRequest::ttl).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.options = self.options.ttl(ttl);
-        self
-    }
-
-    /// How long to wait for a record another claimer runs (woken by its
-    /// completion or release); `Duration::ZERO` (the default): answer
-    /// [`Claimed::InFlight`] at once. As [`LockRequest::wait`](crate::LockRequest::wait):
-    /// a wait above [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX`
-    /// included) waits that long.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.options = self.options.wait(wait);
-        self
+    crate::client::lease_setters! {
+        /// The lease of a claimed record (default: the client's), renewed
+        /// every `ttl / 3` while its guard lives: how long the key stays in
+        /// flight after its claimer crashed. The limits of
+        /// [`LockRequest::ttl`](crate::LockRequest::ttl).
+        ttl;
+        /// How long to wait for a record another claimer runs (woken by its
+        /// completion or release), as [`LockRequest::wait`](crate::LockRequest::wait)
+        /// for a busy lock; the default, zero, answers [`Claimed::InFlight`] at once.
+        wait;
     }
 
     /// How long a completed record (its stored result) is kept; 24 hours by

@@ -107,34 +107,15 @@ impl Watchdog {
     /// `renew == false`, it is lost when `granted` runs out). The backend's
     /// clock drift allowance is held back from every lease.
     pub(crate) fn watch(&self, held: Arc<Held>, renew: bool, sent: Instant, granted: Duration) {
-        let ttl = held.ttl;
-        let drift = self.backend.drift(ttl);
         self.live.fetch_add(1, Ordering::Relaxed);
-        let valid_until = sent + granted.saturating_sub(drift);
-        held.set_valid_until(valid_until);
-        let due = if renew {
-            sent + granted / 3
-        } else {
-            valid_until
-        };
-        let id = held.id;
-        self.insert(
-            id,
-            WatchedLease {
-                lease: Lease::Lock(held),
-                ttl,
-                drift,
-                renew,
-                valid_until,
-                due,
-                busy: false,
-            },
-        );
+        let (id, ttl) = (held.id, held.ttl);
+        self.watch_lease(id, Lease::Lock(held), ttl, renew, sent, granted);
     }
 
     /// Watches the idempotency record `lease` (under id `id`, unique among
-    /// this client's leases), claimed for `ttl` by a request sent at `sent`:
-    /// renewed every `ttl / 3` until [`Watchdog::unwatch_record`].
+    /// this client's leases), claimed for `ttl` by a request sent at `sent`,
+    /// as [`Watchdog::watch`] a lock renewed to `ttl`, until
+    /// [`Watchdog::unwatch_record`].
     #[cfg(feature = "idempotency")]
     pub(crate) fn watch_record(
         &self,
@@ -142,7 +123,6 @@ impl Watchdog {
         lease: Arc<RecordLease>,
         ttl: Duration,
         sent: Instant,
-        drift: Duration,
     ) {
         self.live_records.fetch_add(1, Ordering::Relaxed);
         // A record's claim does not go through an acquire, which restarts the
@@ -153,15 +133,36 @@ impl Watchdog {
                 "idempotency record not renewed"
             );
         }
+        self.watch_lease(id, Lease::Record(lease), ttl, true, sent, ttl);
+    }
+
+    /// What [`Watchdog::watch`] says, for a lease of either kind.
+    fn watch_lease(
+        &self,
+        id: u64,
+        lease: Lease,
+        ttl: Duration,
+        renew: bool,
+        sent: Instant,
+        granted: Duration,
+    ) {
+        let drift = self.backend.drift(ttl);
+        let valid_until = sent + granted.saturating_sub(drift);
+        lease.set_valid_until(valid_until);
+        let due = if renew {
+            sent + granted / 3
+        } else {
+            valid_until
+        };
         self.insert(
             id,
             WatchedLease {
-                lease: Lease::Record(lease),
+                lease,
                 ttl,
                 drift,
-                renew: true,
-                valid_until: sent + ttl.saturating_sub(drift),
-                due: sent + ttl / 3,
+                renew,
+                valid_until,
+                due,
                 busy: false,
             },
         );
