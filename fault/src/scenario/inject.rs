@@ -136,7 +136,18 @@ impl Injector {
                 // Read the clock before the signal: the victim may run, and
                 // even finish its write, before this thread runs again.
                 let end = cx.clock.now();
-                signal(victim.child.id(), "CONT")?;
+                if let Err(e) = signal(victim.child.id(), "CONT") {
+                    // A victim that ended its run as it was struck was
+                    // already a zombie: `STOP` found it, `CONT` finds it
+                    // reaped. Nothing was stopped, nothing to continue.
+                    if std::path::Path::new(&format!("/proc/{}", victim.child.id())).exists() {
+                        return Err(e);
+                    }
+                    self.phase = Phase::Idle {
+                        next: now + Duration::from_millis(300),
+                    };
+                    return Ok(None);
+                }
                 let fault = Fault::StopWorker {
                     worker: victim.id,
                     start: *t,
