@@ -92,8 +92,9 @@ impl Retry {
 
     /// One re-send, at once: steps whose caller waits for the answer and
     /// that would otherwise leave keys taken for the rest of their lease
-    /// (`lock_all`'s atomic step, a `hold_at_least` release). A second
-    /// failure is the caller's to see.
+    /// (`lock_all`'s atomic step, a `hold_at_least` release) or fail a
+    /// holder that still holds (a fencing token's mint). A second failure
+    /// is the caller's to see.
     pub(crate) const ONCE: Retry = Retry {
         times: 1,
         within: None,

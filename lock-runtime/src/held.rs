@@ -75,15 +75,14 @@ impl Held {
         let Some(backend) = &self.mint else {
             return Err(crate::error::BackendError::new("the lock has no fencing token").into());
         };
-        let mut retry = crate::backoff::Retry::ONCE.start();
-        let minted = loop {
-            match backend.mint(&self.names, &self.token).await {
-                Err(LockError::Backend(e)) if e.is_connection() && retry.allows(None) => {
-                    retry.pause().await;
-                }
-                answer => break answer?,
-            }
-        };
+        // Sent again once if its answer was lost: a copy that ran minted a
+        // token while the lock was ours, and the next one only rises above it.
+        let minted = crate::backoff::Retry::ONCE
+            .start()
+            .send("fencing token", None, || {
+                backend.mint(&self.names, &self.token)
+            })
+            .await?;
         let Some(minted) = minted else {
             self.lose("the server says the lock is not ours (asked for its fencing token)");
             return Err(LockError::lost(&self.key));

@@ -168,15 +168,12 @@ impl Backend {
         // Sent again after a connection failure (it only sets the end of
         // our own lease, so a copy that ran does no harm): otherwise the key
         // would stay taken for the rest of its full lease.
-        let mut retry = crate::backoff::Retry::ONCE.start();
-        let ours = loop {
-            match self.extend(LockRef::new(names, token, left)).await {
-                Err(LockError::Backend(e)) if e.is_connection() && retry.allows(None) => {
-                    retry.pause().await;
-                }
-                answer => break answer?,
-            }
-        };
+        let ours = crate::backoff::Retry::ONCE
+            .start()
+            .send("release (hold_at_least)", None, || {
+                self.extend(LockRef::new(names, token, left))
+            })
+            .await?;
         if ours {
             match self {
                 Backend::Redis(b) => b.announce(&names.notice).await,

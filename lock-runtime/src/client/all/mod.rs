@@ -23,15 +23,14 @@ use tokio::time::Instant;
 use super::LockClient;
 use super::hold::{Taken, hold};
 use super::options::{Asked, LockOptions, option_setters};
-use super::release::release_in_background;
+use super::release::{Abandoned, BACKGROUND_RELEASE};
 use crate::backend::{AllOutcome, AtomicSteps};
-use crate::backoff::Retry;
+use crate::backoff::{Armed, Retry};
 use crate::guard::LockGuard;
 use crate::held::Held;
 use crate::inner::Inner;
 use crate::key::{KeyNames, validate_key};
 use crate::run::{end_run, unless_lost};
-use crate::token::Token;
 use crate::{ConfigReason, LockError, context};
 
 mod guard;
@@ -258,42 +257,45 @@ impl LockAllRequest {
         taken: &mut Vec<LockGuard>,
     ) -> Result<(), LockError> {
         let ttl = asked.ttl;
-        let group = if atomic {
+        let keys = if atomic {
             let token = inner.token();
-            let pending = StepInFlight {
-                inner: inner.clone(),
-                group,
-                token,
-                ttl,
-                armed: true,
-            };
-            let names: Vec<&KeyNames> = pending.group.iter().map(|w| &w.names).collect();
-            let mut retry = Retry::ONCE.start();
-            let (answer, sent) = loop {
-                let sent = Instant::now();
-                match inner.backend.acquire_all(&names, &token, ttl).await {
-                    // Re-sent with the same token: a copy that ran leaves
-                    // the keys ours, which the script accepts.
-                    Err(e) if e.is_connection() && retry.allows(None) => {
-                        tracing::debug!(
-                            error = &e as &dyn std::error::Error,
-                            "lock_all: connection failed; retrying"
-                        );
-                        retry.pause().await;
-                    }
-                    answer => break (answer, sent),
-                }
-            };
-            drop(names);
-            // An error leaves `pending` armed: its drop releases the group
-            // with our token, in case the step ran.
-            match answer? {
+            // Armed while the step is in flight: dropped then (an error, or
+            // the request cancelled mid-step), each releases its key with
+            // the step's token in the background, in case the step ran.
+            let mut step: Vec<Armed<Abandoned>> = group
+                .into_iter()
+                .map(|w| {
+                    let abandoned = Abandoned {
+                        inner: inner.clone(),
+                        key: w.key,
+                        lock: (w.names, token, ttl),
+                        dequeue: false,
+                    };
+                    Armed::new(BACKGROUND_RELEASE, abandoned, true)
+                })
+                .collect();
+            let names: Vec<&KeyNames> = step.iter().map(|a| &a.get().lock.0).collect();
+            // Re-sent with the same token: a copy that ran leaves the keys
+            // ours, which the script accepts. The leases start no earlier
+            // than the send that took them.
+            let (names, token_ref) = (&names, &token);
+            let answer = Retry::ONCE
+                .start()
+                .send("lock_all: atomic step", None, move || {
+                    let sent = Instant::now();
+                    let step = inner.backend.acquire_all(names, token_ref, ttl);
+                    async move { step.await.map(|answer| (answer, sent)) }
+                })
+                .await;
+            // An error leaves the step armed: dropped, it releases the keys.
+            let (answer, sent) = answer?;
+            match answer {
                 AllOutcome::Acquired(fences) => {
-                    let group = pending.disarm();
-                    for (w, fencing) in group.into_iter().zip(fences) {
+                    for (mut armed, fencing) in step.into_iter().zip(fences) {
+                        let Abandoned { key, lock, .. } = armed.settle();
                         let lease = Taken {
-                            key: w.key,
-                            names: w.names,
+                            key,
+                            names: lock.0,
                             token,
                             fencing,
                             sent,
@@ -305,25 +307,25 @@ impl LockAllRequest {
                     return Ok(());
                 }
                 AllOutcome::Busy { index, remaining } => {
-                    let group = pending.disarm();
+                    let keys: Vec<String> = step.iter_mut().map(|a| a.settle().key).collect();
                     if asked.deadline.passed() {
                         let waited = asked.deadline.started().elapsed();
                         crate::metrics::busy(&asked.metrics, waited);
-                        let key = group.get(index).unwrap_or(&group[0]).key.clone();
+                        let key = keys.get(index).unwrap_or(&keys[0]).clone();
                         return Err(LockError::Busy {
                             retry_after: inner.hints.hint(&key, remaining),
                             key,
                         });
                     }
-                    group
+                    keys
                 }
             }
         } else {
-            group
+            group.into_iter().map(|w| w.key).collect()
         };
-        for w in group {
+        for key in keys {
             // Within the request's own deadline, and as it asked.
-            let request = self.client.lock(w.key);
+            let request = self.client.lock(key);
             taken.push(request.acquire_as(Some(asked.clone())).await?);
         }
         Ok(())
@@ -367,40 +369,4 @@ fn groups(todo: Vec<Wanted>, steps: AtomicSteps) -> Vec<Vec<Wanted>> {
         }
     }
     groups
-}
-
-/// The clean-up duty of an atomic step in flight: dropped armed (an error,
-/// or the request cancelled mid-step), it releases the group's keys with
-/// the step's token in the background, in case the step ran.
-struct StepInFlight {
-    inner: Arc<Inner>,
-    group: Vec<Wanted>,
-    token: Token,
-    ttl: Duration,
-    armed: bool,
-}
-
-impl StepInFlight {
-    fn disarm(mut self) -> Vec<Wanted> {
-        self.armed = false;
-        std::mem::take(&mut self.group)
-    }
-}
-
-impl Drop for StepInFlight {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        for w in self.group.drain(..) {
-            release_in_background(
-                self.inner.clone(),
-                w.key,
-                w.names,
-                self.token,
-                self.ttl,
-                false,
-            );
-        }
-    }
 }
