@@ -1,26 +1,34 @@
--- Read-write locks and semaphores: acquire, release and extend.
+-- Read-write locks and semaphores: acquire, release, extend and mint.
 -- KEYS[1] writer key (a string holding the writer's token; never set for a
 -- semaphore), KEYS[2] holders (a sorted set: readers' or permit holders'
--- tokens scored by the end of their leases, server time in ms), KEYS[3]
+-- tokens scored by the end of their leases, server time in ms to the
+-- microsecond), KEYS[3]
 -- waiter queue (a list of 'token:lease_ms:mode' entries), KEYS[4] fencing
--- counter of the key's hash slot, KEYS[5] the shared holders' fencing
--- tokens (a hash: token -> fencing token; the same members and lifetime as
--- KEYS[2]) (all in one hash slot)
--- ARGV[1] op: 'acquire', 'release' or 'extend'
+-- counter of the key's hash slot, KEYS[5] the fencing tokens of the shared
+-- holders that have one (a hash: token -> fencing token; its members are
+-- among KEYS[2]'s, and it lives as long as they do) (all in one hash slot)
+-- ARGV[1] op: 'acquire', 'release', 'extend' or 'mint'
 -- ARGV[2] owner token (128 random bits, hex), ARGV[3] lease in milliseconds,
 -- ARGV[4] mode: 's' shared (a reader, a permit) or 'x' exclusive (a writer),
--- ARGV[5] how many shared holders at most ('0': no limit, a read-write lock)
+-- ARGV[5] how many shared holders at most ('0': no limit, a read-write
+-- lock; above 0 only for a semaphore, which has no writer)
 -- ARGV[6] notice channel, ARGV[7] hand-over lease cap (ms), ARGV[8]
 -- 'PUBLISH', or 'SPUBLISH' on a cluster
 -- acquire: ARGV[9] how long the caller will wait, in ms ('0': try once, do
---   not queue). Returns {fence, grants...} when held (fence > 0; also when
---   handed over, or an earlier attempt's reply was lost); {-remaining_ms,
---   counter, grants...} when busy (counter: the slot counter now, see
---   acquire.lua). grants: sha1hex(token), fencing for each waiter the call
---   handed over to (a lease that ended made room for them).
+--   not queue). Returns {1, fence, grants...} when held (also when handed
+--   over, or an earlier attempt's reply was lost; fence 0: none minted
+--   yet, ask with 'mint'); {-remaining_ms, counter, grants...} when busy
+--   (counter: the slot counter now, see acquire.lua). grants:
+--   sha1hex(token), fencing for each waiter the call handed over to (a
+--   lease that ended made room for them).
 -- release: ARGV[9] '1' to leave the queue too (an abandoned wait). Returns
 --   {1, grants...} when released, {0, grants...} when not ours.
 -- extend: returns 1 when re-armed, 0 when not ours.
+-- mint: the holder's fencing token, minted now (INCR), strictly above
+--   every token issued before in the slot; 0 when not ours (absent, or its
+--   lease ended): a holder whose lease ended never gets a token. A newcomer
+--   that takes a free lock gets no token (nobody may ask for it); a waiter
+--   granted by a hand-over gets its token with the grant, in its notice.
 -- Waiting is FIFO: whenever capacity frees up, the entries at the head of
 -- the queue are granted, in order, while they fit (a writer alone; shared
 -- holders while below the limit and no writer holds), each with a lease
@@ -30,7 +38,9 @@
 local op, token, lease, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local limit = tonumber(ARGV[5])
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- In ms, to the microsecond: holders taken in one millisecond keep their
+-- order in the set (`inspect` lists them so).
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 -- Holders whose lease ended are gone.
 local ended = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 if #ended > 0 then
@@ -40,13 +50,22 @@ if #ended > 0 then
   end
 end
 
--- The holders' set (and their tokens) live as long as the longest lease.
-local function hold_shared(who, ms)
+-- The holders' set lives as long as the longest lease, and so do the
+-- tokens: `alone` when nobody else holds (the set is new, with no expiry
+-- to keep); else the expiry only grows (GT).
+local function hold_shared(who, ms, alone)
   redis.call('ZADD', KEYS[2], now + ms, who)
-  if redis.call('PTTL', KEYS[2]) < ms then
+  if alone then
     redis.call('PEXPIRE', KEYS[2], ms)
-    redis.call('PEXPIRE', KEYS[5], ms)
+  else
+    redis.call('PEXPIRE', KEYS[2], ms, 'GT')
   end
+end
+
+-- Our shared lease re-armed to the full lease, and our token kept as long.
+local function rearm_shared()
+  hold_shared(token, lease, false)
+  redis.call('PEXPIRE', KEYS[5], lease, 'GT')
 end
 
 local function ours()
@@ -56,49 +75,65 @@ local function ours()
   return redis.call('ZSCORE', KEYS[2], token) ~= false
 end
 
-local function fits(m)
-  if redis.call('EXISTS', KEYS[1]) == 1 then
+-- How many shared holders there are, when one of mode `m` fits beside
+-- them; false when it does not.
+local function room(m)
+  if limit == 0 and redis.call('EXISTS', KEYS[1]) == 1 then
     return false
   end
   local held = redis.call('ZCARD', KEYS[2])
   if m == 'x' then
-    return held == 0
+    return held == 0 and held
   end
-  return limit == 0 or held < limit
+  return (limit == 0 or held < limit) and held
 end
 
-local function take(who, m, ms)
+-- The token of a grant made by a hand-over (the waiter learns it from its
+-- notice): minted with the grant.
+local function minted(who, m)
   local fence = redis.call('INCR', KEYS[4])
-  if m == 'x' then
-    redis.call('SET', KEYS[1], who, 'PX', ms)
-  else
+  if m ~= 'x' then
     redis.call('HSET', KEYS[5], who, fence)
-    hold_shared(who, ms)
+    redis.call('PEXPIRE', KEYS[5], redis.call('PTTL', KEYS[2]))
   end
   return fence
 end
 
+local function take(who, m, ms, held)
+  if m == 'x' then
+    redis.call('SET', KEYS[1], who, 'PX', ms)
+  else
+    hold_shared(who, ms, held == 0)
+  end
+end
+
 -- Grants the head of the queue while it fits; the caller's own entry is
--- granted like any other (and not notified). Returns the grants made for
--- others: sha1hex(token), fencing, ...
+-- granted like any other (and not notified). Returns whether the queue is
+-- empty now, and the token of the caller's own grant (0: none); the grants
+-- made for others go to `granted`: sha1hex(token), fencing, ...
 local function promote(granted)
   local channel, cap, publish = ARGV[6], tonumber(ARGV[7]), ARGV[8]
+  local own = 0
   while true do
     local head = redis.call('LINDEX', KEYS[3], 0)
     if not head then
-      break
+      return true, own
     end
     local a = string.find(head, ':', 1, true)
     local b = string.find(head, ':', a + 1, true)
     local who = string.sub(head, 1, a - 1)
     local ms = math.min(tonumber(string.sub(head, a + 1, b - 1)), cap)
     local m = string.sub(head, b + 1)
-    if not fits(m) then
-      break
+    local held = room(m)
+    if not held then
+      return false, own
     end
     redis.call('LPOP', KEYS[3])
-    local fence = take(who, m, ms)
-    if who ~= token then
+    take(who, m, ms, held)
+    local fence = minted(who, m)
+    if who == token then
+      own = fence
+    else
       local id = redis.sha1hex(who)
       -- pcall: a notice refused by an ACL must not undo the grant.
       redis.pcall(publish, channel, id .. ':' .. fence)
@@ -106,23 +141,22 @@ local function promote(granted)
       granted[#granted + 1] = fence
     end
     if m == 'x' then
-      break
+      return redis.call('EXISTS', KEYS[3]) == 0, own
     end
   end
 end
 
-local function counter()
-  return tonumber(redis.call('GET', KEYS[4]) or '0')
-end
-
-if op == 'extend' then
+if op == 'extend' or op == 'mint' then
   if not ours() then
     return 0
+  end
+  if op == 'mint' then
+    return minted(token, mode)
   end
   if mode == 'x' then
     redis.call('PEXPIRE', KEYS[1], lease)
   else
-    hold_shared(token, lease)
+    rearm_shared()
   end
   return 1
 end
@@ -134,14 +168,14 @@ if op == 'release' then
     redis.call('LREM', KEYS[3], 1, entry)
   end
   local out = {0}
-  if ours() then
-    out[1] = 1
-    if mode == 'x' then
+  if mode == 'x' then
+    if redis.call('GET', KEYS[1]) == token then
       redis.call('DEL', KEYS[1])
-    else
-      redis.call('ZREM', KEYS[2], token)
-      redis.call('HDEL', KEYS[5], token)
+      out[1] = 1
     end
+  elseif redis.call('ZREM', KEYS[2], token) == 1 then
+    redis.call('HDEL', KEYS[5], token)
+    out[1] = 1
   end
   -- Also when not ours: the entry that left, or a lease that ended, may
   -- have made room for those queued behind.
@@ -152,28 +186,29 @@ end
 -- acquire: grant whoever waits at the head first (capacity may have freed
 -- up by a lease ending, which sends no notice); we may be among them.
 local waits = ARGV[9] ~= '0'
-local out = {0, 0}
-promote(out)
+local out = {1, 0}
+local empty, own = promote(out)
+-- A newcomer, only when nobody is queued. A re-sent attempt whose first
+-- copy took a shared lease is counted among the holders here, and only
+-- refreshed.
+if empty then
+  local held = room(mode)
+  if held then
+    take(token, mode, lease, held)
+    out[2] = own
+    return out
+  end
+end
 if ours() then
   -- Held already (granted just now, handed over, or a re-sent attempt):
-  -- the full lease, and the token issued to us (a writer's is the counter:
-  -- nothing was granted since).
-  local fence
+  -- the full lease, and the token issued to us (0: none yet).
   if mode == 'x' then
     redis.call('PEXPIRE', KEYS[1], lease)
-    fence = counter()
   else
-    hold_shared(token, lease)
-    fence = tonumber(redis.call('HGET', KEYS[5], token) or '0')
+    rearm_shared()
+    own = tonumber(redis.call('HGET', KEYS[5], token) or '0')
   end
-  if fence == 0 then
-    fence = redis.call('INCR', KEYS[4])
-  end
-  out[1] = fence
-  return out
-end
-if redis.call('LLEN', KEYS[3]) == 0 and fits(mode) then
-  out[1] = take(token, mode, lease)
+  out[2] = own
   return out
 end
 -- Busy until the earliest lease that could make room ends.
@@ -194,6 +229,6 @@ if waits then
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)
   end
-  out[2] = counter()
+  out[2] = tonumber(redis.call('GET', KEYS[4]) or '0')
 end
 return out

@@ -76,14 +76,14 @@ impl LockGuard {
     /// highest token it has seen and rejects lower ones is safe even against a
     /// holder whose lease ran out while it was paused.
     ///
-    /// A lock taken uncontended on Redis or Valkey gets its token when it is
-    /// first asked for, not at acquire (a lock nobody asks a token of costs
-    /// the server a plain `SET NX PX` and a compare-and-delete): the first
-    /// call mints it with one atomic step that checks the lock is still
-    /// ours, and later calls answer at once. Locks handed over by a
-    /// release, taken by a script (leader elections, Redlock, read-write
-    /// locks, semaphores, `lock_all`) or on the embedded backend have it
-    /// from the start.
+    /// A mutex, read lock, write lock or permit taken free on Redis or
+    /// Valkey gets its token when it is first asked for, not at acquire (a
+    /// mutex nobody asks a token of costs the server a plain `SET NX PX`
+    /// and a compare-and-delete; a permit or read lock, one lighter script
+    /// call each way): the first call mints it with one atomic step that
+    /// checks the lease is still ours, and later calls answer at once.
+    /// Locks handed over by a release, leader terms, `lock_all`'s keys,
+    /// Redlock and the embedded backend have it from the start.
     ///
     /// `Err(LockError::Lost)` when the lease has ended (a holder whose lease
     /// ran out never gets a token, so tokens rise in the order holders held

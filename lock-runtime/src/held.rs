@@ -23,8 +23,8 @@ pub(crate) struct Held {
     pub(crate) key: String,
     pub(crate) names: KeyNames,
     pub(crate) token: Token,
-    /// The fencing token; 0 until minted (a lock taken by the plain `SET`
-    /// gets its token when somebody first asks: [`Held::fencing_token`]).
+    /// The fencing token; 0 until minted (a lock taken free on Redis gets
+    /// its token when somebody first asks: [`Held::fencing_token`]).
     pub(crate) fencing: AtomicU64,
     /// Where a token is minted on first use; `None` when it was issued at
     /// acquire.

@@ -206,8 +206,9 @@
 //!   tasks reserves tokens in blocks of 8: a key's tokens strictly increase,
 //!   in steps that may be 8 or more.
 //! * **A token is minted when first asked for.** An uncontended lock on
-//!   Redis or Valkey is a plain `SET NX PX` and a compare-and-delete; its
-//!   fencing token comes from [`LockGuard::fencing_token`]`.await` (or
+//!   Redis or Valkey is a plain `SET NX PX` and a compare-and-delete (a
+//!   read lock or a permit: one script call each way, which mints nothing);
+//!   its fencing token comes from [`LockGuard::fencing_token`]`.await` (or
 //!   [`LockInfo::fencing_token`]), which checks the lock is still ours. Ask
 //!   while you hold it: once the lease has ended you get `Lost`, never a
 //!   token.

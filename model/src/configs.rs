@@ -242,6 +242,22 @@ pub fn rw_reader_writer_reader_longer() -> LockConfig {
     )
 }
 
+/// A read-write lock: two writers, one pause. A writer takes the free lock
+/// without a token and is paused past its lease; on resuming it asks for
+/// its token (the Kleppmann case, on shared.lua).
+pub fn rw_two_writers_one_pause() -> LockConfig {
+    LockConfig::new_shared(
+        vec![Mode::Write, Mode::Write],
+        0,
+        4,
+        Faults {
+            pause: 1,
+            total: 1,
+            ..Faults::NONE
+        },
+    )
+}
+
 /// A read-write lock: a writer and a reader; every fault kind possible, at
 /// most `faults` in a run.
 pub fn rw_writer_and_reader(faults: u8) -> LockConfig {

@@ -137,8 +137,9 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "shared.lua",
-        "a40791b8b9d7d8c984d94e9ceee70962e5151fc8",
-        "shared.rs `Holders::acquire`, `release`, `extend` (run by `LockModel::exec_shared`)",
+        "a2bafa6bb48c66f8dd82b41d598deb7a5ac72629",
+        "shared.rs `Holders::acquire`, `release`, `extend`, `mint` (run by \
+         `LockModel::exec_shared`)",
     ),
     (
         "unlock.lua",

@@ -10,9 +10,11 @@
 //! * [`Holders`]: the writer (`KEYS[1]`), the holders' sorted set by lease
 //!   end (`KEYS[2]`) and the FIFO queue of `token:lease:mode` entries
 //!   (`KEYS[3]`); the fencing counter is the slot's, [`Server::fence`]. Its
-//!   methods are shared.lua's `acquire`, `release` and `extend`, line by
-//!   line; `promote` grants from the head of the queue with the hand-over
-//!   lease cap and a notice for each waiter (any of which may be lost).
+//!   methods are shared.lua's `acquire`, `release`, `extend` and `mint`,
+//!   line by line; `promote` grants from the head of the queue with the
+//!   hand-over lease cap, a token and a notice for each waiter (any of
+//!   which may be lost); a newcomer that finds room takes a lease without
+//!   a token, minted on first use by `mint`, which checks the lease first.
 //! * The properties: no writer with another valid holder (a read-write
 //!   lock) or no more valid holders than the limit (a semaphore), counting
 //!   the holders that believe their leases valid, as the mutex's mutual
@@ -55,9 +57,9 @@ pub struct SharedConfig {
     /// `ARGV[5]`: the most shared holders (`0`: no limit, a read-write lock).
     pub limit: u8,
     /// Test only, a broken script: a newcomer that fits is admitted even
-    /// while somebody is queued (shared.lua, "if redis.call('LLEN'" without
-    /// its test of the queue's length). The model must find the waiter it
-    /// overtakes.
+    /// while somebody is queued (the test that the queue is `empty` left
+    /// out of shared.lua, "A newcomer, only when nobody is queued."). The
+    /// model must find the waiter it overtakes.
     pub admit_past_queue: bool,
 }
 
@@ -68,8 +70,9 @@ pub struct Lease {
     pub token: u8,
     /// Gone once the clock reaches this (the key's `PX`, the member's score).
     pub expires: u8,
-    /// The fencing token it was granted (a shared holder's is kept in the
-    /// `KEYS[5]` hash, told again to a holder that asks once more).
+    /// The fencing token it was granted or minted, `0` while it has none
+    /// (a shared holder's is kept in the `KEYS[5]` hash, told again to a
+    /// holder that asks once more).
     pub fence: u8,
 }
 
@@ -122,7 +125,8 @@ impl Call {
     }
 }
 
-/// Every lease a call took, in the order of its `INCR`s: token, fencing.
+/// Every lease a call took, in order: token, fencing (`0`: a newcomer's,
+/// none minted).
 pub(crate) type Taken = Vec<(u8, u8)>;
 
 impl Holders {
@@ -170,7 +174,8 @@ impl Holders {
         }
     }
 
-    /// shared.lua, "local function fits(m)".
+    /// shared.lua, "local function room(m)" (whether it fits; the script
+    /// also answers how many hold, for the set's expiry).
     pub(crate) fn fits(&self, exclusive: bool, limit: u8) -> bool {
         if self.writer.is_some() {
             return false;
@@ -183,9 +188,9 @@ impl Holders {
         }
     }
 
-    /// shared.lua, "local function hold_shared(who, ms)": `ZADD` (the set's
-    /// own `PEXPIRE` keeps it as long as its longest lease: members end one
-    /// by one here).
+    /// shared.lua, "local function hold_shared(who, ms, alone)": `ZADD` (the
+    /// set's own `PEXPIRE` keeps it as long as its longest lease: members
+    /// end one by one here); a holder already in the set keeps its token.
     fn hold_shared(&mut self, who: u8, until: u8, fence: u8) {
         match self.holders.iter_mut().find(|h| h.token == who) {
             Some(h) => h.expires = until,
@@ -200,40 +205,62 @@ impl Holders {
         }
     }
 
-    /// shared.lua, "local function take(who, m, ms)".
-    fn take(&mut self, fence: &mut u8, who: u8, exclusive: bool, until: u8, taken: &mut Taken) {
-        *fence += 1;
+    /// shared.lua, "local function take(who, m, ms, held)": a lease without
+    /// a token (a writer's key is set anew).
+    fn take(&mut self, who: u8, exclusive: bool, until: u8) {
         if exclusive {
             self.writer = Some(Lease {
                 token: who,
                 expires: until,
-                fence: *fence,
+                fence: 0,
             });
         } else {
-            self.hold_shared(who, until, *fence);
+            self.hold_shared(who, until, 0);
         }
-        taken.push((who, *fence));
+    }
+
+    /// shared.lua, "local function minted(who, m)": `INCR`, the token kept
+    /// with `who`'s lease.
+    fn minted(&mut self, fence: &mut u8, who: u8, exclusive: bool) -> u8 {
+        *fence += 1;
+        let lease = if exclusive {
+            self.writer.as_mut()
+        } else {
+            self.holders.iter_mut().find(|h| h.token == who)
+        };
+        if let Some(lease) = lease {
+            lease.fence = *fence;
+        }
+        *fence
     }
 
     /// shared.lua, "local function promote(granted)": the head of the queue
-    /// while it fits, each with a lease capped at the hand-over cap; a writer
-    /// alone.
-    fn promote(&mut self, call: &Call, fence: &mut u8, taken: &mut Taken) {
+    /// while it fits, each with a lease capped at the hand-over cap and its
+    /// token; a writer alone. Whether the queue is empty now, and the token
+    /// of the caller's own grant (`0`: none).
+    fn promote(&mut self, call: &Call, fence: &mut u8, taken: &mut Taken) -> (bool, u8) {
+        let mut own = 0;
         while let Some(&head) = self.queue.first() {
             let lease = head.lease.min(call.cap);
             if !self.fits(head.exclusive, call.limit) {
-                break;
+                return (false, own);
             }
             self.queue.remove(0);
-            self.take(fence, head.token, head.exclusive, call.now + lease, taken);
+            self.take(head.token, head.exclusive, call.now + lease);
+            let f = self.minted(fence, head.token, head.exclusive);
+            taken.push((head.token, f));
+            if head.token == call.token {
+                own = f;
+            }
             if head.exclusive {
                 break;
             }
         }
+        (self.queue.is_empty(), own)
     }
 
-    /// Re-armed to the full lease: shared.lua, "if op == 'extend' then", and
-    /// shared.lua, "Held already (granted just now".
+    /// Re-armed to the full lease: shared.lua, "local function rearm_shared()";
+    /// and shared.lua, "Held already (granted just now".
     fn rearm(&mut self, call: &Call) {
         if call.exclusive {
             if let Some(w) = &mut self.writer {
@@ -245,7 +272,8 @@ impl Holders {
     }
 
     /// shared.lua, "acquire: grant whoever waits at the head first" to the
-    /// script's end, with a wait of `wait` (`0`: try once).
+    /// script's end, with a wait of `wait` (`0`: try once). `Granted(0)`:
+    /// held without a token (see [`Holders::mint`]).
     pub(crate) fn acquire(
         &mut self,
         call: &Call,
@@ -255,29 +283,25 @@ impl Holders {
     ) -> (AcqReply, Taken) {
         let mut taken = Taken::new();
         // shared.lua, "acquire: grant whoever waits at the head first".
-        self.promote(call, fence, &mut taken);
-        // shared.lua, "Held already (granted just now": the full lease, and
-        // the token issued to it (a writer's is the counter: nothing was
-        // granted since).
-        if self.ours(call.token, call.exclusive) {
-            self.rearm(call);
-            let own = self
-                .holders
-                .iter()
-                .find(|h| h.token == call.token && !call.exclusive)
-                .map_or(*fence, |h| h.fence);
-            if own == 0 {
-                *fence += 1;
-                return (AcqReply::Granted(*fence), taken);
-            }
+        let (empty, own) = self.promote(call, fence, &mut taken);
+        // shared.lua, "A newcomer, only when nobody is queued.": a lease
+        // without a token (a re-sent attempt already among the holders is
+        // refreshed, its token kept on the server, not told).
+        if (empty || past_queue) && self.fits(call.exclusive, call.limit) {
+            let until = call.now + call.lease;
+            self.take(call.token, call.exclusive, until);
+            taken.push((call.token, 0));
             return (AcqReply::Granted(own), taken);
         }
-        // shared.lua, "if redis.call('LLEN', KEYS[3]) == 0 and fits(mode) then":
-        // a newcomer, only when nobody is queued.
-        if (self.queue.is_empty() || past_queue) && self.fits(call.exclusive, call.limit) {
-            let until = call.now + call.lease;
-            self.take(fence, call.token, call.exclusive, until, &mut taken);
-            return (AcqReply::Granted(*fence), taken);
+        // shared.lua, "Held already (granted just now": the full lease, and
+        // the token issued to it (`0`: none yet).
+        if self.ours(call.token, call.exclusive) {
+            self.rearm(call);
+            let own = match self.holders.iter().find(|h| h.token == call.token) {
+                Some(h) if !call.exclusive => h.fence,
+                _ => own,
+            };
+            return (AcqReply::Granted(own), taken);
         }
         // shared.lua, "Busy until the earliest lease that could make room ends."
         let mut remaining = self.writer.map_or(call.lease, |w| w.expires - call.now);
@@ -332,7 +356,17 @@ impl Holders {
         (ours, taken)
     }
 
-    /// shared.lua, "if op == 'extend' then".
+    /// shared.lua, "if op == 'mint' then": the caller's token, minted now
+    /// while its lease is live, else `0`. Without `checks_owner` (a mistake
+    /// the model must catch) every call mints.
+    pub(crate) fn mint(&mut self, call: &Call, fence: &mut u8, checks_owner: bool) -> u8 {
+        if !self.ours(call.token, call.exclusive) && checks_owner {
+            return 0;
+        }
+        self.minted(fence, call.token, call.exclusive)
+    }
+
+    /// shared.lua, "if op == 'extend' or op == 'mint' then".
     pub(crate) fn extend(&mut self, call: &Call) -> bool {
         if !self.ours(call.token, call.exclusive) {
             return false;

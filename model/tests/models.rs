@@ -321,6 +321,43 @@ fn lock_a_mint_without_the_ownership_check_is_found() {
     );
 }
 
+/// A read-write lock's writers mint their tokens on first use too
+/// (shared.lua, "if op == 'extend' or op == 'mint' then"), and two writers
+/// keep every property with one pause
+/// ([`rw_two_writers_one_pause`](model::configs::rw_two_writers_one_pause)),
+/// shared.lua's mint refusing the paused one.
+#[test]
+fn rw_lock_two_writers_with_a_pause_keep_every_property() {
+    checked(
+        "rw 2 writers pause",
+        check(
+            "rw: two writers, 1 pause",
+            configs::rw_two_writers_one_pause().into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+/// The order of a shared lock's tokens is not vacuous either: shared.lua's
+/// mint without its test that the lease is ours mints for a writer whose
+/// lease ran out while it was paused, after the next writer took the lock.
+#[test]
+fn rw_lock_a_mint_without_the_ownership_check_is_found() {
+    let mut cfg = configs::rw_two_writers_one_pause();
+    cfg.mint_checks_owner = false;
+    finds_broken(
+        "rw: two writers, 1 pause, mint without the ownership check (counterexample expected)",
+        cfg,
+        "fencing tokens rise in the order holders held the lock",
+        &[
+            "FAULT A",
+            "A's lease expires",
+            "A's Mint: shared.lua mint: minted",
+        ],
+    );
+}
+
 /// "While a line exists, the lock key exists" is what keeps a newcomer's
 /// plain `SET NX` behind the line, and the model shows it: a key that keeps
 /// only its owner's lease while waiters are queued
@@ -477,8 +514,9 @@ fn semaphore_takers_with_every_fault_kind_never_pass_the_limit() {
 }
 
 /// The FIFO property is not vacuous: a script that admits a newcomer that
-/// fits while a writer is queued (shared.lua, "if redis.call('LLEN'" without
-/// its test of the queue's length) lets readers overtake it:
+/// fits while a writer is queued (the test that the queue is `empty` left
+/// out of shared.lua, "A newcomer, only when nobody is queued.") lets
+/// readers overtake it:
 ///
 /// ```text
 ///  3. t=0 Redis runs A's Acquire ...: shared.lua acquire: granted, fencing 1

@@ -120,7 +120,11 @@ async fn every_kind_is_named_from_another_client(
     }
     // A read-write lock: two readers hold, a writer waits.
     let key = "labels:report";
+    // Holders are listed in the order they asked, to the millisecond (on
+    // Redis a holder that took the lock free has no token to order by):
+    // each asks a few milliseconds after the one before.
     let reader_a = a.rw_lock(key).read().acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3)).await;
     let reader_b = b.rw_lock(key).read().acquire().await.unwrap();
     let c2 = c.clone();
     let writer =
@@ -141,7 +145,9 @@ async fn every_kind_is_named_from_another_client(
     // A semaphore of two permits: each permit's holder, one waiter.
     let key = "labels:exports";
     let permit_b = b.semaphore(key, 2).acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3)).await;
     let permit_a = a.semaphore(key, 2).acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3)).await;
     let c2 = c.clone();
     let third = queue_behind(async move { c2.semaphore(key, 2).wait(WAIT).acquire().await }).await;
     let seen = observer.inspect(key).await.unwrap();

@@ -75,6 +75,7 @@ const VALKEY_SET: &[(&str, &str)] = &[
     ("tests", "core_redis"),
     ("tests", "core_waiting"),
     ("tests", "core_fencing"),
+    ("tests", "shared_fencing"),
     ("tests", "plain_path"),
     ("tests", "fifo_expiry"),
     ("tests", "labels_acl"),

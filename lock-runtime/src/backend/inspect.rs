@@ -52,7 +52,18 @@ impl Observed {
     /// A read-write lock's or a semaphore's state: its `holders` (put in
     /// the order they took it) and its `waiting` line.
     pub(crate) fn shared(mut holders: Vec<Holding>, waiting: Vec<String>, fence: u64) -> Self {
-        holders.sort_by_key(|h| h.fencing.unwrap_or(u64::MAX));
+        // By fencing token where every holder has one (the embedded
+        // backend's): the order they took it. Else (Redis, where a lock
+        // taken free has no token until asked) by the time in their tokens,
+        // when they asked for it, to the millisecond; within one, as given
+        // (by the end of their leases, to the microsecond).
+        if holders.iter().all(|h| h.fencing.is_some()) {
+            holders.sort_by_key(|h| h.fencing);
+        } else {
+            holders.sort_by_key(|h| {
+                crate::token::public_part(&h.token).map_or(u64::MAX, |(_, ms)| ms)
+            });
+        }
         Self {
             held: !holders.is_empty(),
             remaining: holders.first().and_then(|h| h.remaining),

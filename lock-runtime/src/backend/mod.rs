@@ -186,8 +186,10 @@ impl Backend {
 
     /// Mints the fencing token of the lock `token` holds as `names`, on
     /// first use (see `redis/plain.rs`): the token, or `None` when the lock
-    /// is not ours. Only a plain `SET` takes a lock without a token; the
-    /// other backends issue theirs at acquire.
+    /// is not ours. On Redis a newcomer that finds a lock free takes it
+    /// without a token (a mutex by the plain `SET`, a read-write lock or a
+    /// semaphore by shared.lua); Redlock and the embedded backend issue
+    /// theirs at acquire.
     pub(crate) async fn mint(
         &self,
         names: &KeyNames,

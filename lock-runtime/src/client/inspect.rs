@@ -30,7 +30,9 @@ pub struct LockState {
     /// of them (the one that took it first).
     pub holder: Option<String>,
     /// Every holder's label, in the order they took it (one entry per
-    /// guard: a client holding two permits appears twice).
+    /// guard: a client holding two permits appears twice). On Redis and
+    /// Valkey, where a lock taken free has no fencing token until asked,
+    /// the order they asked for it, to the millisecond.
     pub holders: Vec<String>,
     /// The queued waiters' labels, in line order, one entry per waiting
     /// task (at most 1,000 are read).

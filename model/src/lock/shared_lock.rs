@@ -39,8 +39,8 @@ impl SharedGhost {
 
 impl LockModel {
     /// Redis runs client `c`'s `req` through shared.lua (shared.rs
-    /// `acquire_shared`, `extend_shared`, `release_shared`; the watchdog's
-    /// renewal and `confirm` are `extend`).
+    /// `acquire_shared`, `extend_shared`, `release_shared`, `mint_shared`;
+    /// the watchdog's renewal and `confirm` are `extend`).
     pub(crate) fn exec_shared(&self, s: &mut State, c: u8, req: Req) -> (Resp, String) {
         let sh = self.cfg.shared.as_ref().expect("a shared configuration");
         let call = Call {
@@ -63,6 +63,7 @@ impl LockModel {
                     s.clients[c as usize].lease_ended = false;
                 }
                 let text = match r {
+                    AcqReply::Granted(0) => "acquire: granted, no fencing token yet".to_string(),
                     AcqReply::Granted(f) => format!("acquire: granted, fencing {f}"),
                     AcqReply::Busy { remaining, fence } if wait != 0 => {
                         let queued = s.shared.queue.iter().position(|e| e.token == c);
@@ -97,12 +98,28 @@ impl LockModel {
                 };
                 (Resp::Release(r), taken, text.to_string())
             }
-            // A shared lock takes no plain path, and has its token from
-            // the start; only a mutex's line reserves.
-            Req::SetNx { .. } | Req::Mint | Req::Unlock | Req::Reserve => {
+            Req::Mint => {
+                let f = s.shared.mint(&call, &mut fence, self.cfg.mint_checks_owner);
+                let text = if f == 0 {
+                    "mint: 0 (not ours: our lease ended)".to_string()
+                } else {
+                    format!("mint: minted fencing {f}")
+                };
+                (Resp::Minted(f), Taken::new(), text)
+            }
+            // A shared lock takes no plain path; only a mutex's line
+            // reserves.
+            Req::SetNx { .. } | Req::Unlock | Req::Reserve => {
                 unreachable!("a mutex's request")
             }
         };
+        if let Resp::Minted(f) = resp {
+            if f == 0 {
+                s.ghost.mint_refused = true;
+            } else {
+                self.issued_to(s, c, f);
+            }
+        }
         s.server.fence = fence;
         // Ghost: FIFO. A taker overtakes whoever was queued ahead of it (or
         // at all, if it was not queued) and still is.
@@ -116,9 +133,15 @@ impl LockModel {
                 s.ghost.shared.overtaken = true;
             }
         }
+        for &(who, _) in &taken {
+            self.shared_tenure_begins(s, who);
+        }
         for (who, f) in taken {
             if who == call.token {
-                self.issued(s, f);
+                // A newcomer's lease has no token yet (`0`).
+                if f != 0 {
+                    self.issued(s, f);
+                }
             } else {
                 // shared.lua, "pcall: a notice refused by an ACL must not undo the grant.":
                 // a notice to each waiter granted.
@@ -136,10 +159,34 @@ impl LockModel {
     }
 }
 
-/// The properties of a read-write lock or a semaphore, besides those of
-/// every configuration (see `LockModel::properties`).
-/// `faults`: the configuration has some.
-pub(crate) fn shared_properties(cfg: &SharedConfig, faults: bool) -> Vec<Property<LockModel>> {
+impl LockModel {
+    /// Ghost: `who` takes a lease. A writer's tenure supersedes every other
+    /// holder, a shared holder's only the writers: a token issued to them
+    /// from now on would sit above the new holder's, although they held
+    /// the lock before (shared holders beside each other are not ordered).
+    fn shared_tenure_begins(&self, s: &mut State, who: u8) {
+        let modes = &self
+            .cfg
+            .shared
+            .as_ref()
+            .expect("a shared configuration")
+            .modes;
+        let exclusive = modes[who as usize] == Mode::Write;
+        for (i, cl) in s.clients.iter_mut().enumerate() {
+            if i == who as usize {
+                cl.superseded = false;
+            } else if cl.holding() && (exclusive || modes[i] == Mode::Write) {
+                cl.superseded = true;
+            }
+        }
+    }
+}
+
+/// The properties of a read-write lock or a semaphore (`cfg.shared`),
+/// besides those of every configuration (see `LockModel::properties`).
+pub(crate) fn shared_properties(lock: &LockConfig) -> Vec<Property<LockModel>> {
+    let cfg = lock.shared.as_ref().expect("a shared configuration");
+    let faults = lock.faults.total > 0;
     let mut properties = Vec::new();
     let readers = cfg.modes.iter().filter(|&&m| m == Mode::Read).count();
     if cfg.limit == 0 {
@@ -177,7 +224,17 @@ pub(crate) fn shared_properties(cfg: &SharedConfig, faults: bool) -> Vec<Propert
     ));
     properties.extend(never_set![LockModel;
         "no grant overtakes a waiter still queued (FIFO)" => ghost.shared.overtaken,
+        "fencing tokens rise in the order holders held the lock" =>
+            ghost.token_after_later_holder,
     ]);
+    // A writer paused past its lease asks for its token on resuming (the
+    // Kleppmann case): shared.lua's `mint` refuses it.
+    if lock.mint_checks_owner && lock.faults.pause > 0 && cfg.modes.contains(&Mode::Write) {
+        properties.push(Property::sometimes(
+            "shared.lua's mint refuses a holder whose lease ended",
+            |_: &LockModel, s: &State| s.ghost.mint_refused,
+        ));
+    }
     properties.push(Property::always(
         "without faults a waiter that fits at the head of the queue is granted within a lease",
         |m: &LockModel, s: &State| {

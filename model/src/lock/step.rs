@@ -338,13 +338,18 @@ impl LockModel {
         }
     }
 
-    /// [`Action::Mint`]: `Held::fencing_token` (held.rs) asks mint.lua; the
-    /// holder waits for the answer.
+    /// [`Action::Mint`]: `Held::fencing_token` (held.rs) asks mint.lua (a
+    /// shared lock: shared.lua's `mint`); the holder waits for the answer.
     fn mint(&self, s: &mut State, c: u8, log: &mut Log) {
         let cl = &mut s.clients[c as usize];
         cl.phase = Phase::Minting;
         cl.app = Some(Net::new(Req::Mint, 1, false));
-        log.say(|| format!("{}: fencing_token(): sends mint.lua", name(c)));
+        let script = if self.cfg.shared.is_some() {
+            "shared.lua mint"
+        } else {
+            "mint.lua"
+        };
+        log.say(|| format!("{}: fencing_token(): sends {script}", name(c)));
     }
 
     /// [`Action::Release`].

@@ -196,14 +196,18 @@ impl RedisBackend {
         Ok((answer == redis::Value::Int(1), resent))
     }
 
-    /// Mints the fencing token of the lock `token` holds (mint.lua): the
-    /// token, or `None` when the lock is not ours. With replica acks, only
-    /// once they came (a token lost in a failover could be issued again).
+    /// Mints the fencing token of the lock `token` holds (mint.lua; a read-
+    /// write lock's or a semaphore's: shared.lua's `mint`): the token, or
+    /// `None` when the lock is not ours. With replica acks, only once they
+    /// came (a token lost in a failover could be issued again).
     pub(crate) async fn mint(
         &self,
         names: &KeyNames,
         token: &Token,
     ) -> Result<Option<u64>, LockError> {
+        if names.kind != LockKind::Mutex {
+            return Box::pin(self.mint_shared(names, token)).await;
+        }
         let mut cmd = evalsha(&MINT, 2, 3, 2 * names.lock.len() + 64);
         cmd.arg(&names.lock).arg(names.fence()).arg(token);
         let mut conn = self.conn(names);

@@ -67,6 +67,8 @@ impl RedisBackend {
         let answer: Vec<redis::Value> = run_script(&mut conn, &SHARED, &cmd)
             .await
             .map_err(|e| BackendError::with_source("acquire failed", e))?;
+        // {1, fencing (0: none minted yet)} when held, {-remaining,
+        // counter} when busy; the grants it made follow.
         let (first, fence) = match answer.get(..2) {
             Some([redis::Value::Int(first), redis::Value::Int(fence)]) => (*first, *fence),
             _ => return Err(BackendError::new("acquire: unexpected answer").into()),
@@ -85,8 +87,31 @@ impl RedisBackend {
             return Err(e);
         }
         Ok(AcquireOutcome::Acquired {
-            fencing: first.unsigned_abs(),
+            fencing: fence.unsigned_abs(),
         })
+    }
+
+    /// Mints the fencing token of a reader's, writer's or permit's lease
+    /// on first use (the `mint` call): the token, or `None` when the lease
+    /// is not ours (absent, or ended). A newcomer that found the lock free
+    /// took it without one; see `mint` in plain.rs for the mutex's.
+    pub(super) async fn mint_shared(
+        &self,
+        names: &KeyNames,
+        token: &Token,
+    ) -> Result<Option<u64>, LockError> {
+        // The lease argument is not read by `mint`.
+        let mut cmd = self.shared_cmd("mint", names, token, Duration::ZERO);
+        cmd.arg(0);
+        let mut conn = self.conn(names);
+        let minted: u64 = run_script(&mut conn, &SHARED, &cmd)
+            .await
+            .map_err(|e| BackendError::with_source("minting the fencing token failed", e))?;
+        if minted == 0 {
+            return Ok(None);
+        }
+        self.replicated(&mut conn).await?;
+        Ok(Some(minted))
     }
 
     /// The `extend` call of a reader's, writer's or permit's lease.
