@@ -30,6 +30,7 @@ const ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
 const RELEASE: &str = include_str!("../../lock-runtime/scripts/release.lua");
 const UNLOCK: &str = include_str!("../../lock-runtime/scripts/unlock.lua");
 const MINT: &str = include_str!("../../lock-runtime/scripts/mint.lua");
+const SHARED: &str = include_str!("../../lock-runtime/scripts/shared.lua");
 const COMPARE_AND_DELETE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 const EMPTY: &str = "return 1";
@@ -69,6 +70,10 @@ const SIDES: &[(&str, Side)] = &[
     ("  EVALSHA of `return 1`, 4 keys + 6 args", Side::Empty10),
     ("  acquire.lua alone, uncontended", Side::Acquire),
     (
+        "permit pair: shared.lua acquire + release, a semaphore of 4 (row 10)",
+        Side::PermitPair,
+    ),
+    (
         "raw record: SET NX PX (claim) + SET PX (store)",
         Side::RawRecord,
     ),
@@ -98,6 +103,7 @@ enum Side {
     Empty3,
     Empty10,
     Acquire,
+    PermitPair,
     RawRecord,
     CheckedRecord,
     LibraryRecord,
@@ -114,6 +120,7 @@ struct Shas {
     settle: String,
     unlock: String,
     mint: String,
+    shared: String,
     /// The server has `DELIFEQ`: the library releases with it.
     delifeq: bool,
 }
@@ -197,6 +204,21 @@ impl Side {
                 vec![cmd]
             }
             Side::Acquire => vec![acquire()],
+            Side::PermitPair => {
+                // A semaphore's names (writer, holders, queue, the slot's
+                // counter, tokens) and arguments, as shared.rs sends them.
+                let shared = ["T", "P", "O", "S", "Z"]
+                    .map(|kind| format!("{kind}{{k{i}}}"))
+                    .to_vec();
+                let (notice, publish) = (format!("M{{k{i}}}"), "PUBLISH");
+                let [take, give] = ["acquire", "release"].map(|op| {
+                    let mut cmd = evalsha(&sha.shared, &shared);
+                    cmd.arg(op).arg(&token).arg(30_000).arg("s").arg(4);
+                    cmd.arg(&notice).arg(2_000).arg(publish).arg(0);
+                    cmd
+                });
+                vec![take, give]
+            }
             Side::RawRecord => {
                 let mut store = redis::cmd("SET");
                 store.arg(&record).arg(BODY).arg("PX").arg(RETENTION_MS);
@@ -299,6 +321,7 @@ async fn instructions(dir: &Path, side: Side, ops: usize) -> Result<u64, String>
         settle: load_script(&mut conn, LIBRARY_SETTLE).await?,
         unlock: load_script(&mut conn, UNLOCK).await?,
         mint: load_script(&mut conn, MINT).await?,
+        shared: load_script(&mut conn, SHARED).await?,
         delifeq: has_delifeq(&mut conn).await,
     };
     let mut pipe = redis::pipe();

@@ -1,8 +1,7 @@
 -- Read-write locks and semaphores: acquire, release, extend and mint.
 -- KEYS[1] writer key (a string holding the writer's token; never set for a
 -- semaphore), KEYS[2] holders (a sorted set: readers' or permit holders'
--- tokens scored by the end of their leases, server time in ms to the
--- microsecond), KEYS[3]
+-- tokens scored by the end of their leases, server time in ms), KEYS[3]
 -- waiter queue (a list of 'token:lease_ms:mode' entries), KEYS[4] fencing
 -- counter of the key's hash slot, KEYS[5] the fencing tokens of the shared
 -- holders that have one (a hash: token -> fencing token; its members are
@@ -17,12 +16,14 @@
 -- acquire: ARGV[9] how long the caller will wait, in ms ('0': try once, do
 --   not queue). Returns {1, fence, grants...} when held (also when handed
 --   over, or an earlier attempt's reply was lost; fence 0: none minted
---   yet, ask with 'mint'); {-remaining_ms, counter, grants...} when busy
---   (counter: the slot counter now, see acquire.lua). grants:
---   sha1hex(token), fencing for each waiter the call handed over to (a
---   lease that ended made room for them).
+--   yet, ask with 'mint'), or 1 alone (held, no token, no grants: a table
+--   costs the server as much as a command); {-remaining_ms, counter,
+--   grants...} when busy (counter: the slot counter now, see acquire.lua).
+--   grants: sha1hex(token), fencing for each waiter the call handed over
+--   to (a lease that ended made room for them).
 -- release: ARGV[9] '1' to leave the queue too (an abandoned wait). Returns
---   {1, grants...} when released, {0, grants...} when not ours.
+--   {1, grants...} when released, {0, grants...} when not ours; 1 or 0
+--   alone when it granted nobody.
 -- extend: returns 1 when re-armed, 0 when not ours.
 -- mint: the holder's fencing token, minted now (INCR), strictly above
 --   every token issued before in the slot; 0 when not ours (absent, or its
@@ -38,17 +39,82 @@
 local op, token, lease, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local limit = tonumber(ARGV[5])
 local t = redis.call('TIME')
--- In ms, to the microsecond: holders taken in one millisecond keep their
--- order in the set (`inspect` lists them so).
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
--- Holders whose lease ended are gone.
-local ended = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-if #ended > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  for _, who in ipairs(ended) do
-    redis.call('HDEL', KEYS[5], who)
+-- Whole milliseconds: an integer is a cheap argument, a fraction is not.
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Holders whose lease ended are gone: every step that reads the holders'
+-- set runs this first, or reads only what no ended lease can be in (an
+-- empty set, a score it compares with `now`). How many went.
+local function purge()
+  local ended = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+  if #ended > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+    for _, who in ipairs(ended) do
+      redis.call('HDEL', KEYS[5], who)
+    end
+  end
+  return #ended
+end
+
+-- The common calls first, before any helper is defined (a helper is a
+-- closure made anew on every call, which costs the server as much as a
+-- command): a release, and a newcomer, while nobody is queued.
+local released
+if op == 'release' then
+  if ARGV[9] == '1' then
+    redis.call('LREM', KEYS[3], 1, token .. ':' .. ARGV[3] .. ':' .. mode)
+  end
+  released = 0
+  if mode == 'x' then
+    if redis.call('GET', KEYS[1]) == token then
+      redis.call('DEL', KEYS[1])
+      released = 1
+    end
+  else
+    local ends = redis.call('ZSCORE', KEYS[2], token)
+    if ends then
+      redis.call('ZREM', KEYS[2], token)
+      redis.call('HDEL', KEYS[5], token)
+      -- A lease that ended is gone all the same, and was not ours.
+      if tonumber(ends) > now then
+        released = 1
+      end
+    end
+  end
+  -- Nobody queued: nobody to grant. Else, also when not ours (the entry
+  -- that left, or a lease that ended, may have made room), the queue's
+  -- head is granted below.
+  if not redis.call('LINDEX', KEYS[3], 0) then
+    return released
+  end
+elseif op == 'acquire' and not redis.call('LINDEX', KEYS[3], 0) then
+  -- A newcomer, only when nobody is queued. It takes a lease without a
+  -- token if it fits (as `room` and `take` below); a re-sent attempt
+  -- whose first copy took a shared lease is counted among the holders
+  -- here, and only refreshed.
+  if limit > 0 or redis.call('EXISTS', KEYS[1]) == 0 then
+    local held = redis.call('ZCARD', KEYS[2])
+    if held > 0 then
+      held = held - purge()
+    end
+    -- (ARGV[3], the lease as sent: a number costs a conversion.)
+    if mode == 'x' and held == 0 then
+      redis.call('SET', KEYS[1], token, 'PX', ARGV[3])
+      return 1
+    elseif mode ~= 'x' and (limit == 0 or held < limit) then
+      redis.call('ZADD', KEYS[2], now + lease, token)
+      if held == 0 then
+        redis.call('PEXPIRE', KEYS[2], ARGV[3])
+      else
+        redis.call('PEXPIRE', KEYS[2], ARGV[3], 'GT')
+      end
+      return 1
+    end
   end
 end
+
+-- Every other call reads the holders' set below.
+purge()
 
 -- The holders' set lives as long as the longest lease, and so do the
 -- tokens: `alone` when nobody else holds (the set is new, with no expiry
@@ -146,6 +212,12 @@ local function promote(granted)
   end
 end
 
+if op == 'release' then
+  local out = {released}
+  promote(out)
+  return out
+end
+
 if op == 'extend' or op == 'mint' then
   if not ours() then
     return 0
@@ -161,36 +233,12 @@ if op == 'extend' or op == 'mint' then
   return 1
 end
 
-local entry = token .. ':' .. ARGV[3] .. ':' .. mode
-
-if op == 'release' then
-  if ARGV[9] == '1' then
-    redis.call('LREM', KEYS[3], 1, entry)
-  end
-  local out = {0}
-  if mode == 'x' then
-    if redis.call('GET', KEYS[1]) == token then
-      redis.call('DEL', KEYS[1])
-      out[1] = 1
-    end
-  elseif redis.call('ZREM', KEYS[2], token) == 1 then
-    redis.call('HDEL', KEYS[5], token)
-    out[1] = 1
-  end
-  -- Also when not ours: the entry that left, or a lease that ended, may
-  -- have made room for those queued behind.
-  promote(out)
-  return out
-end
-
 -- acquire: grant whoever waits at the head first (capacity may have freed
 -- up by a lease ending, which sends no notice); we may be among them.
 local waits = ARGV[9] ~= '0'
 local out = {1, 0}
 local empty, own = promote(out)
--- A newcomer, only when nobody is queued. A re-sent attempt whose first
--- copy took a shared lease is counted among the holders here, and only
--- refreshed.
+-- A newcomer again (see above), now that the head may have been granted.
 if empty then
   local held = room(mode)
   if held then
@@ -222,6 +270,7 @@ if first[2] then
 end
 out[1] = -remaining
 if waits then
+  local entry = token .. ':' .. ARGV[3] .. ':' .. mode
   if not redis.call('LPOS', KEYS[3], entry) then
     redis.call('RPUSH', KEYS[3], entry)
   end

@@ -137,7 +137,7 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "shared.lua",
-        "a2bafa6bb48c66f8dd82b41d598deb7a5ac72629",
+        "aaf2166f2e3598fdf699c559bcce9bd2a350fff5",
         "shared.rs `Holders::acquire`, `release`, `extend`, `mint` (run by \
          `LockModel::exec_shared`)",
     ),

@@ -131,8 +131,12 @@ pub(crate) type Taken = Vec<(u8, u8)>;
 
 impl Holders {
     /// The clock reaches `now`: the writer's key, holders' leases and the
-    /// queue that ended go (shared.lua, "Holders whose lease ended are gone.",
-    /// the `PX` and `PEXPIRE`s). The owners whose leases ended.
+    /// queue that ended go (the `PX` and `PEXPIRE`s, and the purge that
+    /// every step reading the holders runs first,
+    /// shared.lua, "local function purge()", or reads only what no ended
+    /// lease can be in: an empty set, or a score compared with the clock,
+    /// shared.lua, "A lease that ended is gone all the same"). The owners
+    /// whose leases ended.
     pub(crate) fn expire(&mut self, now: u8) -> Vec<u8> {
         let mut ended = Vec::new();
         if let Some(w) = self.writer
@@ -335,9 +339,11 @@ impl Holders {
         )
     }
 
-    /// shared.lua, "if op == 'release' then": leave the queue if asked, free
-    /// our place if ours, and promote either way (the entry that left may
-    /// have made room). `(ours, grants)`.
+    /// shared.lua, "released = 0" to "local out = {released}": leave the
+    /// queue if asked, free our place if ours, and promote either way (the
+    /// entry that left may have made room; with nobody queued there is
+    /// nothing to promote, and the script answers at once). `(ours,
+    /// grants)`.
     pub(crate) fn release(&mut self, call: &Call, dequeue: bool, fence: &mut u8) -> (bool, Taken) {
         let mut taken = Taken::new();
         if dequeue && let Some(i) = self.queue.iter().position(|e| *e == call.entry()) {

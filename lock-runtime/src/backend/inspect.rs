@@ -52,17 +52,13 @@ impl Observed {
     /// A read-write lock's or a semaphore's state: its `holders` (put in
     /// the order they took it) and its `waiting` line.
     pub(crate) fn shared(mut holders: Vec<Holding>, waiting: Vec<String>, fence: u64) -> Self {
-        // By fencing token where every holder has one (the embedded
-        // backend's): the order they took it. Else (Redis, where a lock
-        // taken free has no token until asked) by the time in their tokens,
-        // when they asked for it, to the millisecond; within one, as given
-        // (by the end of their leases, to the microsecond).
+        // By fencing token where all have one (the embedded backend), else
+        // (Redis: a lock taken free has no token until asked) by the time
+        // in their tokens, to the ms, then as given (by lease end, to the us).
         if holders.iter().all(|h| h.fencing.is_some()) {
             holders.sort_by_key(|h| h.fencing);
         } else {
-            holders.sort_by_key(|h| {
-                crate::token::public_part(&h.token).map_or(u64::MAX, |(_, ms)| ms)
-            });
+            holders.sort_by_key(|h| crate::token::public_part(&h.token).map(|(_, ms)| ms));
         }
         Self {
             held: !holders.is_empty(),

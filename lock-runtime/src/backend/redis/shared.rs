@@ -64,16 +64,23 @@ impl RedisBackend {
         let mut cmd = self.shared_cmd("acquire", names, token, ttl);
         cmd.arg(if wait.is_zero() { 0 } else { millis(wait) });
         let mut conn = self.conn(names);
-        let answer: Vec<redis::Value> = run_script(&mut conn, &SHARED, &cmd)
+        let answer: redis::Value = run_script(&mut conn, &SHARED, &cmd)
             .await
             .map_err(|e| BackendError::with_source("acquire failed", e))?;
         // {1, fencing (0: none minted yet)} when held, {-remaining,
-        // counter} when busy; the grants it made follow.
-        let (first, fence) = match answer.get(..2) {
-            Some([redis::Value::Int(first), redis::Value::Int(fence)]) => (*first, *fence),
+        // counter} when busy, the grants it made following; 1 alone: held,
+        // no token, no grants.
+        let (first, fence) = match &answer {
+            redis::Value::Int(1) => (1, 0),
+            redis::Value::Array(answer) => match answer.get(..2) {
+                Some([redis::Value::Int(first), redis::Value::Int(fence)]) => {
+                    self.wake_granted(names, &answer[2..]);
+                    (*first, *fence)
+                }
+                _ => return Err(BackendError::new("acquire: unexpected answer").into()),
+            },
             _ => return Err(BackendError::new("acquire: unexpected answer").into()),
         };
-        self.wake_granted(names, &answer[2..]);
         if first <= 0 {
             return Ok(AcquireOutcome::Busy {
                 remaining: Duration::from_millis(first.unsigned_abs()),
@@ -135,15 +142,18 @@ impl RedisBackend {
         let mut cmd = self.shared_cmd("release", names, token, ttl);
         cmd.arg(if dequeue { "1" } else { "0" });
         let (answer, resent) = self.send_release(names, &SHARED, &cmd, false, None).await?;
-        let answer = match answer {
-            redis::Value::Array(items) => items,
-            _ => Vec::new(),
+        // 1 or 0 alone, or {1 or 0, grants...}.
+        let released = match answer {
+            redis::Value::Array(items) => {
+                self.wake_granted(names, items.get(1..).unwrap_or_default());
+                items.first() == Some(&redis::Value::Int(1))
+            }
+            answer => answer == redis::Value::Int(1),
         };
-        self.wake_granted(names, answer.get(1..).unwrap_or_default());
-        match answer.first() {
-            Some(redis::Value::Int(1)) => Ok(Released::Yes),
-            _ if resent => Ok(Released::Gone),
-            _ => Ok(Released::NotOurs),
+        match released {
+            true => Ok(Released::Yes),
+            false if resent => Ok(Released::Gone),
+            false => Ok(Released::NotOurs),
         }
     }
 }
