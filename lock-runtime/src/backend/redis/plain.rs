@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::super::conn::Conn;
-use super::super::scripts::{MINT, PROBE, UNLOCK, evalsha, millis, run_script};
+use super::super::scripts::{MINT, PROBE, SHARED, UNLOCK, evalsha, millis, run_script};
 use super::super::{AcquireOutcome, LockRef};
 use super::RedisBackend;
 use crate::LockError;
@@ -205,13 +205,15 @@ impl RedisBackend {
         names: &KeyNames,
         token: &Token,
     ) -> Result<Option<u64>, LockError> {
-        if names.kind != LockKind::Mutex {
-            return Box::pin(self.mint_shared(names, token)).await;
-        }
-        let mut cmd = evalsha(&MINT, 2, 3, 2 * names.lock.len() + 64);
-        cmd.arg(&names.lock).arg(names.fence()).arg(token);
+        let (script, cmd) = if names.kind == LockKind::Mutex {
+            let mut cmd = evalsha(&MINT, 2, 3, 2 * names.lock.len() + 64);
+            cmd.arg(&names.lock).arg(names.fence()).arg(token);
+            (&*MINT, cmd)
+        } else {
+            (&*SHARED, self.mint_shared_cmd(names, token))
+        };
         let mut conn = self.conn(names);
-        let minted: u64 = run_script(&mut conn, &MINT, &cmd)
+        let minted: u64 = run_script(&mut conn, script, &cmd)
             .await
             .map_err(|e| BackendError::with_source("minting the fencing token failed", e))?;
         if minted == 0 {

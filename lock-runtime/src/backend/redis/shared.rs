@@ -98,27 +98,14 @@ impl RedisBackend {
         })
     }
 
-    /// Mints the fencing token of a reader's, writer's or permit's lease
-    /// on first use (the `mint` call): the token, or `None` when the lease
-    /// is not ours (absent, or ended). A newcomer that found the lock free
-    /// took it without one; see `mint` in plain.rs for the mutex's.
-    pub(super) async fn mint_shared(
-        &self,
-        names: &KeyNames,
-        token: &Token,
-    ) -> Result<Option<u64>, LockError> {
+    /// The `mint` call of a reader's, writer's or permit's lease: its
+    /// fencing token on first use (a newcomer that found the lock free took
+    /// it without one), or 0 when the lease is not ours (absent, or ended).
+    pub(super) fn mint_shared_cmd(&self, names: &KeyNames, token: &Token) -> redis::Cmd {
         // The lease argument is not read by `mint`.
         let mut cmd = self.shared_cmd("mint", names, token, Duration::ZERO);
         cmd.arg(0);
-        let mut conn = self.conn(names);
-        let minted: u64 = run_script(&mut conn, &SHARED, &cmd)
-            .await
-            .map_err(|e| BackendError::with_source("minting the fencing token failed", e))?;
-        if minted == 0 {
-            return Ok(None);
-        }
-        self.replicated(&mut conn).await?;
-        Ok(Some(minted))
+        cmd
     }
 
     /// The `extend` call of a reader's, writer's or permit's lease.
