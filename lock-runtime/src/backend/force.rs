@@ -73,7 +73,7 @@ async fn force_on(node: &RedisBackend, names: &KeyNames, key: &str) -> Result<u6
         .add_command(deleted)
         .cmd("INCR")
         .arg(names.fence())
-        .query_async(&mut node.conn(names))
+        .query_async(&mut node.connection())
         .await
         .map_err(|e| BackendError::with_source("cannot force-release the lock", e))?;
     // The record lives in the resource's slot, which is not always the

@@ -146,7 +146,7 @@ pub(crate) async fn observe(
             .arg(&last);
     }
     let answers: Vec<redis::Value> = pipe
-        .query_async(&mut node.conn(mutex))
+        .query_async(&mut node.connection())
         .await
         .map_err(|e| BackendError::with_source("cannot read the lock's state", e))?;
     let mut answers = answers.into_iter();

@@ -37,7 +37,7 @@ impl Backend {
     /// The leader of the election `names`, if anybody leads it.
     pub(crate) async fn leader(&self, names: &KeyNames) -> Result<Option<LeaderEntry>, LockError> {
         match self {
-            Backend::Redis(b) => read(&mut b.conn(names), &names.record).await,
+            Backend::Redis(b) => read(&mut b.connection(), &names.record).await,
             Backend::Memory(b) => Ok(b.leader(names)),
             Backend::Redlock(_) => Err(not_on_redlock()),
         }
@@ -175,7 +175,7 @@ async fn scan_records(
         };
         let names = KeyNames::leader(prefix, &key);
         // Read through the key's own connection (its slot's master).
-        if let Some(record) = read(&mut node.conn(&names), &names.record).await? {
+        if let Some(record) = read(&mut node.connection(), &names.record).await? {
             leaders.push((key, record));
         }
     }

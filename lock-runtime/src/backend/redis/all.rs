@@ -45,7 +45,7 @@ impl RedisBackend {
         for n in names {
             cmd.arg(&n.notice);
         }
-        let mut conn = self.conn(first);
+        let mut conn = self.connection();
         let answer: Vec<i64> = run_script(&mut conn, &ACQUIRE_ALL, &cmd)
             .await
             .map_err(|e| BackendError::with_source("acquiring several locks failed", e))?;

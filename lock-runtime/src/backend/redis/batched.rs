@@ -40,7 +40,7 @@ impl RedisBackend {
         if names.kind != LockKind::Mutex || names.is_leader() {
             return Dispatch::Alone(None);
         }
-        let Some(batcher) = self.batchers.get(self.handle(names)) else {
+        let Some(batcher) = &self.batcher else {
             return Dispatch::Alone(None);
         };
         match batcher.try_turn() {
@@ -49,16 +49,9 @@ impl RedisBackend {
         }
     }
 
-    /// Batched calls and ops so far, over every handle.
+    /// Batched calls and ops so far.
     pub(crate) fn batch_stats(&self) -> BatchStats {
-        self.batchers
-            .iter()
-            .map(|b| b.stats())
-            .fold(BatchStats::default(), |a, b| BatchStats {
-                calls: a.calls + b.calls,
-                ops: a.ops + b.ops,
-                largest: a.largest.max(b.largest),
-            })
+        self.batcher.as_ref().map(|b| b.stats()).unwrap_or_default()
     }
 
     /// acquire.lua's arguments after its keys (one place writes their

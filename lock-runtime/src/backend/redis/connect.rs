@@ -12,21 +12,14 @@ use super::super::scripts::load_scripts;
 use super::super::waiters::Registry;
 use super::batch::{BATCH, Batcher};
 use super::plain::has_delifeq;
-use super::{CONNECTIONS, Plain, RedisBackend};
+use super::{Plain, RedisBackend};
 use crate::LockError;
 use crate::error::BackendError;
 
 impl RedisBackend {
     /// One server.
     pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<Self, LockError> {
-        Self::node(
-            url,
-            options,
-            Arc::new(Registry::default()),
-            false,
-            CONNECTIONS,
-        )
-        .await
+        Self::node(url, options, Arc::new(Registry::default()), false).await
     }
 
     /// One Redlock node, whose waiters live in `waiters` (shared by the
@@ -36,7 +29,7 @@ impl RedisBackend {
         options: &RedisOptions,
         waiters: Arc<Registry>,
     ) -> Result<Self, LockError> {
-        Self::node(url, options, waiters, true, 1).await
+        Self::node(url, options, waiters, true).await
     }
 
     async fn node(
@@ -44,29 +37,22 @@ impl RedisBackend {
         options: &RedisOptions,
         waiters: Arc<Registry>,
         announce_free: bool,
-        connections: usize,
     ) -> Result<Self, LockError> {
         let client = open_client(url)?;
-        let mut conns = Vec::with_capacity(connections);
-        for _ in 0..connections {
-            conns.push(Conn::Single(
-                connect_manager(client.clone(), options).await?,
-            ));
-        }
-        // The script cache is per server: loading through one connection does.
-        load_scripts(&mut conns[0]).await?;
+        let mut conn = Conn::Single(connect_manager(client.clone(), options).await?);
+        load_scripts(&mut conn).await?;
         BATCH
             .prepare_invoke()
-            .load_async(&mut conns[0])
+            .load_async(&mut conn)
             .await
             .map_err(|e| BackendError::with_source("cannot load the lock scripts", e))?;
         // A Redlock node's locks are a vote of scripts: no plain path.
         let plain = Plain::new(
             !announce_free && !options.coalesce,
-            !announce_free && has_delifeq(&mut conns[0]).await,
+            !announce_free && has_delifeq(&mut conn).await,
         );
         let mut node = Self::with_pubsub(
-            conns,
+            conn,
             Source::Fixed(Box::new(client)),
             options,
             waiters,
@@ -75,7 +61,7 @@ impl RedisBackend {
         node.announce_free = announce_free;
         if announce_free {
             // A Redlock node: each call races a per-node timeout; not batched.
-            node.batchers.clear();
+            node.batcher = None;
         }
         Ok(node)
     }
@@ -98,7 +84,7 @@ impl RedisBackend {
         // DELIFEQ turns it off at its first refusal (see plain.rs).
         let plain = Plain::new(!options.coalesce, has_delifeq(&mut conn).await);
         Ok(Self::with_pubsub(
-            vec![conn],
+            conn,
             Source::Sentinel(sentinel),
             options,
             Arc::new(Registry::default()),
@@ -147,12 +133,12 @@ impl RedisBackend {
         );
         // Scripts are loaded on each node by EVALSHA's fallback on first use.
         Ok(Self {
-            conns: vec![Conn::Cluster(cluster.clone())],
-            batchers: vec![Batcher::new(
+            conn: Conn::Cluster(cluster.clone()),
+            batcher: Some(Batcher::new(
                 Conn::Cluster(cluster.clone()),
                 None,
                 options.coalesce,
-            )],
+            )),
             notices: Notices::cluster(cluster, push_rx, waiters.clone()),
             waiters,
             publish: "SPUBLISH",
@@ -163,18 +149,19 @@ impl RedisBackend {
     }
 
     fn with_pubsub(
-        conns: Vec<Conn>,
+        conn: Conn,
         source: Source,
         options: &RedisOptions,
         waiters: Arc<Registry>,
         plain: Plain,
     ) -> Self {
         Self {
-            batchers: conns
-                .iter()
-                .map(|c| Batcher::new(c.clone(), options.replica_acks, options.coalesce))
-                .collect(),
-            conns,
+            batcher: Some(Batcher::new(
+                conn.clone(),
+                options.replica_acks,
+                options.coalesce,
+            )),
+            conn,
             notices: Notices::pubsub(source, options, waiters.clone()),
             waiters,
             publish: "PUBLISH",

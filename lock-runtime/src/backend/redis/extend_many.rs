@@ -1,7 +1,6 @@
 //! The watchdog's renewals in one call per connection and hash slot
 //! (extend_many.lua), and the leases that cannot join one.
 
-use super::super::conn::Conn;
 use super::super::scripts::{EXTEND_MANY, evalsha, millis, run_script};
 use super::RedisBackend;
 use crate::LockError;
@@ -16,7 +15,7 @@ impl RedisBackend {
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
     ) -> Result<Vec<bool>, LockError> {
-        if !matches!(self.conns[0], Conn::Cluster(_)) {
+        if !self.is_cluster() {
             return self.extend_batch(leases).await;
         }
         // A cluster runs a script only on keys of one slot: one call per slot.
@@ -82,7 +81,7 @@ impl RedisBackend {
         for (_, token, ttl) in leases {
             cmd.arg(*token).arg(millis(*ttl));
         }
-        let mut conn = self.conn(first);
+        let mut conn = self.connection();
         let extended: Vec<i64> = run_script(&mut conn, &EXTEND_MANY, &cmd)
             .await
             .map_err(|e| BackendError::with_source("batched extend failed", e))?;

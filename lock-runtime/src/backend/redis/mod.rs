@@ -41,14 +41,6 @@ fn resend_release(e: &redis::RedisError) -> bool {
         || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
 }
 
-/// Command connections to one server (`.redis(..)`). Two multiplexed
-/// connections keep the server and the client busy at once: while the server
-/// runs one connection's batch of scripts, the client reads the other's
-/// replies and writes its next batch. A Redlock node keeps one: Redlock is
-/// bound by its slowest majority, not by one server's throughput, and each
-/// extra connection is one more to re-establish after a node restarts.
-const CONNECTIONS: usize = 2;
-
 mod all;
 mod batch;
 mod batched;
@@ -67,12 +59,16 @@ use batched::{Dispatch, Joined, mutex_script};
 use replicas::wait_for_replicas;
 
 pub(crate) struct RedisBackend {
-    /// One or [`CONNECTIONS`] handles; a key always uses the same one, so
-    /// one key's commands stay in order and `WAIT` follows its writes.
-    conns: Vec<Conn>,
-    /// The group commit of each handle in `conns` (see `batch.rs`); empty
-    /// where calls are not batched (a Redlock node).
-    batchers: Vec<Arc<Batcher>>,
+    /// The one multiplexed command connection (a cluster's: one per node),
+    /// so one key's commands stay in order and `WAIT` follows its writes.
+    /// One, not several: the commands of concurrent tasks then share its
+    /// writes and reads (a second connection halved how many each write
+    /// carried, and the uncontended path's `SET`s and compare-and-deletes
+    /// cost the server more per call: BENCHMARKS.md, row 11).
+    conn: Conn,
+    /// The group commit of `conn` (see `batch.rs`); `None` where calls are
+    /// not batched (a Redlock node).
+    batcher: Option<Arc<Batcher>>,
     waiters: Arc<Registry>,
     notices: Notices,
     /// `PUBLISH`, or `SPUBLISH` on a cluster.
@@ -92,19 +88,6 @@ impl std::fmt::Debug for RedisBackend {
 }
 
 impl RedisBackend {
-    /// The connection for `names`' commands.
-    pub(super) fn conn(&self, names: &KeyNames) -> Conn {
-        self.conns[self.handle(names)].clone()
-    }
-
-    /// The index of `names`' connection handle.
-    fn handle(&self, names: &KeyNames) -> usize {
-        match self.conns.len() {
-            1 => 0,
-            n => usize::from(names.slot) % n,
-        }
-    }
-
     /// Waits for `n` replicas to acknowledge the writes made through `conn`
     /// (`WAIT` counts per connection). `Ok(())` when they did (or none are
     /// asked for).
@@ -146,7 +129,7 @@ impl RedisBackend {
             return Box::pin(self.acquire_shared(lock, wait)).await;
         }
         let wait_ms = if wait.is_zero() { 0 } else { millis(wait) };
-        let mut conn = self.conn(names);
+        let mut conn = self.connection();
         let turn = match self.route(names) {
             Dispatch::Alone(turn) => turn,
             Dispatch::Queued(batcher) => {
@@ -234,7 +217,7 @@ impl RedisBackend {
 
     pub(crate) async fn extend(&self, lock: LockRef<'_>) -> Result<bool, LockError> {
         let LockRef { names, token, ttl } = lock;
-        let mut conn = self.conn(names);
+        let mut conn = self.connection();
         let turn = match self.route(names) {
             Dispatch::Alone(turn) => turn,
             Dispatch::Queued(batcher) => {
@@ -292,7 +275,7 @@ impl RedisBackend {
             .arg(token)
             .arg(millis(ttl))
             .arg(count);
-        let mut conn = self.conn(names);
+        let mut conn = self.connection();
         let top: u64 = run_script(&mut conn, &RESERVE, &cmd)
             .await
             .map_err(|e| BackendError::with_source("reserving fencing tokens failed", e))?;
@@ -337,7 +320,7 @@ impl RedisBackend {
         let (answer, resent) = match self.route(names) {
             Dispatch::Alone(turn) => {
                 let cmd = self.release_cmd(names, token, ttl, dequeue);
-                self.send_release(names, &RELEASE, &cmd, plain_resent, turn)
+                self.send_release(&RELEASE, &cmd, plain_resent, turn)
                     .await?
             }
             Dispatch::Queued(batcher) => {
@@ -352,7 +335,7 @@ impl RedisBackend {
                     Err(OpError::Call(e)) if resend_release(&e) => {
                         let broken = connection_failure(&e) == Some(ConnectionFailure::Broken);
                         let cmd = self.release_cmd(names, token, ttl, dequeue);
-                        self.send_release(names, &RELEASE, &cmd, broken || plain_resent, None)
+                        self.send_release(&RELEASE, &cmd, broken || plain_resent, None)
                             .await?
                     }
                     Err(OpError::Call(e)) => return Err(release_failed(e)),
@@ -388,20 +371,19 @@ impl RedisBackend {
         }
     }
 
-    /// Sends a release script (`script`, as `cmd`) on `names`' connection,
+    /// Sends a release script (`script`, as `cmd`),
     /// re-sending it once after a broken connection and while its slot is
     /// being migrated. `resent`: a copy may have run before this answer (so
     /// a "not ours" may be its doing). `turn`: the connection's turn of a
     /// lone call (see `batch.rs`), given up once the first copy answered.
     pub(super) async fn send_release(
         &self,
-        names: &KeyNames,
         script: &redis::Script,
         cmd: &redis::Cmd,
         resent: bool,
         turn: Option<Turn>,
     ) -> Result<(redis::Value, bool), LockError> {
-        let mut conn = self.conn(names);
+        let mut conn = self.connection();
         // The cluster driver re-sends a request whose connection broke by
         // itself, so there a "not ours" may always follow a lost copy.
         let resent = resent || matches!(conn, Conn::Cluster(_));
@@ -455,7 +437,7 @@ impl RedisBackend {
     pub(crate) async fn delete(&self, names: &KeyNames) -> Result<(), LockError> {
         redis::cmd("DEL")
             .arg(&names.lock)
-            .exec_async(&mut self.conn(names))
+            .exec_async(&mut self.connection())
             .await
             .map_err(|e| BackendError::with_source("cannot delete the lock", e))?;
         Ok(())
@@ -467,9 +449,9 @@ impl RedisBackend {
         self.waiters.is_subscribed(channel)
     }
 
-    /// A plain connection handle, for the other modules' scripts.
+    /// The command connection (a handle: cheap to clone).
     pub(crate) fn connection(&self) -> Conn {
-        self.conns[0].clone()
+        self.conn.clone()
     }
 
     /// How the scripts send notices on `channel`, packed in one argument:
@@ -486,6 +468,6 @@ impl RedisBackend {
 
     /// `true` on a Redis Cluster, where a script may touch one slot only.
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.conns[0], Conn::Cluster(_))
+        matches!(self.conn, Conn::Cluster(_))
     }
 }

@@ -26,20 +26,17 @@ impl RedisBackend {
     }
 
     /// Restarts the notices' task if it ended with the runtime it ran on
-    /// (see `Notices::restart_if_ended`), and reconnects the connections,
-    /// whose tasks ended with it too: the first command on each fails and
+    /// (see `Notices::restart_if_ended`), and reconnects the connection,
+    /// whose task ended with it too: the first command on it fails and
     /// makes it reconnect on the runtime in use; a `PING` does that here
     /// rather than in a lock's acquire or renewal.
     pub(crate) async fn restart_if_ended(&self) -> Result<(), LockError> {
         self.notices.restart_if_ended(&self.waiters)?;
-        for conn in &self.conns {
-            let mut conn = conn.clone();
-            for _ in 0..2 {
-                let pong: redis::RedisResult<String> =
-                    redis::cmd("PING").query_async(&mut conn).await;
-                if pong.is_ok() {
-                    break;
-                }
+        let mut conn = self.conn.clone();
+        for _ in 0..2 {
+            let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
+            if pong.is_ok() {
+                break;
             }
         }
         Ok(())
@@ -55,7 +52,7 @@ impl RedisBackend {
     pub(crate) async fn announce(&self, channel: &str) {
         let mut cmd = redis::cmd(self.publish);
         cmd.arg(channel).arg("");
-        let mut conn = self.conns[0].clone();
+        let mut conn = self.conn.clone();
         if let Err(e) = cmd.query_async::<()>(&mut conn).await {
             tracing::debug!(
                 channel,

@@ -154,7 +154,7 @@ impl RedisBackend {
             .arg("NX")
             .arg("PX")
             .arg(millis(ttl));
-        let mut conn = self.conn(names);
+        let mut conn = self.connection();
         let answer: redis::Value = cmd
             .query_async(&mut conn)
             .await
@@ -180,7 +180,7 @@ impl RedisBackend {
         if self.plain.delifeq() {
             let mut cmd = redis::Cmd::with_capacity(3, names.lock.len() + 80);
             cmd.arg("DELIFEQ").arg(&names.lock).arg(token);
-            match self.send_release(names, &UNLOCK, &cmd, false, None).await {
+            match self.send_release(&UNLOCK, &cmd, false, None).await {
                 Ok((answer, resent)) => return Ok((answer == redis::Value::Int(1), resent)),
                 Err(LockError::Backend(e))
                     if std::error::Error::source(&e)
@@ -192,7 +192,7 @@ impl RedisBackend {
         // "EVALSHA", the hash, the key count, the key, the token.
         let mut cmd = evalsha(&UNLOCK, 1, 2, names.lock.len() + 64);
         cmd.arg(&names.lock).arg(token);
-        let (answer, resent) = self.send_release(names, &UNLOCK, &cmd, false, None).await?;
+        let (answer, resent) = self.send_release(&UNLOCK, &cmd, false, None).await?;
         Ok((answer == redis::Value::Int(1), resent))
     }
 
@@ -212,7 +212,7 @@ impl RedisBackend {
         } else {
             (&*SHARED, self.mint_shared_cmd(names, token))
         };
-        let mut conn = self.conn(names);
+        let mut conn = self.connection();
         let minted: u64 = run_script(&mut conn, script, &cmd)
             .await
             .map_err(|e| BackendError::with_source("minting the fencing token failed", e))?;

@@ -63,7 +63,7 @@ impl RedisBackend {
         let LockRef { names, token, ttl } = lock;
         let mut cmd = self.shared_cmd("acquire", names, token, ttl);
         cmd.arg(if wait.is_zero() { 0 } else { millis(wait) });
-        let mut conn = self.conn(names);
+        let mut conn = self.connection();
         let answer: redis::Value = run_script(&mut conn, &SHARED, &cmd)
             .await
             .map_err(|e| BackendError::with_source("acquire failed", e))?;
@@ -128,7 +128,7 @@ impl RedisBackend {
         let LockRef { names, token, ttl } = lock;
         let mut cmd = self.shared_cmd("release", names, token, ttl);
         cmd.arg(if dequeue { "1" } else { "0" });
-        let (answer, resent) = self.send_release(names, &SHARED, &cmd, false, None).await?;
+        let (answer, resent) = self.send_release(&SHARED, &cmd, false, None).await?;
         // 1 or 0 alone, or {1 or 0, grants...}.
         let released = match answer {
             redis::Value::Array(items) => {
