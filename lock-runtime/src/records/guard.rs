@@ -40,13 +40,14 @@ pub struct RecordGuard {
 
 /// What a record's claim, completion and release send, owned (a
 /// completion or a background release runs as a task of its own).
-struct Record {
-    client: LockClient,
-    names: RecordNames,
-    token: Token,
-    fingerprint: String,
-    ttl: Duration,
-    retention: Duration,
+pub(super) struct Record {
+    pub(super) client: LockClient,
+    pub(super) names: RecordNames,
+    pub(super) token: Token,
+    /// The fingerprint's digest.
+    pub(super) fingerprint: String,
+    pub(super) ttl: Duration,
+    pub(super) retention: Duration,
 }
 
 impl fmt::Debug for RecordGuard {
@@ -62,28 +63,13 @@ impl fmt::Debug for RecordGuard {
 }
 
 impl RecordGuard {
-    /// A claim of `names` by `token` for `(ttl, retention)`, not yet sent
-    /// (disarmed).
-    pub(super) fn new(
-        client: LockClient,
-        key: String,
-        names: RecordNames,
-        token: Token,
-        fingerprint: String,
-        (ttl, retention): (Duration, Duration),
-    ) -> Self {
-        let ours = Record {
-            client,
-            names,
-            token,
-            fingerprint,
-            ttl,
-            retention,
-        };
+    /// A claim of `ours` for the key `key`, not yet sent (disarmed).
+    pub(super) fn new(key: String, ours: Record) -> Self {
+        let ours = Armed::new("idempotency: background release", ours, false);
         Self {
             key,
             renewal: None,
-            ours: Armed::new("idempotency: background release", ours, false),
+            ours,
         }
     }
 

@@ -71,6 +71,7 @@ use tokio::time::Instant;
 
 mod guard;
 
+use guard::Record;
 pub use guard::RecordGuard;
 
 use crate::backend::records::{Claim, StoredResponse};
@@ -226,14 +227,15 @@ impl RecordRequest {
         let notice = names.notice.clone();
         // Armed while a claim is on the wire: dropped then, or with an
         // error, it releases whatever the claim may have taken.
-        let mut guard = RecordGuard::new(
-            client.clone(),
-            self.key,
+        let ours = Record {
+            client: client.clone(),
             names,
             token,
-            self.fingerprint.unwrap_or_else(|| digest(&[], b"")),
-            (asked.ttl, self.retention),
-        );
+            fingerprint: self.fingerprint.unwrap_or_else(|| digest(&[], b"")),
+            ttl: asked.ttl,
+            retention: self.retention,
+        };
+        let mut guard = RecordGuard::new(self.key, ours);
         let on = (notice.as_str(), &token);
         let look_again = Some(Retry::LOOK_AGAIN);
         let mut turns = Turns::new(backend, on, deadline, look_again).await;
