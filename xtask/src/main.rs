@@ -9,8 +9,9 @@
 //!   `valkey.rs`), then runs `cargo test --workspace --all-features [ARGS]`
 //!   on the server `--server` names (`LOCK_TEST_SERVER`, read by every
 //!   launcher in `test-support`). `all`, the default and what CI runs:
-//!   everything on Redis, then [`VALKEY_SET`] again on Valkey. It ends by
-//!   saying which tests ran on which server, and which were skipped there.
+//!   everything on Redis, and [`VALKEY_SET`] again on Valkey, in two lanes
+//!   at once (see [`lanes`]). It ends by saying which tests ran on which
+//!   server, and which were skipped there.
 //! * `cargo xtask lint`: `cargo fmt --check`; clippy with `-D warnings` on the
 //!   workspace (every feature) and on `lock-runtime` with no feature and with
 //!   each feature alone; rustdoc with `-D warnings` for the same sets.
@@ -154,11 +155,34 @@ fn usage() -> &'static str {
 
 /// Runs `program args`, echoing it; an error names the command.
 fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    run_logged(program, args, env, None)
+}
+
+/// [`run`], its output (and the echo) to `log` when given.
+fn run_logged(
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    log: Option<&std::fs::File>,
+) -> Result<(), String> {
+    use std::io::Write;
     let shown = format!("{program} {}", args.join(" "));
-    eprintln!("+ {shown}");
-    let status = Command::new(program)
-        .args(args)
-        .envs(env.iter().copied())
+    let mut command = Command::new(program);
+    command.args(args).envs(env.iter().copied());
+    match log {
+        Some(mut log) => {
+            let _ = writeln!(log, "+ {shown}");
+            let out = log
+                .try_clone()
+                .map_err(|e| format!("the lane's log: {e}"))?;
+            let err = log
+                .try_clone()
+                .map_err(|e| format!("the lane's log: {e}"))?;
+            command.stdout(out).stderr(err);
+        }
+        None => eprintln!("+ {shown}"),
+    }
+    let status = command
         .status()
         .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
     if status.success() {
@@ -263,13 +287,13 @@ fn test(servers: Servers, extra: &[String]) -> Result<(), String> {
     let whole = "every test (cargo test --workspace --all-features)";
     let mut report = Vec::new();
     let outcome = match servers {
-        Servers::Redis => test_on("redis", &[], &extra, whole, &mut report),
-        Servers::Valkey => test_on("valkey", &[], &extra, whole, &mut report),
-        Servers::All => test_on("redis", &[], &extra, whole, &mut report).and_then(|()| {
-            let names: Vec<&str> = VALKEY_SET.iter().map(|&(_, t)| t).collect();
-            let what = format!("the tests where servers can differ: {}", names.join(" "));
-            test_on("valkey", VALKEY_SET, &extra, &what, &mut report)
-        }),
+        Servers::Redis => Phase::all("redis", whole).run(&extra, &mut report, None),
+        Servers::Valkey => Phase::all("valkey", whole).run(&extra, &mut report, None),
+        // With arguments (a filter, a package), one after the other.
+        Servers::All if !extra.is_empty() => Phase::all("redis", whole)
+            .run(&extra, &mut report, None)
+            .and_then(|()| Phase::valkey_set().run(&extra, &mut report, None)),
+        Servers::All => lanes(&mut report),
     };
     eprintln!("\nxtask test: what ran where");
     for line in &report {
@@ -278,59 +302,183 @@ fn test(servers: Servers, extra: &[String]) -> Result<(), String> {
     outcome
 }
 
-/// `cargo test` with `LOCK_TEST_SERVER=server`: the whole workspace when
-/// `targets` is empty, else those test targets. Appends to `report` what
-/// ran, how long it took, its outcome, and the tests that said they were
-/// skipped on this server.
-fn test_on(
-    server: &str,
-    targets: &[(&str, &str)],
-    extra: &[&str],
-    what: &str,
-    report: &mut Vec<String>,
-) -> Result<(), String> {
-    let skips =
-        std::env::temp_dir().join(format!("xtask-skips-{}-{server}.txt", std::process::id()));
-    let _ = std::fs::remove_file(&skips);
-    let skips_path = skips
-        .to_str()
-        .ok_or_else(|| format!("{} is not UTF-8", skips.display()))?;
-    // `--workspace` either way: the same feature unification as the whole
-    // run, so the Valkey run after it rebuilds as little as it can.
-    let mut args = vec!["test", "--workspace"];
-    for &(_, target) in targets {
-        args.extend(["--test", target]);
-    }
-    args.push("--all-features");
-    args.extend(extra);
-    let started = std::time::Instant::now();
-    let valkey_bin;
-    let mut env = vec![
-        ("LOCK_TEST_SERVER", server),
-        ("LOCK_TEST_SKIPS", skips_path),
-    ];
-    if server == "valkey" {
-        valkey_bin = valkey::server();
-        let bin = valkey_bin
-            .to_str()
-            .ok_or_else(|| format!("{} is not UTF-8", valkey_bin.display()))?;
-        env.push(("VALKEY_SERVER", bin));
-    }
-    let outcome = run("cargo", &args, &env);
-    let took = started.elapsed().as_secs();
-    let verdict = match &outcome {
-        Ok(()) => "passed",
-        Err(_) => "FAILED",
+/// The name shared by the fault suite's short scenarios
+/// (`fault/tests/scenarios.rs`): the longest test target, about three
+/// minutes on each server, one scenario at a time.
+const SCENARIOS: &str = "under_faults::";
+
+/// What CI runs (`--server all`), in two lanes at once, built once before:
+///
+/// * every test but the fault scenarios, on Redis (about 9 minutes on two
+///   cores), its output shown as it goes;
+/// * the fault scenarios on Redis, then [`VALKEY_SET`] on Valkey (as long),
+///   its output kept in a file and shown when it ends.
+///
+/// Most tests wait on servers, timers and worker processes rather than
+/// compute: one lane at a time kept the two cores about 30 % busy, and
+/// took 19 of CI's 25 minutes. Each lane's servers are its own, on free
+/// ports, so the lanes share nothing but the CPU; the fault scenarios still
+/// run one at a time, in one lane.
+fn lanes(report: &mut Vec<String>) -> Result<(), String> {
+    let first = Phase {
+        names: Names::Except(SCENARIOS),
+        ..Phase::all("redis", "every test but the fault scenarios")
     };
-    report.push(format!(
-        "{server}: {what}: {verdict} in {}m{:02}s",
-        took / 60,
-        took % 60
-    ));
-    let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
-    let _ = std::fs::remove_file(&skips);
-    report.extend(skipped.lines().map(|l| format!("{server}: {l}")));
-    outcome
+    // The second lane's fault scenarios are the same build as its Valkey
+    // run: a selection of test targets builds some crates with other
+    // features than the whole workspace does.
+    let scenarios = Phase {
+        server: "redis",
+        names: Names::Only(SCENARIOS),
+        what: "the fault scenarios",
+        ..Phase::valkey_set()
+    };
+    let valkey = Phase::valkey_set();
+    // Both builds first, so neither lane waits for the other's.
+    run("cargo", &first.cargo_args(&["--no-run"]), &[])?;
+    run("cargo", &valkey.cargo_args(&["--no-run"]), &[])?;
+    let log_path = std::env::temp_dir().join(format!("xtask-lane-{}.log", std::process::id()));
+    let log =
+        std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let second = std::thread::spawn(move || {
+        let mut report = Vec::new();
+        let outcome = scenarios.run(&[], &mut report, Some(&log)).and(valkey.run(
+            &[],
+            &mut report,
+            Some(&log),
+        ));
+        (outcome, report)
+    });
+    let first = first.run(&[], report, None);
+    let (second, second_report) = second
+        .join()
+        .unwrap_or_else(|_| (Err("the second lane panicked".into()), Vec::new()));
+    let shown = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    eprintln!("\nxtask test: the second lane's output\n{shown}");
+    report.extend(second_report);
+    first.and(second)
+}
+
+/// One `cargo test` run of [`test`].
+struct Phase {
+    /// `LOCK_TEST_SERVER`.
+    server: &'static str,
+    /// The test targets, as `(package, target)`; empty: the whole workspace.
+    targets: &'static [(&'static str, &'static str)],
+    /// Which tests of those targets.
+    names: Names,
+    /// What the report calls it.
+    what: &'static str,
+    /// Tells apart the files of two phases running at once.
+    lane: &'static str,
+}
+
+/// The tests a [`Phase`] runs, by name.
+#[derive(Clone, Copy)]
+enum Names {
+    All,
+    /// Those whose names contain this.
+    Only(&'static str),
+    /// All but those whose names contain this.
+    Except(&'static str),
+}
+
+impl Phase {
+    /// Every test on `server`.
+    fn all(server: &'static str, what: &'static str) -> Self {
+        Self {
+            server,
+            targets: &[],
+            names: Names::All,
+            what,
+            lane: "a",
+        }
+    }
+
+    /// [`VALKEY_SET`] on Valkey.
+    fn valkey_set() -> Self {
+        Self {
+            server: "valkey",
+            targets: VALKEY_SET,
+            names: Names::All,
+            what: "the tests where servers can differ (VALKEY_SET in xtask/src/main.rs)",
+            lane: "b",
+        }
+    }
+
+    /// `cargo test`'s arguments, `extra` among them.
+    fn cargo_args<'a>(&self, extra: &[&'a str]) -> Vec<&'a str> {
+        // `--workspace` either way: features unified as in the whole run,
+        // so a selection of targets rebuilds as little as it can.
+        let mut args = vec!["test", "--workspace"];
+        for &(_, target) in self.targets {
+            args.extend(["--test", target]);
+        }
+        args.push("--all-features");
+        args.extend(extra);
+        let (flag, name) = match self.names {
+            Names::All => return args,
+            Names::Only(name) => (None, name),
+            Names::Except(name) => (Some("--skip"), name),
+        };
+        if !args.contains(&"--") {
+            args.push("--");
+        }
+        args.extend(flag);
+        args.push(name);
+        args
+    }
+
+    /// `cargo test` with `LOCK_TEST_SERVER`, its output to `log` if given.
+    /// Appends to `report` what ran, how long it took, its outcome, and the
+    /// tests that said they were skipped on this server.
+    fn run(
+        &self,
+        extra: &[&str],
+        report: &mut Vec<String>,
+        log: Option<&std::fs::File>,
+    ) -> Result<(), String> {
+        let Self { server, what, .. } = *self;
+        let skips = std::env::temp_dir().join(format!(
+            "xtask-skips-{}-{server}-{}.txt",
+            std::process::id(),
+            self.lane
+        ));
+        let _ = std::fs::remove_file(&skips);
+        let skips_path = skips
+            .to_str()
+            .ok_or_else(|| format!("{} is not UTF-8", skips.display()))?;
+        let args = self.cargo_args(extra);
+        let started = std::time::Instant::now();
+        let valkey_bin;
+        let mut env = vec![
+            ("LOCK_TEST_SERVER", server),
+            ("LOCK_TEST_SKIPS", skips_path),
+        ];
+        if server == "valkey" {
+            valkey_bin = valkey::server();
+            let bin = valkey_bin
+                .to_str()
+                .ok_or_else(|| format!("{} is not UTF-8", valkey_bin.display()))?;
+            env.push(("VALKEY_SERVER", bin));
+        }
+        let outcome = run_logged("cargo", &args, &env, log);
+        let took = started.elapsed().as_secs();
+        let verdict = match &outcome {
+            Ok(()) => "passed",
+            Err(_) => "FAILED",
+        };
+        report.push(format!(
+            "{server}: {what}: {verdict} in {}m{:02}s",
+            took / 60,
+            took % 60
+        ));
+        let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
+        let _ = std::fs::remove_file(&skips);
+        report.extend(skipped.lines().map(|l| format!("{server}: {l}")));
+        outcome
+    }
 }
 
 /// Formatting, clippy and rustdoc, warning-free.
