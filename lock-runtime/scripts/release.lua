@@ -32,59 +32,53 @@ if ARGV[4] then
   end
 end
 local owner = redis.call('GET', KEYS[1])
-local queued = false
+-- Server time (ms), read only for a marked value: the plain release has no
+-- use for it. (No helper functions: a closure is made anew on every call,
+-- which costs the server as much as a command.)
 local now
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end
 if owner ~= ARGV[1] then
   if not owner or string.sub(owner, 1, #ARGV[1] + 1) ~= ARGV[1] .. '+' then
     return 0
   end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local ends = tonumber(string.sub(owner, #ARGV[1] + 2))
-  if ends and ends <= clock() then
+  if ends and ends <= now then
     return 0
   end
-  queued = true
 end
-redis.call('DEL', KEYS[1])
-if not queued and ARGV[3] ~= '1' and not KEYS[5] then
+if not now and ARGV[3] ~= '1' and not KEYS[5] then
   -- The plain release: nobody queued, nobody to tell.
+  redis.call('DEL', KEYS[1])
   return 1
 end
--- See acquire.lua's HAND_OVER_CAP. pcall: a notice refused by an ACL must
--- not undo the release; waiters then wake at their lease timers instead.
+-- See acquire.lua's HAND_OVER_CAP. The notice's pcall: a notice refused by
+-- an ACL must not undo the release; waiters then wake at their lease
+-- timers instead.
 local HAND_OVER_CAP = 2000
-local function notify(payload)
-  local sep = string.find(ARGV[2], ' ', 1, true)
-  redis.pcall(string.sub(ARGV[2], 1, sep - 1), string.sub(ARGV[2], sep + 1), payload)
-end
-if queued then
-  -- The first entry whose wait has not ended (a waiter that died in line
-  -- is skipped once its wait is over).
+local sep = string.find(ARGV[2], ' ', 1, true)
+local publish, channel = string.sub(ARGV[2], 1, sep - 1), string.sub(ARGV[2], sep + 1)
+if now then
+  -- Somebody queued: the first entry whose wait has not ended (a waiter
+  -- that died in line is skipped once its wait is over).
   local entry = redis.call('LPOP', KEYS[3])
-  if entry then
-    while entry do
-      local deadline = redis.call('ZSCORE', KEYS[4], entry)
-      redis.call('ZREM', KEYS[4], entry)
-      if not deadline or tonumber(deadline) > clock() then
-        break
-      end
-      entry = redis.call('LPOP', KEYS[3])
+  while entry do
+    local deadline = redis.call('ZSCORE', KEYS[4], entry)
+    redis.call('ZREM', KEYS[4], entry)
+    if not deadline or tonumber(deadline) > now then
+      break
     end
+    entry = redis.call('LPOP', KEYS[3])
   end
   if entry then
-    local sep = string.find(entry, ':', 1, true)
-    local token = string.sub(entry, 1, sep - 1)
-    local lease = math.min(tonumber(string.sub(entry, sep + 1)), HAND_OVER_CAP)
+    local split = string.find(entry, ':', 1, true)
+    local token = string.sub(entry, 1, split - 1)
+    local lease = math.min(tonumber(string.sub(entry, split + 1)), HAND_OVER_CAP)
     local fence = redis.call('INCR', KEYS[2])
     -- Marked with the new owner's deadline, and pinned until the end of
-    -- the longest wait still in line (see acquire.lua).
-    local ends = clock() + lease
+    -- the longest wait still in line (see acquire.lua). The SET replaces
+    -- our value: no DEL first.
+    local ends = now + lease
     local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
     local keep = ends
     if last[2] and tonumber(last[2]) > keep then
@@ -97,14 +91,15 @@ if queued then
       redis.call('HDEL', KEYS[6], token)
     end
     local id = redis.sha1hex(token)
-    notify(id .. ':' .. fence)
+    redis.pcall(publish, channel, id .. ':' .. fence)
     return {1, id, fence}
   end
 end
+redis.call('DEL', KEYS[1])
 if KEYS[5] then
   redis.call('DEL', KEYS[5])
 end
 if ARGV[3] == '1' or KEYS[5] then
-  notify('')
+  redis.pcall(publish, channel, '')
 end
 return 1

@@ -124,7 +124,7 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "release.lua",
-        "adf7040472b072ac90694b31011c538a04d87da6",
+        "b4150d6279017aee024c06b987a38da6afecce52",
         "lock/server.rs `Server::release` (its hand-over: `Server::hand_to_head`; the \
          plain compare-and-delete sent before it, whose 0 sends it: `Server::unlock`, \
          `Req::Unlock`); redlock.rs `Node::release`. A leader election's record (written on a \

@@ -434,8 +434,9 @@ impl Server {
         };
         self.lock = None;
         // Marked: hand over to the first entry whose wait has not ended
-        // (`hand_to_head`). Unmarked ("The plain release"): the queue is
-        // not looked at.
+        // (`hand_to_head`; release.lua's `SET` replaces our value without
+        // a `DEL` first, the same state). Unmarked ("The plain release"):
+        // the queue is not looked at.
         if v.marked()
             && let Some(notice) = self.hand_to_head(now, cap, scripts)
         {
