@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// Pauses that double from `first` up to `max`: between reconnects of the
 /// notice connection, and between an acquire's retries after a broken

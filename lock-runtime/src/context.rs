@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::LockError;
+use crate::error::LockError;
 use crate::held::Held;
 use crate::key::LockKind;
 

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{LockError, MAX_RETENTION, MAX_WAIT};
+use crate::error::LockError;
+use lock_keys::MAX_RETENTION;
+use lock_keys::MAX_WAIT;
 
 /// `from + by`, with `by` clamped to [`MAX_WAIT`]: never overflows, never
 /// panics, whatever `by` is.

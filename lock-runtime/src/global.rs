@@ -2,7 +2,7 @@
 
 use std::sync::RwLock;
 
-use crate::LockClient;
+use crate::client::LockClient;
 
 static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
 

@@ -4,8 +4,8 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::LockError;
 use crate::client::release;
+use crate::error::LockError;
 use crate::held::Held;
 use crate::inner::Inner;
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::LockError;
 use crate::backend::Backend;
+use crate::error::LockError;
 use crate::key::KeyNames;
 use crate::token::Token;
 

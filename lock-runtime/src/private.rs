@@ -47,7 +47,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub use crate::client::LockOptions;
-use crate::{LockClient, LockError};
+use crate::{client::LockClient, error::LockError};
 pub use lock_keys::{Access, LockKind};
 
 /// Options written in the attribute.
@@ -225,7 +225,7 @@ impl std::fmt::Display for KeyPart<'_> {
 pub mod testing {
     use std::time::Duration;
 
-    use crate::{LockClient, LockError};
+    use crate::{client::LockClient, error::LockError};
 
     /// The lease a waiter gets when a release hands the lock to it (capped by
     /// the lease it asked for); its watchdog renews it to the full lease at once.

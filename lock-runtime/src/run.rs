@@ -88,7 +88,7 @@ where
 mod tests {
     use std::time::Duration;
 
-    use crate::{LockClient, LockError};
+    use crate::{client::LockClient, error::LockError};
 
     const LEASE: Duration = Duration::from_millis(100);
 

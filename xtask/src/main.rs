@@ -360,7 +360,7 @@ fn lanes(report: &mut Vec<String>) -> Result<(), String> {
     first.and(second)
 }
 
-/// One `cargo test` run of [`test`].
+/// One `cargo test` run of [`test()`].
 struct Phase {
     /// `LOCK_TEST_SERVER`.
     server: &'static str,

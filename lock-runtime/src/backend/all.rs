@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::Backend;
-use crate::LockError;
+use crate::error::LockError;
 use crate::key::KeyNames;
 use crate::token::Token;
 

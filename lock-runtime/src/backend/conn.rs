@@ -9,8 +9,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::LockError;
-use crate::error::{BackendError, connection_failure};
+use crate::error::{BackendError, LockError, connection_failure};
 
 /// How the client talks to its servers.
 #[derive(Clone, Debug)]

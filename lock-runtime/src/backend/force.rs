@@ -9,8 +9,7 @@ use tokio::time::timeout;
 
 use super::Backend;
 use super::redis::RedisBackend;
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::fence::{DEFAULT_RETENTION, record_key};
 use crate::key::KeyNames;
 

@@ -12,8 +12,7 @@ use super::Backend;
 use super::conn::Conn;
 use super::redis::RedisBackend;
 use super::redlock::RedlockBackend;
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::key::{Access, KeyNames, LockKind};
 
 /// One holder as the backend keeps it.

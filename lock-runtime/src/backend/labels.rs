@@ -12,8 +12,7 @@ use tokio::time::timeout;
 
 use super::Backend;
 use super::redis::RedisBackend;
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 
 /// How long a registry entry outlives its client's last renewal.
 pub(crate) const REGISTRY_LEASE: Duration = Duration::from_secs(60);

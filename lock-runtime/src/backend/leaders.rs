@@ -17,8 +17,7 @@ use super::conn::Conn;
 use super::inspect::Observed;
 use super::redis::RedisBackend;
 use super::waiters::WaitHandle;
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::key::{KeyNames, parse};
 
 /// One leader as a record says: label, term, lease left.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::LockError;
+use crate::error::LockError;
 use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 

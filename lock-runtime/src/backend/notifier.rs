@@ -20,9 +20,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::conn::{RedisOptions, SentinelConn};
 use super::waiters::Registry;
-use crate::LockError;
 use crate::backoff::Backoff;
-use crate::error::{BackendError, connection_failure};
+use crate::error::{BackendError, LockError, connection_failure};
 
 /// How often channels nobody waited on during a whole period are unsubscribed.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);

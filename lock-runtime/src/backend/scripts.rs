@@ -5,8 +5,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::conn::Conn;
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 
 pub(crate) static ACQUIRE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../scripts/acquire.lua")));

@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{DEFAULT_TTL, LockClient, validate_ttl};
-use crate::LockError;
 use crate::backend::Backend;
 use crate::backend::labels::{default_label, validate_label};
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::{memory::MemoryBackend, redis::RedisBackend, redis::RedisOptions};
 use crate::client::local::Local;
+use crate::error::LockError;
 use crate::inner::Inner;
 use crate::key::validate_prefix;
 use crate::token::Salt;

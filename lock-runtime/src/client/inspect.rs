@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::LockClient;
-use crate::LockError;
 use crate::backend::inspect::Observed;
+use crate::error::LockError;
 use crate::key::{Access, KeyNames, LockKind, validate_key};
 use crate::token::public_part;
 

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use lock_keys::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 
-use crate::LockError;
 use crate::backend::Backend;
+use crate::error::LockError;
 use crate::inner::Inner;
 use crate::key::{Access, KeyNames, LockKind, validate_key};
 

@@ -15,8 +15,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{MAX_TTL, validate_ttl};
-use crate::LockError;
 use crate::durations::later;
+use crate::error::LockError;
 use crate::inner::Inner;
 
 /// What a lock request asks for besides its key(s) and its kind of lock:

@@ -16,9 +16,9 @@ use tokio::time::Instant;
 
 use super::handover::hand_on;
 use super::local::{Local, Owner};
-use crate::LockError;
 use crate::backend::{LockRef, Released};
 use crate::backoff::{self, Release};
+use crate::error::LockError;
 use crate::held::Held;
 use crate::inner::Inner;
 use crate::key::KeyNames;

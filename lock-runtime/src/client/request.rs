@@ -12,7 +12,7 @@ use super::options::{Asked, LockOptions, option_setters};
 use crate::guard::LockGuard;
 use crate::key::{Access, KeyNames, LockKind, validate_key};
 use crate::run::{end_run, unless_lost};
-use crate::{ConfigReason, LockError, context};
+use crate::{context, error::ConfigReason, error::LockError};
 
 /// A request for one lock, from [`LockClient::lock`]. Configure, then
 /// [`acquire`](LockRequest::acquire) a guard or [`run`](LockRequest::run) a future.

@@ -1,7 +1,7 @@
 //! The commands a fenced write may run, where their keys are, and how they
 //! travel to the script: as data, never as script text.
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// Where a command's keys are among its arguments (after the name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! caller's transaction.
 
 use crate::error::BackendError;
-use crate::{LockError, key};
+use crate::{error::LockError, key};
 
 /// The table [`postgres()`](fn@postgres) records tokens in, one row per
 /// resource. Run it once (it is idempotent) before the first fenced write.

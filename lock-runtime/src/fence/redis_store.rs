@@ -5,9 +5,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::commands::{self, Encoded};
-use crate::LockError;
 use crate::durations::check_retention;
-use crate::error::{BackendError, ConnectionFailure, connection_failure};
+use crate::error::{BackendError, ConnectionFailure, LockError, connection_failure};
 use crate::key::{self, slot_of_bytes, slot_tag};
 
 static FENCE: LazyLock<redis::Script> =

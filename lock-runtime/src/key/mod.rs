@@ -40,7 +40,7 @@
 pub(crate) use lock_keys::{Access, LockKind};
 use lock_keys::{MAX_KEY_LEN, MAX_PREFIX_LEN};
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// Escapes one value for use inside a key: `%`, `:`, `{` and `}` become
 /// `%25`, `%3A`, `%7B` and `%7D`. `#[distributed_lock]` and `LockLayer`

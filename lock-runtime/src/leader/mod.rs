@@ -25,7 +25,7 @@ use crate::client::{LockClient, LockOptions};
 use crate::guard::LockGuard;
 use crate::key::{KeyNames, validate_key};
 use crate::run::{end_run, unless_lost};
-use crate::{LockError, context};
+use crate::{context, error::LockError};
 
 mod observe;
 
@@ -289,7 +289,7 @@ impl LockClient {
 mod tests {
     use std::time::Duration;
 
-    use crate::LockClient;
+    use crate::client::LockClient;
 
     #[tokio::test]
     async fn a_campaign_answers_every_lease_and_wait_as_a_lock_does() {

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::Leader;
-use crate::LockError;
 use crate::backend::{LeaderEntry, WaitHandle};
 use crate::backoff::Backoff;
 use crate::client::LockClient;
+use crate::error::LockError;
 use crate::inner::Inner;
 use crate::key::KeyNames;
 

@@ -12,7 +12,7 @@ use crate::client::hold::Watched;
 use crate::durations::later;
 use crate::key::RecordNames;
 use crate::token::Token;
-use crate::{LockClient, LockError};
+use crate::{client::LockClient, error::LockError};
 
 /// The shortest time a completion is tried for, however short the lease.
 const MIN_COMPLETION_TRIES: Duration = Duration::from_secs(2);

@@ -80,7 +80,7 @@ use crate::client::LockOptions;
 use crate::client::turns::{Turns, Woken};
 use crate::durations::check_retention;
 use crate::key::{RecordNames, digest, validate_key};
-use crate::{LockClient, LockError};
+use crate::{client::LockClient, error::LockError};
 
 /// How long a completed record is kept when a request sets no
 /// [retention](RecordRequest::retention): 24 hours.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::Batch;
-use crate::LockError;
 use crate::backend::Backend;
+use crate::error::LockError;
 use crate::held::Held;
 
 /// The lease of an in-flight idempotency record, as the watchdog renews it.

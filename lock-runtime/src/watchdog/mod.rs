@@ -31,8 +31,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
-use crate::LockError;
 use crate::backend::{Backend, RENEW_BATCH};
+use crate::error::LockError;
 use crate::held::Held;
 
 mod lease;
@@ -458,9 +458,11 @@ fn renew_call(backend: Backend, batch: Batch) -> Call {
             .unwrap_or(sent);
         let answer = timeout_at(deadline, renew(&backend, &batch)).await.ok();
         let answer = match answer {
-            Some(Ok(extended)) if extended.len() != batch.len() => Some(Err(LockError::Backend(
-                crate::BackendError::new("batched renewal returned a wrong number of answers"),
-            ))),
+            Some(Ok(extended)) if extended.len() != batch.len() => {
+                Some(Err(LockError::Backend(crate::error::BackendError::new(
+                    "batched renewal returned a wrong number of answers",
+                ))))
+            }
             other => other,
         };
         (batch.iter().map(|(id, ..)| *id).collect(), sent, answer)

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 use super::{Leases, Scheduler, Watchdog, run};
-use crate::LockError;
+use crate::error::LockError;
 
 impl Watchdog {
     /// `true` when the scheduler's task has ended (its runtime shut down).
@@ -26,7 +26,7 @@ impl Watchdog {
             return Ok(());
         }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            crate::BackendError::new(
+            crate::error::BackendError::new(
                 "the lock client's watchdog ended with the tokio runtime it ran on, and this \
                  call runs outside a tokio runtime to restart it on: use the client from a \
                  tokio runtime",

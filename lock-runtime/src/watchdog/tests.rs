@@ -164,7 +164,11 @@ fn an_unanswered_renewal_is_retried_soon_and_lost_only_once_the_lease_may_have_e
     watch(&mut state, 1, true, start, valid_until);
     let held = lock(&state, 1);
     take_due(&mut state, start);
-    let err = || Some(Err(LockError::Backend(crate::BackendError::new("down"))));
+    let err = || {
+        Some(Err(LockError::Backend(crate::error::BackendError::new(
+            "down",
+        ))))
+    };
     settle(&mut state, vec![1], start, err());
     // Still valid: retried after ttl/30 (at least 5 ms), never past validity.
     let due = state.entries[&1].due;
@@ -221,7 +225,11 @@ fn records_ride_the_lock_schedule_and_are_given_up_only_when_the_server_says_so(
     watch_record(&mut state, 3, now - ms(10), now - ms(1));
     let batch = take_due(&mut state, now);
     assert_eq!(ids(&batch), vec![1, 2, 3]);
-    let err = || Some(Err(LockError::Backend(crate::BackendError::new("down"))));
+    let err = || {
+        Some(Err(LockError::Backend(crate::error::BackendError::new(
+            "down",
+        ))))
+    };
     settle(&mut state, vec![3], now, err());
     let due = state.entries[&3].due;
     assert!(due > now, "retried later, not in a busy loop");

@@ -45,7 +45,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{Backend, RecordsAt};
-use crate::LockError;
+use crate::error::LockError;
 use crate::token::Token;
 
 mod memory;

@@ -9,11 +9,10 @@ use futures_util::future::join_all;
 
 use super::value::{Value, completed};
 use super::{Claim, RecordClaim, StoredResponse};
-use crate::LockError;
 use crate::backend::redis::RedisBackend;
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::scripts::{evalsha, millis, run_script};
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::key::slot;
 use crate::token::Token;
 

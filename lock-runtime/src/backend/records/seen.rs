@@ -4,8 +4,7 @@ use std::time::Duration;
 
 use super::super::Backend;
 use super::super::redis::RedisBackend;
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 
 /// A record in flight: its claimer's token and the lease left.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,10 +3,9 @@
 use std::time::Duration;
 
 use super::RedisBackend;
-use crate::LockError;
 use crate::backend::scripts::{ACQUIRE_ALL, evalsha, millis, run_script};
 use crate::backend::{AllOutcome, HANDOFF_LEASE, LockRef};
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::key::KeyNames;
 use crate::token::Token;
 

@@ -9,8 +9,7 @@ use std::time::Duration;
 use super::super::scripts::{RELEASE, evalsha, millis};
 use super::RedisBackend;
 use super::batch::{BatchStats, Batcher, Op, OpError, OpKind, Turn};
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 

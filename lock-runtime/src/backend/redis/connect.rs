@@ -13,8 +13,7 @@ use super::super::waiters::Registry;
 use super::batch::{BATCH, Batcher};
 use super::plain::has_delifeq;
 use super::{Plain, RedisBackend};
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 
 impl RedisBackend {
     /// One server.

@@ -3,9 +3,8 @@
 
 use super::super::scripts::{EXTEND_MANY, evalsha, millis, run_script};
 use super::RedisBackend;
-use crate::LockError;
 use crate::backend::LockRef;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 use std::time::Duration;

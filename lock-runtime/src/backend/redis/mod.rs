@@ -10,9 +10,8 @@ use super::notifier::Notices;
 use super::scripts::{ACQUIRE, EXTEND, RELEASE, RESERVE, SHARED, evalsha, millis, run_script};
 use super::waiters::Registry;
 use super::{AcquireOutcome, LockRef, Released};
-use crate::LockError;
 use crate::backoff::Retry;
-use crate::error::{BackendError, ConnectionFailure, connection_failure};
+use crate::error::{BackendError, ConnectionFailure, LockError, connection_failure};
 use crate::key::{KeyNames, LockKind};
 
 /// The error a release that got no answer gives.

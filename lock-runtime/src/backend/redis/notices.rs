@@ -2,8 +2,8 @@
 //! publishing a free notice, and restarting the notices' task.
 
 use super::RedisBackend;
-use crate::LockError;
 use crate::backend::waiters::WaitHandle;
+use crate::error::LockError;
 use crate::token::Token;
 
 impl RedisBackend {

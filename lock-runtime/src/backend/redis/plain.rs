@@ -25,8 +25,7 @@ use super::super::conn::Conn;
 use super::super::scripts::{MINT, PROBE, SHARED, UNLOCK, evalsha, millis, run_script};
 use super::super::{AcquireOutcome, LockRef};
 use super::RedisBackend;
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use super::super::conn::Conn;
 use super::super::scripts::millis;
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 
 /// Waits for `wanted` replicas to acknowledge the writes made through `conn`
 /// (`WAIT` counts per connection), at most `timeout`.

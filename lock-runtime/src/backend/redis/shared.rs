@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use super::RedisBackend;
-use crate::LockError;
 use crate::backend::scripts::{SHARED, evalsha, millis, run_script};
 use crate::backend::{AcquireOutcome, HANDOFF_LEASE, LockRef, Released};
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::key::{Access, KeyNames};
 use crate::token::Token;
 

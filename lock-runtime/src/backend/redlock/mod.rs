@@ -31,9 +31,8 @@ use tokio::time::{Instant, timeout};
 use super::redis::{RedisBackend, RedisOptions};
 use super::waiters::{Registry, WaitHandle};
 use super::{AcquireOutcome, LockRef, Released};
-use crate::LockError;
 use crate::backoff::split_vote_pause;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::key::KeyNames;
 use crate::token::Token;
 

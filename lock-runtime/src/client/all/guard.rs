@@ -4,7 +4,7 @@ use std::future::Future;
 
 use futures_util::future::join_all;
 
-use crate::LockError;
+use crate::error::LockError;
 use crate::guard::LockGuard;
 
 /// Several held locks, from [`LockAllRequest::acquire`](super::LockAllRequest::acquire): one [`LockGuard`]

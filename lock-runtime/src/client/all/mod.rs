@@ -31,7 +31,7 @@ use crate::held::Held;
 use crate::inner::Inner;
 use crate::key::{KeyNames, validate_key};
 use crate::run::{end_run, unless_lost};
-use crate::{ConfigReason, LockError, context};
+use crate::{context, error::ConfigReason, error::LockError};
 
 mod guard;
 

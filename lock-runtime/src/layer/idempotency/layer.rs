@@ -8,7 +8,7 @@ use http::{HeaderName, Method, header};
 use super::BodyFingerprint;
 use super::commit::store::CommitStore;
 use super::scope::Scope;
-use crate::LockClient;
+use crate::client::LockClient;
 use crate::client::validate_ttl;
 use crate::durations::{check_retention, refused_at_build};
 use crate::layer::TaskTracker;

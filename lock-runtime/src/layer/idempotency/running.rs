@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::LockError;
 use crate::backend::records::StoredResponse;
+use crate::error::LockError;
 use crate::layer::completion::Completion;
 use crate::layer::detach::detachable;
 use crate::records::RecordGuard;

@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use tower_service::Service;
 
 use super::IdempotencyLayer;
-use crate::LockClient;
+use crate::client::LockClient;
 
 fn tasks() -> usize {
     tokio::runtime::Handle::current()

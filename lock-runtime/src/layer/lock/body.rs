@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::{LockError, LockGuard};
+use crate::{error::LockError, guard::LockGuard};
 
 type Release = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::request::Parts;
 
-use crate::LockInfo;
+use crate::context::LockInfo;
 use crate::held::Held;
 use crate::layer::problem::problem;
 

@@ -12,7 +12,7 @@ use crate::durations::refused_at_build;
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
 use crate::layer::routes::RouteNames;
-use crate::{LockClient, LockError};
+use crate::{client::LockClient, error::LockError};
 
 layer_with_config! {
     /// Applies a per-resource lock to the routes it wraps: see the [module

@@ -22,7 +22,7 @@ use super::layer::Config;
 use crate::layer::bounds::{HttpBody, Wrapped};
 use crate::layer::completion::Aborted;
 use crate::layer::problem::{Refusal, problem, problem_retry};
-use crate::{LockError, LockGuard};
+use crate::{error::LockError, guard::LockGuard};
 
 wrapped_service! {
     /// The service made by [`LockLayer`](super::LockLayer): takes the request's

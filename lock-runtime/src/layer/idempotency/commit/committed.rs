@@ -4,9 +4,8 @@
 
 use redis::aio::ConnectionManager;
 
-use crate::LockError;
 use crate::backend::records::StoredResponse;
-use crate::error::{BackendError, ConnectionFailure, connection_failure};
+use crate::error::{BackendError, ConnectionFailure, LockError, connection_failure};
 
 /// A record found committed in the store.
 pub(super) struct Committed {

@@ -6,8 +6,7 @@ use sqlx::{Postgres, Transaction};
 use super::store::CommitStore;
 use super::table::{INSERT, failed, lookup};
 use super::{Commit, Outcome};
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 
 impl Commit {
     /// Writes the completed record (built from `response`, as the layer

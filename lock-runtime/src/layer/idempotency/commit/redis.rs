@@ -8,8 +8,7 @@ use redis::Value;
 
 use super::committed::{backend, committed_name, lookup};
 use super::{Commit, CommitState, Outcome};
-use crate::LockError;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 use crate::fence::commands::{self, Encoded};
 
 static COMMIT: LazyLock<redis::Script> = LazyLock::new(|| {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::committed::Committed;
 #[cfg(feature = "postgres")]
 use super::table::PostgresStore;
-use crate::LockError;
+use crate::error::LockError;
 
 /// Where a layer's committed records live, beside the handler's writes.
 #[derive(Clone)]

@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sqlx::PgPool;
 
 use super::committed::Committed;
-use crate::LockError;
 use crate::backend::records::StoredResponse;
-use crate::error::BackendError;
+use crate::error::{BackendError, LockError};
 
 /// The table of committed records, one row per record: run it once (it is
 /// idempotent) before the first request, as
