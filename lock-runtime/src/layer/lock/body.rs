@@ -9,7 +9,7 @@ use pin_project_lite::pin_project;
 
 use crate::{error::LockError, guard::LockGuard};
 
-type Release = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+type ReleaseFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 pin_project! {
     /// A response body that holds the request's lock while it streams.
@@ -33,11 +33,11 @@ pin_project! {
 enum BodyPhase {
     Streaming(LockGuard),
     /// Releasing; then sending the last frame (if any) and ending.
-    Releasing(Release, Option<Frame<Bytes>>),
+    Releasing(ReleaseFuture, Option<Frame<Bytes>>),
     Done,
 }
 
-fn release(guard: LockGuard) -> Release {
+fn release(guard: LockGuard) -> ReleaseFuture {
     Box::pin(async move {
         let key = guard.key().to_owned();
         if let Err(e) = guard.release().await {
