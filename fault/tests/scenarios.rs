@@ -156,11 +156,29 @@ mod under_faults {
     /// The control: the same run with tokens minted without a look at the
     /// lease. A stopped holder gets a token above the next holder's, and the
     /// checker must say so.
+    ///
+    /// Only when another worker took the stopped holder's key, and asked for
+    /// its token, before the holder woke: in this short run (8 workers, each
+    /// on a key of its own 9 times in 10, about 7 stops) none may have: it
+    /// happened in CI with the other lane's tests on the same two cores
+    /// (7 holders woke, none after a next holder's token). Such a run shows
+    /// nothing either way, so up to three are run; the long runs (FAULTS.md)
+    /// see 5-11 late tokens in every run.
     #[test]
     fn tokens_minted_without_the_lease_check_are_reported() {
-        let o = run("stop-holder-lazy-token-unchecked");
-        assert!(o.as_expected(), "{}", o.report);
-        assert!(o.report.violations.late_tokens > 0, "{}", o.report);
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let o = run("stop-holder-lazy-token-unchecked");
+            if o.report.violations.late_tokens > 0 {
+                assert!(o.as_expected(), "{}", o.report);
+                return;
+            }
+            runs.push(o.report.to_string());
+        }
+        panic!(
+            "in 3 runs no stopped holder got a token after the next holder had taken its key:\n{}",
+            runs.join("\n")
+        );
     }
 
     #[test]
