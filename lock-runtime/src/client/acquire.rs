@@ -22,9 +22,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::hold::{Taken, hold};
-use super::options::Asked;
+use super::options::{Asked, Deadline};
 use super::release::{Abandoned, BACKGROUND_RELEASE};
-use super::turns::{Turns, Woken};
+use super::turns::{Attempted, Claimer, Turns, Woken};
 use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, LockRef};
 use crate::backoff::{Armed, Retry, Retrying};
 use crate::error::LockError;
@@ -33,11 +33,9 @@ use crate::inner::Inner;
 use crate::key::KeyNames;
 use crate::token::Token;
 
-/// One acquire in progress.
+/// One acquire in progress, as [`Turns::claim`] runs it.
 pub(super) struct Acquisition {
     attempt: Attempt,
-    /// The waits for a busy key, and the hand-overs they take.
-    turns: Turns,
     /// Send time of the last attempt that found the lock busy: a hand-over
     /// to us that is not stale (see [`Turns`]) happened after it.
     last_busy: Instant,
@@ -53,24 +51,30 @@ pub(super) struct Acquisition {
     crossing: Option<Retrying>,
 }
 
-/// What one attempt found.
-enum Attempted {
-    Acquired { fencing: u64, sent: Instant },
-    Busy { remaining: Duration },
+/// How an acquisition took the lock: the fencing token, the send time of
+/// the request that set the lease, and the lease a hand-over granted
+/// (`None`: the full one).
+pub(super) struct Acquired {
+    fencing: u64,
+    sent: Instant,
+    handed: Option<Duration>,
 }
 
 impl Acquisition {
-    /// Starts acquiring `key` (named `names`) as `asked`.
-    pub(super) async fn start(
+    /// Acquires `key` (named `names`) as `asked`: the steps until the lock
+    /// is held or given up.
+    pub(super) async fn acquire(
         inner: Arc<Inner>,
         key: String,
         names: KeyNames,
         asked: Asked,
-    ) -> Result<Self, LockError> {
+    ) -> Result<LockGuard, LockError> {
         let token = inner.token();
         let on = (names.notice.as_str(), &token);
         let turns = Turns::new(&inner.backend, on, asked.deadline, None).await;
-        Ok(Self::new(inner, key, names, token, asked, turns))
+        turns
+            .claim(Self::new(inner, key, names, token, asked))
+            .await
     }
 
     /// The embedded backend answers at once, so an uncontended acquire there
@@ -102,14 +106,7 @@ impl Acquisition {
         }
     }
 
-    fn new(
-        inner: Arc<Inner>,
-        key: String,
-        names: KeyNames,
-        token: Token,
-        asked: Asked,
-        turns: Turns,
-    ) -> Self {
+    fn new(inner: Arc<Inner>, key: String, names: KeyNames, token: Token, asked: Asked) -> Self {
         let started = asked.deadline.started();
         let dequeue = !asked.deadline.tries_once();
         let lock = (names, token, asked.ttl);
@@ -125,54 +122,27 @@ impl Acquisition {
                 claim: Armed::new(BACKGROUND_RELEASE, claim, true),
                 asked,
             },
-            turns,
             last_busy: started,
             retry: Retry::ACQUIRE.start(),
             plain: true,
             crossing: None,
         }
     }
+}
 
-    /// Runs the steps until the lock is held or given up.
-    pub(super) async fn finish(mut self) -> Result<LockGuard, LockError> {
-        loop {
-            let remaining = match self.attempt().await? {
-                Attempted::Acquired { fencing, sent } => {
-                    return Ok(self.hold(fencing, sent, None));
-                }
-                Attempted::Busy { remaining } => remaining,
-            };
-            let attempt = &self.attempt;
-            let on = (attempt.names().notice.as_str(), attempt.token());
-            let deadline = attempt.asked.deadline;
-            let backend = &attempt.inner().backend;
-            match self
-                .turns
-                .after_busy(backend, on, deadline, remaining)
-                .await
-            {
-                // Tried again at once, so a hand-over between the attempt
-                // and the registration is seen.
-                Woken::Registered => self.crossing = Some(Retry::CROSSING.start()),
-                Woken::Granted(fencing) => {
-                    if let Some((sent, granted)) = self.confirm().await? {
-                        return Ok(self.hold(fencing, sent, Some(granted)));
-                    }
-                }
-                Woken::Retry => self.crossing = None,
-                Woken::Freed => {
-                    if self.crossing.as_ref().is_none_or(Retrying::ended) {
-                        self.crossing = Some(Retry::CROSSING.start());
-                    }
-                }
-                Woken::TimedOut => return Err(self.give_up(remaining).await),
-            }
-        }
+impl Claimer for Acquisition {
+    type Found = Acquired;
+    type Answer = LockGuard;
+
+    fn waits_on(&self) -> (&Backend, (&str, &Token), Deadline) {
+        let attempt = &self.attempt;
+        let on = (attempt.names().notice.as_str(), attempt.token());
+        (&attempt.inner().backend, on, attempt.asked.deadline)
     }
 
     /// One script call (re-sent after a broken connection, with the same
     /// token, so a re-send is safe even if the first one took the lock).
-    async fn attempt(&mut self) -> Result<Attempted, LockError> {
+    async fn attempt(&mut self) -> Result<Attempted<Acquired>, LockError> {
         let inner = self.attempt.inner().clone();
         let names = self.attempt.names();
         loop {
@@ -209,13 +179,17 @@ impl Acquisition {
             };
             match answer {
                 Ok(AcquireOutcome::Acquired { fencing }) => {
-                    return Ok(Attempted::Acquired { fencing, sent });
+                    let handed = None;
+                    return Ok(Attempted::Ended(Acquired {
+                        fencing,
+                        sent,
+                        handed,
+                    }));
                 }
                 Ok(AcquireOutcome::Busy { remaining, fence }) => {
                     self.plain = false;
                     self.last_busy = self.last_busy.max(sent);
-                    self.turns.saw_fence(fence);
-                    return Ok(Attempted::Busy { remaining });
+                    return Ok(Attempted::Busy { remaining, fence });
                 }
                 // Within the wait; an acquire that tries once still gets its
                 // first re-send, unless the failure took its time already.
@@ -240,7 +214,7 @@ impl Acquisition {
     /// is left; otherwise (or for a fixed lease, or where hand-overs must be
     /// replicated first) re-armed to the full lease before use. `None`: the
     /// hand-over ran out before we saw it.
-    async fn confirm(&mut self) -> Result<Option<(Instant, Duration)>, LockError> {
+    async fn handed(&mut self, fencing: u64) -> Result<Option<Acquired>, LockError> {
         let inner = self.attempt.inner().clone();
         let ttl = self.attempt.asked.ttl;
         let granted = ttl.min(HANDOFF_LEASE);
@@ -248,21 +222,49 @@ impl Acquisition {
             && !inner.backend.needs_confirmation()
             && Instant::now() + granted / 3 < self.last_busy + granted
         {
-            return Ok(Some((self.last_busy, granted)));
+            let (sent, handed) = (self.last_busy, Some(granted));
+            return Ok(Some(Acquired {
+                fencing,
+                sent,
+                handed,
+            }));
         }
         let (names, token) = (self.attempt.names(), self.attempt.token());
         let sent = Instant::now();
-        match inner.backend.extend(LockRef::new(names, token, ttl)).await {
-            Ok(true) => Ok(Some((sent, ttl))),
-            Ok(false) => Ok(None),
-            Err(e) => Err(e),
+        let extended = inner
+            .backend
+            .extend(LockRef::new(names, token, ttl))
+            .await?;
+        // Re-armed to the full lease, though handed over (for the metric).
+        let handed = Some(ttl);
+        Ok(extended.then_some(Acquired {
+            fencing,
+            sent,
+            handed,
+        }))
+    }
+
+    /// Redlock: tried again at once after registering, so a hand-over
+    /// between the attempt and the registration is seen; brief pauses
+    /// after split votes from then, or from a free notice.
+    fn woke(&mut self, woken: &Woken) {
+        match woken {
+            Woken::Registered => self.crossing = Some(Retry::CROSSING.start()),
+            Woken::Freed if self.crossing.as_ref().is_none_or(Retrying::ended) => {
+                self.crossing = Some(Retry::CROSSING.start());
+            }
+            Woken::Freed => {}
+            _ => self.crossing = None,
         }
     }
 
-    /// Turns the acquisition into a watched guard: a lease set by a request
-    /// sent at `sent`; `handed`: handed over by a release, with this lease
-    /// (else the full one).
-    fn hold(mut self, fencing: u64, sent: Instant, handed: Option<Duration>) -> LockGuard {
+    /// Turns the acquisition into a watched guard.
+    fn end(mut self, acquired: Acquired) -> LockGuard {
+        let Acquired {
+            fencing,
+            sent,
+            handed,
+        } = acquired;
         let Attempt { claim, asked } = &mut self.attempt;
         let Abandoned {
             inner,
@@ -285,7 +287,7 @@ impl Acquisition {
     /// Gives up. A wait that may have queued leaves the line before `Busy` is
     /// answered (in the background only if that fails), so a release right
     /// after our `Busy` cannot hand the lock to us.
-    async fn give_up(mut self, remaining: Duration) -> LockError {
+    async fn give_up(mut self, remaining: Duration) -> Result<LockGuard, LockError> {
         let attempt = &mut self.attempt;
         let waited = attempt.asked.deadline.started().elapsed();
         let key = attempt.key();
@@ -308,7 +310,7 @@ impl Acquisition {
             retry_after: attempt.inner().hints.hint(key, remaining),
         };
         attempt.claim.arm(!left);
-        busy
+        Err(busy)
     }
 }
 

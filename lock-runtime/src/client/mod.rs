@@ -28,7 +28,7 @@ mod handover;
 pub(crate) mod hold;
 mod inspect;
 pub(crate) mod local;
-mod options;
+pub(crate) mod options;
 mod registry;
 pub(crate) mod release;
 mod request;

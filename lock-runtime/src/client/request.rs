@@ -229,10 +229,7 @@ impl LockRequest {
             // Ends the role (the line learns whether the key is held) however
             // the acquisition ends.
             let _representing = representing;
-            Acquisition::start(inner, key, names, asked)
-                .await?
-                .finish()
-                .await
+            Acquisition::acquire(inner, key, names, asked).await
         })
         .await;
         if let Err(e) = &acquired

@@ -7,7 +7,12 @@
 //! until a notice, the holder's lease or the deadline, and tries again. At
 //! the deadline it gives up. A lock's waits also take hand-overs from a
 //! release ([`Woken::Granted`]); a record has none.
+//!
+//! [`Turns::claim`] runs those steps for any [`Claimer`]: a lock's
+//! acquisition (`acquire.rs`) and an idempotency record's claim
+//! (`records/`) differ only in what one attempt sends and what it found.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,7 +21,58 @@ use super::options::Deadline;
 use crate::backend::{Backend, HANDOFF_LEASE, WaitHandle};
 use crate::backoff::{Retry, Retrying};
 use crate::durations::later;
+use crate::error::LockError;
 use crate::token::Token;
+
+/// A claim that waits its turn for a busy key, as [`Turns::claim`] runs it:
+/// a lock's acquisition, an idempotency record's claim.
+pub(crate) trait Claimer: Sized {
+    /// What ends the claim without a wait: the key taken, or an answer
+    /// that needs none (a record already done).
+    type Found: Send;
+    /// What the claim answers.
+    type Answer;
+
+    /// The backend, the notice channel and token waited on, and until when.
+    fn waits_on(&self) -> (&Backend, (&str, &Token), Deadline);
+
+    /// One attempt (sent again after a broken connection, as safe to send
+    /// twice): what ends the claim, or for how long the key is busy.
+    fn attempt(&mut self)
+    -> impl Future<Output = Result<Attempted<Self::Found>, LockError>> + Send;
+
+    /// A release handed the key to us with the fencing token `fencing`:
+    /// what ends the claim, or `None` if the hand-over ran out before we saw
+    /// it. Only locks are handed over.
+    fn handed(
+        &mut self,
+        _fencing: u64,
+    ) -> impl Future<Output = Result<Option<Self::Found>, LockError>> + Send {
+        std::future::ready(Ok(None))
+    }
+
+    /// A wait ended as `woken`, and another attempt follows (Redlock paces
+    /// it by that).
+    fn woke(&mut self, _woken: &Woken) {}
+
+    /// The answer for `found`.
+    fn end(self, found: Self::Found) -> Self::Answer;
+
+    /// The deadline passed with the key busy for `remaining`.
+    fn give_up(
+        self,
+        remaining: Duration,
+    ) -> impl Future<Output = Result<Self::Answer, LockError>> + Send;
+}
+
+/// What one attempt of a [`Claimer`] found.
+pub(crate) enum Attempted<F> {
+    /// The claim ends with this.
+    Ended(F),
+    /// The key is busy for `remaining`; `fence`: its fencing counter as the
+    /// attempt saw it (0 where it has none).
+    Busy { remaining: Duration, fence: u64 },
+}
 
 /// The waits of one claimer, on one notice channel.
 pub(crate) struct Turns {
@@ -71,16 +127,39 @@ impl Turns {
         }
     }
 
-    /// A busy attempt saw the key's fencing counter at `fence`.
-    pub(crate) fn saw_fence(&mut self, fence: u64) {
-        self.fence_seen = self.fence_seen.max(fence);
+    /// Runs `claimer`'s attempts and waits until its claim ends: the key
+    /// taken, an answer without a wait, or the deadline.
+    pub(crate) async fn claim<C: Claimer>(
+        mut self,
+        mut claimer: C,
+    ) -> Result<C::Answer, LockError> {
+        loop {
+            let remaining = match claimer.attempt().await? {
+                Attempted::Ended(found) => return Ok(claimer.end(found)),
+                Attempted::Busy { remaining, fence } => {
+                    self.fence_seen = self.fence_seen.max(fence);
+                    remaining
+                }
+            };
+            let (backend, on, deadline) = claimer.waits_on();
+            let woken = self.after_busy(backend, on, deadline, remaining).await;
+            match woken {
+                Woken::TimedOut => return claimer.give_up(remaining).await,
+                Woken::Granted(fencing) => {
+                    if let Some(found) = claimer.handed(fencing).await? {
+                        return Ok(claimer.end(found));
+                    }
+                }
+                Woken::Registered | Woken::Retry | Woken::Freed => claimer.woke(&woken),
+            }
+        }
     }
 
     /// After an attempt found the key busy for `remaining`: registers (the
     /// first time), or sleeps until a release hands the lock to us, a
     /// notice says it is free, the holder's lease runs out, or `deadline`
     /// passes. Notices are at most once, hence the lease timer.
-    pub(crate) async fn after_busy(
+    async fn after_busy(
         &mut self,
         backend: &Backend,
         (channel, token): (&str, &Token),

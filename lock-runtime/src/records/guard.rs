@@ -87,6 +87,11 @@ impl RecordGuard {
         }
     }
 
+    /// What settling the record needs.
+    pub(super) fn ours(&self) -> &Record {
+        self.ours.get()
+    }
+
     /// Whether dropping the guard now releases the record.
     pub(super) fn arm(&mut self, armed: bool) {
         self.ours.arm(armed);

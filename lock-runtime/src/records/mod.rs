@@ -74,12 +74,15 @@ mod guard;
 use guard::Record;
 pub use guard::RecordGuard;
 
+use crate::backend::Backend;
 use crate::backend::records::{Claim, StoredResponse};
-use crate::backoff::Retry;
+use crate::backoff::{Retry, Retrying};
 use crate::client::LockOptions;
-use crate::client::turns::{Turns, Woken};
+use crate::client::options::Deadline;
+use crate::client::turns::{Attempted, Claimer, Turns};
 use crate::durations::check_retention;
 use crate::key::{RecordNames, digest, validate_key};
+use crate::token::Token;
 use crate::{client::LockClient, error::LockError};
 
 /// How long a completed record is kept when a request sets no
@@ -211,7 +214,7 @@ impl RecordRequest {
     ///
     /// The claim is sent as a lock's acquire is ([`Retry::ACQUIRE`]: a
     /// repeated claim finds and re-arms our own); a record in flight is
-    /// marked, and waited for as a busy lock is ([`Turns`]), with
+    /// marked, and waited for as a busy lock is ([`Turns::claim`]), with
     /// [`Retry::LOOK_AGAIN`] as a timer too, until the wait ends.
     pub(crate) async fn answer(self) -> Result<Answer, LockError> {
         validate_key(&self.key)?;
@@ -220,49 +223,86 @@ impl RecordRequest {
         let names = self.names.unwrap_or_else(|| {
             RecordNames::hashed(self.client.key_prefix(), &[self.key.as_bytes()], b"record")
         });
-        let (deadline, waits) = (asked.deadline, !asked.deadline.tries_once());
-        let client = self.client;
-        let backend = client.backend();
-        let token = client.0.token();
-        let notice = names.notice.clone();
-        // Armed while a claim is on the wire: dropped then, or with an
-        // error, it releases whatever the claim may have taken.
         let ours = Record {
-            client: client.clone(),
+            token: self.client.0.token(),
+            client: self.client,
             names,
-            token,
             fingerprint: self.fingerprint.unwrap_or_else(|| digest(&[], b"")),
             ttl: asked.ttl,
             retention: self.retention,
         };
-        let mut guard = RecordGuard::new(self.key, ours);
-        let on = (notice.as_str(), &token);
         let look_again = Some(Retry::LOOK_AGAIN);
-        let mut turns = Turns::new(backend, on, deadline, look_again).await;
-        let mut resend = Retry::ACQUIRE.start();
-        loop {
-            // The record's lease starts no earlier than this.
-            let sent = Instant::now();
-            guard.arm(true);
-            let claim = || backend.claim_record(guard.claim(waits));
-            let answer = resend.send("idempotency: claim", Some(deadline.at()), claim);
-            let found = answer.await?;
-            // Not claimed: nothing on the server is ours.
-            guard.arm(matches!(found, Claim::Claimed));
-            let remaining = match found {
-                Claim::Claimed => {
-                    drop(turns); // no more notices for us
-                    guard.watch(sent);
-                    return Ok(Answer::Run(guard));
-                }
-                Claim::InFlight { remaining } => remaining,
-                Claim::Done(stored) => return Ok(Answer::Done(stored)),
-                Claim::Mismatch => return Ok(Answer::Reused),
-            };
-            if let Woken::TimedOut = turns.after_busy(backend, on, deadline, remaining).await {
-                let retry_after = client.0.hints.hint(guard.record(), remaining);
-                return Ok(Answer::InFlight { retry_after });
+        let on = (ours.names.notice.as_str(), &ours.token);
+        let turns = Turns::new(ours.client.backend(), on, asked.deadline, look_again).await;
+        let claiming = Claiming {
+            guard: RecordGuard::new(self.key, ours),
+            deadline: asked.deadline,
+            resend: Retry::ACQUIRE.start(),
+            sent: Instant::now(),
+        };
+        turns.claim(claiming).await
+    }
+}
+
+/// A record's claim, as [`Turns::claim`] runs it. The guard is armed while
+/// a claim is on the wire: dropped then, or with an error, it releases
+/// whatever the claim may have taken.
+struct Claiming {
+    guard: RecordGuard,
+    deadline: Deadline,
+    resend: Retrying,
+    /// The last claim's send time: a lease it set starts no earlier.
+    sent: Instant,
+}
+
+impl Claimer for Claiming {
+    type Found = Claim;
+    type Answer = Answer;
+
+    fn waits_on(&self) -> (&Backend, (&str, &Token), Deadline) {
+        let ours = self.guard.ours();
+        let on = (ours.names.notice.as_str(), &ours.token);
+        (ours.client.backend(), on, self.deadline)
+    }
+
+    /// A claim that waits marks a record in flight, so that its completion
+    /// or release is announced.
+    async fn attempt(&mut self) -> Result<Attempted<Claim>, LockError> {
+        self.sent = Instant::now();
+        self.guard.arm(true);
+        let (guard, waits) = (&self.guard, !self.deadline.tries_once());
+        let backend = guard.ours().client.backend();
+        let claim = || backend.claim_record(guard.claim(waits));
+        let at = Some(self.deadline.at());
+        let found = self.resend.send("idempotency: claim", at, claim).await?;
+        // Not claimed: nothing on the server is ours.
+        self.guard.arm(matches!(found, Claim::Claimed));
+        let Claim::InFlight { remaining } = found else {
+            return Ok(Attempted::Ended(found));
+        };
+        Ok(Attempted::Busy {
+            remaining,
+            fence: 0,
+        })
+    }
+
+    fn end(mut self, found: Claim) -> Answer {
+        match found {
+            Claim::Claimed => {
+                self.guard.watch(self.sent);
+                Answer::Run(self.guard)
+            }
+            Claim::Done(stored) => Answer::Done(stored),
+            Claim::Mismatch => Answer::Reused,
+            Claim::InFlight { remaining } => {
+                let client = &self.guard.ours().client;
+                let retry_after = client.0.hints.hint(self.guard.record(), remaining);
+                Answer::InFlight { retry_after }
             }
         }
+    }
+
+    async fn give_up(self, remaining: Duration) -> Result<Answer, LockError> {
+        Ok(self.end(Claim::InFlight { remaining }))
     }
 }
