@@ -28,13 +28,12 @@ const MIN_COMPLETION_TRIES: Duration = Duration::from_secs(2);
 #[must_use = "a record guard dropped at once releases the record"]
 pub struct RecordGuard {
     key: String,
-    /// The record under the watchdog, from the claim that took it; dropped
-    /// first (field order), so an unsettled guard stops the renewal before
+    /// The record under the watchdog, from the claim that took it (`None`
+    /// once settled); dropped first (field order), so an unsettled guard stops the renewal before
     /// `ours` releases the record.
     renewal: Option<Watched>,
     /// What settling the record needs; armed (released in the background
-    /// if the guard is dropped) while a claim is on the wire, or while the
-    /// record is ours and not settled.
+    /// if the guard is dropped) until the record is settled.
     ours: Armed<Record>,
 }
 
@@ -62,48 +61,35 @@ impl fmt::Debug for RecordGuard {
     }
 }
 
-impl RecordGuard {
-    /// A claim of `ours` for the key `key`, not yet sent (disarmed).
-    pub(super) fn new(key: String, ours: Record) -> Self {
-        let ours = Armed::new("idempotency: background release", ours, false);
-        Self {
-            key,
-            renewal: None,
-            ours,
-        }
-    }
+/// What a record's background release is called in the log.
+pub(super) const RECORD_RELEASE: &str = "idempotency: background release";
 
+impl Record {
     /// The claim to send; `waiting`: the caller will wait for a record in
     /// flight (and marks it, so its completion or release is announced).
     pub(super) fn claim(&self, waiting: bool) -> RecordClaim<'_> {
-        let ours = self.ours.get();
         RecordClaim {
-            record: &ours.names.record,
-            notice: &ours.names.notice,
-            token: &ours.token,
-            fingerprint: &ours.fingerprint,
-            lease: ours.ttl,
+            record: &self.names.record,
+            notice: &self.names.notice,
+            token: &self.token,
+            fingerprint: &self.fingerprint,
+            lease: self.ttl,
             waiting,
         }
     }
+}
 
-    /// What settling the record needs.
-    pub(super) fn ours(&self) -> &Record {
-        self.ours.get()
-    }
-
-    /// Whether dropping the guard now releases the record.
-    pub(super) fn arm(&mut self, armed: bool) {
-        self.ours.arm(armed);
-    }
-
-    /// The record was taken by a claim sent at `sent`: renewed every
-    /// `ttl / 3` from then.
-    pub(super) fn watch(&mut self, sent: Instant) {
-        let ours = self.ours.get();
-        let (record, ttl) = (&ours.names.record, ours.ttl);
-        let watched = Watched::record(&ours.client.0, record, ours.token, ttl, sent);
-        self.renewal = Some(watched);
+impl RecordGuard {
+    /// The record `ours` of the key `key`, taken by a claim sent at
+    /// `sent`: renewed every `ttl / 3` from then.
+    pub(super) fn claimed(key: String, ours: Armed<Record>, sent: Instant) -> Self {
+        let o = ours.get();
+        let watched = Watched::record(&o.client.0, &o.names.record, o.token, o.ttl, sent);
+        Self {
+            key,
+            renewal: Some(watched),
+            ours,
+        }
     }
 
     /// The key as given to [`LockClient::record`].

@@ -71,12 +71,12 @@ use tokio::time::Instant;
 
 mod guard;
 
-use guard::Record;
 pub use guard::RecordGuard;
+use guard::{RECORD_RELEASE, Record};
 
 use crate::backend::Backend;
 use crate::backend::records::{Claim, StoredResponse};
-use crate::backoff::{Retry, Retrying};
+use crate::backoff::{Armed, Retry, Retrying};
 use crate::client::LockOptions;
 use crate::client::options::Deadline;
 use crate::client::turns::{Attempted, Claimer, Turns};
@@ -235,7 +235,8 @@ impl RecordRequest {
         let on = (ours.names.notice.as_str(), &ours.token);
         let turns = Turns::new(ours.client.backend(), on, asked.deadline, look_again).await;
         let claiming = Claiming {
-            guard: RecordGuard::new(self.key, ours),
+            key: self.key,
+            ours: Armed::new(RECORD_RELEASE, ours, false),
             deadline: asked.deadline,
             resend: Retry::ACQUIRE.start(),
             sent: Instant::now(),
@@ -244,11 +245,12 @@ impl RecordRequest {
     }
 }
 
-/// A record's claim, as [`Turns::claim`] runs it. The guard is armed while
-/// a claim is on the wire: dropped then, or with an error, it releases
-/// whatever the claim may have taken.
+/// A record's claim, as [`Turns::claim`] runs it.
 struct Claiming {
-    guard: RecordGuard,
+    key: String,
+    /// Armed while a claim is on the wire: dropped then, or with an error,
+    /// it releases whatever the claim may have taken.
+    ours: Armed<Record>,
     deadline: Deadline,
     resend: Retrying,
     /// The last claim's send time: a lease it set starts no earlier.
@@ -260,7 +262,7 @@ impl Claimer for Claiming {
     type Answer = Answer;
 
     fn waits_on(&self) -> (&Backend, (&str, &Token), Deadline) {
-        let ours = self.guard.ours();
+        let ours = self.ours.get();
         let on = (ours.names.notice.as_str(), &ours.token);
         (ours.client.backend(), on, self.deadline)
     }
@@ -269,14 +271,13 @@ impl Claimer for Claiming {
     /// or release is announced.
     async fn attempt(&mut self) -> Result<Attempted<Claim>, LockError> {
         self.sent = Instant::now();
-        self.guard.arm(true);
-        let (guard, waits) = (&self.guard, !self.deadline.tries_once());
-        let backend = guard.ours().client.backend();
-        let claim = || backend.claim_record(guard.claim(waits));
+        self.ours.arm(true);
+        let (ours, waits) = (self.ours.get(), !self.deadline.tries_once());
+        let claim = || ours.client.backend().claim_record(ours.claim(waits));
         let at = Some(self.deadline.at());
         let found = self.resend.send("idempotency: claim", at, claim).await?;
         // Not claimed: nothing on the server is ours.
-        self.guard.arm(matches!(found, Claim::Claimed));
+        self.ours.arm(matches!(found, Claim::Claimed));
         let Claim::InFlight { remaining } = found else {
             return Ok(Attempted::Ended(found));
         };
@@ -286,17 +287,14 @@ impl Claimer for Claiming {
         })
     }
 
-    fn end(mut self, found: Claim) -> Answer {
+    fn end(self, found: Claim) -> Answer {
         match found {
-            Claim::Claimed => {
-                self.guard.watch(self.sent);
-                Answer::Run(self.guard)
-            }
+            Claim::Claimed => Answer::Run(RecordGuard::claimed(self.key, self.ours, self.sent)),
             Claim::Done(stored) => Answer::Done(stored),
             Claim::Mismatch => Answer::Reused,
             Claim::InFlight { remaining } => {
-                let client = &self.guard.ours().client;
-                let retry_after = client.0.hints.hint(self.guard.record(), remaining);
+                let ours = self.ours.get();
+                let retry_after = ours.client.0.hints.hint(&ours.names.record, remaining);
                 Answer::InFlight { retry_after }
             }
         }
