@@ -15,7 +15,8 @@
 //! * `cargo xtask lint`: `cargo fmt --check`; clippy with `-D warnings` on the
 //!   workspace (every feature) and on `lock-runtime` with no feature and with
 //!   each feature alone; rustdoc with `-D warnings` for the same sets.
-//! * `cargo xtask ci`: `lint`, then `test`.
+//! * `cargo xtask ci`: `lint` and `test`; with no arguments the lint runs
+//!   beside the tests' two lanes (see [`lanes`]), else before the tests.
 //! * `cargo xtask deps`: only the installation step (Debian's packages and
 //!   Valkey).
 //! * `cargo xtask first-run [RUNS]`: seconds from a fresh clone, with an
@@ -117,13 +118,10 @@ fn main() -> ExitCode {
     };
     let outcome = match task {
         "test" => parse_servers(rest)
-            .and_then(|(servers, rest)| deps().and_then(|()| test(servers, &rest))),
+            .and_then(|(servers, rest)| deps().and_then(|()| test(servers, &rest, Lint::No))),
         "lint" => lint(),
-        "ci" => parse_servers(rest).and_then(|(servers, rest)| {
-            deps()
-                .and_then(|()| lint())
-                .and_then(|()| test(servers, &rest))
-        }),
+        "ci" => parse_servers(rest)
+            .and_then(|(servers, rest)| deps().and_then(|()| test(servers, &rest, Lint::Too))),
         "deps" => deps(),
         "first-run" => first_run::first_run(rest),
         "help" | "-h" | "--help" => {
@@ -148,7 +146,7 @@ fn usage() -> &'static str {
      on Redis (redis), on Valkey (valkey), or on Redis and then the tests where\n               \
      the servers can differ on Valkey (all, the default)\n  \
      lint         fmt --check, clippy -D warnings and rustdoc on each feature set\n  \
-     ci [--server ..] [ARGS]  deps, lint, then test (what .ci/run runs)\n  \
+     ci [--server ..] [ARGS]  deps, lint and test, the lint beside the tests (what .ci/run runs)\n  \
      deps         only install what the tests need (Debian's packages, Valkey)\n  \
      first-run [RUNS]  seconds from a fresh clone (empty cargo cache) to the order service listening"
 }
@@ -165,10 +163,24 @@ fn run_logged(
     env: &[(&str, &str)],
     log: Option<&std::fs::File>,
 ) -> Result<(), String> {
+    run_in(None, program, args, env, log)
+}
+
+/// [`run_logged`] in the directory `dir` when given.
+fn run_in(
+    dir: Option<&std::path::Path>,
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    log: Option<&std::fs::File>,
+) -> Result<(), String> {
     use std::io::Write;
     let shown = format!("{program} {}", args.join(" "));
     let mut command = Command::new(program);
     command.args(args).envs(env.iter().copied());
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
     match log {
         Some(mut log) => {
             let _ = writeln!(log, "+ {shown}");
@@ -281,11 +293,23 @@ fn parse_servers(args: &[String]) -> Result<(Servers, Vec<String>), String> {
     Ok((servers, rest.to_vec()))
 }
 
+/// Whether [`test()`] also lints.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lint {
+    No,
+    /// [`lint`] too: beside the tests in [`lanes`], else first.
+    Too,
+}
+
 /// The test suite on the servers asked for; ends with what ran where.
-fn test(servers: Servers, extra: &[String]) -> Result<(), String> {
+fn test(servers: Servers, extra: &[String], lint_too: Lint) -> Result<(), String> {
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let whole = "every test (cargo test --workspace --all-features)";
     let mut report = Vec::new();
+    let in_lanes = servers == Servers::All && extra.is_empty();
+    if lint_too == Lint::Too && !in_lanes {
+        lint()?;
+    }
     let outcome = match servers {
         Servers::Redis => Phase::all("redis", whole).run(&extra, &mut report, None),
         Servers::Valkey => Phase::all("valkey", whole).run(&extra, &mut report, None),
@@ -293,7 +317,7 @@ fn test(servers: Servers, extra: &[String]) -> Result<(), String> {
         Servers::All if !extra.is_empty() => Phase::all("redis", whole)
             .run(&extra, &mut report, None)
             .and_then(|()| Phase::valkey_set().run(&extra, &mut report, None)),
-        Servers::All => lanes(&mut report),
+        Servers::All => lanes(&mut report, lint_too),
     };
     eprintln!("\nxtask test: what ran where");
     for line in &report {
@@ -319,45 +343,116 @@ const SCENARIOS: &str = "under_faults::";
 /// took 19 of CI's 25 minutes. Each lane's servers are its own, on free
 /// ports, so the lanes share nothing but the CPU; the fault scenarios still
 /// run one at a time, in one lane.
-fn lanes(report: &mut Vec<String>) -> Result<(), String> {
+///
+/// With [`Lint::Too`] (CI), the lint runs beside the lanes, at the lowest
+/// CPU priority (`nice -n 19`) and in a target directory of its own
+/// (`target/lint`): it takes the cores the tests leave idle, and its
+/// output is shown at the end.
+fn lanes(report: &mut Vec<String>, lint_too: Lint) -> Result<(), String> {
     let first = Phase {
         names: Names::Except(SCENARIOS),
         ..Phase::all("redis", "every test but the fault scenarios")
     };
-    // The second lane's fault scenarios are the same build as its Valkey
-    // run: a selection of test targets builds some crates with other
-    // features than the whole workspace does.
     let scenarios = Phase {
         server: "redis",
+        targets: &[("fault", "scenarios")],
         names: Names::Only(SCENARIOS),
         what: "the fault scenarios",
         ..Phase::valkey_set()
     };
     let valkey = Phase::valkey_set();
-    // Both builds first, so neither lane waits for the other's.
-    run("cargo", &first.cargo_args(&["--no-run"]), &[])?;
-    run("cargo", &valkey.cargo_args(&["--no-run"]), &[])?;
-    let log_path = std::env::temp_dir().join(format!("xtask-lane-{}.log", std::process::id()));
-    let log =
-        std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
-    let second = std::thread::spawn(move || {
-        let mut report = Vec::new();
-        let outcome = scenarios.run(&[], &mut report, Some(&log)).and(valkey.run(
-            &[],
-            &mut report,
-            Some(&log),
-        ));
-        (outcome, report)
+    // One build, before both lanes: the second runs the test programs it
+    // built (a `cargo test` of a selection of targets would build some
+    // crates again, with other features: a minute on two cores).
+    let built = build_tests(&Phase::all("redis", "").cargo_args(&["--no-run"]))?;
+    let lint = (lint_too == Lint::Too).then(|| {
+        Beside::start("lint", |log, report| {
+            let started = std::time::Instant::now();
+            let outcome = lint_beside(log);
+            report.push(took("lint, beside the tests", started, &outcome));
+            outcome
+        })
+    });
+    let second = Beside::start("second lane", move |log, report| {
+        let how = Run::Built(&built);
+        let scenarios = scenarios.run_as(&how, report, Some(log));
+        scenarios.and(valkey.run_as(&how, report, Some(log)))
     });
     let first = first.run(&[], report, None);
-    let (second, second_report) = second
-        .join()
-        .unwrap_or_else(|_| (Err("the second lane panicked".into()), Vec::new()));
-    let shown = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let _ = std::fs::remove_file(&log_path);
-    eprintln!("\nxtask test: the second lane's output\n{shown}");
-    report.extend(second_report);
-    first.and(second)
+    let second = second.end(report);
+    let lint = lint.map_or(Ok(()), |lint| lint.end(report));
+    first.and(second).and(lint)
+}
+
+/// `what: passed in 1m02s` (or `FAILED`), timed from `started`.
+fn took(what: &str, started: std::time::Instant, outcome: &Result<(), String>) -> String {
+    let verdict = if outcome.is_ok() { "passed" } else { "FAILED" };
+    let took = started.elapsed().as_secs();
+    format!("{what}: {verdict} in {}m{:02}s", took / 60, took % 60)
+}
+
+/// A task run in a thread of its own beside the first lane, its output
+/// kept in a file and shown when it ends.
+struct Beside {
+    what: &'static str,
+    log_path: std::path::PathBuf,
+    thread: std::thread::JoinHandle<(Result<(), String>, Vec<String>)>,
+}
+
+impl Beside {
+    /// Starts `task`, which writes its output to the file it is given and
+    /// its report's lines to the `Vec`.
+    fn start<T>(what: &'static str, task: T) -> Self
+    where
+        T: FnOnce(&std::fs::File, &mut Vec<String>) -> Result<(), String> + Send + 'static,
+    {
+        let name = what.replace(' ', "-");
+        let log_path =
+            std::env::temp_dir().join(format!("xtask-{name}-{}.log", std::process::id()));
+        let log = std::fs::File::create(&log_path);
+        let thread = std::thread::spawn(move || {
+            let mut report = Vec::new();
+            let outcome = match log {
+                Ok(log) => task(&log, &mut report),
+                Err(e) => Err(format!("the {what}'s log: {e}")),
+            };
+            (outcome, report)
+        });
+        Self {
+            what,
+            log_path,
+            thread,
+        }
+    }
+
+    /// Waits for the task, shows its output, and adds its report to `report`.
+    fn end(self, report: &mut Vec<String>) -> Result<(), String> {
+        let what = self.what;
+        let (outcome, lines) = self
+            .thread
+            .join()
+            .unwrap_or_else(|_| (Err(format!("the {what} panicked")), Vec::new()));
+        let shown = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.log_path);
+        eprintln!("\nxtask test: the {what}'s output\n{shown}");
+        report.extend(lines);
+        outcome
+    }
+}
+
+/// [`lint`] beside the tests: niced, in `target/lint` (under
+/// `CARGO_TARGET_DIR` if set), its output to `log`.
+fn lint_beside(log: &std::fs::File) -> Result<(), String> {
+    let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
+    let target = std::path::Path::new(&target).join("lint");
+    let target = target.to_str().ok_or("the target directory is not UTF-8")?;
+    lint_with(&|args, env| {
+        let mut niced = vec!["-n", "19", "cargo"];
+        niced.extend(args);
+        let mut env = env.to_vec();
+        env.push(("CARGO_TARGET_DIR", target));
+        run_logged("nice", &niced, &env, Some(log))
+    })
 }
 
 /// One `cargo test` run of [`test()`].
@@ -430,12 +525,22 @@ impl Phase {
         args
     }
 
-    /// `cargo test` with `LOCK_TEST_SERVER`, its output to `log` if given.
-    /// Appends to `report` what ran, how long it took, its outcome, and the
-    /// tests that said they were skipped on this server.
+    /// `cargo test` with `extra`, as [`run_as`](Self::run_as).
     fn run(
         &self,
         extra: &[&str],
+        report: &mut Vec<String>,
+        log: Option<&std::fs::File>,
+    ) -> Result<(), String> {
+        self.run_as(&Run::Cargo(extra), report, log)
+    }
+
+    /// Runs the phase's tests with `LOCK_TEST_SERVER`, its output to `log`
+    /// if given. Appends to `report` what ran, how long it took, its
+    /// outcome, and the tests that said they were skipped on this server.
+    fn run_as(
+        &self,
+        how: &Run<'_>,
         report: &mut Vec<String>,
         log: Option<&std::fs::File>,
     ) -> Result<(), String> {
@@ -449,7 +554,6 @@ impl Phase {
         let skips_path = skips
             .to_str()
             .ok_or_else(|| format!("{} is not UTF-8", skips.display()))?;
-        let args = self.cargo_args(extra);
         let started = std::time::Instant::now();
         let valkey_bin;
         let mut env = vec![
@@ -463,17 +567,11 @@ impl Phase {
                 .ok_or_else(|| format!("{} is not UTF-8", valkey_bin.display()))?;
             env.push(("VALKEY_SERVER", bin));
         }
-        let outcome = run_logged("cargo", &args, &env, log);
-        let took = started.elapsed().as_secs();
-        let verdict = match &outcome {
-            Ok(()) => "passed",
-            Err(_) => "FAILED",
+        let outcome = match how {
+            Run::Cargo(extra) => run_logged("cargo", &self.cargo_args(extra), &env, log),
+            Run::Built(built) => self.run_built(built, &env, log),
         };
-        report.push(format!(
-            "{server}: {what}: {verdict} in {}m{:02}s",
-            took / 60,
-            took % 60
-        ));
+        report.push(took(&format!("{server}: {what}"), started, &outcome));
         let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
         let _ = std::fs::remove_file(&skips);
         report.extend(skipped.lines().map(|l| format!("{server}: {l}")));
@@ -481,13 +579,110 @@ impl Phase {
     }
 }
 
+/// How a [`Phase`] runs its tests.
+enum Run<'a> {
+    /// `cargo test` with these arguments.
+    Cargo(&'a [&'a str]),
+    /// The test programs [`build_tests`] built.
+    Built(&'a [Built]),
+}
+
+/// A test program `cargo test --no-run` built.
+struct Built {
+    /// The test target's name (`--test NAME`).
+    target: String,
+    /// The program.
+    exe: std::path::PathBuf,
+    /// Its package's directory: where `cargo test` runs it.
+    dir: std::path::PathBuf,
+}
+
+impl Phase {
+    /// Runs the phase's targets from `built` as `cargo test` would (in
+    /// their package's directory), each with the phase's name filter; runs
+    /// them all, and fails if one failed.
+    fn run_built(
+        &self,
+        built: &[Built],
+        env: &[(&str, &str)],
+        log: Option<&std::fs::File>,
+    ) -> Result<(), String> {
+        let args: Vec<&str> = match self.names {
+            Names::All => vec![],
+            Names::Only(name) => vec![name],
+            Names::Except(name) => vec!["--skip", name],
+        };
+        let mut failed = Vec::new();
+        for &(_, target) in self.targets {
+            let Some(test) = built.iter().find(|b| b.target == target) else {
+                return Err(format!("the build made no test program `{target}`"));
+            };
+            let exe = test
+                .exe
+                .to_str()
+                .ok_or("a test program's path is not UTF-8")?;
+            if let Err(e) = run_in(Some(&test.dir), exe, &args, env, log) {
+                failed.push(e);
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed.join("; "))
+        }
+    }
+}
+
+/// `cargo ARGS --message-format=json-render-diagnostics` (ARGS: a `cargo
+/// test --no-run`, with no `--`), its diagnostics shown as usual: the
+/// integration test programs it built.
+fn build_tests(args: &[&str]) -> Result<Vec<Built>, String> {
+    let shown = format!("cargo {}", args.join(" "));
+    eprintln!("+ {shown}");
+    let output = Command::new("cargo")
+        .args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("`{shown}` failed ({})", output.status));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    Ok(stdout.lines().filter_map(built_test).collect())
+}
+
+/// The integration test program one line of cargo's JSON messages reports
+/// built, if it does.
+fn built_test(line: &str) -> Option<Built> {
+    let message: serde_json::Value = serde_json::from_str(line).ok()?;
+    let target = &message["target"];
+    let is_test = target["kind"].as_array()?.iter().any(|k| k == "test");
+    if message["reason"] != "compiler-artifact" || !is_test {
+        return None;
+    }
+    let manifest = std::path::Path::new(message["manifest_path"].as_str()?);
+    Some(Built {
+        target: target["name"].as_str()?.to_owned(),
+        exe: message["executable"].as_str()?.into(),
+        dir: manifest.parent()?.to_owned(),
+    })
+}
+
 /// Formatting, clippy and rustdoc, warning-free.
 fn lint() -> Result<(), String> {
+    lint_with(&|args, env| run("cargo", args, env))
+}
+
+/// Runs one `cargo` command: its arguments, and environment variables to add.
+type Cargo<'a> = &'a dyn Fn(&[&str], &[(&str, &str)]) -> Result<(), String>;
+
+/// [`lint`], sending each `cargo` command through `cargo`.
+fn lint_with(cargo: Cargo<'_>) -> Result<(), String> {
     let deny = [("RUSTDOCFLAGS", "-Dwarnings")];
-    run("cargo", &["fmt", "--all", "--check"], &[])?;
+    cargo(&["fmt", "--all", "--check"], &[])?;
     single_feature_cfgs(std::path::Path::new("lock-runtime/src"))?;
-    run(
-        "cargo",
+    cargo(
         &[
             "clippy",
             "--workspace",
@@ -510,13 +705,12 @@ fn lint() -> Result<(), String> {
         let mut clippy = vec!["clippy", "--all-targets"];
         clippy.extend(common);
         clippy.extend(["--", "-D", "warnings"]);
-        run("cargo", &clippy, &[])?;
+        cargo(&clippy, &[])?;
         let mut doc = vec!["doc", "--no-deps", "--quiet"];
         doc.extend(common);
-        run("cargo", &doc, &deny)?;
+        cargo(&doc, &deny)?;
     }
-    run(
-        "cargo",
+    cargo(
         &[
             "doc",
             "--workspace",

@@ -98,6 +98,7 @@ impl RecordGuard {
     }
 
     /// The record's Redis name (under the client's prefix).
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn record(&self) -> &str {
         &self.ours.get().names.record
     }
