@@ -10,13 +10,13 @@
 //!   on the server `--server` names (`LOCK_TEST_SERVER`, read by every
 //!   launcher in `test-support`). `all`, the default and what CI runs:
 //!   everything on Redis, and [`VALKEY_SET`] again on Valkey, in two lanes
-//!   at once (see [`lanes`]). It ends by saying which tests ran on which
+//!   at once (see [`lanes()`]). It ends by saying which tests ran on which
 //!   server, and which were skipped there.
 //! * `cargo xtask lint`: `cargo fmt --check`; clippy with `-D warnings` on the
 //!   workspace (every feature) and on `lock-runtime` with no feature and with
 //!   each feature alone; rustdoc with `-D warnings` for the same sets.
 //! * `cargo xtask ci`: `lint` and `test`; with no arguments the lint runs
-//!   beside the tests' two lanes (see [`lanes`]), else before the tests.
+//!   beside the tests' two lanes (see [`lanes()`]), else before the tests.
 //! * `cargo xtask deps`: only the installation step (Debian's packages and
 //!   Valkey).
 //! * `cargo xtask first-run [RUNS]`: seconds from a fresh clone, with an
@@ -26,7 +26,10 @@
 use std::process::{Command, ExitCode};
 
 mod first_run;
+mod lanes;
 mod valkey;
+
+use lanes::{Phase, lanes};
 
 /// The feature sets of `lock-runtime` linted and documented on their own
 /// (`--no-default-features --features F`), besides `--all-features` on the
@@ -297,7 +300,7 @@ fn parse_servers(args: &[String]) -> Result<(Servers, Vec<String>), String> {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Lint {
     No,
-    /// [`lint`] too: beside the tests in [`lanes`], else first.
+    /// [`lint`] too: beside the tests in [`lanes()`], else first.
     Too,
 }
 
@@ -324,349 +327,6 @@ fn test(servers: Servers, extra: &[String], lint_too: Lint) -> Result<(), String
         eprintln!("  {line}");
     }
     outcome
-}
-
-/// The name shared by the fault suite's short scenarios
-/// (`fault/tests/scenarios.rs`): the longest test target, about three
-/// minutes on each server, one scenario at a time.
-const SCENARIOS: &str = "under_faults::";
-
-/// What CI runs (`--server all`), in two lanes at once, built once before:
-///
-/// * every test but the fault scenarios, on Redis (about 9 minutes on two
-///   cores), its output shown as it goes;
-/// * the fault scenarios on Redis, then [`VALKEY_SET`] on Valkey (as long),
-///   its output kept in a file and shown when it ends.
-///
-/// Most tests wait on servers, timers and worker processes rather than
-/// compute: one lane at a time kept the two cores about 30 % busy, and
-/// took 19 of CI's 25 minutes. Each lane's servers are its own, on free
-/// ports, so the lanes share nothing but the CPU; the fault scenarios still
-/// run one at a time, in one lane.
-///
-/// With [`Lint::Too`] (CI), the lint runs beside the lanes, at the lowest
-/// CPU priority (`nice -n 19`) and in a target directory of its own
-/// (`target/lint`): it takes the cores the tests leave idle, and its
-/// output is shown at the end.
-fn lanes(report: &mut Vec<String>, lint_too: Lint) -> Result<(), String> {
-    let first = Phase {
-        names: Names::Except(SCENARIOS),
-        ..Phase::all("redis", "every test but the fault scenarios")
-    };
-    let scenarios = Phase {
-        server: "redis",
-        targets: &[("fault", "scenarios")],
-        names: Names::Only(SCENARIOS),
-        what: "the fault scenarios",
-        ..Phase::valkey_set()
-    };
-    let valkey = Phase::valkey_set();
-    // One build, before both lanes: the second runs the test programs it
-    // built (a `cargo test` of a selection of targets would build some
-    // crates again, with other features: a minute on two cores).
-    let built = build_tests(&Phase::all("redis", "").cargo_args(&["--no-run"]))?;
-    let lint = (lint_too == Lint::Too).then(|| {
-        Beside::start("lint", |log, report| {
-            let started = std::time::Instant::now();
-            let outcome = lint_beside(log);
-            report.push(took("lint, beside the tests", started, &outcome));
-            outcome
-        })
-    });
-    let second = Beside::start("second lane", move |log, report| {
-        let how = Run::Built(&built);
-        let scenarios = scenarios.run_as(&how, report, Some(log));
-        scenarios.and(valkey.run_as(&how, report, Some(log)))
-    });
-    let first = first.run(&[], report, None);
-    let second = second.end(report);
-    let lint = lint.map_or(Ok(()), |lint| lint.end(report));
-    first.and(second).and(lint)
-}
-
-/// `what: passed in 1m02s` (or `FAILED`), timed from `started`.
-fn took(what: &str, started: std::time::Instant, outcome: &Result<(), String>) -> String {
-    let verdict = if outcome.is_ok() { "passed" } else { "FAILED" };
-    let took = started.elapsed().as_secs();
-    format!("{what}: {verdict} in {}m{:02}s", took / 60, took % 60)
-}
-
-/// A task run in a thread of its own beside the first lane, its output
-/// kept in a file and shown when it ends.
-struct Beside {
-    what: &'static str,
-    log_path: std::path::PathBuf,
-    thread: std::thread::JoinHandle<(Result<(), String>, Vec<String>)>,
-}
-
-impl Beside {
-    /// Starts `task`, which writes its output to the file it is given and
-    /// its report's lines to the `Vec`.
-    fn start<T>(what: &'static str, task: T) -> Self
-    where
-        T: FnOnce(&std::fs::File, &mut Vec<String>) -> Result<(), String> + Send + 'static,
-    {
-        let name = what.replace(' ', "-");
-        let log_path =
-            std::env::temp_dir().join(format!("xtask-{name}-{}.log", std::process::id()));
-        let log = std::fs::File::create(&log_path);
-        let thread = std::thread::spawn(move || {
-            let mut report = Vec::new();
-            let outcome = match log {
-                Ok(log) => task(&log, &mut report),
-                Err(e) => Err(format!("the {what}'s log: {e}")),
-            };
-            (outcome, report)
-        });
-        Self {
-            what,
-            log_path,
-            thread,
-        }
-    }
-
-    /// Waits for the task, shows its output, and adds its report to `report`.
-    fn end(self, report: &mut Vec<String>) -> Result<(), String> {
-        let what = self.what;
-        let (outcome, lines) = self
-            .thread
-            .join()
-            .unwrap_or_else(|_| (Err(format!("the {what} panicked")), Vec::new()));
-        let shown = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        let _ = std::fs::remove_file(&self.log_path);
-        eprintln!("\nxtask test: the {what}'s output\n{shown}");
-        report.extend(lines);
-        outcome
-    }
-}
-
-/// [`lint`] beside the tests: niced, in `target/lint` (under
-/// `CARGO_TARGET_DIR` if set), its output to `log`.
-fn lint_beside(log: &std::fs::File) -> Result<(), String> {
-    let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
-    let target = std::path::Path::new(&target).join("lint");
-    let target = target.to_str().ok_or("the target directory is not UTF-8")?;
-    lint_with(&|args, env| {
-        let mut niced = vec!["-n", "19", "cargo"];
-        niced.extend(args);
-        let mut env = env.to_vec();
-        env.push(("CARGO_TARGET_DIR", target));
-        run_logged("nice", &niced, &env, Some(log))
-    })
-}
-
-/// One `cargo test` run of [`test()`].
-struct Phase {
-    /// `LOCK_TEST_SERVER`.
-    server: &'static str,
-    /// The test targets, as `(package, target)`; empty: the whole workspace.
-    targets: &'static [(&'static str, &'static str)],
-    /// Which tests of those targets.
-    names: Names,
-    /// What the report calls it.
-    what: &'static str,
-    /// Tells apart the files of two phases running at once.
-    lane: &'static str,
-}
-
-/// The tests a [`Phase`] runs, by name.
-#[derive(Clone, Copy)]
-enum Names {
-    All,
-    /// Those whose names contain this.
-    Only(&'static str),
-    /// All but those whose names contain this.
-    Except(&'static str),
-}
-
-impl Phase {
-    /// Every test on `server`.
-    fn all(server: &'static str, what: &'static str) -> Self {
-        Self {
-            server,
-            targets: &[],
-            names: Names::All,
-            what,
-            lane: "a",
-        }
-    }
-
-    /// [`VALKEY_SET`] on Valkey.
-    fn valkey_set() -> Self {
-        Self {
-            server: "valkey",
-            targets: VALKEY_SET,
-            names: Names::All,
-            what: "the tests where servers can differ (VALKEY_SET in xtask/src/main.rs)",
-            lane: "b",
-        }
-    }
-
-    /// `cargo test`'s arguments, `extra` among them.
-    fn cargo_args<'a>(&self, extra: &[&'a str]) -> Vec<&'a str> {
-        // `--workspace` either way: features unified as in the whole run,
-        // so a selection of targets rebuilds as little as it can.
-        let mut args = vec!["test", "--workspace"];
-        for &(_, target) in self.targets {
-            args.extend(["--test", target]);
-        }
-        args.push("--all-features");
-        args.extend(extra);
-        let (flag, name) = match self.names {
-            Names::All => return args,
-            Names::Only(name) => (None, name),
-            Names::Except(name) => (Some("--skip"), name),
-        };
-        if !args.contains(&"--") {
-            args.push("--");
-        }
-        args.extend(flag);
-        args.push(name);
-        args
-    }
-
-    /// `cargo test` with `extra`, as [`run_as`](Self::run_as).
-    fn run(
-        &self,
-        extra: &[&str],
-        report: &mut Vec<String>,
-        log: Option<&std::fs::File>,
-    ) -> Result<(), String> {
-        self.run_as(&Run::Cargo(extra), report, log)
-    }
-
-    /// Runs the phase's tests with `LOCK_TEST_SERVER`, its output to `log`
-    /// if given. Appends to `report` what ran, how long it took, its
-    /// outcome, and the tests that said they were skipped on this server.
-    fn run_as(
-        &self,
-        how: &Run<'_>,
-        report: &mut Vec<String>,
-        log: Option<&std::fs::File>,
-    ) -> Result<(), String> {
-        let Self { server, what, .. } = *self;
-        let skips = std::env::temp_dir().join(format!(
-            "xtask-skips-{}-{server}-{}.txt",
-            std::process::id(),
-            self.lane
-        ));
-        let _ = std::fs::remove_file(&skips);
-        let skips_path = skips
-            .to_str()
-            .ok_or_else(|| format!("{} is not UTF-8", skips.display()))?;
-        let started = std::time::Instant::now();
-        let valkey_bin;
-        let mut env = vec![
-            ("LOCK_TEST_SERVER", server),
-            ("LOCK_TEST_SKIPS", skips_path),
-        ];
-        if server == "valkey" {
-            valkey_bin = valkey::server();
-            let bin = valkey_bin
-                .to_str()
-                .ok_or_else(|| format!("{} is not UTF-8", valkey_bin.display()))?;
-            env.push(("VALKEY_SERVER", bin));
-        }
-        let outcome = match how {
-            Run::Cargo(extra) => run_logged("cargo", &self.cargo_args(extra), &env, log),
-            Run::Built(built) => self.run_built(built, &env, log),
-        };
-        report.push(took(&format!("{server}: {what}"), started, &outcome));
-        let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
-        let _ = std::fs::remove_file(&skips);
-        report.extend(skipped.lines().map(|l| format!("{server}: {l}")));
-        outcome
-    }
-}
-
-/// How a [`Phase`] runs its tests.
-enum Run<'a> {
-    /// `cargo test` with these arguments.
-    Cargo(&'a [&'a str]),
-    /// The test programs [`build_tests`] built.
-    Built(&'a [Built]),
-}
-
-/// A test program `cargo test --no-run` built.
-struct Built {
-    /// The test target's name (`--test NAME`).
-    target: String,
-    /// The program.
-    exe: std::path::PathBuf,
-    /// Its package's directory: where `cargo test` runs it.
-    dir: std::path::PathBuf,
-}
-
-impl Phase {
-    /// Runs the phase's targets from `built` as `cargo test` would (in
-    /// their package's directory), each with the phase's name filter; runs
-    /// them all, and fails if one failed.
-    fn run_built(
-        &self,
-        built: &[Built],
-        env: &[(&str, &str)],
-        log: Option<&std::fs::File>,
-    ) -> Result<(), String> {
-        let args: Vec<&str> = match self.names {
-            Names::All => vec![],
-            Names::Only(name) => vec![name],
-            Names::Except(name) => vec!["--skip", name],
-        };
-        let mut failed = Vec::new();
-        for &(_, target) in self.targets {
-            let Some(test) = built.iter().find(|b| b.target == target) else {
-                return Err(format!("the build made no test program `{target}`"));
-            };
-            let exe = test
-                .exe
-                .to_str()
-                .ok_or("a test program's path is not UTF-8")?;
-            if let Err(e) = run_in(Some(&test.dir), exe, &args, env, log) {
-                failed.push(e);
-            }
-        }
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(failed.join("; "))
-        }
-    }
-}
-
-/// `cargo ARGS --message-format=json-render-diagnostics` (ARGS: a `cargo
-/// test --no-run`, with no `--`), its diagnostics shown as usual: the
-/// integration test programs it built.
-fn build_tests(args: &[&str]) -> Result<Vec<Built>, String> {
-    let shown = format!("cargo {}", args.join(" "));
-    eprintln!("+ {shown}");
-    let output = Command::new("cargo")
-        .args(args)
-        .arg("--message-format=json-render-diagnostics")
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
-    if !output.status.success() {
-        return Err(format!("`{shown}` failed ({})", output.status));
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    Ok(stdout.lines().filter_map(built_test).collect())
-}
-
-/// The integration test program one line of cargo's JSON messages reports
-/// built, if it does.
-fn built_test(line: &str) -> Option<Built> {
-    let message: serde_json::Value = serde_json::from_str(line).ok()?;
-    let target = &message["target"];
-    let is_test = target["kind"].as_array()?.iter().any(|k| k == "test");
-    if message["reason"] != "compiler-artifact" || !is_test {
-        return None;
-    }
-    let manifest = std::path::Path::new(message["manifest_path"].as_str()?);
-    Some(Built {
-        target: target["name"].as_str()?.to_owned(),
-        exe: message["executable"].as_str()?.into(),
-        dir: manifest.parent()?.to_owned(),
-    })
 }
 
 /// Formatting, clippy and rustdoc, warning-free.
