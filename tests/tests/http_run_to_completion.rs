@@ -71,19 +71,25 @@ async fn post_with_key(
         .await
 }
 
+/// [`post_with_key`] again every 20 ms while it answers 409 (in flight),
+/// for up to `for_up_to`: a client's retry of a request that still runs, is
+/// being stored, or whose record is being released in the background.
+async fn post_while_in_flight(url: &str, key: &str, for_up_to: Duration) -> reqwest::Response {
+    let started = std::time::Instant::now();
+    loop {
+        let r = post_with_key(url, key, secs(5)).await.unwrap();
+        if r.status() != StatusCode::CONFLICT || started.elapsed() > for_up_to {
+            return r;
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
 /// Retries `url` with `key` while it answers `409` (the first request still
 /// runs or is being stored); the first other answer, which must be the stored
 /// response of charge 1.
 async fn assert_replay_of_the_first(what: &str, url: &str, key: &str) {
-    let mut tries = 0;
-    let r = loop {
-        let r = post_with_key(url, key, secs(5)).await.unwrap();
-        if r.status() != StatusCode::CONFLICT || tries == 100 {
-            break r;
-        }
-        tries += 1;
-        tokio::time::sleep(ms(20)).await;
-    };
+    let r = post_while_in_flight(url, key, secs(3)).await;
     assert_eq!(
         r.status(),
         StatusCode::CREATED,
@@ -284,14 +290,7 @@ async fn without_run_to_completion_a_client_that_gives_up_cuts_its_handler_off()
     // the background, once it sees the connection closed: a retry that
     // lands before that finds the record in flight (409), as it should.
     // Within a second it must run the handler again.
-    let gave_up = std::time::Instant::now();
-    let r = loop {
-        let r = post_with_key(&url, "\"k\"", secs(5)).await.unwrap();
-        if r.status() != StatusCode::CONFLICT || gave_up.elapsed() > secs(1) {
-            break r;
-        }
-        tokio::time::sleep(ms(20)).await;
-    };
+    let r = post_while_in_flight(&url, "\"k\"", secs(1)).await;
     assert_eq!(r.status(), StatusCode::CREATED);
     assert!(!is_replay(r.headers()), "the retry ran the handler again");
     assert_eq!((charges.started(), charges.finished()), (2, 1));
@@ -342,14 +341,7 @@ async fn a_request_dropped_while_claiming_does_not_leave_its_key_in_flight() {
     // releases it in the background right after: a retry that lands in
     // between still finds it in flight. Within a second it must run (the
     // old code answered 409 for the whole 30 s lease).
-    let resumed = std::time::Instant::now();
-    let r = loop {
-        let r = post_with_key(&url, "\"cut\"", secs(5)).await.unwrap();
-        if r.status() != StatusCode::CONFLICT || resumed.elapsed() > secs(1) {
-            break r;
-        }
-        tokio::time::sleep(ms(20)).await;
-    };
+    let r = post_while_in_flight(&url, "\"cut\"", secs(1)).await;
     assert_eq!(
         (r.status(), is_replay(r.headers())),
         (StatusCode::CREATED, false),
