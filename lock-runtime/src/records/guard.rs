@@ -6,12 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::records::{RecordClaim, StoredResponse};
+use crate::backend::records::{Ours, StoredResponse};
 use crate::backoff::{Armed, Release, Retry};
 use crate::client::hold::Watched;
 use crate::durations::later;
-use crate::key::RecordNames;
-use crate::token::Token;
 use crate::{client::LockClient, error::LockError};
 
 /// The shortest time a completion is tried for, however short the lease.
@@ -30,28 +28,23 @@ pub struct RecordGuard {
     key: String,
     /// The record under the watchdog, from the claim that took it (`None`
     /// once settled); dropped first (field order), so an unsettled guard stops the renewal before
-    /// `ours` releases the record.
+    /// `record` releases the record.
     renewal: Option<Watched>,
     /// What settling the record needs; armed (released in the background
     /// if the guard is dropped) until the record is settled.
-    ours: Armed<Record>,
+    record: Armed<Record>,
 }
 
-/// What a record's claim, completion and release send, owned (a
-/// completion or a background release runs as a task of its own).
+/// Our record and the client that settles it, owned (a completion or a
+/// background release runs as a task of its own).
 pub(super) struct Record {
     pub(super) client: LockClient,
-    pub(super) names: RecordNames,
-    pub(super) token: Token,
-    /// The fingerprint's digest.
-    pub(super) fingerprint: String,
-    pub(super) ttl: Duration,
-    pub(super) retention: Duration,
+    pub(super) ours: Ours,
 }
 
 impl fmt::Debug for RecordGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ours = self.ours.get();
+        let ours = &self.record.get().ours;
         f.debug_struct("RecordGuard")
             .field("key", &self.key)
             .field("record", &ours.names.record)
@@ -64,31 +57,16 @@ impl fmt::Debug for RecordGuard {
 /// What a record's background release is called in the log.
 pub(super) const RECORD_RELEASE: &str = "idempotency: background release";
 
-impl Record {
-    /// The claim to send; `waiting`: the caller will wait for a record in
-    /// flight (and marks it, so its completion or release is announced).
-    pub(super) fn claim(&self, waiting: bool) -> RecordClaim<'_> {
-        RecordClaim {
-            record: &self.names.record,
-            notice: &self.names.notice,
-            token: &self.token,
-            fingerprint: &self.fingerprint,
-            lease: self.ttl,
-            waiting,
-        }
-    }
-}
-
 impl RecordGuard {
-    /// The record `ours` of the key `key`, taken by a claim sent at
+    /// Our `record` of the key `key`, taken by a claim sent at
     /// `sent`: renewed every `ttl / 3` from then.
-    pub(super) fn claimed(key: String, ours: Armed<Record>, sent: Instant) -> Self {
-        let o = ours.get();
-        let watched = Watched::record(&o.client.0, &o.names.record, o.token, o.ttl, sent);
+    pub(super) fn claimed(key: String, record: Armed<Record>, sent: Instant) -> Self {
+        let Record { client, ours: o } = record.get();
+        let watched = Watched::record(&client.0, &o.names.record, o.token, o.ttl, sent);
         Self {
             key,
             renewal: Some(watched),
-            ours,
+            record,
         }
     }
 
@@ -100,7 +78,7 @@ impl RecordGuard {
     /// The record's Redis name (under the client's prefix).
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn record(&self) -> &str {
-        &self.ours.get().names.record
+        &self.record.get().ours.names.record
     }
 
     /// Stores `result` for the retention period, so every later claim of
@@ -138,17 +116,16 @@ impl RecordGuard {
         if let Some(renewal) = &mut renewal {
             renewal.settled(); // its hold time ends here, as a lock's at its release
         }
-        let ours = self.ours.settle();
+        let record = self.record.settle();
         async move {
             // Stops the renewal when done, whichever way.
             let _renewal = renewal;
-            let give_up = later(Instant::now(), ours.ttl.max(MIN_COMPLETION_TRIES));
-            let Record { client, names, .. } = &ours;
+            let give_up = later(Instant::now(), record.ours.ttl.max(MIN_COMPLETION_TRIES));
             let complete = || {
-                let (record, notice) = (&names.record, &names.notice);
-                let (token, fingerprint) = (&ours.token, &ours.fingerprint);
-                let backend = client.backend();
-                backend.complete_record(record, notice, token, fingerprint, &stored, ours.retention)
+                record
+                    .client
+                    .backend()
+                    .complete_record(&record.ours, &stored)
             };
             let mut retry = Retry::COMPLETION.start();
             retry
@@ -164,15 +141,15 @@ impl RecordGuard {
     /// answer (the record then expires with its lease).
     pub async fn release(mut self) -> Result<(), LockError> {
         self.renewal = None; // stops the renewal
-        let ours = self.ours.settle();
+        let record = self.record.settle();
         // Sent again once if the reply was lost, so that does not keep the
         // key blocked for a lease.
-        let release = || ours.release_once();
+        let release = || record.release_once();
         let released = Retry::ONCE
             .start()
             .send("idempotency: release", None, release)
             .await;
-        ours.report(&released);
+        record.report(&released);
         released.map(|_| ())
     }
 }
@@ -183,9 +160,7 @@ impl Release for Record {
     /// Releases the record for our token (sent again, a release of a
     /// record already released finds nothing, harmlessly).
     fn release_once(&self) -> impl Future<Output = Result<bool, LockError>> + Send {
-        let (record, notice) = (&self.names.record, &self.names.notice);
-        let backend = self.client.backend();
-        backend.release_record(record, notice, &self.token, &self.fingerprint)
+        self.client.backend().release_record(&self.ours)
     }
 
     fn report(&self, released: &Result<bool, LockError>) {

@@ -75,7 +75,7 @@ pub use guard::RecordGuard;
 use guard::{RECORD_RELEASE, Record};
 
 use crate::backend::Backend;
-use crate::backend::records::{Claim, StoredResponse};
+use crate::backend::records::{Claim, Ours, StoredResponse};
 use crate::backoff::{Armed, Retry, Retrying};
 use crate::client::LockOptions;
 use crate::client::options::Deadline;
@@ -223,9 +223,8 @@ impl RecordRequest {
         let names = self.names.unwrap_or_else(|| {
             RecordNames::hashed(self.client.key_prefix(), &[self.key.as_bytes()], b"record")
         });
-        let ours = Record {
+        let ours = Ours {
             token: self.client.0.token(),
-            client: self.client,
             names,
             fingerprint: self.fingerprint.unwrap_or_else(|| digest(&[], b"")),
             ttl: asked.ttl,
@@ -233,10 +232,14 @@ impl RecordRequest {
         };
         let look_again = Some(Retry::LOOK_AGAIN);
         let on = (ours.names.notice.as_str(), &ours.token);
-        let turns = Turns::new(ours.client.backend(), on, asked.deadline, look_again).await;
+        let turns = Turns::new(self.client.backend(), on, asked.deadline, look_again).await;
+        let record = Record {
+            client: self.client,
+            ours,
+        };
         let claiming = Claiming {
             key: self.key,
-            ours: Armed::new(RECORD_RELEASE, ours, false),
+            record: Armed::new(RECORD_RELEASE, record, false),
             deadline: asked.deadline,
             resend: Retry::ACQUIRE.start(),
             sent: Instant::now(),
@@ -250,7 +253,7 @@ struct Claiming {
     key: String,
     /// Armed while a claim is on the wire: dropped then, or with an error,
     /// it releases whatever the claim may have taken.
-    ours: Armed<Record>,
+    record: Armed<Record>,
     deadline: Deadline,
     resend: Retrying,
     /// The last claim's send time: a lease it set starts no earlier.
@@ -262,22 +265,22 @@ impl Claimer for Claiming {
     type Answer = Answer;
 
     fn waits_on(&self) -> (&Backend, (&str, &Token), Deadline) {
-        let ours = self.ours.get();
+        let Record { client, ours } = self.record.get();
         let on = (ours.names.notice.as_str(), &ours.token);
-        (ours.client.backend(), on, self.deadline)
+        (client.backend(), on, self.deadline)
     }
 
     /// A claim that waits marks a record in flight, so that its completion
     /// or release is announced.
     async fn attempt(&mut self) -> Result<Attempted<Claim>, LockError> {
         self.sent = Instant::now();
-        self.ours.arm(true);
-        let (ours, waits) = (self.ours.get(), !self.deadline.tries_once());
-        let claim = || ours.client.backend().claim_record(ours.claim(waits));
+        self.record.arm(true);
+        let (Record { client, ours }, waits) = (self.record.get(), !self.deadline.tries_once());
+        let claim = || client.backend().claim_record(ours, waits);
         let at = Some(self.deadline.at());
         let found = self.resend.send("idempotency: claim", at, claim).await?;
         // Not claimed: nothing on the server is ours.
-        self.ours.arm(matches!(found, Claim::Claimed));
+        self.record.arm(matches!(found, Claim::Claimed));
         let Claim::InFlight { remaining } = found else {
             return Ok(Attempted::Ended(found));
         };
@@ -289,12 +292,12 @@ impl Claimer for Claiming {
 
     fn end(self, found: Claim) -> Answer {
         match found {
-            Claim::Claimed => Answer::Run(RecordGuard::claimed(self.key, self.ours, self.sent)),
+            Claim::Claimed => Answer::Run(RecordGuard::claimed(self.key, self.record, self.sent)),
             Claim::Done(stored) => Answer::Done(stored),
             Claim::Mismatch => Answer::Reused,
             Claim::InFlight { remaining } => {
-                let ours = self.ours.get();
-                let retry_after = ours.client.0.hints.hint(&ours.names.record, remaining);
+                let Record { client, ours } = self.record.get();
+                let retry_after = client.0.hints.hint(&ours.names.record, remaining);
                 Answer::InFlight { retry_after }
             }
         }

@@ -46,6 +46,7 @@ use bytes::Bytes;
 
 use super::{Backend, RecordsAt};
 use crate::error::LockError;
+use crate::key::RecordNames;
 use crate::token::Token;
 
 mod memory;
@@ -73,20 +74,18 @@ pub(crate) struct StoredResponse {
     pub(crate) body_too_large: bool,
 }
 
-/// One claim of a record, as every backend takes it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RecordClaim<'a> {
-    pub(crate) record: &'a str,
-    /// The record's notice channel (a Redlock claim that is not ours is
-    /// undone, and that is announced there).
-    pub(crate) notice: &'a str,
-    pub(crate) token: &'a Token,
-    pub(crate) fingerprint: &'a str,
-    pub(crate) lease: Duration,
-    /// The caller will wait for a record in flight; on Redis it marks the
-    /// record, whose completion or release is then announced (and only
-    /// then: nobody else listens).
-    pub(crate) waiting: bool,
+/// A record as the claimer that runs it knows it: what its claim, its
+/// completion and its release send, on every backend.
+pub(crate) struct Ours {
+    /// The record and its notice channel, where a completion or a release
+    /// (or an undone Redlock claim) is announced.
+    pub(crate) names: RecordNames,
+    pub(crate) token: Token,
+    /// The fingerprint's digest.
+    pub(crate) fingerprint: String,
+    pub(crate) ttl: Duration,
+    /// How long a completed record is kept.
+    pub(crate) retention: Duration,
 }
 
 /// The answer of one claim.
@@ -103,16 +102,28 @@ pub(crate) enum Claim {
 }
 
 impl Backend {
-    /// Claims `claim.record` for `claim.token` if it is free (absent or
-    /// expired), atomically. The embedded backend's notices cost no round
-    /// trip and are always sent.
-    pub(crate) async fn claim_record(&self, claim: RecordClaim<'_>) -> Result<Claim, LockError> {
+    /// Claims the record for `ours.token` if it is free (absent or
+    /// expired), atomically. `waiting`: the caller will wait for a record in
+    /// flight; on Redis it marks the record, whose completion or release is
+    /// then announced (and only then: nobody else listens). The embedded
+    /// backend's notices cost no round trip and are always sent.
+    pub(crate) async fn claim_record(
+        &self,
+        ours: &Ours,
+        waiting: bool,
+    ) -> Result<Claim, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => claim_on(b, &claim).await,
-            RecordsAt::Redlock(b) => claim_on_majority(b, &claim).await,
+            RecordsAt::Redis(b) => claim_on(b, ours, waiting).await,
+            RecordsAt::Redlock(b) => claim_on_majority(b, ours, waiting).await,
             RecordsAt::Memory(b) => {
-                Ok(b.records
-                    .claim(claim.record, claim.token, claim.fingerprint, claim.lease))
+                let Ours {
+                    names,
+                    token,
+                    fingerprint,
+                    ttl,
+                    ..
+                } = ours;
+                Ok(b.records.claim(&names.record, token, fingerprint, *ttl))
             }
         }
     }
@@ -151,66 +162,57 @@ impl Backend {
         }
     }
 
-    /// Stores `response` in a record `token` ran, kept for `retention`, and
-    /// announces it on `notice` so duplicates waiting on it replay it now.
-    /// `true` also when an earlier try whose reply was lost stored it, and
-    /// when the record was gone (our lease ran out, or a Redlock node missed
-    /// the claim): the handler ran, so its response is kept. `false`: another
-    /// request's claim or response is there (nothing stored). An error when
-    /// the answer is unknown; sending it again is safe.
+    /// Stores `response` in the record we ran, kept for its retention, and
+    /// announces it on its notice channel so duplicates waiting on it replay
+    /// it now. `true` also when an earlier try whose reply was lost stored
+    /// it, and when the record was gone (our lease ran out, or a Redlock
+    /// node missed the claim): the handler ran, so its response is kept.
+    /// `false`: another request's claim or response is there (nothing
+    /// stored). An error when the answer is unknown; sending it again is
+    /// safe.
     pub(crate) async fn complete_record(
         &self,
-        record: &str,
-        notice: &str,
-        token: &Token,
-        fingerprint: &str,
+        ours: &Ours,
         response: &StoredResponse,
-        retention: Duration,
     ) -> Result<bool, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => {
-                complete_on(b, record, token, fingerprint, response, retention, notice).await
-            }
+            RecordsAt::Redis(b) => complete_on(b, ours, response).await,
             RecordsAt::Redlock(b) => {
-                let answers = on_every_node(b, |n| {
-                    complete_on(n, record, token, fingerprint, response, retention, notice)
-                })
-                .await;
+                let answers = on_every_node(b, |n| complete_on(n, ours, response)).await;
                 majority_says(b, &answers, "completion")
             }
             RecordsAt::Memory(b) => {
-                let stored = b
-                    .records
-                    .complete(record, token, fingerprint, response, retention);
+                let Ours {
+                    names,
+                    token,
+                    fingerprint,
+                    retention,
+                    ..
+                } = ours;
+                let stored =
+                    (b.records).complete(&names.record, token, fingerprint, response, *retention);
                 if stored {
-                    b.announce(notice);
+                    b.announce(&names.notice);
                 }
                 Ok(stored)
             }
         }
     }
 
-    /// Deletes a record `token` runs for a request of `fingerprint`, so its
-    /// key can be used again, and announces it on `notice` so a duplicate
-    /// waiting on it runs now. `false`: no longer ours.
-    pub(crate) async fn release_record(
-        &self,
-        record: &str,
-        notice: &str,
-        token: &Token,
-        fingerprint: &str,
-    ) -> Result<bool, LockError> {
+    /// Deletes the record we run, so its key can be used again, and
+    /// announces it on its notice channel so a duplicate waiting on it runs
+    /// now. `false`: no longer ours.
+    pub(crate) async fn release_record(&self, ours: &Ours) -> Result<bool, LockError> {
         match self.records_at() {
-            RecordsAt::Redis(b) => release_on(b, record, token, fingerprint, notice).await,
+            RecordsAt::Redis(b) => release_on(b, ours).await,
             RecordsAt::Redlock(b) => {
-                let answers =
-                    on_every_node(b, |n| release_on(n, record, token, fingerprint, notice)).await;
+                let answers = on_every_node(b, |n| release_on(n, ours)).await;
                 majority_says(b, &answers, "release")
             }
             RecordsAt::Memory(b) => {
-                let released = b.records.release(record, token);
+                let released = b.records.release(&ours.names.record, &ours.token);
                 if released {
-                    b.announce(notice);
+                    b.announce(&ours.names.notice);
                 }
                 Ok(released)
             }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use super::value::{Value, completed};
-use super::{Claim, RecordClaim, StoredResponse};
+use super::{Claim, Ours, StoredResponse};
 use crate::backend::redis::RedisBackend;
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::scripts::{evalsha, millis, run_script};
@@ -32,22 +32,19 @@ static SETTLE: LazyLock<redis::Script> =
 /// fingerprint) and decide, atomically.
 pub(super) async fn claim_on(
     node: &RedisBackend,
-    claim: &RecordClaim<'_>,
+    ours: &Ours,
+    waiting: bool,
 ) -> Result<Claim, LockError> {
     let mut conn = node.connection();
-    let value = Value {
-        owner: claim.token,
-        fingerprint: claim.fingerprint,
-        response: None,
-    };
+    let (record, value) = (&ours.names.record, Value::claim(ours));
     // Sized once: grown from empty, the command was copied three times.
-    let set: Option<()> = redis::Cmd::with_capacity(6, claim.record.len() + value.len_hint() + 32)
+    let set: Option<()> = redis::Cmd::with_capacity(6, record.len() + value.len_hint() + 32)
         .arg("SET")
-        .arg(claim.record)
+        .arg(record)
         .arg(value)
         .arg("NX")
         .arg("PX")
-        .arg(millis(claim.lease))
+        .arg(millis(ours.ttl))
         .query_async(&mut conn)
         .await
         .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
@@ -55,11 +52,11 @@ pub(super) async fn claim_on(
         return Ok(Claim::Claimed);
     }
     let (code, remaining, record): (i64, i64, Vec<u8>) = CLAIM
-        .key(claim.record)
-        .arg(claim.token)
-        .arg(claim.fingerprint)
-        .arg(millis(claim.lease))
-        .arg(if claim.waiting { "1" } else { "" })
+        .key(record)
+        .arg(&ours.token)
+        .arg(&ours.fingerprint)
+        .arg(millis(ours.ttl))
+        .arg(if waiting { "1" } else { "" })
         .invoke_async(&mut conn)
         .await
         .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
@@ -133,71 +130,45 @@ async fn renew_batch(
 
 pub(super) async fn complete_on(
     node: &RedisBackend,
-    record: &str,
-    token: &Token,
-    fingerprint: &str,
+    ours: &Ours,
     response: &StoredResponse,
-    retention: Duration,
-    notice: &str,
 ) -> Result<bool, LockError> {
     let stored = Value {
-        owner: token,
-        fingerprint,
         response: Some(response),
+        ..Value::claim(ours)
     };
-    let settled = settle(
-        node,
-        record,
-        token,
-        fingerprint,
-        notice,
-        Some((retention, stored)),
-    );
-    settled
+    settle(node, ours, Some(stored))
         .await
         .map_err(|e| BackendError::with_source("idempotency completion failed", e).into())
 }
 
-pub(super) async fn release_on(
-    node: &RedisBackend,
-    record: &str,
-    token: &Token,
-    fingerprint: &str,
-    notice: &str,
-) -> Result<bool, LockError> {
-    let settled = settle(node, record, token, fingerprint, notice, None);
-    settled
+pub(super) async fn release_on(node: &RedisBackend, ours: &Ours) -> Result<bool, LockError> {
+    settle(node, ours, None)
         .await
         .map_err(|e| BackendError::with_source("idempotency release failed", e).into())
 }
 
-/// Settles the record `token` claimed for a request of `fingerprint` on
-/// `node`: stores `stored` (the completed value, kept for its retention),
-/// or without it releases the record. `true` when it was done.
+/// Settles the record `ours` claimed on `node`: stores `stored` (the
+/// completed value, kept for the record's retention), or without it
+/// releases the record. `true` when it was done.
 ///
 /// Where the server compares for itself (Valkey 9: `SET .. IFEQ`,
 /// `DELIFEQ`; found with the locks' plain path), a record nobody waits on
 /// (still exactly our claim's value) is settled by that one command, as a
 /// hand-written store would be. Anything else (a duplicate marked it
 /// `waited`, a completion sent again, a record not ours) goes to the settle
-/// script, which announces itself on the record's `notice` channel.
+/// script, which announces itself on the record's notice channel.
 async fn settle(
     node: &RedisBackend,
-    record: &str,
-    token: &Token,
-    fingerprint: &str,
-    notice: &str,
-    stored: Option<(Duration, Value<'_>)>,
+    ours: &Ours,
+    stored: Option<Value<'_>>,
 ) -> redis::RedisResult<bool> {
-    let claim = Value {
-        owner: token,
-        fingerprint,
-        response: None,
-    };
+    let stored = stored.map(|value| (ours.retention, value));
+    let (record, claim) = (&ours.names.record, Value::claim(ours));
     if node.releases_with_delifeq() && settled_natively(node, record, claim, stored).await? {
         return Ok(true);
     }
-    settle_by_script(node, record, claim, notice, stored).await
+    settle_by_script(node, record, claim, &ours.names.notice, stored).await
 }
 
 /// `SET record stored IFEQ claim PX retention`, or without `stored`
@@ -346,9 +317,10 @@ pub(super) fn no_majority(redlock: &RedlockBackend, answered: usize, what: &str)
 /// again. A claim that is not ours is undone on every node before answering.
 pub(super) async fn claim_on_majority(
     redlock: &RedlockBackend,
-    claim: &RecordClaim<'_>,
+    ours: &Ours,
+    waiting: bool,
 ) -> Result<Claim, LockError> {
-    let answers = on_every_node(redlock, |n| claim_on(n, claim)).await;
+    let answers = on_every_node(redlock, |n| claim_on(n, ours, waiting)).await;
     let quorum = redlock.quorum();
     let mut claimed = 0;
     let mut in_flight: Option<Duration> = None;
@@ -379,16 +351,7 @@ pub(super) async fn claim_on_majority(
         // Best effort: a copy left behind only blocks its node for a lease.
         // The release announces itself: a duplicate that saw our copies in
         // flight (a split vote) tries again now rather than after a lease.
-        on_every_node(redlock, |n| {
-            release_on(
-                n,
-                claim.record,
-                claim.token,
-                claim.fingerprint,
-                claim.notice,
-            )
-        })
-        .await;
+        on_every_node(redlock, |n| release_on(n, ours)).await;
     }
     outcome
 }

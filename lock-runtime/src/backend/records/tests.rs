@@ -101,42 +101,40 @@ async fn the_embedded_backend_announces_a_completion_and_a_release_to_waiters() 
     let backend = Backend::Memory(Arc::new(crate::backend::memory::MemoryBackend::default()));
     let (a, b) = (token(), token());
     let (lease, retention) = (Duration::from_secs(1), Duration::from_secs(60));
-    let (record, notice) = ("t:I{r}", "t:J{r}");
-    let claim = |token| {
-        backend.claim_record(RecordClaim {
-            record,
-            notice,
-            token,
-            fingerprint: "fp",
-            lease,
-            waiting: true,
-        })
+    let names = crate::key::RecordNames {
+        record: "t:I{r}".to_owned(),
+        notice: "t:J{r}".to_owned(),
     };
+    let ours = |token: &Token| Ours {
+        names: names.clone(),
+        token: *token,
+        fingerprint: "fp".to_owned(),
+        ttl: lease,
+        retention,
+    };
+    let (ours_a, ours_b) = (ours(&a), ours(&b));
+    let notice = names.notice.as_str();
     let woken = |handle: &crate::backend::WaitHandle| {
         let notified = handle.waiter.notify.notified();
         futures_util::FutureExt::now_or_never(notified).is_some()
     };
-    assert_eq!(claim(&a).await.unwrap(), Claim::Claimed);
+    assert_eq!(
+        backend.claim_record(&ours_a, true).await.unwrap(),
+        Claim::Claimed
+    );
     let waiting = backend.register_on(notice, &b).await;
     assert!(!woken(&waiting));
-    assert!(
-        backend
-            .release_record(record, notice, &a, "fp")
-            .await
-            .unwrap()
-    );
+    assert!(backend.release_record(&ours_a).await.unwrap());
     assert!(woken(&waiting), "a release wakes the waiter");
     // Nothing to release: no notice.
-    assert!(
-        !backend
-            .release_record(record, notice, &a, "fp")
-            .await
-            .unwrap()
-    );
+    assert!(!backend.release_record(&ours_a).await.unwrap());
     assert!(!woken(&waiting));
-    assert_eq!(claim(&b).await.unwrap(), Claim::Claimed);
+    assert_eq!(
+        backend.claim_record(&ours_b, true).await.unwrap(),
+        Claim::Claimed
+    );
     let stored = backend
-        .complete_record(record, notice, &b, "fp", &response(201), retention)
+        .complete_record(&ours_b, &response(201))
         .await
         .unwrap();
     assert!(stored);

@@ -29,7 +29,17 @@ pub(super) struct Value<'a> {
     pub(super) response: Option<&'a StoredResponse>,
 }
 
-impl Value<'_> {
+impl<'a> Value<'a> {
+    /// The value `ours`'s claim sets (and a settle compares with).
+    pub(super) fn claim(ours: &'a super::Ours) -> Self {
+        let (owner, fingerprint) = (&ours.token, ours.fingerprint.as_str());
+        Value {
+            owner,
+            fingerprint,
+            response: None,
+        }
+    }
+
     /// About how long the value is (at least as long), to size the
     /// command it goes into once.
     pub(super) fn len_hint(&self) -> usize {
