@@ -53,7 +53,7 @@ pub(super) async fn claim_on(
     }
     let (code, remaining, record): (i64, i64, Vec<u8>) = CLAIM
         .key(record)
-        .arg(&ours.token)
+        .arg(ours.token)
         .arg(&ours.fingerprint)
         .arg(millis(ours.ttl))
         .arg(if waiting { "1" } else { "" })
