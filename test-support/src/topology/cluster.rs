@@ -37,23 +37,7 @@ impl Cluster {
             n >= 3,
             "redis-cli --cluster create needs at least 3 masters"
         );
-        let nodes: Vec<RedisServer> = (0..n)
-            .map(|_| {
-                // The bus port defaults to port + 10000, which may not exist
-                // for a high free port: choose it explicitly (Redis 7).
-                let bus = free_port().to_string();
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    "--cluster-port",
-                    &bus,
-                ])
-            })
-            .collect();
+        let nodes: Vec<RedisServer> = (0..n).map(|_| start_node()).collect();
         for (i, node) in nodes.iter().enumerate() {
             assert!(
                 node.dir().join("nodes.conf").exists(),
@@ -306,4 +290,30 @@ impl super::Topology for Cluster {
     fn builder(&self) -> lock_runtime::LockClientBuilder {
         lock_runtime::LockClient::builder().cluster(self.seed_urls())
     }
+}
+
+/// One cluster-enabled server. The bus port defaults to port + 10000, which
+/// may not exist for a high free port, so it is chosen explicitly (Redis 7);
+/// a port found free may be taken by a parallel test before the node binds
+/// it, so a node that fails to start is started again with a new bus port
+/// (and, by `try_start`, a new port of its own).
+fn start_node() -> RedisServer {
+    let mut last = String::new();
+    for _ in 0..5 {
+        let bus = free_port().to_string();
+        match RedisServer::try_start(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+            "--cluster-port",
+            &bus,
+        ]) {
+            Ok(node) => return node,
+            Err(e) => last = e,
+        }
+    }
+    panic!("cannot start a cluster node: {last}")
 }
