@@ -189,8 +189,10 @@ impl Backend {
                     retention,
                     ..
                 } = ours;
-                let stored =
-                    (b.records).complete(&names.record, token, fingerprint, response, *retention);
+                let record = &names.record;
+                let stored = b
+                    .records
+                    .complete(record, token, fingerprint, response, *retention);
                 if stored {
                     b.announce(&names.notice);
                 }
