@@ -25,7 +25,11 @@ async fn a_waiter_holds_within_a_few_ms_of_the_release_while_the_watchdog_keeps_
     let (waited, fence) = t.await.unwrap();
     let handoff = r.elapsed();
     println!("waited {waited:?}, release-to-holding {handoff:?}, fence {fence}");
-    assert_eq!(fence, 2);
+    // Above the first holder's token. Usually 2, the hand-over's; 3 when
+    // the waiter's own timer round (it wakes at the end of each 300 ms
+    // lease) reaches the server just after the hand-over: finding the key
+    // its own, that round mints again, while the waiter holds the key.
+    assert!(fence > 1, "fence {fence} is not above the first holder's");
     assert!(handoff < ms(200), "hand-over took {handoff:?}");
     println!("watchdogs {}", c.renewed_leases());
 }
