@@ -257,6 +257,20 @@ pub mod testing {
         (names.lock, names.queue)
     }
 
+    /// The four names acquire.lua and release.lua take for the mutex `key`
+    /// under `prefix` (its lock, its slot's fencing counter, its queue, the
+    /// queue's deadlines), and its notice channel.
+    pub fn script_names(prefix: &str, key: &str) -> ([String; 4], String) {
+        let names = crate::key::KeyNames::new(prefix, key);
+        let keys = [
+            names.lock.clone(),
+            names.fence(),
+            names.queue.clone(),
+            names.deadlines(),
+        ];
+        (keys, names.notice)
+    }
+
     /// `true` when `client` releases with the server's own `DELIFEQ`
     /// (detected when it connected; Valkey 9 and later).
     pub fn releases_with_delifeq(client: &LockClient) -> bool {

@@ -285,3 +285,71 @@ async fn a_refused_delifeq_falls_back_to_the_script_once() {
     assert_eq!(denied.matches("cmd=delifeq").count(), 1, "{denied}");
     assert_eq!(lines.get(1), Some(&"1"), "one refusal only:\n{denied}");
 }
+
+/// A waiter wakes at the end of each of its holder's leases and sends its
+/// attempt again. When that attempt reaches the server just after a release
+/// handed the key to it, acquire.lua finds the key its own: it keeps it,
+/// re-arms it to a full lease (not the hand-over's short one), and answers
+/// a token minted then, above the hand-over's. It must mint: the same path
+/// answers an owner whose plain `SET` took the key and whose reply was
+/// lost, which has no token yet. Sent here by hand, in that order, so the
+/// race the client meets now and then runs every time.
+#[tokio::test]
+async fn a_waiters_attempt_sent_after_its_hand_over_keeps_the_key_and_mints_above_it() {
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let acquire = redis::Script::new(include_str!("../../lock-runtime/scripts/acquire.lua"));
+    let release = redis::Script::new(include_str!("../../lock-runtime/scripts/release.lua"));
+    let ([lock, fence, queue, deadlines], notice) =
+        lock_runtime::__private::testing::script_names("lock:", &key("plain-resent"));
+    let (holder, waiter) = ("a".repeat(32), "b".repeat(32));
+    let publish = format!("PUBLISH {notice}");
+    let attempt = || {
+        let mut call = acquire.prepare_invoke();
+        call.key(&lock).key(&fence).key(&queue).key(&deadlines);
+        call.arg(&waiter).arg(30_000).arg(&publish).arg(5_000);
+        call
+    };
+
+    // The holder's plain acquire; the waiter queues behind it.
+    let taken: Option<String> = redis::cmd("SET")
+        .arg(&lock)
+        .arg(&holder)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(taken.is_some());
+    let (busy, _counter): (i64, u64) = attempt().invoke_async(&mut conn).await.unwrap();
+    assert!(busy < 0, "the waiter queued: {busy}");
+
+    // The release hands the key to the waiter, with a token.
+    let (released, _next, handed): (i64, String, u64) = release
+        .key(&lock)
+        .key(&fence)
+        .key(&queue)
+        .key(&deadlines)
+        .arg(&holder)
+        .arg(&publish)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(released, 1);
+    assert!(
+        server.cli(&["PTTL", &lock]).parse::<i64>().unwrap() <= 2_000,
+        "a hand-over's lease is short until its new owner confirms"
+    );
+
+    // The waiter's timer round, just after: the key stays the waiter's,
+    // at a full lease, and the token it answers is above the hand-over's.
+    let resent: u64 = attempt().invoke_async(&mut conn).await.unwrap();
+    assert!(resent > handed, "{resent} after the hand-over's {handed}");
+    let value = server.cli(&["GET", &lock]);
+    assert!(value.starts_with(&waiter), "still the waiter's: {value}");
+    let pttl: i64 = server.cli(&["PTTL", &lock]).parse().unwrap();
+    assert!(pttl > 25_000, "re-armed to a full lease: {pttl} ms");
+    assert_eq!(server.cli(&["LLEN", &queue]), "0", "nobody left in line");
+}
