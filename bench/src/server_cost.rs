@@ -53,7 +53,7 @@ const SIDES: &[(&str, Side)] = &[
         Side::MinimumPair,
     ),
     (
-        "library pair: SET NX PX + unlock.lua (DELIFEQ on Valkey 9), as sent",
+        "library pair: SET NX PX + unlock.lua (DELIFEQ on Valkey 9, DELEX on Redis 8.4), as sent",
         Side::LibraryPair,
     ),
     (
@@ -121,8 +121,9 @@ struct Shas {
     unlock: String,
     mint: String,
     shared: String,
-    /// The server has `DELIFEQ`: the library releases with it.
-    delifeq: bool,
+    /// The server's own compare-and-delete (`DELIFEQ`, `DELEX`), which the
+    /// library releases with.
+    native: Option<&'static str>,
 }
 
 impl Side {
@@ -152,13 +153,20 @@ impl Side {
             set
         };
         let set = || claim(key, &token);
-        // The library's plain release: DELIFEQ where the server has it.
-        let unlock = || {
-            if sha.delifeq {
+        // The library's plain release: the server's own compare-and-delete
+        // where it has one.
+        let unlock = || match sha.native {
+            Some("DELIFEQ") => {
                 let mut cmd = redis::cmd("DELIFEQ");
                 cmd.arg(key).arg(&token);
                 cmd
-            } else {
+            }
+            Some(_) => {
+                let mut cmd = redis::cmd("DELEX");
+                cmd.arg(key).arg("IFEQ").arg(&token);
+                cmd
+            }
+            None => {
                 let mut cmd = evalsha(&sha.unlock, &names[..1]);
                 cmd.arg(&token);
                 cmd
@@ -322,7 +330,7 @@ async fn instructions(dir: &Path, side: Side, ops: usize) -> Result<u64, String>
         unlock: load_script(&mut conn, UNLOCK).await?,
         mint: load_script(&mut conn, MINT).await?,
         shared: load_script(&mut conn, SHARED).await?,
-        delifeq: has_delifeq(&mut conn).await,
+        native: native_release(&mut conn).await,
     };
     let mut pipe = redis::pipe();
     let mut queued = 0;
@@ -356,15 +364,21 @@ async fn instructions(dir: &Path, side: Side, ops: usize) -> Result<u64, String>
         .ok_or_else(|| format!("no instruction total in {}", out.display()))
 }
 
-/// `true` when the server answers `COMMAND INFO DELIFEQ` with the command
-/// (Valkey 9 and later), as the library finds out with its probe script.
-async fn has_delifeq(conn: &mut MultiplexedConnection) -> bool {
-    let info: redis::RedisResult<Vec<redis::Value>> = redis::cmd("COMMAND")
-        .arg("INFO")
-        .arg("DELIFEQ")
-        .query_async(conn)
-        .await;
-    info.is_ok_and(|info| info.first().is_some_and(|c| *c != redis::Value::Nil))
+/// The server's own compare-and-delete, as `COMMAND INFO` finds it:
+/// `DELIFEQ` (Valkey 9 and later) or `DELEX` (Redis 8.4 and later), as the
+/// library finds out with its probe script.
+async fn native_release(conn: &mut MultiplexedConnection) -> Option<&'static str> {
+    for name in ["DELIFEQ", "DELEX"] {
+        let info: redis::RedisResult<Vec<redis::Value>> = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg(name)
+            .query_async(conn)
+            .await;
+        if info.is_ok_and(|info| info.first().is_some_and(|c| *c != redis::Value::Nil)) {
+            return Some(name);
+        }
+    }
+    None
 }
 
 async fn connect(port: u16) -> Result<MultiplexedConnection, String> {

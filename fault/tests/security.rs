@@ -376,7 +376,7 @@ async fn an_acl_user_limited_to_the_lock_prefix_works_and_the_library_touches_no
             for key in &args[3..3 + n] {
                 assert!(key.starts_with("lock:"), "outside the prefix: {line}");
             }
-        } else if name == "SET" || name == "DELIFEQ" {
+        } else if name == "SET" || name == "DELIFEQ" || name == "DELEX" {
             // The client's registry entry (its label), or an uncontended
             // lock's plain acquire and release: in the prefix.
             assert!(args[1].starts_with("lock:"), "{line}");

@@ -271,12 +271,18 @@ pub mod testing {
         (keys, names.notice)
     }
 
-    /// `true` when `client` releases with the server's own `DELIFEQ`
-    /// (detected when it connected; Valkey 9 and later).
-    pub fn releases_with_delifeq(client: &LockClient) -> bool {
+    /// The server's own compare-and-delete `client` releases with, as the
+    /// command's name (`DELIFEQ` on Valkey 9 and later, `DELEX` on Redis 8.4
+    /// and later; detected when it connected), or `None`: the script.
+    pub fn native_release(client: &LockClient) -> Option<&'static str> {
+        use crate::backend::redis::Native;
         match client.backend() {
-            crate::backend::Backend::Redis(b) => b.releases_with_delifeq(),
-            _ => false,
+            crate::backend::Backend::Redis(b) => match b.native() {
+                Native::None => None,
+                Native::Delifeq => Some("DELIFEQ"),
+                Native::Delex => Some("DELEX"),
+            },
+            _ => None,
         }
     }
 

@@ -52,12 +52,15 @@ pub const ACL_LOCKER: &[&str] = &[
 ];
 
 /// [`ACL_LOCKER`] for the server the tests run on ([`crate::ServerKind`]):
-/// on Valkey 9, whose `DELIFEQ` the library releases with, `+delifeq` too
-/// (Redis 7 refuses an ACL rule that names a command it does not know).
+/// on Valkey 9, whose `DELIFEQ` the library releases with, `+delifeq` too;
+/// on Redis 8, `+delex` (Redis 7 refuses an ACL rule that names a command
+/// it does not know).
 pub fn acl_locker() -> Vec<&'static str> {
     let mut rules = ACL_LOCKER.to_vec();
-    if crate::ServerKind::current() == crate::ServerKind::Valkey {
-        rules.push("+delifeq");
+    match crate::ServerKind::current() {
+        crate::ServerKind::Valkey => rules.push("+delifeq"),
+        crate::ServerKind::Redis8 => rules.push("+delex"),
+        crate::ServerKind::Redis => {}
     }
     rules
 }

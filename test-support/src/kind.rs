@@ -1,4 +1,4 @@
-//! Which server the tests run on: Redis (the default) or Valkey, chosen for
+//! Which server the tests run on: Redis (the default), Redis 8 or Valkey, chosen for
 //! every launcher at once (standalone, Sentinel, Cluster, Redlock masters) by
 //! one environment variable, [`SERVER_ENV`].
 
@@ -11,11 +11,14 @@ use std::sync::OnceLock;
 static CHOSEN: OnceLock<ServerKind> = OnceLock::new();
 
 /// The environment variable that chooses the server: `redis` (the default
-/// when unset or empty) or `valkey`.
+/// when unset or empty), `redis8` or `valkey`.
 pub const SERVER_ENV: &str = "LOCK_TEST_SERVER";
 
 /// The Valkey release `cargo xtask deps` installs and the tests look for.
 pub const VALKEY_VERSION: &str = "9.1.2";
+
+/// The Redis 8 release `cargo xtask deps` builds and the tests look for.
+pub const REDIS8_VERSION: &str = "8.6.3";
 
 /// A server the tests can run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +26,10 @@ pub enum ServerKind {
     /// `redis-server` from the `PATH` (Debian 12: Redis 7.0), or
     /// `$REDIS_SERVER`.
     Redis,
+    /// `redis-server` 8 as `cargo xtask deps` builds it (see
+    /// [`redis8_dir`]), or `$REDIS8_SERVER`: the server with `DELEX` and
+    /// `SET .. IFEQ`.
+    Redis8,
     /// `valkey-server` as `cargo xtask deps` caches it (see
     /// [`valkey_dir`]), or `$VALKEY_SERVER`.
     Valkey,
@@ -39,13 +46,14 @@ impl ServerKind {
         }
     }
 
-    /// `redis` or `valkey` (any case; empty means Redis).
+    /// `redis`, `redis8` or `valkey` (any case; empty means Redis).
     pub fn parse(value: &str) -> crate::Result<Self> {
         match value.trim().to_ascii_lowercase().as_str() {
             "" | "redis" => Ok(Self::Redis),
+            "redis8" => Ok(Self::Redis8),
             "valkey" => Ok(Self::Valkey),
             other => Err(format!(
-                "{SERVER_ENV}={other:?}: expected `redis` or `valkey`"
+                "{SERVER_ENV}={other:?}: expected `redis`, `redis8` or `valkey`"
             )),
         }
     }
@@ -79,13 +87,17 @@ impl ServerKind {
         }
     }
 
-    /// The server binary: `$REDIS_SERVER` / `$VALKEY_SERVER` when set, else
-    /// `redis-server` from the `PATH` / `valkey-server` in [`valkey_dir`].
+    /// The server binary: `$REDIS_SERVER` / `$REDIS8_SERVER` /
+    /// `$VALKEY_SERVER` when set, else `redis-server` from the `PATH` /
+    /// `redis-server` in [`redis8_dir`] / `valkey-server` in [`valkey_dir`].
     pub fn server_bin(self) -> PathBuf {
         match self {
             Self::Redis => std::env::var_os("REDIS_SERVER")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("redis-server")),
+            Self::Redis8 => std::env::var_os("REDIS8_SERVER")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| redis8_dir().join("redis-server")),
             Self::Valkey => std::env::var_os("VALKEY_SERVER")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| valkey_dir().join("valkey-server")),
@@ -118,12 +130,13 @@ impl ServerKind {
     pub(crate) fn install_hint(self) -> &'static str {
         match self {
             Self::Redis => "install redis-server (or set REDIS_SERVER)",
+            Self::Redis8 => "run `cargo xtask deps` (or set REDIS8_SERVER)",
             Self::Valkey => "run `cargo xtask deps` (or set VALKEY_SERVER)",
         }
     }
 
     /// Whether this server's binary serves TLS (`--tls-port`). The Valkey
-    /// build the tests install has no TLS.
+    /// and Redis 8 builds the tests install have no TLS.
     pub fn has_tls(self) -> bool {
         matches!(self, Self::Redis)
     }
@@ -133,6 +146,7 @@ impl fmt::Display for ServerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Redis => "redis",
+            Self::Redis8 => "redis8",
             Self::Valkey => "valkey",
         })
     }
@@ -161,14 +175,40 @@ pub fn describe_server(info_server: &str) -> String {
 /// `$XDG_CACHE_HOME/lock-runtime-tests/valkey-<VALKEY_VERSION>` (or under
 /// `~/.cache`). xtask computes the same folder (`xtask/src/valkey.rs`).
 pub fn valkey_dir() -> PathBuf {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
+    cache_dir().join(format!("valkey-{VALKEY_VERSION}"))
+}
+
+/// Where `cargo xtask deps` puts the Redis 8 `redis-server` it builds:
+/// `$XDG_CACHE_HOME/lock-runtime-tests/redis-<REDIS8_VERSION>` (or under
+/// `~/.cache`). xtask computes the same folder (`xtask/src/redis8.rs`).
+pub fn redis8_dir() -> PathBuf {
+    cache_dir().join(format!("redis-{REDIS8_VERSION}"))
+}
+
+/// `$XDG_CACHE_HOME/lock-runtime-tests`, or under `~/.cache`.
+fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    cache
+        .unwrap_or_else(std::env::temp_dir)
         .join("lock-runtime-tests")
-        .join(format!("valkey-{VALKEY_VERSION}"))
+}
+
+/// The compare-and-delete command of its own that a server whose `INFO
+/// server` answer is `info_server` has, which the library must find and
+/// release with: `DELIFEQ` on Valkey 9.0 and later, `DELEX` on Redis 8.4
+/// and later, else `None` (the script).
+pub fn native_release(info_server: &str) -> Option<&'static str> {
+    let description = describe_server(info_server);
+    let (name, version) = description.split_once(' ')?;
+    let mut numbers = version.split('.').map(|n| n.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (numbers.next()?, numbers.next().unwrap_or(0));
+    match name {
+        "valkey" if major >= 9 => Some("DELIFEQ"),
+        "redis" if (major, minor) >= (8, 4) => Some("DELEX"),
+        _ => None,
+    }
 }
 
 /// The environment variable naming a file to which skipped tests append a
@@ -211,18 +251,36 @@ fn record_skip(line: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::ServerKind;
+    use super::{ServerKind, native_release};
 
     #[test]
     fn the_server_names_parse_and_a_typo_is_an_error_naming_the_choices() {
         assert_eq!(ServerKind::parse("").unwrap(), ServerKind::Redis);
         assert_eq!(ServerKind::parse("Redis").unwrap(), ServerKind::Redis);
         assert_eq!(ServerKind::parse(" valkey ").unwrap(), ServerKind::Valkey);
+        assert_eq!(ServerKind::parse("REDIS8").unwrap(), ServerKind::Redis8);
+        assert_eq!(ServerKind::Redis8.to_string(), "redis8");
         let err = ServerKind::parse("valky").unwrap_err();
         assert!(
-            err.contains("LOCK_TEST_SERVER") && err.contains("`valkey`"),
+            err.contains("LOCK_TEST_SERVER")
+                && err.contains("`valkey`")
+                && err.contains("`redis8`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_native_release_is_found_from_the_servers_own_name_and_version() {
+        let info = |fields: &str| format!("# Server\r\n{fields}\r\n");
+        let valkey = info("redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2");
+        assert_eq!(native_release(&valkey), Some("DELIFEQ"));
+        let valkey8 = info("redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.0");
+        assert_eq!(native_release(&valkey8), None);
+        assert_eq!(native_release(&info("redis_version:8.6.3")), Some("DELEX"));
+        assert_eq!(native_release(&info("redis_version:8.4.0")), Some("DELEX"));
+        assert_eq!(native_release(&info("redis_version:8.2.1")), None);
+        assert_eq!(native_release(&info("redis_version:7.0.15")), None);
+        assert_eq!(native_release(&info("redis_version:10.0.0")), Some("DELEX"));
     }
 
     #[test]

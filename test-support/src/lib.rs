@@ -1,8 +1,8 @@
 //! Test support shared by the `tests`, `fault` and `examples` packages (not
 //! published, no stable API).
 //!
-//! * [`ServerKind`]: which server every launcher starts, Redis (default) or
-//!   Valkey, chosen by `LOCK_TEST_SERVER` ([`SERVER_ENV`]); tests that one
+//! * [`ServerKind`]: which server every launcher starts, Redis (default),
+//!   Redis 8 or Valkey, chosen by `LOCK_TEST_SERVER` ([`SERVER_ENV`]); tests that one
 //!   server cannot run say so by name ([`tls_available`]).
 //! * [`RedisServer`]: one `redis-server` launcher: a free loopback port, a
 //!   temporary directory, extra options, TLS, restart, SIGSTOP/SIGCONT/SIGKILL,
@@ -41,7 +41,8 @@ pub mod topology;
 
 pub use acl::{ACL_LOCKER, acl_locker};
 pub use kind::{
-    SERVER_ENV, SKIPS_ENV, ServerKind, VALKEY_VERSION, describe_server, tls_available, valkey_dir,
+    REDIS8_VERSION, SERVER_ENV, SKIPS_ENV, ServerKind, VALKEY_VERSION, describe_server,
+    native_release, redis8_dir, tls_available, valkey_dir,
 };
 pub use postgres::{PostgresServer, postgres_bin_dir};
 pub use proxy::CommandProxy;

@@ -301,6 +301,13 @@ impl RedisServer {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
+    /// The compare-and-delete command of its own this server has
+    /// ([`native_release`](crate::native_release): `DELIFEQ`, `DELEX`), as its
+    /// `INFO server` says, or `None`.
+    pub fn native_release(&self) -> Option<&'static str> {
+        crate::native_release(&self.cli(&["INFO", "server"]))
+    }
+
     /// How many times the server ran `command` (lowercase, `script|load` for
     /// a subcommand), from `INFO commandstats`; 0 when it never ran.
     pub fn command_calls(&self, command: &str) -> u64 {

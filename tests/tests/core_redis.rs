@@ -95,7 +95,7 @@ async fn a_lock_is_a_key_with_a_lease_and_a_fresh_128_bit_token_beside_its_fenci
 }
 
 /// The hot path stays cheap: with nobody queued, a pair is a plain `SET NX
-/// PX` and a compare-and-delete (`DELIFEQ`, or a minimal script), which
+/// PX` and a compare-and-delete (`DELIFEQ`, `DELEX`, or a minimal script), which
 /// neither looks at the queue nor publishes; a waiter that queues marks the
 /// holder's value (`token+deadline`), and only then does the release pop the
 /// queue and hand over.
@@ -114,10 +114,15 @@ async fn a_release_touches_the_queue_and_publishes_only_when_somebody_queued() {
         0,
         "no token asked, none minted"
     );
-    if lock_runtime::__private::testing::releases_with_delifeq(&client) {
-        assert_eq!(server.command_calls("delifeq"), 20);
-    } else {
-        assert_eq!(server.command_calls("evalsha"), 20);
+    let native = lock_runtime::__private::testing::native_release(&client);
+    assert_eq!(
+        native,
+        server.native_release(),
+        "the probe found the server's own"
+    );
+    match native {
+        Some(command) => assert_eq!(server.command_calls(&command.to_lowercase()), 20),
+        None => assert_eq!(server.command_calls("evalsha"), 20),
     }
     for command in ["lpop", "lpos", "rpush", "publish"] {
         assert_eq!(

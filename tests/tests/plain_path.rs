@@ -1,14 +1,14 @@
 //! The uncontended lock in plain commands, on a real server: a `SET NX PX`
-//! to acquire, the server's compare-and-delete (`DELIFEQ` where it has it,
-//! a minimal script where not) to release, and a fencing token minted only
+//! to acquire, the server's compare-and-delete (`DELIFEQ` or `DELEX` where
+//! it has one, a minimal script where not) to release, and a fencing token minted only
 //! when asked for, by a step that checks the lock is still ours. And what
 //! keeps that safe: while a line of waiters exists, the lock key exists
 //! (pinned past its owner's lease), so a plain `SET NX` never overtakes it.
 //!
-//! Runs on the server `test_support` starts (Redis 7, or Valkey 9 with
-//! `REDIS_SERVER` naming its binary); the release's command depends on which.
+//! Runs on the server `test_support` starts (`LOCK_TEST_SERVER`: Redis 7,
+//! Redis 8 or Valkey 9); the release's command depends on which.
 
-use lock_runtime::__private::testing::{lock_names, releases_with_delifeq};
+use lock_runtime::__private::testing::{lock_names, native_release};
 use lock_runtime::{LockClient, LockError};
 use test_support::RedisServer;
 use test_support::helpers::*;
@@ -43,11 +43,18 @@ async fn an_uncontended_pair_sends_one_set_and_one_compare_and_delete() {
         .release()
         .await
         .unwrap();
-    let native = releases_with_delifeq(&client);
-    let (set, evalsha, delifeq, incr) = (
+    let native = native_release(&client);
+    assert_eq!(
+        native,
+        server.native_release(),
+        "the probe found the server's own"
+    );
+    // The native compare-and-delete (`delifeq`, `delex`), else none counted.
+    let deletes = native.unwrap_or("delifeq").to_lowercase();
+    let (set, evalsha, deleted, incr) = (
         calls(&server, "set"),
         calls(&server, "evalsha"),
-        calls(&server, "delifeq"),
+        calls(&server, &deletes),
         calls(&server, "incr"),
     );
     const PAIRS: u64 = 50;
@@ -57,11 +64,11 @@ async fn an_uncontended_pair_sends_one_set_and_one_compare_and_delete() {
     }
     let sets = calls(&server, "set") - set;
     let scripts = calls(&server, "evalsha") - evalsha;
-    let native_releases = calls(&server, "delifeq") - delifeq;
-    println!("native DELIFEQ: {native}; {sets} SET, {scripts} EVALSHA, {native_releases} DELIFEQ");
+    let native_releases = calls(&server, &deletes) - deleted;
+    println!("native: {native:?}; {sets} SET, {scripts} EVALSHA, {native_releases} {deletes}");
     assert_eq!(sets, PAIRS, "one plain SET per acquire");
-    if native {
-        assert_eq!((scripts, native_releases), (0, PAIRS), "DELIFEQ releases");
+    if native.is_some() {
+        assert_eq!((scripts, native_releases), (0, PAIRS), "native releases");
     } else {
         assert_eq!(scripts, PAIRS, "one compare-and-delete script per release");
     }
@@ -240,20 +247,22 @@ async fn a_lock_waited_for_is_fenced_and_released_through_the_scripts() {
     assert_eq!(server.cli(&["EXISTS", &lock_names("lock:", &key).0]), "0");
 }
 
-/// A server with `DELIFEQ` behind an ACL (or a proxy) that refuses it: the
-/// first release falls back to the compare-and-delete script, says so once,
-/// and no later release sends `DELIFEQ` again.
+/// A server with a compare-and-delete of its own (`DELIFEQ`, `DELEX`)
+/// behind an ACL (or a proxy) that refuses it: the first release falls back
+/// to the compare-and-delete script, says so once, and no later release
+/// sends the native command again.
 #[tokio::test]
-async fn a_refused_delifeq_falls_back_to_the_script_once() {
+async fn a_refused_native_release_falls_back_to_the_script_once() {
     let server = RedisServer::start();
-    let probe = redis_client(&server).await;
-    if !releases_with_delifeq(&probe) {
+    let Some(native) = server.native_release() else {
         println!(
-            "SKIPPED on this server (it has no DELIFEQ): \
-             a_refused_delifeq_falls_back_to_the_script_once"
+            "SKIPPED on this server (it has no DELIFEQ or DELEX): \
+             a_refused_native_release_falls_back_to_the_script_once"
         );
         return;
-    }
+    };
+    let command = native.to_lowercase();
+    let refuse = format!("-{command}");
     let created = server.cli(&[
         "ACL",
         "SETUSER",
@@ -263,12 +272,12 @@ async fn a_refused_delifeq_falls_back_to_the_script_once() {
         "~lock:*",
         "&lock:*",
         "+@all",
-        "-delifeq",
+        &refuse,
     ]);
     assert_eq!(created, "OK");
     let url = format!("redis://nodel:nodel-pw@127.0.0.1:{}", server.port);
     let client = redis_url_client(&url).await.expect("the ACL user connects");
-    assert!(releases_with_delifeq(&client), "the probe found DELIFEQ");
+    assert_eq!(native_release(&client), Some(native), "the probe found it");
     let key = key("plain-refused");
     for _ in 0..3 {
         let guard = client.lock(&key).acquire().await.unwrap();
@@ -278,11 +287,15 @@ async fn a_refused_delifeq_falls_back_to_the_script_once() {
             .expect("released by the script after the refusal");
         assert_eq!(server.cli(&["EXISTS", &lock_names("lock:", &key).0]), "0");
     }
-    assert!(!releases_with_delifeq(&client), "turned off for good");
+    assert_eq!(native_release(&client), None, "turned off for good");
     // One entry, counted once: one refusal.
     let denied = server.cli(&["ACL", "LOG"]);
     let lines: Vec<&str> = denied.lines().collect();
-    assert_eq!(denied.matches("cmd=delifeq").count(), 1, "{denied}");
+    assert_eq!(
+        denied.matches(&format!("cmd={command}")).count(),
+        1,
+        "{denied}"
+    );
     assert_eq!(lines.get(1), Some(&"1"), "one refusal only:\n{denied}");
 }
 

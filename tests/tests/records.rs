@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use lock_runtime::__private::testing::releases_with_delifeq;
+use lock_runtime::__private::testing::native_release;
 use lock_runtime::{Claimed, LockClient, LockError, RecordGuard};
 use test_support::RedisServer;
 use test_support::helpers::{key, memory_client, ms, redis_client, secs};
@@ -274,8 +274,9 @@ async fn a_record_nobody_waits_on_is_completed_and_released_without_a_notice() {
 }
 
 /// A record nobody waits on settles in one command: where the server
-/// compares for itself (Valkey 9), `SET .. IFEQ` stores the result over our
-/// claim and `DELIFEQ` releases it; elsewhere the settle script does. Either
+/// compares for itself (Valkey 9, Redis 8.4), `SET .. IFEQ` stores the
+/// result over our claim and `DELIFEQ` (`DELEX .. IFEQ`) releases it;
+/// elsewhere the settle script does. Either
 /// way a later claim gets the stored result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_nobody_waits_on_settles_in_one_command() {
@@ -286,9 +287,16 @@ async fn a_record_nobody_waits_on_settles_in_one_command() {
         .release()
         .await
         .unwrap();
-    let native = releases_with_delifeq(&client);
-    let calls = |command| server.command_calls(command);
-    let before = (calls("set"), calls("evalsha"), calls("delifeq"));
+    let native = native_release(&client);
+    assert_eq!(
+        native,
+        server.native_release(),
+        "the probe found the server's own"
+    );
+    // The native compare-and-delete (`delifeq`, `delex`), else none counted.
+    let deletes = native.unwrap_or("delifeq").to_lowercase();
+    let calls = |command: &str| server.command_calls(command);
+    let before = (calls("set"), calls("evalsha"), calls(&deletes));
     const N: u64 = 10;
     let mut ids = Vec::new();
     for _ in 0..N {
@@ -302,10 +310,10 @@ async fn a_record_nobody_waits_on_settles_in_one_command() {
     let sent = (
         calls("set") - before.0,
         calls("evalsha") - before.1,
-        calls("delifeq") - before.2,
+        calls(&deletes) - before.2,
     );
-    println!("native: {native}; (SET, EVALSHA, DELIFEQ) = {sent:?}");
-    if native {
+    println!("native: {native:?}; (SET, EVALSHA, {deletes}) = {sent:?}");
+    if native.is_some() {
         assert_eq!(
             sent,
             (3 * N, 0, N),

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use super::{Lint, VALKEY_SET, lint_with, run_in, run_logged, valkey};
+use super::{Lint, REDIS8_SET, VALKEY_SET, lint_with, redis8, run_in, run_logged, valkey};
 
 /// The name shared by the fault suite's short scenarios
 /// (`fault/tests/scenarios.rs`): the longest test target, about three
@@ -15,8 +15,9 @@ const SCENARIOS: &str = "under_faults::";
 ///
 /// * every test but the fault scenarios, on Redis (about 9 minutes on two
 ///   cores), its output shown as it goes;
-/// * the fault scenarios on Redis, then [`VALKEY_SET`] on Valkey (as long),
-///   its output kept in a file and shown when it ends.
+/// * the fault scenarios on Redis, then [`VALKEY_SET`] on Valkey and
+///   [`REDIS8_SET`] on Redis 8 (about as long), its output kept in a file
+///   and shown when it ends.
 ///
 /// Most tests wait on servers, timers and worker processes rather than
 /// compute: one lane at a time kept the two cores about 30 % busy, and
@@ -41,6 +42,7 @@ pub(super) fn lanes(report: &mut Vec<String>, lint_too: Lint) -> Result<(), Stri
         ..Phase::valkey_set()
     };
     let valkey = Phase::valkey_set();
+    let redis8 = Phase::redis8_set();
     // One build, before both lanes: the second runs the test programs it
     // built (a `cargo test` of a selection of targets would build some
     // crates again, with other features: a minute on two cores).
@@ -56,7 +58,9 @@ pub(super) fn lanes(report: &mut Vec<String>, lint_too: Lint) -> Result<(), Stri
     let second = Beside::start("second lane", move |log, report| {
         let how = Run::Built(&built);
         let scenarios = scenarios.run_as(&how, report, Some(log));
-        scenarios.and(valkey.run_as(&how, report, Some(log)))
+        let valkey = valkey.run_as(&how, report, Some(log));
+        let redis8 = redis8.run_as_if_installed(&how, report, Some(log));
+        scenarios.and(valkey).and(redis8)
     });
     let first = first.run(&[], report, None);
     let second = second.end(report);
@@ -182,6 +186,45 @@ impl Phase {
         }
     }
 
+    /// [`REDIS8_SET`] on Redis 8.
+    pub(super) fn redis8_set() -> Self {
+        Self {
+            server: "redis8",
+            targets: REDIS8_SET,
+            what: "the tests where Redis 8's own commands replace scripts (REDIS8_SET)",
+            ..Self::valkey_set()
+        }
+    }
+
+    /// [`run`](Self::run) when Redis 8 is installed; else a line in
+    /// `report` that says it was skipped, and why.
+    pub(super) fn run_if_installed(
+        &self,
+        extra: &[&str],
+        report: &mut Vec<String>,
+        log: Option<&std::fs::File>,
+    ) -> Result<(), String> {
+        self.run_as_if_installed(&Run::Cargo(extra), report, log)
+    }
+
+    fn run_as_if_installed(
+        &self,
+        how: &Run<'_>,
+        report: &mut Vec<String>,
+        log: Option<&std::fs::File>,
+    ) -> Result<(), String> {
+        if self.server == "redis8" && !redis8::installed() {
+            report.push(format!(
+                "redis8: SKIPPED {}: no redis-server {} in {} (see `cargo xtask deps`'s output)",
+                self.what,
+                redis8::VERSION,
+                redis8::dir().display()
+            ));
+            return Ok(());
+        }
+        self.run_as(how, report, log)
+    }
+
     /// `cargo test`'s arguments, `extra` among them.
     pub(super) fn cargo_args<'a>(&self, extra: &[&'a str]) -> Vec<&'a str> {
         // `--workspace` either way: features unified as in the whole run,
@@ -235,17 +278,20 @@ impl Phase {
             .to_str()
             .ok_or_else(|| format!("{} is not UTF-8", skips.display()))?;
         let started = std::time::Instant::now();
-        let valkey_bin;
         let mut env = vec![
             ("LOCK_TEST_SERVER", server),
             ("LOCK_TEST_SKIPS", skips_path),
         ];
-        if server == "valkey" {
-            valkey_bin = valkey::server();
-            let bin = valkey_bin
+        let bin = match server {
+            "valkey" => Some(("VALKEY_SERVER", valkey::server())),
+            "redis8" => Some(("REDIS8_SERVER", redis8::server())),
+            _ => None,
+        };
+        if let Some((name, bin)) = &bin {
+            let bin = bin
                 .to_str()
-                .ok_or_else(|| format!("{} is not UTF-8", valkey_bin.display()))?;
-            env.push(("VALKEY_SERVER", bin));
+                .ok_or_else(|| format!("{} is not UTF-8", bin.display()))?;
+            env.push((name, bin));
         }
         let outcome = match how {
             Run::Cargo(extra) => run_logged("cargo", &self.cargo_args(extra), &env, log),

@@ -2,23 +2,25 @@
 //! `.cargo/config.toml`). One definition of "the tests", used by the README,
 //! by developers and by CI (`.ci/run` calls `cargo xtask ci`).
 //!
-//! * `cargo xtask test [--server redis|valkey|all] [ARGS]`: installs what
-//!   the tests need when it is missing (`redis-server`, `redis-sentinel`,
-//!   `redis-cli`, `openssl`, PostgreSQL's `initdb` and server, from Debian's
-//!   packages, with `sudo` when not root; a pinned `valkey-server`, see
-//!   `valkey.rs`), then runs `cargo test --workspace --all-features [ARGS]`
-//!   on the server `--server` names (`LOCK_TEST_SERVER`, read by every
-//!   launcher in `test-support`). `all`, the default and what CI runs:
-//!   everything on Redis, and [`VALKEY_SET`] again on Valkey, in two lanes
-//!   at once (see [`lanes()`]). It ends by saying which tests ran on which
-//!   server, and which were skipped there.
+//! * `cargo xtask test [--server redis|redis8|valkey|all] [ARGS]`: installs
+//!   what the tests need when it is missing (`redis-server`,
+//!   `redis-sentinel`, `redis-cli`, `openssl`, PostgreSQL's `initdb` and
+//!   server, from Debian's packages, with `sudo` when not root; a pinned
+//!   `valkey-server`, see `valkey.rs`; a pinned Redis 8 built from source,
+//!   see `redis8.rs`), then runs `cargo test --workspace --all-features
+//!   [ARGS]` on the server `--server` names (`LOCK_TEST_SERVER`, read by
+//!   every launcher in `test-support`). `all`, the default and what CI
+//!   runs: everything on Redis 7, [`VALKEY_SET`] again on Valkey and
+//!   [`REDIS8_SET`] on Redis 8, in two lanes at once (see [`lanes()`]). It
+//!   ends by saying which tests ran on which server, and which were skipped
+//!   there.
 //! * `cargo xtask lint`: `cargo fmt --check`; clippy with `-D warnings` on the
 //!   workspace (every feature) and on `lock-runtime` with no feature and with
 //!   each feature alone; rustdoc with `-D warnings` for the same sets.
 //! * `cargo xtask ci`: `lint` and `test`; with no arguments the lint runs
 //!   beside the tests' two lanes (see [`lanes()`]), else before the tests.
-//! * `cargo xtask deps`: only the installation step (Debian's packages and
-//!   Valkey).
+//! * `cargo xtask deps`: only the installation step (Debian's packages,
+//!   Valkey and Redis 8).
 //! * `cargo xtask first-run [RUNS]`: seconds from a fresh clone, with an
 //!   empty cargo cache, to the example order service listening
 //!   (`first_run.rs`).
@@ -27,6 +29,7 @@ use std::process::{Command, ExitCode};
 
 mod first_run;
 mod lanes;
+mod redis8;
 mod valkey;
 
 use lanes::{Phase, lanes};
@@ -61,6 +64,10 @@ const TOOLS: &[(&str, &str)] = &[
     // Debian keeps PostgreSQL's server programs off the PATH, in
     // /usr/lib/postgresql/<version>/bin: see `installed`.
     ("initdb", "postgresql"),
+    // Building Redis 8 from its source (`redis8.rs`).
+    ("make", "make"),
+    ("cc", "gcc"),
+    ("curl", "curl"),
 ];
 
 /// The tests run a second time on Valkey by `cargo xtask test` (`--server
@@ -102,6 +109,28 @@ const VALKEY_SET: &[(&str, &str)] = &[
     ("lockctl", "lockctl_cluster"),
 ];
 
+/// The tests run a third time, on Redis 8, by `cargo xtask test` (`--server
+/// all`): those where its own compare-and-delete and compare-and-set
+/// (`DELEX`, `SET .. IFEQ`) replace a script: the plain path and the
+/// scripts it falls through to, waiting and hand-overs, fencing, records,
+/// the least-privilege ACL (`+delex`), the peers' mutex tests and Cluster.
+/// `cargo xtask test --server redis8` runs everything on Redis 8 instead.
+const REDIS8_SET: &[(&str, &str)] = &[
+    ("tests", "core_redis"),
+    ("tests", "core_waiting"),
+    ("tests", "core_fencing"),
+    ("tests", "plain_path"),
+    ("tests", "fifo_expiry"),
+    ("tests", "labels_acl"),
+    ("tests", "peers_mutex"),
+    ("tests", "records"),
+    ("tests", "records_settle"),
+    ("tests", "fence_redis"),
+    ("tests", "local_handover"),
+    ("tests", "scaleout_cluster"),
+    ("fault", "security"),
+];
+
 /// Which servers `cargo xtask test` runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Servers {
@@ -109,7 +138,10 @@ enum Servers {
     Redis,
     /// Everything on Valkey.
     Valkey,
-    /// Everything on Redis, then [`VALKEY_SET`] on Valkey (CI).
+    /// Everything on Redis 8.
+    Redis8,
+    /// Everything on Redis, then [`VALKEY_SET`] on Valkey and [`REDIS8_SET`]
+    /// on Redis 8 (CI).
     All,
 }
 
@@ -144,13 +176,13 @@ fn main() -> ExitCode {
 
 fn usage() -> &'static str {
     "usage: cargo xtask <task>\n  \
-     test [--server redis|valkey|all] [ARGS]\n               \
+     test [--server redis|redis8|valkey|all] [ARGS]\n               \
      install what the tests need, then cargo test --workspace --all-features [ARGS]\n               \
-     on Redis (redis), on Valkey (valkey), or on Redis and then the tests where\n               \
-     the servers can differ on Valkey (all, the default)\n  \
+     on Redis 7 (redis), on Redis 8 (redis8), on Valkey (valkey), or on Redis 7 and\n               \
+     then the tests where the servers can differ on Valkey and Redis 8 (all, the default)\n  \
      lint         fmt --check, clippy -D warnings and rustdoc on each feature set\n  \
      ci [--server ..] [ARGS]  deps, lint and test, the lint beside the tests (what .ci/run runs)\n  \
-     deps         only install what the tests need (Debian's packages, Valkey)\n  \
+     deps         only install what the tests need (Debian's packages, Valkey, Redis 8)\n  \
      first-run [RUNS]  seconds from a fresh clone (empty cargo cache) to the order service listening"
 }
 
@@ -228,7 +260,12 @@ fn installed(tool: &str) -> bool {
 /// Installs the Debian packages of the missing tools, then Valkey.
 fn deps() -> Result<(), String> {
     debian_packages()?;
-    valkey::install()
+    valkey::install()?;
+    // Not fatal: the Redis 8 set is then skipped, and the report says so.
+    if let Err(e) = redis8::install() {
+        eprintln!("xtask: no Redis {} for the tests: {e}", redis8::VERSION);
+    }
+    Ok(())
 }
 
 /// Installs the Debian packages of the missing tools.
@@ -281,16 +318,19 @@ fn parse_servers(args: &[String]) -> Result<(Servers, Vec<String>), String> {
         [flag, value, rest @ ..] if flag == "--server" => (value.as_str(), rest),
         [flag, rest @ ..] if flag.starts_with("--server=") => (&flag["--server=".len()..], rest),
         [flag] if flag == "--server" => {
-            return Err("--server needs a value: redis, valkey or all".into());
+            return Err("--server needs a value: redis, redis8, valkey or all".into());
         }
         rest => ("all", rest),
     };
     let servers = match value {
         "redis" => Servers::Redis,
         "valkey" => Servers::Valkey,
+        "redis8" => Servers::Redis8,
         "all" => Servers::All,
         other => {
-            return Err(format!("--server {other}: expected redis, valkey or all"));
+            return Err(format!(
+                "--server {other}: expected redis, redis8, valkey or all"
+            ));
         }
     };
     Ok((servers, rest.to_vec()))
@@ -316,10 +356,17 @@ fn test(servers: Servers, extra: &[String], lint_too: Lint) -> Result<(), String
     let outcome = match servers {
         Servers::Redis => Phase::all("redis", whole).run(&extra, &mut report, None),
         Servers::Valkey => Phase::all("valkey", whole).run(&extra, &mut report, None),
+        Servers::Redis8 if !redis8::installed() => Err(format!(
+            "no redis-server {} in {}: see `cargo xtask deps`'s output",
+            redis8::VERSION,
+            redis8::dir().display()
+        )),
+        Servers::Redis8 => Phase::all("redis8", whole).run(&extra, &mut report, None),
         // With arguments (a filter, a package), one after the other.
         Servers::All if !extra.is_empty() => Phase::all("redis", whole)
             .run(&extra, &mut report, None)
-            .and_then(|()| Phase::valkey_set().run(&extra, &mut report, None)),
+            .and_then(|()| Phase::valkey_set().run(&extra, &mut report, None))
+            .and_then(|()| Phase::redis8_set().run_if_installed(&extra, &mut report, None)),
         Servers::All => lanes(&mut report, lint_too),
     };
     eprintln!("\nxtask test: what ran where");

@@ -154,7 +154,7 @@ fn python() -> Result<String, String> {
 }
 
 /// The SHA-256 of `file`, lowercase hex, from coreutils' `sha256sum`.
-fn sha256(file: &Path) -> Result<String, String> {
+pub(crate) fn sha256(file: &Path) -> Result<String, String> {
     let out = Command::new("sha256sum")
         .arg(file)
         .output()
@@ -173,13 +173,13 @@ fn sha256(file: &Path) -> Result<String, String> {
         .ok_or_else(|| format!("sha256sum {} printed nothing", file.display()))
 }
 
-fn make_executable(file: &Path) -> Result<(), String> {
+pub(crate) fn make_executable(file: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| format!("chmod {}: {e}", file.display()))
 }
 
-fn path_str(path: &Path) -> Result<&str, String> {
+pub(crate) fn path_str(path: &Path) -> Result<&str, String> {
     path.to_str()
         .ok_or_else(|| format!("{} is not UTF-8", path.display()))
 }

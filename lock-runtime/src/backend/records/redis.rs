@@ -9,6 +9,7 @@ use futures_util::future::join_all;
 
 use super::value::{Value, completed};
 use super::{Claim, Ours, StoredResponse};
+use crate::backend::redis::Native;
 use crate::backend::redis::RedisBackend;
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::scripts::{evalsha, millis, run_script};
@@ -152,8 +153,9 @@ pub(super) async fn release_on(node: &RedisBackend, ours: &Ours) -> Result<bool,
 /// completed value, kept for the record's retention), or without it
 /// releases the record. `true` when it was done.
 ///
-/// Where the server compares for itself (Valkey 9: `SET .. IFEQ`,
-/// `DELIFEQ`; found with the locks' plain path), a record nobody waits on
+/// Where the server compares for itself (`SET .. IFEQ` and `DELIFEQ` on
+/// Valkey 9, `SET .. IFEQ` and `DELEX .. IFEQ` on Redis 8.4; found with the
+/// locks' plain path), a record nobody waits on
 /// (still exactly our claim's value) is settled by that one command, as a
 /// hand-written store would be. Anything else (a duplicate marked it
 /// `waited`, a completion sent again, a record not ours) goes to the settle
@@ -165,18 +167,21 @@ async fn settle(
 ) -> redis::RedisResult<bool> {
     let stored = stored.map(|value| (ours.retention, value));
     let (record, claim) = (&ours.names.record, Value::claim(ours));
-    if node.releases_with_delifeq() && settled_natively(node, record, claim, stored).await? {
+    let native = node.native();
+    if native != Native::None && settled_natively(node, native, record, claim, stored).await? {
         return Ok(true);
     }
     settle_by_script(node, record, claim, &ours.names.notice, stored).await
 }
 
 /// `SET record stored IFEQ claim PX retention`, or without `stored`
-/// `DELIFEQ record claim`: `true` when the record held exactly `claim`.
-/// A command refused (an ACL, a proxy) is `false`, and turns the native
-/// commands off for this server, as for locks.
+/// `DELIFEQ record claim` (`DELEX record IFEQ claim`): `true` when the
+/// record held exactly `claim`. A command refused (an ACL, a proxy) is
+/// `false`, and turns the native commands off for this server, as for
+/// locks.
 async fn settled_natively(
     node: &RedisBackend,
+    native: Native,
     record: &str,
     claim: Value<'_>,
     stored: Option<(Duration, Value<'_>)>,
@@ -189,11 +194,10 @@ async fn settled_natively(
             cmd.arg("PX").arg(millis(retention));
             cmd
         }
-        None => {
-            let mut cmd = redis::Cmd::with_capacity(3, bytes);
-            cmd.arg("DELIFEQ").arg(record).arg(claim);
-            cmd
-        }
+        None => match native.delete_if_equal(record, claim, bytes) {
+            Some(cmd) => cmd,
+            None => return Ok(false),
+        },
     };
     match cmd
         .query_async::<redis::Value>(&mut node.connection())

@@ -11,7 +11,7 @@ use super::super::notifier::{Notices, Source};
 use super::super::scripts::load_scripts;
 use super::super::waiters::Registry;
 use super::batch::{BATCH, Batcher};
-use super::plain::has_delifeq;
+use super::plain::{Native, native_commands};
 use super::{Plain, RedisBackend};
 use crate::error::{BackendError, LockError};
 
@@ -46,10 +46,12 @@ impl RedisBackend {
             .await
             .map_err(|e| BackendError::with_source("cannot load the lock scripts", e))?;
         // A Redlock node's locks are a vote of scripts: no plain path.
-        let plain = Plain::new(
-            !announce_free && !options.coalesce,
-            !announce_free && has_delifeq(&mut conn).await,
-        );
+        let native = if announce_free {
+            Native::None
+        } else {
+            native_commands(&mut conn).await
+        };
+        let plain = Plain::new(!announce_free && !options.coalesce, native);
         let mut node = Self::with_pubsub(
             conn,
             Source::Fixed(Box::new(client)),
@@ -80,8 +82,9 @@ impl RedisBackend {
         let mut conn = Conn::Sentinel(sentinel.clone());
         load_scripts(&mut conn).await?;
         // Asked of the master found now; a failover to a server without
-        // DELIFEQ turns it off at its first refusal (see plain.rs).
-        let plain = Plain::new(!options.coalesce, has_delifeq(&mut conn).await);
+        // its native commands turns them off at its first refusal (see
+        // plain.rs).
+        let plain = Plain::new(!options.coalesce, native_commands(&mut conn).await);
         Ok(Self::with_pubsub(
             conn,
             Source::Sentinel(sentinel),
@@ -125,11 +128,9 @@ impl RedisBackend {
         .map_err(|e| BackendError::with_source("cannot connect to the cluster", e))?;
         let waiters = Arc::new(Registry::default());
         // Asked of one node: a cluster runs one server version (a node that
-        // refuses DELIFEQ turns it off at its first refusal).
-        let plain = Plain::new(
-            !options.coalesce,
-            has_delifeq(&mut Conn::Cluster(cluster.clone())).await,
-        );
+        // refuses a native command turns them off at its first refusal).
+        let native = native_commands(&mut Conn::Cluster(cluster.clone())).await;
+        let plain = Plain::new(!options.coalesce, native);
         // Scripts are loaded on each node by EVALSHA's fallback on first use.
         Ok(Self {
             conn: Conn::Cluster(cluster.clone()),

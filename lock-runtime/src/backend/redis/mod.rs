@@ -50,7 +50,7 @@ mod plain;
 mod replicas;
 mod shared;
 
-pub(crate) use plain::Plain;
+pub(crate) use plain::{Native, Plain};
 
 use batch::Turn;
 use batch::{Batcher, OpError};

@@ -7,9 +7,10 @@
 //!   waiters exists the key exists (acquire.lua pins it past its owner's
 //!   lease), so a plain `SET NX` never overtakes the line.
 //! * Release: the server's own compare-and-delete, `DELIFEQ key token`
-//!   (Valkey 9 and later), or the minimal script unlock.lua elsewhere. Only
-//!   when that deletes nothing (a marked value: somebody queued; or not
-//!   ours) does release.lua run.
+//!   (Valkey 9 and later) or `DELEX key IFEQ token` (Redis 8.4 and later),
+//!   or the minimal script unlock.lua elsewhere. Only when that deletes
+//!   nothing (a marked value: somebody queued; or not ours) does release.lua
+//!   run.
 //! * Fencing: no `INCR` at acquire; the token is minted on first use by
 //!   mint.lua, which checks ownership first.
 //!
@@ -18,7 +19,7 @@
 //! client built with `coalesce_scripts(true)`, which asked for its calls to
 //! go out in batches of scripts (batch.rs).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::super::conn::Conn;
@@ -39,17 +40,67 @@ pub(crate) struct Plain {
     /// plain-taken lock there found somebody queued, so the next one goes
     /// to release.lua at once. A hint only: either path releases correctly.
     contended: [AtomicU64; 4],
-    /// The server answers `DELIFEQ` (found once when connecting; turned off
-    /// for good the first time the server or a proxy in front of it
-    /// refuses the command).
-    delifeq: AtomicBool,
+    /// The server's own compare-and-delete and compare-and-set, a
+    /// [`Native`] as a byte (found once when connecting; [`Native::None`]
+    /// for good the first time the server or a proxy in front of it refuses
+    /// one of them).
+    native: AtomicU8,
+}
+
+/// Which compare-and-delete and compare-and-set the server has as commands
+/// of its own (the plain release, a record's settle): each as one command
+/// costs the server a fraction of the script that does the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Native {
+    /// Neither: the scripts (Redis before 8.4, Valkey before 9).
+    None = 0,
+    /// `DELIFEQ key value` and `SET key value IFEQ old` (Valkey 9.0 and
+    /// later).
+    Delifeq = 1,
+    /// `DELEX key IFEQ value` and `SET key value IFEQ old` (Redis 8.4 and
+    /// later).
+    Delex = 2,
+}
+
+impl Native {
+    fn from_u8(byte: u8) -> Self {
+        match byte {
+            1 => Self::Delifeq,
+            2 => Self::Delex,
+            _ => Self::None,
+        }
+    }
+
+    /// The compare-and-delete of `key` if it holds exactly `value`, with
+    /// `bytes` of room for the value (`None` on a server without one).
+    pub(crate) fn delete_if_equal(
+        self,
+        key: &str,
+        value: impl redis::ToRedisArgs,
+        bytes: usize,
+    ) -> Option<redis::Cmd> {
+        let mut cmd;
+        match self {
+            Self::None => return None,
+            Self::Delifeq => {
+                cmd = redis::Cmd::with_capacity(3, key.len() + bytes + 16);
+                cmd.arg("DELIFEQ").arg(key).arg(value);
+            }
+            Self::Delex => {
+                cmd = redis::Cmd::with_capacity(4, key.len() + bytes + 16);
+                cmd.arg("DELEX").arg(key).arg("IFEQ").arg(value);
+            }
+        }
+        Some(cmd)
+    }
 }
 
 impl Plain {
-    pub(super) fn new(enabled: bool, delifeq: bool) -> Self {
+    pub(super) fn new(enabled: bool, native: Native) -> Self {
         Self {
             enabled,
-            delifeq: AtomicBool::new(delifeq),
+            native: AtomicU8::new(native as u8),
             contended: Default::default(),
         }
     }
@@ -71,25 +122,26 @@ impl Plain {
         }
     }
 
-    /// Whether releases use `DELIFEQ`.
-    pub(crate) fn delifeq(&self) -> bool {
-        self.delifeq.load(Ordering::Relaxed)
+    /// The server's own commands the plain path uses now.
+    pub(crate) fn native(&self) -> Native {
+        Native::from_u8(self.native.load(Ordering::Relaxed))
     }
 }
 
-/// `true` when the server has `DELIFEQ` (Valkey 9 and later): asked once,
-/// by probe.lua (an `EVALSHA`, which a least-privilege user may send, where
-/// `COMMAND INFO` or `INFO` would need more rights). An error counts as no.
-pub(super) async fn has_delifeq(conn: &mut Conn) -> bool {
+/// Which native compare-and-delete the server has ([`Native`]): asked
+/// once, by probe.lua (an `EVALSHA`, which a least-privilege user may send,
+/// where `COMMAND INFO` or `INFO` would need more rights). An error counts
+/// as none.
+pub(super) async fn native_commands(conn: &mut Conn) -> Native {
     let cmd = evalsha(&PROBE, 0, 0, 0);
-    match run_script::<i64>(conn, &PROBE, &cmd).await {
-        Ok(answer) => answer == 1,
+    match run_script::<u8>(conn, &PROBE, &cmd).await {
+        Ok(answer) => Native::from_u8(answer),
         Err(e) => {
             tracing::debug!(
                 error = &e as &dyn std::error::Error,
                 "the server probe failed; releases use the compare-and-delete script"
             );
-            false
+            Native::None
         }
     }
 }
@@ -108,14 +160,19 @@ fn refused(e: &redis::RedisError) -> bool {
 
 impl RedisBackend {
     /// `true` when `e` says the server (or a proxy, or an ACL) will not run
-    /// a native command (`DELIFEQ`, `SET .. IFEQ`): the native commands are
+    /// a native command (`DELIFEQ`, `DELEX`, `SET .. IFEQ`): the native commands are
     /// then off for good on this server, said once; the caller sends the
     /// script instead.
     pub(crate) fn refused_native(&self, e: &redis::RedisError) -> bool {
         if !refused(e) {
             return false;
         }
-        if self.plain.delifeq.swap(false, Ordering::Relaxed) {
+        if self
+            .plain
+            .native
+            .swap(Native::None as u8, Ordering::Relaxed)
+            != Native::None as u8
+        {
             tracing::warn!(
                 error = e as &dyn std::error::Error,
                 "the server refused a native compare-and-delete or compare-and-set \
@@ -125,9 +182,14 @@ impl RedisBackend {
         true
     }
 
-    /// `true` when releases use the server's `DELIFEQ`.
-    pub(crate) fn releases_with_delifeq(&self) -> bool {
-        self.plain.enabled && self.plain.delifeq()
+    /// The server's own compare-and-delete and compare-and-set that
+    /// releases and records use ([`Native::None`] off the plain path).
+    pub(crate) fn native(&self) -> Native {
+        if self.plain.enabled {
+            self.plain.native()
+        } else {
+            Native::None
+        }
     }
 
     /// `true` when `names`' locks take the plain path here.
@@ -167,7 +229,7 @@ impl RedisBackend {
         Ok(Some(AcquireOutcome::Acquired { fencing: 0 }))
     }
 
-    /// The plain release: `DELIFEQ`, or unlock.lua. `Ok((true, _))` when it
+    /// The plain release: `DELIFEQ` or `DELEX`, else unlock.lua. `Ok((true, _))` when it
     /// deleted our key; `Ok((false, resent))` when it deleted nothing
     /// (release.lua decides; `resent`: a copy may have run before, so a
     /// "not ours" may be its doing).
@@ -176,9 +238,7 @@ impl RedisBackend {
         names: &KeyNames,
         token: &Token,
     ) -> Result<(bool, bool), LockError> {
-        if self.plain.delifeq() {
-            let mut cmd = redis::Cmd::with_capacity(3, names.lock.len() + 80);
-            cmd.arg("DELIFEQ").arg(&names.lock).arg(token);
+        if let Some(cmd) = self.plain.native().delete_if_equal(&names.lock, token, 64) {
             match self.send_release(&UNLOCK, &cmd, false, None).await {
                 Ok((answer, resent)) => return Ok((answer == redis::Value::Int(1), resent)),
                 Err(LockError::Backend(e))

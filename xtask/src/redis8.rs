@@ -1,0 +1,158 @@
+//! Redis 8 for the tests: the server with `DELEX` and `SET .. IFEQ` (Redis
+//! 8.4 and later), which the library releases and settles records with.
+//! No package this machine reaches ships a Redis 8 binary that runs on it
+//! (Debian 12 has Redis 7.0; Debian's newer ones need a newer glibc), so the
+//! pinned release is built from its source: the upstream tarball as Debian
+//! keeps it (`redis_<VERSION>.orig.tar.gz`, from Debian's own mirror), its
+//! SHA-256 checked before anything in it is built, `make` with the bundled
+//! allocator (jemalloc, as Redis ships), no TLS. About a minute on two
+//! cores, once: the binary is kept in a cache folder that `test-support`
+//! looks in (`test_support::redis8_dir`).
+//!
+//! A source that cannot be fetched (Debian drops an old upload from its
+//! pool once a newer one replaces it) is not a failure of the tests: the
+//! Redis 8 set is then skipped, and the report says so and why.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::valkey::{make_executable, path_str, sha256};
+
+/// The server release the tests pin (`test_support::REDIS8_VERSION`).
+pub(crate) const VERSION: &str = "8.6.3";
+/// Where its source is fetched from.
+const SOURCE_URL: &str = "http://deb.debian.org/debian/pool/main/r/redis/redis_8.6.3.orig.tar.gz";
+/// The tarball's SHA-256 (Debian's `Checksums-Sha256` for it).
+const SOURCE_SHA256: &str = "58d0d1eb49a1ea6c2179659707fec171b1e2e2b8d5157ed2ec59d1d66ad5a654";
+
+/// The cache folder: `$XDG_CACHE_HOME/lock-runtime-tests/redis-<VERSION>`,
+/// or under `~/.cache` (the same rule as `test_support::redis8_dir`).
+pub(crate) fn dir() -> PathBuf {
+    super::valkey::dir()
+        .parent()
+        .map_or_else(std::env::temp_dir, Path::to_path_buf)
+        .join(format!("redis-{VERSION}"))
+}
+
+/// The server binary the tests run: `$REDIS8_SERVER`, or the cached one.
+pub(crate) fn server() -> PathBuf {
+    std::env::var_os("REDIS8_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| dir().join("redis-server"))
+}
+
+/// Whether a Redis 8 `redis-server` [`VERSION`] is where the tests look.
+pub(crate) fn installed() -> bool {
+    reports_version(&server())
+}
+
+/// Builds `redis-server` [`VERSION`] into [`dir`] unless a binary that
+/// reports it is already there (or `$REDIS8_SERVER` names one). An error
+/// says what failed; the caller decides whether that stops the run.
+pub(crate) fn install() -> Result<(), String> {
+    let binary = server();
+    if reports_version(&binary) {
+        return Ok(());
+    }
+    if std::env::var_os("REDIS8_SERVER").is_some() {
+        return Err(format!(
+            "REDIS8_SERVER={} is not a redis-server {VERSION}",
+            binary.display()
+        ));
+    }
+    let target = dir();
+    eprintln!(
+        "building redis-server {VERSION} into {} (about a minute, once)",
+        target.display()
+    );
+    let build = target.join("build");
+    let _ = std::fs::remove_dir_all(&build);
+    std::fs::create_dir_all(&build)
+        .map_err(|e| format!("cannot create {}: {e}", build.display()))?;
+    let built = fetch_and_build(&build);
+    let outcome = built.and_then(|source| {
+        let from = source.join("src").join("redis-server");
+        std::fs::copy(&from, &binary).map_err(|e| {
+            format!(
+                "cannot copy {} to {}: {e}",
+                from.display(),
+                binary.display()
+            )
+        })?;
+        make_executable(&binary)
+    });
+    let _ = std::fs::remove_dir_all(&build);
+    outcome?;
+    if reports_version(&binary) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} does not run or is not Redis {VERSION} (`--version`)",
+            binary.display()
+        ))
+    }
+}
+
+/// Fetches the source into `build`, checks it, unpacks and builds it: the
+/// source folder.
+fn fetch_and_build(build: &Path) -> Result<PathBuf, String> {
+    let tarball = build.join(format!("redis_{VERSION}.orig.tar.gz"));
+    crate::run(
+        "curl",
+        &[
+            "--fail",
+            "--silent",
+            "--show-error",
+            "--location",
+            "--max-time",
+            "300",
+            "--output",
+            path_str(&tarball)?,
+            SOURCE_URL,
+        ],
+        &[],
+    )
+    .map_err(|e| format!("cannot fetch the Redis {VERSION} source ({SOURCE_URL}): {e}"))?;
+    let actual = sha256(&tarball)?;
+    if actual != SOURCE_SHA256 {
+        return Err(format!(
+            "{} has SHA-256 {actual}, expected {SOURCE_SHA256}: not built",
+            tarball.display()
+        ));
+    }
+    crate::run(
+        "tar",
+        &["-xzf", path_str(&tarball)?, "-C", path_str(build)?],
+        &[],
+    )?;
+    let source = build.join(format!("redis-{VERSION}"));
+    let jobs = std::thread::available_parallelism().map_or(2, usize::from);
+    let jobs = format!("-j{jobs}");
+    crate::run(
+        "make",
+        &[
+            "-C",
+            path_str(&source)?,
+            &jobs,
+            "BUILD_TLS=no",
+            "USE_SYSTEMD=no",
+            "redis-server",
+        ],
+        &[],
+    )
+    .map_err(|e| format!("building Redis {VERSION} failed (needs make and a C compiler): {e}"))?;
+    Ok(source)
+}
+
+/// `true` when `binary --version` names Redis [`VERSION`].
+fn reports_version(binary: &Path) -> bool {
+    Command::new(binary)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| {
+            let text = String::from_utf8_lossy(&o.stdout);
+            o.status.success()
+                && text.starts_with("Redis server")
+                && text.contains(&format!("v={VERSION} "))
+        })
+}
