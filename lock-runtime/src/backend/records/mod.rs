@@ -15,8 +15,9 @@
 //! request is told apart from a retry. A claim is one plain `SET .. NX PX`
 //! when the key is free, as a hand-written claim would be, and one script
 //! when it is taken; renew, complete and release are each one script (or one
-//! critical section of the embedded backend; on Valkey 9 a record nobody
-//! waits on is completed by `SET .. IFEQ` and released by `DELIFEQ` over
+//! critical section of the embedded backend; on Valkey 9 and Redis 8.4 a
+//! record nobody waits on is completed by `SET .. IFEQ` and released by
+//! `DELIFEQ` (`DELEX .. IFEQ`) over
 //! the claim as written, as a hand-written store would be), and each may be
 //! sent again
 //! when its reply was lost: a repeated claim finds our own claim (the `SET`
