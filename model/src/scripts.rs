@@ -114,13 +114,13 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "probe.lua",
-        "bacdff309b2522c4848f34499c5439b8d9b62253",
+        "475a72b0107ab95f32797cff2f8bc913f51b0ab9",
         "not modelled: it reads no key and writes nothing (it answers whether the \
-         server names itself Valkey 9 or later, so the client may release with \
-         DELIFEQ). DELIFEQ and unlock.lua have one semantics, which \
-         `Server::unlock` models; a server that refuses DELIFEQ leaves the key \
-         as it was, and the client sends unlock.lua instead \
-         (tests/tests/plain_path.rs)",
+         server is Valkey 9 or later, or Redis 8.4 or later, so the client may \
+         release with DELIFEQ or DELEX .. IFEQ). DELIFEQ, DELEX .. IFEQ and \
+         unlock.lua have one semantics, which `Server::unlock` models; a server \
+         that refuses the native command leaves the key as it was, and the \
+         client sends unlock.lua instead (tests/tests/plain_path.rs)",
     ),
     (
         "release.lua",
@@ -145,6 +145,6 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
         "unlock.lua",
         "27a2878c6157d614f55540c72fc627fc71f8f7fe",
         "lock/server.rs `Server::unlock` (the same compare-and-delete as Valkey's \
-         `DELIFEQ`, which the model does not tell apart)",
+         `DELIFEQ` and Redis's `DELEX .. IFEQ`, which the model does not tell apart)",
     ),
 ];

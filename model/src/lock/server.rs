@@ -401,7 +401,8 @@ impl Server {
         self.fence
     }
 
-    /// The plain release: `DELIFEQ key token` (Valkey 9) or unlock.lua,
+    /// The plain release: `DELIFEQ key token` (Valkey 9), `DELEX key IFEQ
+    /// token` (Redis 8.4) or unlock.lua,
     /// which delete the key only when its value is exactly our token
     /// (plain.rs `unlock`): `true` when deleted. A marked value (somebody
     /// queued) or another owner's is left to release.lua.

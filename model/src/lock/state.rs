@@ -30,7 +30,7 @@ pub enum Req {
     Reserve,
     /// mint.lua, from `Held::fencing_token` (held.rs).
     Mint,
-    /// The plain release, `DELIFEQ` or unlock.lua (plain.rs `unlock`),
+    /// The plain release, `DELIFEQ`, `DELEX .. IFEQ` or unlock.lua (plain.rs `unlock`),
     /// then release.lua (not leaving the queue) if it deleted nothing.
     Unlock,
 }
