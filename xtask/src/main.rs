@@ -468,7 +468,7 @@ fn combines_features(line: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{Servers, VALKEY_SET, combines_features, parse_servers};
+    use super::{REDIS8_SET, Servers, VALKEY_SET, combines_features, parse_servers};
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| s.to_string()).collect()
@@ -490,23 +490,23 @@ mod tests {
             (Servers::All, strings(&["--no-fail-fast"]))
         );
         let err = parse_servers(&strings(&["--server", "valky"])).unwrap_err();
-        assert!(err.contains("redis, valkey or all"), "{err}");
+        assert!(err.contains("redis, redis8, valkey or all"), "{err}");
+        let (servers, _) = parse_servers(&strings(&["--server", "redis8"])).unwrap();
+        assert_eq!(servers, Servers::Redis8);
         assert!(parse_servers(&strings(&["--server"])).is_err());
     }
 
     #[test]
-    fn every_test_the_valkey_run_names_exists_in_its_package() {
+    fn every_test_the_valkey_and_redis8_runs_name_exists_in_its_package() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        for (package, target) in VALKEY_SET {
-            let file = root
-                .join(package)
-                .join("tests")
-                .join(format!("{target}.rs"));
-            assert!(
-                file.is_file(),
-                "{} is gone: update VALKEY_SET",
-                file.display()
-            );
+        for (set, name) in [(VALKEY_SET, "VALKEY_SET"), (REDIS8_SET, "REDIS8_SET")] {
+            for (package, target) in set {
+                let file = root
+                    .join(package)
+                    .join("tests")
+                    .join(format!("{target}.rs"));
+                assert!(file.is_file(), "{} is gone: update {name}", file.display());
+            }
         }
     }
 
