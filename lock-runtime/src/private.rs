@@ -274,6 +274,22 @@ pub mod testing {
     /// The server's own compare-and-delete `client` releases with, as the
     /// command's name (`DELIFEQ` on Valkey 9 and later, `DELEX` on Redis 8.4
     /// and later; detected when it connected), or `None`: the script.
+    /// Makes `client` take the server for one with the native commands of
+    /// `command` (`DELIFEQ` or `DELEX`; anything else: none), whatever its
+    /// probe found: a cluster node not yet upgraded, as the client meets it
+    /// in a rolling upgrade.
+    pub fn assume_native_release(client: &LockClient, command: &str) {
+        use crate::backend::redis::Native;
+        let native = match command {
+            "DELIFEQ" => Native::Delifeq,
+            "DELEX" => Native::Delex,
+            _ => Native::None,
+        };
+        if let crate::backend::Backend::Redis(b) = client.backend() {
+            b.assume_native(native);
+        }
+    }
+
     pub fn native_release(client: &LockClient) -> Option<&'static str> {
         use crate::backend::redis::Native;
         match client.backend() {

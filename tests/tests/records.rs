@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use lock_runtime::__private::testing::native_release;
+use lock_runtime::__private::testing::{assume_native_release, native_release};
 use lock_runtime::{Claimed, LockClient, LockError, RecordGuard};
 use test_support::RedisServer;
 use test_support::helpers::{key, memory_client, ms, redis_client, secs};
@@ -334,4 +334,60 @@ async fn a_record_nobody_waits_on_settles_in_one_command() {
             "{again:?}"
         );
     }
+}
+
+/// A cluster in a rolling upgrade: the client found `DELEX` and `SET ..
+/// IFEQ` on one node (Redis 8.4) and meets a node without them. The node
+/// answers `SET .. IFEQ` with a syntax error and `DELEX` as an unknown
+/// command: neither ran, so the record is settled by the script instead,
+/// the native commands are off for good, and the result is stored.
+#[tokio::test]
+async fn a_node_without_the_native_commands_settles_records_by_script() {
+    let server = RedisServer::start();
+    if server.native_release().is_some() {
+        println!(
+            "SKIPPED on this server (it has the native commands): \
+             a_node_without_the_native_commands_settles_records_by_script"
+        );
+        return;
+    }
+    let client = redis_client(&server).await;
+    assume_native_release(&client, "DELEX");
+    let id = key("upgrade");
+    let guard = run(client.record(&id).claim().await.unwrap(), "redis");
+    guard
+        .complete(b"done")
+        .await
+        .expect("completed by the script once SET .. IFEQ was not understood");
+    assert_eq!(native_release(&client), None, "turned off for good");
+    let again = client.record(&id).claim().await.unwrap();
+    assert!(
+        matches!(&again, Claimed::Done(d) if d == b"done"),
+        "{again:?}"
+    );
+
+    // The release of a record, and of a lock, from a fresh client that
+    // takes the node for an upgraded one: `DELEX` is an unknown command.
+    let client = redis_client(&server).await;
+    assume_native_release(&client, "DELEX");
+    let guard = run(
+        client.record(key("upgrade")).claim().await.unwrap(),
+        "redis",
+    );
+    guard.release().await.expect("released by the script");
+    assert_eq!(native_release(&client), None);
+    let client = redis_client(&server).await;
+    assume_native_release(&client, "DELEX");
+    let lock = key("upgrade-lock");
+    client
+        .lock(&lock)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(native_release(&client), None);
+    let relocked = client.lock(&lock).acquire().await;
+    assert!(relocked.is_ok(), "the lock was released: {relocked:?}");
 }

@@ -128,6 +128,14 @@ impl Plain {
     }
 }
 
+impl RedisBackend {
+    /// Takes the server for one with `native` (tests: a node that is not
+    /// what the probe found).
+    pub(crate) fn assume_native(&self, native: Native) {
+        self.plain.native.store(native as u8, Ordering::Relaxed);
+    }
+}
+
 /// Which native compare-and-delete the server has ([`Native`]): asked
 /// once, by probe.lua (an `EVALSHA`, which a least-privilege user may send,
 /// where `COMMAND INFO` or `INFO` would need more rights). An error counts
@@ -146,23 +154,28 @@ pub(super) async fn native_commands(conn: &mut Conn) -> Native {
     }
 }
 
-/// `true` when `e` says the server (or a proxy, or an ACL) will not run
-/// the command at all: unknown, or not permitted.
+/// `true` when `e` says the server (or a proxy, or an ACL) did not run the
+/// command at all: unknown, not permitted, or not understood (a server
+/// without `SET .. IFEQ` answers that `SET` with a syntax error: a cluster
+/// node not yet upgraded, in a rolling upgrade).
 fn refused(e: &redis::RedisError) -> bool {
     match e.kind() {
         redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => true,
-        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => e
-            .detail()
-            .is_some_and(|d| d.to_ascii_lowercase().contains("unknown command")),
+        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => {
+            e.detail().is_some_and(|d| {
+                let d = d.to_ascii_lowercase();
+                d.contains("unknown command") || d.starts_with("syntax error")
+            })
+        }
         _ => false,
     }
 }
 
 impl RedisBackend {
-    /// `true` when `e` says the server (or a proxy, or an ACL) will not run
-    /// a native command (`DELIFEQ`, `DELEX`, `SET .. IFEQ`): the native commands are
-    /// then off for good on this server, said once; the caller sends the
-    /// script instead.
+    /// `true` when `e` says the server (or a proxy, or an ACL) did not run
+    /// a native command (`DELIFEQ`, `DELEX`, `SET .. IFEQ`): the native
+    /// commands are then off for good on this server, said once; the caller
+    /// sends the script instead.
     pub(crate) fn refused_native(&self, e: &redis::RedisError) -> bool {
         if !refused(e) {
             return false;
