@@ -9,7 +9,7 @@
 //! | writes accepted from a lower token | the store's write log | an accepted write carried a token lower than one the store had already seen |
 //! | lost / duplicated updates | final counter vs accepted writes; `(worker, op)` pairs | the counter is below (lost) or above (duplicated) the number of accepted writes, or one operation's write was applied twice |
 //! | log and store agree | worker logs vs store log | a worker says "accepted as seq N" and the store's N-th write is another's (a killed worker may miss its last line) |
-//! | fencing tokens are unique and increase | worker logs | two acquisitions of a key got one token, one of them exclusive; or (with persistence) a token not above one acquired before the attempt began |
+//! | fencing tokens are unique and increase | worker logs | two acquisitions of a key got one token, one of them exclusive; or (with persistence) a token not above one acquired before the attempt began (a shared attempt: an exclusive one acquired, or a shared one ended, before it) |
 //! | overlapping holds as seen by clients | worker logs | holds that ended in a successful release, `[acquired, release sent]` (inside the true hold, so an overlap is real), more at once than the kind admits: two of a mutex, a writer with anyone, more than a semaphore's permits |
 //! | the same in store order (read-write locks, semaphores) | the store's access log | the same, each hold from its first to its last access of the record |
 //! | readers inside a write | the store's access log | a shared read accepted between another operation's exclusive read and its write |

@@ -202,26 +202,66 @@ pub(super) fn tokens(
     // attempt began; 1 ms of margin covers cross-process clock error.
     // A token asked for after the grant counts from the grant: it must be
     // above every token acquired before the holder's attempt, and the next
-    // holder's must be above it.
+    // holder's must be above it. Two shared holders (readers, a
+    // semaphore's) may hold at once, each asking for its token after its
+    // grant: between them, order is owed only once the earlier one let go
+    // (its token was minted before its release was sent). A shared attempt
+    // is therefore held to the exclusive acquisitions before it and to the
+    // shared holds that ended before it; an exclusive one to all.
     let tokened = || {
         key_ops
             .iter()
             .filter(|o| o.acquired.is_some_and(|(f, _)| f != 0))
     };
-    let mut acquired: Vec<(u64, u64)> = tokened()
-        .filter_map(|o| o.acquired.map(|(fence, t)| (t, fence)))
-        .collect();
-    acquired.sort_unstable();
-    let mut attempts: Vec<(u64, u64)> = tokened()
-        .filter_map(|o| o.acquired.map(|(fence, _)| (o.attempt, fence)))
+    let sorted = |mut v: Vec<(u64, u64)>| {
+        v.sort_unstable();
+        v
+    };
+    let acquired = |side: Option<Side>| {
+        sorted(
+            tokened()
+                .filter(|o| side.is_none_or(|s| o.side == s))
+                .filter_map(|o| o.acquired.map(|(fence, t)| (t, fence)))
+                .collect(),
+        )
+    };
+    // (when, token), each list by time: every acquisition, the exclusive
+    // ones, and the end of each shared hold (its release sent).
+    let (all, exclusive) = (acquired(None), acquired(Some(Side::Write)));
+    let shared_ends = sorted(
+        tokened()
+            .filter(|o| o.side == Side::Read)
+            .filter_map(|o| {
+                let ended = o.release_sent.or(o.released.map(|(_, t)| t))?;
+                o.acquired.map(|(fence, _)| (ended, fence))
+            })
+            .collect(),
+    );
+    let mut attempts: Vec<(u64, u64, bool)> = tokened()
+        .filter_map(|o| {
+            let (fence, _) = o.acquired?;
+            Some((o.attempt, fence, o.side == Side::Read))
+        })
         .collect();
     attempts.sort_unstable();
-    let (mut i, mut highest) = (0, 0);
-    for (start, fence) in attempts {
-        while i < acquired.len() && acquired[i].0 + 1000 < start {
-            highest = highest.max(acquired[i].1);
-            i += 1;
+    // The highest token of `list` at times before `start` (less the
+    // margin), `list`'s cursor kept in `at`.
+    let advance = |list: &[(u64, u64)], at: &mut usize, highest: &mut u64, start: u64| {
+        while *at < list.len() && list[*at].0 + 1000 < start {
+            *highest = (*highest).max(list[*at].1);
+            *at += 1;
         }
+    };
+    let (mut cursors, mut highs) = ([0usize; 3], [0u64; 3]);
+    for (start, fence, shared) in attempts {
+        advance(&all, &mut cursors[0], &mut highs[0], start);
+        advance(&exclusive, &mut cursors[1], &mut highs[1], start);
+        advance(&shared_ends, &mut cursors[2], &mut highs[2], start);
+        let highest = if shared {
+            highs[1].max(highs[2])
+        } else {
+            highs[0]
+        };
         if fence < highest {
             r.fence_regressions += 1;
             if run.expect_monotonic_fences {

@@ -479,3 +479,70 @@ fn a_killed_holders_key_taken_over_late_is_held_past_its_ttl() {
     assert_eq!(r.violations.held_past_ttl, 1, "{:?}", r.examples);
     assert_eq!(r.max_takeover_ms, 499);
 }
+
+/// Operation 1 of one worker on `k` as `side`: asks at `t0`, is granted at
+/// `t0 + 10` with `fence` (asked for after the grant, so minted later),
+/// and sends its release at `end`.
+fn shared_or_not(side: Side, fence: u64, t0: u64, end: u64) -> Vec<Event> {
+    vec![
+        Event::Attempt {
+            op: 1,
+            key: "k".into(),
+            more_keys: vec![],
+            side: Some(side),
+            t: t0,
+        },
+        acquired(1, fence, t0 + 10),
+        Event::ReleaseSent { op: 1, t: end },
+        Event::Released {
+            op: 1,
+            outcome: ReleaseOutcome::Ok,
+            t: end + 10,
+        },
+    ]
+}
+
+#[test]
+fn readers_holding_at_once_may_get_their_tokens_in_any_order_but_not_after_one_let_go() {
+    // Reader 0 is granted first and gets its token last (its mint was
+    // slow): readers 1 and 2 asked after its grant, while it held, and got
+    // lower tokens. Nothing is owed between shared holders at once.
+    let readers = vec![
+        shared_or_not(Side::Read, 9, 0, 5_000),
+        shared_or_not(Side::Read, 7, 2_000, 3_000),
+        shared_or_not(Side::Read, 8, 2_100, 3_100),
+    ];
+    let mut data = run(readers.clone(), vec![], 0);
+    data.kind = Kind::Rw {
+        reads_per_mille: 700,
+    };
+    let r = check(&data);
+    assert_eq!(r.violations, Violations::default(), "{:?}", r.examples);
+
+    // Once reader 0 let go, a reader or a writer that asks later owes it a
+    // higher token.
+    for (side, fence) in [(Side::Read, 4), (Side::Write, 5)] {
+        let mut logs = readers.clone();
+        logs.push(shared_or_not(side, fence, 6_500, 7_000));
+        let mut data = run(logs, vec![], 0);
+        data.kind = Kind::Rw {
+            reads_per_mille: 700,
+        };
+        let r = check(&data);
+        assert_eq!(
+            r.violations.fence_regressions, 1,
+            "{side:?}: {:?}",
+            r.examples
+        );
+    }
+    // A writer that asked while reader 0 held (it waits for it) owes it a
+    // higher token too: exclusive attempts are held to every earlier grant.
+    let mut logs = readers;
+    logs.push(shared_or_not(Side::Write, 6, 2_500, 8_000));
+    let mut data = run(logs, vec![], 0);
+    data.kind = Kind::Rw {
+        reads_per_mille: 700,
+    };
+    let r = check(&data);
+    assert_eq!(r.violations.fence_regressions, 1, "{:?}", r.examples);
+}
