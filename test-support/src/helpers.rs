@@ -155,6 +155,23 @@ pub async fn short_timeout_client(builder: LockClientBuilder) -> LockClient {
         .expect("a client with short timeouts")
 }
 
+/// The server's own compare-and-delete `client` releases with (`DELIFEQ`,
+/// `DELEX`, or `None`: the script), checked against what the server says it
+/// has ([`RedisServer::native_release`]), and the `INFO commandstats` name
+/// to count it by (`delifeq` on a server without one: never counted).
+pub fn checked_native_release(
+    client: &LockClient,
+    server: &RedisServer,
+) -> (Option<&'static str>, String) {
+    let native = lock_runtime::__private::testing::native_release(client);
+    assert_eq!(
+        native,
+        server.native_release(),
+        "the probe found the server's own"
+    );
+    (native, native.unwrap_or("delifeq").to_lowercase())
+}
+
 /// A client of `server` with 500 ms connect and response timeouts.
 pub async fn redis_client(server: &RedisServer) -> LockClient {
     short_timeout_client(LockClient::builder().redis(server.url())).await

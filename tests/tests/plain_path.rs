@@ -43,14 +43,7 @@ async fn an_uncontended_pair_sends_one_set_and_one_compare_and_delete() {
         .release()
         .await
         .unwrap();
-    let native = native_release(&client);
-    assert_eq!(
-        native,
-        server.native_release(),
-        "the probe found the server's own"
-    );
-    // The native compare-and-delete (`delifeq`, `delex`), else none counted.
-    let deletes = native.unwrap_or("delifeq").to_lowercase();
+    let (native, deletes) = checked_native_release(&client, &server);
     let (set, evalsha, deleted, incr) = (
         calls(&server, "set"),
         calls(&server, "evalsha"),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::__private::testing::{assume_native_release, native_release};
 use lock_runtime::{Claimed, LockClient, LockError, RecordGuard};
 use test_support::RedisServer;
-use test_support::helpers::{key, memory_client, ms, redis_client, secs};
+use test_support::helpers::{checked_native_release, key, memory_client, ms, redis_client, secs};
 
 /// Two consumers of one store: independent clients on Redis, one client on
 /// the embedded backend (its records live in the client).
@@ -287,14 +287,7 @@ async fn a_record_nobody_waits_on_settles_in_one_command() {
         .release()
         .await
         .unwrap();
-    let native = native_release(&client);
-    assert_eq!(
-        native,
-        server.native_release(),
-        "the probe found the server's own"
-    );
-    // The native compare-and-delete (`delifeq`, `delex`), else none counted.
-    let deletes = native.unwrap_or("delifeq").to_lowercase();
+    let (native, deletes) = checked_native_release(&client, &server);
     let calls = |command: &str| server.command_calls(command);
     let before = (calls("set"), calls("evalsha"), calls(&deletes));
     const N: u64 = 10;
