@@ -257,7 +257,7 @@ pub(crate) fn definitions() -> Vec<Metric> {
         ),
         m(
             "12",
-            "the library's record claim + idempotency_settle.lua in a hand-rolled middleware (no client code): req/s",
+            "the library's record commands (its SET NX claim, its settle: SET IFEQ where the server has it, else idempotency_settle.lua) in a hand-rolled middleware (no client code): req/s",
             Unit::PerSec,
             "hand-rolled SET NX claim + SET store middleware",
             Info,

@@ -16,8 +16,9 @@
 //! late completion (its claim ran out and another request claimed the key):
 //! the claim names its owner, and the store is an owner-checked script
 //! (`GET` = owner, then `SET PX`), the least any correct one does; and the
-//! library's own record commands (its `SET NX` claim and
-//! idempotency_settle.lua, with the record it stores) by hand.
+//! library's own record commands (its `SET NX` claim and its settle, with
+//! the record it stores: `SET .. IFEQ` where the server has it, as the
+//! library sends it there, else idempotency_settle.lua) by hand.
 //! Row 12: `IdempotencyLayer` (its defaults) against a claim `SET idem:<key>
 //! inflight NX PX 30000`, the handler, then a store `SET idem:<key> <body> PX
 //! 86400000`; a duplicate gets the stored body, or 409 while in flight.
@@ -63,6 +64,10 @@ struct Raw {
     library_acquire: std::sync::Arc<redis::Script>,
     library_release: std::sync::Arc<redis::Script>,
     library_settle: std::sync::Arc<redis::Script>,
+    /// The server has `SET .. IFEQ` (Valkey 9, Redis 8.4), so the library
+    /// settles a record with it, not with its script (row 12's by-hand side
+    /// does as the library does).
+    native_settle: bool,
     tokens: std::sync::Arc<AtomicU64>,
 }
 
@@ -181,8 +186,9 @@ const UNCHECKED: u8 = 0;
 const CHECKED: u8 = 1;
 // `LIBRARY` (above), for a record: the library's claim (`SET <record>
 // run:<owner>:<fingerprint> NX PX`, with its 32-digit owner and 64-digit
-// fingerprint) and its idempotency_settle.lua with the arguments and the
-// completed record it sends, and no client code around them (no hashing:
+// fingerprint) and its settle (`SET <record> <completed> IFEQ <claim> PX`
+// where the server has it, else idempotency_settle.lua) with the arguments
+// and the completed record it sends, and no client code around them (no hashing:
 // the record's name and the fingerprint are made up to their lengths).
 
 /// The hand-rolled idempotency: claim with `SET NX`, the handler, store the
@@ -245,6 +251,20 @@ async fn raw_idempotency<const MODE: u8>(
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     let stored: redis::RedisResult<()> = match MODE {
+        LIBRARY if raw.native_settle => {
+            let (claim, _, retention, record) =
+                library_settle_args(&owner, &notice, parts.status.as_u16(), &body);
+            let done: redis::RedisResult<Option<String>> = redis::cmd("SET")
+                .arg(&key)
+                .arg(record)
+                .arg("IFEQ")
+                .arg(claim)
+                .arg("PX")
+                .arg(retention)
+                .query_async(&mut conn)
+                .await;
+            done.map(drop)
+        }
         LIBRARY => {
             let mut call = raw.library_settle.prepare_invoke();
             let args = library_settle_args(&owner, &notice, parts.status.as_u16(), &body);
@@ -331,6 +351,7 @@ pub(crate) async fn app(
                     crate::raw::LIBRARY_RELEASE,
                 )),
                 library_settle: std::sync::Arc::new(redis::Script::new(LIBRARY_SETTLE)),
+                native_settle: lock_runtime::__private::testing::native_release(lib).is_some(),
                 tokens: std::sync::Arc::default(),
             };
             if matches!(side, Side::RawLock) {
@@ -404,9 +425,12 @@ pub(crate) async fn row(
         let measured = async {
             run(warm).await?;
             let before = commandstats(redis).await?;
+            let server = server_cpu(redis).await.ok();
             let cpu = crate::report::cpu_seconds();
             let mut load = run(window).await?;
             load.app_cpu = cpu.zip(crate::report::cpu_seconds()).map(|(a, b)| b - a);
+            let server_after = server_cpu(redis).await.ok();
+            load.server_cpu = server.zip(server_after).map(|(a, b)| b - a);
             let after = commandstats(redis).await?;
             load.commands = delta(&before, &after);
             Ok::<_, String>(load)
@@ -514,12 +538,17 @@ pub(crate) struct Load {
     /// CPU seconds the app's process (this one: axum, the layer, the
     /// client) used in the window.
     pub(crate) app_cpu: Option<f64>,
+    /// CPU seconds the server used in the window ([`server_cpu`]): its
+    /// commands and everything around them (reading, parsing, answering,
+    /// its event loop).
+    pub(crate) server_cpu: Option<f64>,
 }
 
 impl Load {
-    /// Redis commands and Redis CPU microseconds per request, with the
-    /// commands per request by name: `"2.00 commands (set 1.00, evalsha
-    /// 1.00), 4.1 us"`.
+    /// Redis commands per request, by name, the server's CPU microseconds
+    /// per request in them and in all, and the app's: `"2.00 commands (set
+    /// 1.00, evalsha 1.00), 4.1 us of the server's CPU in them and 6.0 us
+    /// in all, 20.3 us of the app's CPU"`.
     pub(crate) fn profile(&self) -> String {
         let n = self.requests.max(1) as f64;
         let calls: u64 = self.commands.iter().map(|c| c.1).sum();
@@ -530,14 +559,16 @@ impl Load {
             .filter(|c| c.1 as f64 / n >= 0.01)
             .map(|(name, c, _)| format!("{name} {:.2}", *c as f64 / n))
             .collect();
-        let app = self
-            .app_cpu
-            .map_or("?".into(), |s| format!("{:.1}", s * 1e6 / n));
+        let per_request =
+            |cpu: Option<f64>| cpu.map_or("?".into(), |s| format!("{:.1}", s * 1e6 / n));
         format!(
-            "{:.2} commands ({}), {:.1} us of Redis CPU, {app} us of the app's CPU",
+            "{:.2} commands ({}), {:.1} us of the server's CPU in them and {} us in all, {} us of \
+             the app's CPU",
             calls as f64 / n,
             by_name.join(", "),
-            usec as f64 / n
+            usec as f64 / n,
+            per_request(self.server_cpu),
+            per_request(self.app_cpu),
         )
     }
 }
@@ -649,10 +680,9 @@ pub(crate) fn delta(
         .collect()
 }
 
-/// Runs `wrk` against `base` for `duration` (whole seconds, at least one) with
-/// `CONNECTIONS` connections on two threads; blocks, so call it from
-/// `spawn_blocking`.
-pub(crate) fn wrk(base: &str, duration: Duration) -> Result<Load, String> {
+/// Writes a `wrk` script ([`script`]) with keys no earlier run used, to a
+/// temporary file; its path.
+pub(crate) fn write_script() -> Result<std::path::PathBuf, String> {
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let run = format!(
         "r{}x{}",
@@ -661,6 +691,14 @@ pub(crate) fn wrk(base: &str, duration: Duration) -> Result<Load, String> {
     );
     let path = std::env::temp_dir().join(format!("bench-http-{run}.lua"));
     std::fs::write(&path, script(&run)).map_err(|e| format!("write {path:?}: {e}"))?;
+    Ok(path)
+}
+
+/// Runs `wrk` against `base` for `duration` (whole seconds, at least one) with
+/// `CONNECTIONS` connections on two threads; blocks, so call it from
+/// `spawn_blocking`.
+pub(crate) fn wrk(base: &str, duration: Duration) -> Result<Load, String> {
+    let path = write_script()?;
     let secs = duration.as_secs().max(1);
     let out = Command::new("wrk")
         .args(["-t2", &format!("-c{CONNECTIONS}"), &format!("-d{secs}s")])

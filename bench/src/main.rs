@@ -25,6 +25,7 @@ mod probe;
 mod raw;
 mod report;
 mod rows;
+mod serve;
 mod server;
 mod server_cost;
 mod sides;
@@ -57,7 +58,9 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
   bench --server-instructions [--ops N]: what a pair and a record cost
   Redis in instructions (valgrind), against the raw pair and record;
   bench --instructions [--n N] [--only pair,route]: the client's instructions
-  per pair and per request under callgrind, against the hand-rolled side
+  per pair and per request under callgrind, against the hand-rolled side;
+  bench --serve lock|idem lib|raw: one side of row 11 or 12, served until
+  Ctrl-C, for a profiler while `wrk` loads it (it prints the command)
 
 environment: BENCH_REPS, BENCH_QUICK=1, BENCH_JSON, BENCH_SVG, BENCH_ONLY (flags
 win); REDIS_URL=redis://127.0.0.1:PORT uses that server (loopback only) instead
@@ -373,6 +376,7 @@ fn main() -> ExitCode {
         Some("--fcall") => return fcall::main(&args[1..]),
         Some("--server-instructions") => return server_cost::main(&args[1..]),
         Some("--instructions") => return instructions::main(&args[1..]),
+        Some("--serve") => return serve::main(&args[1..]),
         _ => {}
     }
     let opts = match parse_options(&args) {
