@@ -66,9 +66,10 @@ environment: BENCH_REPS, BENCH_QUICK=1, BENCH_JSON, BENCH_SVG, BENCH_ONLY (flags
 win); REDIS_URL=redis://127.0.0.1:PORT uses that server (loopback only) instead
 of starting one; REDIS_SERVER names the redis-server binary.
 
-  --server redis|valkey  the server every mode starts (default: LOCK_TEST_SERVER,
-                else redis; valkey is `cargo xtask deps`'s, or VALKEY_SERVER);
-                the report names the server it measured.";
+  --server redis|valkey|redis8  the server every mode starts (default:
+                LOCK_TEST_SERVER, else redis; valkey and redis8 are `cargo xtask
+                deps`'s, or VALKEY_SERVER / REDIS8_SERVER); the report names the
+                server it measured.";
 
 /// The rows there are, as `--only` names them.
 /// Rows 10, 11 and 12 are `x`, `y` and `z` inside.
@@ -332,7 +333,7 @@ async fn interrupted() -> &'static str {
     }
 }
 
-/// Takes `--server redis|valkey` out of `args` and makes it the server every
+/// Takes `--server redis|valkey|redis8` out of `args` and makes it the server every
 /// mode starts ([`test_support::ServerKind::choose`]); without it,
 /// `LOCK_TEST_SERVER` chooses, Redis by default. Says which on stderr.
 fn take_server(mut args: Vec<String>) -> Result<Vec<String>, String> {
@@ -340,9 +341,9 @@ fn take_server(mut args: Vec<String>) -> Result<Vec<String>, String> {
         let name = args
             .get(at + 1)
             .cloned()
-            .ok_or("--server needs redis or valkey")?;
+            .ok_or("--server needs redis, valkey or redis8")?;
         test_support::ServerKind::parse(&name)
-            .map_err(|_| format!("--server {name:?}: expected redis or valkey"))?
+            .map_err(|_| format!("--server {name:?}: expected redis, valkey or redis8"))?
             .choose()?;
         args.drain(at..at + 2);
     }

@@ -5,7 +5,7 @@
 //! fault all [--ops N] [--runs R] [--short] [--keep DIR] [--server S]  every scenario, then the table
 //! fault run NAME[,NAME..] [--ops N] [--runs R] [--short] [--keep DIR] [--server S]  these scenarios, in this order
 //!
-//! `--server redis|valkey` chooses the server every scenario starts (its
+//! `--server redis|valkey|redis8` chooses the server every scenario starts (its
 //! lock servers, Sentinel and Cluster alike, and the record's store);
 //! without it `LOCK_TEST_SERVER` does, and Redis by default. The run
 //! prints the server and its version first.
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
             _ => Err("usage: fault probe --redis URL".into()),
         },
         _ => Err(
-            "usage: fault all [--ops N] [--runs R] [--short] [--keep DIR] [--server redis|valkey] | fault run NAME[,NAME...] [...] | fault list | fault probe --redis URL"
+            "usage: fault all [--ops N] [--runs R] [--short] [--keep DIR] [--server redis|valkey|redis8] | fault run NAME[,NAME...] [...] | fault list | fault probe --redis URL"
                 .into(),
         ),
     };
@@ -105,9 +105,9 @@ fn options(args: &[String]) -> Result<Options, String> {
             "--short" => o.short = true,
             "--keep" => o.keep = Some(it.next().ok_or("--keep needs a directory")?.into()),
             "--server" => {
-                let name = it.next().ok_or("--server needs redis or valkey")?;
+                let name = it.next().ok_or("--server needs redis, valkey or redis8")?;
                 test_support::ServerKind::parse(name)
-                    .map_err(|_| format!("--server {name:?}: expected redis or valkey"))?
+                    .map_err(|_| format!("--server {name:?}: expected redis, valkey or redis8"))?
                     .choose()?;
             }
             other => return Err(format!("unknown option {other:?}")),
