@@ -60,7 +60,7 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
   bench --instructions [--n N] [--only pair,route]: the client's instructions
   per pair and per request under callgrind, against the hand-rolled side;
   bench --serve lock|idem lib|raw: one side of row 11 or 12, served until
-  Ctrl-C, for a profiler while `wrk` loads it (it prints the command)
+  Ctrl-C or SIGTERM, for a profiler while `wrk` loads it (it prints the command)
 
 environment: BENCH_REPS, BENCH_QUICK=1, BENCH_JSON, BENCH_SVG, BENCH_ONLY (flags
 win); REDIS_URL=redis://127.0.0.1:PORT uses that server (loopback only) instead

@@ -1,5 +1,5 @@
 //! `bench --serve ROUTE SIDE`: serves one side of rows 11 and 12 until
-//! killed, for a profiler (`perf record -p`, `perf stat -p`) while `wrk`
+//! SIGINT or SIGTERM (its server stopped with it), for a profiler (`perf record -p`, `perf stat -p`) while `wrk`
 //! (as the row runs it) loads it. Prints the address to load and the `wrk`
 //! script that row 12 needs (an `Idempotency-Key` per request).
 
@@ -61,8 +61,11 @@ fn run(side: Side) -> Result<(), String> {
             crate::http::CONNECTIONS,
             script.display()
         );
-        let _ = tokio::signal::ctrl_c().await;
+        // SIGTERM too (`kill PID`): returning drops `server`, which stops it.
+        let signal = crate::interrupted().await;
+        eprintln!("bench --serve: {signal}: stopping");
         task.abort();
+        let _ = std::fs::remove_file(&script);
         drop(server);
         Ok(())
     })
