@@ -764,3 +764,69 @@ async fn the_layers_services_give_access_to_the_wrapped_service() {
     let idempotent = lock_runtime::IdempotencyLayer::new(client);
     check_accessors!(idempotent.layer(Inner(1)), "Idempotency { inner: Inner(2)");
 }
+
+/// A service that is no axum `Router` may answer with a body of its own
+/// type (here `http_body_util`'s): the layer reads it in a box instead of
+/// in place, and the lock is given back the same way. A complete body is
+/// answered after the release; a body that may have more to send (a
+/// stream, trailers) holds the lock until its end.
+#[tokio::test]
+async fn a_service_answering_with_a_body_of_its_own_type_is_locked_and_released_the_same() {
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use tower::{Layer, ServiceExt};
+
+    let client = memory_client().await;
+    let layer = LockLayer::new(client.clone()).key_fn(|_| Some("report".to_string()));
+    let request = || http::Request::new(Body::empty());
+
+    let full = layer.layer(tower::service_fn(|_req: http::Request<Body>| async {
+        Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"done"))))
+    }));
+    let response = full.oneshot(request()).await.unwrap();
+    assert!(
+        !is_held(&client, "report").await,
+        "answered before the release"
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "done");
+
+    let trailers_only = layer.layer(tower::service_fn(|_req: http::Request<Body>| async {
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-checksum", http::HeaderValue::from_static("0"));
+        let body = http_body_util::Empty::<Bytes>::new()
+            .with_trailers(std::future::ready(Some(Ok::<_, Infallible>(trailers))));
+        Ok::<_, Infallible>(http::Response::new(body))
+    }));
+    let response = trailers_only.oneshot(request()).await.unwrap();
+    let collected = response.into_body().collect().await.unwrap();
+    assert_eq!(collected.trailers().unwrap()["x-checksum"], "0");
+    assert!(
+        !is_held(&client, "report").await,
+        "held after the body's end"
+    );
+
+    let (tx, rx) = mpsc::channel::<Bytes>(1);
+    let rx = Arc::new(std::sync::Mutex::new(Some(rx)));
+    let streaming = layer.layer(tower::service_fn(move |_req: http::Request<Body>| {
+        let rx = rx.lock().unwrap().take().unwrap();
+        async move {
+            let frames =
+                tokio_stream_from(rx).map(|b| Ok::<_, Infallible>(http_body::Frame::data(b)));
+            Ok::<_, Infallible>(http::Response::new(StreamBody::new(frames)))
+        }
+    }));
+    let mut body = streaming.oneshot(request()).await.unwrap().into_body();
+    tx.send(Bytes::from_static(b"part 1")).await.unwrap();
+    let first = body.frame().await.unwrap().unwrap();
+    assert_eq!(first.into_data().unwrap(), "part 1");
+    assert!(
+        is_held(&client, "report").await,
+        "released while the body streams"
+    );
+    drop(tx);
+    assert!(body.frame().await.is_none());
+    assert!(
+        !is_held(&client, "report").await,
+        "held after the body's end"
+    );
+}

@@ -10,7 +10,6 @@ use axum::body::Body;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::{Request, Response, StatusCode};
-use http_body::Body as _;
 use http_body_util::BodyExt;
 use tower_service::Service;
 
@@ -153,7 +152,22 @@ where
     let run = run_locked(inner, req, guard);
     match crate::layer::detach::run_to_completion(&config.completion, Some(held.clone()), run).await
     {
-        Ok(answer) => answer,
+        // The handler ended: the lock goes back (or on to the body) outside
+        // the run, which then ends at the handler's first poll if it can.
+        Ok(Ok((Some(response), guard))) => Ok(hand_over(response, guard).await),
+        Ok(Ok((None, guard))) => {
+            tracing::warn!(key = %guard.key(), "lock lost while the request ran; the request was cancelled");
+            Ok(problem_retry(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "the lock on `{}` was lost while the request ran (the lock backend did not \
+                     confirm its renewal); the request was cancelled",
+                    guard.key()
+                ),
+                Duration::from_secs(1),
+            ))
+        }
+        Ok(Err(e)) => Err(e),
         Err(Aborted) => {
             // The guard was dropped with the task: released in the background.
             // Logged by `Completion::run` (a panic, or the runtime shutting down).
@@ -171,33 +185,20 @@ where
 }
 
 /// Runs `req` on `inner` under the lock of `guard` (inside the lock's
-/// task-local scope), cancelled if the lease is lost, and hands the lock on
-/// to the response body.
+/// task-local scope), cancelled if the lease is lost (`None`), and gives
+/// the lock back with the response.
 async fn run_locked<S, B, ResB>(
     mut inner: S,
     req: Request<B>,
     guard: LockGuard,
-) -> Result<Response<Body>, S::Error>
+) -> Result<(Option<Response<ResB>>, LockGuard), S::Error>
 where
     S: Service<Request<B>, Response = Response<ResB>>,
-    ResB: HttpBody,
 {
-    let outcome = unless_lost(&guard, inner.call(req)).await;
-    match outcome {
-        Some(Ok(response)) => Ok(hand_over(response, guard).await),
+    match unless_lost(&guard, inner.call(req)).await {
+        Some(Ok(response)) => Ok((Some(response), guard)),
         Some(Err(e)) => Err(e),
-        None => {
-            tracing::warn!(key = %guard.key(), "lock lost while the request ran; the request was cancelled");
-            Ok(problem_retry(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &format!(
-                    "the lock on `{}` was lost while the request ran (the lock backend did not \
-                     confirm its renewal); the request was cancelled",
-                    guard.key()
-                ),
-                Duration::from_secs(1),
-            ))
-        }
+        None => Ok((None, guard)),
     }
 }
 
@@ -246,7 +247,34 @@ where
     ResB: HttpBody,
 {
     let (head, body) = response.into_parts();
-    let mut body = Box::pin(body);
+    // axum's own body (what a `Router` answers) is read as it is; any other
+    // is pinned in a box first.
+    match try_downcast::<Body, ResB>(body) {
+        Ok(body) => hand_over_body(head, body, guard).await,
+        Err(body) => hand_over_body(head, Box::pin(body), guard).await,
+    }
+}
+
+/// `k` as a `T` if it is one (the way axum's `Body::new` finds a body that
+/// is a `Body` already), else `k` back.
+fn try_downcast<T: 'static, K: 'static>(k: K) -> Result<T, K> {
+    let mut k = Some(k);
+    if let Some(t) = <dyn std::any::Any>::downcast_mut::<Option<T>>(&mut k) {
+        Ok(t.take().expect("set just above"))
+    } else {
+        Err(k.expect("set just above"))
+    }
+}
+
+/// [`hand_over`] of `body`, which polls in place.
+async fn hand_over_body<B>(
+    head: http::response::Parts,
+    mut body: B,
+    guard: LockGuard,
+) -> Response<Body>
+where
+    B: HttpBody + Unpin,
+{
     let release = |guard: LockGuard| async move {
         if let Err(e) = guard.release().await {
             tracing::debug!(
@@ -270,7 +298,13 @@ where
         }
         Some(Some(Ok(frame))) if body.is_end_stream() => {
             release(guard).await;
-            Response::from_parts(head, Body::new(LockedBody::<Pin<Box<ResB>>>::done(frame)))
+            drop(body);
+            let body = match frame.into_data() {
+                Ok(data) => Body::from(data),
+                // A body of trailers alone.
+                Err(frame) => Body::new(LockedBody::<B>::done(frame)),
+            };
+            Response::from_parts(head, body)
         }
         // More to come: the body holds the lock.
         Some(Some(Ok(frame))) => {
