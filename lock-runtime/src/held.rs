@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::error::LockError;
@@ -32,7 +31,7 @@ pub(crate) struct Held {
     /// The lease asked for (and renewed to).
     pub(crate) ttl: Duration,
     /// Cancelled when the lease is lost.
-    pub(crate) lost: CancellationToken,
+    pub(crate) lost: Lost,
     /// Set when its holder releases it (or drops its guard): from then on
     /// the passing of its deadline is no loss (see [`Held::end`]).
     pub(crate) ended: AtomicBool,
@@ -215,5 +214,79 @@ impl fmt::Debug for Held {
             .field("fencing", &self.fencing())
             .field("lost", &self.lost.is_cancelled())
             .finish_non_exhaustive()
+    }
+}
+
+/// Set once, when a lease is lost, and waited on by its `lost()` futures:
+/// what a `CancellationToken` would do here, inline in [`Held`] (no
+/// allocation and no lock per lease, which every lock pays).
+#[derive(Debug, Default)]
+pub(crate) struct Lost {
+    set: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Lost {
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    /// Sets it, and wakes every future waiting in [`Lost::cancelled`].
+    pub(crate) fn cancel(&self) {
+        if !self.set.swap(true, Ordering::AcqRel) {
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// Resolves once it is set.
+    pub(crate) async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the look, so a `cancel` after it wakes us.
+            notified.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::Lost;
+
+    #[tokio::test]
+    async fn every_wait_on_a_lost_flag_ends_once_it_is_set_and_later_ones_at_once() {
+        let lost = Arc::new(Lost::default());
+        let waits: Vec<_> = (0..3)
+            .map(|_| {
+                let lost = lost.clone();
+                tokio::spawn(async move { lost.cancelled().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!lost.is_cancelled());
+        assert!(
+            waits.iter().all(|w| !w.is_finished()),
+            "ended before the loss"
+        );
+        lost.cancel();
+        for wait in waits {
+            tokio::time::timeout(Duration::from_secs(5), wait)
+                .await
+                .expect("a wait outlived the loss")
+                .unwrap();
+        }
+        assert!(lost.is_cancelled());
+        // Set twice: still set; a wait that starts now ends at once.
+        lost.cancel();
+        tokio::time::timeout(Duration::from_secs(5), lost.cancelled())
+            .await
+            .expect("a wait after the loss did not end");
     }
 }

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::blocks::BLOCK;
 use super::local::MARGIN;
@@ -68,7 +67,7 @@ pub(super) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
                 fencing: fencing.into(),
                 mint: None,
                 ttl: held.ttl,
-                lost: CancellationToken::new(),
+                lost: Default::default(),
                 ended: Default::default(),
                 valid_until: std::sync::Mutex::new(held.valid_until()),
                 metrics: waiter.metrics.clone(),

@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::options::Asked;
 use crate::guard::LockGuard;
@@ -54,7 +53,7 @@ pub(super) fn hold(inner: &Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard
         fencing: fencing.into(),
         mint: (fencing == 0).then(|| inner.backend.clone()),
         ttl: asked.ttl,
-        lost: CancellationToken::new(),
+        lost: Default::default(),
         ended: Default::default(),
         // Set by the watchdog as it takes the lease under watch.
         valid_until: std::sync::Mutex::new(sent),

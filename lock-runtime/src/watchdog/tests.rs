@@ -4,7 +4,6 @@
 use super::*;
 use crate::key::KeyNames;
 use crate::token::Token;
-use tokio_util::sync::CancellationToken;
 
 const TTL: Duration = Duration::from_millis(300);
 
@@ -22,7 +21,7 @@ fn held(id: u64) -> Arc<Held> {
         fencing: id.into(),
         mint: None,
         ttl: TTL,
-        lost: CancellationToken::new(),
+        lost: Default::default(),
         ended: Default::default(),
         valid_until: Mutex::new(Instant::now()),
         metrics: crate::metrics::Name::default(),
