@@ -29,7 +29,8 @@ pub async fn force_delete_leader(client: &LockClient, name: &str) -> Result<(), 
 /// its waiters' queue.
 pub fn lock_names(prefix: &str, key: &str) -> (String, String) {
     let names = crate::key::KeyNames::new(prefix, key);
-    (names.lock, names.queue)
+    let queue = names.queue().to_owned();
+    (names.lock, queue)
 }
 
 /// The four names acquire.lua and release.lua take for the mutex `key`
@@ -40,10 +41,10 @@ pub fn script_names(prefix: &str, key: &str) -> ([String; 4], String) {
     let keys = [
         names.lock.clone(),
         names.fence(),
-        names.queue.clone(),
+        names.queue().to_owned(),
         names.deadlines(),
     ];
-    (keys, names.notice)
+    (keys, names.notice().to_owned())
 }
 
 /// The server's own compare-and-delete `client` releases with, as the

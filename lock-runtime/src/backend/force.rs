@@ -30,7 +30,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => {
                 let fence = force_on(b, names, key).await?;
-                b.announce(&names.notice).await;
+                b.announce(names.notice()).await;
                 Ok(fence)
             }
             Backend::Redlock(b) => {
@@ -54,7 +54,7 @@ impl Backend {
                     ))
                     .into());
                 }
-                b.announce(&names.notice).await;
+                b.announce(names.notice()).await;
                 Ok(raised.into_iter().max().unwrap_or(0))
             }
             Backend::Memory(b) => Ok(b.force_release(names)),

@@ -120,7 +120,7 @@ pub(crate) async fn observe(
         .cmd("GET")
         .arg(&mutex.lock)
         .cmd("LRANGE")
-        .arg(&mutex.queue)
+        .arg(mutex.queue())
         .arg(0)
         .arg(&last)
         .cmd("ZRANGE")
@@ -140,7 +140,7 @@ pub(crate) async fn observe(
             .cmd("HGETALL")
             .arg(&shared.fences)
             .cmd("LRANGE")
-            .arg(&shared.queue)
+            .arg(shared.queue())
             .arg(0)
             .arg(&last);
     }

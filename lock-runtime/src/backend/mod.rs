@@ -176,9 +176,9 @@ impl Backend {
             .await?;
         if ours {
             match self {
-                Backend::Redis(b) => b.announce(&names.notice).await,
-                Backend::Redlock(b) => b.announce(&names.notice).await,
-                Backend::Memory(b) => b.announce(&names.notice),
+                Backend::Redis(b) => b.announce(names.notice()).await,
+                Backend::Redlock(b) => b.announce(names.notice()).await,
+                Backend::Memory(b) => b.announce(names.notice()),
             }
         }
         Ok(ours)

@@ -70,7 +70,7 @@ impl Acquisition {
         asked: Asked,
     ) -> Result<LockGuard, LockError> {
         let token = inner.token();
-        let on = (names.notice.as_str(), &token);
+        let on = (|| names.notice(), &token);
         let turns = Turns::new(&inner.backend, on, asked.deadline, None).await;
         turns
             .claim(Self::new(inner, key, names, token, asked))
@@ -136,7 +136,7 @@ impl Claimer for Acquisition {
 
     fn waits_on(&self) -> (&Backend, (&str, &Token), Deadline) {
         let attempt = &self.attempt;
-        let on = (attempt.names().notice.as_str(), attempt.token());
+        let on = (attempt.names().notice(), attempt.token());
         (&attempt.inner().backend, on, attempt.asked.deadline)
     }
 

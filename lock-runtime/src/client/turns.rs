@@ -110,15 +110,20 @@ impl Turns {
     /// subscribed to) and a wait is asked for. `look_again`: how often to
     /// look again while the channel's notices are not confirmed (`None`:
     /// wait for the holder's lease).
-    pub(crate) async fn new(
+    /// The channel is named by `channel` only then (a lock builds its
+    /// channel's name on first use).
+    pub(crate) async fn new<'c>(
         backend: &Backend,
-        (channel, token): (&str, &Token),
+        (channel, token): (impl FnOnce() -> &'c str, &Token),
         deadline: Deadline,
         look_again: Option<Retry>,
     ) -> Self {
         let mut waiter = None;
-        if !deadline.tries_once() && backend.notices_ready_on(channel) {
-            waiter = Some(backend.register_on(channel, token).await);
+        if !deadline.tries_once() {
+            let channel = channel();
+            if backend.notices_ready_on(channel) {
+                waiter = Some(backend.register_on(channel, token).await);
+            }
         }
         Self {
             waiter,

@@ -39,6 +39,7 @@
 
 pub(crate) use lock_keys::{Access, LockKind};
 use lock_keys::{MAX_KEY_LEN, MAX_PREFIX_LEN};
+use std::sync::OnceLock;
 
 use crate::error::LockError;
 
@@ -247,6 +248,17 @@ fn unescape(s: &str) -> Option<String> {
     (escape_key_part(&out) == s).then_some(out)
 }
 
+/// `lock` (a name whose role letter stands at `kind_at`) with the letter of
+/// `role` instead: every name of a key is its lock's with another letter.
+fn renamed(lock: &str, kind_at: usize, role: Role) -> String {
+    // The lock's length: the same allocation size class.
+    let mut name = String::with_capacity(lock.len());
+    name.push_str(&lock[..kind_at]);
+    name.push(role.letter());
+    name.push_str(&lock[kind_at + 1..]);
+    name
+}
+
 /// The names one lock uses, built once per acquisition.
 #[derive(Clone, Debug)]
 pub(crate) struct KeyNames {
@@ -265,8 +277,12 @@ pub(crate) struct KeyNames {
     /// How this holder takes the lock (a read-write lock's side, a
     /// semaphore's permits): the shared scripts' mode and limit.
     pub(crate) access: Access,
-    pub(crate) queue: String,
-    pub(crate) notice: String,
+    /// The line of waiters and the channel of notices, each built on first
+    /// use (a lock taken and given back by plain commands never names
+    /// them): their role letters, and the names once built.
+    later: [Role; 2],
+    queue: OnceLock<String>,
+    notice: OnceLock<String>,
     /// The Redis Cluster slot all four names share (`CLUSTER KEYSLOT` of
     /// each): picks the cluster node's batch and, on one server, the
     /// command connection.
@@ -316,24 +332,17 @@ impl KeyNames {
         [lock, queue, notice]: [Role; 3],
         shared: Option<[Role; 2]>,
     ) -> Self {
-        let lock_role = lock;
-        let lock = name(prefix, lock_role, key);
-        // Every name of the key is the lock's with another letter.
-        let renamed = |role: Role| {
-            let rest = &lock[prefix.len() + lock_role.letter().len_utf8()..];
-            // The lock's capacity: the same allocation size class.
-            let mut name = String::with_capacity(lock.capacity());
-            name.push_str(prefix);
-            name.push(role.letter());
-            name.push_str(rest);
-            name
-        };
-        let [holders, fences] = shared.map_or_else(Default::default, |kinds| kinds.map(renamed));
+        let lock = name(prefix, lock, key);
+        let kind_at = prefix.len();
+        let [holders, fences] = shared.map_or_else(Default::default, |kinds| {
+            kinds.map(|k| renamed(&lock, kind_at, k))
+        });
         Self {
             slot: slot(&lock),
-            kind_at: prefix.len(),
-            queue: renamed(queue),
-            notice: renamed(notice),
+            kind_at,
+            later: [queue, notice],
+            queue: OnceLock::new(),
+            notice: OnceLock::new(),
             lock,
             holders,
             fences,
@@ -343,6 +352,20 @@ impl KeyNames {
             labels: String::new(),
             label: String::new(),
         }
+    }
+
+    /// The line of waiters (a mutex's, or a shared lock's writers' and
+    /// readers'): built on first use.
+    pub(crate) fn queue(&self) -> &str {
+        self.queue
+            .get_or_init(|| renamed(&self.lock, self.kind_at, self.later[0]))
+    }
+
+    /// The channel of the lock's notices (releases, hand-overs): built on
+    /// first use.
+    pub(crate) fn notice(&self) -> &str {
+        self.notice
+            .get_or_init(|| renamed(&self.lock, self.kind_at, self.later[1]))
     }
 
     /// `true` for a leader election's names.

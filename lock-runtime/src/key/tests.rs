@@ -52,12 +52,12 @@ fn keys() -> impl Strategy<Value = String> {
 fn assert_names(key: &str, tail: &str) -> KeyNames {
     let n = KeyNames::new("lock:", key);
     for (name, role) in [
-        (&n.lock, 'L'),
-        (&n.queue, 'Q'),
+        (n.lock.as_str(), 'L'),
+        (n.queue(), 'Q'),
         (&n.deadlines(), 'D'),
-        (&n.notice, 'N'),
+        (n.notice(), 'N'),
     ] {
-        assert_eq!(*name, format!("lock:{role}{tail}"), "{key}");
+        assert_eq!(name, format!("lock:{role}{tail}"), "{key}");
     }
     n
 }
@@ -288,9 +288,9 @@ proptest! {
         ] {
             let n = KeyNames::of_kind(&prefix, &key, kind, access);
             let letter = |name: &str| name[prefix.len()..].chars().next().unwrap();
-            for made in [&n.lock, &n.queue, &n.notice] {
+            for made in [n.lock.as_str(), n.queue(), n.notice()] {
                 let role = ALL_ROLES.iter().find(|r| r.letter() == letter(made)).unwrap();
-                prop_assert_eq!(made, &name(&prefix, *role, &key));
+                prop_assert_eq!(made, name(&prefix, *role, &key));
             }
         }
     }

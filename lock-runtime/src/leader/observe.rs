@@ -36,7 +36,7 @@ pub(super) async fn start(
     let id = inner
         .next_lock_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let notices = inner.backend.observe_notices(&names.notice, id).await?;
+    let notices = inner.backend.observe_notices(names.notice(), id).await?;
     let record = inner.backend.leader(&names).await?;
     let lease = record.as_ref().map(|(_, _, left)| *left);
     let (tx, rx) = watch::channel(record.map(|r| leader(&name, r)));

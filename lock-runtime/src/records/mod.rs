@@ -231,7 +231,7 @@ impl RecordRequest {
             retention: self.retention,
         };
         let look_again = Some(Retry::LOOK_AGAIN);
-        let on = (ours.names.notice.as_str(), &ours.token);
+        let on = (|| ours.names.notice.as_str(), &ours.token);
         let turns = Turns::new(self.client.backend(), on, asked.deadline, look_again).await;
         let record = Record {
             client: self.client,

@@ -120,10 +120,13 @@ impl MemoryState {
         }
         let remaining = held.expires - now;
         if !wait.is_zero() {
-            let queue = self.queues.entry(names.queue.clone()).or_insert(Queue {
-                entries: VecDeque::new(),
-                expires: now,
-            });
+            let queue = self
+                .queues
+                .entry(names.queue().to_owned())
+                .or_insert(Queue {
+                    entries: VecDeque::new(),
+                    expires: now,
+                });
             if queue.expires <= now {
                 queue.entries.clear();
             }
@@ -202,14 +205,14 @@ impl MemoryBackend {
             // Free: ours unless somebody lives in line for it (a holder's
             // lease ran out): then the head of the line gets it, as a
             // release would hand it.
-            let mine = match state.first_in_line(&names.queue, now) {
+            let mine = match state.first_in_line(names.queue(), now) {
                 None => true,
                 Some(head) if head.token == *token => {
-                    state.pop_line(&names.queue);
+                    state.pop_line(names.queue());
                     true
                 }
                 Some(head) => {
-                    state.pop_line(&names.queue);
+                    state.pop_line(names.queue());
                     let lease = head.lease.min(HANDOFF_LEASE);
                     let fencing = grant(&mut state, names, head.token, lease, now, &head.label);
                     handed = Some((head.token, fencing));
@@ -221,7 +224,7 @@ impl MemoryBackend {
                 drop(state);
                 if names.is_leader() {
                     // Observers follow every new leader (as acquire.lua publishes).
-                    self.waiters.grant(&names.notice, &token.digest(), fencing);
+                    self.waiters.grant(names.notice(), &token.digest(), fencing);
                 }
                 return AcquireOutcome::Acquired { fencing };
             }
@@ -229,7 +232,7 @@ impl MemoryBackend {
         let outcome = state.busy(names, token, ttl, wait, now);
         drop(state);
         if let Some((next, fencing)) = handed {
-            self.waiters.grant(&names.notice, &next.digest(), fencing);
+            self.waiters.grant(names.notice(), &next.digest(), fencing);
         }
         outcome
     }
@@ -264,7 +267,7 @@ impl MemoryBackend {
         }
         let now = Instant::now();
         let mut state = self.state();
-        if dequeue && let Some(queue) = state.queues.get_mut(&names.queue) {
+        if dequeue && let Some(queue) = state.queues.get_mut(names.queue()) {
             queue.entries.retain(|entry| entry.token != *token);
         }
         match state.locks.get(&names.lock) {
@@ -277,9 +280,9 @@ impl MemoryBackend {
         }
         state.locks.remove(&names.lock);
         // Nobody queued (the common case): one failed lookup.
-        let next = state.first_in_line(&names.queue, now);
+        let next = state.first_in_line(names.queue(), now);
         if next.is_some() {
-            state.pop_line(&names.queue);
+            state.pop_line(names.queue());
         }
         match next {
             Some(next) => {
@@ -287,11 +290,11 @@ impl MemoryBackend {
                 let fencing = grant(&mut state, names, next.token, lease, now, &next.label);
                 drop(state);
                 self.waiters
-                    .grant(&names.notice, &next.token.digest(), fencing);
+                    .grant(names.notice(), &next.token.digest(), fencing);
             }
             None => {
                 drop(state);
-                self.waiters.deliver(&names.notice, b"");
+                self.waiters.deliver(names.notice(), b"");
             }
         }
         true
@@ -300,7 +303,7 @@ impl MemoryBackend {
     /// Tells the waiters a read-write lock or a semaphore was granted to.
     fn notify(&self, names: &KeyNames, granted: Grants) {
         for (token, fencing) in granted {
-            self.waiters.grant(&names.notice, &token.digest(), fencing);
+            self.waiters.grant(names.notice(), &token.digest(), fencing);
         }
     }
 
@@ -387,12 +390,13 @@ impl MemoryBackend {
                 // Free: not while somebody lives in line for it (as
                 // acquire_all.lua: the head gets it).
                 _ => {
-                    if let Some(head) = state.first_in_line(&n.queue, now) {
-                        state.pop_line(&n.queue);
+                    if let Some(head) = state.first_in_line(n.queue(), now) {
+                        state.pop_line(n.queue());
                         let lease = head.lease.min(HANDOFF_LEASE);
                         let fencing = grant(&mut state, n, head.token, lease, now, "");
                         drop(state);
-                        self.waiters.grant(&n.notice, &head.token.digest(), fencing);
+                        self.waiters
+                            .grant(n.notice(), &head.token.digest(), fencing);
                         return Err((i, lease));
                     }
                 }

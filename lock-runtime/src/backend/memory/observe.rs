@@ -22,7 +22,7 @@ impl MemoryBackend {
         // Entries whose wait ended are skipped, as acquire does.
         let waiting: Vec<String> = state
             .queues
-            .get(&names.queue)
+            .get(names.queue())
             .filter(|queue| queue.expires > now)
             .map(|queue| {
                 queue
@@ -64,7 +64,7 @@ impl MemoryBackend {
             (granted, state.fence)
         };
         self.notify(names, granted.0);
-        self.announce(&names.notice);
+        self.announce(names.notice());
         granted.1
     }
 }

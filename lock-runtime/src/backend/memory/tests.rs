@@ -37,8 +37,8 @@ async fn release_hands_over_to_the_first_waiter_in_line() {
         m.acquire(&names, &a, ttl, wait),
         AcquireOutcome::Acquired { .. }
     ));
-    let wb = m.register(&names.notice, &b);
-    let wc = m.register(&names.notice, &c);
+    let wb = m.register(names.notice(), &b);
+    let wc = m.register(names.notice(), &c);
     assert!(matches!(
         m.acquire(&names, &b, ttl, wait),
         AcquireOutcome::Busy { .. }

@@ -34,7 +34,7 @@ impl RedisBackend {
         for n in names {
             cmd.arg(&n.lock)
                 .arg(n.fence())
-                .arg(&n.queue)
+                .arg(n.queue())
                 .arg(n.deadlines());
         }
         cmd.arg(token)
@@ -42,7 +42,7 @@ impl RedisBackend {
             .arg(millis(HANDOFF_LEASE))
             .arg(self.publish);
         for n in names {
-            cmd.arg(&n.notice);
+            cmd.arg(n.notice());
         }
         let mut conn = self.connection();
         let answer: Vec<i64> = run_script(&mut conn, &ACQUIRE_ALL, &cmd)

@@ -155,7 +155,7 @@ fn mutex_keys(names: &KeyNames) -> [String; 4] {
     [
         names.lock.clone(),
         names.fence(),
-        names.queue.clone(),
+        names.queue().to_owned(),
         names.deadlines(),
     ]
 }
@@ -173,7 +173,7 @@ pub(super) fn mutex_script(
     let mut cmd = evalsha(script, if leader { 6 } else { 4 }, args, bytes);
     cmd.arg(&names.lock)
         .arg(Joined(names.fence_parts()))
-        .arg(&names.queue)
+        .arg(names.queue())
         .arg(Joined(names.deadlines_parts()));
     if leader {
         cmd.arg(&names.record).arg(&names.labels);

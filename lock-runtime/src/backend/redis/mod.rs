@@ -270,7 +270,7 @@ impl RedisBackend {
         let mut cmd = evalsha(&RESERVE, 3, 6, 3 * names.lock.len() + 64);
         cmd.arg(&names.lock)
             .arg(names.fence())
-            .arg(&names.queue)
+            .arg(names.queue())
             .arg(token)
             .arg(millis(ttl))
             .arg(count);
@@ -361,7 +361,7 @@ impl RedisBackend {
                     && let (Ok(next), Ok(fencing)) =
                         (std::str::from_utf8(next), u64::try_from(*fencing))
                 {
-                    self.waiters.grant(&names.notice, next, fencing);
+                    self.waiters.grant(names.notice(), next, fencing);
                 }
                 Ok(Released::Yes)
             }
@@ -462,7 +462,7 @@ impl RedisBackend {
 
     /// How acquire.lua and release.lua send the key's notices.
     fn notice_spec<'a>(&'a self, names: &'a KeyNames) -> Joined<'a, 3> {
-        self.notice_arg(&names.notice)
+        self.notice_arg(names.notice())
     }
 
     /// `true` on a Redis Cluster, where a script may touch one slot only.

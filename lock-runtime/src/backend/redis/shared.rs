@@ -26,7 +26,7 @@ impl RedisBackend {
         let mut cmd = evalsha(&SHARED, 5, 14, 6 * names.lock.len() + 96);
         cmd.arg(&names.lock)
             .arg(&names.holders)
-            .arg(&names.queue)
+            .arg(names.queue())
             .arg(names.fence())
             .arg(&names.fences)
             .arg(op)
@@ -34,7 +34,7 @@ impl RedisBackend {
             .arg(millis(ttl))
             .arg(mode)
             .arg(limit)
-            .arg(&names.notice)
+            .arg(names.notice())
             .arg(millis(HANDOFF_LEASE))
             .arg(self.publish);
         cmd
@@ -48,7 +48,7 @@ impl RedisBackend {
                 && let (Ok(next), Ok(fencing)) =
                     (std::str::from_utf8(next), u64::try_from(*fencing))
             {
-                self.waiters.grant(&names.notice, next, fencing);
+                self.waiters.grant(names.notice(), next, fencing);
             }
         }
     }
