@@ -830,3 +830,48 @@ async fn a_service_answering_with_a_body_of_its_own_type_is_locked_and_released_
         "held after the body's end"
     );
 }
+
+/// A graceful shutdown waits for the layer's tracker, then the process
+/// exits: a handler whose client went away was finished by a task of its
+/// own, and that task released the lock before the tracker let the
+/// shutdown go on, so the key is free at once, not after its 30 s lease.
+#[test]
+fn a_handler_finished_for_a_client_that_went_away_has_released_its_lock_when_the_tracker_is_done() {
+    use lock_runtime::layer::TaskTracker;
+    use tower::{Layer, ServiceExt};
+
+    let server = RedisServer::start();
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let serving = runtime();
+    serving.block_on(async {
+        let client = redis_client(&server).await;
+        let handlers = TaskTracker::new();
+        let layer = LockLayer::new(client)
+            .key_fn(|_| Some("order:shutdown".to_string()))
+            .task_tracker(handlers.clone());
+        let pay = layer.layer(tower::service_fn(|_req: http::Request<Body>| async {
+            tokio::time::sleep(ms(300)).await;
+            Ok::<_, Infallible>(http::Response::new(Body::empty()))
+        }));
+        let call = pay.oneshot(http::Request::new(Body::empty()));
+        // The client gives up mid-handler.
+        assert!(tokio::time::timeout(ms(100), call).await.is_err());
+        handlers.close();
+        within(secs(5), "the handler's task ends", handlers.wait()).await;
+    });
+    // The process exits: whatever was left to the background goes with it.
+    drop(serving);
+    runtime().block_on(async {
+        let client = redis_client(&server).await;
+        assert!(
+            !is_held(&client, "order:shutdown").await,
+            "the lock outlived the shutdown"
+        );
+    });
+}

@@ -23,7 +23,7 @@ use crate::context::Carried;
 use crate::held::Held;
 use crate::layer::completion::{Aborted, Completion};
 
-type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+pub(super) type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// Runs `fut` to its end as `completion` says: in place when run to
 /// completion is off; otherwise polled in place and, if the returned future
@@ -83,6 +83,9 @@ pub(super) struct Detachable<T: Send + 'static> {
     detach: bool,
     /// The tracker, and this request's place in its count while in place.
     tracked: Option<(TaskTracker, TaskTrackerToken)>,
+    /// What a task it moved to does with its output, still counted by the
+    /// tracker (the lock layer releases the lock its output holds).
+    finish: Option<fn(T) -> Boxed<()>>,
 }
 
 impl<T: Send + 'static> Detachable<T> {
@@ -92,6 +95,7 @@ impl<T: Send + 'static> Detachable<T> {
             locks: None,
             detach: true,
             tracked: tracker.map(|t| (t.clone(), t.token())),
+            finish: None,
         }
     }
 
@@ -101,11 +105,19 @@ impl<T: Send + 'static> Detachable<T> {
             locks,
             detach: false,
             tracked: None,
+            finish: None,
         }
     }
 
     fn with_locks(mut self, locks: Carried) -> Self {
         self.locks = Some(locks);
+        self
+    }
+
+    /// Has a task it moves to run `finish` on its output (what the caller
+    /// would have done with it had it stayed), within the task.
+    pub(super) fn finished_by(mut self, finish: fn(T) -> Boxed<()>) -> Self {
+        self.finish = Some(finish);
         self
     }
 }
@@ -159,8 +171,12 @@ impl<T: Send + 'static> Drop for Detachable<T> {
             return;
         };
         let locks = self.locks.take().unwrap_or_default();
+        let then = self.finish;
         let finish = async move {
-            let _ = locks.scope(fut).await;
+            let output = locks.scope(fut).await;
+            if let Some(then) = then {
+                then(output).await;
+            }
         };
         match self.tracked.take() {
             Some((tracker, _token)) => {

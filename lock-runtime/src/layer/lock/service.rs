@@ -150,8 +150,9 @@ where
     // handler sees `current_lock()`, and a nested lock of the same key (a
     // `#[distributed_lock]` function) re-enters.
     let run = run_locked(inner, req, guard);
-    match crate::layer::detach::run_to_completion(&config.completion, Some(held.clone()), run).await
-    {
+    let run = crate::layer::detach::run_to_completion(&config.completion, Some(held.clone()), run)
+        .finished_by(release_unanswered::<S::Error, ResB>);
+    match run.await {
         // The handler ended: the lock goes back (or on to the body) outside
         // the run, which then ends at the handler's first poll if it can.
         Ok(Ok((Some(response), guard))) => Ok(hand_over(response, guard).await),
@@ -182,6 +183,24 @@ where
             Ok(response)
         }
     }
+}
+
+/// What a handler whose client went away ends with, in the task that ran
+/// it to its end: the lock is released there (counted by the layer's
+/// tracker until it is), not left to the guard's background release.
+fn release_unanswered<E: Send + 'static, ResB: Send + 'static>(
+    ran: Result<(Option<Response<ResB>>, LockGuard), E>,
+) -> crate::layer::detach::Boxed<()> {
+    Box::pin(async move {
+        if let Ok((_, guard)) = ran
+            && let Err(e) = guard.release().await
+        {
+            tracing::debug!(
+                error = &e as &dyn std::error::Error,
+                "lock layer: release after a handler whose client went away failed"
+            );
+        }
+    })
 }
 
 /// Runs `req` on `inner` under the lock of `guard` (inside the lock's
