@@ -38,12 +38,17 @@ enum BodyPhase {
 }
 
 fn release(guard: LockGuard) -> ReleaseFuture {
-    Box::pin(async move {
-        let key = guard.key().to_owned();
-        if let Err(e) = guard.release().await {
-            tracing::debug!(%key, error = &e as &dyn std::error::Error, "lock layer: release after the response body failed");
-        }
-    })
+    Box::pin(release_logged(guard, "after the response body"))
+}
+
+/// Releases the request's lock; a failure (the lease was lost, the backend
+/// did not answer) is logged, `when` saying at which point of the request.
+pub(super) async fn release_logged(guard: LockGuard, when: &str) {
+    // The key only if it fails: a pointer kept here, no copy of the key.
+    let held = guard.held().clone();
+    if let Err(e) = guard.release().await {
+        tracing::debug!(key = %held.key, error = &e as &dyn std::error::Error, "lock layer: release {when} failed");
+    }
 }
 
 impl<B> LockedBody<B> {

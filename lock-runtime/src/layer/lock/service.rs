@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use tower_service::Service;
 
 use super::ResponseFuture;
-use super::body::LockedBody;
+use super::body::{LockedBody, release_logged};
 use super::extract::RequestLock;
 use super::key::{KeyError, KeySource};
 use super::layer::Config;
@@ -192,13 +192,8 @@ fn release_unanswered<E: Send + 'static, ResB: Send + 'static>(
     ran: Result<(Option<Response<ResB>>, LockGuard), E>,
 ) -> crate::layer::detach::Boxed<()> {
     Box::pin(async move {
-        if let Ok((_, guard)) = ran
-            && let Err(e) = guard.release().await
-        {
-            tracing::debug!(
-                error = &e as &dyn std::error::Error,
-                "lock layer: release after a handler whose client went away failed"
-            );
+        if let Ok((_, guard)) = ran {
+            release_logged(guard, "after a handler whose client went away").await;
         }
     })
 }
@@ -294,14 +289,7 @@ async fn hand_over_body<B>(
 where
     B: HttpBody + Unpin,
 {
-    let release = |guard: LockGuard| async move {
-        if let Err(e) = guard.release().await {
-            tracing::debug!(
-                error = &e as &dyn std::error::Error,
-                "lock layer: release after the response failed"
-            );
-        }
-    };
+    let release = |guard| release_logged(guard, "after the response");
     let first = if body.is_end_stream() {
         Some(None)
     } else {
