@@ -59,7 +59,8 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
   Redis in instructions (valgrind), against the raw pair and record;
   bench --instructions [--n N] [--only pair,route]: the client's instructions
   per pair and per request under callgrind, against the hand-rolled side;
-  bench --serve lock|idem lib|raw: one side of row 11 or 12, served until
+  bench --serve lock|idem lib|raw|by-hand: one side of row 11 or 12 (by-hand:
+  the library's own commands from a hand-rolled middleware), served until
   Ctrl-C or SIGTERM, for a profiler while `wrk` loads it (it prints the command)
 
 environment: BENCH_REPS, BENCH_QUICK=1, BENCH_JSON, BENCH_SVG, BENCH_ONLY (flags

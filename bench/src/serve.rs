@@ -9,7 +9,8 @@ use lock_runtime::LockClient;
 
 use crate::http::{Side, app, serve};
 
-pub(crate) const USAGE: &str = "bench --serve lock|idem lib|raw [--server redis|valkey|redis8]";
+pub(crate) const USAGE: &str =
+    "bench --serve lock|idem lib|raw|by-hand [--server redis|valkey|redis8]";
 
 pub(crate) fn main(args: &[String]) -> ExitCode {
     let side = match args {
@@ -18,6 +19,8 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             ("lock", "raw") => Side::RawLock,
             ("idem", "lib") => Side::Idempotency,
             ("idem", "raw") => Side::RawIdempotency,
+            ("idem", "by-hand") => Side::RawLibraryIdempotency,
+            ("lock", "by-hand") => Side::RawLibraryLock,
             _ => return usage(),
         },
         _ => return usage(),

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 
 use crate::raw::{
-    CHECKED_STORE, FENCED_MINIMUM, LIBRARY_SETTLE, RETENTION_MS, acquire_args, library_claim,
-    library_names, library_record_names, library_settle_args, load_script, release_args,
+    CHECKED_STORE, FENCED_MINIMUM, LIBRARY_SETTLE, RETENTION_MS, acquire_args, library_names,
+    library_record_names, library_settle_args, load_script, release_args,
 };
 
 const ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
@@ -82,7 +82,7 @@ const SIDES: &[(&str, Side)] = &[
         Side::CheckedRecord,
     ),
     (
-        "library record: its SET NX PX claim + idempotency_settle.lua",
+        "library record: its SET NX PX claim + its settle (SET IFEQ PX where the server has it, else idempotency_settle.lua), as sent",
         Side::LibraryRecord,
     ),
 ];
@@ -238,10 +238,23 @@ impl Side {
                 store.arg(&owner).arg(BODY).arg(RETENTION_MS);
                 vec![claim(&record, &owner), store]
             }
+            // The settle as the library sends it: `SET .. IFEQ` on the
+            // servers with a native compare-and-delete (they have the
+            // conditional `SET` too), else the script.
             Side::LibraryRecord => {
-                let mut settle = evalsha(&sha.settle, std::slice::from_ref(&record));
-                settle.arg(library_settle_args(&token, &notice, 200, BODY));
-                vec![claim(&record, &library_claim(&token)), settle]
+                let (claimed, _, retention, stored) =
+                    library_settle_args(&token, &notice, 200, BODY);
+                let settle = if sha.native.is_some() {
+                    let mut set = redis::cmd("SET");
+                    set.arg(&record).arg(stored).arg("IFEQ").arg(&claimed);
+                    set.arg("PX").arg(retention);
+                    set
+                } else {
+                    let mut settle = evalsha(&sha.settle, std::slice::from_ref(&record));
+                    settle.arg(library_settle_args(&token, &notice, 200, BODY));
+                    settle
+                };
+                vec![claim(&record, &claimed), settle]
             }
         }
     }
