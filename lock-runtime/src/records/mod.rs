@@ -189,12 +189,22 @@ impl RecordRequest {
     }
 
     /// The record named `names` (a layer's: by route and caller), claimed
-    /// with the fingerprint digest `fingerprint`.
+    /// with the fingerprint digest `fingerprint`, the lease and the wait
+    /// `options` (checked by [`claim`](Self::claim) as the setters' are).
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
-    pub(crate) fn named(mut self, names: RecordNames, fingerprint: String) -> Self {
-        self.names = Some(names);
-        self.fingerprint = Some(fingerprint);
-        self
+    pub(crate) fn named(
+        self,
+        names: RecordNames,
+        fingerprint: String,
+        options: LockOptions,
+    ) -> Self {
+        let (names, fingerprint) = (Some(names), Some(fingerprint));
+        Self {
+            names,
+            fingerprint,
+            options,
+            ..self
+        }
     }
 
     /// Claims the record. Errors: [`LockError::InvalidKey`],

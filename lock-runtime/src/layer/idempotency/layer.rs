@@ -8,8 +8,7 @@ use http::{HeaderName, Method, header};
 use super::BodyFingerprint;
 use super::commit::store::CommitStore;
 use super::scope::Scope;
-use crate::client::LockClient;
-use crate::client::validate_ttl;
+use crate::client::{LockClient, LockOptions, validate_ttl};
 use crate::durations::{check_retention, refused_at_build};
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
@@ -58,9 +57,9 @@ pub(super) struct Config {
     pub(super) client: LockClient,
     pub(super) scope: Scope,
     pub(super) required_on: Vec<Method>,
-    pub(super) ttl: Option<Duration>,
+    /// The in-flight lease and the duplicates' wait, as a lock layer's.
+    pub(super) options: LockOptions,
     pub(super) retention: Duration,
-    pub(super) wait: Duration,
     pub(super) max_request_body: usize,
     pub(super) max_response_body: usize,
     pub(super) body_fingerprint: BodyFingerprint,
@@ -97,9 +96,8 @@ impl IdempotencyLayer {
                 client,
                 scope: Scope::Credentials,
                 required_on: vec![Method::POST],
-                ttl: None,
+                options: LockOptions::new(),
                 retention: DEFAULT_RETENTION,
-                wait: Duration::ZERO,
                 max_request_body: DEFAULT_MAX_BODY,
                 max_response_body: DEFAULT_MAX_BODY,
                 body_fingerprint: BodyFingerprint::Bytes,
@@ -209,19 +207,37 @@ impl IdempotencyLayer {
         self
     }
 
-    config_setters! {
-        /// The lease of an in-flight record (default: the client's default
-        /// TTL), renewed every `ttl / 3` while
-        /// the handler runs, by the client's watchdog together with its locks.
-        /// If the process dies, the key is usable again after at most this long. Named like [`LockRequest::ttl`](crate::LockRequest::ttl).
-        /// A lease outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL)
-        /// is refused here, when the router is built: this panics with the
-        /// bound (see [Settings out of range](crate::layer#settings-out-of-range)).
-        #[track_caller]
-        pub fn ttl(ttl: Duration) => ttl = Some(refused_at_build(
-            "IdempotencyLayer::ttl",
-            validate_ttl(ttl).map(|()| ttl),
-        ));
+    /// The lease of an in-flight record (default: the client's default
+    /// TTL), renewed every `ttl / 3` while
+    /// the handler runs, by the client's watchdog together with its locks.
+    /// If the process dies, the key is usable again after at most this long. Named like [`LockRequest::ttl`](crate::LockRequest::ttl).
+    /// A lease outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL)
+    /// is refused here, when the router is built: this panics with the
+    /// bound (see [Settings out of range](crate::layer#settings-out-of-range)).
+    #[track_caller]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        refused_at_build("IdempotencyLayer::ttl", validate_ttl(ttl));
+        let options = &mut self.config().options;
+        *options = std::mem::take(options).ttl(ttl);
+        self
+    }
+
+    /// How long a duplicate waits for the request in flight to finish, then
+    /// gets its stored response (default `Duration::ZERO`: `409 Conflict` at
+    /// once, with `Retry-After: 1`). `409` too when the wait ends first.
+    ///
+    /// The duplicate sleeps on the record's notice, as a lock waiter does:
+    /// it gets the stored response about one round trip after the first
+    /// request's completion, or runs about as soon after a release (the
+    /// first request failed and its response is not stored). A lost notice
+    /// costs at most the record's lease, within this wait (see [Waiting
+    /// duplicates](super#waiting-duplicates)). A wait above
+    /// [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that
+    /// long, as a record request's does.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        let options = &mut self.config().options;
+        *options = std::mem::take(options).wait(wait);
+        self
     }
 
     config_setters! {
@@ -235,20 +251,6 @@ impl IdempotencyLayer {
             "IdempotencyLayer::retention",
             check_retention("a record", retention).map(|()| retention),
         );
-
-        /// How long a duplicate waits for the request in flight to finish, then
-        /// gets its stored response (default `Duration::ZERO`: `409 Conflict` at
-        /// once, with `Retry-After: 1`). `409` too when the wait ends first.
-        ///
-        /// The duplicate sleeps on the record's notice, as a lock waiter does:
-        /// it gets the stored response about one round trip after the first
-        /// request's completion, or runs about as soon after a release (the
-        /// first request failed and its response is not stored). A lost notice
-        /// costs at most the record's lease, within this wait (see [Waiting
-        /// duplicates](super#waiting-duplicates)). A wait above
-        /// [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that
-        /// long, as a record request's does.
-        pub fn wait(wait: Duration) => wait;
 
         /// The largest request body accepted, in bytes (default 1 MiB); larger
         /// ones get `413 Payload Too Large`. The body is read in full to
@@ -352,9 +354,9 @@ config_debug!(IdempotencyLayer, c => {
     client,
     scope,
     required_on,
-    ttl,
+    ttl = c.options.ttl,
     retention,
-    wait,
+    wait = c.options.wait,
     max_request_body,
     max_response_body,
     body_fingerprint,

@@ -145,11 +145,11 @@ where
     };
     let started = Instant::now();
     let commit_fingerprint = config.commit.is_some().then(|| fingerprint.clone());
-    let mut claim = client.record(key.clone()).named(names, fingerprint);
-    if let Some(ttl) = config.ttl {
-        claim = claim.ttl(ttl);
-    }
-    let claim = claim.wait(config.wait).retention(config.retention);
+    let options = config.options.clone();
+    let claim = client
+        .record(key.clone())
+        .named(names, fingerprint, options);
+    let claim = claim.retention(config.retention);
     let record = match claim.answer().await {
         // Counted once the commit store (if any) has been looked at.
         Ok(Answer::Run(record)) => record,
