@@ -16,7 +16,7 @@
 //! | `hold_at_least` | worker logs | a key acquired again sooner than the minimum (less 10 ms) after an acquisition released `Ok` |
 //! | waiters that never got the lock | worker logs | an operation ended without the lock although its wait was long (the scenarios use long waits) |
 //! | locks held past their TTL after the holder died | worker logs + faults | after a holder was stopped past its lease or killed, nobody else got the key within TTL + slack, though another process wanted it |
-//! | stalls | worker logs + faults | waiters waited with no reported holder for longer than TTL + slack outside server outages (an orphaned lock: a cancelled acquire, a leaked watchdog; or waiters that missed a free lock) |
+//! | stalls | worker logs + faults | waiters waited with no reported holder for longer than TTL + slack outside server outages (an orphaned lock: a cancelled acquire, a leaked watchdog; or waiters that missed a free lock; a waiter does not count while its own process is stopped, those behind it do) |
 //! | cancelled acquires are never held | worker logs | a cancelled acquire left a guard being renewed (`renewed_leases() > 0`) |
 //! | blocked runtimes (scenario 7) | worker logs | blocked below the TTL and lost it, or blocked past it and not told (`lost()` not resolved within 2 s, or `release` returned `Ok`) |
 //! | stopped holders (scenarios 2, 10) | worker logs + faults | stopped past the lease and `release`, sent after the `SIGCONT`, still said `Ok` |

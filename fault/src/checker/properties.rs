@@ -315,7 +315,10 @@ pub(super) fn holds(
     }
 }
 
-/// Stalls: some operation waits while no holder is reported.
+/// Stalls: some operation waits while no holder is reported. A waiter
+/// does not count while its own process is stopped: it cannot take a free
+/// lock then (nor report one handed to it), and that is the fault, not the
+/// lock leaving it behind; the waiters behind it still count.
 pub(super) fn stalls(
     run: &RunData,
     rb: &Rebuilt,
@@ -334,14 +337,37 @@ pub(super) fn stalls(
             _ => None,
         })
         .collect();
+    let mut stops: Vec<(u32, u64, u64)> = run
+        .faults
+        .iter()
+        .filter_map(|f| match f {
+            Fault::StopWorker { worker, start, end } => Some((*worker, *start, *end)),
+            _ => None,
+        })
+        .collect();
+    stops.sort_unstable_by_key(|&(_, start, _)| start);
     for (key, key_ops) in by_key {
         let mut edges: Vec<(u64, i32, i32)> = Vec::new(); // (t, waiting delta, holding delta)
         for o in key_ops {
             let eol = end_of_log.get(&o.worker).copied().unwrap_or(0);
             let death = killed.get(&o.process).copied();
             let wait_end = o.wait_end().unwrap_or_else(|| death.unwrap_or(eol));
-            edges.push((o.attempt, 1, 0));
-            edges.push((wait_end.max(o.attempt), -1, 0));
+            // The wait, less its own process's stops.
+            let mut from = o.attempt;
+            let own_stops = stops.iter().filter(|&&(p, _, _)| p == o.process);
+            for &(_, start, end) in own_stops {
+                if start < wait_end && end > from {
+                    if start > from {
+                        edges.push((from, 1, 0));
+                        edges.push((start, -1, 0));
+                    }
+                    from = from.max(end);
+                }
+            }
+            if from == o.attempt || from < wait_end {
+                edges.push((from, 1, 0));
+                edges.push((wait_end.max(from), -1, 0));
+            }
             if let Some((_, t)) = o.acquired {
                 edges.push((t, 0, 1));
                 edges.push((o.hold_end(death, eol).max(t), 0, -1));

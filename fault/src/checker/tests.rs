@@ -368,6 +368,41 @@ fn a_waiter_left_without_a_holder_for_longer_than_a_lease_is_a_stall() {
     assert!(r.max_stall_ms >= 399);
 }
 
+#[test]
+fn a_waiter_is_not_stalled_while_its_own_process_is_stopped_but_those_behind_it_are() {
+    // Process 0 takes and releases `k`, then waits for it from 100 µs to
+    // 400 ms, stopped from 150 µs to 399 ms: its wait while stopped is the
+    // fault (it cannot take a free lock, nor report one handed to it).
+    let waits = |others_wait: bool| {
+        let mut a = Vec::new();
+        op(&mut a, 1, "k", 1, 0, 1, ReleaseOutcome::Ok);
+        let gave_up = |op, t| Event::GaveUp {
+            op,
+            error: "busy".into(),
+            t,
+        };
+        a.extend([attempt(2, 100), gave_up(2, 400_000)]);
+        let mut logs = vec![a];
+        if others_wait {
+            // Process 1 waits the same 400 ms, running.
+            logs.push(vec![attempt(1, 120), gave_up(1, 400_000)]);
+        }
+        let mut data = run(logs, vec![write(1, 1, 0, 0, 0, 1)], 1);
+        data.faults = vec![Fault::StopWorker {
+            worker: 0,
+            start: 150,
+            end: 399_000,
+        }];
+        check(&data)
+    };
+    let alone = waits(false);
+    assert_eq!(alone.violations.stalled, 0, "{:?}", alone.examples);
+    assert!(alone.max_stall_ms <= 1, "{}", alone.max_stall_ms);
+    let behind = waits(true);
+    assert_eq!(behind.violations.stalled, 1, "{:?}", behind.examples);
+    assert!(behind.max_stall_ms >= 399);
+}
+
 /// Two tasks of process 0 (logical workers 0 and 1) and process 1
 /// (logical worker 2) on `k`.
 fn two_tasks_and_another_process(logs: [Vec<Event>; 3], writes: Vec<StoredWrite>) -> RunData {
