@@ -169,6 +169,31 @@ macro_rules! config_setters {
     };
 }
 
+/// A layer's lease and wait, each with its own docs, set on its
+/// `Config::options` (a `LockOptions`, as a request's setters set theirs):
+/// a lease out of bounds is refused when the router is built, naming
+/// `$layer::ttl`; a wait is taken as a request takes it.
+macro_rules! layer_lease_setters {
+    ($layer:literal; $(#[$ttl:meta])* ttl; $(#[$wait:meta])* wait;) => {
+        $(#[$ttl])*
+        #[track_caller]
+        pub fn ttl(mut self, ttl: Duration) -> Self {
+            let valid = $crate::client::validate_ttl(ttl);
+            $crate::durations::refused_at_build(concat!($layer, "::ttl"), valid);
+            let options = &mut self.config().options;
+            *options = std::mem::take(options).ttl(ttl);
+            self
+        }
+
+        $(#[$wait])*
+        pub fn wait(mut self, wait: Duration) -> Self {
+            let options = &mut self.config().options;
+            *options = std::mem::take(options).wait(wait);
+            self
+        }
+    };
+}
+
 /// A layer's `Debug`: its name, then each field of its `Config` (bound to
 /// `$c`) by name, or `name = expression` for what is shown another way.
 macro_rules! config_debug {

@@ -8,7 +8,7 @@ use http::{HeaderName, Method, header};
 use super::BodyFingerprint;
 use super::commit::store::CommitStore;
 use super::scope::Scope;
-use crate::client::{LockClient, LockOptions, validate_ttl};
+use crate::client::{LockClient, LockOptions};
 use crate::durations::{check_retention, refused_at_build};
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
@@ -207,37 +207,29 @@ impl IdempotencyLayer {
         self
     }
 
-    /// The lease of an in-flight record (default: the client's default
-    /// TTL), renewed every `ttl / 3` while
-    /// the handler runs, by the client's watchdog together with its locks.
-    /// If the process dies, the key is usable again after at most this long. Named like [`LockRequest::ttl`](crate::LockRequest::ttl).
-    /// A lease outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL)
-    /// is refused here, when the router is built: this panics with the
-    /// bound (see [Settings out of range](crate::layer#settings-out-of-range)).
-    #[track_caller]
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        refused_at_build("IdempotencyLayer::ttl", validate_ttl(ttl));
-        let options = &mut self.config().options;
-        *options = std::mem::take(options).ttl(ttl);
-        self
-    }
-
-    /// How long a duplicate waits for the request in flight to finish, then
-    /// gets its stored response (default `Duration::ZERO`: `409 Conflict` at
-    /// once, with `Retry-After: 1`). `409` too when the wait ends first.
-    ///
-    /// The duplicate sleeps on the record's notice, as a lock waiter does:
-    /// it gets the stored response about one round trip after the first
-    /// request's completion, or runs about as soon after a release (the
-    /// first request failed and its response is not stored). A lost notice
-    /// costs at most the record's lease, within this wait (see [Waiting
-    /// duplicates](super#waiting-duplicates)). A wait above
-    /// [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that
-    /// long, as a record request's does.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        let options = &mut self.config().options;
-        *options = std::mem::take(options).wait(wait);
-        self
+    layer_lease_setters! {
+        "IdempotencyLayer";
+        /// The lease of an in-flight record (default: the client's default
+        /// TTL), renewed every `ttl / 3` while
+        /// the handler runs, by the client's watchdog together with its locks.
+        /// If the process dies, the key is usable again after at most this long. Named like [`LockRequest::ttl`](crate::LockRequest::ttl).
+        /// A lease outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL)
+        /// is refused here, when the router is built: this panics with the
+        /// bound (see [Settings out of range](crate::layer#settings-out-of-range)).
+        ttl;
+        /// How long a duplicate waits for the request in flight to finish, then
+        /// gets its stored response (default `Duration::ZERO`: `409 Conflict` at
+        /// once, with `Retry-After: 1`). `409` too when the wait ends first.
+        ///
+        /// The duplicate sleeps on the record's notice, as a lock waiter does:
+        /// it gets the stored response about one round trip after the first
+        /// request's completion, or runs about as soon after a release (the
+        /// first request failed and its response is not stored). A lost notice
+        /// costs at most the record's lease, within this wait (see [Waiting
+        /// duplicates](super#waiting-duplicates)). A wait above
+        /// [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that
+        /// long, as a record request's does.
+        wait;
     }
 
     config_setters! {

@@ -7,7 +7,7 @@ use http::request::Parts;
 use http::{HeaderName, StatusCode};
 
 use super::key::{KeySource, parse_template};
-use crate::client::{LockOptions, validate_ttl};
+use crate::client::LockOptions;
 use crate::durations::refused_at_build;
 use crate::layer::TaskTracker;
 use crate::layer::completion::Completion;
@@ -273,27 +273,19 @@ impl LockLayer {
         self
     }
 
-    /// The lease (default: the client's). Renewed every `ttl / 3` while the
-    /// request runs and its body is sent. A lease outside
-    /// [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL) is refused
-    /// here, when the router is built: this panics with the bound (see
-    /// [Settings out of range](crate::layer#settings-out-of-range)).
-    #[track_caller]
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        refused_at_build("LockLayer::ttl", validate_ttl(ttl));
-        let options = &mut self.config().options;
-        *options = std::mem::take(options).ttl(ttl);
-        self
-    }
-
-    /// How long a request waits for a busy lock before it is refused (default
-    /// `Duration::ZERO`: refused at once). A wait above
-    /// [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that
-    /// long.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        let options = &mut self.config().options;
-        *options = std::mem::take(options).wait(wait);
-        self
+    layer_lease_setters! {
+        "LockLayer";
+        /// The lease (default: the client's). Renewed every `ttl / 3` while the
+        /// request runs and its body is sent. A lease outside
+        /// [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL) is refused
+        /// here, when the router is built: this panics with the bound (see
+        /// [Settings out of range](crate::layer#settings-out-of-range)).
+        ttl;
+        /// How long a request waits for a busy lock before it is refused (default
+        /// `Duration::ZERO`: refused at once). A wait above
+        /// [`MAX_WAIT`](crate::MAX_WAIT) (`Duration::MAX` included) waits that
+        /// long.
+        wait;
     }
 
     config_setters! {
