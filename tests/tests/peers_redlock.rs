@@ -167,5 +167,9 @@ async fn with_a_majority_of_masters_hung_an_acquire_fails_in_time_and_leaves_no_
     within(secs(5), "the release", guard.release())
         .await
         .unwrap();
-    assert!(masters.nodes_holding(&name).is_empty());
+    // The release answers once a majority deleted the key; a slower
+    // master's delete finishes in its own task. A refused acquire's lock
+    // left on a resumed master (a 10 s lease) would still be there.
+    let gone = || masters.nodes_holding(&name).is_empty();
+    eventually(secs(2), "the key gone from every master", gone).await;
 }
