@@ -1,5 +1,5 @@
-//! One Redis (or Valkey) server: scripts on two multiplexed, self-reconnecting
-//! connections, and one shared pub/sub connection for release notices.
+//! One Redis (or Valkey) server: scripts and commands on one multiplexed,
+//! self-reconnecting connection, and one shared pub/sub connection for release notices.
 
 use std::sync::Arc;
 use std::time::Duration;
