@@ -39,7 +39,16 @@
 //! only from its next `Queued` line. B passing A because of it is no
 //! violation; it is counted ([`Stats::passed_lapsed`]), as are the lapses
 //! the watcher saw (the key stopped naming A while A's acquire was pending:
-//! [`Stats::lapsed`]). Likewise an acquire error of A (`AcquireError`: the
+//! [`Stats::lapsed`]). A hand-over can also come and lapse between two
+//! reads of A's watcher, when A's whole process (the watcher runs in it)
+//! went unscheduled for longer than A's lease: the next read finds A's
+//! entry gone and the key someone else's (a `Left` line without `handed`,
+//! its `gap_us` at least the shortest lease of the run). Nothing else
+//! takes an entry out of the line while its wait lasts (a hand-over names
+//! the entry's token in the key; the scripts skip only entries whose wait
+//! has ended), so that too is a lapse ([`Stats::unseen_lapses`]); an entry
+//! gone after a short gap is not, and a grant passing it is a violation.
+//! Likewise an acquire error of A (`AcquireError`: the
 //! library dropped that attempt, which leaves the line, and the worker
 //! tries again with a new one): A counts as in line again only from its
 //! next `Queued` line ([`Stats::passed_errored`]).
@@ -64,6 +73,10 @@ pub struct Stats {
     /// Hand-overs to a waiter that ran out before it took the key up
     /// (`Lapsed` lines).
     pub lapsed: u64,
+    /// Entries that left the line, the key not theirs, while their
+    /// watcher's process went unscheduled for longer than a lease (a
+    /// hand-over that came and lapsed unseen).
+    pub unseen_lapses: u64,
     /// Grants that passed a waiter in line before them only because that
     /// waiter's hand-over had lapsed in between (no violation).
     pub passed_lapsed: u64,
@@ -97,8 +110,13 @@ struct Wait {
     /// Seen in the key's queue: the first time, and each time again after
     /// it had left it.
     queued: Vec<u64>,
-    /// Left the line with the key handed to it (`Left` with `handed`).
+    /// Left the line with the key handed to it (`Left` with `handed`), or
+    /// without it after a gap of its watcher longer than a lease (a
+    /// hand-over that lapsed unseen).
     handed: Vec<u64>,
+    /// Every `Left` line: time, the key handed to it, the watcher's gap
+    /// before that read (µs), for the violation's description.
+    left: Vec<(u64, bool, u64)>,
     /// An attempt failed (`AcquireError`) and a new one was made.
     errors: Vec<u64>,
     /// `Acquired` (after the grant came back).
@@ -124,6 +142,11 @@ pub fn check(run: &RunData) -> Found {
             _ => {}
         }
     }
+    // The shortest lease of the run: worker `n`'s is the scenario's less
+    // `n` ms (see `worker::fifo`); a watcher's gap at least this long may
+    // hide a whole hand-over.
+    let max_id = run.workers.iter().map(|w| u64::from(w.id)).max().unwrap_or(0);
+    let shortest_lease_us = run.ttl_ms.saturating_sub(max_id).max(1) * 1_000;
     let struck = |process: u32, from: u64, to: u64| {
         strikes
             .get(&process)
@@ -145,6 +168,7 @@ pub fn check(run: &RunData) -> Found {
                             attempt: *t,
                             queued: Vec::new(),
                             handed: Vec::new(),
+                            left: Vec::new(),
                             errors: Vec::new(),
                             acquired: None,
                             ended: None,
@@ -160,11 +184,17 @@ pub fn check(run: &RunData) -> Found {
                 Event::Left {
                     op,
                     t,
-                    handed: true,
-                    ..
+                    handed,
+                    gap_us,
                 } => {
                     if let Some(wait) = current.get_mut(op) {
-                        wait.handed.push(*t);
+                        wait.left.push((*t, *handed, *gap_us));
+                        if *handed {
+                            wait.handed.push(*t);
+                        } else if *gap_us >= shortest_lease_us {
+                            found.stats.unseen_lapses += 1;
+                            wait.handed.push(*t);
+                        }
                     }
                 }
                 Event::AcquireError { op, t, .. } => {
@@ -252,7 +282,7 @@ pub fn check(run: &RunData) -> Found {
                 continue;
             };
             found.overtaken.push(format!(
-                "{key}: worker {} op {} ({}, attempt sent at {} µs) was granted at {} µs while worker {} op {}, in line since {} µs, still waited ({})",
+                "{key}: worker {} op {} ({}, attempt sent at {} µs) was granted at {} µs while worker {} op {}, in line since {} µs, still waited ({}){}",
                 b.worker,
                 b.op,
                 if b.once { "try-once" } else { "waiting" },
@@ -264,11 +294,32 @@ pub fn check(run: &RunData) -> Found {
                 match a.acquired {
                     Some(t) => format!("it got the key {} ms later", ms(t - b_acquired)),
                     None => "it never got the key".to_string(),
-                }
+                },
+                describe_left(&a.left),
             ));
         }
     }
     found
+}
+
+/// A waiter's `Left` lines, for a violation's description: where its
+/// entry went, as its watcher saw it.
+fn describe_left(left: &[(u64, bool, u64)]) -> String {
+    let seen: Vec<String> = left
+        .iter()
+        .map(|&(t, handed, gap)| {
+            format!(
+                "{} at {t} µs, {} ms after the read before",
+                if handed { "handed the key" } else { "left the line" },
+                ms(gap)
+            )
+        })
+        .collect();
+    if seen.is_empty() {
+        String::new()
+    } else {
+        format!("; its watcher saw it {}", seen.join(", "))
+    }
 }
 
 /// Since when waiter `a`, not granted before `granted`, stood in line as far
@@ -572,8 +623,45 @@ mod tests {
                 e => e.clone(),
             })
             .collect();
-        let found = check(&run(vec![not_handed, later], vec![]));
+        let found = check(&run(vec![not_handed.clone(), later.clone()], vec![]));
         assert_eq!(found.overtaken.len(), 1, "{:?}", found.overtaken);
+        assert!(
+            found.overtaken[0].contains("left the line at 8000 µs, 2 ms after"),
+            "{:?}",
+            found.overtaken
+        );
+
+        // The same entry gone after its watcher went unscheduled for longer
+        // than the shortest lease: a hand-over may have come and lapsed
+        // between the two reads. Counted, no violation.
+        let gap = |gap_us| {
+            not_handed
+                .iter()
+                .filter(|e| !matches!(e, Event::Lapsed { .. }))
+                .map(|e| match e {
+                    Event::Left { op, t, handed, .. } => Event::Left {
+                        op: *op,
+                        t: *t,
+                        handed: *handed,
+                        gap_us,
+                    },
+                    e => e.clone(),
+                })
+                .collect::<Vec<_>>()
+        };
+        let data = run(vec![gap(500_000), later.clone()], vec![]);
+        assert_eq!(data.ttl_ms, 500);
+        let found = check(&data);
+        assert!(found.overtaken.is_empty(), "{:?}", found.overtaken);
+        assert_eq!(
+            (found.stats.unseen_lapses, found.stats.passed_lapsed),
+            (1, 1)
+        );
+        // A gap just short of the shortest lease (500 ms less the highest
+        // worker id, 1) excuses nothing.
+        let found = check(&run(vec![gap(498_999), later], vec![]));
+        assert_eq!(found.overtaken.len(), 1, "{:?}", found.overtaken);
+        assert_eq!(found.stats.unseen_lapses, 0);
     }
 
     #[test]

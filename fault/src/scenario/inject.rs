@@ -1,8 +1,20 @@
 //! The fault injector: what each fault plan does, step by step, while the
 //! workers run.
 
+use rustix::process::{Pid, Signal};
+
 use super::sides::{LockSide, Running};
 use super::*;
+
+/// Sends `signal` to worker process `pid` with one `kill(2)`, so that it
+/// lands within microseconds of the call (a `kill` command's fork and exec
+/// took milliseconds, tens under load, between the time a strike was
+/// logged at and the time it struck).
+fn strike(pid: u32, signal: Signal) -> Result<(), String> {
+    let raw = i32::try_from(pid).map_err(|e| e.to_string())?;
+    let pid = Pid::from_raw(raw).ok_or_else(|| format!("no process {raw}"))?;
+    rustix::process::kill_process(pid, signal).map_err(|e| format!("kill -{signal:?} {raw}: {e}"))
+}
 
 pub(super) enum Step {
     Fault(Fault),
@@ -100,11 +112,15 @@ impl Injector {
                 if reader.as_deref() != Some(first.to_string().as_str()) && shared.is_none() {
                     return Ok(None);
                 }
-                // It read and now thinks, holding the lock: strike.
+                // It read and now thinks, holding the lock: strike. The
+                // strike's time is read once the signal is sent: the victim
+                // runs until then, and may even have ended its operation
+                // and queued for the next (the checker must see it struck
+                // while it waited).
                 self.cycles += 1;
-                let t = cx.clock.now();
                 if *kill_every > 0 && self.cycles.is_multiple_of(*kill_every) {
-                    signal(victim.child.id(), "KILL")?;
+                    strike(victim.child.id(), Signal::KILL)?;
+                    let t = cx.clock.now();
                     self.phase = Phase::Idle {
                         next: now + Duration::from_millis(300),
                     };
@@ -120,7 +136,8 @@ impl Injector {
                         t,
                     })));
                 }
-                signal(victim.child.id(), "STOP")?;
+                strike(victim.child.id(), Signal::STOP)?;
+                let t = cx.clock.now();
                 self.phase = Phase::Stopped {
                     index,
                     t,

@@ -79,10 +79,10 @@ pub fn table(outcomes: &[Outcome]) -> String {
                 "{} waiters seen in line, {} grants with an earlier waiter in line, try-once {} granted / {} busy",
                 f.queued, f.behind, f.try_once_granted, f.try_once_refused
             ));
-            if f.lapsed + f.passed_lapsed + f.passed_errored + f.mismatches > 0 {
+            if f.lapsed + f.unseen_lapses + f.passed_lapsed + f.passed_errored + f.mismatches > 0 {
                 notes.push(format!(
-                    "{} hand-overs lapsed ({} grants passed such a waiter, {} passed a waiter whose attempt failed), {} queue list/set mismatches",
-                    f.lapsed, f.passed_lapsed, f.passed_errored, f.mismatches
+                    "{} hand-overs lapsed ({} more unseen, the waiter's process unscheduled longer than its lease; {} grants passed such a waiter, {} passed a waiter whose attempt failed), {} queue list/set mismatches",
+                    f.lapsed, f.unseen_lapses, f.passed_lapsed, f.passed_errored, f.mismatches
                 ));
             }
         }
