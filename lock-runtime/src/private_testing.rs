@@ -95,3 +95,16 @@ pub fn batched_calls(client: &LockClient) -> (u64, u64, u64) {
         _ => (0, 0, 0),
     }
 }
+
+/// Makes `client`'s Redlock acquire requests to its `node`th master start
+/// `by` late, as a request whose task the runtime polls late would (a
+/// loaded machine). `false`: `client` is not a Redlock client.
+pub fn delay_redlock_acquires(client: &LockClient, node: usize, by: Duration) -> bool {
+    match client.backend() {
+        crate::backend::Backend::Redlock(redlock) => {
+            redlock.delay_acquires(node, by);
+            true
+        }
+        _ => false,
+    }
+}

@@ -19,7 +19,7 @@ use crate::error::BackendError;
 /// drawing tokens (sharing the generator's state), whose clients are its
 /// own, still draws other tokens than its parent; XOR with a value the
 /// generator does not know leaves the 128 bits as unguessable as they were.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Token([u8; TOKEN_LEN]);
 
 /// Hex digits of the random part.

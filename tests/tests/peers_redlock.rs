@@ -110,14 +110,14 @@ async fn an_acquire_wins_exactly_when_a_majority_of_masters_are_free_of_another_
 /// two of three databases hanging, `TryAcquireAsync` returns null in time):
 /// with three of five masters paused (SIGSTOP), an acquire fails within its
 /// wait and the response timeout instead of hanging; once they resume, its
-/// unanswered commands hold no majority, so another client gets the key at
-/// once, not when the 10 s lease would have run out. Under load in CI a
-/// resumed master was seen still holding the key 2 s after the second
-/// client's release (which command set it is not yet known): the test
-/// bounds that leftover to a minority of the resumed masters, within its
-/// lease.
+/// unanswered commands leave nothing behind (each refused attempt's
+/// release goes after its requests, on the same connections), so another
+/// client gets the key at once, not when the 10 s lease would have run
+/// out, and after that client's release (which waits for its own requests
+/// still in flight on the slower, just resumed masters) no master holds
+/// the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_a_majority_of_masters_hung_an_acquire_fails_in_time_and_leaves_no_majority_once_they_resume()
+async fn with_a_majority_of_masters_hung_an_acquire_fails_in_time_and_leaves_no_lock_once_they_resume()
  {
     let masters = Redlock::start(5);
     let a = short_timeout_client(masters.builder()).await;
@@ -173,20 +173,8 @@ async fn with_a_majority_of_masters_hung_an_acquire_fails_in_time_and_leaves_no_
         .unwrap();
     // The release answers once a majority deleted the key; a slower
     // master's delete finishes in its own task.
-    let deadline = Instant::now() + secs(2);
-    let mut left = masters.nodes_holding(&name);
-    while !left.is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(ms(20)).await;
-        left = masters.nodes_holding(&name);
-    }
-    if !left.is_empty() {
-        // A refused acquire's own lease on the masters that were paused:
-        // a minority, expiring by itself.
-        println!("left on masters {left:?} after the release");
-        assert!(left.len() < 3 && left.iter().all(|&i| i < 3), "{left:?}");
-        for &i in &left {
-            let pttl: i64 = masters.server(i).cli(&["PTTL", &name]).parse().unwrap();
-            assert!((1..=10_000).contains(&pttl), "master {i}: PTTL {pttl}");
-        }
-    }
+    eventually(secs(2), "every master deleted the key", || {
+        masters.nodes_holding(&name).is_empty()
+    })
+    .await;
 }

@@ -314,3 +314,43 @@ fn fewer_than_three_or_an_even_number_of_masters_is_a_config_error() {
         }
     });
 }
+
+/// A lock is granted once a majority answered; a slower master's request
+/// goes on in its task, so that master holds the lock too. The release
+/// must not pass that request: on a loaded machine the request's task may
+/// be polled only after the release reached the master, and the lock it
+/// then sets would stay there for its whole lease. Here the fifth master's
+/// requests start 300 ms late (a test hook, as a late-polled task would):
+/// the guard is released at once, and once the late request ran, no
+/// master holds the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_waits_for_the_acquire_request_still_in_flight_on_a_slower_master() {
+    let (masters, builder) = five_masters();
+    let client = builder.build().await.unwrap();
+    assert!(lock_runtime::__private::testing::delay_redlock_acquires(
+        &client,
+        4,
+        ms(300)
+    ));
+    let key = key("straggler");
+    let name = lock_name(&key);
+    for round in 0..2 {
+        let started = Instant::now();
+        let guard = client.lock(&key).ttl(secs(10)).acquire().await.unwrap();
+        assert!(
+            started.elapsed() < ms(250),
+            "the majority answered in {:?}",
+            started.elapsed()
+        );
+        assert_eq!(masters.server(4).cli(&["EXISTS", &name]), "0");
+        within(secs(2), "the release", guard.release())
+            .await
+            .unwrap();
+        tokio::time::sleep(ms(600)).await;
+        assert_eq!(
+            masters.nodes_holding(&name),
+            Vec::<usize>::new(),
+            "round {round}: the late request left the lock behind the release"
+        );
+    }
+}

@@ -12,7 +12,10 @@
 //!   shares a node with this one, whose next increment is higher: tokens never
 //!   decrease while a majority of nodes keeps its data.
 //! * **Extend** (the watchdog) needs a majority within the validity; **release**
-//!   runs on every node. Waiters wait on release notices from every node, with
+//!   runs on every node, on a node whose acquire request was still in flight
+//!   when the majority answered only once that request ended (else the
+//!   release could reach the node first, and the acquire behind it would
+//!   leave the node holding the lock for a lease). Waiters wait on release notices from every node, with
 //!   lease timers as fallback; Redlock does not queue waiters (a hand-over
 //!   would have to agree across nodes).
 //!
@@ -21,11 +24,14 @@
 //! otherwise it can help a second client to a majority while the first still
 //! holds the lock.
 
-use std::sync::{Arc, LazyLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout};
 
 use super::redis::{RedisBackend, RedisOptions};
@@ -52,6 +58,38 @@ pub(crate) struct RedlockBackend {
     nodes: Vec<Arc<RedisBackend>>,
     waiters: Arc<Registry>,
     node_timeout: Duration,
+    /// The acquire requests still in flight when their lock was granted
+    /// (the slower nodes': they go on, so that those nodes hold it too),
+    /// by lock name and token: a node's release waits for them.
+    stragglers: Mutex<HashMap<(String, Token), Vec<InFlight>>>,
+    /// Tests only (`__private::testing::delay_redlock_acquires`): the node
+    /// whose acquire requests start late, and by how many milliseconds,
+    /// packed `node << 32 | ms`, as a task the runtime polls late would;
+    /// 0: none.
+    delayed: AtomicU64,
+}
+
+/// One node's acquire request still running in its task: `ended` resolves
+/// (with an error: nothing is ever sent on it) once that task is over,
+/// answered, timed out or aborted.
+#[derive(Debug)]
+struct InFlight {
+    node: usize,
+    ended: oneshot::Receiver<()>,
+}
+
+impl InFlight {
+    /// Resolves once the request's task is over.
+    async fn ended(self) {
+        let _ = self.ended.await;
+    }
+
+    fn is_over(&mut self) -> bool {
+        matches!(
+            self.ended.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        )
+    }
 }
 
 impl RedlockBackend {
@@ -87,6 +125,8 @@ impl RedlockBackend {
             nodes,
             waiters,
             node_timeout: options.response_timeout,
+            stragglers: Mutex::default(),
+            delayed: AtomicU64::new(0),
         })
     }
 
@@ -133,14 +173,25 @@ impl RedlockBackend {
         let per_node = self.per_node(ttl);
         let quorum = self.quorum();
         // Each node's request in a task of its own, so that one still in
-        // flight when the outcome is known can finish (below).
+        // flight when the outcome is known can finish (below); `in_flight`
+        // tells when each task is over.
+        let mut in_flight = Vec::with_capacity(self.nodes.len());
+        let delayed = self.delayed.load(Ordering::Relaxed);
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
             .enumerate()
             .map(|(i, node)| {
                 let (node, names, token) = (node.clone(), names.clone(), *token);
+                let (over, ended) = oneshot::channel::<()>();
+                in_flight.push(Some(InFlight { node: i, ended }));
+                let late = (delayed != 0 && delayed >> 32 == i as u64)
+                    .then(|| Duration::from_millis(delayed & u64::from(u32::MAX)));
                 tokio::spawn(async move {
+                    let _over = over;
+                    if let Some(late) = late {
+                        tokio::time::sleep(late).await;
+                    }
                     let answer = timeout(
                         per_node,
                         node.acquire(LockRef::new(&names, &token, ttl), Duration::ZERO),
@@ -157,11 +208,17 @@ impl RedlockBackend {
         // every acquire wait for its timeout.
         while let Some(joined) = pending.next().await {
             match joined {
-                Ok((i, Ok(Ok(AcquireOutcome::Acquired { fencing })))) => {
-                    acquired.push((i, fencing));
+                Ok((i, answer)) => {
+                    in_flight[i] = None;
+                    match answer {
+                        Ok(Ok(AcquireOutcome::Acquired { fencing })) => {
+                            acquired.push((i, fencing))
+                        }
+                        Ok(Ok(AcquireOutcome::Busy { remaining, .. })) => busy.push(remaining),
+                        _ => failed += 1,
+                    }
                 }
-                Ok((_, Ok(Ok(AcquireOutcome::Busy { remaining, .. })))) => busy.push(remaining),
-                _ => failed += 1,
+                Err(_) => failed += 1,
             }
             let minority = self.nodes.len() - quorum;
             if acquired.len() >= quorum || busy.len() > minority || failed > minority {
@@ -169,17 +226,24 @@ impl RedlockBackend {
             }
         }
         let undecided = pending.len();
+        let in_flight: Vec<InFlight> = in_flight.into_iter().flatten().collect();
         if acquired.len() < quorum {
             // Not ours: requests still in flight are stopped; one that took
-            // its node anyway is undone by the release below.
+            // its node anyway is undone by the release below, sent once its
+            // task is over (so after the request, if it went out at all).
             for request in pending.iter() {
                 request.abort();
             }
+            drop(pending);
+            join_all(in_flight.into_iter().map(InFlight::ended)).await;
+        } else {
+            // Ours: the requests still in flight go on, so that the slower
+            // nodes hold the lock too (renewed with the rest) and it survives
+            // more than the bare minimum of node failures. The lock's
+            // release on those nodes waits for them.
+            drop(pending);
+            self.keep_stragglers(names, token, in_flight);
         }
-        // Ours: the requests still in flight go on, so that the slower
-        // nodes hold the lock too (renewed with the rest) and it survives
-        // more than the bare minimum of node failures.
-        drop(pending);
         let valid = |now: Instant| {
             ttl.checked_sub(now - started + drift(ttl))
                 .is_some_and(|v| !v.is_zero())
@@ -251,6 +315,33 @@ impl RedlockBackend {
         })
     }
 
+    /// Keeps `in_flight`, the acquire requests of `names` by `token` still
+    /// running when the lock was granted, for its release; forgets those
+    /// of other locks that are over.
+    fn keep_stragglers(&self, names: &KeyNames, token: &Token, in_flight: Vec<InFlight>) {
+        let mut stragglers = self.stragglers.lock().unwrap_or_else(|e| e.into_inner());
+        stragglers.retain(|_, requests| !requests.iter_mut().all(InFlight::is_over));
+        if !in_flight.is_empty() {
+            stragglers.insert((names.lock.clone(), *token), in_flight);
+        }
+    }
+
+    /// The acquire requests of `names` by `token` still in flight when it
+    /// was granted, by node (taken: one release waits for them).
+    fn take_stragglers(&self, names: &KeyNames, token: &Token) -> Vec<Option<InFlight>> {
+        let mut by_node: Vec<Option<InFlight>> = self.nodes.iter().map(|_| None).collect();
+        let taken = self
+            .stragglers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(names.lock.clone(), *token));
+        for request in taken.into_iter().flatten() {
+            let node = request.node;
+            by_node[node] = Some(request);
+        }
+        by_node
+    }
+
     async fn release_all(&self, names: &KeyNames, token: &Token, ttl: Duration) -> usize {
         let per_node = self.per_node(ttl).max(Duration::from_millis(50));
         join_all(self.nodes.iter().map(|node| {
@@ -314,13 +405,18 @@ impl RedlockBackend {
         let per_node = self.per_node(ttl).max(Duration::from_millis(50));
         // Every node gets the release, in a task of its own; the answer is
         // given as soon as a majority decided it, so a dead node does not
-        // delay it.
+        // delay it. On a node whose acquire request is still in flight, the
+        // release goes once that request is over (answered or timed out).
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .map(|node| {
+            .zip(self.take_stragglers(names, token))
+            .map(|(node, straggler)| {
                 let (node, names, token) = (node.clone(), names.clone(), *token);
                 tokio::spawn(async move {
+                    if let Some(request) = straggler {
+                        request.ended().await;
+                    }
                     timeout(
                         per_node,
                         node.release(LockRef::new(&names, &token, ttl), false, false),
@@ -382,6 +478,12 @@ impl RedlockBackend {
             }
         }
         handle
+    }
+
+    /// Makes the acquire requests to `node` start `by` late (tests).
+    pub(crate) fn delay_acquires(&self, node: usize, by: Duration) {
+        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX).min(u64::from(u32::MAX));
+        self.delayed.store((node as u64) << 32 | ms, Ordering::Relaxed);
     }
 
     /// Every node, in configuration order.
