@@ -145,7 +145,12 @@ pub fn check(run: &RunData) -> Found {
     // The shortest lease of the run: worker `n`'s is the scenario's less
     // `n` ms (see `worker::fifo`); a watcher's gap at least this long may
     // hide a whole hand-over.
-    let max_id = run.workers.iter().map(|w| u64::from(w.id)).max().unwrap_or(0);
+    let max_id = run
+        .workers
+        .iter()
+        .map(|w| u64::from(w.id))
+        .max()
+        .unwrap_or(0);
     let shortest_lease_us = run.ttl_ms.saturating_sub(max_id).max(1) * 1_000;
     let struck = |process: u32, from: u64, to: u64| {
         strikes
@@ -310,7 +315,11 @@ fn describe_left(left: &[(u64, bool, u64)]) -> String {
         .map(|&(t, handed, gap)| {
             format!(
                 "{} at {t} µs, {} ms after the read before",
-                if handed { "handed the key" } else { "left the line" },
+                if handed {
+                    "handed the key"
+                } else {
+                    "left the line"
+                },
                 ms(gap)
             )
         })
