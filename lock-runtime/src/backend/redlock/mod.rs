@@ -211,9 +211,7 @@ impl RedlockBackend {
                 Ok((i, answer)) => {
                     in_flight[i] = None;
                     match answer {
-                        Ok(Ok(AcquireOutcome::Acquired { fencing })) => {
-                            acquired.push((i, fencing))
-                        }
+                        Ok(Ok(AcquireOutcome::Acquired { fencing })) => acquired.push((i, fencing)),
                         Ok(Ok(AcquireOutcome::Busy { remaining, .. })) => busy.push(remaining),
                         _ => failed += 1,
                     }
@@ -482,8 +480,11 @@ impl RedlockBackend {
 
     /// Makes the acquire requests to `node` start `by` late (tests).
     pub(crate) fn delay_acquires(&self, node: usize, by: Duration) {
-        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX).min(u64::from(u32::MAX));
-        self.delayed.store((node as u64) << 32 | ms, Ordering::Relaxed);
+        let ms = u64::try_from(by.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(u64::from(u32::MAX));
+        self.delayed
+            .store((node as u64) << 32 | ms, Ordering::Relaxed);
     }
 
     /// Every node, in configuration order.
