@@ -24,14 +24,12 @@
 //! otherwise it can help a second client to a majority while the first still
 //! holds the lock.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout};
 
 use super::redis::{RedisBackend, RedisOptions};
@@ -42,7 +40,9 @@ use crate::error::{BackendError, LockError};
 use crate::key::KeyNames;
 use crate::token::Token;
 
+mod stragglers;
 mod tally;
+use stragglers::{InFlight, Stragglers};
 use tally::ReleaseTally;
 
 static FENCE_RAISE: LazyLock<redis::Script> =
@@ -59,37 +59,14 @@ pub(crate) struct RedlockBackend {
     waiters: Arc<Registry>,
     node_timeout: Duration,
     /// The acquire requests still in flight when their lock was granted
-    /// (the slower nodes': they go on, so that those nodes hold it too),
-    /// by lock name and token: a node's release waits for them.
-    stragglers: Mutex<HashMap<(String, Token), Vec<InFlight>>>,
+    /// (the slower nodes': they go on, so that those nodes hold it too):
+    /// a node's release waits for them.
+    stragglers: Stragglers,
     /// Tests only (`__private::testing::delay_redlock_acquires`): the node
     /// whose acquire requests start late, and by how many milliseconds,
     /// packed `node << 32 | ms`, as a task the runtime polls late would;
     /// 0: none.
     delayed: AtomicU64,
-}
-
-/// One node's acquire request still running in its task: `ended` resolves
-/// (with an error: nothing is ever sent on it) once that task is over,
-/// answered, timed out or aborted.
-#[derive(Debug)]
-struct InFlight {
-    node: usize,
-    ended: oneshot::Receiver<()>,
-}
-
-impl InFlight {
-    /// Resolves once the request's task is over.
-    async fn ended(self) {
-        let _ = self.ended.await;
-    }
-
-    fn is_over(&mut self) -> bool {
-        matches!(
-            self.ended.try_recv(),
-            Err(oneshot::error::TryRecvError::Closed)
-        )
-    }
 }
 
 impl RedlockBackend {
@@ -125,7 +102,7 @@ impl RedlockBackend {
             nodes,
             waiters,
             node_timeout: options.response_timeout,
-            stragglers: Mutex::default(),
+            stragglers: Stragglers::default(),
             delayed: AtomicU64::new(0),
         })
     }
@@ -183,8 +160,8 @@ impl RedlockBackend {
             .enumerate()
             .map(|(i, node)| {
                 let (node, names, token) = (node.clone(), names.clone(), *token);
-                let (over, ended) = oneshot::channel::<()>();
-                in_flight.push(Some(InFlight { node: i, ended }));
+                let (request, over) = InFlight::new(i);
+                in_flight.push(Some(request));
                 let late = (delayed != 0 && delayed >> 32 == i as u64)
                     .then(|| Duration::from_millis(delayed & u64::from(u32::MAX)));
                 tokio::spawn(async move {
@@ -240,7 +217,7 @@ impl RedlockBackend {
             // more than the bare minimum of node failures. The lock's
             // release on those nodes waits for them.
             drop(pending);
-            self.keep_stragglers(names, token, in_flight);
+            self.stragglers.keep(names, token, in_flight);
         }
         let valid = |now: Instant| {
             ttl.checked_sub(now - started + drift(ttl))
@@ -313,33 +290,6 @@ impl RedlockBackend {
         })
     }
 
-    /// Keeps `in_flight`, the acquire requests of `names` by `token` still
-    /// running when the lock was granted, for its release; forgets those
-    /// of other locks that are over.
-    fn keep_stragglers(&self, names: &KeyNames, token: &Token, in_flight: Vec<InFlight>) {
-        let mut stragglers = self.stragglers.lock().unwrap_or_else(|e| e.into_inner());
-        stragglers.retain(|_, requests| !requests.iter_mut().all(InFlight::is_over));
-        if !in_flight.is_empty() {
-            stragglers.insert((names.lock.clone(), *token), in_flight);
-        }
-    }
-
-    /// The acquire requests of `names` by `token` still in flight when it
-    /// was granted, by node (taken: one release waits for them).
-    fn take_stragglers(&self, names: &KeyNames, token: &Token) -> Vec<Option<InFlight>> {
-        let mut by_node: Vec<Option<InFlight>> = self.nodes.iter().map(|_| None).collect();
-        let taken = self
-            .stragglers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(names.lock.clone(), *token));
-        for request in taken.into_iter().flatten() {
-            let node = request.node;
-            by_node[node] = Some(request);
-        }
-        by_node
-    }
-
     async fn release_all(&self, names: &KeyNames, token: &Token, ttl: Duration) -> usize {
         let per_node = self.per_node(ttl).max(Duration::from_millis(50));
         join_all(self.nodes.iter().map(|node| {
@@ -408,7 +358,7 @@ impl RedlockBackend {
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .zip(self.take_stragglers(names, token))
+            .zip(self.stragglers.take(names, token, self.nodes.len()))
             .map(|(node, straggler)| {
                 let (node, names, token) = (node.clone(), names.clone(), *token);
                 tokio::spawn(async move {
