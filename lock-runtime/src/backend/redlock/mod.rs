@@ -290,14 +290,27 @@ impl RedlockBackend {
         })
     }
 
+    /// Releases on every node and waits for each (a majority that answered
+    /// too late, a refused acquire's clean-up): on a node with one of this
+    /// lock's acquire requests still in flight, once that request is over.
     async fn release_all(&self, names: &KeyNames, token: &Token, ttl: Duration) -> usize {
         let per_node = self.per_node(ttl).max(Duration::from_millis(50));
-        join_all(self.nodes.iter().map(|node| {
-            timeout(
-                per_node,
-                node.release(LockRef::new(names, token, ttl), false, false),
-            )
-        }))
+        let stragglers = self.stragglers.take(names, token, self.nodes.len());
+        join_all(
+            self.nodes
+                .iter()
+                .zip(stragglers)
+                .map(|(node, straggler)| async move {
+                    if let Some(request) = straggler {
+                        request.ended().await;
+                    }
+                    timeout(
+                        per_node,
+                        node.release(LockRef::new(names, token, ttl), false, false),
+                    )
+                    .await
+                }),
+        )
         .await
         .into_iter()
         .filter(|r| matches!(r, Ok(Ok(Released::Yes))))
