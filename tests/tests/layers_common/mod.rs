@@ -101,3 +101,30 @@ pub fn is_replay(headers: &HeaderMap) -> bool {
         .get("idempotent-replayed")
         .is_some_and(|v| v == "true")
 }
+
+/// How many handlers run at once, and the most that ever did.
+#[derive(Clone, Default)]
+pub struct Gauge {
+    pub now: Arc<AtomicUsize>,
+    pub max: Arc<AtomicUsize>,
+    pub runs: Arc<AtomicUsize>,
+}
+
+impl Gauge {
+    /// A handler starts; it ends when the guard is dropped.
+    pub fn enter(&self) -> GaugeGuard {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(now, Ordering::SeqCst);
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        GaugeGuard(self.now.clone())
+    }
+}
+
+/// A running handler, counted in its [`Gauge`] until dropped.
+pub struct GaugeGuard(Arc<AtomicUsize>);
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
