@@ -277,10 +277,8 @@ mod durations;
 mod error;
 pub mod fence;
 mod global;
-mod guard;
 mod held;
 mod hint;
-mod inner;
 mod key;
 mod leader;
 mod metrics;
@@ -301,6 +299,7 @@ pub mod records;
 pub mod __private;
 
 pub use backend::labels::MAX_LABEL_LEN;
+pub use client::LockGuard;
 pub use client::{
     LockAllGuard, LockAllRequest, LockClient, LockClientBuilder, LockRequest, LockState,
     MAX_LOCK_ALL_KEYS, RwLockRequest,
@@ -308,7 +307,6 @@ pub use client::{
 pub use context::{LockInfo, current_lock};
 pub use error::{BackendError, ConfigReason, LockError};
 pub use global::{global_client, set_global_client};
-pub use guard::LockGuard;
 pub use key::escape_key_part;
 pub use leader::{Leader, LeaderRequest, Leadership};
 // Defined in the internal `lock-keys` crate, which the attribute reads too.

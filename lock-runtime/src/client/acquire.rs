@@ -27,9 +27,9 @@ use super::release::{Abandoned, BACKGROUND_RELEASE};
 use super::turns::{Attempted, Claimer, Turns, Woken};
 use crate::backend::{AcquireOutcome, Backend, HANDOFF_LEASE, LockRef};
 use crate::backoff::{Armed, Retry, Retrying};
+use crate::client::LockGuard;
+use crate::client::inner::Inner;
 use crate::error::LockError;
-use crate::guard::LockGuard;
-use crate::inner::Inner;
 use crate::key::KeyNames;
 use crate::token::Token;
 

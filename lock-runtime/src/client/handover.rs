@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use super::blocks::BLOCK;
 use super::local::MARGIN;
 use crate::backend::LockRef;
+use crate::client::inner::Inner;
 use crate::held::Held;
-use crate::inner::Inner;
 
 /// Hands the lease of `held` to the next local waiter, as many times as it
 /// takes to find one that still waits. `None`: handed on. `Some(held)`:

@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::options::Asked;
-use crate::guard::LockGuard;
+use crate::client::LockGuard;
+use crate::client::inner::Inner;
 use crate::held::Held;
-use crate::inner::Inner;
 use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 

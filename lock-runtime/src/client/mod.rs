@@ -16,16 +16,18 @@ use std::time::Duration;
 use lock_keys::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 
 use crate::backend::Backend;
+use crate::client::inner::Inner;
 use crate::error::LockError;
-use crate::inner::Inner;
 use crate::key::{Access, KeyNames, LockKind, validate_key};
 
 mod acquire;
 mod all;
 mod blocks;
 mod builder;
+mod guard;
 mod handover;
 pub(crate) mod hold;
+pub(crate) mod inner;
 mod inspect;
 pub(crate) mod local;
 pub(crate) mod options;
@@ -39,6 +41,7 @@ pub(crate) use options::{lease_setters, option_setter};
 
 pub use all::{LockAllGuard, LockAllRequest, MAX_LOCK_ALL_KEYS};
 pub use builder::LockClientBuilder;
+pub use guard::LockGuard;
 pub use inspect::LockState;
 pub use options::LockOptions;
 pub use request::LockRequest;

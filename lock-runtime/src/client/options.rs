@@ -15,9 +15,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{MAX_TTL, validate_ttl};
+use crate::client::inner::Inner;
 use crate::durations::later;
 use crate::error::LockError;
-use crate::inner::Inner;
 
 /// What a lock request asks for besides its key(s) and its kind of lock:
 /// the lease, the wait, renewals, `hold_at_least` and the metrics name.

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Weak};
 
 use crate::backend::labels::REGISTRY_RENEWAL;
-use crate::inner::{Inner, Registration};
+use crate::client::inner::{Inner, Registration};
 
 /// Writes the client's entry, and starts the task that renews it. A failed
 /// write is a warning, not an error: labels are for operators, and the

@@ -18,9 +18,9 @@ use super::handover::hand_on;
 use super::local::{Local, Owner};
 use crate::backend::{LockRef, Released};
 use crate::backoff::{self, Release};
+use crate::client::inner::Inner;
 use crate::error::LockError;
 use crate::held::Held;
-use crate::inner::Inner;
 use crate::key::KeyNames;
 use crate::token::Token;
 

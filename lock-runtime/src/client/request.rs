@@ -9,7 +9,7 @@ use super::acquire::Acquisition;
 use super::hold::{Taken, hold};
 use super::local::{LocalEntry, LocalWait, Owner};
 use super::options::{Asked, LockOptions, option_setters};
-use crate::guard::LockGuard;
+use crate::client::LockGuard;
 use crate::key::{Access, KeyNames, LockKind, validate_key};
 use crate::run::{end_run, unless_lost};
 use crate::{context, error::ConfigReason, error::LockError};

@@ -21,8 +21,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::backend::labels;
+use crate::client::LockGuard;
 use crate::client::{LockClient, LockOptions};
-use crate::guard::LockGuard;
 use crate::key::{KeyNames, validate_key};
 use crate::run::{end_run, unless_lost};
 use crate::{context, error::LockError};

@@ -13,8 +13,8 @@ use super::Leader;
 use crate::backend::{LeaderEntry, WaitHandle};
 use crate::backoff::Backoff;
 use crate::client::LockClient;
+use crate::client::inner::Inner;
 use crate::error::LockError;
-use crate::inner::Inner;
 use crate::key::KeyNames;
 
 /// After a lease's end, before reading again: the server expires the

@@ -242,7 +242,7 @@ impl LockModel {
         });
     }
 
-    /// `LockGuard::release` (guard.rs): release.lua (after `Local::end`).
+    /// `LockGuard::release` (client/guard.rs): release.lua (after `Local::end`).
     pub(super) fn release_to_server(&self, s: &mut State, c: u8, was_lost: bool, log: &mut Log) {
         let now = s.now;
         self.line_end(s, c, log);

@@ -4,8 +4,8 @@ use std::future::Future;
 
 use futures_util::future::join_all;
 
+use crate::client::LockGuard;
 use crate::error::LockError;
-use crate::guard::LockGuard;
 
 /// Several held locks, from [`LockAllRequest::acquire`](super::LockAllRequest::acquire): one [`LockGuard`]
 /// per key. Dropping it releases every lock (in the background, as

@@ -7,7 +7,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::{error::LockError, guard::LockGuard};
+use crate::client::LockGuard;
+use crate::error::LockError;
 
 type ReleaseFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 

@@ -18,10 +18,11 @@ use super::body::{LockedBody, release_logged};
 use super::extract::RequestLock;
 use super::key::{KeyError, KeySource};
 use super::layer::Config;
+use crate::client::LockGuard;
+use crate::error::LockError;
 use crate::layer::bounds::{HttpBody, Wrapped};
 use crate::layer::completion::Aborted;
 use crate::layer::problem::{Refusal, problem, problem_retry};
-use crate::{error::LockError, guard::LockGuard};
 
 wrapped_service! {
     /// The service made by [`LockLayer`](super::LockLayer): takes the request's

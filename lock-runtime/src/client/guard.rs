@@ -4,10 +4,10 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::client::inner::Inner;
 use crate::client::release;
 use crate::error::LockError;
 use crate::held::Held;
-use crate::inner::Inner;
 
 /// A held lock. Renewed in the background (unless acquired with
 /// `.renew(false)`) until [`release`](LockGuard::release)d or dropped.
