@@ -15,8 +15,8 @@
 //!   runs on every node, on a node whose acquire request was still in flight
 //!   when the majority answered only once that request ended (else the
 //!   release could reach the node first, and the acquire behind it would
-//!   leave the node holding the lock for a lease). Waiters wait on release notices from every node, with
-//!   lease timers as fallback; Redlock does not queue waiters (a hand-over
+//!   leave the node holding the lock for a lease). Waiters wait on release
+//!   notices from every node, with lease timers as fallback; Redlock does not queue waiters (a hand-over
 //!   would have to agree across nodes).
 //!
 //! A node that restarts without its data must stay out for longer than the
@@ -204,21 +204,18 @@ impl RedlockBackend {
         let in_flight: Vec<InFlight> = in_flight.into_iter().flatten().collect();
         if acquired.len() < quorum {
             // Not ours: requests still in flight are stopped; one that took
-            // its node anyway is undone by the release below, sent once its
-            // task is over (so after the request, if it went out at all).
+            // its node anyway is undone by the release below.
             for request in pending.iter() {
                 request.abort();
             }
-            drop(pending);
-            join_all(in_flight.into_iter().map(InFlight::ended)).await;
-        } else {
-            // Ours: the requests still in flight go on, so that the slower
-            // nodes hold the lock too (renewed with the rest) and it survives
-            // more than the bare minimum of node failures. The lock's
-            // release on those nodes waits for them.
-            drop(pending);
-            self.stragglers.keep(names, token, in_flight);
         }
+        // Ours: the requests still in flight go on, so that the slower nodes
+        // hold the lock too (renewed with the rest) and it survives more
+        // than the bare minimum of node failures. Either way a release on
+        // their nodes goes once they are over (stopped, answered or timed
+        // out), never ahead of them.
+        drop(pending);
+        self.stragglers.keep(names, token, in_flight);
         let valid = |now: Instant| {
             ttl.checked_sub(now - started + drift(ttl))
                 .is_some_and(|v| !v.is_zero())
