@@ -150,7 +150,11 @@ where
         .record(key.clone())
         .named(names, fingerprint, options);
     let claim = claim.retention(config.retention);
-    let record = match claim.answer().await {
+    // Made and awaited in one statement: kept until the end of the match
+    // below, the claim's state would stay in this future's beside the
+    // fail-open call's.
+    let answered = claim.answer().await;
+    let record = match answered {
         // Counted once the commit store (if any) has been looked at.
         Ok(Answer::Run(record)) => record,
         Ok(Answer::Done(stored)) => {
@@ -235,6 +239,13 @@ where
     }
 }
 
+/// Releases `running` (its failure is logged by the release), so a retry
+/// runs the request. Boxed: these are the rare paths, whose state the
+/// response future need not carry (it is moved into its box once a request).
+async fn give_back(running: RecordGuard) {
+    let _ = Box::pin(running.release()).await;
+}
+
 /// The `500` answer to a request that failed before its response could be
 /// stored (the record is released).
 fn failed(why: &str) -> Response<Body> {
@@ -261,12 +272,12 @@ where
     let response = match AssertUnwindSafe(inner.call(req)).catch_unwind().await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
-            let _ = running.release().await;
+            give_back(running).await;
             return Err(e);
         }
         Err(_panic) => {
             tracing::error!(%key, record = running.record(), "idempotency: the handler panicked; record released");
-            let _ = running.release().await;
+            give_back(running).await;
             return Ok(failed("the request failed"));
         }
     };
@@ -281,7 +292,7 @@ where
         // retry looks in the store again.
         Some(CommitState::Failed) => {
             tracing::debug!(%key, "idempotency: the handler's commit failed; record released");
-            let _ = running.release().await;
+            give_back(running).await;
             return Ok(response.map(Body::new));
         }
         Some(CommitState::Unused) | None => {}
@@ -289,7 +300,7 @@ where
     let (head, body) = response.into_parts();
     if !should_store(&config, &head) {
         tracing::debug!(%key, status = %head.status, "idempotency: response not stored; the key may be retried");
-        let _ = running.release().await;
+        give_back(running).await;
         return Ok(Response::from_parts(head, Body::new(body)));
     }
 
@@ -301,12 +312,12 @@ where
         Ok(Ok(buffered)) => buffered,
         Ok(Err(e)) => {
             tracing::error!(%key, record = running.record(), error = %e, "idempotency: the response body failed; record released");
-            let _ = running.release().await;
+            give_back(running).await;
             return Ok(failed("the response could not be produced"));
         }
         Err(_panic) => {
             tracing::error!(%key, record = running.record(), "idempotency: the response body panicked; record released");
-            let _ = running.release().await;
+            give_back(running).await;
             return Ok(failed("the response could not be produced"));
         }
     };

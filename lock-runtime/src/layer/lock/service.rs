@@ -132,7 +132,12 @@ where
                 .get(route, |route| crate::metrics::Name::new(Arc::from(route))),
         );
     }
-    let guard = match request.options(options).acquire().await {
+    // Each future awaited below is made in the statement that awaits it:
+    // a future kept in a local until the end of the scope would stay in
+    // this one's state after it ended, and this state is copied (into its
+    // box) once a request.
+    let acquired = request.options(options).acquire().await;
+    let guard = match acquired {
         Ok(guard) => guard,
         Err(e) if e.is_backend() && config.fail_open => {
             tracing::warn!(path = %req.uri().path(), error = &e as &dyn std::error::Error, "lock backend unreachable; serving without the lock (fail open)");
@@ -150,10 +155,15 @@ where
     // otherwise), whether or not its client is still there. Inside, the
     // handler sees `current_lock()`, and a nested lock of the same key (a
     // `#[distributed_lock]` function) re-enters.
-    let run = run_locked(inner, req, guard);
-    let run = crate::layer::detach::run_to_completion(&config.completion, Some(held.clone()), run)
-        .finished_by(release_unanswered::<S::Error, ResB>);
-    match run.await {
+    let completion = &config.completion;
+    let ran = crate::layer::detach::run_to_completion(
+        completion,
+        Some(held.clone()),
+        run_locked(inner, req, guard),
+    )
+    .finished_by(release_unanswered::<S::Error, ResB>)
+    .await;
+    match ran {
         // The handler ended: the lock goes back (or on to the body) outside
         // the run, which then ends at the handler's first poll if it can.
         Ok(Ok((Some(response), guard))) => Ok(hand_over(response, guard).await),
