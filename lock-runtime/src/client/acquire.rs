@@ -16,6 +16,7 @@
 //! cleanly, dropping it releases with our token in the background (leaving
 //! the queue, and handing on a lock that was handed to us).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,18 +64,22 @@ pub(super) struct Acquired {
 impl Acquisition {
     /// Acquires `key` (named `names`) as `asked`: the steps until the lock
     /// is held or given up.
-    pub(super) async fn acquire(
+    /// Not an `async fn`, which would keep its arguments twice in its state
+    /// (see [`Turns::claim`]).
+    pub(super) fn acquire(
         inner: Arc<Inner>,
         key: String,
         names: KeyNames,
         asked: Asked,
-    ) -> Result<LockGuard, LockError> {
-        let token = inner.token();
-        let on = (|| names.notice(), &token);
-        let turns = Turns::new(&inner.backend, on, asked.deadline, None).await;
-        turns
-            .claim(Self::new(inner, key, names, token, asked))
-            .await
+    ) -> impl Future<Output = Result<LockGuard, LockError>> {
+        async move {
+            let token = inner.token();
+            let on = (|| names.notice(), &token);
+            let turns = Turns::new(&inner.backend, on, asked.deadline, None).await;
+            turns
+                .claim(Self::new(inner, key, names, token, asked))
+                .await
+        }
     }
 
     /// The embedded backend answers at once, so an uncontended acquire there

@@ -133,111 +133,119 @@ impl LockRequest {
     /// [`acquire`](Self::acquire); `asked`: the options already checked and
     /// the deadline set (`lock_all` takes keys one at a time within its
     /// own), or `None` to check the key and the options here.
-    pub(super) async fn acquire_as(self, asked: Option<Asked>) -> Result<LockGuard, LockError> {
-        let asked = match asked {
-            Some(asked) => asked,
-            None => {
-                validate_key(&self.key)?;
-                self.options.resolve(&self.client.0)?
+    // Not an `async fn`, which would keep the request twice in its state
+    // (its argument, and the copy it works on).
+    pub(super) fn acquire_as(
+        self,
+        asked: Option<Asked>,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + Send + 'static {
+        let this = self;
+        async move {
+            let asked = match asked {
+                Some(asked) => asked,
+                None => {
+                    validate_key(&this.key)?;
+                    this.options.resolve(&this.client.0)?
+                }
+            };
+            let inner = &this.client.0;
+            this.check_kind()?;
+            if let Some(held) = context::find(inner.id, &this.key, this.kind) {
+                if held.names.access.is_shared() && !this.access.is_shared() {
+                    return Err(LockError::misuse(
+                        ConfigReason::WriteInsideRead,
+                        format_args!(
+                            "this task holds a read lock on {:?} and would wait for itself \
+                             (release the read lock first)",
+                            this.key
+                        ),
+                    ));
+                }
+                tracing::trace!(key = %this.key, "lock re-entered by the holding task");
+                return Ok(LockGuard::reentered(held, inner.clone()));
             }
-        };
-        let inner = &self.client.0;
-        self.check_kind()?;
-        if let Some(held) = context::find(inner.id, &self.key, self.kind) {
-            if held.names.access.is_shared() && !self.access.is_shared() {
-                return Err(LockError::misuse(
-                    ConfigReason::WriteInsideRead,
-                    format_args!(
-                        "this task holds a read lock on {:?} and would wait for itself \
-                         (release the read lock first)",
-                        self.key
-                    ),
-                ));
-            }
-            tracing::trace!(key = %self.key, "lock re-entered by the holding task");
-            return Ok(LockGuard::reentered(held, inner.clone()));
-        }
-        super::keep_tasks_running(inner).await?;
-        let mut names = KeyNames::of_kind(&inner.prefix, &self.key, self.kind, self.access);
-        names.label = self.label;
-        if let Some(answer) = Acquisition::try_embedded(inner, &self.key, &names, &asked) {
-            return answer.map(|(token, fencing, sent)| {
-                let taken = Taken {
-                    key: self.key,
-                    names,
-                    token,
-                    fencing,
-                    sent,
-                    granted: asked.ttl,
-                    handover: false,
-                };
-                hold(inner, taken, &asked)
-            });
-        }
-        let key = self.key;
-        let metrics = asked.metrics.clone();
-        let inner = inner.clone();
-        // Boxed: the steps' state (script futures of every backend) would
-        // otherwise sit inline in every caller's future, and nested locked
-        // scopes would stack it up.
-        let acquired = Box::pin(async move {
-            // Tasks of this client that want the same key form a line: one
-            // acquires on the server, the others are handed the lock
-            // in-process (see `local`).
-            let mut representing = None;
-            // A request that keeps the key after its release waits on the
-            // server, not in a line whose hand-overs it would hold up.
-            // Only mutexes form lines: the other kinds are shared, or few.
-            if !asked.deadline.tries_once()
-                && asked.hold_at_least.is_zero()
-                && names.kind == LockKind::Mutex
-            {
-                let owner: Arc<dyn Owner> = inner.clone();
-                loop {
-                    let ticket = match inner.local.enter(
-                        &owner,
-                        &key,
-                        asked.ttl,
-                        asked.renew,
-                        &asked.metrics,
-                    ) {
-                        LocalEntry::Queued(ticket) => ticket,
-                        LocalEntry::Represent(duty) => {
-                            representing = Some(duty);
-                            break;
-                        }
-                        LocalEntry::Alone => break,
+            super::keep_tasks_running(inner).await?;
+            let mut names = KeyNames::of_kind(&inner.prefix, &this.key, this.kind, this.access);
+            names.label = this.label;
+            if let Some(answer) = Acquisition::try_embedded(inner, &this.key, &names, &asked) {
+                return answer.map(|(token, fencing, sent)| {
+                    let taken = Taken {
+                        key: this.key,
+                        names,
+                        token,
+                        fencing,
+                        sent,
+                        granted: asked.ttl,
+                        handover: false,
                     };
-                    match inner.local.wait(ticket, asked.deadline.at()).await {
-                        LocalWait::Granted(held) => {
-                            return Ok(LockGuard::owner(held, inner.clone()));
+                    hold(inner, taken, &asked)
+                });
+            }
+            let key = this.key;
+            let metrics = asked.metrics.clone();
+            let inner = inner.clone();
+            // Boxed: the steps' state (script futures of every backend) would
+            // otherwise sit inline in every caller's future, and nested locked
+            // scopes would stack it up.
+            let acquired = Box::pin(async move {
+                // Tasks of this client that want the same key form a line: one
+                // acquires on the server, the others are handed the lock
+                // in-process (see `local`).
+                let mut representing = None;
+                // A request that keeps the key after its release waits on the
+                // server, not in a line whose hand-overs it would hold up.
+                // Only mutexes form lines: the other kinds are shared, or few.
+                if !asked.deadline.tries_once()
+                    && asked.hold_at_least.is_zero()
+                    && names.kind == LockKind::Mutex
+                {
+                    let owner: Arc<dyn Owner> = inner.clone();
+                    loop {
+                        let ticket = match inner.local.enter(
+                            &owner,
+                            &key,
+                            asked.ttl,
+                            asked.renew,
+                            &asked.metrics,
+                        ) {
+                            LocalEntry::Queued(ticket) => ticket,
+                            LocalEntry::Represent(duty) => {
+                                representing = Some(duty);
+                                break;
+                            }
+                            LocalEntry::Alone => break,
+                        };
+                        match inner.local.wait(ticket, asked.deadline.at()).await {
+                            LocalWait::Granted(held) => {
+                                return Ok(LockGuard::owner(held, inner.clone()));
+                            }
+                            LocalWait::TimedOut { retry_after } => {
+                                let waited = asked.deadline.started().elapsed();
+                                crate::metrics::busy(&asked.metrics, waited);
+                                let retry_after = inner.hints.hint(&key, retry_after);
+                                return Err(LockError::Busy { key, retry_after });
+                            }
+                            LocalWait::Represent(duty) => {
+                                representing = Some(duty);
+                                break;
+                            }
+                            LocalWait::Closed => {}
                         }
-                        LocalWait::TimedOut { retry_after } => {
-                            let waited = asked.deadline.started().elapsed();
-                            crate::metrics::busy(&asked.metrics, waited);
-                            let retry_after = inner.hints.hint(&key, retry_after);
-                            return Err(LockError::Busy { key, retry_after });
-                        }
-                        LocalWait::Represent(duty) => {
-                            representing = Some(duty);
-                            break;
-                        }
-                        LocalWait::Closed => {}
                     }
                 }
+                // Ends the role (the line learns whether the key is held) however
+                // the acquisition ends.
+                let _representing = representing;
+                Acquisition::acquire(inner, key, names, asked).await
+            })
+            .await;
+            if let Err(e) = &acquired
+                && !e.is_busy()
+            {
+                crate::metrics::failed(&metrics);
             }
-            // Ends the role (the line learns whether the key is held) however
-            // the acquisition ends.
-            let _representing = representing;
-            Acquisition::acquire(inner, key, names, asked).await
-        })
-        .await;
-        if let Err(e) = &acquired
-            && !e.is_busy()
-        {
-            crate::metrics::failed(&metrics);
+            acquired
         }
-        acquired
     }
 
     /// Whether the backend offers this kind of lock, with valid settings.

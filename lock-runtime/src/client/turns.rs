@@ -134,28 +134,36 @@ impl Turns {
 
     /// Runs `claimer`'s attempts and waits until its claim ends: the key
     /// taken, an answer without a wait, or the deadline.
-    pub(crate) async fn claim<C: Claimer>(
-        mut self,
-        mut claimer: C,
-    ) -> Result<C::Answer, LockError> {
-        loop {
-            let remaining = match claimer.attempt().await? {
-                Attempted::Ended(found) => return Ok(claimer.end(found)),
-                Attempted::Busy { remaining, fence } => {
-                    self.fence_seen = self.fence_seen.max(fence);
-                    remaining
-                }
-            };
-            let (backend, on, deadline) = claimer.waits_on();
-            let woken = self.after_busy(backend, on, deadline, remaining).await;
-            match woken {
-                Woken::TimedOut => return claimer.give_up(remaining).await,
-                Woken::Granted(fencing) => {
-                    if let Some(found) = claimer.handed(fencing).await? {
-                        return Ok(claimer.end(found));
+    ///
+    /// Not an `async fn`: one copies its arguments into its state beside
+    /// themselves, and this future is moved into a box with every acquire.
+    pub(crate) fn claim<C: Claimer>(
+        self,
+        claimer: C,
+    ) -> impl Future<Output = Result<C::Answer, LockError>> {
+        let (mut turns, mut claimer) = (self, claimer);
+        async move {
+            loop {
+                let remaining = match claimer.attempt().await? {
+                    Attempted::Ended(found) => return Ok(claimer.end(found)),
+                    Attempted::Busy { remaining, fence } => {
+                        turns.fence_seen = turns.fence_seen.max(fence);
+                        remaining
                     }
+                };
+                let (backend, on, deadline) = claimer.waits_on();
+                let woken = turns.after_busy(backend, on, deadline, remaining).await;
+                match woken {
+                    // Boxed: the claim that gives up (a busy key at its
+                    // deadline) pays for its state, not every claim.
+                    Woken::TimedOut => return Box::pin(claimer.give_up(remaining)).await,
+                    Woken::Granted(fencing) => {
+                        if let Some(found) = claimer.handed(fencing).await? {
+                            return Ok(claimer.end(found));
+                        }
+                    }
+                    Woken::Registered | Woken::Retry | Woken::Freed => claimer.woke(&woken),
                 }
-                Woken::Registered | Woken::Retry | Woken::Freed => claimer.woke(&woken),
             }
         }
     }
