@@ -66,6 +66,7 @@ impl Acquisition {
     /// is held or given up.
     /// Not an `async fn`, which would keep its arguments twice in its state
     /// (see [`Turns::claim`]).
+    #[allow(clippy::manual_async_fn)]
     pub(super) fn acquire(
         inner: Arc<Inner>,
         key: String,
