@@ -65,6 +65,7 @@
 //! (`layer::idempotency::Commit`), which closes the crash window above: a
 //! process killed after the work committed leaves its record committed too.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -211,13 +212,17 @@ impl RecordRequest {
     /// [`LockError::Config`] (a lease or a retention out of bounds),
     /// [`LockError::Backend`] when the store did not answer (whatever the
     /// claim may have taken is released in the background).
-    pub async fn claim(self) -> Result<Claimed, LockError> {
-        Ok(match self.answer().await? {
-            Answer::Run(guard) => Claimed::Run(guard),
-            Answer::Done(stored) => Claimed::Done(stored.body.to_vec()),
-            Answer::InFlight { retry_after } => Claimed::InFlight { retry_after },
-            Answer::Reused => Claimed::Reused,
-        })
+    // Not an `async fn`, which would keep the request twice in its state.
+    pub fn claim(self) -> impl Future<Output = Result<Claimed, LockError>> + Send + 'static {
+        let answer = self.answer();
+        async move {
+            Ok(match answer.await? {
+                Answer::Run(guard) => Claimed::Run(guard),
+                Answer::Done(stored) => Claimed::Done(stored.body.to_vec()),
+                Answer::InFlight { retry_after } => Claimed::InFlight { retry_after },
+                Answer::Reused => Claimed::Reused,
+            })
+        }
     }
 
     /// [`claim`](Self::claim), answered with the whole stored response.
@@ -226,35 +231,39 @@ impl RecordRequest {
     /// repeated claim finds and re-arms our own); a record in flight is
     /// marked, and waited for as a busy lock is ([`Turns::claim`]), with
     /// [`Retry::LOOK_AGAIN`] as a timer too, until the wait ends.
-    pub(crate) async fn answer(self) -> Result<Answer, LockError> {
-        validate_key(&self.key)?;
-        check_retention("a record", self.retention)?;
-        let asked = self.options.resolve(&self.client.0)?;
-        let names = self.names.unwrap_or_else(|| {
-            RecordNames::hashed(self.client.key_prefix(), &[self.key.as_bytes()], b"record")
-        });
-        let ours = Ours {
-            token: self.client.0.token(),
-            names,
-            fingerprint: self.fingerprint.unwrap_or_else(|| digest(&[], b"")),
-            ttl: asked.ttl,
-            retention: self.retention,
-        };
-        let look_again = Some(Retry::LOOK_AGAIN);
-        let on = (|| ours.names.notice.as_str(), &ours.token);
-        let turns = Turns::new(self.client.backend(), on, asked.deadline, look_again).await;
-        let record = Record {
-            client: self.client,
-            ours,
-        };
-        let claiming = Claiming {
-            key: self.key,
-            record: Armed::new(RECORD_RELEASE, record, false),
-            deadline: asked.deadline,
-            resend: Retry::ACQUIRE.start(),
-            sent: Instant::now(),
-        };
-        turns.claim(claiming).await
+    // Not an `async fn`, as `claim`.
+    pub(crate) fn answer(self) -> impl Future<Output = Result<Answer, LockError>> + Send + 'static {
+        let this = self;
+        async move {
+            validate_key(&this.key)?;
+            check_retention("a record", this.retention)?;
+            let asked = this.options.resolve(&this.client.0)?;
+            let names = this.names.unwrap_or_else(|| {
+                RecordNames::hashed(this.client.key_prefix(), &[this.key.as_bytes()], b"record")
+            });
+            let ours = Ours {
+                token: this.client.0.token(),
+                names,
+                fingerprint: this.fingerprint.unwrap_or_else(|| digest(&[], b"")),
+                ttl: asked.ttl,
+                retention: this.retention,
+            };
+            let look_again = Some(Retry::LOOK_AGAIN);
+            let on = (|| ours.names.notice.as_str(), &ours.token);
+            let turns = Turns::new(this.client.backend(), on, asked.deadline, look_again).await;
+            let record = Record {
+                client: this.client,
+                ours,
+            };
+            let claiming = Claiming {
+                key: this.key,
+                record: Armed::new(RECORD_RELEASE, record, false),
+                deadline: asked.deadline,
+                resend: Retry::ACQUIRE.start(),
+                sent: Instant::now(),
+            };
+            turns.claim(claiming).await
+        }
     }
 }
 

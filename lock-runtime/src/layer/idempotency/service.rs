@@ -203,7 +203,17 @@ where
     let mut commit = None;
     let record = match (&config.commit, commit_fingerprint) {
         (Some(store), Some(fingerprint)) => {
-            match look_before_running(&config, store, record, fingerprint, &key).await {
+            // Boxed: only layers with a commit store look, and the look's
+            // state need not sit in every request's.
+            let looked = Box::pin(look_before_running(
+                &config,
+                store,
+                record,
+                fingerprint,
+                &key,
+            ))
+            .await;
+            match looked {
                 Ok((record, handle)) => {
                     parts.extensions.insert(handle.clone());
                     commit = Some(handle);
