@@ -110,9 +110,8 @@ async fn raw_lock<const MODE: u8>(
         None => format!("{}{path}", raw.prefix),
     };
     let token = raw.tokens.fetch_add(1, Ordering::Relaxed);
-    // The library's tokens are 128 bits in hex.
     let token = if MODE == LIBRARY {
-        format!("{token:032x}")
+        crate::raw::library_token(token)
     } else {
         token.to_string()
     };
@@ -185,8 +184,8 @@ const UNCHECKED: u8 = 0;
 /// [`CHECKED_STORE`].
 const CHECKED: u8 = 1;
 // `LIBRARY` (above), for a record: the library's claim (`SET <record>
-// run:<owner>:<fingerprint> NX PX`, with its 32-digit owner and 64-digit
-// fingerprint) and its settle (`SET <record> <completed> IFEQ <claim> PX`
+// run:<owner>:<fingerprint> NX PX`, with its 57-character owner and
+// 64-digit fingerprint) and its settle (`SET <record> <completed> IFEQ <claim> PX`
 // where the server has it, else idempotency_settle.lua) with the arguments
 // and the completed record it sends, and no client code around them (no hashing:
 // the record's name and the fingerprint are made up to their lengths).
@@ -210,7 +209,7 @@ async fn raw_idempotency<const MODE: u8>(
     };
     let mut conn = raw.conn.clone();
     let owner = match MODE {
-        LIBRARY => format!("{:032x}", raw.tokens.fetch_add(1, Ordering::Relaxed)),
+        LIBRARY => crate::raw::library_token(raw.tokens.fetch_add(1, Ordering::Relaxed)),
         CHECKED => format!("run:{}", raw.tokens.fetch_add(1, Ordering::Relaxed)),
         _ => String::new(),
     };

@@ -290,8 +290,14 @@ pub(crate) fn library_record_names(prefix: &str, key: &str) -> (String, String) 
     (name("I"), name("N"))
 }
 
+/// A token of the library's shape for the counter `n`: 32 hex digits, a
+/// client id of 12 and a draw time of 11, dotted (57 characters).
+pub(crate) fn library_token(n: u64) -> String {
+    format!("{n:032x}.5f1e0c2a9b3d.19af0c2e1b4")
+}
+
 /// The value the library's claim (`SET <record> <value> NX PX`) writes for
-/// `owner` (32 hex digits).
+/// `owner` (a token of the library's length: [`library_token`]).
 pub(crate) fn library_claim(owner: &str) -> String {
     format!("run:{owner}:{FINGERPRINT}")
 }

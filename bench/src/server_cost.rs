@@ -23,7 +23,7 @@ use redis::aio::MultiplexedConnection;
 
 use crate::raw::{
     CHECKED_STORE, FENCED_MINIMUM, LIBRARY_SETTLE, RETENTION_MS, acquire_args, library_names,
-    library_record_names, library_settle_args, load_script, release_args,
+    library_record_names, library_settle_args, library_token, load_script, release_args,
 };
 
 const ACQUIRE: &str = include_str!("../../lock-runtime/scripts/acquire.lua");
@@ -131,7 +131,23 @@ impl Side {
     fn commands(self, i: usize, sha: &Shas) -> Vec<redis::Cmd> {
         let names = library_names("", &format!("k{i}"));
         let (key, counter) = (&names[0], &names[1]);
-        let token = format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let n = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) as u64 | 1;
+        // The library's sides send its tokens as it draws them (57
+        // characters); the hand-written ones a 128-bit hex token.
+        let library = matches!(
+            self,
+            Side::LibraryPair
+                | Side::LibraryFencedPair
+                | Side::ScriptedPair
+                | Side::Acquire
+                | Side::PermitPair
+                | Side::LibraryRecord
+        );
+        let token = if library {
+            library_token(n)
+        } else {
+            format!("{n:032x}")
+        };
         let evalsha = |sha: &str, keys: &[String]| {
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(sha).arg(keys.len()).arg(keys);
