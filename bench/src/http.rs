@@ -110,10 +110,13 @@ async fn raw_lock<const MODE: u8>(
         None => format!("{}{path}", raw.prefix),
     };
     let token = raw.tokens.fetch_add(1, Ordering::Relaxed);
+    // A hand-rolled lock's token is 128 bits (32 hex digits, as the raw
+    // pair's values): a counter's few digits would be no owner at all
+    // across processes.
     let token = if MODE == LIBRARY {
         crate::raw::library_token(token)
     } else {
-        token.to_string()
+        format!("{token:032x}")
     };
     let mut conn = raw.conn.clone();
     let taken: redis::RedisResult<Option<i64>> = match (MODE, &names) {
@@ -210,7 +213,7 @@ async fn raw_idempotency<const MODE: u8>(
     let mut conn = raw.conn.clone();
     let owner = match MODE {
         LIBRARY => crate::raw::library_token(raw.tokens.fetch_add(1, Ordering::Relaxed)),
-        CHECKED => format!("run:{}", raw.tokens.fetch_add(1, Ordering::Relaxed)),
+        CHECKED => format!("run:{:032x}", raw.tokens.fetch_add(1, Ordering::Relaxed)),
         _ => String::new(),
     };
     let claimed = match MODE {
