@@ -192,6 +192,9 @@ impl Bench<'_> {
     /// Connections, scripts, the notice subscription, the allocator.
     async fn warm_up(&mut self) -> Result<(), String> {
         let warm = Instant::now();
+        let mut conn = (self.redis.get_multiplexed_async_connection().await)
+            .map_err(|e| format!("token check connection: {e}"))?;
+        crate::raw::check_library_token(&self.lib, &self.prefixes.lib, &mut conn).await?;
         let raw_serial = self.raw.key("serial");
         for i in 0..200 {
             rows::lib_pair(&self.lib, "serial").await?;

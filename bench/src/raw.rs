@@ -296,6 +296,35 @@ pub(crate) fn library_token(n: u64) -> String {
     format!("{n:032x}.5f1e0c2a9b3d.19af0c2e1b4")
 }
 
+/// Checks that [`library_token`] still has the length of the tokens the
+/// library writes (read back from the key of a lock `lib` holds, named
+/// under `lib_prefix`), so the sides that send the library's commands by
+/// hand send what it sends.
+pub(crate) async fn check_library_token(
+    lib: &lock_runtime::LockClient,
+    lib_prefix: &str,
+    conn: &mut MultiplexedConnection,
+) -> Result<(), String> {
+    let name = "token-shape";
+    let guard = lib.lock(name).acquire().await.map_err(|e| e.to_string())?;
+    let key = &library_names(lib_prefix, name)[0];
+    let held: Option<String> = redis::cmd("GET")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .map_err(|e| format!("reading {key}: {e}"))?;
+    guard.release().await.map_err(|e| e.to_string())?;
+    let (written, mirrored) = (held.map_or(0, |t| t.len()), library_token(0).len());
+    if written == mirrored {
+        Ok(())
+    } else {
+        Err(format!(
+            "the library's tokens are {written} characters, raw::library_token makes \
+             {mirrored}: update it"
+        ))
+    }
+}
+
 /// The value the library's claim (`SET <record> <value> NX PX`) writes for
 /// `owner` (a token of the library's length: [`library_token`]).
 pub(crate) fn library_claim(owner: &str) -> String {
