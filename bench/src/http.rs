@@ -597,6 +597,26 @@ pub(crate) async fn server_cpu(redis: &redis::Client) -> Result<f64, String> {
     Ok(field("used_cpu_sys") + field("used_cpu_user"))
 }
 
+/// The reads the server has done from its clients so far (`INFO stats`:
+/// `total_reads_processed`): fewer per command means more commands to a
+/// read (a client's pipelining).
+pub(crate) async fn server_reads(redis: &redis::Client) -> Result<u64, String> {
+    let mut conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("INFO connection: {e}"))?;
+    let text: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| format!("INFO stats: {e}"))?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0))
+}
+
 /// Deletes the keys matching `patterns` (`SCAN` + `UNLINK`): what a side of
 /// row 12 stored (records kept 24 h, about 100,000 a side), which would
 /// otherwise pile up over the repetitions and slow every later side's

@@ -299,16 +299,22 @@ impl Bench<'_> {
         // commands counted apart from its `EVALSHA`) and Redis CPU (`INFO
         // cpu`) over its slices, and the pairs done in them.
         let mut cost = [(0u64, 0f64, 0f64); 3];
+        // Per side: this process's CPU seconds and the server's reads.
+        let mut client = [(0f64, 0u64); 3];
         let batches = lock_runtime::__private::testing::batched_calls(lib);
         let [l, r, p] = interleave(rep, self.plan.slices, async |side| {
             let before = http::commandstats(redis).await?;
             let cpu = http::server_cpu(redis).await?;
+            let reads = http::server_reads(redis).await?;
+            let own = crate::report::cpu_seconds().unwrap_or(0.0);
             let rate = match side {
                 0 => rows::pairs_per_sec(lib, tasks, window).await,
                 1 => rows::pairs_per_sec(raw, tasks, window).await,
                 _ => rows::pairs_per_sec(peer, tasks, window).await,
             }?;
+            client[side].0 += crate::report::cpu_seconds().unwrap_or(0.0) - own;
             let cpu = http::server_cpu(redis).await? - cpu;
+            client[side].1 += http::server_reads(redis).await? - reads;
             let spent = http::delta(&before, &http::commandstats(redis).await?);
             cost[side].0 += spent.iter().map(|c| c.1).sum::<u64>();
             cost[side].1 += cpu;
@@ -322,12 +328,19 @@ impl Bench<'_> {
             (calls as f64 / pairs.max(1.0), cpu * 1e6 / pairs.max(1.0))
         };
         let [lc, rc, pc] = cost.map(per_pair);
+        // Client CPU per pair, and the pairs a server read carried.
+        let [ld, rd, pd] = [0, 1, 2].map(|i| {
+            let pairs = cost[i].2.max(1.0);
+            (client[i].0 * 1e6 / pairs, pairs / client[i].1.max(1) as f64)
+        });
         let now = lock_runtime::__private::testing::batched_calls(lib);
         let (calls, ops) = (now.0 - batches.0, now.1 - batches.1);
         metrics[M2].notes.push(format!(
             "rep {}: per pair, library: {:.2} commands, {:.1} us of Redis CPU (INFO cpu); raw: \
              {:.2} commands, {:.1} us; rslock: {:.2} commands, {:.1} us; library / raw Redis \
-             CPU {:.2}; batches: {ops} ops in {calls} calls ({:.1} per call, largest so far {})",
+             CPU {:.2}; client CPU per pair (this process, us) / pairs per server read: library \
+             {:.1} / {:.2}, raw {:.1} / {:.2}, rslock {:.1} / {:.2}; batches: {ops} ops in \
+             {calls} calls ({:.1} per call, largest so far {})",
             rep + 1,
             lc.0,
             lc.1,
@@ -336,6 +349,12 @@ impl Bench<'_> {
             pc.0,
             pc.1,
             lc.1 / rc.1.max(0.001),
+            ld.0,
+            ld.1,
+            rd.0,
+            rd.1,
+            pd.0,
+            pd.1,
             ops as f64 / calls.max(1) as f64,
             now.2,
         ));
