@@ -290,6 +290,8 @@ impl Retry {
 /// dropped guard's lease, an abandoned acquisition's, an unsettled
 /// idempotency record's claim. [`release_in_background`] sends it.
 pub(crate) trait Release: Send + Sync + 'static {
+    /// What a background release of it is called in the debug log.
+    const WHAT: &'static str;
     /// What one release answers.
     type Released: Send + 'static;
     /// One release with our token. Safe to send twice: a release that
@@ -307,15 +309,13 @@ pub(crate) struct Armed<R: Release> {
     /// `None` once settled.
     held: Option<R>,
     armed: bool,
-    /// Names the background release in the debug log.
-    what: &'static str,
 }
 
 impl<R: Release> Armed<R> {
     /// `held`, armed or not yet (nothing of it sent).
-    pub(crate) fn new(what: &'static str, held: R, armed: bool) -> Self {
+    pub(crate) fn new(held: R, armed: bool) -> Self {
         let held = Some(held);
-        Self { held, armed, what }
+        Self { held, armed }
     }
 
     /// Whether dropping it now releases what it holds.
@@ -337,23 +337,23 @@ impl<R: Release> Armed<R> {
 impl<R: Release> Drop for Armed<R> {
     fn drop(&mut self) {
         if let Some(held) = self.held.take().filter(|_| self.armed) {
-            release_in_background(self.what, held);
+            release_in_background(held);
         }
     }
 }
 
 /// Releases `held` on the current runtime without blocking, sent again
-/// under [`Retry::RELEASE_IN_BACKGROUND`] (`what` names it in the debug
-/// log). `false` outside a runtime: nothing was sent, and the lease runs
-/// out by itself.
-pub(crate) fn release_in_background<R: Release>(what: &'static str, held: R) -> bool {
+/// under [`Retry::RELEASE_IN_BACKGROUND`] ([`Release::WHAT`] names it in
+/// the debug log). `false` outside a runtime: nothing was sent, and the
+/// lease runs out by itself.
+pub(crate) fn release_in_background<R: Release>(held: R) -> bool {
     let held = std::sync::Arc::new(held);
     let sender = held.clone();
     let step = move || {
         let held = sender.clone();
         async move { held.release_once().await }
     };
-    Retry::RELEASE_IN_BACKGROUND.spawn(what, step, move |released| held.report(&released))
+    Retry::RELEASE_IN_BACKGROUND.spawn(R::WHAT, step, move |released| held.report(&released))
 }
 
 /// When the watchdog tries a renewal again after one that got no answer:

@@ -228,13 +228,10 @@ pub(crate) fn release_in_background(
         lock: (names, token, ttl),
         dequeue,
     };
-    if !backoff::release_in_background(BACKGROUND_RELEASE, lock) {
+    if !backoff::release_in_background(lock) {
         tracing::debug!("lock dropped outside a tokio runtime; the lease will run out");
     }
 }
-
-/// What a lock's background release is called in the debug log.
-pub(super) const BACKGROUND_RELEASE: &str = "background release";
 
 /// A lease (or a place in the key's queue) that an acquisition may have
 /// taken, or that nobody holds any more.
@@ -249,6 +246,7 @@ pub(super) struct Abandoned {
 }
 
 impl Release for Abandoned {
+    const WHAT: &'static str = "background release";
     type Released = Released;
 
     fn release_once(&self) -> impl Future<Output = Result<Released, LockError>> + Send {

@@ -1,12 +1,14 @@
 //! [`LockRequest`]: what a caller configures, then acquires or runs.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::LockClient;
 use super::acquire::Acquisition;
 use super::hold::{Taken, hold};
+use super::inner::Inner;
 use super::local::{LocalEntry, LocalWait, Owner};
 use super::options::{Asked, LockOptions, option_setters};
 use crate::client::LockGuard;
@@ -184,61 +186,22 @@ impl LockRequest {
             let key = this.key;
             let metrics = asked.metrics.clone();
             let inner = inner.clone();
-            // Boxed: the steps' state (script futures of every backend) would
-            // otherwise sit inline in every caller's future, and nested locked
-            // scopes would stack it up.
-            let acquired = Box::pin(async move {
-                // Tasks of this client that want the same key form a line: one
-                // acquires on the server, the others are handed the lock
-                // in-process (see `local`).
-                let mut representing = None;
-                // A request that keeps the key after its release waits on the
-                // server, not in a line whose hand-overs it would hold up.
-                // Only mutexes form lines: the other kinds are shared, or few.
-                if !asked.deadline.tries_once()
-                    && asked.hold_at_least.is_zero()
-                    && names.kind == LockKind::Mutex
-                {
-                    let owner: Arc<dyn Owner> = inner.clone();
-                    loop {
-                        let ticket = match inner.local.enter(
-                            &owner,
-                            &key,
-                            asked.ttl,
-                            asked.renew,
-                            &asked.metrics,
-                        ) {
-                            LocalEntry::Queued(ticket) => ticket,
-                            LocalEntry::Represent(duty) => {
-                                representing = Some(duty);
-                                break;
-                            }
-                            LocalEntry::Alone => break,
-                        };
-                        match inner.local.wait(ticket, asked.deadline.at()).await {
-                            LocalWait::Granted(held) => {
-                                return Ok(LockGuard::owner(held, inner.clone()));
-                            }
-                            LocalWait::TimedOut { retry_after } => {
-                                let waited = asked.deadline.started().elapsed();
-                                crate::metrics::busy(&asked.metrics, waited);
-                                let retry_after = inner.hints.hint(&key, retry_after);
-                                return Err(LockError::Busy { key, retry_after });
-                            }
-                            LocalWait::Represent(duty) => {
-                                representing = Some(duty);
-                                break;
-                            }
-                            LocalWait::Closed => {}
-                        }
-                    }
-                }
-                // Ends the role (the line learns whether the key is held) however
-                // the acquisition ends.
-                let _representing = representing;
-                Acquisition::acquire(inner, key, names, asked).await
-            })
-            .await;
+            // Only mutexes that wait form lines: the other kinds are
+            // shared, or few, and a request that keeps the key after its
+            // release waits on the server, not in a line whose hand-overs it
+            // would hold up.
+            let lines = !asked.deadline.tries_once()
+                && asked.hold_at_least.is_zero()
+                && names.kind == LockKind::Mutex;
+            let steps: Pin<Box<dyn Future<Output = _> + Send>> = if lines {
+                // Boxed, as the steps are (see `Acquisition::acquire`): a
+                // line's state would otherwise sit inline in every caller's
+                // future.
+                Box::pin(in_line(inner, key, names, asked))
+            } else {
+                Acquisition::acquire(inner, key, names, asked)
+            };
+            let acquired = steps.await;
             if let Err(e) = &acquired
                 && !e.is_busy()
             {
@@ -310,5 +273,47 @@ impl LockRequest {
             |guard| async move { [guard.release().await] },
         )
         .await
+    }
+}
+
+/// A mutex request that waits: first in this client's line for its key
+/// (tasks of this client that want the same key form a line: one acquires
+/// on the server, the others are handed the lock in-process; see `local`),
+/// then, as the line's representative or alone, the steps.
+// Not an `async fn`, as `acquire_as`.
+#[allow(clippy::manual_async_fn)]
+fn in_line(
+    inner: Arc<Inner>,
+    key: String,
+    names: KeyNames,
+    asked: Asked,
+) -> impl Future<Output = Result<LockGuard, LockError>> + Send {
+    async move {
+        let owner: Arc<dyn Owner> = inner.clone();
+        let representing = loop {
+            let entry = inner
+                .local
+                .enter(&owner, &key, asked.ttl, asked.renew, &asked.metrics);
+            let ticket = match entry {
+                LocalEntry::Queued(ticket) => ticket,
+                LocalEntry::Represent(duty) => break Some(duty),
+                LocalEntry::Alone => break None,
+            };
+            match inner.local.wait(ticket, asked.deadline.at()).await {
+                LocalWait::Granted(held) => return Ok(LockGuard::owner(held, inner.clone())),
+                LocalWait::TimedOut { retry_after } => {
+                    let waited = asked.deadline.started().elapsed();
+                    crate::metrics::busy(&asked.metrics, waited);
+                    let retry_after = inner.hints.hint(&key, retry_after);
+                    return Err(LockError::Busy { key, retry_after });
+                }
+                LocalWait::Represent(duty) => break Some(duty),
+                LocalWait::Closed => {}
+            }
+        };
+        // Ends the role (the line learns whether the key is held) however
+        // the acquisition ends.
+        let _representing = representing;
+        Acquisition::acquire(inner, key, names, asked).await
     }
 }

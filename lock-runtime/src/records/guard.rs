@@ -54,9 +54,6 @@ impl fmt::Debug for RecordGuard {
     }
 }
 
-/// What a record's background release is called in the log.
-pub(super) const RECORD_RELEASE: &str = "idempotency: background release";
-
 impl RecordGuard {
     /// Our `record` of the key `key`, taken by a claim sent at
     /// `sent`: renewed every `ttl / 3` from then.
@@ -155,6 +152,7 @@ impl RecordGuard {
 }
 
 impl Release for Record {
+    const WHAT: &'static str = "idempotency: background release";
     type Released = bool;
 
     /// Releases the record for our token (sent again, a release of a

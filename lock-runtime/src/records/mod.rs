@@ -72,8 +72,8 @@ use tokio::time::Instant;
 
 mod guard;
 
+use guard::Record;
 pub use guard::RecordGuard;
-use guard::{RECORD_RELEASE, Record};
 
 use crate::backend::Backend;
 use crate::backend::records::{Claim, Ours, StoredResponse};
@@ -257,7 +257,7 @@ impl RecordRequest {
             };
             let claiming = Claiming {
                 key: this.key,
-                record: Armed::new(RECORD_RELEASE, record, false),
+                record: Armed::new(record, false),
                 deadline: asked.deadline,
                 resend: Retry::ACQUIRE.start(),
                 sent: Instant::now(),

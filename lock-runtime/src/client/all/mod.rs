@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use super::LockClient;
 use super::hold::{Taken, hold};
 use super::options::{Asked, LockOptions, option_setters};
-use super::release::{Abandoned, BACKGROUND_RELEASE};
+use super::release::Abandoned;
 use crate::backend::{AllOutcome, AtomicSteps};
 use crate::backoff::{Armed, Retry};
 use crate::client::LockGuard;
@@ -271,7 +271,7 @@ impl LockAllRequest {
                         lock: (w.names, token, ttl),
                         dequeue: false,
                     };
-                    Armed::new(BACKGROUND_RELEASE, abandoned, true)
+                    Armed::new(abandoned, true)
                 })
                 .collect();
             let names: Vec<&KeyNames> = step.iter().map(|a| &a.get().lock.0).collect();
