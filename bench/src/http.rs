@@ -579,21 +579,8 @@ impl Load {
 /// `used_cpu_user`): everything it spent, reading, parsing and answering
 /// included, which `INFO commandstats` leaves out.
 pub(crate) async fn server_cpu(redis: &redis::Client) -> Result<f64, String> {
-    let mut conn = redis
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| format!("INFO connection: {e}"))?;
-    let text: String = redis::cmd("INFO")
-        .arg("cpu")
-        .query_async(&mut conn)
-        .await
-        .map_err(|e| format!("INFO cpu: {e}"))?;
-    let field = |name: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0)
-    };
+    let text = info(redis, "cpu").await?;
+    let field = |name| info_field(&text, name).unwrap_or(0.0);
     Ok(field("used_cpu_sys") + field("used_cpu_user"))
 }
 
@@ -601,20 +588,28 @@ pub(crate) async fn server_cpu(redis: &redis::Client) -> Result<f64, String> {
 /// `total_reads_processed`): fewer per command means more commands to a
 /// read (a client's pipelining).
 pub(crate) async fn server_reads(redis: &redis::Client) -> Result<u64, String> {
+    let text = info(redis, "stats").await?;
+    Ok(info_field(&text, "total_reads_processed").unwrap_or(0))
+}
+
+/// The server's `INFO` of `section`.
+async fn info(redis: &redis::Client, section: &str) -> Result<String, String> {
     let mut conn = redis
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| format!("INFO connection: {e}"))?;
-    let text: String = redis::cmd("INFO")
-        .arg("stats")
+    redis::cmd("INFO")
+        .arg(section)
         .query_async(&mut conn)
         .await
-        .map_err(|e| format!("INFO stats: {e}"))?;
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .map_err(|e| format!("INFO {section}: {e}"))
+}
+
+/// The value of the field `name` in `INFO`'s text.
+fn info_field<T: std::str::FromStr>(text: &str, name: &str) -> Option<T> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0))
 }
 
 /// Deletes the keys matching `patterns` (`SCAN` + `UNLINK`): what a side of
