@@ -261,18 +261,23 @@ impl LockRequest {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn run<F: Future>(self, fut: F) -> Result<F::Output, LockError> {
-        let guard = self.acquire().await?;
-        let held = guard.held().clone();
-        let lost = guard.lost();
-        let output = context::scope(held.clone(), unless_lost(lost, fut)).await;
-        end_run(
-            std::slice::from_ref(&held),
-            output,
-            guard,
-            |guard| async move { [guard.release().await] },
-        )
-        .await
+    // Not an `async fn`: the body is boxed as the call is made (see
+    // `crate::run`).
+    pub fn run<F: Future>(self, fut: F) -> impl Future<Output = Result<F::Output, LockError>> {
+        let fut = Box::pin(fut);
+        async move {
+            let guard = self.acquire().await?;
+            let held = guard.held().clone();
+            let lost = guard.lost();
+            let output = context::scope(held.clone(), unless_lost(lost, fut)).await;
+            end_run(
+                std::slice::from_ref(&held),
+                output,
+                guard,
+                |guard| async move { [guard.release().await] },
+            )
+            .await
+        }
     }
 }
 

@@ -131,18 +131,23 @@ impl LeaderRequest {
     /// mid-way, `fut` is dropped (cancelled) and `Err(LockError::Lost)` is
     /// returned. Inside `fut`, [`crate::current_lock`] gives the term as its
     /// fencing token.
-    pub async fn run<F: Future>(self, fut: F) -> Result<F::Output, LockError> {
-        let leadership = self.campaign().await?;
-        let held = leadership.guard.held().clone();
-        let lost = leadership.lost();
-        let output = context::scope(held.clone(), unless_lost(lost, fut)).await;
-        end_run(
-            std::slice::from_ref(&held),
-            output,
-            leadership,
-            |leadership| async move { [leadership.resign().await] },
-        )
-        .await
+    // Not an `async fn`: the body is boxed as the call is made (see
+    // `crate::run`).
+    pub fn run<F: Future>(self, fut: F) -> impl Future<Output = Result<F::Output, LockError>> {
+        let fut = Box::pin(fut);
+        async move {
+            let leadership = self.campaign().await?;
+            let held = leadership.guard.held().clone();
+            let lost = leadership.lost();
+            let output = context::scope(held.clone(), unless_lost(lost, fut)).await;
+            end_run(
+                std::slice::from_ref(&held),
+                output,
+                leadership,
+                |leadership| async move { [leadership.resign().await] },
+            )
+            .await
+        }
     }
 
     /// Follows who leads `name`, without campaigning: the receiver holds the

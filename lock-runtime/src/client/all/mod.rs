@@ -341,15 +341,20 @@ impl LockAllRequest {
     /// the last key in the global order. Once `fut` has completed while
     /// every lease was valid, its output is returned whatever the releases
     /// answer.
-    pub async fn run<F: Future>(self, fut: F) -> Result<F::Output, LockError> {
-        let guard = self.acquire().await?;
-        let held: Vec<Arc<Held>> = guard.guards.iter().map(|g| g.held().clone()).collect();
-        let lost = guard.lost();
-        let output = context::scope_all(held.clone(), unless_lost(lost, fut)).await;
-        end_run(&held, output, guard, |guard: LockAllGuard| {
-            join_all(guard.guards.into_iter().map(LockGuard::release))
-        })
-        .await
+    // Not an `async fn`: the body is boxed as the call is made (see
+    // `crate::run`).
+    pub fn run<F: Future>(self, fut: F) -> impl Future<Output = Result<F::Output, LockError>> {
+        let fut = Box::pin(fut);
+        async move {
+            let guard = self.acquire().await?;
+            let held: Vec<Arc<Held>> = guard.guards.iter().map(|g| g.held().clone()).collect();
+            let lost = guard.lost();
+            let output = context::scope_all(held.clone(), unless_lost(lost, fut)).await;
+            end_run(&held, output, guard, |guard: LockAllGuard| {
+                join_all(guard.guards.into_iter().map(LockGuard::release))
+            })
+            .await
+        }
     }
 }
 
