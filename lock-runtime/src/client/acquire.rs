@@ -44,10 +44,6 @@ pub(super) struct Acquisition {
     /// Re-sends after broken connections, over the whole acquisition
     /// ([`Retry::ACQUIRE`]).
     retry: Retrying,
-    /// The next attempt may be a plain `SET NX` (see
-    /// `backend/redis/plain.rs`): only the first. Once the key was found
-    /// busy we may be in its line, which only acquire.lua reads.
-    plain: bool,
     /// Redlock: the brief pauses after split votes ([`Retry::CROSSING`])
     /// since the retry right after registering, or a free notice (boxed:
     /// only Redlock's waits have them, and every acquire holds this).
@@ -140,11 +136,10 @@ impl Acquisition {
                 sent,
                 handed: None,
             })),
-            // Taken: acquire.lua decides, from the first step on.
-            Ok(_) => {
-                self.plain = false;
-                None
-            }
+            // Taken: acquire.lua decides, from the first step on (once
+            // the key was found busy we may be in its line, which only
+            // acquire.lua reads).
+            Ok(_) => None,
             Err(e)
                 if self
                     .retry
@@ -156,7 +151,8 @@ impl Acquisition {
                 None
             }
             // It may have set the key though its reply was lost: the
-            // attempt releases with our token on the way out.
+            // attempt releases with our token on the way out. (Sent again
+            // above, as acquire.lua, which finds the key ours if so.)
             Err(e) => Some(Err(e)),
         }
     }
@@ -208,7 +204,6 @@ impl Acquisition {
             },
             last_busy: started,
             retry: Retry::ACQUIRE.start(),
-            plain: true,
             crossing: None,
         }
     }
@@ -239,20 +234,6 @@ impl Claimer for Acquisition {
                     // Boxed: a single server's attempt does not carry a vote's state.
                     Box::pin(redlock.acquire_paced(names, token, ttl, pause)).await
                 }
-                // The uncontended path: a plain `SET NX`; a taken key goes
-                // on to the script.
-                Backend::Redis(redis) if self.plain && redis.is_plain(names) => {
-                    let lock = LockRef::new(names, token, ttl);
-                    match redis.acquire_plain(lock, deadline.left(sent)).await {
-                        Ok(Some(acquired)) => Ok(acquired),
-                        Ok(None) => {
-                            // Boxed: the plain call's future does not carry
-                            // the script's state.
-                            Box::pin(redis.acquire(lock, deadline.left(sent))).await
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
                 // The one place the deadline becomes a wait again: the
                 // script's.
                 backend => {
@@ -271,7 +252,6 @@ impl Claimer for Acquisition {
                     }));
                 }
                 Ok(AcquireOutcome::Busy { remaining, fence }) => {
-                    self.plain = false;
                     self.last_busy = self.last_busy.max(sent);
                     return Ok(Attempted::Busy { remaining, fence });
                 }
