@@ -183,7 +183,12 @@ impl SentinelConn {
 
     /// The connection to the current master, discovering it if needed.
     pub(crate) async fn current(&self) -> redis::RedisResult<ConnectionManager> {
-        Ok(self.discover().await?.0)
+        if let Some((manager, _)) = self.cached() {
+            return Ok(manager);
+        }
+        // Boxed: asking the sentinels is a future of several KB, which every
+        // command's future (this one's) would carry inline.
+        Ok(Box::pin(self.discover()).await?.0)
     }
 
     /// The current master's client (for the notice subscriber).

@@ -68,6 +68,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::time::Instant;
 
 mod guard;
@@ -212,25 +213,27 @@ impl RecordRequest {
     /// [`LockError::Config`] (a lease or a retention out of bounds),
     /// [`LockError::Backend`] when the store did not answer (whatever the
     /// claim may have taken is released in the background).
-    // Not an `async fn`, which would keep the request twice in its state.
+    // Not an `async` block awaiting `answer()`, which would keep that
+    // future twice in its state (the captured one and the one awaited).
     pub fn claim(self) -> impl Future<Output = Result<Claimed, LockError>> + Send + 'static {
-        let answer = self.answer();
-        async move {
-            Ok(match answer.await? {
+        self.answer().map(|answer| {
+            Ok(match answer? {
                 Answer::Run(guard) => Claimed::Run(guard),
                 Answer::Done(stored) => Claimed::Done(stored.body.to_vec()),
                 Answer::InFlight { retry_after } => Claimed::InFlight { retry_after },
                 Answer::Reused => Claimed::Reused,
             })
-        }
+        })
     }
 
     /// [`claim`](Self::claim), answered with the whole stored response.
     ///
     /// The claim is sent as a lock's acquire is ([`Retry::ACQUIRE`]: a
-    /// repeated claim finds and re-arms our own); a record in flight is
-    /// marked, and waited for as a busy lock is ([`Turns::claim`]), with
-    /// [`Retry::LOOK_AGAIN`] as a timer too, until the wait ends.
+    /// repeated claim finds and re-arms our own). A claim that tries once
+    /// (the default) is that one claim; one that waits marks a record in
+    /// flight and waits for it as a busy lock is waited for
+    /// ([`Turns::claim`]), with [`Retry::LOOK_AGAIN`] as a timer too, until
+    /// the wait ends.
     // Not an `async fn`, as `claim`.
     pub(crate) fn answer(self) -> impl Future<Output = Result<Answer, LockError>> + Send + 'static {
         let this = self;
@@ -248,21 +251,27 @@ impl RecordRequest {
                 ttl: asked.ttl,
                 retention: this.retention,
             };
-            let look_again = Some(Retry::LOOK_AGAIN);
-            let on = (|| ours.names.notice.as_str(), &ours.token);
-            let turns = Turns::new(this.client.backend(), on, asked.deadline, look_again).await;
             let record = Record {
                 client: this.client,
                 ours,
             };
-            let claiming = Claiming {
+            let mut claiming = Claiming {
                 key: this.key,
                 record: Armed::new(record, false),
                 deadline: asked.deadline,
                 resend: Retry::ACQUIRE.start(),
                 sent: Instant::now(),
             };
-            turns.claim(claiming).await
+            if !asked.deadline.tries_once() {
+                // Boxed: only a claim that may wait pays for the waits' state.
+                return Box::pin(claiming.in_turns()).await;
+            }
+            // The one attempt `Turns::claim` would send for a claim that
+            // tries once, and its answer.
+            Ok(match claiming.attempt().await? {
+                Attempted::Ended(found) => claiming.end(found),
+                Attempted::Busy { remaining, .. } => claiming.end(Claim::InFlight { remaining }),
+            })
         }
     }
 }
@@ -277,6 +286,21 @@ struct Claiming {
     resend: Retrying,
     /// The last claim's send time: a lease it set starts no earlier.
     sent: Instant,
+}
+
+impl Claiming {
+    /// The claim of a request that may wait: its turns, from its first
+    /// attempt on.
+    // Not an `async fn`, which would keep `self` twice in its state.
+    #[allow(clippy::manual_async_fn)]
+    fn in_turns(self) -> impl Future<Output = Result<Answer, LockError>> + Send {
+        async move {
+            let (backend, (channel, token), deadline) = self.waits_on();
+            let look_again = Some(Retry::LOOK_AGAIN);
+            let turns = Turns::new(backend, (|| channel, token), deadline, look_again).await;
+            turns.claim(self).await
+        }
+    }
 }
 
 impl Claimer for Claiming {

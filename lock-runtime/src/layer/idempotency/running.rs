@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use futures_util::FutureExt;
+
 use crate::backend::records::StoredResponse;
 use crate::error::LockError;
 use crate::layer::completion::Completion;
@@ -22,8 +24,11 @@ const COMPLETION_WAIT: Duration = Duration::from_secs(2);
 pub(super) async fn complete(record: RecordGuard, response: StoredResponse, layer: &Completion) {
     let name = record.record().to_owned();
     let status = response.status;
-    let completing = record.completing(response);
-    let finishing = async move { log_completion(&name, status, completing.await) };
+    // Mapped, not awaited in an `async` block, which would keep the
+    // completion's future twice in the box it goes to.
+    let finishing = record
+        .completing(response)
+        .map(move |stored| log_completion(&name, status, stored));
     // Polled in place while the response waits for it; moved into a task of
     // its own when the wait ends first (or the request's future is dropped),
     // whether or not the layer runs handlers to completion: the handler ran,
