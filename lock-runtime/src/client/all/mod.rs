@@ -17,6 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
@@ -283,8 +284,9 @@ impl LockAllRequest {
                 .start()
                 .send("lock_all: atomic step", None, move || {
                     let sent = Instant::now();
+                    // Mapped: an `async` block awaiting it would hold it twice.
                     let step = inner.backend.acquire_all(names, token_ref, ttl);
-                    async move { step.await.map(|answer| (answer, sent)) }
+                    step.map(move |answer| answer.map(|answer| (answer, sent)))
                 })
                 .await;
             // An error leaves the step armed: dropped, it releases the keys.
