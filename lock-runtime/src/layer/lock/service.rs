@@ -11,6 +11,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::ResponseFuture;
@@ -232,30 +233,50 @@ where
 /// `call`. The lease's `lost()` future (a timer at the lease's deadline and
 /// a wait on the watchdog's word) is set up only if `call` does not end at
 /// its first poll: until then a look at the lease says the same at once.
-async fn unless_lost<F: Future>(guard: &LockGuard, call: F) -> Option<F::Output> {
-    let mut call = std::pin::pin!(call);
-    let mut lost: Option<Pin<Box<dyn Future<Output = ()> + Send>>> = None;
-    std::future::poll_fn(|cx| {
-        let lost_now = match lost.as_mut() {
+fn unless_lost<F: Future>(guard: &LockGuard, call: F) -> UnlessLost<'_, F> {
+    UnlessLost {
+        call,
+        guard,
+        lost: None,
+    }
+}
+
+pin_project! {
+    /// [`unless_lost`]'s future: `call` pinned where it is, so the
+    /// request's future holds it once (an `async fn` taking it held it
+    /// twice, the argument and the pinned copy).
+    struct UnlessLost<'g, F> {
+        #[pin]
+        call: F,
+        guard: &'g LockGuard,
+        lost: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    }
+}
+
+impl<F: Future> Future for UnlessLost<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let lost_now = match this.lost.as_mut() {
             Some(lost) => lost.as_mut().poll(cx).is_ready(),
-            None => guard.is_lost(),
+            None => this.guard.is_lost(),
         };
         if lost_now {
             return Poll::Ready(None);
         }
-        if let Poll::Ready(output) = call.as_mut().poll(cx) {
+        if let Poll::Ready(output) = this.call.poll(cx) {
             return Poll::Ready(Some(output));
         }
-        if lost.is_none() {
-            let mut armed = Box::pin(guard.lost());
+        if this.lost.is_none() {
+            let mut armed = Box::pin(this.guard.lost());
             if armed.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(None);
             }
-            lost = Some(armed);
+            *this.lost = Some(armed);
         }
         Poll::Pending
-    })
-    .await
+    }
 }
 
 /// Attaches the lock to the response body, or releases it first if the body
