@@ -103,149 +103,153 @@ fn unavailable() -> Response<Body> {
     )
 }
 
-async fn idempotent<S, B, ResB>(
+// Not an `async fn`, which would keep its arguments twice in its state.
+#[allow(clippy::manual_async_fn)]
+fn idempotent<S, B, ResB>(
     config: Arc<Config>,
     mut inner: S,
     req: Request<B>,
     key: String,
-) -> Result<Response<Body>, S::Error>
+) -> impl Future<Output = Result<Response<Body>, S::Error>>
 where
     S: Wrapped<Request<Body>, ResB>,
     B: HttpBody,
     ResB: HttpBody,
 {
-    let (mut parts, body) = req.into_parts();
-    let body = match read_body(&parts, body, config.max_request_body).await {
-        Ok(body) => body,
-        Err(response) => return Ok(response),
-    };
-    let client = &config.client;
-    let method = parts.method.as_str();
-    let route = parts
-        .extensions
-        .get::<MatchedPath>()
-        .map_or(parts.uri.path(), MatchedPath::as_str);
-    let metrics_route = config.routes.get(route, RouteSeries::new);
-    let scope = config.scope.of(&parts);
-    let names = record_names(client.key_prefix(), &scope, method, route, &key);
-    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let fingerprint = match fingerprinted_body(config.body_fingerprint, &body) {
-        Ok(fingerprinted) => fingerprint(method, route, path_and_query, &fingerprinted),
-        Err(not_json) => {
-            tracing::debug!(%key, error = %not_json.0, "idempotency: the body is not JSON");
-            return Ok(problem(
-                StatusCode::BAD_REQUEST,
-                &format!(
-                    "the request body is not valid JSON ({}); this route compares \
-                     requests with one Idempotency-Key by their JSON body",
-                    not_json.0
-                ),
-            ));
-        }
-    };
-    let started = Instant::now();
-    let commit_fingerprint = config.commit.is_some().then(|| fingerprint.clone());
-    let options = config.options.clone();
-    let claim = client
-        .record(key.clone())
-        .named(names, fingerprint, options);
-    let claim = claim.retention(config.retention);
-    // Made and awaited in one statement: kept until the end of the match
-    // below, the claim's state would stay in this future's beside the
-    // fail-open call's.
-    let answered = claim.answer().await;
-    let record = match answered {
-        // Counted once the commit store (if any) has been looked at.
-        Ok(Answer::Run(record)) => record,
-        Ok(Answer::Done(stored)) => {
-            crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Replayed);
-            tracing::debug!(%key, status = stored.status,
-                waited_us = started.elapsed().as_micros() as u64,
-                "idempotency: replaying the stored response");
-            return Ok(replay(stored));
-        }
-        Ok(Answer::Reused) => {
-            tracing::debug!(%key, "idempotency: key reused for another request");
-            crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::PayloadMismatch);
-            return Ok(problem(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "this Idempotency-Key was already used for a different request (method, \
-                 path, query or body); use a new key for a new request",
-            ));
-        }
-        Ok(Answer::InFlight { .. }) => {
-            tracing::debug!(%key, "idempotency: duplicate while the first request runs");
-            crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::InFlight);
-            // The lease only bounds a crashed holder; a live one is usually
-            // done much sooner.
-            return Ok(problem_retry(
-                StatusCode::CONFLICT,
-                "a request with this Idempotency-Key is still being processed; retry \
-                 later with the same key to get its response",
-                Duration::from_secs(1),
-            ));
-        }
-        Err(e) => {
-            crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::StoreUnavailable);
-            if config.fail_open {
-                tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; serving unprotected (fail open)");
-                let req = Request::from_parts(parts, Body::from(body));
-                return inner.call(req).await.map(|r| r.map(Body::new));
+    async move {
+        let (mut parts, body) = req.into_parts();
+        let body = match read_body(&parts, body, config.max_request_body).await {
+            Ok(body) => body,
+            Err(response) => return Ok(response),
+        };
+        let client = &config.client;
+        let method = parts.method.as_str();
+        let route = parts
+            .extensions
+            .get::<MatchedPath>()
+            .map_or(parts.uri.path(), MatchedPath::as_str);
+        let metrics_route = config.routes.get(route, RouteSeries::new);
+        let scope = config.scope.of(&parts);
+        let names = record_names(client.key_prefix(), &scope, method, route, &key);
+        let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let fingerprint = match fingerprinted_body(config.body_fingerprint, &body) {
+            Ok(fingerprinted) => fingerprint(method, route, path_and_query, &fingerprinted),
+            Err(not_json) => {
+                tracing::debug!(%key, error = %not_json.0, "idempotency: the body is not JSON");
+                return Ok(problem(
+                    StatusCode::BAD_REQUEST,
+                    &format!(
+                        "the request body is not valid JSON ({}); this route compares \
+                         requests with one Idempotency-Key by their JSON body",
+                        not_json.0
+                    ),
+                ));
             }
-            tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; request refused (fail closed)");
-            return Ok(unavailable());
-        }
-    };
+        };
+        let started = Instant::now();
+        let commit_fingerprint = config.commit.is_some().then(|| fingerprint.clone());
+        let options = config.options.clone();
+        let claim = client
+            .record(key.clone())
+            .named(names, fingerprint, options);
+        let claim = claim.retention(config.retention);
+        // Made and awaited in one statement: kept until the end of the match
+        // below, the claim's state would stay in this future's beside the
+        // fail-open call's.
+        let answered = claim.answer().await;
+        let record = match answered {
+            // Counted once the commit store (if any) has been looked at.
+            Ok(Answer::Run(record)) => record,
+            Ok(Answer::Done(stored)) => {
+                crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Replayed);
+                tracing::debug!(%key, status = stored.status,
+                    waited_us = started.elapsed().as_micros() as u64,
+                    "idempotency: replaying the stored response");
+                return Ok(replay(stored));
+            }
+            Ok(Answer::Reused) => {
+                tracing::debug!(%key, "idempotency: key reused for another request");
+                crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::PayloadMismatch);
+                return Ok(problem(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "this Idempotency-Key was already used for a different request (method, \
+                     path, query or body); use a new key for a new request",
+                ));
+            }
+            Ok(Answer::InFlight { .. }) => {
+                tracing::debug!(%key, "idempotency: duplicate while the first request runs");
+                crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::InFlight);
+                // The lease only bounds a crashed holder; a live one is usually
+                // done much sooner.
+                return Ok(problem_retry(
+                    StatusCode::CONFLICT,
+                    "a request with this Idempotency-Key is still being processed; retry \
+                     later with the same key to get its response",
+                    Duration::from_secs(1),
+                ));
+            }
+            Err(e) => {
+                crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::StoreUnavailable);
+                if config.fail_open {
+                    tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; serving unprotected (fail open)");
+                    let req = Request::from_parts(parts, Body::from(body));
+                    return inner.call(req).await.map(|r| r.map(Body::new));
+                }
+                tracing::warn!(%key, error = &e as &dyn std::error::Error, "idempotency store unreachable; request refused (fail closed)");
+                return Ok(unavailable());
+            }
+        };
 
-    // With a commit store, the store decides whether the work happened: a
-    // record committed there (by a claimer that died before completing
-    // ours) is replayed; none, and the handler runs with a `Commit`.
-    let mut commit = None;
-    let record = match (&config.commit, commit_fingerprint) {
-        (Some(store), Some(fingerprint)) => {
-            // Boxed: only layers with a commit store look, and the look's
-            // state need not sit in every request's.
-            let looked = Box::pin(look_before_running(
-                &config,
-                store,
-                record,
-                fingerprint,
-                &key,
-            ))
-            .await;
-            match looked {
-                Ok((record, handle)) => {
-                    parts.extensions.insert(handle.clone());
-                    commit = Some(handle);
-                    record
-                }
-                Err((outcome, answer)) => {
-                    crate::metrics::idempotency(&metrics_route, outcome);
-                    return Ok(answer);
+        // With a commit store, the store decides whether the work happened: a
+        // record committed there (by a claimer that died before completing
+        // ours) is replayed; none, and the handler runs with a `Commit`.
+        let mut commit = None;
+        let record = match (&config.commit, commit_fingerprint) {
+            (Some(store), Some(fingerprint)) => {
+                // Boxed: only layers with a commit store look, and the look's
+                // state need not sit in every request's.
+                let looked = Box::pin(look_before_running(
+                    &config,
+                    store,
+                    record,
+                    fingerprint,
+                    &key,
+                ))
+                .await;
+                match looked {
+                    Ok((record, handle)) => {
+                        parts.extensions.insert(handle.clone());
+                        commit = Some(handle);
+                        record
+                    }
+                    Err((outcome, answer)) => {
+                        crate::metrics::idempotency(&metrics_route, outcome);
+                        return Ok(answer);
+                    }
                 }
             }
+            _ => record,
+        };
+        crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Claimed);
+        let req = Request::from_parts(parts, Body::from(body));
+        // Claimed: from here on the request runs to its end (unless configured
+        // otherwise), whether or not its client is still there, so a retry finds
+        // its stored response instead of running the handler again.
+        // It runs in place while the client waits, and moves into a task of its
+        // own only if the client goes away first (`layer::detach`). Boxed either
+        // way: this future holds a pointer, not the handler's and the storing's
+        // state, and is smaller to move.
+        let run = run_claimed(config.clone(), inner, req, key, record, commit);
+        let ran = if config.completion.enabled {
+            detachable(config.completion.tracker.as_ref(), run).await
+        } else {
+            Ok(Box::pin(run).await)
+        };
+        match ran {
+            Ok(answer) => answer,
+            // The record was dropped with the handler: released in the background.
+            Err(Aborted) => Ok(failed("the request failed")),
         }
-        _ => record,
-    };
-    crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Claimed);
-    let req = Request::from_parts(parts, Body::from(body));
-    // Claimed: from here on the request runs to its end (unless configured
-    // otherwise), whether or not its client is still there, so a retry finds
-    // its stored response instead of running the handler again.
-    // It runs in place while the client waits, and moves into a task of its
-    // own only if the client goes away first (`layer::detach`). Boxed either
-    // way: this future holds a pointer, not the handler's and the storing's
-    // state, and is smaller to move.
-    let run = run_claimed(config.clone(), inner, req, key, record, commit);
-    let ran = if config.completion.enabled {
-        detachable(config.completion.tracker.as_ref(), run).await
-    } else {
-        Ok(Box::pin(run).await)
-    };
-    match ran {
-        Ok(answer) => answer,
-        // The record was dropped with the handler: released in the background.
-        Err(Aborted) => Ok(failed("the request failed")),
     }
 }
 
@@ -267,95 +271,99 @@ fn failed(why: &str) -> Response<Body> {
 
 /// Runs the claimed request `req` on `inner`, then stores its response in
 /// the record `running` (or releases it) and answers.
-async fn run_claimed<S, ResB>(
+// Not an `async fn`, which would keep its arguments twice in its state.
+#[allow(clippy::manual_async_fn)]
+fn run_claimed<S, ResB>(
     config: Arc<Config>,
     mut inner: S,
     req: Request<Body>,
     key: String,
     running: RecordGuard,
     commit: Option<Commit>,
-) -> Result<Response<Body>, S::Error>
+) -> impl Future<Output = Result<Response<Body>, S::Error>>
 where
     S: Service<Request<Body>, Response = Response<ResB>>,
     ResB: HttpBody,
 {
-    let response = match AssertUnwindSafe(inner.call(req)).catch_unwind().await {
-        Ok(Ok(response)) => response,
-        Ok(Err(e)) => {
+    async move {
+        let response = match AssertUnwindSafe(inner.call(req)).catch_unwind().await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => {
+                give_back(running).await;
+                return Err(e);
+            }
+            Err(_panic) => {
+                tracing::error!(%key, record = running.record(), "idempotency: the handler panicked; record released");
+                give_back(running).await;
+                return Ok(failed("the request failed"));
+            }
+        };
+        match commit.map(|c| c.take_state()) {
+            // The handler committed its writes with the record: ours gets the
+            // committed response, whatever the handler answered after.
+            Some(CommitState::Committed(stored)) => {
+                complete(running, stored, &config.completion).await;
+                return Ok(response.map(Body::new));
+            }
+            // Its commit failed or may have happened: not stored here, so the
+            // retry looks in the store again.
+            Some(CommitState::Failed) => {
+                tracing::debug!(%key, "idempotency: the handler's commit failed; record released");
+                give_back(running).await;
+                return Ok(response.map(Body::new));
+            }
+            Some(CommitState::Unused) | None => {}
+        }
+        let (head, body) = response.into_parts();
+        if !should_store(&config, &head) {
+            tracing::debug!(%key, status = %head.status, "idempotency: response not stored; the key may be retried");
             give_back(running).await;
-            return Err(e);
+            return Ok(Response::from_parts(head, Body::new(body)));
         }
-        Err(_panic) => {
-            tracing::error!(%key, record = running.record(), "idempotency: the handler panicked; record released");
-            give_back(running).await;
-            return Ok(failed("the request failed"));
-        }
-    };
-    match commit.map(|c| c.take_state()) {
-        // The handler committed its writes with the record: ours gets the
-        // committed response, whatever the handler answered after.
-        Some(CommitState::Committed(stored)) => {
-            complete(running, stored, &config.completion).await;
-            return Ok(response.map(Body::new));
-        }
-        // Its commit failed or may have happened: not stored here, so the
-        // retry looks in the store again.
-        Some(CommitState::Failed) => {
-            tracing::debug!(%key, "idempotency: the handler's commit failed; record released");
-            give_back(running).await;
-            return Ok(response.map(Body::new));
-        }
-        Some(CommitState::Unused) | None => {}
-    }
-    let (head, body) = response.into_parts();
-    if !should_store(&config, &head) {
-        tracing::debug!(%key, status = %head.status, "idempotency: response not stored; the key may be retried");
-        give_back(running).await;
-        return Ok(Response::from_parts(head, Body::new(body)));
-    }
 
-    let max_response_body = config.max_response_body;
-    let buffered = match AssertUnwindSafe(buffer(body, max_response_body))
-        .catch_unwind()
-        .await
-    {
-        Ok(Ok(buffered)) => buffered,
-        Ok(Err(e)) => {
-            tracing::error!(%key, record = running.record(), error = %e, "idempotency: the response body failed; record released");
-            give_back(running).await;
-            return Ok(failed("the response could not be produced"));
-        }
-        Err(_panic) => {
-            tracing::error!(%key, record = running.record(), "idempotency: the response body panicked; record released");
-            give_back(running).await;
-            return Ok(failed("the response could not be produced"));
-        }
-    };
-    let (stored_body, body_too_large) = match &buffered {
-        Buffered::Complete { data, .. } => (data.clone(), false),
-        Buffered::Partial { .. } => {
-            tracing::warn!(%key, record = running.record(), limit = max_response_body,
-                "idempotency: response larger than the storage limit; a retry gets 410 Gone \
-                 (the request is completed and does not run again)");
-            (Bytes::new(), true)
-        }
-    };
-    let stored = StoredResponse {
-        status: head.status.as_u16(),
-        headers: encode_headers(&head.headers, &config.stored_headers),
-        body: stored_body,
-        body_too_large,
-    };
-    // The handler succeeded: whatever happens to the record now, its
-    // response goes to the client.
-    complete(running, stored, &config.completion).await;
-    let body = match buffered {
-        Buffered::Complete { data, trailers } => {
-            Body::new(Rebuilt::<Pin<Box<ResB>>>::new(data, trailers, None))
-        }
-        Buffered::Partial { data, rest } => Body::new(Rebuilt::new(data, None, Some(rest))),
-    };
-    Ok(Response::from_parts(head, body))
+        let max_response_body = config.max_response_body;
+        let buffered = match AssertUnwindSafe(buffer(body, max_response_body))
+            .catch_unwind()
+            .await
+        {
+            Ok(Ok(buffered)) => buffered,
+            Ok(Err(e)) => {
+                tracing::error!(%key, record = running.record(), error = %e, "idempotency: the response body failed; record released");
+                give_back(running).await;
+                return Ok(failed("the response could not be produced"));
+            }
+            Err(_panic) => {
+                tracing::error!(%key, record = running.record(), "idempotency: the response body panicked; record released");
+                give_back(running).await;
+                return Ok(failed("the response could not be produced"));
+            }
+        };
+        let (stored_body, body_too_large) = match &buffered {
+            Buffered::Complete { data, .. } => (data.clone(), false),
+            Buffered::Partial { .. } => {
+                tracing::warn!(%key, record = running.record(), limit = max_response_body,
+                    "idempotency: response larger than the storage limit; a retry gets 410 Gone \
+                     (the request is completed and does not run again)");
+                (Bytes::new(), true)
+            }
+        };
+        let stored = StoredResponse {
+            status: head.status.as_u16(),
+            headers: encode_headers(&head.headers, &config.stored_headers),
+            body: stored_body,
+            body_too_large,
+        };
+        // The handler succeeded: whatever happens to the record now, its
+        // response goes to the client.
+        complete(running, stored, &config.completion).await;
+        let body = match buffered {
+            Buffered::Complete { data, trailers } => {
+                Body::new(Rebuilt::<Pin<Box<ResB>>>::new(data, trailers, None))
+            }
+            Buffered::Partial { data, rest } => Body::new(Rebuilt::new(data, None, Some(rest))),
+        };
+        Ok(Response::from_parts(head, body))
+    }
 }
 
 /// Whether a response is the handler's outcome, to be replayed. A response
