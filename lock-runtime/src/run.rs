@@ -12,25 +12,82 @@
 //! adds the run's own size, and the body costs one allocation.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use futures_util::FutureExt;
 use lock_keys::MAX_LOCK_ALL_KEYS;
+use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use crate::error::LockError;
 use crate::held::Held;
 
-/// Runs `fut` to its end (`Some`), unless `lost` resolves first (`None`:
-/// `fut` is dropped, cancelled): the body of every `run` (a lock's,
-/// `lock_all`'s, a leadership's).
-pub(crate) async fn unless_lost<F: Future>(
-    lost: impl Future<Output = ()>,
-    fut: F,
-) -> Option<F::Output> {
-    tokio::select! {
-        biased;
-        _ = lost => None,
-        output = fut => Some(output),
+/// Runs `fut` to its end (`Some`), unless a lease of `held` is lost first
+/// (`None`: `fut` is dropped, cancelled), the loss checked before each
+/// poll of `fut`: the body of every `run` (a lock's, `lock_all`'s, a
+/// leadership's) and of every request behind the `LockLayer`.
+///
+/// The leases' `lost()` futures (a timer at each lease's deadline and a
+/// wait on the watchdog's word) are set up, boxed, only if `fut` does not
+/// end at its first poll: until then a look at the leases says the same at
+/// once, and a body that ends at once arms no timer.
+pub(crate) fn unless_lost<F: Future>(held: &[Arc<Held>], fut: F) -> UnlessLost<'_, F> {
+    UnlessLost {
+        fut,
+        held,
+        lost: None,
+    }
+}
+
+pin_project! {
+    /// [`unless_lost`]'s future: `fut` pinned where it is, so a run's
+    /// future holds it once (an `async fn` taking it, and `lost()`'s
+    /// future, held each twice: the argument and the pinned copy).
+    pub(crate) struct UnlessLost<'h, F> {
+        #[pin]
+        fut: F,
+        held: &'h [Arc<Held>],
+        lost: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    }
+}
+
+impl<F: Future> Future for UnlessLost<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let lost_now = match this.lost.as_mut() {
+            Some(lost) => lost.as_mut().poll(cx).is_ready(),
+            None => this.held.iter().any(|held| held.is_lost()),
+        };
+        if lost_now {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(output) = this.fut.poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        if this.lost.is_none() {
+            let mut armed = any_lost(this.held);
+            if armed.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            *this.lost = Some(armed);
+        }
+        Poll::Pending
+    }
+}
+
+/// Resolves once any lease of `held` is lost (never, for none).
+fn any_lost(held: &[Arc<Held>]) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    match held {
+        [] => Box::pin(std::future::pending()),
+        [one] => Box::pin(one.lost()),
+        many => {
+            let each = many.iter().map(|held| Box::pin(held.lost()));
+            Box::pin(futures_util::future::select_all(each).map(drop))
+        }
     }
 }
 
@@ -181,6 +238,29 @@ mod tests {
             .campaign()
             .await
             .unwrap();
+    }
+
+    /// The leases are looked at before each poll of the body: a body
+    /// under a lease already lost is never polled, and one that ends at its
+    /// first poll ends there (whichever lease the run holds).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_body_is_polled_only_while_every_lease_is_valid() {
+        use std::sync::Arc;
+
+        use super::unless_lost;
+
+        let client = LockClient::builder().memory().build().await.unwrap();
+        let lasting = client.lock("lasting").acquire().await.unwrap();
+        let brief = client.lock("brief").ttl(LEASE).renew(false);
+        let brief = brief.acquire().await.unwrap();
+        let held: [Arc<_>; 2] = [lasting.held().clone(), brief.held().clone()];
+        assert_eq!(unless_lost(&held, async { 7 }).await, Some(7));
+        tokio::time::sleep(LEASE * 2).await;
+        assert_eq!(unless_lost(&held[..1], async { 7 }).await, Some(7));
+        let never = async { unreachable!("a body under a lost lease is polled") };
+        assert_eq!(unless_lost(&held, never).await, None::<()>);
+        let never = async { unreachable!("a body under a lost lease is polled") };
+        assert_eq!(unless_lost(&held[1..], never).await, None::<()>);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -268,8 +268,8 @@ impl LockRequest {
         async move {
             let guard = self.acquire().await?;
             let held = guard.held().clone();
-            let lost = guard.lost();
-            let output = context::scope(held.clone(), unless_lost(lost, fut)).await;
+            let body = unless_lost(std::slice::from_ref(&held), fut);
+            let output = context::scope(held.clone(), body).await;
             end_run(
                 std::slice::from_ref(&held),
                 output,

@@ -138,8 +138,8 @@ impl LeaderRequest {
         async move {
             let leadership = self.campaign().await?;
             let held = leadership.guard.held().clone();
-            let lost = leadership.lost();
-            let output = context::scope(held.clone(), unless_lost(lost, fut)).await;
+            let body = unless_lost(std::slice::from_ref(&held), fut);
+            let output = context::scope(held.clone(), body).await;
             end_run(
                 std::slice::from_ref(&held),
                 output,

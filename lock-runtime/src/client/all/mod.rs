@@ -350,8 +350,7 @@ impl LockAllRequest {
         async move {
             let guard = self.acquire().await?;
             let held: Vec<Arc<Held>> = guard.guards.iter().map(|g| g.held().clone()).collect();
-            let lost = guard.lost();
-            let output = context::scope_all(held.clone(), unless_lost(lost, fut)).await;
+            let output = context::scope_all(held.clone(), unless_lost(&held, fut)).await;
             end_run(&held, output, guard, |guard: LockAllGuard| {
                 join_all(guard.guards.into_iter().map(LockGuard::release))
             })

@@ -1,6 +1,4 @@
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -11,7 +9,6 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::ResponseFuture;
@@ -24,6 +21,7 @@ use crate::error::LockError;
 use crate::layer::bounds::{HttpBody, Wrapped};
 use crate::layer::completion::Aborted;
 use crate::layer::problem::{Refusal, problem, problem_retry};
+use crate::run::unless_lost;
 
 wrapped_service! {
     /// The service made by [`LockLayer`](super::LockLayer): takes the request's
@@ -221,61 +219,10 @@ async fn run_locked<S, B, ResB>(
 where
     S: Service<Request<B>, Response = Response<ResB>>,
 {
-    match unless_lost(&guard, inner.call(req)).await {
+    match unless_lost(std::slice::from_ref(guard.held()), inner.call(req)).await {
         Some(Ok(response)) => Ok((Some(response), guard)),
         Some(Err(e)) => Err(e),
         None => Ok((None, guard)),
-    }
-}
-
-/// Runs `call` to its end (`Some`), unless the lease of `guard` is lost
-/// first (`None`: `call` is dropped), the loss checked before each poll of
-/// `call`. The lease's `lost()` future (a timer at the lease's deadline and
-/// a wait on the watchdog's word) is set up only if `call` does not end at
-/// its first poll: until then a look at the lease says the same at once.
-fn unless_lost<F: Future>(guard: &LockGuard, call: F) -> UnlessLost<'_, F> {
-    UnlessLost {
-        call,
-        guard,
-        lost: None,
-    }
-}
-
-pin_project! {
-    /// [`unless_lost`]'s future: `call` pinned where it is, so the
-    /// request's future holds it once (an `async fn` taking it held it
-    /// twice, the argument and the pinned copy).
-    struct UnlessLost<'g, F> {
-        #[pin]
-        call: F,
-        guard: &'g LockGuard,
-        lost: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    }
-}
-
-impl<F: Future> Future for UnlessLost<'_, F> {
-    type Output = Option<F::Output>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let lost_now = match this.lost.as_mut() {
-            Some(lost) => lost.as_mut().poll(cx).is_ready(),
-            None => this.guard.is_lost(),
-        };
-        if lost_now {
-            return Poll::Ready(None);
-        }
-        if let Poll::Ready(output) = this.call.poll(cx) {
-            return Poll::Ready(Some(output));
-        }
-        if this.lost.is_none() {
-            let mut armed = Box::pin(this.guard.lost());
-            if armed.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(None);
-            }
-            *this.lost = Some(armed);
-        }
-        Poll::Pending
     }
 }
 
