@@ -10,31 +10,32 @@ pub(crate) const M1_FENCE: usize = 2;
 pub(crate) const M1_FENCED_PAIR: usize = 3;
 pub(crate) const M2: usize = 4;
 pub(crate) const M2_PEER: usize = 5;
-pub(crate) const M3_GRANTS: usize = 6;
-pub(crate) const M3_WAIT: usize = 7;
-pub(crate) const M4_GRANTS: usize = 8;
-pub(crate) const M4_SPIN: usize = 9;
-pub(crate) const M4_FAIR: usize = 10;
-pub(crate) const M4_WAIT: usize = 11;
-pub(crate) const M5: usize = 12;
-pub(crate) const M5_FLOOR: usize = 13;
-pub(crate) const M6: usize = 14;
-pub(crate) const M7: usize = 15;
-pub(crate) const M7_CPU: usize = 16;
-pub(crate) const M7_SAFE: usize = 17;
-pub(crate) const M8: usize = 18;
-pub(crate) const M8_RSS_REDIS: usize = 19;
-pub(crate) const M8_RSS_MEMORY: usize = 20;
-pub(crate) const M9_FAIR: usize = 21;
-pub(crate) const M9_RATE: usize = 22;
-pub(crate) const M10_SEM: usize = 23;
-pub(crate) const M10_READ: usize = 24;
-pub(crate) const M11: usize = 25;
-pub(crate) const M11_FENCED: usize = 26;
-pub(crate) const M11_LIBRARY: usize = 27;
-pub(crate) const M12: usize = 28;
-pub(crate) const M12_CHECKED: usize = 29;
-pub(crate) const M12_LIBRARY: usize = 30;
+pub(crate) const M2_MANAGED: usize = 6;
+pub(crate) const M3_GRANTS: usize = 7;
+pub(crate) const M3_WAIT: usize = 8;
+pub(crate) const M4_GRANTS: usize = 9;
+pub(crate) const M4_SPIN: usize = 10;
+pub(crate) const M4_FAIR: usize = 11;
+pub(crate) const M4_WAIT: usize = 12;
+pub(crate) const M5: usize = 13;
+pub(crate) const M5_FLOOR: usize = 14;
+pub(crate) const M6: usize = 15;
+pub(crate) const M7: usize = 16;
+pub(crate) const M7_CPU: usize = 17;
+pub(crate) const M7_SAFE: usize = 18;
+pub(crate) const M8: usize = 19;
+pub(crate) const M8_RSS_REDIS: usize = 20;
+pub(crate) const M8_RSS_MEMORY: usize = 21;
+pub(crate) const M9_FAIR: usize = 22;
+pub(crate) const M9_RATE: usize = 23;
+pub(crate) const M10_SEM: usize = 24;
+pub(crate) const M10_READ: usize = 25;
+pub(crate) const M11: usize = 26;
+pub(crate) const M11_FENCED: usize = 27;
+pub(crate) const M11_LIBRARY: usize = 28;
+pub(crate) const M12: usize = 29;
+pub(crate) const M12_CHECKED: usize = 30;
+pub(crate) const M12_LIBRARY: usize = 31;
 
 /// The label of rslock's hot-key side, as the table and the chart show it.
 pub(crate) const PEER_HOT: &str = "rslock acquire (retry loop)";
@@ -86,6 +87,13 @@ pub(crate) fn definitions() -> Vec<Metric> {
             Unit::PerSec,
             "rslock lock+unlock, 32 tasks",
             RatioAtLeast(1.05),
+        ),
+        m(
+            "2",
+            "32 tasks, distinct keys: pairs/s, against raw on the library's kind of connection",
+            Unit::PerSec,
+            "raw, 32 tasks, 1 ConnectionManager",
+            Info,
         ),
         m(
             "3",

@@ -52,6 +52,8 @@ use lock_runtime::LockClient;
 use tower::ServiceExt;
 
 use crate::http::{Side as HttpSide, app};
+use redis::aio::ConnectionManager;
+
 use crate::raw::{Raw, value};
 
 const USAGE: &str = "\
@@ -96,10 +98,11 @@ const SCENARIOS: [(&str, usize, Kind); 7] = [
 ];
 
 /// The sides of a scenario: the library first, the baseline second, and
-/// for the pairs the library's scripts sent by hand.
+/// for the pairs the library's scripts sent by hand and the raw pair on a
+/// `ConnectionManager` configured as the library's connection.
 fn sides(kind: Kind) -> &'static [&'static str] {
     match kind {
-        Kind::Pair => &["lib", "raw", "scripts"],
+        Kind::Pair => &["lib", "raw", "scripts", "managed"],
         Kind::Route | Kind::Idem => &["lib", "raw"],
         // The baseline is the library's own mutex pair, as in row 10.
         Kind::Permit => &["permit", "lib"],
@@ -466,6 +469,8 @@ enum Driver {
     /// A semaphore of 4 permits, one permit at a time.
     Permit(LockClient),
     Raw(Raw),
+    /// The raw pair on a `ConnectionManager`.
+    Managed(Raw<ConnectionManager>),
     Scripts(Raw, [String; 5]),
     /// The router, and whether each request carries an `Idempotency-Key`.
     Route(axum::Router, bool),
@@ -503,6 +508,9 @@ fn child(scenario: &str, side: &str, url: &str, n: usize) -> Result<(), String> 
             (Kind::Pair | Kind::Permit, "lib") => Driver::Lib(lib.clone()),
             (Kind::Permit, "permit") => Driver::Permit(lib.clone()),
             (Kind::Pair, "raw") => Driver::Raw(raw().await?),
+            (Kind::Pair, "managed") => {
+                Driver::Managed(Raw::connect_managed(&redis, &prefix).await?)
+            }
             (Kind::Pair, "scripts") => {
                 let raw = raw().await?;
                 let names = raw.library_names("scripted");
@@ -537,6 +545,7 @@ async fn drive(driver: &Driver, tasks: usize, n: usize) -> Result<(), String> {
             Driver::Lib(c) => Driver::Lib(c.clone()),
             Driver::Permit(c) => Driver::Permit(c.clone()),
             Driver::Raw(r) => Driver::Raw(r.clone()),
+            Driver::Managed(r) => Driver::Managed(r.clone()),
             Driver::Scripts(r, _) => Driver::Scripts(r.clone(), r.library_names(&format!("s{t}"))),
             Driver::Route(r, keyed) => Driver::Route(r.clone(), *keyed),
         };
@@ -564,6 +573,14 @@ async fn one_task(driver: &Driver, t: usize, n: usize) -> Result<(), String> {
             }
         }
         Driver::Raw(raw) => {
+            let mut raw = raw.clone();
+            let key = raw.key(&key);
+            for _ in 0..n {
+                let v = value(t as u64, NEXT.fetch_add(1, Ordering::Relaxed));
+                raw.pair(&key, &v).await?;
+            }
+        }
+        Driver::Managed(raw) => {
             let mut raw = raw.clone();
             let key = raw.key(&key);
             for _ in 0..n {

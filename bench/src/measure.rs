@@ -16,6 +16,7 @@ use super::report::{Metric, median, percentile};
 use super::rows::{self, Hot, p50, p99_ms};
 use super::sides::Peer;
 use crate::{Options, Plan};
+use redis::aio::ConnectionManager;
 
 /// Every key of a run starts with one of these (deleted at the end when the
 /// server is not the benchmark's own).
@@ -86,6 +87,9 @@ struct Bench<'a> {
     /// between processes: within one client it would be in-process).
     rival: LockClient,
     raw: Raw,
+    /// The raw pair on a `ConnectionManager` configured as the library's
+    /// connection (row 2's informational side).
+    managed: Raw<ConnectionManager>,
     peer: Peer,
     /// Every wait of rows 3 (library) and 4 (library, raw spin, peer), in us.
     waits3: Vec<f64>,
@@ -113,6 +117,7 @@ pub(crate) async fn measure(
     let memory = build(LockClient::builder().memory(), "memory client").await?;
     let rival = build(LockClient::builder().redis(url), "second lock client").await?;
     let raw = Raw::connect(&redis, &prefixes.raw).await?;
+    let managed = Raw::connect_managed(&redis, &format!("{}managed:", prefixes.raw)).await?;
     attr::set_attr_client(&lib);
     let info = server_info(&redis).await.unwrap_or_default();
     let redis_version = info
@@ -136,6 +141,7 @@ pub(crate) async fn measure(
         memory,
         rival,
         raw,
+        managed,
         waits3: Vec::new(),
         waits4: Default::default(),
         row4_rate: None,
@@ -200,6 +206,7 @@ impl Bench<'_> {
             rows::lib_pair(&self.lib, "serial").await?;
             rows::lib_pair(&self.memory, "serial").await?;
             self.raw.pair(&raw_serial, &value(9, i)).await?;
+            self.managed.pair(&raw_serial, &value(10, i)).await?;
         }
         let (lib, raw, peer) = (&self.lib, &self.raw, &self.peer);
         let short = Duration::from_millis(50);
@@ -291,18 +298,20 @@ impl Bench<'_> {
         Ok(())
     }
 
-    /// Row 2: 32 tasks on distinct keys, library, raw and peer.
+    /// Row 2: 32 tasks on distinct keys, library, raw and peer, and raw
+    /// again on a `ConnectionManager`.
     async fn distinct_keys(&mut self, rep: usize, metrics: &mut [Metric]) -> Result<(), String> {
         let (tasks, window) = (self.plan.par_tasks, self.plan.par_window);
         let (lib, raw, peer, redis) = (&self.lib, &self.raw, &self.peer, &self.redis);
+        let managed = &self.managed;
         // Per side: Redis commands (`INFO commandstats`, a script's inner
         // commands counted apart from its `EVALSHA`) and Redis CPU (`INFO
         // cpu`) over its slices, and the pairs done in them.
-        let mut cost = [(0u64, 0f64, 0f64); 3];
+        let mut cost = [(0u64, 0f64, 0f64); 4];
         // Per side: this process's CPU seconds and the server's reads.
-        let mut client = [(0f64, 0u64); 3];
+        let mut client = [(0f64, 0u64); 4];
         let batches = lock_runtime::__private::testing::batched_calls(lib);
-        let [l, r, p] = interleave(rep, self.plan.slices, async |side| {
+        let [l, r, p, m] = interleave(rep, self.plan.slices, async |side| {
             let before = http::commandstats(redis).await?;
             let cpu = http::server_cpu(redis).await?;
             let reads = http::server_reads(redis).await?;
@@ -310,7 +319,8 @@ impl Bench<'_> {
             let rate = match side {
                 0 => rows::pairs_per_sec(lib, tasks, window).await,
                 1 => rows::pairs_per_sec(raw, tasks, window).await,
-                _ => rows::pairs_per_sec(peer, tasks, window).await,
+                2 => rows::pairs_per_sec(peer, tasks, window).await,
+                _ => rows::pairs_per_sec(managed, tasks, window).await,
             }?;
             client[side].0 += crate::report::cpu_seconds().unwrap_or(0.0) - own;
             let cpu = http::server_cpu(redis).await? - cpu;
@@ -324,12 +334,13 @@ impl Bench<'_> {
         .await?;
         metrics[M2].record(mean(&l), mean(&r));
         metrics[M2_PEER].record(mean(&l), mean(&p));
+        metrics[M2_MANAGED].record(mean(&l), mean(&m));
         let per_pair = |(calls, cpu, pairs): (u64, f64, f64)| {
             (calls as f64 / pairs.max(1.0), cpu * 1e6 / pairs.max(1.0))
         };
-        let [lc, rc, pc] = cost.map(per_pair);
+        let [lc, rc, pc, mc] = cost.map(per_pair);
         // Client CPU per pair, and the pairs a server read carried.
-        let [ld, rd, pd] = [0, 1, 2].map(|i| {
+        let [ld, rd, pd, md] = [0, 1, 2, 3].map(|i| {
             let pairs = cost[i].2.max(1.0);
             (client[i].0 * 1e6 / pairs, pairs / client[i].1.max(1) as f64)
         });
@@ -337,10 +348,11 @@ impl Bench<'_> {
         let (calls, ops) = (now.0 - batches.0, now.1 - batches.1);
         metrics[M2].notes.push(format!(
             "rep {}: per pair, library: {:.2} commands, {:.1} us of Redis CPU (INFO cpu); raw: \
-             {:.2} commands, {:.1} us; rslock: {:.2} commands, {:.1} us; library / raw Redis \
-             CPU {:.2}; client CPU per pair (this process, us) / pairs per server read: library \
-             {:.1} / {:.2}, raw {:.1} / {:.2}, rslock {:.1} / {:.2}; batches: {ops} ops in \
-             {calls} calls ({:.1} per call, largest so far {})",
+             {:.2} commands, {:.1} us; rslock: {:.2} commands, {:.1} us; raw on a \
+             ConnectionManager: {:.2} commands, {:.1} us; library / raw Redis CPU {:.2}; client \
+             CPU per pair (this process, us) / pairs per server read: library {:.1} / {:.2}, \
+             raw {:.1} / {:.2}, rslock {:.1} / {:.2}, raw on a ConnectionManager {:.1} / {:.2}; \
+             batches: {ops} ops in {calls} calls ({:.1} per call, largest so far {})",
             rep + 1,
             lc.0,
             lc.1,
@@ -348,6 +360,8 @@ impl Bench<'_> {
             rc.1,
             pc.0,
             pc.1,
+            mc.0,
+            mc.1,
             lc.1 / rc.1.max(0.001),
             ld.0,
             ld.1,
@@ -355,6 +369,8 @@ impl Bench<'_> {
             rd.1,
             pd.0,
             pd.1,
+            md.0,
+            md.1,
             ops as f64 / calls.max(1) as f64,
             now.2,
         ));

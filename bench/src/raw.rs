@@ -5,7 +5,9 @@
 //! compare-and-delete script (loaded once with `SCRIPT LOAD`). Values are
 //! 32 hex digits, like the library's 128-bit tokens.
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 
 /// Deletes `KEYS[1]` only if it still holds `ARGV[1]`.
 const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
@@ -28,7 +30,7 @@ pub(crate) const LIBRARY_RELEASE: &str = include_str!("../../lock-runtime/script
 
 /// `SCRIPT LOAD src` on `conn`: the script's SHA1, for `EVALSHA`.
 pub(crate) async fn load_script(
-    conn: &mut MultiplexedConnection,
+    conn: &mut impl ConnectionLike,
     src: &str,
 ) -> Result<String, String> {
     redis::cmd("SCRIPT")
@@ -39,10 +41,17 @@ pub(crate) async fn load_script(
         .map_err(|e| format!("SCRIPT LOAD: {e}"))
 }
 
-/// A multiplexed connection and the scripts' SHA1s. Clones share the connection.
+/// What a raw side sends on: one multiplexed connection (the baselines), or
+/// redis-rs's `ConnectionManager` over one, which reconnects as the
+/// library's connection does.
+pub(crate) trait RawConn: ConnectionLike + Clone + Send + Sync + 'static {}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> RawConn for C {}
+
+/// A connection and the scripts' SHA1s. Clones share the connection.
 #[derive(Clone)]
-pub(crate) struct Raw {
-    conn: MultiplexedConnection,
+pub(crate) struct Raw<C = MultiplexedConnection> {
+    conn: C,
     del_sha: String,
     del_pub_sha: String,
     lib_acquire_sha: String,
@@ -53,6 +62,38 @@ pub(crate) struct Raw {
 }
 
 impl Raw {
+    /// The baselines' connection: one multiplexed connection.
+    pub(crate) async fn connect(client: &redis::Client, prefix: &str) -> Result<Self, String> {
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| format!("raw connection: {e}"))?;
+        Self::on(conn, prefix).await
+    }
+}
+
+impl Raw<ConnectionManager> {
+    /// A `ConnectionManager` configured as the library's (its default
+    /// connect and response timeouts, two reconnect attempts at most 500 ms
+    /// apart): what the raw pair costs on the connection the library sends on.
+    pub(crate) async fn connect_managed(
+        client: &redis::Client,
+        prefix: &str,
+    ) -> Result<Self, String> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
+            .set_response_timeout(Some(std::time::Duration::from_secs(1)))
+            .set_number_of_retries(2)
+            .set_max_delay(std::time::Duration::from_millis(500));
+        let conn = client
+            .get_connection_manager_with_config(config)
+            .await
+            .map_err(|e| format!("raw connection manager: {e}"))?;
+        Self::on(conn, prefix).await
+    }
+}
+
+impl<C: RawConn> Raw<C> {
     /// One `HSET` of `field` on `key`, as the unfenced baseline of a fenced
     /// write.
     pub(crate) async fn hset(&mut self, key: &str, field: u64) -> Result<(), String> {
@@ -80,11 +121,8 @@ impl Raw {
             .map_err(|e| format!("fenced HSET: {e}"))
     }
 
-    pub(crate) async fn connect(client: &redis::Client, prefix: &str) -> Result<Self, String> {
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|e| format!("raw connection: {e}"))?;
+    /// Loads the scripts on `conn`.
+    async fn on(mut conn: C, prefix: &str) -> Result<Self, String> {
         let del_sha = load_script(&mut conn, COMPARE_AND_DELETE).await?;
         let del_pub_sha = load_script(&mut conn, COMPARE_DELETE_PUBLISH).await?;
         let lib_acquire_sha = load_script(&mut conn, LIBRARY_ACQUIRE).await?;
@@ -194,7 +232,7 @@ impl Raw {
     }
 }
 
-impl Raw {
+impl<C: RawConn> Raw<C> {
     /// The names the library gives the key `name` ([`library_names`]).
     pub(crate) fn library_names(&self, name: &str) -> [String; 5] {
         library_names(&self.prefix, name)

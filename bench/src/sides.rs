@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockGuard};
 
-use super::raw::{Raw, value};
+use super::raw::{Raw, RawConn, value};
 
 /// The lease every side asks for: the library's default.
 const LEASE: Duration = Duration::from_secs(30);
@@ -81,10 +81,11 @@ impl Side for LockClient {
     }
 }
 
-/// Raw redis-rs on one shared multiplexed connection: `SET NX PX` (on a
-/// contended key: yield and retry at once, spin polling as people write it
-/// without a library), then compare-and-delete.
-impl Side for Raw {
+/// Raw redis-rs on one shared connection (a multiplexed connection, or a
+/// `ConnectionManager` over one): `SET NX PX` (on a contended key: yield and
+/// retry at once, spin polling as people write it without a library), then
+/// compare-and-delete.
+impl<C: RawConn> Side for Raw<C> {
     type Held = String;
 
     fn key(&self, name: &str) -> String {
