@@ -184,18 +184,21 @@ impl Held {
     }
 
     /// `hold_at_least`: how much longer the key must stay taken after a
-    /// release at `now` (`None`: none; a release may delete it).
-    pub(crate) fn keeps_until(&self, now: Instant) -> Option<Duration> {
+    /// release now (`None`: none; a release may delete it). The clock is
+    /// read only for a hold with a `hold_at_least`.
+    pub(crate) fn keeps_for(&self) -> Option<Duration> {
         self.hold_until
-            .map(|until| until.saturating_duration_since(now))
+            .map(|until| until.saturating_duration_since(Instant::now()))
             .filter(|left| !left.is_zero())
     }
 
-    /// How long the key was kept from others by this hold, at its release:
-    /// from acquisition to now, or to the end of `hold_at_least` if later.
-    pub(crate) fn hold_time(&self) -> Duration {
-        let now = Instant::now();
-        self.hold_until.unwrap_or(now).max(now) - self.since
+    /// How long this hold lasted at a release at `now` (from the request
+    /// that set the lease), and how long it kept the key from others: to
+    /// `now`, or to the end of `hold_at_least` if later.
+    pub(crate) fn hold_times(&self, now: Instant) -> (Duration, Duration) {
+        let held = now.saturating_duration_since(self.since);
+        let kept = self.hold_until.unwrap_or(now).max(now) - self.since;
+        (held, kept)
     }
 
     pub(crate) fn valid_until(&self) -> Instant {

@@ -82,8 +82,9 @@ pub(super) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
             local.end(&next);
             return Some(next);
         }
-        crate::metrics::released(&held.metrics, held.since.elapsed());
-        inner.hints.held(&held.key, held.hold_time());
+        let (held_for, kept) = held.hold_times(Instant::now());
+        crate::metrics::released(&held.metrics, held_for);
+        inner.hints.held(&held.key, kept);
         crate::metrics::acquired(&next.metrics, waiter.started.elapsed(), true);
         tracing::debug!(key = %next.key, fencing, "lock handed on within the client");
         match local.give(waiter, next) {

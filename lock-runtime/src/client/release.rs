@@ -49,7 +49,7 @@ enum Decision {
 /// lost goes to a waiting task of this client if there is one; otherwise
 /// it is deleted.
 fn decide(inner: &Inner, held: &Arc<Held>, was_lost: bool) -> Decision {
-    if let Some(left) = held.keeps_until(Instant::now()) {
+    if let Some(left) = held.keeps_for() {
         return Decision::Keep(left);
     }
     if !was_lost && inner.local.has_waiters(held) {
@@ -64,8 +64,9 @@ fn retire(inner: &Inner, held: &Arc<Held>) {
     held.end();
     inner.local.end(held);
     inner.watchdog.unwatch(held.id);
-    crate::metrics::released(&held.metrics, held.since.elapsed());
-    inner.hints.held(&held.key, held.hold_time());
+    let (held_for, kept) = held.hold_times(Instant::now());
+    crate::metrics::released(&held.metrics, held_for);
+    inner.hints.held(&held.key, kept);
 }
 
 /// Sends what `decision` says for `held` to the server (a hand-on that
