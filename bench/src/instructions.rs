@@ -71,11 +71,11 @@ Needs valgrind (apt-get install valgrind). Always starts its own
 redis-server (REDIS_SERVER names the binary).";
 
 /// What the child runs: the scenario, the side, the server, the count.
-const CHILD: &str = "--instructions-child";
+pub(crate) const CHILD: &str = "--instructions-child";
 
 /// What a scenario drives.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     /// Lock pairs on the client.
     Pair,
     /// The locked route (row 11).
@@ -87,7 +87,7 @@ enum Kind {
 }
 
 /// The scenarios: name, concurrent tasks, what they drive.
-const SCENARIOS: [(&str, usize, Kind); 7] = [
+pub(crate) const SCENARIOS: [(&str, usize, Kind); 7] = [
     ("pair", 1, Kind::Pair),
     ("pair32", 32, Kind::Pair),
     ("route", 1, Kind::Route),
@@ -100,7 +100,7 @@ const SCENARIOS: [(&str, usize, Kind); 7] = [
 /// The sides of a scenario: the library first, the baseline second, and
 /// for the pairs the library's scripts sent by hand and the raw pair on a
 /// `ConnectionManager` configured as the library's connection.
-fn sides(kind: Kind) -> &'static [&'static str] {
+pub(crate) fn sides(kind: Kind) -> &'static [&'static str] {
     match kind {
         Kind::Pair => &["lib", "raw", "scripts", "managed"],
         Kind::Route | Kind::Idem => &["lib", "raw"],
@@ -521,7 +521,17 @@ fn child(scenario: &str, side: &str, url: &str, n: usize) -> Result<(), String> 
     })?;
     // Warm-up: connections, script loading, lazily built state.
     runtime.block_on(drive(&driver, tasks, (n / 10).max(tasks)))?;
-    measured(&runtime, &driver, tasks, n)
+    let before = crate::cpu::thread_cpu();
+    measured(&runtime, &driver, tasks, n)?;
+    // For `bench --cpu`: the CPU time of the counted part, natively.
+    if std::env::var_os(crate::cpu::REPORT).is_some() {
+        let spent = crate::cpu::thread_cpu().zip(before).map(|(a, b)| a - b);
+        println!(
+            "{}",
+            spent.ok_or("this system reports no CPU time per thread")?
+        );
+    }
+    Ok(())
 }
 
 /// The counted part: `n` pairs or requests over `tasks` tasks.

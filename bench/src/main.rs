@@ -14,6 +14,7 @@
 
 mod attr;
 mod chart;
+mod cpu;
 mod curves;
 mod defs;
 mod fcall;
@@ -59,6 +60,8 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
   Redis in instructions (valgrind), against the raw pair and record;
   bench --instructions [--n N] [--only pair,route]: the client's instructions
   per pair and per request under callgrind, against the hand-rolled side;
+  bench --cpu [--runs R] [--n N] [--only pair32]: the same scenarios' CPU
+  time per pair and per request, natively (what instructions do not weigh);
   bench --serve lock|idem lib|raw|by-hand: one side of row 11 or 12 (by-hand:
   the library's own commands from a hand-rolled middleware), served until
   Ctrl-C or SIGTERM, for a profiler while `wrk` loads it (it prints the command)
@@ -378,6 +381,7 @@ fn main() -> ExitCode {
         Some("--fcall") => return fcall::main(&args[1..]),
         Some("--server-instructions") => return server_cost::main(&args[1..]),
         Some("--instructions") => return instructions::main(&args[1..]),
+        Some("--cpu") => return cpu::main(&args[1..]),
         Some("--serve") => return serve::main(&args[1..]),
         _ => {}
     }
