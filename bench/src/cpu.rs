@@ -4,7 +4,7 @@
 //! Instruction counts do not move with load, but they weigh every
 //! instruction alike: an atomic read-modify-write, a clock read, a cache
 //! miss and the kernel's share of a system call count as one or nothing.
-//! At 32 tasks on distinct keys the library's client executes about 1.04 x
+//! At 32 tasks on distinct keys the library's client executes 1.04-1.08 x
 //! raw redis-rs's instructions and spends about 1.2 x its CPU time (see
 //! BENCHMARKS.md), so this mode measures the time itself: each side runs
 //! in a child process of this binary (the same child as `--instructions`,
@@ -16,11 +16,8 @@
 
 use std::process::{Command, ExitCode};
 
-use crate::instructions::{CHILD, Kind, SCENARIOS, sides};
+use crate::instructions::{CHILD, CPU_REPORT, Kind, SCENARIOS, scenarios, sides};
 use crate::report::median;
-
-/// Set in a child's environment: print the counted part's CPU seconds.
-pub(crate) const REPORT: &str = "BENCH_CHILD_CPU";
 
 const USAGE: &str = "\
 usage: bench --cpu [--runs R] [--n N] [--only SCENARIOS]
@@ -34,14 +31,6 @@ usage: bench --cpu [--runs R] [--n N] [--only SCENARIOS]
 
 Always starts its own redis-server (REDIS_SERVER names the binary, or
 --server).";
-
-/// This thread's CPU time so far (user and kernel), in seconds; `None`
-/// where the system does not say.
-pub(crate) fn thread_cpu() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: f64 = stat.split_whitespace().next()?.parse().ok()?;
-    Some(ns / 1e9)
-}
 
 /// `bench --cpu ...`.
 pub(crate) fn main(args: &[String]) -> ExitCode {
@@ -82,17 +71,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         match arg.as_str() {
             "--runs" => opts.runs = number("--runs", value("--runs")?)?,
             "--n" => opts.n = Some(number("--n", value("--n")?)?),
-            "--only" => {
-                let list: Vec<String> = value("--only")?
-                    .split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                if let Some(bad) = list.iter().find(|s| !SCENARIOS.iter().any(|c| c.0 == *s)) {
-                    return Err(format!("--only: no scenario {bad:?}\n{USAGE}"));
-                }
-                opts.only = Some(list);
-            }
+            "--only" => opts.only = Some(scenarios(&value("--only")?, USAGE)?),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -181,7 +160,7 @@ fn child_cpu(
 ) -> Result<f64, String> {
     let out = Command::new(exe)
         .args([CHILD, scenario, side, url, &n.to_string()])
-        .env(REPORT, "1")
+        .env(CPU_REPORT, "1")
         .output()
         .map_err(|e| format!("run the child: {e}"))?;
     if !out.status.success() {

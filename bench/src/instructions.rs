@@ -173,22 +173,26 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--n" => opts.n = number("--n", value("--n")?)?,
             "--top" => opts.top = number("--top", value("--top")?)?,
             "--dir" => opts.dir = PathBuf::from(value("--dir")?),
-            "--only" => {
-                let list: Vec<String> = value("--only")?
-                    .split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                if let Some(bad) = list.iter().find(|s| !SCENARIOS.iter().any(|c| c.0 == *s)) {
-                    return Err(format!("--only: no scenario {bad:?}\n{USAGE}"));
-                }
-                opts.only = Some(list);
-            }
+            "--only" => opts.only = Some(scenarios(&value("--only")?, USAGE)?),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
     Ok(opts)
+}
+
+/// The scenarios a comma-separated `--only` list names (`usage` said with
+/// an error).
+pub(crate) fn scenarios(list: &str, usage: &str) -> Result<Vec<String>, String> {
+    let list: Vec<String> = list
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    match list.iter().find(|s| !SCENARIOS.iter().any(|c| c.0 == *s)) {
+        Some(bad) => Err(format!("--only: no scenario {bad:?}\n{usage}")),
+        None => Ok(list),
+    }
 }
 
 /// What one side's profile says, per pair or request.
@@ -476,6 +480,19 @@ enum Driver {
     Route(axum::Router, bool),
 }
 
+/// Set in a child's environment (by `bench --cpu`): print the counted
+/// part's CPU seconds.
+pub(crate) const CPU_REPORT: &str = "BENCH_CHILD_CPU";
+
+/// This thread's CPU time so far (user and kernel, from
+/// `/proc/thread-self/schedstat`), in seconds; `None` where the system
+/// does not say.
+fn thread_cpu() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: f64 = stat.split_whitespace().next()?.parse().ok()?;
+    Some(ns / 1e9)
+}
+
 /// Sequence numbers of routes' ids and raw values, unique in the process.
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -521,11 +538,11 @@ fn child(scenario: &str, side: &str, url: &str, n: usize) -> Result<(), String> 
     })?;
     // Warm-up: connections, script loading, lazily built state.
     runtime.block_on(drive(&driver, tasks, (n / 10).max(tasks)))?;
-    let before = crate::cpu::thread_cpu();
+    let before = thread_cpu();
     measured(&runtime, &driver, tasks, n)?;
     // For `bench --cpu`: the CPU time of the counted part, natively.
-    if std::env::var_os(crate::cpu::REPORT).is_some() {
-        let spent = crate::cpu::thread_cpu().zip(before).map(|(a, b)| a - b);
+    if std::env::var_os(CPU_REPORT).is_some() {
+        let spent = thread_cpu().zip(before).map(|(a, b)| a - b);
         println!(
             "{}",
             spent.ok_or("this system reports no CPU time per thread")?
@@ -582,6 +599,8 @@ async fn one_task(driver: &Driver, t: usize, n: usize) -> Result<(), String> {
                 crate::rows::family_pair(client, &key, Some(4)).await?;
             }
         }
+        // The two raw sides written out alike (a shared `async fn` changes
+        // the baseline's own instruction count under callgrind).
         Driver::Raw(raw) => {
             let mut raw = raw.clone();
             let key = raw.key(&key);
