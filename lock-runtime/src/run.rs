@@ -69,7 +69,7 @@ impl<F: Future> Future for UnlessLost<'_, F> {
             return Poll::Ready(Some(output));
         }
         if this.lost.is_none() {
-            let mut armed = any_lost(this.held);
+            let mut armed = any_lost(this.held.iter());
             if armed.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(None);
             }
@@ -79,15 +79,18 @@ impl<F: Future> Future for UnlessLost<'_, F> {
     }
 }
 
-/// Resolves once any lease of `held` is lost (never, for none).
-fn any_lost(held: &[Arc<Held>]) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-    match held {
-        [] => Box::pin(std::future::pending()),
-        [one] => Box::pin(one.lost()),
-        many => {
-            let each = many.iter().map(|held| Box::pin(held.lost()));
-            Box::pin(futures_util::future::select_all(each).map(drop))
-        }
+/// Resolves once any lease of `held` is lost (never, for none): a run's
+/// body's watch, and `LockAllGuard::lost`.
+pub(crate) fn any_lost<'h>(
+    mut held: impl ExactSizeIterator<Item = &'h Arc<Held>>,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    if held.len() > 1 {
+        let each = held.map(|held| Box::pin(held.lost()));
+        return Box::pin(futures_util::future::select_all(each).map(drop));
+    }
+    match held.next() {
+        Some(one) => Box::pin(one.lost()),
+        None => Box::pin(std::future::pending()),
     }
 }
 

@@ -267,11 +267,11 @@ impl RecordRequest {
                 return Box::pin(claiming.in_turns()).await;
             }
             // The one attempt `Turns::claim` would send for a claim that
-            // tries once, and its answer.
-            Ok(match claiming.attempt().await? {
-                Attempted::Ended(found) => claiming.end(found),
-                Attempted::Busy { remaining, .. } => claiming.end(Claim::InFlight { remaining }),
-            })
+            // tries once, and its answer (busy: given up, as there).
+            match claiming.attempt().await? {
+                Attempted::Ended(found) => Ok(claiming.end(found)),
+                Attempted::Busy { remaining, .. } => claiming.give_up(remaining).await,
+            }
         }
     }
 }

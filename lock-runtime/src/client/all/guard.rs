@@ -63,13 +63,7 @@ impl LockAllGuard {
     /// resolves at once if one already is. Owns what it needs, so it can
     /// be raced against the work.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let lost: Vec<_> = self.guards.iter().map(|g| Box::pin(g.lost())).collect();
-        async move {
-            if lost.is_empty() {
-                return std::future::pending().await;
-            }
-            futures_util::future::select_all(lost).await;
-        }
+        crate::run::any_lost(self.guards.iter().map(LockGuard::held))
     }
 
     /// `true` once any key's lease is known to be lost.
