@@ -125,10 +125,16 @@ impl Held {
     /// Once the holder ended it ([`Held::end`]), only a release that found
     /// the key not ours makes it lost.
     pub(crate) fn is_lost(&self) -> bool {
+        self.is_lost_at(Instant::now())
+    }
+
+    /// [`Held::is_lost`] at `now` (a release reads the clock once for
+    /// this, its hold times and its lease's validity).
+    pub(crate) fn is_lost_at(&self, now: Instant) -> bool {
         if self.lost.is_cancelled() {
             return true;
         }
-        if !self.ended() && Instant::now() >= self.valid_until() {
+        if !self.ended() && now >= self.valid_until() {
             self.lose_at_deadline();
             return true;
         }

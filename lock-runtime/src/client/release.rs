@@ -58,13 +58,13 @@ fn decide(inner: &Inner, held: &Arc<Held>, was_lost: bool) -> Decision {
     Decision::Delete
 }
 
-/// Before `held` goes back to the server: its line goes there too, the
-/// watchdog lets it go, and its hold time is counted.
-fn retire(inner: &Inner, held: &Arc<Held>) {
+/// Before `held` goes back to the server at `now`: its line goes there
+/// too, the watchdog lets it go, and its hold time is counted.
+fn retire(inner: &Inner, held: &Arc<Held>, now: Instant) {
     held.end();
     inner.local.end(held);
     inner.watchdog.unwatch(held.id);
-    let (held_for, kept) = held.hold_times(Instant::now());
+    let (held_for, kept) = held.hold_times(now);
     crate::metrics::released(&held.metrics, held_for);
     inner.hints.held(&held.key, kept);
 }
@@ -98,18 +98,23 @@ async fn send(inner: &Inner, held: &Held, decision: Decision) -> Result<Released
 /// An owning guard's [`release`](crate::LockGuard::release): what it
 /// answers is documented there.
 pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(), LockError> {
-    let was_lost = held.is_lost();
+    // The clock read once: whether the lease ran out, the hold time, and
+    // whether the lease was valid as the release went out.
+    let mut started = Instant::now();
+    let was_lost = held.is_lost_at(started);
     held.end();
     let mut decision = decide(inner, &held, was_lost);
     if decision == Decision::HandOn {
         // Boxed: only a key with waiters in this process comes here.
         match Box::pin(hand_on(inner, held)).await {
             None => return Ok(()),
-            Some(last) => (held, decision) = (last, Decision::Delete),
+            Some(last) => {
+                (held, decision) = (last, Decision::Delete);
+                started = Instant::now(); // after the hand-on's round trip
+            }
         }
     }
-    retire(inner, &held);
-    let started = Instant::now();
+    retire(inner, &held, started);
     let valid = held.valid_at(started);
     let result = send(inner, &held, decision).await;
     let key = &held.key;
@@ -165,20 +170,21 @@ pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(
 /// hand-on in a task: it may take a round trip to reserve fencing
 /// tokens). Outside a runtime the lease runs out by itself.
 pub(crate) fn release_dropped(inner: Arc<Inner>, held: Arc<Held>) {
-    let decision = decide(&inner, &held, held.is_lost());
+    let now = Instant::now();
+    let decision = decide(&inner, &held, held.is_lost_at(now));
     held.end();
     if decision == Decision::HandOn
         && let Ok(runtime) = tokio::runtime::Handle::try_current()
     {
         runtime.spawn(async move {
             if let Some(last) = hand_on(&inner, held).await {
-                retire(&inner, &last);
+                retire(&inner, &last, Instant::now());
                 send_in_background(inner, &last, Decision::Delete);
             }
         });
         return;
     }
-    retire(&inner, &held);
+    retire(&inner, &held, now);
     send_in_background(inner, &held, decision);
 }
 
