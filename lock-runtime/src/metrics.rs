@@ -230,8 +230,10 @@ mod report {
         metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA))
     }
 
-    pub(crate) fn acquired(name: &Name, waited: Duration, handover: bool) {
+    /// An acquisition asked for at `asked` took the lock now.
+    pub(crate) fn acquired(name: &Name, asked: tokio::time::Instant, handover: bool) {
         counter(name, Series::Acquired).increment(1);
+        let waited = asked.elapsed();
         histogram(name, Series::WaitAcquired).record(waited.as_secs_f64());
         if handover {
             counter(name, Series::Handover).increment(1);
@@ -322,7 +324,8 @@ mod report {
 mod report {
     use super::*;
 
-    pub(crate) fn acquired(name: &Name, waited: Duration, handover: bool) {}
+    // No clock read for the wait without the feature.
+    pub(crate) fn acquired(name: &Name, asked: tokio::time::Instant, handover: bool) {}
     pub(crate) fn busy(name: &Name, waited: Duration) {}
     pub(crate) fn failed(name: &Name) {}
     pub(crate) fn released(name: &Name, held_for: Duration) {}

@@ -62,12 +62,17 @@ pub(super) struct Acquired {
 impl Acquisition {
     /// Acquires `key` (named `names`) as `asked`: the steps until the lock
     /// is held or given up. The acquisition is built here, so the future
-    /// holds it once, not beside the arguments it is built from.
+    /// holds it once, not beside the arguments it is built from. `fresh`:
+    /// the request started a moment ago (nothing awaited since), so its
+    /// start can stand for the first attempt's send time, which saves a
+    /// clock read (a send time may be early, never late: a lease counted
+    /// from it ends no later than the server's).
     pub(super) fn acquire(
         inner: Arc<Inner>,
         key: String,
         names: KeyNames,
         asked: Asked,
+        fresh: bool,
     ) -> Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>> {
         let token = inner.token();
         let this = Self::new(inner, key, names, token, asked);
@@ -78,7 +83,7 @@ impl Acquisition {
         // per-thread cache (see the test below), and boxes the steps only
         // if it must.
         if this.may_go_plain() {
-            Box::pin(this.plain_first())
+            Box::pin(this.plain_first(fresh))
         } else {
             Box::pin(this.steps())
         }
@@ -87,9 +92,12 @@ impl Acquisition {
     /// The uncontended path, then the steps in a box of their own.
     // Not an `async fn`, which would keep `self` twice in its state.
     #[allow(clippy::manual_async_fn)]
-    fn plain_first(mut self) -> impl Future<Output = Result<LockGuard, LockError>> + Send {
+    fn plain_first(
+        mut self,
+        fresh: bool,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + Send {
         async move {
-            if let Some(answer) = self.first_plain().await {
+            if let Some(answer) = self.first_plain(fresh).await {
                 return answer.map(|acquired| self.end(acquired));
             }
             Box::pin(self.steps()).await
@@ -118,8 +126,8 @@ impl Acquisition {
     /// steps: a plain `SET NX` (see `backend/redis/plain.rs`), for a lock
     /// that [may go plain](Self::may_go_plain). `None`: go on with the steps
     /// (the key taken, or a broken connection to send again after its
-    /// pause); else the answer.
-    async fn first_plain(&mut self) -> Option<Result<Acquired, LockError>> {
+    /// pause); else the answer. `fresh`: as [`Acquisition::acquire`] says.
+    async fn first_plain(&mut self, fresh: bool) -> Option<Result<Acquired, LockError>> {
         // Only the send time and the request's own future are kept across
         // its wait: this future is in the box every uncontended acquire takes.
         let attempt = &self.attempt;
@@ -127,8 +135,13 @@ impl Acquisition {
             return None;
         };
         let names = attempt.names();
-        let sent = Instant::now();
-        let (ttl, wait) = (attempt.asked.ttl, attempt.asked.deadline.left(sent));
+        let deadline = attempt.asked.deadline;
+        let sent = if fresh {
+            deadline.started()
+        } else {
+            Instant::now()
+        };
+        let (ttl, wait) = (attempt.asked.ttl, deadline.left(sent));
         let lock = LockRef::new(names, attempt.token(), ttl);
         match redis.acquire_plain(lock, wait).await {
             Ok(Some(AcquireOutcome::Acquired { fencing })) => Some(Ok(Acquired {
@@ -438,7 +451,7 @@ mod tests {
         let asked = LockOptions::new().resolve(inner).unwrap();
         let mut this = Acquisition::new(inner.clone(), "size".into(), names, inner.token(), asked);
         this.attempt.claim.arm(false); // never sent: nothing to release
-        let size = std::mem::size_of_val(&this.plain_first());
+        let size = std::mem::size_of_val(&this.plain_first(true));
         assert!(
             size <= FIRST_BOX,
             "an uncontended acquire boxes {size} bytes, over {FIRST_BOX}"

@@ -85,7 +85,7 @@ pub(super) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
         let (held_for, kept) = held.hold_times(Instant::now());
         crate::metrics::released(&held.metrics, held_for);
         inner.hints.held(&held.key, kept);
-        crate::metrics::acquired(&next.metrics, waiter.started.elapsed(), true);
+        crate::metrics::acquired(&next.metrics, waiter.started, true);
         tracing::debug!(key = %next.key, fencing, "lock handed on within the client");
         match local.give(waiter, next) {
             Ok(()) => return None,

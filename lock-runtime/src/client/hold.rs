@@ -63,8 +63,7 @@ pub(super) fn hold(inner: &Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard
         // that, so it stays taken at least this long after it did.
         hold_until: (!asked.hold_at_least.is_zero()).then(|| Instant::now() + asked.hold_at_least),
     });
-    let waited = asked.deadline.started().elapsed();
-    crate::metrics::acquired(&asked.metrics, waited, handover);
+    crate::metrics::acquired(&asked.metrics, asked.deadline.started(), handover);
     inner
         .watchdog
         .watch(held.clone(), asked.renew, sent, granted);
@@ -73,7 +72,9 @@ pub(super) fn hold(inner: &Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard
             .local
             .hold(&held, asked.renew, !asked.deadline.tries_once());
     }
-    tracing::debug!(key = %held.key, fencing, waited_us = waited.as_micros() as u64, "lock acquired");
+    // The wait read from the clock only if this is logged.
+    tracing::debug!(key = %held.key, fencing,
+        waited_us = asked.deadline.started().elapsed().as_micros() as u64, "lock acquired");
     LockGuard::owner(held, inner.clone())
 }
 

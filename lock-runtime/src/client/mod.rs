@@ -53,14 +53,15 @@ pub use rw_lock::RwLockRequest;
 /// global client filled by a first `#[tokio::test]`). Without it, a lease
 /// taken now would go unrenewed. An error naming the cause where they cannot
 /// be restarted (a cluster connection cannot move; no runtime).
-pub(crate) async fn keep_tasks_running(inner: &Inner) -> Result<(), LockError> {
+/// `Ok(true)`: they were running, and nothing was awaited.
+pub(crate) async fn keep_tasks_running(inner: &Inner) -> Result<bool, LockError> {
     if !inner.watchdog.has_ended() {
-        return Ok(());
+        return Ok(true);
     }
     inner.backend.restart_if_ended().await?;
     inner.watchdog.restart_if_ended()?;
     registry::restart_if_ended(inner);
-    Ok(())
+    Ok(false)
 }
 
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {

@@ -143,6 +143,9 @@ impl LockRequest {
     ) -> impl Future<Output = Result<LockGuard, LockError>> + Send + 'static {
         let this = self;
         async move {
+            // Resolved here: its start is a moment ago (a lower bound of
+            // the first attempt's send time, close enough to stand for it).
+            let resolved_here = asked.is_none();
             let asked = match asked {
                 Some(asked) => asked,
                 None => {
@@ -166,7 +169,7 @@ impl LockRequest {
                 tracing::trace!(key = %this.key, "lock re-entered by the holding task");
                 return Ok(LockGuard::reentered(held, inner.clone()));
             }
-            super::keep_tasks_running(inner).await?;
+            let at_once = super::keep_tasks_running(inner).await?;
             let mut names = KeyNames::of_kind(&inner.prefix, &this.key, this.kind, this.access);
             names.label = this.label;
             if let Some(answer) = Acquisition::try_embedded(inner, &this.key, &names, &asked) {
@@ -199,7 +202,7 @@ impl LockRequest {
                 // future.
                 Box::pin(in_line(inner, key, names, asked))
             } else {
-                Acquisition::acquire(inner, key, names, asked)
+                Acquisition::acquire(inner, key, names, asked, resolved_here && at_once)
             };
             let acquired = steps.await;
             if let Err(e) = &acquired
@@ -319,6 +322,7 @@ fn in_line(
         // Ends the role (the line learns whether the key is held) however
         // the acquisition ends.
         let _representing = representing;
-        Acquisition::acquire(inner, key, names, asked).await
+        // Its start may lie a wait in the line ago.
+        Acquisition::acquire(inner, key, names, asked, false).await
     }
 }
