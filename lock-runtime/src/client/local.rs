@@ -29,7 +29,8 @@
 //! role to the next task in line.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -50,6 +51,12 @@ pub(crate) struct Local {
     /// `local_handover(false)`, or a backend without local hand-over).
     enabled: bool,
     keys: Mutex<HashMap<String, Line>>,
+    /// Whether `keys` has a line, as it was when its lock was last let go
+    /// ([`Keys`]): with none, a hold that did not wait, its release and its
+    /// end have nothing to find there, and skip the lock and the lookup
+    /// (the common, uncontended lock). A line made meanwhile by another
+    /// task does not hold their lease: they would find nothing in it.
+    any: AtomicBool,
     /// Tickets are unique within the client, not per line: a line can be
     /// replaced (other settings) or end and start again while a ticket of
     /// the old one is still about, which must not name a waiter of the new.
@@ -229,12 +236,21 @@ impl Local {
         Self {
             enabled,
             keys: Mutex::default(),
+            any: AtomicBool::new(false),
             next_ticket: AtomicU64::new(0),
         }
     }
 
-    fn keys(&self) -> MutexGuard<'_, HashMap<String, Line>> {
-        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    fn keys(&self) -> Keys<'_> {
+        Keys {
+            map: self.keys.lock().unwrap_or_else(|e| e.into_inner()),
+            any: &self.any,
+        }
+    }
+
+    /// Whether a lease can be in a line: lines are on and one exists.
+    fn lines_exist(&self) -> bool {
+        self.enabled && self.any.load(Ordering::Acquire)
     }
 
     /// How the task asking for `key` (with a wait) takes part: in line, as
@@ -369,7 +385,8 @@ impl Local {
     /// that then waits for the key goes through the server once, and the
     /// line forms from there.
     pub(crate) fn hold(&self, held: &Arc<Held>, renew: bool, waited: bool) {
-        if !self.enabled {
+        // A hold that did not wait only joins a line that exists.
+        if !self.enabled || (!waited && !self.lines_exist()) {
             return;
         }
         let mut keys = self.keys();
@@ -399,7 +416,7 @@ impl Local {
     /// `held` goes back to the server: if tasks wait in its line, the first
     /// becomes its representative (and queues there).
     pub(crate) fn end(&self, held: &Arc<Held>) {
-        if !self.enabled {
+        if !self.lines_exist() {
             return;
         }
         let mut keys = self.keys();
@@ -416,7 +433,7 @@ impl Local {
 
     /// Whether `held` has a task in line (that has not given up).
     pub(crate) fn has_waiters(&self, held: &Arc<Held>) -> bool {
-        self.enabled
+        self.lines_exist()
             && self.keys().get(&held.key).is_some_and(|line| {
                 line.holds(held) && line.waiters.iter().any(|w| !w.send.is_closed())
             })
@@ -475,5 +492,33 @@ impl Local {
             Err(LocalTurn::Held(next)) => Err(next),
             Err(LocalTurn::Represent) => unreachable!("sent a lease"),
         }
+    }
+}
+
+/// The locked lines, which say whether any is left as they are let go
+/// ([`Local::any`]).
+struct Keys<'a> {
+    map: MutexGuard<'a, HashMap<String, Line>>,
+    any: &'a AtomicBool,
+}
+
+impl Deref for Keys<'_> {
+    type Target = HashMap<String, Line>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl DerefMut for Keys<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+impl Drop for Keys<'_> {
+    // Before the lock is let go (the guard is dropped after this).
+    fn drop(&mut self) {
+        self.any.store(!self.map.is_empty(), Ordering::Release);
     }
 }
