@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -55,9 +55,6 @@ pub(crate) struct Watchdog {
     shared: Arc<Scheduler>,
     /// To restart the scheduler with, if its task ends with its runtime.
     backend: Backend,
-    live: AtomicUsize,
-    /// Idempotency records under watch.
-    live_records: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -78,6 +75,11 @@ struct Leases {
     timers: BTreeSet<(Instant, u64)>,
     /// When the scheduler will wake up by itself, if it sleeps.
     sleeping_until: Option<Instant>,
+    /// Locks and idempotency records watched and not yet unwatched (also
+    /// those given up for lost): counted here, under the lock their
+    /// entries take anyway.
+    locks: usize,
+    records: usize,
 }
 
 impl Scheduler {
@@ -94,12 +96,7 @@ impl Watchdog {
             backend.clone(),
             restart::SchedulerAlive(shared.clone()),
         ));
-        Self {
-            shared,
-            backend,
-            live: AtomicUsize::new(0),
-            live_records: AtomicUsize::new(0),
-        }
+        Self { shared, backend }
     }
 
     /// Watches `held`, whose lease of `granted` was set by a request sent at
@@ -107,7 +104,6 @@ impl Watchdog {
     /// `renew == false`, it is lost when `granted` runs out). The backend's
     /// clock drift allowance is held back from every lease.
     pub(crate) fn watch(&self, held: Arc<Held>, renew: bool, sent: Instant, granted: Duration) {
-        self.live.fetch_add(1, Ordering::Relaxed);
         let (id, ttl) = (held.id, held.ttl);
         self.watch_lease(id, Lease::Lock(held), ttl, renew, sent, granted);
     }
@@ -124,7 +120,6 @@ impl Watchdog {
         ttl: Duration,
         sent: Instant,
     ) {
-        self.live_records.fetch_add(1, Ordering::Relaxed);
         // A record's claim does not go through an acquire, which restarts the
         // scheduler if its runtime ended: do that here (a cheap check).
         if let Err(e) = self.restart_if_ended() {
@@ -172,6 +167,11 @@ impl Watchdog {
         let due = entry.due;
         let wake = {
             let mut state = self.shared.state();
+            match entry.lease {
+                Lease::Lock(_) => state.locks += 1,
+                #[cfg(feature = "idempotency")]
+                Lease::Record(_) => state.records += 1,
+            }
             state.timers.insert((due, id));
             state.entries.insert(id, entry);
             state.sleeping_until.is_none_or(|at| due < at)
@@ -198,30 +198,38 @@ impl Watchdog {
 
     /// Stops watching lock `id` (released or dropped).
     pub(crate) fn unwatch(&self, id: u64) {
-        self.live.fetch_sub(1, Ordering::Relaxed);
-        self.remove(id);
+        let mut state = self.remove(id);
+        debug_assert!(state.locks > 0, "a lock unwatched more often than watched");
+        state.locks = state.locks.saturating_sub(1);
     }
 
     /// Stops watching record `id` (completed, released, or its request
     /// dropped).
     #[cfg(feature = "idempotency")]
     pub(crate) fn unwatch_record(&self, id: u64) {
-        self.live_records.fetch_sub(1, Ordering::Relaxed);
-        self.remove(id);
+        let mut state = self.remove(id);
+        debug_assert!(
+            state.records > 0,
+            "a record unwatched more often than watched"
+        );
+        state.records = state.records.saturating_sub(1);
     }
 
-    fn remove(&self, id: u64) {
+    /// Removes `id`'s entry and timer (if the scheduler has not already);
+    /// the state, still locked.
+    fn remove(&self, id: u64) -> MutexGuard<'_, Leases> {
         let mut state = self.shared.state();
         if let Some(entry) = state.entries.remove(&id)
             && !entry.busy
         {
             state.timers.remove(&(entry.due, id));
         }
+        state
     }
 
     /// Locks under watch.
     pub(crate) fn live(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
+        self.shared.state().locks
     }
 
     /// The fencing token of a guard of this client on the lock named
@@ -241,7 +249,7 @@ impl Watchdog {
     /// Idempotency records under watch.
     #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) fn live_records(&self) -> usize {
-        self.live_records.load(Ordering::Relaxed)
+        self.shared.state().records
     }
 }
 
