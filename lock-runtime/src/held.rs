@@ -4,7 +4,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -38,7 +38,7 @@ pub(crate) struct Held {
     /// Until when the lease is surely ours, on the monotonic clock: the send
     /// time of the last confirmed acquire or renewal plus its lease (less
     /// drift). Kept by the watchdog; read at release and when work ends.
-    pub(crate) valid_until: Mutex<Instant>,
+    pub(crate) valid_until: AtomicInstant,
     /// The `name` label of its metrics (empty without the `metrics` feature).
     pub(crate) metrics: crate::metrics::Name,
     /// When it was acquired, for the hold-time metric.
@@ -208,11 +208,48 @@ impl Held {
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+        self.valid_until.load()
     }
 
     pub(crate) fn set_valid_until(&self, at: Instant) {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = at;
+        self.valid_until.store(at);
+    }
+}
+
+/// An instant kept in one atomic word (no lock to read or set it): the
+/// nanoseconds since the first instant any was made from in this process
+/// (584 years of them). An instant before that reads back as that first
+/// one, which was already past when it was stored, so a lease's end
+/// stored early enough reads as ended, as it is.
+pub(crate) struct AtomicInstant(AtomicU64);
+
+impl AtomicInstant {
+    pub(crate) fn new(at: Instant) -> Self {
+        Self(AtomicU64::new(Self::nanos(at)))
+    }
+
+    pub(crate) fn load(&self) -> Instant {
+        Self::base() + Duration::from_nanos(self.0.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn store(&self, at: Instant) {
+        self.0.store(Self::nanos(at), Ordering::Release);
+    }
+
+    fn base() -> Instant {
+        static BASE: OnceLock<Instant> = OnceLock::new();
+        *BASE.get_or_init(Instant::now)
+    }
+
+    fn nanos(at: Instant) -> u64 {
+        let since = at.saturating_duration_since(Self::base());
+        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+impl fmt::Debug for AtomicInstant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.load().fmt(f)
     }
 }
 
@@ -267,7 +304,30 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::Lost;
+    use tokio::time::Instant;
+
+    use super::{AtomicInstant, Lost};
+
+    #[test]
+    fn an_atomic_instant_reads_back_what_was_stored_and_never_later() {
+        let kept = AtomicInstant::new(Instant::now()); // the process's first, maybe
+        let now = Instant::now();
+        kept.store(now);
+        assert_eq!(kept.load(), now);
+        for at in [
+            now + Duration::from_nanos(1),
+            now + Duration::from_secs(7 * 86_400),
+        ] {
+            kept.store(at);
+            assert_eq!(kept.load(), at);
+        }
+        // Before the first instant stored in the process: read as that one,
+        // which is no later than now (an end stored that early has passed).
+        if let Some(long_ago) = now.checked_sub(Duration::from_secs(3600)) {
+            kept.store(long_ago);
+            assert!(kept.load() <= Instant::now());
+        }
+    }
 
     #[tokio::test]
     async fn every_wait_on_a_lost_flag_ends_once_it_is_set_and_later_ones_at_once() {

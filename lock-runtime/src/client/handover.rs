@@ -10,7 +10,7 @@ use super::blocks::BLOCK;
 use super::local::MARGIN;
 use crate::backend::LockRef;
 use crate::client::inner::Inner;
-use crate::held::Held;
+use crate::held::{AtomicInstant, Held};
 
 /// Hands the lease of `held` to the next local waiter, as many times as it
 /// takes to find one that still waits. `None`: handed on. `Some(held)`:
@@ -69,7 +69,7 @@ pub(super) async fn hand_on(inner: &Arc<Inner>, mut held: Arc<Held>) -> Option<A
                 ttl: held.ttl,
                 lost: Default::default(),
                 ended: Default::default(),
-                valid_until: std::sync::Mutex::new(held.valid_until()),
+                valid_until: AtomicInstant::new(held.valid_until()),
                 metrics: waiter.metrics.clone(),
                 since: Instant::now(),
                 hold_until: None,

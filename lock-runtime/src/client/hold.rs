@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::options::Asked;
 use crate::client::LockGuard;
 use crate::client::inner::Inner;
-use crate::held::Held;
+use crate::held::{AtomicInstant, Held};
 use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 
@@ -56,7 +56,7 @@ pub(super) fn hold(inner: &Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard
         lost: Default::default(),
         ended: Default::default(),
         // Set by the watchdog as it takes the lease under watch.
-        valid_until: std::sync::Mutex::new(sent),
+        valid_until: AtomicInstant::new(sent),
         metrics: asked.metrics.clone(),
         since: sent,
         // From now, when the answer is in: the server set the key before

@@ -2,6 +2,7 @@
 //! a wake-up renews, and what an answer does to them.
 
 use super::*;
+use crate::held::AtomicInstant;
 use crate::key::KeyNames;
 use crate::token::Token;
 
@@ -23,7 +24,7 @@ fn held(id: u64) -> Arc<Held> {
         ttl: TTL,
         lost: Default::default(),
         ended: Default::default(),
-        valid_until: Mutex::new(Instant::now()),
+        valid_until: AtomicInstant::new(Instant::now()),
         metrics: crate::metrics::Name::default(),
         since: Instant::now(),
         hold_until: None,
