@@ -358,7 +358,7 @@ impl Claimer for Acquisition {
             granted: handed.unwrap_or(asked.ttl),
             handover: handed.is_some(),
         };
-        hold(&inner, taken, asked)
+        hold(inner, taken, asked)
     }
 
     /// Gives up. A wait that may have queued leaves the line before `Busy` is

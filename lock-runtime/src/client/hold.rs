@@ -34,7 +34,7 @@ pub(super) struct Taken {
 /// Holds `taken`, as `asked`: its [`Held`], under the watchdog, and (a
 /// mutex) holding its key's line of this client's waiters, which a wait
 /// starts (see `Local::hold`).
-pub(super) fn hold(inner: &Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard {
+pub(super) fn hold(inner: Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard {
     let Taken {
         key,
         names,
@@ -75,7 +75,7 @@ pub(super) fn hold(inner: &Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard
     // The wait read from the clock only if this is logged.
     tracing::debug!(key = %held.key, fencing,
         waited_us = asked.deadline.started().elapsed().as_micros() as u64, "lock acquired");
-    LockGuard::owner(held, inner.clone())
+    LockGuard::owner(held, inner)
 }
 
 /// An idempotency record's lease under the watchdog, put there as [`hold`]

@@ -183,7 +183,7 @@ impl LockRequest {
                         granted: asked.ttl,
                         handover: false,
                     };
-                    hold(inner, taken, &asked)
+                    hold(inner.clone(), taken, &asked)
                 });
             }
             let key = this.key;

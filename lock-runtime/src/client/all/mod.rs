@@ -304,7 +304,7 @@ impl LockAllRequest {
                             granted: ttl,
                             handover: false,
                         };
-                        taken.push(hold(inner, lease, asked));
+                        taken.push(hold(inner.clone(), lease, asked));
                     }
                     return Ok(());
                 }
