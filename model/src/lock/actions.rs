@@ -65,7 +65,7 @@ impl LockModel {
             }
             Phase::Confirming { sent: None, .. } => urgent.push(Action::Attempt(c)),
             Phase::InLine => {
-                // `Local::wait` (client/local.rs): the select over the turn, the holder's
+                // `Local::wait` (client/local/mod.rs): the select over the turn, the holder's
                 // `lost` and the deadline.
                 let line = &s.lines[self.cfg.process[c as usize] as usize];
                 if line.holder.is_some_and(|h| s.clients[h as usize].lost) {

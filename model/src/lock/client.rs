@@ -31,7 +31,7 @@ impl LockModel {
         let until = cl.valid_until;
         log.say(|| format!("{}: holds, fencing {fence}, valid until t={until}", name(c)));
         if self.cfg.in_line(c) {
-            // `Acquisition::hold` calls `Local::hold` (client/local.rs), then the
+            // `Acquisition::hold` calls `Local::hold` (client/local/mod.rs), then the
             // `Representing` duty ends (`LockRequest::acquire`): nobody to promote.
             let line = &mut s.lines[self.cfg.process[c as usize] as usize];
             line.holder = Some(c);
@@ -90,7 +90,7 @@ impl LockModel {
             .join("+")
     }
 
-    /// `Local::enter` (client/local.rs) for a task with a wait: `true` to
+    /// `Local::enter` (client/local/mod.rs) for a task with a wait: `true` to
     /// wait in line; `false` to acquire on the server as the line's
     /// representative.
     pub(super) fn enter(&self, s: &mut State, c: u8) -> bool {
@@ -110,7 +110,7 @@ impl LockModel {
         true
     }
 
-    /// `Slot::promote` (client/local.rs): with nobody holding or acquiring on
+    /// `Slot::promote` (client/local/mod.rs): with nobody holding or acquiring on
     /// the server, the first waiter acquires on the server for the line.
     pub(super) fn promote(&self, s: &mut State, p: u8, log: &mut Log) {
         let now = s.now;
@@ -130,7 +130,7 @@ impl LockModel {
         log.say(|| format!("{}: acquires on the server for its line", name(w)));
     }
 
-    /// `Representing::drop` (client/local.rs): `c`'s acquisition on the
+    /// `Representing::drop` (client/local/mod.rs): `c`'s acquisition on the
     /// server ended without holding.
     pub(super) fn represent_end(&self, s: &mut State, c: u8, log: &mut Log) {
         if self.cfg.in_line(c) {
@@ -140,7 +140,7 @@ impl LockModel {
         }
     }
 
-    /// `Local::end` (client/local.rs): `c`'s lease goes back to the server.
+    /// `Local::end` (client/local/mod.rs): `c`'s lease goes back to the server.
     pub(super) fn line_end(&self, s: &mut State, c: u8, log: &mut Log) {
         if !self.cfg.in_line(c) {
             return;
@@ -154,7 +154,7 @@ impl LockModel {
         }
     }
 
-    /// `Local::has_waiters` (client/local.rs).
+    /// `Local::has_waiters` (client/local/mod.rs).
     pub(super) fn has_waiters(&self, s: &State, c: u8) -> bool {
         self.cfg.in_line(c) && {
             let line = &s.lines[self.cfg.process[c as usize] as usize];

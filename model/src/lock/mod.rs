@@ -42,7 +42,7 @@
 //! 128-bit token per acquisition is unique, which is all the scripts rely
 //! on.
 //!
-//! Tasks of one process form its line (local hand-over, client/local.rs):
+//! Tasks of one process form its line (local hand-over, client/local/mod.rs):
 //! one acquires on the server for the line, the others wait in-process; a
 //! holder's release hands its lease (owner token, validity, watchdog entry
 //! with any renewal in flight) to the next task in line, with a fencing
@@ -186,7 +186,7 @@ pub struct LockConfig {
     pub skip_ended_waits: bool,
     /// The process of each client: clients of one process are tasks of one
     /// `LockClient` that want the key with the same settings, so they form
-    /// its in-process line (local hand-over, client/local.rs). Distinct
+    /// its in-process line (local hand-over, client/local/mod.rs). Distinct
     /// by default: every client its own process, no line.
     pub process: Vec<u8>,
     /// `BLOCK` (client/blocks.rs; 8 there): fencing tokens reserve.lua reserves at once.

@@ -157,7 +157,7 @@ pub enum Phase {
     },
     /// `give_up` leaving the queue (`Acquisition::give_up`).
     GivingUp,
-    /// Waiting in the process's line (`Local::wait`, client/local.rs),
+    /// Waiting in the process's line (`Local::wait`, client/local/mod.rs),
     /// until `deadline`.
     InLine,
     /// `release()` handing the lease on in the process (`LockGuard::release`,
@@ -343,7 +343,7 @@ pub struct Ghost {
     pub shared: SharedGhost,
 }
 
-/// A process's line for the key (`Slot`, client/local.rs; what it needs of
+/// A process's line for the key (`Slot`, client/local/mod.rs; what it needs of
 /// it: no prefetched block, see FAULTS.md).
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
 pub struct Line {

@@ -29,9 +29,8 @@
 //! role to the next task in line.
 
 use std::collections::{HashMap, VecDeque};
-use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -40,6 +39,9 @@ use tokio::time::Instant;
 use super::blocks::Blocks;
 use crate::held::Held;
 use crate::token::Token;
+use keys::Keys;
+
+mod keys;
 
 /// A holder hands on only while this much of its confirmed lease is left.
 pub(crate) const MARGIN: Duration = Duration::from_millis(50);
@@ -492,33 +494,5 @@ impl Local {
             Err(LocalTurn::Held(next)) => Err(next),
             Err(LocalTurn::Represent) => unreachable!("sent a lease"),
         }
-    }
-}
-
-/// The locked lines, which say whether any is left as they are let go
-/// ([`Local::any`]).
-struct Keys<'a> {
-    map: MutexGuard<'a, HashMap<String, Line>>,
-    any: &'a AtomicBool,
-}
-
-impl Deref for Keys<'_> {
-    type Target = HashMap<String, Line>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.map
-    }
-}
-
-impl DerefMut for Keys<'_> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.map
-    }
-}
-
-impl Drop for Keys<'_> {
-    // Before the lock is let go (the guard is dropped after this).
-    fn drop(&mut self) {
-        self.any.store(!self.map.is_empty(), Ordering::Release);
     }
 }
