@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -217,19 +217,24 @@ impl Held {
 }
 
 /// An instant kept in one atomic word (no lock to read or set it): the
-/// nanoseconds since the first instant any was made from in this process
-/// (584 years of them). An instant before that reads back as that first
-/// one, which was already past when it was stored, so a lease's end
-/// stored early enough reads as ended, as it is.
-pub(crate) struct AtomicInstant(AtomicU64);
+/// nanoseconds from the first instant any was made from in this process,
+/// signed, so that an earlier one (a send time read before that, or a
+/// paused test clock's) is kept exactly too (292 years either way).
+pub(crate) struct AtomicInstant(AtomicI64);
 
 impl AtomicInstant {
     pub(crate) fn new(at: Instant) -> Self {
-        Self(AtomicU64::new(Self::nanos(at)))
+        Self(AtomicI64::new(Self::nanos(at)))
     }
 
     pub(crate) fn load(&self) -> Instant {
-        Self::base() + Duration::from_nanos(self.0.load(Ordering::Acquire))
+        let nanos = self.0.load(Ordering::Acquire);
+        let from_base = Duration::from_nanos(nanos.unsigned_abs());
+        if nanos >= 0 {
+            Self::base() + from_base
+        } else {
+            Self::base() - from_base
+        }
     }
 
     pub(crate) fn store(&self, at: Instant) {
@@ -241,9 +246,13 @@ impl AtomicInstant {
         *BASE.get_or_init(Instant::now)
     }
 
-    fn nanos(at: Instant) -> u64 {
-        let since = at.saturating_duration_since(Self::base());
-        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+    fn nanos(at: Instant) -> i64 {
+        let base = Self::base();
+        let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        match at.checked_duration_since(base) {
+            Some(after) => nanos(after),
+            None => -nanos(base - at),
+        }
     }
 }
 
@@ -309,7 +318,7 @@ mod tests {
     use super::{AtomicInstant, Lost};
 
     #[test]
-    fn an_atomic_instant_reads_back_what_was_stored_and_never_later() {
+    fn an_atomic_instant_reads_back_what_was_stored() {
         let kept = AtomicInstant::new(Instant::now()); // the process's first, maybe
         let now = Instant::now();
         kept.store(now);
@@ -321,11 +330,12 @@ mod tests {
             kept.store(at);
             assert_eq!(kept.load(), at);
         }
-        // Before the first instant stored in the process: read as that one,
-        // which is no later than now (an end stored that early has passed).
-        if let Some(long_ago) = now.checked_sub(Duration::from_secs(3600)) {
-            kept.store(long_ago);
-            assert!(kept.load() <= Instant::now());
+        // Before the first instant stored in the process: kept exactly too.
+        for ago in [Duration::from_nanos(1), Duration::from_secs(3600)] {
+            if let Some(earlier) = now.checked_sub(ago) {
+                kept.store(earlier);
+                assert_eq!(kept.load(), earlier);
+            }
         }
     }
 
