@@ -16,7 +16,7 @@
 
 use std::process::{Command, ExitCode};
 
-use crate::instructions::{CHILD, CPU_REPORT, Kind, SCENARIOS, scenarios, sides};
+use crate::instructions::{CHILD, CPU_REPORT, Flags, Kind, chosen, sides};
 use crate::report::median;
 
 const USAGE: &str = "\
@@ -55,25 +55,14 @@ fn parse(args: &[String]) -> Result<Options, String> {
         n: None,
         only: None,
     };
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let mut value = |flag: &str| {
-            args.next()
-                .cloned()
-                .ok_or(format!("{flag} needs a value\n{USAGE}"))
-        };
-        let number = |flag: &str, v: String| {
-            v.parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or(format!("{flag} {v:?} is not a positive number"))
-        };
-        match arg.as_str() {
-            "--runs" => opts.runs = number("--runs", value("--runs")?)?,
-            "--n" => opts.n = Some(number("--n", value("--n")?)?),
-            "--only" => opts.only = Some(scenarios(&value("--only")?, USAGE)?),
+    let mut flags = Flags::new(args, USAGE);
+    while let Some(arg) = flags.next() {
+        match arg {
+            "--runs" => opts.runs = flags.number(arg)?,
+            "--n" => opts.n = Some(flags.number(arg)?),
+            "--only" => opts.only = Some(flags.scenarios(arg)?),
             "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+            other => return Err(flags.unknown(other)),
         }
     }
     Ok(opts)
@@ -95,13 +84,8 @@ fn run(args: &[String]) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("this binary's path: {e}"))?;
     let server = test_support::RedisServer::try_start(&[])?;
     let url = server.url();
-    let wanted = |name: &str| {
-        opts.only
-            .as_ref()
-            .is_none_or(|o| o.iter().any(|s| s == name))
-    };
     let mut lines = Vec::new();
-    for (scenario, tasks, kind) in SCENARIOS.iter().filter(|s| wanted(s.0)) {
+    for (scenario, tasks, kind) in chosen(opts.only.as_deref()) {
         let n = opts.n.unwrap_or(default_n(*tasks, *kind));
         let sides = sides(*kind);
         // Per side, the CPU us per pair or request of each run.

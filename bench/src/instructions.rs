@@ -156,42 +156,81 @@ fn parse(args: &[String]) -> Result<Options, String> {
         top: 25,
         dir: PathBuf::from("target/instructions"),
     };
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let mut value = |flag: &str| {
-            args.next()
-                .cloned()
-                .ok_or(format!("{flag} needs a value\n{USAGE}"))
-        };
-        let number = |flag: &str, v: String| {
-            v.parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or(format!("{flag} {v:?} is not a positive number"))
-        };
-        match arg.as_str() {
-            "--n" => opts.n = number("--n", value("--n")?)?,
-            "--top" => opts.top = number("--top", value("--top")?)?,
-            "--dir" => opts.dir = PathBuf::from(value("--dir")?),
-            "--only" => opts.only = Some(scenarios(&value("--only")?, USAGE)?),
+    let mut flags = Flags::new(args, USAGE);
+    while let Some(arg) = flags.next() {
+        match arg {
+            "--n" => opts.n = flags.number(arg)?,
+            "--top" => opts.top = flags.number(arg)?,
+            "--dir" => opts.dir = PathBuf::from(flags.value(arg)?),
+            "--only" => opts.only = Some(flags.scenarios(arg)?),
             "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+            other => return Err(flags.unknown(other)),
         }
     }
     Ok(opts)
 }
 
-/// The scenarios a comma-separated `--only` list names (`usage` said with
-/// an error).
-pub(crate) fn scenarios(list: &str, usage: &str) -> Result<Vec<String>, String> {
-    let list: Vec<String> = list
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect();
-    match list.iter().find(|s| !SCENARIOS.iter().any(|c| c.0 == *s)) {
-        Some(bad) => Err(format!("--only: no scenario {bad:?}\n{usage}")),
-        None => Ok(list),
+/// The scenarios `only` names (every one without it), in their order.
+pub(crate) fn chosen(
+    only: Option<&[String]>,
+) -> impl Iterator<Item = &'static (&'static str, usize, Kind)> {
+    SCENARIOS
+        .iter()
+        .filter(move |s| only.is_none_or(|o| o.iter().any(|n| n == s.0)))
+}
+
+/// The `--flag value` arguments of `--instructions` and `--cpu`, each
+/// error saying the mode's usage.
+pub(crate) struct Flags<'a> {
+    args: std::slice::Iter<'a, String>,
+    usage: &'a str,
+}
+
+impl<'a> Flags<'a> {
+    pub(crate) fn new(args: &'a [String], usage: &'a str) -> Self {
+        let args = args.iter();
+        Self { args, usage }
+    }
+
+    /// The next flag.
+    pub(crate) fn next(&mut self) -> Option<&'a str> {
+        self.args.next().map(String::as_str)
+    }
+
+    /// The value after `flag`.
+    pub(crate) fn value(&mut self, flag: &str) -> Result<String, String> {
+        let usage = self.usage;
+        self.args
+            .next()
+            .cloned()
+            .ok_or_else(|| format!("{flag} needs a value\n{usage}"))
+    }
+
+    /// The positive number after `flag`.
+    pub(crate) fn number(&mut self, flag: &str) -> Result<usize, String> {
+        let v = self.value(flag)?;
+        v.parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or(format!("{flag} {v:?} is not a positive number"))
+    }
+
+    /// The scenarios the comma-separated list after `flag` names.
+    pub(crate) fn scenarios(&mut self, flag: &str) -> Result<Vec<String>, String> {
+        let list: Vec<String> = self
+            .value(flag)?
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        match list.iter().find(|s| !SCENARIOS.iter().any(|c| c.0 == *s)) {
+            Some(bad) => Err(format!("{flag}: no scenario {bad:?}\n{}", self.usage)),
+            None => Ok(list),
+        }
+    }
+
+    pub(crate) fn unknown(&self, arg: &str) -> String {
+        format!("unknown argument {arg:?}\n{}", self.usage)
     }
 }
 
@@ -213,14 +252,9 @@ fn run(args: &[String]) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("this binary's path: {e}"))?;
     let server = test_support::RedisServer::try_start(&[])?;
     let url = server.url();
-    let wanted = |name: &str| {
-        opts.only
-            .as_ref()
-            .is_none_or(|o| o.iter().any(|s| s == name))
-    };
     let mut lines = Vec::new();
     let mut diffs = Vec::new();
-    for (scenario, tasks, kind) in SCENARIOS.iter().filter(|s| wanted(s.0)) {
+    for (scenario, tasks, kind) in chosen(opts.only.as_deref()) {
         let mut profiles = Vec::new();
         for side in sides(*kind) {
             let out = opts.dir.join(format!("{scenario}-{side}.callgrind"));
