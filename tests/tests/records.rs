@@ -389,7 +389,7 @@ async fn a_node_without_the_native_commands_settles_records_by_script() {
 /// task): it holds the one attempt a claim that tries once sends, and the
 /// waits' state only behind a box, taken by a claim that may wait. Built
 /// as an `async` block awaiting the inner claim, it held that claim twice
-/// (3,640 bytes; now 1,432).
+/// (3,640 bytes; now about 1,500).
 #[tokio::test]
 async fn a_claims_future_holds_one_attempt_and_no_waits() {
     let client = memory_client().await;

@@ -35,7 +35,7 @@ use crate::error::LockError;
 use crate::key::KeyNames;
 use crate::token::Token;
 
-/// One acquire in progress, as [`Turns::claim`] runs it.
+/// One acquire in progress, as [`Turns::run`] runs it.
 pub(super) struct Acquisition {
     attempt: Attempt,
     /// Send time of the last attempt that found the lock busy: a hand-over
@@ -106,14 +106,8 @@ impl Acquisition {
 
     /// Every step: attempts, waits, hand-overs, until the lock is held or
     /// given up.
-    #[allow(clippy::manual_async_fn)] // as `plain_first`
     fn steps(self) -> impl Future<Output = Result<LockGuard, LockError>> + Send {
-        async move {
-            let attempt = &self.attempt;
-            let on = (|| attempt.names().notice(), attempt.token());
-            let turns = Turns::new(&attempt.inner().backend, on, attempt.asked.deadline, None);
-            turns.await.claim(self).await
-        }
+        Turns::run(self, None)
     }
 
     /// Whether the first attempt may be a plain `SET NX`.

@@ -8,7 +8,7 @@
 //! the deadline it gives up. A lock's waits also take hand-overs from a
 //! release ([`Woken::Granted`]); a record has none.
 //!
-//! [`Turns::claim`] runs those steps for any [`Claimer`]: a lock's
+//! [`Turns::run`] runs those steps for any [`Claimer`]: a lock's
 //! acquisition (`acquire.rs`) and an idempotency record's claim
 //! (`records/`) differ only in what one attempt sends and what it found.
 
@@ -24,7 +24,7 @@ use crate::durations::later;
 use crate::error::LockError;
 use crate::token::Token;
 
-/// A claim that waits its turn for a busy key, as [`Turns::claim`] runs it:
+/// A claim that waits its turn for a busy key, as [`Turns::run`] runs it:
 /// a lock's acquisition, an idempotency record's claim.
 pub(crate) trait Claimer: Sized {
     /// What ends the claim without a wait: the key taken, or an answer
@@ -105,42 +105,61 @@ pub(crate) enum Woken {
 }
 
 impl Turns {
-    /// Waits on `channel` as `token` until `deadline`, registered at once
-    /// where that costs nothing (the embedded backend, or a channel already
-    /// subscribed to) and a wait is asked for. `look_again`: how often to
-    /// look again while the channel's notices are not confirmed (`None`:
+    /// Runs `claimer` until its claim ends: the key taken, an answer
+    /// without a wait, or the deadline. A claim that tries once is its one
+    /// attempt (the key busy: given up), without the waits' state; one
+    /// that may wait takes its [turns](Self::claim), boxed, so only a wait
+    /// pays for their state. `look_again`: where the notices are not
+    /// confirmed (the subscription refused by an ACL, the notice
+    /// connection down), the pauses after which to look again (`None`:
     /// wait for the holder's lease).
-    /// The channel is named by `channel` only then (a lock builds its
-    /// channel's name on first use).
-    pub(crate) async fn new<'c>(
-        backend: &Backend,
-        (channel, token): (impl FnOnce() -> &'c str, &Token),
-        deadline: Deadline,
+    // Not an `async fn`, which would keep `claimer` twice in its state.
+    pub(crate) fn run<C: Claimer>(
+        claimer: C,
         look_again: Option<Retry>,
-    ) -> Self {
-        let mut waiter = None;
-        if !deadline.tries_once() {
-            let channel = channel();
-            if backend.notices_ready_on(channel) {
-                waiter = Some(backend.register_on(channel, token).await);
+    ) -> impl Future<Output = Result<C::Answer, LockError>> {
+        let mut claimer = claimer;
+        async move {
+            if !claimer.waits_on().2.tries_once() {
+                return Box::pin(Self::take(claimer, look_again)).await;
             }
-        }
-        Self {
-            waiter,
-            fence_seen: 0,
-            look_again: look_again.map(Retry::start),
+            match claimer.attempt().await? {
+                Attempted::Ended(found) => Ok(claimer.end(found)),
+                Attempted::Busy { remaining, .. } => claimer.give_up(remaining).await,
+            }
         }
     }
 
-    /// Runs `claimer`'s attempts and waits until its claim ends: the key
-    /// taken, an answer without a wait, or the deadline.
+    /// The turns of a claim that may wait, registered for notices at once
+    /// where that costs nothing (the embedded backend, or a channel already
+    /// subscribed to).
+    // Not an `async fn`, which would keep `claimer` twice in its state.
+    #[allow(clippy::manual_async_fn)]
+    fn take<C: Claimer>(
+        claimer: C,
+        look_again: Option<Retry>,
+    ) -> impl Future<Output = Result<C::Answer, LockError>> {
+        async move {
+            let (backend, (channel, token), _) = claimer.waits_on();
+            let waiter = match backend.notices_ready_on(channel) {
+                true => Some(backend.register_on(channel, token).await),
+                false => None,
+            };
+            let look_again = look_again.map(Retry::start);
+            let turns = Self {
+                waiter,
+                fence_seen: 0,
+                look_again,
+            };
+            turns.claim(claimer).await
+        }
+    }
+
+    /// Runs `claimer`'s attempts and waits until its claim ends.
     ///
     /// Not an `async fn`: one copies its arguments into its state beside
-    /// themselves, and this future is moved into a box with every acquire.
-    pub(crate) fn claim<C: Claimer>(
-        self,
-        claimer: C,
-    ) -> impl Future<Output = Result<C::Answer, LockError>> {
+    /// themselves, and this future is moved into a box.
+    fn claim<C: Claimer>(self, claimer: C) -> impl Future<Output = Result<C::Answer, LockError>> {
         let (mut turns, mut claimer) = (self, claimer);
         async move {
             loop {

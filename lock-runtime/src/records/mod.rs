@@ -232,7 +232,7 @@ impl RecordRequest {
     /// repeated claim finds and re-arms our own). A claim that tries once
     /// (the default) is that one claim; one that waits marks a record in
     /// flight and waits for it as a busy lock is waited for
-    /// ([`Turns::claim`]), with [`Retry::LOOK_AGAIN`] as a timer too, until
+    /// ([`Turns::run`]), with [`Retry::LOOK_AGAIN`] as a timer too, until
     /// the wait ends.
     // Not an `async fn`, as `claim`.
     pub(crate) fn answer(self) -> impl Future<Output = Result<Answer, LockError>> + Send + 'static {
@@ -255,28 +255,19 @@ impl RecordRequest {
                 client: this.client,
                 ours,
             };
-            let mut claiming = Claiming {
+            let claiming = Claiming {
                 key: this.key,
                 record: Armed::new(record, false),
                 deadline: asked.deadline,
                 resend: Retry::ACQUIRE.start(),
                 sent: Instant::now(),
             };
-            if !asked.deadline.tries_once() {
-                // Boxed: only a claim that may wait pays for the waits' state.
-                return Box::pin(claiming.in_turns()).await;
-            }
-            // The one attempt `Turns::claim` would send for a claim that
-            // tries once, and its answer (busy: given up, as there).
-            match claiming.attempt().await? {
-                Attempted::Ended(found) => Ok(claiming.end(found)),
-                Attempted::Busy { remaining, .. } => claiming.give_up(remaining).await,
-            }
+            Turns::run(claiming, Some(Retry::LOOK_AGAIN)).await
         }
     }
 }
 
-/// A record's claim, as [`Turns::claim`] runs it.
+/// A record's claim, as [`Turns::run`] runs it.
 struct Claiming {
     key: String,
     /// Armed while a claim is on the wire: dropped then, or with an error,
@@ -286,21 +277,6 @@ struct Claiming {
     resend: Retrying,
     /// The last claim's send time: a lease it set starts no earlier.
     sent: Instant,
-}
-
-impl Claiming {
-    /// The claim of a request that may wait: its turns, from its first
-    /// attempt on.
-    // Not an `async fn`, which would keep `self` twice in its state.
-    #[allow(clippy::manual_async_fn)]
-    fn in_turns(self) -> impl Future<Output = Result<Answer, LockError>> + Send {
-        async move {
-            let (backend, (channel, token), deadline) = self.waits_on();
-            let look_again = Some(Retry::LOOK_AGAIN);
-            let turns = Turns::new(backend, (|| channel, token), deadline, look_again).await;
-            turns.claim(self).await
-        }
-    }
 }
 
 impl Claimer for Claiming {
