@@ -428,11 +428,14 @@ pub(crate) async fn row(
             run(warm).await?;
             let before = commandstats(redis).await?;
             let server = server_cpu(redis).await.ok();
+            let reads = server_reads(redis).await.ok();
             let cpu = crate::report::cpu_seconds();
             let mut load = run(window).await?;
             load.app_cpu = cpu.zip(crate::report::cpu_seconds()).map(|(a, b)| b - a);
             let server_after = server_cpu(redis).await.ok();
             load.server_cpu = server.zip(server_after).map(|(a, b)| b - a);
+            let reads_after = server_reads(redis).await.ok();
+            load.server_reads = reads.zip(reads_after).map(|(a, b)| b - a);
             let after = commandstats(redis).await?;
             load.commands = delta(&before, &after);
             Ok::<_, String>(load)
@@ -544,13 +547,17 @@ pub(crate) struct Load {
     /// commands and everything around them (reading, parsing, answering,
     /// its event loop).
     pub(crate) server_cpu: Option<f64>,
+    /// Reads the server did from its clients in the window
+    /// ([`server_reads`]): the requests a read carried tell how well the
+    /// app's connection batched their commands.
+    pub(crate) server_reads: Option<u64>,
 }
 
 impl Load {
     /// Redis commands per request, by name, the server's CPU microseconds
     /// per request in them and in all, and the app's: `"2.00 commands (set
     /// 1.00, evalsha 1.00), 4.1 us of the server's CPU in them and 6.0 us
-    /// in all, 20.3 us of the app's CPU"`.
+    /// in all, 20.3 us of the app's CPU, 3.1 requests a server read"`.
     pub(crate) fn profile(&self) -> String {
         let n = self.requests.max(1) as f64;
         let calls: u64 = self.commands.iter().map(|c| c.1).sum();
@@ -563,9 +570,12 @@ impl Load {
             .collect();
         let per_request =
             |cpu: Option<f64>| cpu.map_or("?".into(), |s| format!("{:.1}", s * 1e6 / n));
+        let per_read = self.server_reads.map_or("?".into(), |reads| {
+            format!("{:.1}", n / reads.max(1) as f64)
+        });
         format!(
             "{:.2} commands ({}), {:.1} us of the server's CPU in them and {} us in all, {} us of \
-             the app's CPU",
+             the app's CPU, {per_read} requests a server read",
             calls as f64 / n,
             by_name.join(", "),
             usec as f64 / n,
