@@ -220,10 +220,16 @@ impl Claimer for Acquisition {
     type Found = Acquired;
     type Answer = LockGuard;
 
-    fn waits_on(&self) -> (&Backend, (&str, &Token), Deadline) {
+    fn deadline(&self) -> Deadline {
+        self.attempt.asked.deadline
+    }
+
+    fn waits_on(&self) -> (&Backend, (&str, &Token)) {
         let attempt = &self.attempt;
-        let on = (attempt.names().notice(), attempt.token());
-        (&attempt.inner().backend, on, attempt.asked.deadline)
+        (
+            &attempt.inner().backend,
+            (attempt.names().notice(), attempt.token()),
+        )
     }
 
     /// One script call (re-sent after a broken connection, with the same

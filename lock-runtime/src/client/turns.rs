@@ -33,8 +33,12 @@ pub(crate) trait Claimer: Sized {
     /// What the claim answers.
     type Answer;
 
-    /// The backend, the notice channel and token waited on, and until when.
-    fn waits_on(&self) -> (&Backend, (&str, &Token), Deadline);
+    /// Until when the claim waits (it tries once if it does not).
+    fn deadline(&self) -> Deadline;
+
+    /// The backend, and the notice channel and token waited on (asked only
+    /// of a claim that waits: a lock names its channel on first use).
+    fn waits_on(&self) -> (&Backend, (&str, &Token));
 
     /// One attempt (sent again after a broken connection, as safe to send
     /// twice): what ends the claim, or for how long the key is busy.
@@ -120,7 +124,7 @@ impl Turns {
     ) -> impl Future<Output = Result<C::Answer, LockError>> {
         let mut claimer = claimer;
         async move {
-            if !claimer.waits_on().2.tries_once() {
+            if !claimer.deadline().tries_once() {
                 return Box::pin(Self::take(claimer, look_again)).await;
             }
             match claimer.attempt().await? {
@@ -140,7 +144,7 @@ impl Turns {
         look_again: Option<Retry>,
     ) -> impl Future<Output = Result<C::Answer, LockError>> {
         async move {
-            let (backend, (channel, token), _) = claimer.waits_on();
+            let (backend, (channel, token)) = claimer.waits_on();
             let waiter = match backend.notices_ready_on(channel) {
                 true => Some(backend.register_on(channel, token).await),
                 false => None,
@@ -170,7 +174,7 @@ impl Turns {
                         remaining
                     }
                 };
-                let (backend, on, deadline) = claimer.waits_on();
+                let (deadline, (backend, on)) = (claimer.deadline(), claimer.waits_on());
                 let woken = turns.after_busy(backend, on, deadline, remaining).await;
                 match woken {
                     // Boxed: the claim that gives up (a busy key at its
@@ -249,5 +253,57 @@ impl Turns {
             // this task ran set the news once and leave a permit. Not a
             // reason to try (the key is someone else's): wait on.
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A claim whose every attempt finds the key busy, and that must not be
+    /// asked what it waits on (a lock would name its notice channel then).
+    struct AlwaysBusy {
+        deadline: Deadline,
+        attempts: u32,
+    }
+
+    impl Claimer for AlwaysBusy {
+        type Found = ();
+        type Answer = u32;
+
+        fn deadline(&self) -> Deadline {
+            self.deadline
+        }
+
+        fn waits_on(&self) -> (&Backend, (&str, &Token)) {
+            panic!("a claim that tries once was asked what it waits on")
+        }
+
+        async fn attempt(&mut self) -> Result<Attempted<()>, LockError> {
+            self.attempts += 1;
+            let remaining = Duration::from_secs(1);
+            Ok(Attempted::Busy {
+                remaining,
+                fence: 0,
+            })
+        }
+
+        fn end(self, _: ()) -> u32 {
+            unreachable!("never taken")
+        }
+
+        async fn give_up(self, _: Duration) -> Result<u32, LockError> {
+            Ok(self.attempts)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_claim_that_tries_once_sends_one_attempt_and_names_no_channel() {
+        let claimer = AlwaysBusy {
+            deadline: Deadline::after(Duration::ZERO),
+            attempts: 0,
+        };
+        let attempts = Turns::run(claimer, None).await.unwrap();
+        assert_eq!(attempts, 1, "one attempt, then given up");
     }
 }

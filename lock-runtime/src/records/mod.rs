@@ -283,10 +283,13 @@ impl Claimer for Claiming {
     type Found = Claim;
     type Answer = Answer;
 
-    fn waits_on(&self) -> (&Backend, (&str, &Token), Deadline) {
+    fn deadline(&self) -> Deadline {
+        self.deadline
+    }
+
+    fn waits_on(&self) -> (&Backend, (&str, &Token)) {
         let Record { client, ours } = self.record.get();
-        let on = (ours.names.notice.as_str(), &ours.token);
-        (client.backend(), on, self.deadline)
+        (client.backend(), (ours.names.notice.as_str(), &ours.token))
     }
 
     /// A claim that waits marks a record in flight, so that its completion
