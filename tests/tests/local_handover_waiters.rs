@@ -349,13 +349,22 @@ async fn a_holder_that_tried_once_hands_over_through_the_server_then_the_line_fo
     let key = "tried-once";
     let holder = client.lock(key).acquire().await.unwrap();
     let second = spawn_entered(in_line(&client, key).acquire()).await;
+    // The holder never asked for a token, and a busy attempt mints none.
+    let before = Calls::of(&server);
+    assert_eq!(
+        before.incr, 0,
+        "a token minted before the release: {before:?}"
+    );
     holder.release().await.unwrap();
     let second = acquired(secs(3), "the waiter", second).await;
     let after_server = Calls::of(&server);
-    // The holder never asked for a token: the server's hand-over (release.lua)
-    // minted the first.
-    assert_eq!(
-        after_server.incr, 1,
+    // Handed over by the server: release.lua minted the waiter's token. The
+    // waiter's look after registering (or after its subscription was
+    // confirmed) may run after the hand-over on a busy machine: it finds
+    // the key its own and mints once more (acquire.lua cannot tell a
+    // hand-over from a plain SET of ours), so two.
+    assert!(
+        (1..=2).contains(&after_server.incr),
         "handed over by the server: {after_server:?}"
     );
     assert_eq!(after_server.incrby, 0, "{after_server:?}");
