@@ -1,6 +1,7 @@
 //! What waiting costs the server: a chain of hand-overs costs one script call
-//! per grant (the release that hands on), and no waiter makes a busy attempt
-//! because it was told of a hand-over to someone else.
+//! per grant (the release that hands on), no waiter makes a busy attempt
+//! because it was told of a hand-over to someone else, and a waiter sends two
+//! scripts before it waits, on a fresh notice connection too.
 
 use std::sync::mpsc;
 
@@ -141,4 +142,43 @@ fn a_chain_of_hand_overs_costs_one_script_call_per_grant_and_no_busy_attempt() {
     // Each hand-over minted one token (the first holder, which took the key
     // with a plain SET, never asked for one): the watcher's is the last.
     assert_eq!(fencing, CHAIN as u64 + 2, "the watcher came last");
+}
+
+/// A waiter sends two scripts before it waits, on a client whose notice
+/// connection is not open yet as on any other: the attempt that queues it
+/// and the look right after its subscription is confirmed. That
+/// connection's first connect wakes every waiter registered (after a
+/// reconnect, notices may have been missed); a wake that came before the
+/// look is no reason for another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_looks_once_after_registering_on_a_fresh_notice_connection() {
+    let server = RedisServer::start();
+    let builder = LockClient::builder()
+        .redis(server.url().as_str())
+        .local_handover(false);
+    let (holding, waiting) = two_clients(&builder).await;
+    let holder = holding.lock("fresh").ttl(secs(10)).acquire().await.unwrap();
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let waiter = tokio::spawn(async move {
+        waiting
+            .lock("fresh")
+            .ttl(secs(10))
+            .wait(secs(10))
+            .acquire()
+            .await
+    });
+    eventually(secs(5), "the waiter queued", || {
+        server.cli(&["LLEN", "lock:Q{fresh}"]) == "1"
+    })
+    .await;
+    // Time for any look that would follow.
+    tokio::time::sleep(ms(300)).await;
+    let scripts = server.command_calls("evalsha");
+    assert_eq!(scripts, 2, "acquire.lua calls before the waiter waits");
+    holder.release().await.unwrap();
+    let next = within(secs(3), "the waiter", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    next.release().await.unwrap();
 }

@@ -206,7 +206,13 @@ impl Turns {
             if deadline.passed() {
                 return Woken::TimedOut;
             }
-            self.waiter = Some(backend.register_on(channel, token).await);
+            let handle = backend.register_on(channel, token).await;
+            // The attempt that follows sees whatever a wake so far announced
+            // (the notice connection's first connect wakes every waiter
+            // registered, before it confirms their subscriptions): not a
+            // reason for one more attempt after it.
+            handle.waiter.take_freed();
+            self.waiter = Some(handle);
             return Woken::Registered;
         };
         let fence_seen = self.fence_seen;
