@@ -359,10 +359,9 @@ async fn a_holder_that_tried_once_hands_over_through_the_server_then_the_line_fo
     let second = acquired(secs(3), "the waiter", second).await;
     let after_server = Calls::of(&server);
     // Handed over by the server: release.lua minted the waiter's token. The
-    // waiter's look after registering (or after its subscription was
-    // confirmed) may run after the hand-over on a busy machine: it finds
-    // the key its own and mints once more (acquire.lua cannot tell a
-    // hand-over from a plain SET of ours), so two.
+    // waiter's look after registering may run after the hand-over on a busy
+    // machine: it finds the key its own and mints once more (acquire.lua
+    // cannot tell a hand-over from a plain SET of ours), so two.
     assert!(
         (1..=2).contains(&after_server.incr),
         "handed over by the server: {after_server:?}"
