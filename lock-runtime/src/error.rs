@@ -16,9 +16,10 @@ pub enum LockError {
         key: String,
         /// When a retry is likely to find the key free: a hint, not a
         /// promise. It is what this client's recent holds of the key took
-        /// (of any key, when it has not held this one yet), never more than
+        /// (of any lock, when it has not held this one yet), never more than
         /// the holder's remaining lease, and the remaining lease when the
-        /// client has released nothing yet. A holder that keeps the key
+        /// client has released no lock yet (records settled meanwhile do not
+        /// count: they keep hints of their own). A holder that keeps the key
         /// longer than usual makes a retry at this moment find it busy
         /// again; to be woken when it is released instead, acquire with
         /// [`wait`](crate::LockRequest::wait).

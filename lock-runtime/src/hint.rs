@@ -10,6 +10,9 @@
 //! remaining lease. A client that knows nothing yet (no hold released)
 //! answers the remaining lease, as a lease-based estimate must.
 //!
+//! A client keeps two: one for its locks, one for its idempotency records
+//! (claim to settle), so neither kind's times stand in for the other's.
+//!
 //! Memory is bounded whatever the number of key names: keys share a fixed
 //! table of slots by hash, and a slot taken by another key is simply
 //! overwritten (a hint, not a record).

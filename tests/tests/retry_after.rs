@@ -16,6 +16,7 @@ both_backends! {
     a_client_that_obeys_retry_after_gets_the_lock_within_a_small_multiple_of_the_hold_time,
     a_key_this_client_never_held_hints_what_its_other_holds_took,
     a_client_that_released_nothing_yet_hints_the_remaining_lease,
+    records_settled_in_a_moment_say_nothing_of_how_long_a_lock_is_held,
 }
 
 /// How long the holders below keep the key: far below their lease.
@@ -112,6 +113,36 @@ async fn a_client_that_released_nothing_yet_hints_the_remaining_lease(env: Env) 
     assert!(
         hint > LEASE - Duration::from_secs(2) && hint <= LEASE,
         "[{:?}] retry_after {hint:?}: with no hold to go by, the remaining lease",
+        env.kind
+    );
+    holder.release().await.unwrap();
+}
+
+/// A record claimed and completed at once (an idempotent request that took
+/// a millisecond) is not a hold of a lock: a busy lock of a client that
+/// released no lock yet still hints the holder's remaining lease, not the
+/// record's millisecond (which sent a `LockLayer`'s clients back after one
+/// second to a handler that runs for thirty).
+async fn records_settled_in_a_moment_say_nothing_of_how_long_a_lock_is_held(env: Env) {
+    use lock_runtime::Claimed;
+    for i in 0..3 {
+        let Claimed::Run(record) = env
+            .client
+            .record(key(&format!("quick-{i}")))
+            .claim()
+            .await
+            .unwrap()
+        else {
+            panic!("a fresh record is ours to run");
+        };
+        record.complete(b"done").await.unwrap();
+    }
+    let key = key("held-long");
+    let holder = env.client.lock(&key).ttl(LEASE).acquire().await.unwrap();
+    let hint = busy_hint(&env.client, &key).await;
+    assert!(
+        hint > LEASE - Duration::from_secs(2) && hint <= LEASE,
+        "[{:?}] retry_after {hint:?}: no lock released yet, so the remaining lease",
         env.kind
     );
     holder.release().await.unwrap();

@@ -319,6 +319,8 @@ impl LockClientBuilder {
             label,
             registration: Default::default(),
             hints: Default::default(),
+            #[cfg(feature = "idempotency")]
+            record_hints: Default::default(),
         });
         super::registry::register(&inner).await;
         Ok(LockClient(inner))

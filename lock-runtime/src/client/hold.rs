@@ -80,7 +80,8 @@ pub(super) fn hold(inner: Arc<Inner>, taken: Taken, asked: &Asked) -> LockGuard 
 
 /// An idempotency record's lease under the watchdog, put there as [`hold`]
 /// puts a lock's: dropped, the watchdog lets it go and its hold time is
-/// counted for the record's retry hints, as a lock's release counts a lock's.
+/// counted for the records' retry hints, as a lock's release counts a lock's
+/// for the locks'.
 #[cfg(feature = "idempotency")]
 pub(crate) struct Watched {
     inner: Arc<Inner>,
@@ -119,7 +120,9 @@ impl Watched {
     /// its renewal may run on until the answer (a completion's).
     pub(crate) fn settled(&mut self) {
         if let Some(since) = self.since.take() {
-            self.inner.hints.held(&self.lease.record, since.elapsed());
+            self.inner
+                .record_hints
+                .held(&self.lease.record, since.elapsed());
         }
     }
 }

@@ -26,8 +26,14 @@ pub(crate) struct Inner {
     /// The task that renews the client's registry entry, and how it finds
     /// the client (it stops once the client is gone).
     pub(crate) registration: std::sync::Mutex<Option<Registration>>,
-    /// Recent hold times, for the `retry_after` of a busy answer.
+    /// Recent hold times of locks, for the `retry_after` of a busy answer.
     pub(crate) hints: crate::hint::RetryHints,
+    /// Recent claim-to-settle times of idempotency records, for the
+    /// `retry_after` of a record in flight: apart from the locks', so a
+    /// record settled in a millisecond says nothing of how long a lock of
+    /// another key is held (nor a long-held lock of how long a record runs).
+    #[cfg(feature = "idempotency")]
+    pub(crate) record_hints: crate::hint::RetryHints,
 }
 
 /// The task that renews a client's registry entry, and the client it renews

@@ -319,7 +319,7 @@ impl Claimer for Claiming {
             Claim::Mismatch => Answer::Reused,
             Claim::InFlight { remaining } => {
                 let Record { client, ours } = self.record.get();
-                let retry_after = client.0.hints.hint(&ours.names.record, remaining);
+                let retry_after = client.0.record_hints.hint(&ours.names.record, remaining);
                 Answer::InFlight { retry_after }
             }
         }
