@@ -1,6 +1,9 @@
 //! Idempotency records belong to their caller: by default, requests whose
 //! credentials (`Authorization`, cookies) differ never share a record, on the
-//! embedded backend, one Redis and a Cluster.
+//! embedded backend, one Redis and a Cluster. And to their method and route:
+//! a key reused on another route or with another method is a record of its
+//! own, while on its own route another path, query or body is a reuse
+//! (`422`).
 
 mod layers_common;
 
@@ -8,7 +11,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
-use axum::routing::post;
+use axum::routing::{post, put};
 use layers_common::{Backends, Charges, charge, is_replay};
 use lock_runtime::layer::IdempotencyLayer;
 use serde_json::{Value, json};
@@ -153,4 +156,65 @@ async fn records_shared_by_all_callers_hands_one_callers_response_to_another() {
         (CREATED, true, 1)
     );
     assert_eq!(charges.started(), 1);
+}
+
+/// `PUT`/`POST` on one route and `POST` on another with one key: three
+/// records, each run once; on the first route another path or query with
+/// that key is `422`, as is another body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_is_scoped_by_method_and_route_and_reused_within_one_gets_422() {
+    let client = memory_client().await;
+    let charges = Charges::default();
+    let layer = IdempotencyLayer::new(client);
+    let app = Router::new()
+        .route(
+            "/charges/{id}",
+            post(charge).put(charge).route_layer(layer.clone()),
+        )
+        .route("/refunds", post(charge).route_layer(layer))
+        .with_state(charges.clone());
+    let base = serve(app).await;
+    let send = async |method: reqwest::Method, path: &str, amount: u64| {
+        let r = reqwest::Client::new()
+            .request(method, format!("{base}{path}"))
+            .header("idempotency-key", "\"reused\"")
+            .json(&json!({ "amount_cents": amount }))
+            .send()
+            .await
+            .unwrap();
+        (r.status(), is_replay(r.headers()))
+    };
+    use reqwest::Method;
+    let created = (CREATED, false);
+    assert_eq!(send(Method::POST, "/charges/1", 100).await, created);
+    assert_eq!(
+        send(Method::PUT, "/charges/1", 100).await,
+        created,
+        "another method"
+    );
+    assert_eq!(
+        send(Method::POST, "/refunds", 100).await,
+        created,
+        "another route"
+    );
+    assert_eq!(charges.started(), 3);
+
+    let reused = (StatusCode::UNPROCESSABLE_ENTITY, false);
+    assert_eq!(
+        send(Method::POST, "/charges/2", 100).await,
+        reused,
+        "another path"
+    );
+    assert_eq!(
+        send(Method::POST, "/charges/1?x=1", 100).await,
+        reused,
+        "another query"
+    );
+    assert_eq!(
+        send(Method::POST, "/charges/1", 200).await,
+        reused,
+        "another body"
+    );
+    assert_eq!(send(Method::POST, "/charges/1", 100).await, (CREATED, true));
+    assert_eq!(charges.started(), 3, "nothing ran again");
 }

@@ -149,8 +149,11 @@ impl LockClientBuilder {
         self
     }
 
-    /// The embedded in-process backend: the same semantics, but only within
-    /// this process (not distributed). For examples and unit tests.
+    /// The embedded in-process backend: the same semantics, among the clones
+    /// of the client it builds (not distributed). Each client built with it
+    /// is a store of its own: two built clients share no lock, no record and
+    /// no fencing counter (so tests running side by side in one process stay
+    /// apart); clone the client to share it. For examples and unit tests.
     pub fn memory(mut self) -> Self {
         self.target = Target::Memory;
         self

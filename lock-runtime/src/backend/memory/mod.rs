@@ -1,4 +1,5 @@
-//! The embedded backend: the same semantics as Redis, inside this process.
+//! The embedded backend: the same semantics as Redis, inside one client (and
+//! its clones): each client built with `.memory()` has a store of its own.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

@@ -11,7 +11,8 @@
 //! | duplicate, first still running | `409 Conflict` with `Retry-After: 1`, or the stored response after [waiting](IdempotencyLayer::wait) (woken by a notice, [below](#waiting-duplicates)) |
 //! | duplicate, first done | the stored response, byte for byte, with `Idempotent-Replayed: true`; the handler does not run |
 //! | duplicate, first done with a response over the [storage limit](IdempotencyLayer::max_response_body) | `410 Gone` with `Idempotent-Replayed: true` ([below](#responses-too-large-to-replay)); the handler does not run |
-//! | same key, another method/path/query/body ([bytes or JSON](IdempotencyLayer::body_fingerprint)) | `422 Unprocessable Content` |
+//! | same key, same method and route, another path, query or body ([bytes or JSON](IdempotencyLayer::body_fingerprint)) | `422 Unprocessable Content` |
+//! | same key, another method or route | a request of its own (keys are scoped by caller, method and route: [below](#records)) |
 //! | key missing on `POST` ([configurable](IdempotencyLayer::required_on)), malformed, or over 255 characters; a body that is not JSON under [`BodyFingerprint::Json`] | `400 Bad Request` |
 //! | body over the [limit](IdempotencyLayer::max_request_body) | `413 Content Too Large` |
 //! | store unreachable | `503` with `Retry-After` (fail closed), or [fail open](IdempotencyLayer::fail_open) |
@@ -40,6 +41,14 @@
 //! * A refusal by an inner [`LockLayer`](crate::layer::LockLayer) (busy,
 //!   backend down, lease lost mid-way; any status): not stored, the record is
 //!   released.
+//!
+//! # Responses are buffered
+//!
+//! The response is stored before it is sent, so the layer reads its body in
+//! full first (up to [`max_response_body`](IdempotencyLayer::max_response_body);
+//! past that it streams the rest, as below). A streaming response (server-sent
+//! events, a progress stream) therefore reaches its client only when it ends,
+//! and duplicates get `409` meanwhile: keep streaming routes out of the layer.
 //!
 //! # Exactly once across crashes
 //!
