@@ -45,20 +45,34 @@ pub(crate) fn check_retention(what: &str, retention: Duration) -> Result<(), Loc
         return Err(LockError::Config(format!(
             "the retention of {what} ({}) is above the maximum of {}",
             shown(retention),
-            humantime::format_duration(MAX_RETENTION)
+            shown(MAX_RETENTION)
         )));
     }
     Ok(())
 }
 
-/// `d` as a person reads it; `Duration::MAX` as such (humantime would
-/// print 584 billion years).
+/// `d` as a person reads it, in every message that names a duration:
+/// `Duration::MAX` as such (humantime would print 584 billion years), whole
+/// days as days (humantime's months are 30.44 days: a year would read
+/// `11months 30days 3h 50m 24s`), and anything from a millisecond up to
+/// the millisecond (a hint computed from the clock would otherwise read
+/// `29s 999ms 970us 226ns`).
 pub(crate) fn shown(d: Duration) -> String {
+    const DAY: u64 = 24 * 3600;
     if d == Duration::MAX {
-        "Duration::MAX".into()
-    } else {
-        humantime::format_duration(d).to_string()
+        return "Duration::MAX".into();
     }
+    let secs = d.as_secs();
+    if secs >= DAY && secs.is_multiple_of(DAY) && d.subsec_nanos() == 0 {
+        let days = secs / DAY;
+        return format!("{days} day{}", if days == 1 { "" } else { "s" });
+    }
+    let d = if d >= Duration::from_millis(1) {
+        Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    } else {
+        d
+    };
+    humantime::format_duration(d).to_string()
 }
 
 /// A layer's setting checked as it is set: the value, or a panic naming the
@@ -103,5 +117,18 @@ mod tests {
         }
         check_retention("a record", Duration::from_millis(1)).unwrap();
         check_retention("a record", MAX_RETENTION).unwrap();
+    }
+
+    #[test]
+    fn durations_in_messages_read_as_a_person_would_write_them() {
+        assert_eq!(shown(Duration::MAX), "Duration::MAX");
+        assert_eq!(shown(MAX_RETENTION), "365 days");
+        assert_eq!(shown(Duration::from_secs(24 * 3600)), "1 day");
+        assert_eq!(shown(Duration::from_nanos(29_999_970_226)), "29s 999ms");
+        assert_eq!(shown(Duration::from_millis(50)), "50ms");
+        assert_eq!(shown(Duration::from_nanos(1)), "1ns");
+        assert_eq!(shown(Duration::ZERO), "0s");
+        let past_days = Duration::from_secs(7 * 24 * 3600 + 1);
+        assert_eq!(shown(past_days), "7days 1s");
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum LockError {
     /// The lock is held by someone else and did not become free within the wait.
-    #[error("lock `{key}` is busy; retry after {}", humantime::format_duration(*retry_after))]
+    #[error("lock `{key}` is busy; retry after {}", crate::durations::shown(*retry_after))]
     Busy {
         /// The key as given by the caller (without the client's prefix).
         key: String,
@@ -268,8 +268,14 @@ impl BackendError {
         }
     }
 
+    /// The same failure, said to be of the server at `addr`.
+    pub(crate) fn at(mut self, addr: &str) -> Self {
+        self.context = format!("{addr}: {}", self.context);
+        self
+    }
+
     /// The driver's error among the causes, if any.
-    fn driver_error(&self) -> Option<&redis::RedisError> {
+    pub(crate) fn driver_error(&self) -> Option<&redis::RedisError> {
         let mut next = self
             .source
             .as_deref()

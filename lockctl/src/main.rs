@@ -128,12 +128,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// An error and its causes on one line.
+/// An error and its causes on one line; a cause whose text is already
+/// there (the driver's errors repeat their own source's) is left out.
 fn one_line(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string().replace('\n', " ");
     let mut next = err.source();
     while let Some(cause) = next {
-        text += &format!(": {}", cause.to_string().replace('\n', " "));
+        let said = cause.to_string().replace('\n', " ");
+        if !text.contains(&said) {
+            text += &format!(": {said}");
+        }
         next = cause.source();
     }
     text

@@ -248,6 +248,58 @@ async fn an_unreachable_server_at_build_is_a_backend_error() {
         "the source is not repeated: {err}"
     );
     assert!(took < secs(5), "took {took:?}");
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{port}")),
+        "the server is named: {err}"
+    );
+}
+
+/// A URL pointing at something that is not Redis (here an HTTP server's
+/// answer) says so, naming the server, rather than reporting a parse error
+/// of the scripts' loading; a server that accepts and never answers is a
+/// timeout naming it.
+#[tokio::test]
+async fn a_server_that_does_not_speak_redis_is_named_as_such() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = conn.read(&mut buf).await;
+                let answer = "HTTP/1.1 400 Bad Request\r\n\r\n<html></html>";
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    let err = redis_url_client(format!("redis://{addr}"))
+        .await
+        .unwrap_err();
+    let said = err.to_string();
+    assert!(err.is_backend(), "{err:?}");
+    assert!(
+        said.contains(&addr.to_string()) && said.contains("did not answer as a Redis server"),
+        "{}",
+        test_support::error_chain(&err)
+    );
+
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            open.push(conn);
+        }
+    });
+    let err = LockClient::builder()
+        .redis(format!("redis://{addr}"))
+        .response_timeout(ms(300))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    assert!(err.is_connection(), "a timeout: {err:?}");
 }
 
 #[tokio::test]

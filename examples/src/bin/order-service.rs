@@ -57,7 +57,7 @@
 //!
 //! ```text
 //! $ REDIS_URL=redis://:wrong@127.0.0.1:6379 cargo run -p examples --bin order-service
-//! order-service: cannot start: cannot use Redis at redis://:***@127.0.0.1:6379 (REDIS_URL) for locks: cannot connect to Redis: Password authentication failed - AuthenticationFailed
+//! order-service: cannot start: cannot use Redis at redis://:***@127.0.0.1:6379 (REDIS_URL) for locks: cannot connect to Redis at 127.0.0.1:6379: Password authentication failed - AuthenticationFailed
 //! $ echo $?
 //! 1
 //! ```

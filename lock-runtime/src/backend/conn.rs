@@ -71,11 +71,13 @@ pub(crate) fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig 
         .set_max_delay(Duration::from_millis(500))
 }
 
-/// Connects a manager, bounded by the connect timeout.
+/// Connects a manager, bounded by the connect timeout. Its errors name the
+/// server (host and port, or the socket's path; never the credentials).
 pub(crate) async fn connect_manager(
     client: redis::Client,
     options: &RedisOptions,
 ) -> Result<ConnectionManager, LockError> {
+    let addr = client.get_connection_info().addr().to_string();
     tokio::time::timeout(
         options
             .connect_timeout
@@ -83,8 +85,8 @@ pub(crate) async fn connect_manager(
         ConnectionManager::new_with_config(client, manager_config(options)),
     )
     .await
-    .map_err(|_| BackendError::timeout("connecting to Redis timed out"))?
-    .map_err(|e| BackendError::with_source("cannot connect to Redis", e).into())
+    .map_err(|_| BackendError::timeout(format!("connecting to Redis at {addr} timed out")))?
+    .map_err(|e| BackendError::with_source(format!("cannot connect to Redis at {addr}"), e).into())
 }
 
 impl ConnectionLike for Conn {

@@ -105,8 +105,8 @@ impl LockOptions {
         if self.hold_at_least > MAX_TTL {
             return Err(LockError::Config(format!(
                 "hold_at_least {} is above the maximum of {}",
-                humantime::format_duration(self.hold_at_least),
-                humantime::format_duration(MAX_TTL)
+                crate::durations::shown(self.hold_at_least),
+                crate::durations::shown(MAX_TTL)
             )));
         }
         Ok(Asked {

@@ -15,6 +15,23 @@ use super::plain::{Native, native_commands};
 use super::{Plain, RedisBackend};
 use crate::error::{BackendError, LockError};
 
+/// The failure of the first command sent to `addr`, naming the server; one
+/// that answered something other than Redis's protocol (a web server, a
+/// database on the wrong port) is said to be that, not a parse error of the
+/// scripts' loading.
+fn first_answer(addr: &str, e: LockError) -> LockError {
+    match e {
+        LockError::Backend(e)
+            if e.driver_error()
+                .is_some_and(|d| d.kind() == redis::ErrorKind::Parse) =>
+        {
+            BackendError::wrap(format!("{addr} did not answer as a Redis server"), e).into()
+        }
+        LockError::Backend(e) => e.at(addr).into(),
+        other => other,
+    }
+}
+
 impl RedisBackend {
     /// One server.
     pub(crate) async fn connect(url: &str, options: &RedisOptions) -> Result<Self, LockError> {
@@ -38,8 +55,11 @@ impl RedisBackend {
         announce_free: bool,
     ) -> Result<Self, LockError> {
         let client = open_client(url)?;
+        let addr = client.get_connection_info().addr().to_string();
         let mut conn = Conn::Single(connect_manager(client.clone(), options).await?);
-        load_scripts(&mut conn).await?;
+        load_scripts(&mut conn)
+            .await
+            .map_err(|e| first_answer(&addr, e))?;
         BATCH
             .prepare_invoke()
             .load_async(&mut conn)
