@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
-use axum::routing::{post, put};
+use axum::routing::post;
 use layers_common::{Backends, Charges, charge, is_replay};
 use lock_runtime::layer::IdempotencyLayer;
 use serde_json::{Value, json};
