@@ -227,8 +227,11 @@ impl LockClientBuilder {
     /// are not starved: after 8 local hand-overs or 5 ms, whichever comes
     /// first, the lock goes to the server's queue if anybody queued there.
     /// Waiters that ask for other lease settings (`ttl`, `renew`) than the
-    /// holder's go to the server. `false`: every waiter queues on the
-    /// server, strictly first come, first served across processes.
+    /// holder's go to the server. The client's waiting tasks take one
+    /// place in the server's line together, so [`inspect`](crate::LockClient::inspect)
+    /// and `lockctl` show the client once among the waiters. `false`: every
+    /// waiter queues on the server, strictly first come, first served
+    /// across processes.
     pub fn local_handover(mut self, enabled: bool) -> Self {
         self.local_handover = enabled;
         self

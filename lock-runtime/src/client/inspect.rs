@@ -34,8 +34,12 @@ pub struct LockState {
     /// Valkey, where a lock taken free has no fencing token until asked,
     /// the order they asked for it, to the millisecond.
     pub holders: Vec<String>,
-    /// The queued waiters' labels, in line order, one entry per waiting
-    /// task (at most 1,000 are read).
+    /// The queued waiters' labels, in line order (at most 1,000 are read):
+    /// one entry per place in the server's line. A waiting task takes one,
+    /// except that with local hand-over (the builder's `local_handover`, on
+    /// by default) the tasks of one client waiting for the same mutex queue
+    /// once, as one participant, and are handed the key among themselves:
+    /// such a client shows once however many of its tasks wait.
     pub waiting: Vec<String>,
     /// When the (first) holder asked for the lock: derived from its token,
     /// which carries the time the holder's client drew it, at the start of
@@ -51,7 +55,8 @@ pub struct LockState {
     /// hash slot (they share one counter; 0 before any): at least the
     /// current holder's token (once it has one), and below the next one.
     pub fencing_counter: u64,
-    /// How many waiters are queued for the lock (Redlock's waiters do not
+    /// How many waiters are queued for the lock, counted as
+    /// [`waiting`](Self::waiting) lists them (Redlock's waiters do not
     /// queue: 0 there).
     pub waiters: usize,
     /// This client holds the lock: one of its guards for `key` is alive and
