@@ -4,6 +4,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_runtime::LockState;
 use serde_json::{Value, json};
+use unicode_width::UnicodeWidthStr;
 
 /// The lease left, for people.
 pub(crate) fn lease(state: &LockState) -> String {
@@ -107,26 +108,43 @@ pub(crate) fn list(states: &[LockState], as_json: bool) {
         return;
     }
     let holder = |s: &LockState| s.holders.join(", ");
-    let key_w = states.iter().map(|s| s.key.len()).max().unwrap_or(0).max(3);
+    let key_w = states
+        .iter()
+        .map(|s| s.key.width())
+        .max()
+        .unwrap_or(0)
+        .max(3);
     let holder_w = states
         .iter()
-        .map(|s| holder(s).len())
+        .map(|s| holder(s).width())
         .max()
         .unwrap_or(0)
         .max(6);
     println!(
-        "{:key_w$}  {:9}  {:holder_w$}  {:>12}  {:>15}  WAITING",
-        "KEY", "KIND", "HOLDER", "LEASE LEFT", "FENCING COUNTER"
+        "{}  {:9}  {}  {:>12}  {:>15}  WAITING",
+        padded("KEY", key_w),
+        "KIND",
+        padded("HOLDER", holder_w),
+        "LEASE LEFT",
+        "FENCING COUNTER"
     );
     for s in states {
         println!(
-            "{:key_w$}  {:9}  {:holder_w$}  {:>12}  {:>15}  {}",
-            s.key,
+            "{}  {:9}  {}  {:>12}  {:>15}  {}",
+            padded(&s.key, key_w),
             s.kind.as_str(),
-            holder(s),
+            padded(&holder(s), holder_w),
             lease(s),
             s.fencing_counter,
             waiting(s)
         );
     }
+}
+
+/// `text` padded with spaces to `columns` of a terminal: as wide as it
+/// shows (a Cyrillic letter one column, an emoji or a CJK character two),
+/// not as long as its bytes or characters.
+fn padded(text: &str, columns: usize) -> String {
+    let pad = columns.saturating_sub(text.width());
+    format!("{text}{}", " ".repeat(pad))
 }

@@ -27,6 +27,8 @@ async fn inspect_list_and_force_release_a_held_lock() {
         .await
         .unwrap();
     let _other = client.lock("job:nightly").acquire().await.unwrap();
+    // Keys as wide as they show, not as long as their bytes.
+    let _wide = client.lock("ключ {tag} 🔒").acquire().await.unwrap();
     // Minted on first use: asked for before the counter is read.
     let token = guard.fencing_token().await.unwrap();
 
@@ -49,6 +51,21 @@ async fn inspect_list_and_force_release_a_held_lock() {
     assert!(
         listed.contains("order:42") && listed.contains("job:nightly"),
         "{listed}"
+    );
+    // Every row's second column (the kind) starts in the same terminal
+    // column, however wide the key before it shows.
+    let kind_at = |line: &str| {
+        let (key, _) = line.split_once("  ").unwrap();
+        key.chars()
+            .map(|c| if c == '🔒' { 2 } else { 1 })
+            .sum::<usize>()
+            + line[key.len()..].len()
+            - line[key.len()..].trim_start().len()
+    };
+    let columns: Vec<usize> = listed.lines().map(kind_at).collect();
+    assert!(
+        columns.windows(2).all(|w| w[0] == w[1]),
+        "{columns:?}\n{listed}"
     );
     let out = lockctl(&url, &["--json", "list", "--prefix", "order:"], "");
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -97,6 +114,11 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         assert_eq!(out.status.code(), Some(1), "{url}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{url}: {err}");
         assert!(err.to_lowercase().contains(says), "{url}: {err}");
+        // A cause the driver already printed is not printed again.
+        assert!(
+            err.matches("os error").count() <= 1,
+            "{url}: said twice: {err}"
+        );
     }
     let server = RedisServer::start();
     let out = lockctl(&server.url(), &["inspect", ""], "");
