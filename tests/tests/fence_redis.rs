@@ -259,7 +259,22 @@ where
         .unwrap_err();
     assert!(err.is_config(), "{err:?}");
     assert!(err.to_string().contains("hash slot"), "{err}");
-    let record: Option<String> = get(&mut conn, &fence::record_key(&resource)).await;
+    // The fence's own record (in the resource's slot by construction): a
+    // command that lowered or deleted it would let a stale token through.
+    let record_key = fence::record_key(&resource);
+    for cmd in [
+        redis::cmd("SET").arg(&record_key).arg(1).to_owned(),
+        redis::cmd("DEL").arg(&record_key).to_owned(),
+    ] {
+        let err = fence::redis(&mut conn, &resource, 100)
+            .cmd(cmd)
+            .run()
+            .await
+            .unwrap_err();
+        assert!(err.is_config(), "{err:?}");
+        assert!(err.to_string().contains("record"), "{err}");
+    }
+    let record: Option<String> = get(&mut conn, &record_key).await;
     assert_eq!(record, None, "nothing was sent");
     assert_eq!(get(&mut conn, &resource).await, None);
 }

@@ -65,7 +65,10 @@
 //! holder that writes after its resource's record expired is accepted, so
 //! keep the retention longer than a holder can stay paused after its lease
 //! ends. A token is only ever raised, so a refused holder's data is never
-//! touched.
+//! touched; a fenced command naming a key under [`RECORD_PREFIX`] (which
+//! could lower or erase a record) is refused with [`LockError::Config`]. A
+//! write whose check passed records its token even if one of its commands
+//! then fails (see [`RedisFence::run`]).
 //!
 //! `run` returns the commands' replies, one per command in order.
 //!

@@ -122,11 +122,14 @@ where
     /// * [`LockError::InvalidKey`]: the resource is empty, too long or has
     ///   control characters.
     /// * [`LockError::Config`]: a command is not allowed or has the wrong
-    ///   number of arguments, a key is not in the resource's hash slot, or
-    ///   the retention is out of bounds. Nothing was sent.
-    /// * [`LockError::Backend`]: the server failed or answered with an error
-    ///   (a command's own error, such as `WRONGTYPE`, leaves the commands
-    ///   before it applied, as in any Redis script). When the connection
+    ///   number of arguments, a key is not in the resource's hash slot or is
+    ///   a fence's record (under [`RECORD_PREFIX`]), or the retention is out
+    ///   of bounds. Nothing was sent.
+    /// * [`LockError::Backend`]: the server failed or answered with an error.
+    ///   A command's own error (`WRONGTYPE`, a syntax error) comes after the
+    ///   check passed: the token is recorded and the commands before the
+    ///   failing one stay applied, as in any Redis script (so earlier
+    ///   holders stay shut out of what they wrote). When the connection
     ///   dropped after sending, [`BackendError::is_outcome_unknown`] is
     ///   `true`: the write may have happened; it is not resent.
     pub async fn run(self) -> Result<Vec<redis::Value>, LockError> {
@@ -143,6 +146,14 @@ where
                 String::from_utf8_lossy(stray).escape_debug(),
                 self.resource.escape_debug(),
                 self.resource.escape_debug(),
+            )));
+        }
+        let prefix = RECORD_PREFIX.as_bytes();
+        if let Some(record) = self.keys.iter().find(|k| k.starts_with(prefix)) {
+            return Err(LockError::Config(format!(
+                "key `{}` is a fence's record (`{RECORD_PREFIX}..`): only the fence writes \
+                 them; a fenced command that set or deleted one would let a stale token through",
+                String::from_utf8_lossy(record).escape_debug(),
             )));
         }
         let mut invocation = FENCE.key(record_key(&self.resource));
