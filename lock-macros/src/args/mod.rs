@@ -112,6 +112,17 @@ impl Parse for Args {
         };
 
         while !input.is_empty() {
+            if let Some(lit) = input.parse::<Option<LitStr>>()? {
+                // `#[distributed_lock("order:<id>")]`: every option is named.
+                return Err(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "the key template is named: write `key = \"{}\"` (every option is \
+                         `name = value`)",
+                        lit.value().escape_debug()
+                    ),
+                ));
+            }
             // `parse_any`: `crate` is a keyword.
             let name = Ident::parse_any(input)?;
             let option = name.to_string();
@@ -145,7 +156,7 @@ impl Parse for Args {
                         };
                         parse_duration(input, &option)?.map(|d| *slot = Some(d))
                     }
-                    "renew" => Ok(parse_bool(input)?).map(|b| renew = Some(b)),
+                    "renew" => parse_bool(input)?.map(|b| renew = Some(b)),
                     "client" => Ok(input.parse::<Expr>()?).map(|e| client = Some(e)),
                     _ => Ok(input.parse::<Path>()?).map(|p| krate = Some(p)),
                 };

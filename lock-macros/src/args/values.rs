@@ -19,15 +19,32 @@ pub(super) fn skip_value(input: ParseStream<'_>) -> syn::Result<()> {
     Ok(())
 }
 
+/// An option's value that must be a literal: the literal, or the span of
+/// the expression written instead (a constant's name, a call), which the
+/// attribute cannot read at compile time.
+fn literal(input: ParseStream<'_>) -> syn::Result<Result<Lit, proc_macro2::Span>> {
+    use syn::spanned::Spanned;
+    Ok(match input.parse::<Expr>()? {
+        Expr::Lit(ExprLit { lit, .. }) => Ok(lit),
+        other => Err(other.span()),
+    })
+}
+
+/// What the message about a non-literal value adds.
+const NOT_AN_EXPRESSION: &str =
+    "the attribute reads it at compile time, so a constant or an expression cannot stand for it";
+
 /// `key = "..."`. The outer `Result` is a syntax error that stops parsing;
 /// the inner one a bad value, reported with the other errors (as for every
 /// `parse_*` below).
 pub(super) fn parse_key(input: ParseStream<'_>) -> syn::Result<syn::Result<LitStr>> {
-    Ok(match input.parse::<Lit>()? {
-        Lit::Str(s) => Ok(s),
-        other => Err(syn::Error::new(
-            other.span(),
-            "`key` takes a string literal, as in `key = \"order:<order_id>\"`",
+    const USAGE: &str = "`key` takes a string literal, as in `key = \"order:<order_id>\"`";
+    Ok(match literal(input)? {
+        Ok(Lit::Str(s)) => Ok(s),
+        Ok(other) => Err(syn::Error::new(other.span(), USAGE)),
+        Err(span) => Err(syn::Error::new(
+            span,
+            format!("{USAGE}: {NOT_AN_EXPRESSION}"),
         )),
     })
 }
@@ -178,15 +195,16 @@ pub(super) fn parse_permits(
     }
 }
 
-pub(super) fn parse_bool(input: ParseStream<'_>) -> syn::Result<bool> {
-    match input.parse::<Lit>() {
+pub(super) fn parse_bool(input: ParseStream<'_>) -> syn::Result<syn::Result<bool>> {
+    const USAGE: &str = "`renew` takes `true` or `false`";
+    Ok(match literal(input)? {
         Ok(Lit::Bool(LitBool { value, .. })) => Ok(value),
-        Ok(other) => Err(syn::Error::new(
-            other.span(),
-            "`renew` takes `true` or `false`",
+        Ok(other) => Err(syn::Error::new(other.span(), USAGE)),
+        Err(span) => Err(syn::Error::new(
+            span,
+            format!("{USAGE}: {NOT_AN_EXPRESSION}"),
         )),
-        Err(e) => Err(syn::Error::new(e.span(), "`renew` takes `true` or `false`")),
-    }
+    })
 }
 
 /// A human duration in a string literal (`"30s"`, `"500ms"`, `"1m 30s"`). The
@@ -196,12 +214,15 @@ pub(super) fn parse_duration(
     input: ParseStream<'_>,
     option: &str,
 ) -> syn::Result<syn::Result<Duration>> {
-    let lit = input.parse::<Lit>()?;
-    let Lit::Str(s) = lit else {
-        return Ok(Err(syn::Error::new(
-            lit.span(),
-            format!("`{option}` takes a duration string such as \"30s\", \"500ms\" or \"1m 30s\""),
-        )));
+    let usage =
+        format!("`{option}` takes a duration string such as \"30s\", \"500ms\" or \"1m 30s\"");
+    let s = match literal(input)? {
+        Ok(Lit::Str(s)) => s,
+        Ok(other) => return Ok(Err(syn::Error::new(other.span(), usage))),
+        Err(span) => {
+            let message = format!("{usage}: {NOT_AN_EXPRESSION}");
+            return Ok(Err(syn::Error::new(span, message)));
+        }
     };
     let text = s.value();
     let d = match humantime::parse_duration(&text) {
