@@ -579,3 +579,41 @@ async fn a_waiter_on_a_key_with_odd_braces_is_woken_by_the_release() {
         );
     }
 }
+
+/// A shard that dies takes its own leases with it, and only those: the
+/// watchdog renews each slot's leases in a call of their own, and a failed
+/// call leaves only its leases unconfirmed. (The renewal's answers were
+/// once joined: the dead shard's error made every lease of the client
+/// unconfirmed, and all were lost at the end of their validity.) The
+/// cluster serves the slots it still covers: with Redis's default
+/// `cluster-require-full-coverage yes` every node answers `CLUSTERDOWN`
+/// once the dead master is marked failed, and then every lease is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_going_down_loses_its_own_leases_and_no_others() {
+    let (cluster, builder) = three_masters();
+    for node in 0..cluster.size() {
+        let set = ["CONFIG", "SET", "cluster-require-full-coverage", "no"];
+        assert_eq!(cluster.cli(node, &set).trim(), "OK");
+    }
+    let client = builder.build().await.unwrap();
+    let keys = one_key_per_node(&cluster, "shard-down");
+    let ttl = secs(3);
+    let mut guards = Vec::new();
+    for key in &keys {
+        let guard = client.lock(key).ttl(ttl).acquire().await.unwrap();
+        guards.push(guard);
+    }
+    let pid = cluster.node(2).pid().expect("node 2 runs");
+    test_support::signal(pid, "KILL").unwrap();
+    // Two whole leases: renewals every second, each past the dead shard.
+    tokio::time::sleep(2 * ttl).await;
+    let dead = guards.pop().unwrap();
+    assert!(
+        dead.is_lost(),
+        "the lease on the dead shard cannot be renewed"
+    );
+    for (key, guard) in keys.iter().zip(guards) {
+        assert!(!guard.is_lost(), "`{key}` lives on a shard that is up");
+        guard.release().await.unwrap();
+    }
+}

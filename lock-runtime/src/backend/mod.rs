@@ -115,7 +115,16 @@ impl Backend {
         match self {
             Backend::Redis(b) => b.extend(lock).await,
             // One lease through the batched call (a majority decides).
-            Backend::Redlock(b) => Ok(Box::pin(b.extend_many(&[(names, token, ttl)])).await?[0]),
+            Backend::Redlock(b) => {
+                match Box::pin(b.extend_many(&[(names, token, ttl)])).await?[0] {
+                    Some(extended) => Ok(extended),
+                    None => Err(crate::error::BackendError::outcome_unknown(
+                        "Redlock: the renewal found no majority either way",
+                        None,
+                    )
+                    .into()),
+                }
+            }
             Backend::Memory(b) => Ok(b.extend(names, token, ttl)),
         }
     }
@@ -234,17 +243,20 @@ impl Backend {
         }
     }
 
-    /// Extends up to [`RENEW_BATCH`] leases in one call; `true` where re-armed.
+    /// Extends up to [`RENEW_BATCH`] leases in one call: per lease
+    /// `Some(true)` where re-armed, `Some(false)` where not ours any more,
+    /// `None` where unknown (its part of the call failed). An error when
+    /// nothing answered.
     pub(crate) async fn extend_many(
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
-    ) -> Result<Vec<bool>, LockError> {
+    ) -> Result<Vec<Option<bool>>, LockError> {
         match self {
             Backend::Redis(b) => b.extend_many(leases).await,
             Backend::Redlock(b) => b.extend_many(leases).await,
             Backend::Memory(b) => Ok(leases
                 .iter()
-                .map(|(names, token, ttl)| b.extend(names, token, *ttl))
+                .map(|(names, token, ttl)| Some(b.extend(names, token, *ttl)))
                 .collect()),
         }
     }

@@ -81,8 +81,9 @@ pub(super) async fn renew(
         .collect();
     if !locks.is_empty() {
         let extended = backend.extend_many(&locks).await?;
-        crate::metrics::renewal_call(extended.iter().filter(|renewed| **renewed).count());
-        return Ok(extended.into_iter().map(Some).collect());
+        let renewed = extended.iter().filter(|e| **e == Some(true)).count();
+        crate::metrics::renewal_call(renewed);
+        return Ok(extended);
     }
     #[cfg(feature = "idempotency")]
     {

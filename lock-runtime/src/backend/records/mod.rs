@@ -57,9 +57,10 @@ mod seen;
 mod tests;
 mod value;
 
+use crate::backend::redlock::majority;
 pub(crate) use memory::MemoryRecords;
 use redis::{
-    claim_on, claim_on_majority, complete_on, majority, majority_says, on_every_node, release_on,
+    claim_on, claim_on_majority, complete_on, majority_says, on_every_node, release_on,
     renew_many_on,
 };
 

@@ -11,7 +11,7 @@ use super::value::{Value, completed};
 use super::{Claim, Ours, StoredResponse};
 use crate::backend::redis::Native;
 use crate::backend::redis::RedisBackend;
-use crate::backend::redlock::RedlockBackend;
+use crate::backend::redlock::{RedlockBackend, majority};
 use crate::backend::scripts::{evalsha, millis, run_script};
 use crate::error::{BackendError, LockError};
 use crate::key::slot;
@@ -282,20 +282,6 @@ pub(super) fn majority_says(
     match majority(answers, redlock.quorum()) {
         Some(decided) => Ok(decided),
         None => Err(no_majority(redlock, answers.iter().flatten().count(), what)),
-    }
-}
-
-/// The rule of [`majority_says`]: `None` while the unknown answers could
-/// still tip it either way.
-pub(super) fn majority(answers: &[Option<bool>], quorum: usize) -> Option<bool> {
-    let yes = answers.iter().filter(|a| **a == Some(true)).count();
-    let no = answers.iter().filter(|a| **a == Some(false)).count();
-    if yes >= quorum {
-        Some(true)
-    } else if no > answers.len() - quorum {
-        Some(false)
-    } else {
-        None
     }
 }
 

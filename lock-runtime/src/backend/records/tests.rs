@@ -1,5 +1,5 @@
-use super::redis::majority;
 use super::*;
+use crate::backend::redlock::majority;
 
 fn response(status: u16) -> StoredResponse {
     StoredResponse {

@@ -1,5 +1,11 @@
 //! The watchdog's renewals in one call per connection and hash slot
 //! (extend_many.lua), and the leases that cannot join one.
+//!
+//! Each lease gets its own answer: renewed (`Some(true)`), refused
+//! (`Some(false)`: not ours any more) or unknown (`None`: its call failed or
+//! went unanswered; the watchdog asks again until the lease may have run
+//! out). A call that fails leaves only its own leases unknown: on a cluster
+//! a shard that is down does not make the leases on the others unconfirmed.
 
 use super::super::scripts::{EXTEND_MANY, evalsha, millis, run_script};
 use super::RedisBackend;
@@ -13,7 +19,7 @@ impl RedisBackend {
     pub(crate) async fn extend_many(
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
-    ) -> Result<Vec<bool>, LockError> {
+    ) -> Result<Vec<Option<bool>>, LockError> {
         if !self.is_cluster() {
             return self.extend_batch(leases).await;
         }
@@ -27,19 +33,33 @@ impl RedisBackend {
             async move { self.extend_batch(&group).await }
         }))
         .await;
-        let mut extended = vec![false; leases.len()];
-        for (indices, answer) in by_slot.values().zip(answers) {
-            for (i, e) in indices.iter().zip(answer?) {
-                extended[*i] = e;
+        let mut extended = vec![None; leases.len()];
+        let mut failed = None;
+        for ((slot, indices), answer) in by_slot.iter().zip(answers) {
+            match answer {
+                Ok(answer) => {
+                    for (i, e) in indices.iter().zip(answer) {
+                        extended[*i] = e;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, slot, leases = indices.len(),
+                        "lease renewal failed in one hash slot; its leases are retried");
+                    failed.get_or_insert(e);
+                }
             }
         }
-        Ok(extended)
+        match failed {
+            // Nothing answered: the error, for the watchdog's log.
+            Some(e) if extended.iter().all(Option::is_none) => Err(e),
+            _ => Ok(extended),
+        }
     }
 
     async fn extend_batch(
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
-    ) -> Result<Vec<bool>, LockError> {
+    ) -> Result<Vec<Option<bool>>, LockError> {
         let batched = |names: &KeyNames| names.kind == LockKind::Mutex && !names.is_leader();
         if leases.iter().any(|(names, ..)| !batched(names)) {
             // Readers', permits' and leaders' leases: one call each (their
@@ -56,12 +76,21 @@ impl RedisBackend {
                 })),
             )
             .await;
-            let mut extended = vec![false; leases.len()];
-            for (i, e) in mutexes.iter().zip(batched?) {
-                extended[*i] = e;
+            // A failed call leaves its own leases unknown, not the others'.
+            let mut extended = vec![None; leases.len()];
+            match batched {
+                Ok(batched) => {
+                    for (i, e) in mutexes.iter().zip(batched) {
+                        extended[*i] = e;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "batched lease renewal failed"),
             }
             for (i, e) in others.iter().zip(singles) {
-                extended[*i] = e?;
+                match e {
+                    Ok(e) => extended[*i] = Some(e),
+                    Err(e) => tracing::debug!(error = %e, "lease renewal failed"),
+                }
             }
             return Ok(extended);
         }
@@ -91,6 +120,6 @@ impl RedisBackend {
             // Unconfirmed by replicas: the watchdog retries until the lease ends.
             self.replicated(&mut conn).await?;
         }
-        Ok(extended.into_iter().map(|e| e == 1).collect())
+        Ok(extended.into_iter().map(|e| Some(e == 1)).collect())
     }
 }

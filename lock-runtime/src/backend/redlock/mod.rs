@@ -320,12 +320,14 @@ impl RedlockBackend {
     }
 
     /// Extends each lease on every node; a lease is extended when a majority
-    /// confirmed it. An error when fewer than a majority answered at all (the
-    /// watchdog then re-tries until the validity runs out).
+    /// confirmed it, refused only when so many refused it that the nodes
+    /// that did not answer could not make a majority ([`majority`]), and
+    /// unknown otherwise. An error when fewer than a majority answered at
+    /// all (the watchdog then re-tries until the validity runs out).
     pub(crate) async fn extend_many(
         &self,
         leases: &[(&KeyNames, &Token, Duration)],
-    ) -> Result<Vec<bool>, LockError> {
+    ) -> Result<Vec<Option<bool>>, LockError> {
         let ttl = leases.iter().map(|l| l.2).min().unwrap_or(Duration::ZERO);
         let per_node = self.per_node(ttl);
         let answers = join_all(
@@ -334,22 +336,30 @@ impl RedlockBackend {
                 .map(|node| timeout(per_node, node.extend_many(leases))),
         )
         .await;
-        let answered: Vec<Vec<bool>> = answers
+        let answered: Vec<Vec<Option<bool>>> = answers
             .into_iter()
-            .filter_map(|a| a.ok().and_then(Result::ok))
-            .filter(|a| a.len() == leases.len())
+            .map(|a| a.ok().and_then(Result::ok))
+            .map(|a| a.filter(|a| a.len() == leases.len()))
+            .map(|a| a.unwrap_or_else(|| vec![None; leases.len()]))
             .collect();
         let quorum = self.quorum();
-        if answered.len() < quorum {
+        let nodes_answering = answered
+            .iter()
+            .filter(|a| a.iter().any(Option::is_some))
+            .count();
+        if nodes_answering < quorum {
             return Err(BackendError::new(format!(
                 "Redlock: only {} of {} nodes answered the renewal",
-                answered.len(),
+                nodes_answering,
                 self.nodes.len()
             ))
             .into());
         }
         Ok((0..leases.len())
-            .map(|i| answered.iter().filter(|a| a[i]).count() >= quorum)
+            .map(|i| {
+                let said: Vec<Option<bool>> = answered.iter().map(|a| a[i]).collect();
+                majority(&said, quorum)
+            })
             .collect())
     }
 
@@ -455,5 +465,21 @@ impl RedlockBackend {
     /// How long one node may take to answer one request.
     pub(crate) fn node_timeout(&self) -> Duration {
         self.node_timeout
+    }
+}
+
+/// `true` when a majority of nodes said `true`; `false` only when so many
+/// said `false` that no majority can say `true`; otherwise `None` (too few
+/// answers to tell: a lost reply may have been a `true`), which the caller
+/// treats as unknown rather than as a refusal.
+pub(crate) fn majority(answers: &[Option<bool>], quorum: usize) -> Option<bool> {
+    let yes = answers.iter().filter(|a| **a == Some(true)).count();
+    let no = answers.iter().filter(|a| **a == Some(false)).count();
+    if yes >= quorum {
+        Some(true)
+    } else if no > answers.len() - quorum {
+        Some(false)
+    } else {
+        None
     }
 }
