@@ -62,14 +62,17 @@ impl Held {
     /// gets a token. Asked again after a lost reply, the server mints a
     /// higher one, also while ours; the first token stored here is kept.
     pub(crate) async fn fencing_token(&self) -> Result<u64, LockError> {
-        if let Some(known) = self.fencing() {
-            return Ok(known);
-        }
-        // Ended (released, or handed on to another task of this client,
-        // which shares the server's key and gets the next tokens): a token
-        // minted now would rise above the next holder's.
+        // Lost, or ended (released, or handed on to another task of this
+        // client, which shares the server's key and gets the next tokens):
+        // `Lost`, even when the token is known (minted before, or given at
+        // a hand-over or by Redlock), so a holder that asks before each
+        // write stops writing once its lease ended, on every backend alike;
+        // and a token minted now would rise above the next holder's.
         if self.is_lost() || self.ended() {
             return Err(LockError::lost(&self.key));
+        }
+        if let Some(known) = self.fencing() {
+            return Ok(known);
         }
         let Some(backend) = &self.mint else {
             return Err(crate::error::BackendError::new("the lock has no fencing token").into());

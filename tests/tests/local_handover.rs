@@ -92,7 +92,8 @@ async fn a_handed_on_lease_is_renewed_and_its_loss_reaches_the_holder_at_that_ti
     let first_token = first.fencing_token().await.unwrap();
     first.release().await.unwrap();
     let second = acquired(secs(2), "the hand-over", second).await;
-    assert!(second.fencing_token().await.unwrap() > first_token);
+    let second_token = second.fencing_token().await.unwrap();
+    assert!(second_token > first_token);
     // In-process: no second acquisition on the server, one block reserved.
     let calls = Calls::of(&server);
     assert_eq!((calls.incr, calls.incrby), (1, 1), "{calls:?}");
@@ -106,7 +107,7 @@ async fn a_handed_on_lease_is_renewed_and_its_loss_reaches_the_holder_at_that_ti
     within(secs(3), "the holder's lost()", second.lost()).await;
     // The next in line went back to the server: a token from the counter's
     // INCR, above the lost one, and the key held there in its name.
-    let third = next_after_loss(&server, second, third).await;
+    let third = next_after_loss(&server, (second, second_token), third).await;
     assert!(!third.is_lost());
     assert!(
         is_held(&other, key).await,
@@ -116,16 +117,21 @@ async fn a_handed_on_lease_is_renewed_and_its_loss_reaches_the_holder_at_that_ti
     assert!(!is_held(&other, key).await);
 }
 
-/// Releases the `lost` guard (it must say `Lost`) and takes the next holder
-/// from `next`: a lease from the server (a plain `SET` goes out for it),
-/// never the lost one handed on, with a token above it (unless its own
-/// lease ended on arrival: then it gets no token at all).
+/// Releases the `lost` guard, whose token was `lost_token` (it must say
+/// `Lost`, and so must its token now) and takes the next holder from
+/// `next`: a lease from the server (a plain `SET` goes out for it), never
+/// the lost one handed on, with a token above it (unless its own lease
+/// ended on arrival: then it gets no token at all).
 async fn next_after_loss(
     server: &RedisServer,
-    lost: LockGuard,
+    (lost, lost_token): (LockGuard, u64),
     next: JoinHandle<Result<LockGuard, LockError>>,
 ) -> LockGuard {
-    let lost_token = lost.fencing_token().await.unwrap();
+    let asked = lost.fencing_token().await;
+    assert!(
+        matches!(asked, Err(ref e) if e.is_lost()),
+        "the token of a lost lease: {asked:?}"
+    );
     let released = lost.release().await;
     assert!(
         matches!(released, Err(ref e) if e.is_lost()),
@@ -151,6 +157,7 @@ async fn a_lease_that_runs_out_in_a_chain_is_not_handed_on() {
     let (first, second) = holder_and_waiter(&client, key, ms(300)).await;
     first.release().await.unwrap();
     let second = acquired(secs(2), "the hand-over", second).await;
+    let lost_token = second.fencing_token().await.unwrap();
     let third = spawn_entered(in_line(&client, key).ttl(ms(300)).acquire()).await;
     // No renewal can be confirmed: the lease runs out on the server.
     server.pause().unwrap();
@@ -162,12 +169,11 @@ async fn a_lease_that_runs_out_in_a_chain_is_not_handed_on() {
     assert!(lost_after < ms(900), "lost() only after {lost_after:?}");
     // `third` may be done by now, but only from the server (asserted below:
     // its token comes from a second INCR): a lost lease is never handed on.
-    let lost_token = second.fencing_token().await.unwrap();
     // The line went back to the server as soon as the lease was lost: the
     // next in line acquired there (its request may have sat on the paused
     // server for longer than its own 300 ms lease, and then it is reported
     // lost on arrival, rightly: nothing confirmed it in time).
-    let third = next_after_loss(&server, second, third).await;
+    let third = next_after_loss(&server, (second, lost_token), third).await;
     let _ = third.release().await;
     // Free for another client afterwards.
     let taken = other.lock(key).wait(secs(2)).acquire().await.unwrap();

@@ -87,7 +87,9 @@ impl LockGuard {
     ///
     /// `Err(LockError::Lost)` when the lease has ended (a holder whose lease
     /// ran out never gets a token, so tokens rise in the order holders held
-    /// the key), or after the guard was released; `Err(LockError::Backend)`
+    /// the key), or after the guard was released: also when the token was
+    /// known before (asked for earlier, or given at acquire), so asking
+    /// before each write stops a holder whose lease ended on every backend; `Err(LockError::Backend)`
     /// when the server could not be asked.
     pub async fn fencing_token(&self) -> Result<u64, LockError> {
         self.held.fencing_token().await
