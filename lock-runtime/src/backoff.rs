@@ -76,18 +76,23 @@ pub(crate) struct Retry {
 }
 
 impl Retry {
-    /// An acquire's script: up to 8 re-sends over the whole acquisition,
-    /// within its wait; the first at once, then 20 ms doubling to 160 ms.
-    /// That rides out a restart or a failover of a second or so; the wait
-    /// bounds it, so a short wait is not stretched. (An acquire that tries
-    /// once gets its first re-send anyway, unless the failure was a
-    /// timeout, which took its time already: see `client/acquire.rs`.)
+    /// An acquire's script (and a record's claim): re-sent over the whole
+    /// acquisition while the server does not answer, within its wait and
+    /// for 10 s at most; the first at once, then 20 ms doubling to 500 ms.
+    /// A caller that waits is willing to wait that long for the lock, so a
+    /// restart, or a Sentinel failover (seconds: `down-after-milliseconds`,
+    /// then the vote), within the wait is ridden out rather than failing in
+    /// its first second; the 10 s bound makes an unbounded wait (a
+    /// `campaign()`) report a server that stays down. The wait bounds it,
+    /// so a short wait is not stretched. (An acquire that tries once gets
+    /// its first re-send anyway, unless the failure was a timeout, which
+    /// took its time already: see `client/acquire.rs`.)
     pub(crate) const ACQUIRE: Retry = Retry {
-        times: 8,
-        within: None,
+        times: u32::MAX,
+        within: Some(Duration::from_secs(10)),
         first_at_once: true,
         first: Duration::from_millis(20),
-        max: Duration::from_millis(160),
+        max: Duration::from_millis(500),
     };
 
     /// One re-send, at once: steps whose caller waits for the answer and
@@ -413,8 +418,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn each_policy_stops_where_its_doc_says() {
         let ms = Duration::from_millis;
-        // 8 re-sends, the first at once: 20+40+80+160*4 ms of pauses.
-        assert_eq!(resends(Retry::ACQUIRE, None).await, (8, ms(780)));
+        // Re-sends for 10 s at most, the first at once: 20+40+...+320 ms,
+        // then 500 ms each.
+        let (n, took) = resends(Retry::ACQUIRE, None).await;
+        assert!(took <= ms(10_000) && took > ms(9_400), "{n} in {took:?}");
         // Within a wait, no pause past it.
         let (n, took) = resends(Retry::ACQUIRE, Some(Instant::now() + ms(100))).await;
         assert_eq!((n, took), (3, ms(60)));
