@@ -181,6 +181,9 @@ impl RedlockBackend {
         let mut acquired = Vec::new();
         let mut busy = Vec::new();
         let mut failed = 0;
+        // The first failure, for the error when no majority answers: a
+        // node's own error (a refused connection, ...), or a timeout.
+        let mut first_failure: Option<BackendError> = None;
         // Decide as soon as the outcome is known: a dead node must not make
         // every acquire wait for its timeout.
         while let Some(joined) = pending.next().await {
@@ -190,7 +193,20 @@ impl RedlockBackend {
                     match answer {
                         Ok(Ok(AcquireOutcome::Acquired { fencing })) => acquired.push((i, fencing)),
                         Ok(Ok(AcquireOutcome::Busy { remaining, .. })) => busy.push(remaining),
-                        _ => failed += 1,
+                        Ok(Err(LockError::Backend(e))) => {
+                            failed += 1;
+                            first_failure.get_or_insert(e);
+                        }
+                        Ok(Err(_)) => failed += 1,
+                        Err(_) => {
+                            failed += 1;
+                            first_failure.get_or_insert_with(|| {
+                                BackendError::timeout(format!(
+                                    "node {i} did not answer within {}",
+                                    crate::durations::shown(per_node)
+                                ))
+                            });
+                        }
                     }
                 }
                 Err(_) => failed += 1,
@@ -247,6 +263,21 @@ impl RedlockBackend {
         }
         // Not ours: undo whatever was taken, everywhere, before answering.
         self.release_all(names, token, ttl).await;
+        // Too few nodes can answer for a majority either way (those still
+        // undecided were stopped): an error at once, no split-vote pause.
+        if busy.len() <= self.nodes.len() - quorum && failed + undecided > self.nodes.len() - quorum
+        {
+            let context = format!(
+                "Redlock: {failed} of {} nodes failed or did not answer in time; a majority of \
+                 {quorum} must answer",
+                self.nodes.len()
+            );
+            return Err(match first_failure {
+                Some(cause) => BackendError::wrap(context, cause),
+                None => BackendError::new(context),
+            }
+            .into());
+        }
         if !acquired.is_empty() {
             // A split vote (likely while a minority is down, when a majority
             // needs every live node): a random pause. With a node down,
@@ -271,15 +302,7 @@ impl RedlockBackend {
                 fence: 0,
             });
         }
-        let failed = failed + undecided;
-        if failed > self.nodes.len() - quorum {
-            return Err(BackendError::new(format!(
-                "Redlock: only {} of {} nodes answered; a majority of {quorum} is needed",
-                self.nodes.len() - failed,
-                self.nodes.len()
-            ))
-            .into());
-        }
+
         // A majority answered, but too slowly for the lease: busy for now.
         Ok(AcquireOutcome::Busy {
             remaining: Duration::from_millis(1),
