@@ -24,13 +24,27 @@ use std::process::ExitCode;
 use fault::scenario::{self, Outcome, Scenario};
 use fault::worker::{self, WorkerConfig};
 
+const USAGE: &str = "usage: fault all [--ops N] [--runs R] [--short] [--keep DIR] [--server redis|valkey|redis8] | fault run NAME[,NAME...] [...] | fault list | fault probe --redis URL";
+
+/// Every scenario, by name, with its title.
+fn list() {
+    for s in Scenario::suite(0, false)
+        .into_iter()
+        .chain(Scenario::demonstrations(0, false))
+    {
+        println!("{:28} {}", s.name, s.title);
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("worker") => WorkerConfig::from_args(&args[1..])
             .and_then(worker::run)
             .map(|()| true),
-        Some("all") => options(&args[1..]).and_then(|o| run_all(&Scenario::suite(o.ops, o.short), &o)),
+        Some("all") => {
+            options(&args[1..]).and_then(|o| run_all(&Scenario::suite(o.ops, o.short), &o))
+        }
         Some("run") => match args.get(1) {
             Some(names) => options(&args[2..]).and_then(|o| {
                 let scenarios = names
@@ -45,22 +59,21 @@ fn main() -> ExitCode {
             None => Err("usage: fault run NAME[,NAME...] [--ops N] [--runs R] [--server S]".into()),
         },
         Some("list") => {
-            for s in Scenario::suite(0, false)
-                .into_iter()
-                .chain(Scenario::demonstrations(0, false))
-            {
-                println!("{:28} {}", s.name, s.title);
-            }
+            list();
+            Ok(true)
+        }
+        Some("--help" | "-h" | "help") => {
+            println!("{USAGE}\n\nscenarios (`fault run NAME`; `fault all` runs the suite):");
+            list();
             Ok(true)
         }
         Some("probe") => match (args.get(1).map(String::as_str), args.get(2)) {
             (Some("--redis"), Some(url)) => probe(url),
             _ => Err("usage: fault probe --redis URL".into()),
         },
-        _ => Err(
-            "usage: fault all [--ops N] [--runs R] [--short] [--keep DIR] [--server redis|valkey|redis8] | fault run NAME[,NAME...] [...] | fault list | fault probe --redis URL"
-                .into(),
-        ),
+        _ => Err(format!(
+            "{USAGE}\n(`fault --help` also lists the scenarios)"
+        )),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -93,10 +93,10 @@
 //! content-length: 117
 //!
 //! {"type":"about:blank","title":"Conflict","status":409,"detail":"`order:1` is locked by another request; retry later"}
-//! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
+//! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":2}
 //!
 //! $ curl -s localhost:3000/orders/1 -w '\n'
-//! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
+//! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":2}
 //!
 //! # Not an order id: the extractor's own rejection, before any lock is taken.
 //! $ curl -si -X POST localhost:3000/orders/one/pay -w '\n'
@@ -157,8 +157,12 @@
 //! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
 //! ```
 //!
-//! (`date` headers left out; `retry-after` is the holder's remaining lease,
-//! rounded up.)
+//! (`date` headers left out. The embedded backend keeps one fencing counter
+//! for every key, and the sweeper's election took 1 from it at start-up, so
+//! there the payment's token is 2; on Redis each hash slot has a counter of
+//! its own. `retry-after` is a hint, in whole seconds rounded up: the
+//! holder's remaining lease while this instance has released no lock yet,
+//! then what its recent holds of the key took.)
 
 #[path = "../order_service/startup.rs"]
 mod startup;
