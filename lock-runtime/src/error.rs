@@ -16,7 +16,9 @@ pub enum LockError {
         key: String,
         /// When a retry is likely to find the key free: a hint, not a
         /// promise. It is what this client's recent holds of the key took
-        /// (of any lock, when it has not held this one yet), never more than
+        /// (of any lock, when it has not held this one yet), but at least
+        /// how long this client has found the key busy in a row (a caller
+        /// that obeys it backs off, doubling), never more than
         /// the holder's remaining lease, and the remaining lease when the
         /// client has released no lock yet (records settled meanwhile do not
         /// count: they keep hints of their own). A holder that keeps the key

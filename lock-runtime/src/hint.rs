@@ -13,13 +13,19 @@
 //! A client keeps two: one for its locks, one for its idempotency records
 //! (claim to settle), so neither kind's times stand in for the other's.
 //!
+//! A key that stays busy longer than that (a holder slower than usual,
+//! or one that held it since before this client saw any release) gets hints
+//! that grow: never less than how long this client has been finding it busy
+//! in a row. A caller that obeys them backs off exponentially instead of
+//! asking every millisecond for a key held for minutes.
+//!
 //! Memory is bounded whatever the number of key names: keys share a fixed
 //! table of slots by hash, and a slot taken by another key is simply
 //! overwritten (a hint, not a record).
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How many keys' recent holds one client remembers.
 const SLOTS: usize = 256;
@@ -30,6 +36,8 @@ pub(crate) const MIN_HINT: Duration = Duration::from_millis(1);
 /// One client's memory of its recent hold times.
 pub(crate) struct RetryHints {
     hasher: foldhash::fast::FixedState,
+    /// What the busy streaks' times count from.
+    base: Instant,
     /// Per key (by hash): the key's hash in the high bits is checked on read,
     /// the estimate in microseconds beside it.
     slots: Box<[Slot]>,
@@ -42,12 +50,18 @@ struct Slot {
     /// The key's hash, `0` for a slot never written.
     key: AtomicU64,
     micros: AtomicU64,
+    /// The key found busy in a row: its hash (`0`: none), and the first and
+    /// the last time of it (microseconds since `base`).
+    busy_key: AtomicU64,
+    busy_first: AtomicU64,
+    busy_last: AtomicU64,
 }
 
 impl RetryHints {
     pub(crate) fn new() -> Self {
         Self {
             hasher: foldhash::fast::FixedState::with_seed(0x6c6f_636b),
+            base: Instant::now(),
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
             typical: AtomicU64::new(0),
         }
@@ -68,6 +82,10 @@ impl RetryHints {
         };
         slot.micros.store(recent(before, micros), Ordering::Relaxed);
         slot.key.store(hash, Ordering::Relaxed);
+        // Released here: a busy streak of the key is over.
+        let _ = slot
+            .busy_key
+            .compare_exchange(hash, 0, Ordering::Relaxed, Ordering::Relaxed);
         let typical = self.typical.load(Ordering::Relaxed);
         self.typical
             .store(recent(typical, micros), Ordering::Relaxed);
@@ -75,9 +93,16 @@ impl RetryHints {
 
     /// The hint for a busy `key` whose holder's lease has `remaining` left:
     /// what this key's recent holds in this client took, else what this
-    /// client's holds of any key took, never more than `remaining` (nor
-    /// less than [`MIN_HINT`]). With no hold released yet: `remaining`.
+    /// client's holds of any key took, but at least how long this client
+    /// has been finding the key busy in a row; never more than `remaining`
+    /// (nor less than [`MIN_HINT`]). With no hold released yet: `remaining`.
     pub(crate) fn hint(&self, key: &str, remaining: Duration) -> Duration {
+        let now = u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.hint_at(key, remaining, now)
+    }
+
+    /// [`hint`](Self::hint) at `now` (microseconds since `base`).
+    fn hint_at(&self, key: &str, remaining: Duration, now: u64) -> Duration {
         let hash = self.hash(key);
         let slot = &self.slots[(hash % SLOTS as u64) as usize];
         let mut micros = slot.micros.load(Ordering::Relaxed);
@@ -87,12 +112,36 @@ impl RetryHints {
         if micros == 0 {
             micros = self.typical.load(Ordering::Relaxed);
         }
+        let busy_for = Duration::from_micros(self.busy_streak(slot, hash, now));
         let estimate = if micros == 0 {
             remaining
         } else {
-            Duration::from_micros(micros).min(remaining)
+            Duration::from_micros(micros).max(busy_for).min(remaining)
         };
         estimate.max(MIN_HINT)
+    }
+
+    /// How long (us) `slot`'s key, `hash`, has been found busy in a row, now
+    /// found busy again at `now`. The streak goes on while each busy answer
+    /// comes within twice the streak's length (and a millisecond) of the
+    /// last: a caller backing off as told; a longer gap, or a release by
+    /// this client, starts a new one.
+    fn busy_streak(&self, slot: &Slot, hash: u64, now: u64) -> u64 {
+        let (first, last) = (
+            slot.busy_first.load(Ordering::Relaxed),
+            slot.busy_last.load(Ordering::Relaxed),
+        );
+        let going_on = slot.busy_key.load(Ordering::Relaxed) == hash
+            && now >= last
+            && now - last <= 2 * (last - first.min(last)) + 1_000;
+        slot.busy_last.store(now, Ordering::Relaxed);
+        if going_on {
+            now - first.min(now)
+        } else {
+            slot.busy_first.store(now, Ordering::Relaxed);
+            slot.busy_key.store(hash, Ordering::Relaxed);
+            0
+        }
     }
 
     fn hash(&self, key: &str) -> u64 {
@@ -173,6 +222,29 @@ mod tests {
         hints.held("k", Duration::from_micros(3));
         assert_eq!(hints.hint("k", LEASE), MIN_HINT);
         assert_eq!(RetryHints::new().hint("k", Duration::ZERO), MIN_HINT);
+    }
+
+    #[test]
+    fn a_key_that_stays_busy_gets_hints_that_grow_as_a_caller_backs_off() {
+        let hints = RetryHints::new();
+        hints.held("job", Duration::from_millis(1)); // one quick hold before
+        // A holder that keeps it: a caller obeying each hint, in virtual time.
+        let (mut now, mut given) = (1_000_000u64, Vec::new());
+        for _ in 0..12 {
+            let hint = hints.hint_at("job", LEASE, now);
+            given.push(hint.as_millis());
+            now += u64::try_from(hint.as_micros()).unwrap();
+        }
+        assert_eq!(given[..4], [1, 1, 2, 4], "{given:?}");
+        assert_eq!(given[11], 1024, "doubling: {given:?}");
+        // Bounded by the lease left.
+        let short = Duration::from_millis(300);
+        assert_eq!(hints.hint_at("job", short, now), short);
+        // Released by this client: the next busy streak starts over.
+        hints.held("job", Duration::from_millis(1));
+        assert_eq!(hints.hint_at("job", LEASE, now + 10), MIN_HINT);
+        // A long quiet gap starts over too.
+        assert_eq!(hints.hint_at("job", LEASE, now + 60_000_000), MIN_HINT);
     }
 
     #[test]
