@@ -4,6 +4,8 @@
 use lock_runtime::{Leader, LockClient, LockError};
 use serde_json::json;
 
+use crate::output::{padded, widest};
+
 /// Prints up to `limit` leaders whose names start with `prefix`, as a
 /// table or (`as_json`) a JSON array of `{name, label, term}`.
 pub(crate) async fn print(
@@ -26,21 +28,14 @@ pub(crate) async fn print(
 }
 
 fn table(leaders: &[Leader]) -> String {
-    let name = leaders
-        .iter()
-        .map(|l| l.name.len())
-        .max()
-        .unwrap_or(0)
-        .max(4);
-    let label = leaders
-        .iter()
-        .map(|l| l.label.len())
-        .max()
-        .unwrap_or(0)
-        .max(5);
-    let mut out = format!("{:name$}  {:label$}  {:>6}\n", "NAME", "LABEL", "TERM");
+    let name = widest(leaders.iter().map(|l| l.name.as_str()), "NAME");
+    let label = widest(leaders.iter().map(|l| l.label.as_str()), "LABEL");
+    let row = |n: &str, l: &str, term: &dyn std::fmt::Display| {
+        format!("{}  {}  {term:>6}\n", padded(n, name), padded(l, label))
+    };
+    let mut out = row("NAME", "LABEL", &"TERM");
     for l in leaders {
-        out += &format!("{:name$}  {:label$}  {:>6}\n", l.name, l.label, l.term);
+        out += &row(&l.name, &l.label, &l.term);
     }
     out
 }

@@ -108,18 +108,9 @@ pub(crate) fn list(states: &[LockState], as_json: bool) {
         return;
     }
     let holder = |s: &LockState| s.holders.join(", ");
-    let key_w = states
-        .iter()
-        .map(|s| s.key.width())
-        .max()
-        .unwrap_or(0)
-        .max(3);
-    let holder_w = states
-        .iter()
-        .map(|s| holder(s).width())
-        .max()
-        .unwrap_or(0)
-        .max(6);
+    let key_w = widest(states.iter().map(|s| s.key.as_str()), "KEY");
+    let holders: Vec<String> = states.iter().map(holder).collect();
+    let holder_w = widest(holders.iter().map(String::as_str), "HOLDER");
     println!(
         "{}  {:9}  {}  {:>12}  {:>15}  WAITING",
         padded("KEY", key_w),
@@ -141,10 +132,15 @@ pub(crate) fn list(states: &[LockState], as_json: bool) {
     }
 }
 
+/// The columns of a terminal the widest of `texts` and `header` takes.
+pub(crate) fn widest<'a>(texts: impl Iterator<Item = &'a str>, header: &str) -> usize {
+    texts.map(str::width).max().unwrap_or(0).max(header.width())
+}
+
 /// `text` padded with spaces to `columns` of a terminal: as wide as it
 /// shows (a Cyrillic letter one column, an emoji or a CJK character two),
 /// not as long as its bytes or characters.
-fn padded(text: &str, columns: usize) -> String {
+pub(crate) fn padded(text: &str, columns: usize) -> String {
     let pad = columns.saturating_sub(text.width());
     format!("{text}{}", " ".repeat(pad))
 }
