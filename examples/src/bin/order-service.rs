@@ -36,7 +36,9 @@
 //! * `NAMESPACE` (default `orders`): every Redis name starts with
 //!   `<namespace>:`; instances with the same one share orders, a new one starts
 //!   afresh (the demo below picks a new one per session, so it can be run
-//!   again against the same Redis with the same answers).
+//!   again against the same Redis with the same answers). `lockctl` reads
+//!   them with `--key-prefix <namespace>:` (`lockctl --redis $REDIS_URL
+//!   --key-prefix orders: leaders` names the sweeper's leader).
 //! * `PORT` (default 3000), on 127.0.0.1. `PAYMENT_DELAY_MS` (default 1000):
 //!   how long the fake payment provider takes.
 //! * `IDEMPOTENCY_COMMIT` (`on` by default, or `off`): `off` creates the
@@ -438,7 +440,13 @@ async fn main() -> ExitCode {
         .ok()
         .and_then(|v| v.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
-    tracing_subscriber::fmt().finish().with(filter).init();
+    // Colours only on a terminal, not in a log file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    tracing_subscriber::fmt()
+        .with_ansi(ansi)
+        .finish()
+        .with(filter)
+        .init();
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
