@@ -74,7 +74,10 @@ impl LockRequest {
         /// [`LockError::Busy`] has left the key's line of waiters by the time it
         /// answers, so a release after that never hands the lock to it. A wait
         /// above [`MAX_WAIT`](crate::MAX_WAIT) (a century; `Duration::MAX`
-        /// included) waits that long: without bound, in practice.
+        /// included) waits that long: without bound, in practice. A server
+        /// that does not answer (a restart, a failover) is asked again
+        /// within the wait, for 10 s at most, before the acquire fails with
+        /// [`LockError::Backend`]; one that tries once is asked twice.
         wait;
 
         /// Whether the watchdog renews the lease (default `true`). With `false` the
