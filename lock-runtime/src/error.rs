@@ -346,6 +346,14 @@ pub(crate) fn connection_failure(e: &redis::RedisError) -> Option<ConnectionFail
         e.kind(),
         redis::ErrorKind::MasterNameNotFoundBySentinel
             | redis::ErrorKind::NoValidReplicasFoundBySentinel
+            // A cluster mid-failover, or a slot whose master is gone: the
+            // command was refused (not run) by a node that cannot serve it,
+            // or its redirect led nowhere the driver could reach.
+            | redis::ErrorKind::Server(
+                redis::ServerErrorKind::ClusterDown
+                    | redis::ServerErrorKind::MasterDown
+                    | redis::ServerErrorKind::Moved
+            )
     ) {
         Some(ConnectionFailure::Unreachable)
     } else {
@@ -362,13 +370,18 @@ mod tests {
     }
 
     #[test]
-    fn no_master_named_by_the_sentinels_is_worth_a_retry_and_ran_nothing() {
+    fn no_server_to_send_to_is_worth_a_retry_and_ran_nothing() {
         // Mid-failover the sentinels name no master that answers as one; a
         // background release that gave up on it left its queue entry to be
         // handed the key, one hand-over lease each (FAULTS.md, scenario 8).
         for kind in [
             redis::ErrorKind::MasterNameNotFoundBySentinel,
             redis::ErrorKind::NoValidReplicasFoundBySentinel,
+            // The same for a cluster that cannot serve the slot (a lock on
+            // a dead master's slot fails with a MOVED to that master).
+            redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+            redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown),
+            redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
         ] {
             let e = driver(kind);
             assert_eq!(connection_failure(&e), Some(ConnectionFailure::Unreachable));

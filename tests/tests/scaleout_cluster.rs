@@ -612,6 +612,9 @@ async fn a_shard_going_down_loses_its_own_leases_and_no_others() {
         dead.is_lost(),
         "the lease on the dead shard cannot be renewed"
     );
+    // A lock there now: an error worth a retry (the slot has no server).
+    let e = client.lock(&keys[2]).acquire().await.unwrap_err();
+    assert!(e.is_connection(), "{e:?}");
     for (key, guard) in keys.iter().zip(guards) {
         assert!(!guard.is_lost(), "`{key}` lives on a shard that is up");
         guard.release().await.unwrap();
