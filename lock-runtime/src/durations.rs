@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::LockError;
+use crate::error::{LockError, shown};
 use lock_keys::MAX_RETENTION;
 use lock_keys::MAX_WAIT;
 
@@ -49,30 +49,6 @@ pub(crate) fn check_retention(what: &str, retention: Duration) -> Result<(), Loc
         )));
     }
     Ok(())
-}
-
-/// `d` as a person reads it, in every message that names a duration:
-/// `Duration::MAX` as such (humantime would print 584 billion years), whole
-/// days as days (humantime's months are 30.44 days: a year would read
-/// `11months 30days 3h 50m 24s`), and anything from a millisecond up to
-/// the millisecond (a hint computed from the clock would otherwise read
-/// `29s 999ms 970us 226ns`).
-pub(crate) fn shown(d: Duration) -> String {
-    const DAY: u64 = 24 * 3600;
-    if d == Duration::MAX {
-        return "Duration::MAX".into();
-    }
-    let secs = d.as_secs();
-    if secs >= DAY && secs.is_multiple_of(DAY) && d.subsec_nanos() == 0 {
-        let days = secs / DAY;
-        return format!("{days} day{}", if days == 1 { "" } else { "s" });
-    }
-    let d = if d >= Duration::from_millis(1) {
-        Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-    } else {
-        d
-    };
-    humantime::format_duration(d).to_string()
 }
 
 /// A layer's setting checked as it is set: the value, or a panic naming the

@@ -10,7 +10,7 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum LockError {
     /// The lock is held by someone else and did not become free within the wait.
-    #[error("lock `{key}` is busy; retry after {}", crate::durations::shown(*retry_after))]
+    #[error("lock `{key}` is busy; retry after {}", shown(*retry_after))]
     Busy {
         /// The key as given by the caller (without the client's prefix).
         key: String,
@@ -359,6 +359,30 @@ pub(crate) fn connection_failure(e: &redis::RedisError) -> Option<ConnectionFail
     } else {
         None
     }
+}
+
+/// `d` as a person reads it, in every message that names a duration:
+/// `Duration::MAX` as such (humantime would print 584 billion years), whole
+/// days as days (humantime's months are 30.44 days: a year would read
+/// `11months 30days 3h 50m 24s`), and anything from a millisecond up to
+/// the millisecond (a hint computed from the clock would otherwise read
+/// `29s 999ms 970us 226ns`).
+pub(crate) fn shown(d: Duration) -> String {
+    const DAY: u64 = 24 * 3600;
+    if d == Duration::MAX {
+        return "Duration::MAX".into();
+    }
+    let secs = d.as_secs();
+    if secs >= DAY && secs.is_multiple_of(DAY) && d.subsec_nanos() == 0 {
+        let days = secs / DAY;
+        return format!("{days} day{}", if days == 1 { "" } else { "s" });
+    }
+    let d = if d >= Duration::from_millis(1) {
+        Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    } else {
+        d
+    };
+    humantime::format_duration(d).to_string()
 }
 
 #[cfg(test)]

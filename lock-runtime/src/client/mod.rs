@@ -68,15 +68,15 @@ pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {
     if ttl < MIN_TTL {
         return Err(LockError::Config(format!(
             "the lease {} is below the minimum of {}",
-            crate::durations::shown(ttl),
-            crate::durations::shown(MIN_TTL)
+            crate::error::shown(ttl),
+            crate::error::shown(MIN_TTL)
         )));
     }
     if ttl > MAX_TTL {
         return Err(LockError::Config(format!(
             "the lease {} is above the maximum of {}",
-            crate::durations::shown(ttl),
-            crate::durations::shown(MAX_TTL)
+            crate::error::shown(ttl),
+            crate::error::shown(MAX_TTL)
         )));
     }
     Ok(())

@@ -105,8 +105,8 @@ impl LockOptions {
         if self.hold_at_least > MAX_TTL {
             return Err(LockError::Config(format!(
                 "hold_at_least {} is above the maximum of {}",
-                crate::durations::shown(self.hold_at_least),
-                crate::durations::shown(MAX_TTL)
+                crate::error::shown(self.hold_at_least),
+                crate::error::shown(MAX_TTL)
             )));
         }
         Ok(Asked {

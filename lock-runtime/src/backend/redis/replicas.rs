@@ -22,7 +22,7 @@ pub(super) async fn wait_for_replicas(
     if acked < i64::from(wanted) {
         return Err(BackendError::new(format!(
             "the lock was not replicated: {acked} of {wanted} required replicas acknowledged within {}",
-            crate::durations::shown(timeout)
+            crate::error::shown(timeout)
         ))
         .into());
     }

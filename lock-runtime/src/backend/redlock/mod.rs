@@ -203,7 +203,7 @@ impl RedlockBackend {
                             first_failure.get_or_insert_with(|| {
                                 BackendError::timeout(format!(
                                     "node {i} did not answer within {}",
-                                    crate::durations::shown(per_node)
+                                    crate::error::shown(per_node)
                                 ))
                             });
                         }
