@@ -44,6 +44,7 @@ mod stragglers;
 mod tally;
 use stragglers::{InFlight, Stragglers};
 use tally::ReleaseTally;
+pub(crate) use tally::majority;
 
 static FENCE_RAISE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/fence_raise.lua")));
@@ -488,21 +489,5 @@ impl RedlockBackend {
     /// How long one node may take to answer one request.
     pub(crate) fn node_timeout(&self) -> Duration {
         self.node_timeout
-    }
-}
-
-/// `true` when a majority of nodes said `true`; `false` only when so many
-/// said `false` that no majority can say `true`; otherwise `None` (too few
-/// answers to tell: a lost reply may have been a `true`), which the caller
-/// treats as unknown rather than as a refusal.
-pub(crate) fn majority(answers: &[Option<bool>], quorum: usize) -> Option<bool> {
-    let yes = answers.iter().filter(|a| **a == Some(true)).count();
-    let no = answers.iter().filter(|a| **a == Some(false)).count();
-    if yes >= quorum {
-        Some(true)
-    } else if no > answers.len() - quorum {
-        Some(false)
-    } else {
-        None
     }
 }

@@ -1,6 +1,23 @@
-//! How the nodes' answers to one release decide its outcome.
+//! How the nodes' answers decide an outcome: one release's, and a yes-or-no
+//! step's (a renewal, a record's completion) by [`majority`].
 
 use crate::backend::Released;
+
+/// `true` when a majority of nodes said `true`; `false` only when so many
+/// said `false` that no majority can say `true`; otherwise `None` (too few
+/// answers to tell: a lost reply may have been a `true`), which the caller
+/// treats as unknown rather than as a refusal.
+pub(crate) fn majority(answers: &[Option<bool>], quorum: usize) -> Option<bool> {
+    let yes = answers.iter().filter(|a| **a == Some(true)).count();
+    let no = answers.iter().filter(|a| **a == Some(false)).count();
+    if yes >= quorum {
+        Some(true)
+    } else if no > answers.len() - quorum {
+        Some(false)
+    } else {
+        None
+    }
+}
 
 /// Combines the nodes' answers to one release, as they come in.
 #[derive(Debug)]
