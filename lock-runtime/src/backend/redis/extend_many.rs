@@ -36,24 +36,13 @@ impl RedisBackend {
         let mut extended = vec![None; leases.len()];
         let mut failed = None;
         for ((slot, indices), answer) in by_slot.iter().zip(answers) {
-            match answer {
-                Ok(answer) => {
-                    for (i, e) in indices.iter().zip(answer) {
-                        extended[*i] = e;
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, slot, leases = indices.len(),
-                        "lease renewal failed in one hash slot; its leases are retried");
-                    failed.get_or_insert(e);
-                }
+            if let Some(e) = place(&mut extended, indices, answer) {
+                tracing::debug!(error = %e, slot, leases = indices.len(),
+                    "lease renewal failed in one hash slot; its leases are retried");
+                failed.get_or_insert(e);
             }
         }
-        match failed {
-            // Nothing answered: the error, for the watchdog's log.
-            Some(e) if extended.iter().all(Option::is_none) => Err(e),
-            _ => Ok(extended),
-        }
+        answered(extended, failed)
     }
 
     async fn extend_batch(
@@ -78,21 +67,18 @@ impl RedisBackend {
             .await;
             // A failed call leaves its own leases unknown, not the others'.
             let mut extended = vec![None; leases.len()];
-            match batched {
-                Ok(batched) => {
-                    for (i, e) in mutexes.iter().zip(batched) {
-                        extended[*i] = e;
-                    }
-                }
-                Err(e) => tracing::debug!(error = %e, "batched lease renewal failed"),
+            let mut failed = place(&mut extended, &mutexes, batched);
+            if let Some(e) = &failed {
+                tracing::debug!(error = %e, "batched lease renewal failed");
             }
-            for (i, e) in others.iter().zip(singles) {
-                match e {
-                    Ok(e) => extended[*i] = Some(e),
-                    Err(e) => tracing::debug!(error = %e, "lease renewal failed"),
+            for (i, single) in others.iter().zip(singles) {
+                let single = single.map(|renewed| vec![Some(renewed)]);
+                if let Some(e) = place(&mut extended, std::slice::from_ref(i), single) {
+                    tracing::debug!(error = %e, "lease renewal failed");
+                    failed.get_or_insert(e);
                 }
             }
-            return Ok(extended);
+            return answered(extended, failed);
         }
         let Some((first, ..)) = leases.first() else {
             return Ok(Vec::new());
@@ -121,5 +107,35 @@ impl RedisBackend {
             self.replicated(&mut conn).await?;
         }
         Ok(extended.into_iter().map(|e| Some(e == 1)).collect())
+    }
+}
+
+/// Puts one call's answers for the leases at `indices` into `extended`; a
+/// failed call leaves them unknown and gives back its error.
+fn place(
+    extended: &mut [Option<bool>],
+    indices: &[usize],
+    answer: Result<Vec<Option<bool>>, LockError>,
+) -> Option<LockError> {
+    match answer {
+        Ok(answer) => {
+            for (i, e) in indices.iter().zip(answer) {
+                extended[*i] = e;
+            }
+            None
+        }
+        Err(e) => Some(e),
+    }
+}
+
+/// The answers of several calls: the first failure's error when nothing
+/// answered (for the watchdog's log), else each lease's own answer.
+fn answered(
+    extended: Vec<Option<bool>>,
+    failed: Option<LockError>,
+) -> Result<Vec<Option<bool>>, LockError> {
+    match failed {
+        Some(e) if extended.iter().all(Option::is_none) => Err(e),
+        _ => Ok(extended),
     }
 }
