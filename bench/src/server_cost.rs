@@ -230,8 +230,9 @@ impl Side {
             Side::Acquire => vec![acquire()],
             Side::PermitPair => {
                 // A semaphore's names (writer, holders, queue, the slot's
-                // counter, tokens) and arguments, as shared.rs sends them.
-                let shared = ["T", "P", "O", "S", "Z"]
+                // counter, tokens, the queue's deadlines) and arguments, as
+                // shared.rs sends them.
+                let shared = ["T", "P", "O", "S", "Z", "U"]
                     .map(|kind| format!("{kind}{{k{i}}}"))
                     .to_vec();
                 let (notice, publish) = (format!("M{{k{i}}}"), "PUBLISH");

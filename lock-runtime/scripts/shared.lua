@@ -2,15 +2,19 @@
 -- KEYS[1] writer key (a string holding the writer's token; never set for a
 -- semaphore), KEYS[2] holders (a sorted set: readers' or permit holders'
 -- tokens scored by the end of their leases, server time in ms), KEYS[3]
--- waiter queue (a list of 'token:lease_ms:mode' entries), KEYS[4] fencing
--- counter of the key's hash slot, KEYS[5] the fencing tokens of the shared
--- holders that have one (a hash: token -> fencing token; its members are
--- among KEYS[2]'s, and it lives as long as they do) (all in one hash slot)
+-- waiter queue (a list of 'token:lease_ms:mode:limit' entries: each
+-- waiter's own lease, mode and limit), KEYS[4] fencing counter of the
+-- key's hash slot, KEYS[5] the fencing tokens of the shared holders that
+-- have one (a hash: token -> fencing token; its members are among
+-- KEYS[2]'s, and it lives as long as they do), KEYS[6] the queue's
+-- deadlines (a sorted set: each entry scored by the end of its wait,
+-- server time in ms) (all in one hash slot)
 -- ARGV[1] op: 'acquire', 'release', 'extend' or 'mint'
 -- ARGV[2] owner token (128 random bits, hex), ARGV[3] lease in milliseconds,
 -- ARGV[4] mode: 's' shared (a reader, a permit) or 'x' exclusive (a writer),
 -- ARGV[5] how many shared holders at most ('0': no limit, a read-write
--- lock; above 0 only for a semaphore, which has no writer)
+-- lock; above 0 only for a semaphore, which has no writer): the caller's
+-- own count; a queued waiter is granted by its own, which its entry keeps
 -- ARGV[6] notice channel, ARGV[7] hand-over lease cap (ms), ARGV[8]
 -- 'PUBLISH', or 'SPUBLISH' on a cluster
 -- acquire: ARGV[9] how long the caller will wait, in ms ('0': try once, do
@@ -32,10 +36,11 @@
 --   granted by a hand-over gets its token with the grant, in its notice.
 -- Waiting is FIFO: whenever capacity frees up, the entries at the head of
 -- the queue are granted, in order, while they fit (a writer alone; shared
--- holders while below the limit and no writer holds), each with a lease
--- capped at the hand-over cap and a notice '<sha1hex(token)>:<fencing>'.
--- A newcomer is admitted only when nobody is queued, so a waiting writer is
--- not starved by readers arriving after it.
+-- holders while below the waiter's own limit and no writer holds), each
+-- with a lease capped at the hand-over cap and a notice
+-- '<sha1hex(token)>:<fencing>'. Entries whose wait has ended (a waiter that
+-- died in line) are skipped. A newcomer is admitted only when nobody is
+-- queued, so a waiting writer is not starved by readers arriving after it.
 local op, token, lease, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local limit = tonumber(ARGV[5])
 local t = redis.call('TIME')
@@ -62,7 +67,9 @@ end
 local released
 if op == 'release' then
   if ARGV[9] == '1' then
-    redis.call('LREM', KEYS[3], 1, token .. ':' .. ARGV[3] .. ':' .. mode)
+    local entry = token .. ':' .. ARGV[3] .. ':' .. mode .. ':' .. ARGV[5]
+    redis.call('LREM', KEYS[3], 1, entry)
+    redis.call('ZREM', KEYS[6], entry)
   end
   released = 0
   if mode == 'x' then
@@ -141,17 +148,17 @@ local function ours()
   return redis.call('ZSCORE', KEYS[2], token) ~= false
 end
 
--- How many shared holders there are, when one of mode `m` fits beside
--- them; false when it does not.
-local function room(m)
-  if limit == 0 and redis.call('EXISTS', KEYS[1]) == 1 then
+-- How many shared holders there are, when one of mode `m` with the limit
+-- `most` fits beside them; false when it does not.
+local function room(m, most)
+  if most == 0 and redis.call('EXISTS', KEYS[1]) == 1 then
     return false
   end
   local held = redis.call('ZCARD', KEYS[2])
   if m == 'x' then
     return held == 0 and held
   end
-  return (limit == 0 or held < limit) and held
+  return (most == 0 or held < most) and held
 end
 
 -- The token of a grant made by a hand-over (the waiter learns it from its
@@ -173,10 +180,13 @@ local function take(who, m, ms, held)
   end
 end
 
--- Grants the head of the queue while it fits; the caller's own entry is
--- granted like any other (and not notified). Returns whether the queue is
--- empty now, and the token of the caller's own grant (0: none); the grants
--- made for others go to `granted`: sha1hex(token), fencing, ...
+-- Grants the head of the queue while it fits, each entry by its own
+-- limit, and skips the entries whose wait has ended (their waiters gave up
+-- or died in line; an entry with no deadline, or the caller's own, waits
+-- on); the caller's own entry is granted like any other (and not
+-- notified). Returns whether the queue is empty now, and the token of the
+-- caller's own grant (0: none); the grants made for others go to
+-- `granted`: sha1hex(token), fencing, ...
 local function promote(granted)
   local channel, cap, publish = ARGV[6], tonumber(ARGV[7]), ARGV[8]
   local own = 0
@@ -187,27 +197,39 @@ local function promote(granted)
     end
     local a = string.find(head, ':', 1, true)
     local b = string.find(head, ':', a + 1, true)
+    local c = string.find(head, ':', b + 1, true)
     local who = string.sub(head, 1, a - 1)
     local ms = math.min(tonumber(string.sub(head, a + 1, b - 1)), cap)
-    local m = string.sub(head, b + 1)
-    local held = room(m)
-    if not held then
-      return false, own
+    -- (An entry of an earlier version names no limit: the caller's.)
+    local m, most = string.sub(head, b + 1), limit
+    if c then
+      m, most = string.sub(head, b + 1, c - 1), tonumber(string.sub(head, c + 1))
     end
-    redis.call('LPOP', KEYS[3])
-    take(who, m, ms, held)
-    local fence = minted(who, m)
-    if who == token then
-      own = fence
+    local ends = redis.call('ZSCORE', KEYS[6], head)
+    if who ~= token and ends and tonumber(ends) <= now then
+      redis.call('LPOP', KEYS[3])
+      redis.call('ZREM', KEYS[6], head)
     else
-      local id = redis.sha1hex(who)
-      -- pcall: a notice refused by an ACL must not undo the grant.
-      redis.pcall(publish, channel, id .. ':' .. fence)
-      granted[#granted + 1] = id
-      granted[#granted + 1] = fence
-    end
-    if m == 'x' then
-      return redis.call('EXISTS', KEYS[3]) == 0, own
+      local held = room(m, most)
+      if not held then
+        return false, own
+      end
+      redis.call('LPOP', KEYS[3])
+      redis.call('ZREM', KEYS[6], head)
+      take(who, m, ms, held)
+      local fence = minted(who, m)
+      if who == token then
+        own = fence
+      else
+        local id = redis.sha1hex(who)
+        -- pcall: a notice refused by an ACL must not undo the grant.
+        redis.pcall(publish, channel, id .. ':' .. fence)
+        granted[#granted + 1] = id
+        granted[#granted + 1] = fence
+      end
+      if m == 'x' then
+        return redis.call('EXISTS', KEYS[3]) == 0, own
+      end
     end
   end
 end
@@ -240,7 +262,7 @@ local out = {1, 0}
 local empty, own = promote(out)
 -- A newcomer again (see above), now that the head may have been granted.
 if empty then
-  local held = room(mode)
+  local held = room(mode, limit)
   if held then
     take(token, mode, lease, held)
     out[2] = own
@@ -270,13 +292,17 @@ if first[2] then
 end
 out[1] = -remaining
 if waits then
-  local entry = token .. ':' .. ARGV[3] .. ':' .. mode
+  local entry = token .. ':' .. ARGV[3] .. ':' .. mode .. ':' .. ARGV[5]
   if not redis.call('LPOS', KEYS[3], entry) then
     redis.call('RPUSH', KEYS[3], entry)
   end
+  redis.call('ZADD', KEYS[6], now + tonumber(ARGV[9]), entry)
   local keep = tonumber(ARGV[9]) + lease
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)
+  end
+  if redis.call('PTTL', KEYS[6]) < keep then
+    redis.call('PEXPIRE', KEYS[6], keep)
   end
   out[2] = tonumber(redis.call('GET', KEYS[4]) or '0')
 end

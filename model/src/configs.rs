@@ -278,3 +278,26 @@ pub fn semaphore_three_takers_of_two(faults: u8) -> LockConfig {
     cfg.hold_max = 1;
     cfg
 }
+
+/// A semaphore of one permit and three takers starting together, holding
+/// at most a tick, one crash; A and C wait 4 ticks, B one: a waiter that
+/// dies in line has its entry skipped once its wait is over, as a mutex's
+/// (shared.lua, "local ends = redis.call('ZSCORE', KEYS[6], head)"). With
+/// [`LockConfig::skip_ended_waits`] off the model finds a permit handed to
+/// the dead waiter.
+pub fn semaphore_one_permit_one_crash() -> LockConfig {
+    let mut cfg = LockConfig::new_shared(
+        vec![Mode::Permit; 3],
+        1,
+        4,
+        Faults {
+            crash: 1,
+            total: 1,
+            ..Faults::NONE
+        },
+    );
+    cfg.waits[1] = 1;
+    cfg.start_by = 0;
+    cfg.hold_max = 1;
+    cfg
+}

@@ -137,7 +137,7 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "shared.lua",
-        "aaf2166f2e3598fdf699c559bcce9bd2a350fff5",
+        "55926e7a2bebe49ecb7b2f70397fa0a6d8fafb4f",
         "shared.rs `Holders::acquire`, `release`, `extend`, `mint` (run by \
          `LockModel::exec_shared`)",
     ),

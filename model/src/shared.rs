@@ -8,8 +8,10 @@
 //! lock model runs them when [`LockConfig::shared`](crate::lock::LockConfig::shared) is set:
 //!
 //! * [`Holders`]: the writer (`KEYS[1]`), the holders' sorted set by lease
-//!   end (`KEYS[2]`) and the FIFO queue of `token:lease:mode` entries
-//!   (`KEYS[3]`); the fencing counter is the slot's, [`Server::fence`]. Its
+//!   end (`KEYS[2]`) and the FIFO queue of `token:lease:mode:limit` entries
+//!   (`KEYS[3]`) with the ends of their waits (`KEYS[6]`: an entry whose
+//!   wait is over is skipped, as a mutex's); the fencing counter is the
+//!   slot's, [`Server::fence`]. Its
 //!   methods are shared.lua's `acquire`, `release`, `extend` and `mint`,
 //!   line by line; `promote` grants from the head of the queue with the
 //!   hand-over lease cap, a token and a notice for each waiter (any of
@@ -26,7 +28,9 @@
 //!   (fencing tokens, the fenced store for writers, queue entries, release
 //!   answers, termination).
 //!
-//! What the model leaves out: a process of several clients (shared locks
+//! What the model leaves out: callers that name different counts for one
+//! semaphore (each entry is granted by its own; its clients share one,
+//! and tests/tests/shared_waits.rs mixes them), a process of several clients (shared locks
 //! form no in-process line, `LockRequest::acquire`, so the grants a script answers
 //! wake only waiters of the caller's own process, `wake_granted`, which is
 //! nobody here: every client has a process of its own), reentrancy, and
@@ -76,7 +80,8 @@ pub struct Lease {
     pub fence: u8,
 }
 
-/// A queue entry `token:lease_ms:mode` (shared.lua, "local entry =").
+/// A queue entry `token:lease_ms:mode:limit` (shared.lua, "redis.call('RPUSH', KEYS[3], entry)"),
+/// with its score in the queue's deadlines (`KEYS[6]`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Waiting {
     /// The waiter's token.
@@ -85,6 +90,25 @@ pub struct Waiting {
     pub lease: u8,
     /// Mode `x`.
     pub exclusive: bool,
+    /// Its own most shared holders (`ARGV[5]` when it queued): it is
+    /// granted by this, not by the count of the caller that makes room.
+    pub limit: u8,
+    /// The end of its wait (`ZADD` of server time + `ARGV[9]`, at every
+    /// attempt that queues): from this tick on, promote skips it.
+    pub until: u8,
+}
+
+impl Waiting {
+    /// The same member of the queue (the deadline is not part of it).
+    fn is(&self, other: &Waiting) -> bool {
+        (self.token, self.lease, self.exclusive, self.limit)
+            == (other.token, other.lease, other.exclusive, other.limit)
+    }
+
+    /// Its wait has not ended at `now` (the script's `ends > now`).
+    pub fn waiting_at(&self, now: u8) -> bool {
+        now < self.until
+    }
 }
 
 /// A read-write lock's or a semaphore's names on the server.
@@ -98,6 +122,17 @@ pub struct Holders {
     pub queue: Vec<Waiting>,
     /// The queue's expiry (meaningless while it is empty).
     pub queue_expires: u8,
+}
+
+/// How the script runs: as shared.lua does, or with one of the mistakes
+/// the model must catch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Script {
+    /// Skips the queue's entries whose wait has ended (shared.lua does).
+    pub(crate) skip_ended: bool,
+    /// Admits a newcomer that fits while somebody is queued (shared.lua
+    /// does not).
+    pub(crate) admit_past_queue: bool,
 }
 
 /// One script call's arguments.
@@ -116,11 +151,14 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    fn entry(&self) -> Waiting {
+    /// The caller's queue entry, waiting `wait` more ticks.
+    fn entry(&self, wait: u8) -> Waiting {
         Waiting {
             token: self.token,
             lease: self.lease,
             exclusive: self.exclusive,
+            limit: self.limit,
+            until: self.now + wait,
         }
     }
 }
@@ -178,7 +216,7 @@ impl Holders {
         }
     }
 
-    /// shared.lua, "local function room(m)" (whether it fits; the script
+    /// shared.lua, "local function room(m, most)" (whether it fits; the script
     /// also answers how many hold, for the set's expiry).
     pub(crate) fn fits(&self, exclusive: bool, limit: u8) -> bool {
         if self.writer.is_some() {
@@ -239,14 +277,27 @@ impl Holders {
     }
 
     /// shared.lua, "local function promote(granted)": the head of the queue
-    /// while it fits, each with a lease capped at the hand-over cap and its
-    /// token; a writer alone. Whether the queue is empty now, and the token
-    /// of the caller's own grant (`0`: none).
-    fn promote(&mut self, call: &Call, fence: &mut u8, taken: &mut Taken) -> (bool, u8) {
+    /// while it fits, each by its own limit, with a lease capped at the
+    /// hand-over cap and its token; a writer alone; an entry whose wait has
+    /// ended is skipped (the caller's own waits on). Whether the queue is
+    /// empty now, and the token of the caller's own grant (`0`: none).
+    /// Without `skip_ended` (a mistake the model must catch) no entry is
+    /// skipped.
+    fn promote(
+        &mut self,
+        call: &Call,
+        fence: &mut u8,
+        taken: &mut Taken,
+        skip_ended: bool,
+    ) -> (bool, u8) {
         let mut own = 0;
         while let Some(&head) = self.queue.first() {
+            if skip_ended && !head.waiting_at(call.now) && head.token != call.token {
+                self.queue.remove(0);
+                continue;
+            }
             let lease = head.lease.min(call.cap);
-            if !self.fits(head.exclusive, call.limit) {
+            if !self.fits(head.exclusive, head.limit) {
                 return (false, own);
             }
             self.queue.remove(0);
@@ -283,11 +334,12 @@ impl Holders {
         call: &Call,
         wait: u8,
         fence: &mut u8,
-        past_queue: bool,
+        script: Script,
     ) -> (AcqReply, Taken) {
         let mut taken = Taken::new();
         // shared.lua, "acquire: grant whoever waits at the head first".
-        let (empty, own) = self.promote(call, fence, &mut taken);
+        let (empty, own) = self.promote(call, fence, &mut taken, script.skip_ended);
+        let past_queue = script.admit_past_queue;
         // shared.lua, "A newcomer, only when nobody is queued.": a lease
         // without a token (a re-sent attempt already among the holders is
         // refreshed, its token kept on the server, not told).
@@ -315,14 +367,18 @@ impl Holders {
         let mut counter = 0;
         if wait != 0 {
             // shared.lua, "if not redis.call('LPOS', KEYS[3], entry) then":
-            // queue once; the queue outlives the wait plus a lease; the
-            // counter as this attempt saw it.
-            let entry = call.entry();
-            if !self.queue.contains(&entry) {
-                if self.queue.is_empty() {
-                    self.queue_expires = 0;
+            // queue once, the end of the wait scored anew; the queue
+            // outlives the wait plus a lease; the counter as this attempt
+            // saw it.
+            let entry = call.entry(wait);
+            match self.queue.iter_mut().find(|e| e.is(&entry)) {
+                Some(queued) => queued.until = entry.until,
+                None => {
+                    if self.queue.is_empty() {
+                        self.queue_expires = 0;
+                    }
+                    self.queue.push(entry);
                 }
-                self.queue.push(entry);
             }
             let keep = wait + call.lease;
             if self.queue_expires.saturating_sub(call.now) < keep {
@@ -344,9 +400,16 @@ impl Holders {
     /// entry that left may have made room; with nobody queued there is
     /// nothing to promote, and the script answers at once). `(ours,
     /// grants)`.
-    pub(crate) fn release(&mut self, call: &Call, dequeue: bool, fence: &mut u8) -> (bool, Taken) {
+    pub(crate) fn release(
+        &mut self,
+        call: &Call,
+        dequeue: bool,
+        fence: &mut u8,
+        script: Script,
+    ) -> (bool, Taken) {
         let mut taken = Taken::new();
-        if dequeue && let Some(i) = self.queue.iter().position(|e| *e == call.entry()) {
+        let entry = call.entry(0);
+        if dequeue && let Some(i) = self.queue.iter().position(|e| e.is(&entry)) {
             self.queue.remove(i);
         }
         let ours = self.ours(call.token, call.exclusive);
@@ -358,7 +421,7 @@ impl Holders {
             }
         }
         // Also when not ours: the entry that left may have made room.
-        self.promote(call, fence, &mut taken);
+        self.promote(call, fence, &mut taken, script.skip_ended);
         (ours, taken)
     }
 

@@ -513,6 +513,35 @@ fn semaphore_takers_with_every_fault_kind_never_pass_the_limit() {
     .assert_clean();
 }
 
+/// A semaphore's waiter that dies in line is skipped once its wait is
+/// over (the model shows a script skipping it), and the line keeps every
+/// property.
+#[test]
+fn semaphore_with_a_crash_keeps_every_property() {
+    checked(
+        "semaphore crash",
+        check(
+            "semaphore: 3 takers of 1 permit, 1 crash, one waiting a tick",
+            configs::semaphore_one_permit_one_crash().into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+/// ... and without the skip, a permit goes to the dead waiter's entry.
+#[test]
+fn semaphore_with_a_crash_finds_a_permit_handed_past_its_wait_without_skipping() {
+    let mut cfg = configs::semaphore_one_permit_one_crash();
+    cfg.skip_ended_waits = false;
+    finds(
+        "semaphore: 3 takers of 1 permit, 1 crash, no skipping of ended waits (counterexample expected)",
+        cfg,
+        "no hand-over goes to a waiter whose wait is over",
+        &["B queued", "granted B"],
+    );
+}
+
 /// The FIFO property is not vacuous: a script that admits a newcomer that
 /// fits while a writer is queued (the test that the queue is `empty` left
 /// out of shared.lua, "A newcomer, only when nobody is queued.") lets

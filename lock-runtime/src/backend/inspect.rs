@@ -142,7 +142,12 @@ pub(crate) async fn observe(
             .cmd("LRANGE")
             .arg(shared.queue())
             .arg(0)
-            .arg(&last);
+            .arg(&last)
+            .cmd("ZRANGE")
+            .arg(shared.deadlines())
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES");
     }
     let answers: Vec<redis::Value> = pipe
         .query_async(&mut node.connection())
@@ -163,18 +168,7 @@ pub(crate) async fn observe(
         let value: Option<String> = parse(next()?)?;
         let entries: Vec<String> = parse(next()?)?;
         let deadlines: Vec<(String, f64)> = parse(next()?)?;
-        // Entries whose wait ended (a waiter that gave up or died in line)
-        // are skipped, as the scripts skip them.
-        let waiting: Vec<String> = entries
-            .iter()
-            .filter(|entry| {
-                deadlines
-                    .iter()
-                    .find(|(e, _)| e == *entry)
-                    .is_none_or(|(_, until)| *until > now as f64)
-            })
-            .map(|entry| entry_token(entry))
-            .collect();
+        let waiting = waiting(&entries, &deadlines, now);
         // A marked value, `token+deadline`, is held until the owner's
         // deadline; the key may live on past it, pinned for its line (see
         // acquire.lua).
@@ -219,6 +213,7 @@ pub(crate) async fn observe(
         let holders: Vec<(String, f64)> = parse(next()?)?;
         let fences: std::collections::HashMap<String, u64> = parse(next()?)?;
         let entries: Vec<String> = parse(next()?)?;
+        let deadlines: Vec<(String, f64)> = parse(next()?)?;
         let holders: Vec<Holding> = holders
             .into_iter()
             .filter(|(_, until)| *until > now as f64)
@@ -228,8 +223,7 @@ pub(crate) async fn observe(
                 token,
             })
             .collect();
-        let waiting: Vec<String> = entries.iter().map(|e| entry_token(e)).collect();
-        *seen = Observed::shared(holders, waiting, fence);
+        *seen = Observed::shared(holders, waiting(&entries, &deadlines, now), fence);
     }
     let [mut rw, semaphore] = shared;
     if let Some(token) = writer {
@@ -252,8 +246,24 @@ pub(crate) async fn observe(
     })
 }
 
+/// The tokens of a queue's `entries` still waiting at `now`: entries whose
+/// wait ended (a waiter that gave up or died in line) are skipped, as the
+/// scripts skip them (an entry with no deadline waits on).
+fn waiting(entries: &[String], deadlines: &[(String, f64)], now: u64) -> Vec<String> {
+    entries
+        .iter()
+        .filter(|entry| {
+            deadlines
+                .iter()
+                .find(|(e, _)| e == *entry)
+                .is_none_or(|(_, until)| *until > now as f64)
+        })
+        .map(|entry| entry_token(entry))
+        .collect()
+}
+
 /// A queue entry's token: what comes before its first `:` (`token:lease`,
-/// `token:lease:mode`).
+/// `token:lease:mode:limit`).
 fn entry_token(entry: &str) -> String {
     entry.split(':').next().unwrap_or_default().to_owned()
 }

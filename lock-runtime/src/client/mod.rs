@@ -158,13 +158,13 @@ impl LockClient {
     /// holder's permit returns when its lease ends. Waiting is notified and
     /// FIFO; a release hands its permit to the first waiter.
     ///
-    /// `permits` is each caller's own limit, checked when it acquires:
-    /// callers that name different counts for one key each take a permit
-    /// only while fewer than their own count are held (a caller asking for
-    /// 2 waits while 2 are held, even if another caller allows 4), and
-    /// nobody's permit is taken back when a caller names fewer. A release
-    /// hands its permit on only while the holders left are fewer than the
-    /// releaser's count. Zero permits: `LockError::Config`.
+    /// `permits` is each caller's own limit: callers that name different
+    /// counts for one key each take a permit only while fewer than their
+    /// own count are held (a caller asking for 2 waits while 2 are held,
+    /// even if another caller allows 4), also when a release or a newcomer
+    /// with a larger count makes room for it in line; nobody's permit is
+    /// taken back when a caller names fewer. Zero permits:
+    /// `LockError::Config`.
     ///
     /// The semaphore `"k"` is a resource of its own: it does not exclude
     /// [`LockClient::lock`]`("k")` or a read-write lock named `"k"`. A task

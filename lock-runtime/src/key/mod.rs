@@ -138,6 +138,8 @@ pub(crate) enum Role {
     RwQueue,
     RwNotice,
     RwFences,
+    /// The deadlines of a read-write lock's queue (as a mutex's).
+    RwDeadlines,
     /// A semaphore's holders (a sorted set, as a read-write lock's
     /// readers), its queue and its notice channel; its "writer" name is
     /// never set.
@@ -146,6 +148,8 @@ pub(crate) enum Role {
     SemaphoreNotice,
     SemaphoreWriter,
     SemaphoreFences,
+    /// The deadlines of a semaphore's queue (as a mutex's).
+    SemaphoreDeadlines,
     /// A leader election's lock, its candidates' queue, the queue's
     /// deadlines and its notice channel (a mutex's, under letters of their
     /// own: `leader("x")` never meets `lock("x")`), the leader's record
@@ -178,6 +182,8 @@ impl Role {
             Role::SemaphoreWriter => 'T',
             Role::RwFences => 'Y',
             Role::SemaphoreFences => 'Z',
+            Role::RwDeadlines => 'F',
+            Role::SemaphoreDeadlines => 'U',
             Role::Leader => 'E',
             Role::LeaderQueue => 'G',
             Role::LeaderDeadlines => 'K',

@@ -3,7 +3,7 @@
 //! (every acquire and release names the fencing counter and the queue's
 //! deadlines).
 
-use super::{KeyNames, Role, slot_tag};
+use super::{KeyNames, LockKind, Role, slot_tag};
 
 impl KeyNames {
     /// [`fence`](Self::fence) as its pieces.
@@ -14,11 +14,13 @@ impl KeyNames {
     /// [`deadlines`](Self::deadlines) as its pieces: the lock's name with
     /// its role letter replaced.
     pub(crate) fn deadlines_parts(&self) -> [&str; 3] {
-        let letter = if self.is_leader() {
-            Role::LeaderDeadlines.letter_str()
-        } else {
-            Role::QueueDeadlines.letter_str()
+        let role = match self.kind {
+            _ if self.is_leader() => Role::LeaderDeadlines,
+            LockKind::RwLock => Role::RwDeadlines,
+            LockKind::Semaphore => Role::SemaphoreDeadlines,
+            _ => Role::QueueDeadlines,
         };
+        let letter = role.letter_str();
         [
             &self.lock[..self.kind_at],
             letter,
@@ -39,15 +41,23 @@ impl Role {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::Access;
 
     #[test]
     fn the_pieces_make_the_names() {
         for key in ["order:1", "{tenant:7}:order:1", "}odd", "x"] {
-            for names in [KeyNames::new("lock:", key), KeyNames::leader("lock:", key)] {
+            let rw = KeyNames::of_kind("lock:", key, LockKind::RwLock, Access::Shared(0));
+            let permits = KeyNames::of_kind("lock:", key, LockKind::Semaphore, Access::Shared(2));
+            let leader = KeyNames::leader("lock:", key);
+            for (names, letter) in [
+                (KeyNames::new("lock:", key), "D"),
+                (leader, "K"),
+                (rw, "F"),
+                (permits, "U"),
+            ] {
                 assert_eq!(names.fence_parts().concat(), names.fence(), "{key}");
                 // The lock's name with its letter replaced, built as a string.
                 let mut deadlines = names.lock.clone();
-                let letter = if names.is_leader() { "K" } else { "D" };
                 deadlines.replace_range(names.kind_at..=names.kind_at, letter);
                 assert_eq!(names.deadlines_parts().concat(), deadlines, "{key}");
             }

@@ -304,7 +304,7 @@ proptest! {
 }
 
 /// Every role, for the tests that look a name's letter up.
-const ALL_ROLES: [Role; 22] = [
+const ALL_ROLES: [Role; 24] = [
     Role::Lock,
     Role::Queue,
     Role::QueueDeadlines,
@@ -316,11 +316,13 @@ const ALL_ROLES: [Role; 22] = [
     Role::RwQueue,
     Role::RwNotice,
     Role::RwFences,
+    Role::RwDeadlines,
     Role::SemaphoreHolders,
     Role::SemaphoreQueue,
     Role::SemaphoreNotice,
     Role::SemaphoreWriter,
     Role::SemaphoreFences,
+    Role::SemaphoreDeadlines,
     Role::Leader,
     Role::LeaderQueue,
     Role::LeaderDeadlines,

@@ -212,9 +212,15 @@ impl LockModel {
     /// `c`'s entry `e` in the queue stands for a waiter still waiting: its
     /// wait not over, and its client not crashed, done or giving up.
     pub(super) fn live_waiter(&self, s: &State, e: &Entry) -> bool {
-        let cl = &s.clients[e.token as usize];
-        cl.token == e.token
-            && e.waiting_at(s.now)
+        self.lives(s, e.token, e.waiting_at(s.now))
+    }
+
+    /// The waiter of token `token`, whose entry's wait is `waiting`, still
+    /// waits: its client not crashed, done or giving up.
+    pub(super) fn lives(&self, s: &State, token: u8, waiting: bool) -> bool {
+        let cl = &s.clients[token as usize];
+        cl.token == token
+            && waiting
             && matches!(
                 cl.phase,
                 Phase::Attempting

@@ -82,7 +82,7 @@ use stateright::{Model, Property};
 use crate::check::never_set;
 use crate::check::{self, Log, Narrate};
 pub use crate::reply::{AcqReply, name};
-use crate::shared::{self, Call, Holders, Mode, SharedConfig, SharedGhost, Taken};
+use crate::shared::{self, Call, Holders, Mode, Script, SharedConfig, SharedGhost, Taken};
 
 mod actions;
 mod client;

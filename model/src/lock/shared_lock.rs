@@ -22,12 +22,12 @@ impl SharedGhost {
     /// After every step: since when the head of the queue fits (room freed
     /// by a lease that ran out, or by the waiter ahead leaving the queue,
     /// neither of which promotes).
-    pub(crate) fn track(s: &mut State, limit: u8) {
+    pub(crate) fn track(s: &mut State) {
         let fits = s
             .shared
             .queue
             .first()
-            .is_some_and(|head| s.shared.fits(head.exclusive, limit));
+            .is_some_and(|head| s.shared.fits(head.exclusive, head.limit));
         let since = &mut s.ghost.shared.head_fits_since;
         match (fits, *since) {
             (true, None) => *since = Some(s.now),
@@ -51,13 +51,16 @@ impl LockModel {
             limit: sh.limit,
             cap: self.cfg.handoff,
         };
+        let script = Script {
+            skip_ended: self.cfg.skip_ended_waits,
+            admit_past_queue: sh.admit_past_queue,
+        };
         let before: Vec<u8> = s.queued().collect();
+        let entries = s.shared.queue.clone();
         let mut fence = s.server.fence;
         let (resp, taken, mut text) = match req {
             Req::Acquire { wait, .. } => {
-                let (r, taken) = s
-                    .shared
-                    .acquire(&call, wait, &mut fence, sh.admit_past_queue);
+                let (r, taken) = s.shared.acquire(&call, wait, &mut fence, script);
                 if let AcqReply::Granted(_) = r {
                     // Ghost: a lease of c's starts (or is re-armed) now.
                     s.clients[c as usize].lease_ended = false;
@@ -90,7 +93,7 @@ impl LockModel {
                 (Resp::Extended(ok), Taken::new(), text)
             }
             Req::Release { dequeue } => {
-                let (ours, taken) = s.shared.release(&call, dequeue, &mut fence);
+                let (ours, taken) = s.shared.release(&call, dequeue, &mut fence, script);
                 let (r, text) = if ours {
                     (RelReply::Released, "release: released")
                 } else {
@@ -131,6 +134,25 @@ impl LockModel {
             };
             if ahead.iter().any(|t| after.contains(t)) {
                 s.ghost.shared.overtaken = true;
+            }
+        }
+        // An entry gone without a grant (the caller's own aside) was
+        // skipped: its wait must have ended; a grant never goes to an entry
+        // whose wait has ended.
+        for e in &entries {
+            let granted = taken.iter().any(|&(who, _)| who == e.token);
+            let waiting = e.waiting_at(s.now);
+            if granted && e.token != call.token && !waiting {
+                s.ghost.handed_to_ended = true;
+            }
+            if !granted && e.token != call.token && !after.contains(&e.token) {
+                if self.lives(s, e.token, waiting) {
+                    s.ghost.shared.overtaken = true;
+                }
+                s.ghost.skipped_ended = true;
+                if s.clients[e.token as usize].phase == Phase::Crashed {
+                    s.ghost.skipped_crashed = true;
+                }
             }
         }
         for &(who, _) in &taken {
@@ -224,9 +246,18 @@ pub(crate) fn shared_properties(lock: &LockConfig) -> Vec<Property<LockModel>> {
     ));
     properties.extend(never_set![LockModel;
         "no grant overtakes a waiter still queued (FIFO)" => ghost.shared.overtaken,
+        "no hand-over goes to a waiter whose wait is over" => ghost.handed_to_ended,
         "fencing tokens rise in the order holders held the lock" =>
             ghost.token_after_later_holder,
     ]);
+    // A waiter dies in line and room frees up after its wait.
+    let short = lock.waits.iter().any(|&w| w != 0 && w <= lock.hold_max);
+    if lock.skip_ended_waits && lock.faults.crash > 0 && cfg.modes.len() >= 3 && short {
+        properties.push(Property::sometimes(
+            "a script skips the entry of a waiter that died in line",
+            |_: &LockModel, s: &State| s.ghost.skipped_crashed,
+        ));
+    }
     // A writer paused past its lease asks for its token on resuming (the
     // Kleppmann case): shared.lua's `mint` refuses it.
     if lock.mint_checks_owner && lock.faults.pause > 0 && cfg.modes.contains(&Mode::Write) {

@@ -35,8 +35,8 @@ impl LockModel {
             (true, Some(_)) => s.ghost.free_since = None,
             _ => {}
         }
-        if let Some(shared) = &self.cfg.shared {
-            SharedGhost::track(s, shared.limit);
+        if self.cfg.shared.is_some() {
+            SharedGhost::track(s);
         }
     }
 

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::backend::inspect::{Holding, Observed};
 use crate::backend::{AcquireOutcome, HANDOFF_LEASE};
+use crate::durations::later;
 use crate::key::{Access, KeyNames};
 use crate::token::Token;
 
@@ -20,9 +21,23 @@ struct SharedLock {
     writer: Option<(Token, Instant, u64)>,
     /// Readers or permit holders: token, lease end, fencing token.
     holders: Vec<(Token, Instant, u64)>,
-    /// Waiters in arrival order: token, lease asked for, exclusive.
-    queue: VecDeque<(Token, Duration, bool)>,
+    /// Waiters in arrival order.
+    queue: VecDeque<Waiter>,
     queue_expires: Instant,
+}
+
+/// A waiter in line: what it asked for, and until when it waits.
+#[derive(Clone, Copy, Debug)]
+struct Waiter {
+    token: Token,
+    lease: Duration,
+    exclusive: bool,
+    /// Its own most shared holders (0: no limit): a waiter is granted by its
+    /// own count, not by the caller's that makes room.
+    limit: u32,
+    /// The end of its wait: past it the entry is skipped (shared.lua's
+    /// deadlines).
+    until: Instant,
 }
 
 /// Exclusive, and the most shared holders (0: no limit).
@@ -83,19 +98,26 @@ impl SharedLock {
         }
     }
 
-    /// Grants the head of the queue while it fits (FIFO), each with a
-    /// hand-over lease; returns the grants: token and fencing token.
-    fn promote(&mut self, fence: &mut u64, limit: u32, now: Instant) -> Vec<(Token, u64)> {
+    /// Grants the head of the queue while it fits (FIFO), each waiter by
+    /// its own limit, with a hand-over lease, and skips the waiters whose
+    /// wait has ended (but `caller`, which is here); returns the grants:
+    /// token and fencing token.
+    fn promote(&mut self, fence: &mut u64, caller: Option<&Token>, now: Instant) -> Grants {
         let mut granted = Vec::new();
-        while let Some(&(token, lease, exclusive)) = self.queue.front() {
-            if !self.fits(exclusive, limit) {
+        while let Some(&head) = self.queue.front() {
+            if head.until <= now && Some(&head.token) != caller {
+                self.queue.pop_front();
+                continue;
+            }
+            if !self.fits(head.exclusive, head.limit) {
                 break;
             }
             self.queue.pop_front();
             *fence += 1;
-            self.take(token, exclusive, now + lease.min(HANDOFF_LEASE), *fence);
-            granted.push((token, *fence));
-            if exclusive {
+            let until = now + head.lease.min(HANDOFF_LEASE);
+            self.take(head.token, head.exclusive, until, *fence);
+            granted.push((head.token, *fence));
+            if head.exclusive {
                 break;
             }
         }
@@ -135,7 +157,8 @@ impl SharedLocks {
         let waiting: Vec<String> = if lock.queue_expires > now {
             lock.queue
                 .iter()
-                .map(|(t, ..)| t.as_str().to_owned())
+                .filter(|w| w.until > now)
+                .map(|w| w.token.as_str().to_owned())
                 .collect()
         } else {
             Vec::new()
@@ -166,7 +189,7 @@ impl SharedLocks {
             .entry(names.lock.clone())
             .or_insert_with(|| SharedLock::new(now));
         lock.expire(now);
-        let mut granted = lock.promote(fence, limit, now);
+        let mut granted = lock.promote(fence, Some(token), now);
         let outcome = if let Some((until, fencing)) = lock.holds(token, exclusive) {
             // Held already (granted just now, or handed over): the full
             // lease, and the token issued to it.
@@ -185,10 +208,18 @@ impl SharedLocks {
                 .min()
                 .unwrap_or(ttl);
             if !wait.is_zero() {
-                if !lock.queue.iter().any(|(t, ..)| t == token) {
-                    lock.queue.push_back((*token, ttl, exclusive));
+                let until = later(now, wait);
+                match lock.queue.iter_mut().find(|w| w.token == *token) {
+                    Some(waiter) => waiter.until = until,
+                    None => lock.queue.push_back(Waiter {
+                        token: *token,
+                        lease: ttl,
+                        exclusive,
+                        limit,
+                        until,
+                    }),
                 }
-                lock.queue_expires = lock.queue_expires.max(now + wait + ttl);
+                lock.queue_expires = lock.queue_expires.max(later(until, ttl));
             }
             AcquireOutcome::Busy {
                 remaining,
@@ -226,13 +257,13 @@ impl SharedLocks {
         dequeue: bool,
     ) -> (bool, Grants) {
         let now = Instant::now();
-        let (exclusive, limit) = mode(names.access);
+        let (exclusive, _) = mode(names.access);
         let Some(lock) = self.0.get_mut(&names.lock) else {
             return (false, Grants::new());
         };
         lock.expire(now);
         if dequeue {
-            lock.queue.retain(|(t, ..)| t != token);
+            lock.queue.retain(|w| w.token != *token);
         }
         let ours = lock.holds(token, exclusive).is_some();
         if ours {
@@ -243,7 +274,7 @@ impl SharedLocks {
             }
         }
         // Also when not ours: the entry that left may have made room.
-        let mut granted = lock.promote(fence, limit, now);
+        let mut granted = lock.promote(fence, Some(token), now);
         if lock.is_empty() {
             self.0.remove(&names.lock);
         }
@@ -255,14 +286,13 @@ impl SharedLocks {
     /// grants the waiters that now fit.
     pub(super) fn evict(&mut self, names: &KeyNames, fence: &mut u64) -> Grants {
         let now = Instant::now();
-        let (_, limit) = mode(names.access);
         let Some(lock) = self.0.get_mut(&names.lock) else {
             return Grants::new();
         };
         lock.writer = None;
         lock.holders.clear();
         lock.expire(now);
-        let granted = lock.promote(fence, limit, now);
+        let granted = lock.promote(fence, None, now);
         if lock.is_empty() {
             self.0.remove(&names.lock);
         }

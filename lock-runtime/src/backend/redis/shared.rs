@@ -23,12 +23,13 @@ impl RedisBackend {
     /// `shared.lua` with the arguments every operation takes.
     fn shared_cmd(&self, op: &str, names: &KeyNames, token: &Token, ttl: Duration) -> redis::Cmd {
         let (mode, limit) = mode(names.access);
-        let mut cmd = evalsha(&SHARED, 5, 14, 6 * names.lock.len() + 96);
+        let mut cmd = evalsha(&SHARED, 6, 15, 7 * names.lock.len() + 96);
         cmd.arg(&names.lock)
             .arg(&names.holders)
             .arg(names.queue())
             .arg(names.fence())
             .arg(&names.fences)
+            .arg(names.deadlines())
             .arg(op)
             .arg(token)
             .arg(millis(ttl))
