@@ -149,7 +149,7 @@ impl Held {
     /// on the runtime that polls it, so a watchdog that died with its runtime
     /// cannot keep it pending. Once the holder ended the lease, it resolves
     /// only if the release found the key not ours (it was lost before).
-    pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
+    pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + use<> {
         let held = self.clone();
         async move {
             loop {
@@ -174,11 +174,40 @@ impl Held {
     /// after the release read [`Held::is_lost`], so a loss before the
     /// release is still reported.
     pub(crate) fn end(&self) {
-        self.ended.store(true, Ordering::Release);
+        // Sequentially consistent with `ended_or_lost`'s watch: either it
+        // sees the end, or this sees it watching and wakes it.
+        self.ended.store(true, Ordering::SeqCst);
+        self.lost.wake_end_watchers();
     }
 
-    fn ended(&self) -> bool {
-        self.ended.load(Ordering::Acquire)
+    /// The holder let the lease go ([`Held::end`]).
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once the lease is lost or its holder let it go: what a
+    /// re-entered guard waits for, as it holds nothing once the guard it
+    /// re-entered is released.
+    pub(crate) fn ended_or_lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + use<> {
+        let held = self.clone();
+        async move {
+            held.lost.end_watched.store(true, Ordering::SeqCst);
+            loop {
+                let notified = held.lost.notify.notified();
+                let mut notified = std::pin::pin!(notified);
+                // Registered before the look, so an end or a loss after it
+                // wakes us.
+                notified.as_mut().enable();
+                if held.ended() || held.is_lost() {
+                    return;
+                }
+                let deadline = held.valid_until();
+                tokio::select! {
+                    () = notified => {}
+                    () = tokio::time::sleep_until(deadline) => {}
+                }
+            }
+        }
     }
 
     /// Marks the lease lost because its deadline passed unconfirmed.
@@ -282,6 +311,9 @@ impl fmt::Debug for Held {
 pub(crate) struct Lost {
     set: AtomicBool,
     notify: tokio::sync::Notify,
+    /// Somebody waits for the lease's end too ([`Held::ended_or_lost`]):
+    /// only then does an end wake the waiters (most leases have none).
+    end_watched: AtomicBool,
 }
 
 impl Lost {
@@ -292,6 +324,13 @@ impl Lost {
     /// Sets it, and wakes every future waiting in [`Lost::cancelled`].
     pub(crate) fn cancel(&self) {
         if !self.set.swap(true, Ordering::AcqRel) {
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// Wakes the futures of [`Held::ended_or_lost`], if any watch.
+    fn wake_end_watchers(&self) {
+        if self.end_watched.load(Ordering::SeqCst) {
             self.notify.notify_waiters();
         }
     }

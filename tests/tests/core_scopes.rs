@@ -28,6 +28,7 @@ both_backends! {
     with_lock_releases_the_lock_when_the_future_panics_in_the_caller,
     a_lost_lease_cancels_the_with_lock_future_and_returns_lost,
     nested_locking_of_the_same_key_reenters_and_the_outer_scope_keeps_ownership,
+    a_reentered_guard_kept_past_its_outer_scope_is_lost,
     current_lock_gives_the_innermost_key_and_fence,
     cancelling_a_with_lock_future_releases_its_lock,
 }
@@ -211,6 +212,36 @@ async fn a_lost_lease_cancels_the_with_lock_future_and_returns_lost(env: Env) {
     assert!(dropped.load(SeqCst), "the future was not dropped");
     assert!(took < secs(1), "cancelled after {took:?}");
     watchdogs_stop(secs(1), &[&env.client]).await;
+}
+
+/// Redisson's `testWriteReadReentrancy` keeps a read lock taken inside a
+/// write lock after the write lock's release (a downgrade). A re-entered
+/// guard here has no lease of its own: kept past the end of the scope it
+/// re-entered, it holds nothing, so it says so: lost, its `lost()`
+/// resolves, its release answers `Lost`, and another client takes the key.
+async fn a_reentered_guard_kept_past_its_outer_scope_is_lost(env: Env) {
+    let key = key("escaped-reentry");
+    let other = env.other().await;
+    let client = &env.client;
+    let (inner, lost) = client
+        .lock(&key)
+        .run(async {
+            let inner = client.lock(&key).acquire().await.expect("re-enters");
+            assert!(inner.is_reentrant() && !inner.is_lost());
+            let lost = inner.lost();
+            (inner, lost)
+        })
+        .await
+        .unwrap();
+    assert!(
+        inner.is_lost(),
+        "a re-entered guard outliving its outer scope"
+    );
+    within(secs(1), "the re-entered guard's lost()", lost).await;
+    within(secs(1), "lost() asked after the end", inner.lost()).await;
+    let taken = other.lock(&key).acquire().await;
+    assert!(taken.is_ok(), "the key is free: {taken:?}");
+    assert!(matches!(inner.release().await, Err(LockError::Lost { .. })));
 }
 
 async fn nested_locking_of_the_same_key_reenters_and_the_outer_scope_keeps_ownership(env: Env) {

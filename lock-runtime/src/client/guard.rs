@@ -115,7 +115,9 @@ impl LockGuard {
     ///
     /// A release ends the lease (so does dropping the guard): a `lost()`
     /// future kept past it resolves only if the release found the key no
-    /// longer ours, never because the released lease's deadline passed.
+    /// longer ours, never because the released lease's deadline passed. A
+    /// re-entered guard's resolves also when the guard it re-entered is
+    /// released (see [`is_lost`](LockGuard::is_lost)).
     ///
     /// The future owns what it needs, so it can be raced against the work:
     ///
@@ -132,15 +134,24 @@ impl LockGuard {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.held.lost()
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + use<> {
+        if self.owner {
+            futures_util::future::Either::Left(self.held.lost())
+        } else {
+            futures_util::future::Either::Right(self.held.ended_or_lost())
+        }
     }
 
     /// `true` once the lease is lost: the server said it is not ours any
     /// more, or its deadline passed without a confirmed renewal (see
     /// [`lost`](LockGuard::lost)). Once `true`, it stays `true`.
+    ///
+    /// A guard that re-entered a lock its task holds holds nothing of its
+    /// own: once the guard it re-entered is released (say it was kept past
+    /// the end of that guard's [`run`](crate::LockRequest::run)), it is
+    /// lost, and its [`release`](LockGuard::release) answers `Lost`.
     pub fn is_lost(&self) -> bool {
-        self.held.is_lost()
+        self.held.is_lost() || (!self.owner && self.held.ended())
     }
 
     /// Releases the lock and wakes its waiters.

@@ -205,7 +205,7 @@ impl Leadership {
     }
 
     /// Resolves when the leadership is lost (as [`LockGuard::lost`]).
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + use<> {
         self.guard.lost()
     }
 

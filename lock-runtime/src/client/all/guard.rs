@@ -62,7 +62,7 @@ impl LockAllGuard {
     /// Resolves when any key's lease is lost (see [`LockGuard::lost`]);
     /// resolves at once if one already is. Owns what it needs, so it can
     /// be raced against the work.
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + use<> {
         crate::run::any_lost(self.guards.iter().map(LockGuard::held))
     }
 
