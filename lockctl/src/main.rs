@@ -32,7 +32,7 @@ mod output;
 )]
 struct Cli {
     /// The Redis server (or Sentinel-less master) the locks live on.
-    #[arg(long, env = "REDIS_URL", value_name = "URL")]
+    #[arg(long, env = "REDIS_URL", hide_env_values = true, value_name = "URL")]
     redis: Option<String>,
     /// A seed node of a Redis Cluster (repeat for more); used instead of
     /// --redis.

@@ -129,3 +129,21 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         text(&out.stderr)
     );
 }
+
+/// `--help` names the variable `--redis` falls back to, never its value: a
+/// `REDIS_URL` with a password must not reach a terminal or a CI log.
+#[test]
+fn help_never_shows_the_redis_url_it_would_use() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .arg("--help")
+        .env("REDIS_URL", "redis://ops:s3cret-pw@127.0.0.1:6379")
+        .output()
+        .expect("lockctl runs");
+    let help = text(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    assert!(help.contains("REDIS_URL"), "{help}");
+    assert!(
+        !help.contains("s3cret-pw"),
+        "the password in --help: {help}"
+    );
+}
