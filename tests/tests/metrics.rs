@@ -205,6 +205,46 @@ fn the_attribute_names_by_template_and_idempotency_by_route() {
     );
 }
 
+/// Outside a matched route (the layer on a router's fallback) requests are
+/// counted under one series, `unrouted`, as `LockLayer` names them: never a
+/// series per path (ten paths made ten series).
+#[test]
+fn idempotency_outside_a_matched_route_is_one_unrouted_series() {
+    use axum::Router;
+    use http::Request;
+    use tower::ServiceExt;
+
+    let seen = recorded(|client| async move {
+        let app = Router::new()
+            .fallback(|| async { "created" })
+            .layer(lock_runtime::IdempotencyLayer::new(client.clone()));
+        for i in 0..10 {
+            let response = app
+                .clone()
+                .oneshot(
+                    Request::post(format!("/x/{i}"))
+                        .header("idempotency-key", format!("\"k-{i}\""))
+                        .body(axum::body::Body::empty())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+        }
+    });
+    let series: Vec<_> = seen
+        .keys()
+        .filter(|(name, _)| name == "idempotency_requests_total")
+        .collect();
+    assert_eq!(series.len(), 1, "{seen:#?}");
+    let claimed = labels(&[("route", "unrouted"), ("outcome", "claimed")]);
+    assert_eq!(
+        seen.get(&("idempotency_requests_total".to_owned(), claimed)),
+        Some(&10),
+        "{seen:#?}"
+    );
+}
+
 /// A committed copy in the commit store, replayed to a process that never
 /// saw the request (the one that ran it died before completing its own
 /// record), counts as replayed, not as claimed.

@@ -124,11 +124,13 @@ where
         };
         let client = &config.client;
         let method = parts.method.as_str();
-        let route = parts
-            .extensions
-            .get::<MatchedPath>()
-            .map_or(parts.uri.path(), MatchedPath::as_str);
-        let metrics_route = config.routes.get(route, RouteSeries::new);
+        let matched = parts.extensions.get::<MatchedPath>();
+        // Outside a matched route (a fallback, a layer on the whole
+        // router), the path names the record, but the metrics' series is
+        // one for all such requests: never a series per path.
+        let route = matched.map_or(parts.uri.path(), MatchedPath::as_str);
+        let series = matched.map_or("unrouted", MatchedPath::as_str);
+        let metrics_route = config.routes.get(series, RouteSeries::new);
         let scope = config.scope.of(&parts);
         let names = record_names(client.key_prefix(), &scope, method, route, &key);
         let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
