@@ -187,7 +187,7 @@ fn assert_one_paid_rest_conflict(replies: &[(StatusCode, Value)]) -> Value {
     assert_eq!(paid[0].1["status"], "paid");
     for (_, problem) in conflicts {
         assert_eq!(
-            problem["detail"], "`order:15` is locked by another request; retry later",
+            problem["detail"], "another request holds this request's lock; retry later",
             "{replies:#?}"
         );
         assert!(problem.get("retry-after").is_some(), "{replies:#?}");

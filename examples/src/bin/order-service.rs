@@ -94,7 +94,7 @@
 //! retry-after: 10
 //! content-length: 117
 //!
-//! {"type":"about:blank","title":"Conflict","status":409,"detail":"`order:1` is locked by another request; retry later"}
+//! {"type":"about:blank","title":"Conflict","status":409,"detail":"another request holds this request's lock; retry later"}
 //! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":2}
 //!
 //! $ curl -s localhost:3000/orders/1 -w '\n'
@@ -152,7 +152,7 @@
 //! retry-after: 10
 //! content-length: 117
 //!
-//! {"type":"about:blank","title":"Conflict","status":409,"detail":"`order:1` is locked by another request; retry later"}
+//! {"type":"about:blank","title":"Conflict","status":409,"detail":"another request holds this request's lock; retry later"}
 //! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
 //!
 //! $ curl -s localhost:3002/orders/1 -w '\n'

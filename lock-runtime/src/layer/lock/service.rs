@@ -313,13 +313,18 @@ fn refusal(config: &Config, path: &str, e: LockError) -> Response<Body> {
     match e {
         LockError::Busy { key, retry_after } => {
             tracing::debug!(%key, ?retry_after, "lock busy; request refused");
+            // The key stays in the log: a key made by `key_fn` may name
+            // what only the service should see (a tenant, a user).
             let detail = match config.permits {
-                None => format!("`{key}` is locked by another request; retry later"),
+                None => "another request holds this request's lock; retry later".to_owned(),
                 Some(1) => {
-                    format!("the only permit of `{key}` is taken by another request; retry later")
+                    "the only permit for this request is taken by another request; retry later"
+                        .to_owned()
                 }
                 Some(n) => {
-                    format!("all {n} permits of `{key}` are taken by other requests; retry later")
+                    format!(
+                        "all {n} permits for this request are taken by other requests; retry later"
+                    )
                 }
             };
             problem_retry(config.busy_status(), &detail, retry_after)
