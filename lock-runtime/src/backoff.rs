@@ -297,6 +297,9 @@ impl Retry {
 pub(crate) trait Release: Send + Sync + 'static {
     /// What a background release of it is called in the debug log.
     const WHAT: &'static str;
+    /// Where its client counts the releases in flight in the background
+    /// (`LockClient::shutdown` waits for them).
+    fn in_flight(&self) -> &InFlight;
     /// What one release answers.
     type Released: Send + 'static;
     /// One release with our token. Safe to send twice: a release that
@@ -358,7 +361,64 @@ pub(crate) fn release_in_background<R: Release>(held: R) -> bool {
         let held = sender.clone();
         async move { held.release_once().await }
     };
-    Retry::RELEASE_IN_BACKGROUND.spawn(R::WHAT, step, move |released| held.report(&released))
+    let entered = held.in_flight().enter();
+    Retry::RELEASE_IN_BACKGROUND.spawn(R::WHAT, step, move |released| {
+        held.report(&released);
+        drop(entered);
+    })
+}
+
+/// A client's background releases in flight (a dropped guard's, an
+/// abandoned acquisition's, an unsettled record's), counted so that
+/// `LockClient::shutdown` can wait for them: a task of a runtime that shuts
+/// down is dropped, and its release never sent.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight(std::sync::Arc<Counted>);
+
+#[derive(Debug, Default)]
+struct Counted {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// One release in flight, counted until dropped.
+#[derive(Debug)]
+pub(crate) struct Entered(std::sync::Arc<Counted>);
+
+impl InFlight {
+    /// Counts one more release in flight, until the answer is dropped.
+    pub(crate) fn enter(&self) -> Entered {
+        self.0
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Entered(self.0.clone())
+    }
+
+    /// Resolves once no release is in flight.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let notified = self.0.idle.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.0.count.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if self
+            .0
+            .count
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// When the watchdog tries a renewal again after one that got no answer:

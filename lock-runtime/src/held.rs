@@ -173,11 +173,15 @@ impl Held {
     /// metric, and a kept `lost()` future does not resolve for it). Called
     /// after the release read [`Held::is_lost`], so a loss before the
     /// release is still reported.
-    pub(crate) fn end(&self) {
+    /// `true` for the call that ended it (a guard's release and
+    /// `LockClient::shutdown` each give a lease back once, whichever comes
+    /// first).
+    pub(crate) fn end(&self) -> bool {
         // Sequentially consistent with `ended_or_lost`'s watch: either it
         // sees the end, or this sees it watching and wakes it.
-        self.ended.store(true, Ordering::SeqCst);
+        let first = !self.ended.swap(true, Ordering::SeqCst);
         self.lost.wake_end_watchers();
+        first
     }
 
     /// The holder let the lease go ([`Held::end`]).

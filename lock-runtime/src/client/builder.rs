@@ -327,6 +327,7 @@ impl LockClientBuilder {
             hints: Default::default(),
             #[cfg(feature = "idempotency")]
             record_hints: Default::default(),
+            in_flight: Default::default(),
         });
         super::registry::register(&inner).await;
         Ok(LockClient(inner))

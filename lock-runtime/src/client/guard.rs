@@ -13,7 +13,9 @@ use crate::held::Held;
 /// `.renew(false)`) until [`release`](LockGuard::release)d or dropped.
 ///
 /// Dropping a guard without `release` releases the lock in the background on
-/// the current tokio runtime (outside a runtime the lease simply runs out).
+/// the current tokio runtime (outside a runtime the lease simply runs out; a
+/// runtime shutting down drops that release: call
+/// [`LockClient::shutdown`](crate::LockClient::shutdown) before `main` returns).
 /// A guard keeps its [`LockClient`](crate::LockClient) alive, so it may outlive
 /// every other handle on the client. A guard leaked with `std::mem::forget`
 /// stops nothing: its lease is renewed for as long as the process lives (use

@@ -34,6 +34,8 @@ pub(crate) struct Inner {
     /// another key is held (nor a long-held lock of how long a record runs).
     #[cfg(feature = "idempotency")]
     pub(crate) record_hints: crate::hint::RetryHints,
+    /// Releases sent in the background and not answered yet.
+    pub(crate) in_flight: crate::backoff::InFlight,
 }
 
 /// The task that renews a client's registry entry, and the client it renews

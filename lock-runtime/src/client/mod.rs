@@ -221,6 +221,43 @@ impl LockClient {
         self.lock(key).run(fut).await
     }
 
+    /// Gives back what this client holds, before the process exits: every
+    /// lock, read or write lock, permit and leadership a guard of this
+    /// client (or of a clone) still holds is released now, and the releases
+    /// of guards dropped earlier, which go on in the background, are waited
+    /// for.
+    ///
+    /// Without it, a guard alive or dropped as `main` returns is released by
+    /// a task of a runtime that is shutting down, which never runs: the key
+    /// stays taken for the rest of its lease, and the other processes wait
+    /// that long (a leadership is taken over only when its lease ends).
+    ///
+    /// The guards it gave back hold nothing from then on: they are lost
+    /// ([`LockGuard::is_lost`](crate::LockGuard::is_lost), `lost()`), and
+    /// their `release` answers `Lost`. A lease kept by `hold_at_least` stays
+    /// taken until then. Idempotency records still claimed are left to their
+    /// lease (their work may still be running; a dropped `RecordGuard`'s
+    /// release is waited for). The client stays usable: a lock taken
+    /// afterwards is held as usual. While the server cannot be reached,
+    /// releases are sent again for up to 30 s; bound the wait with
+    /// `tokio::time::timeout` if the process must exit sooner.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # let client = lock_runtime::LockClient::builder().memory().build().await?;
+    /// let job = client.lock("job:nightly").acquire().await?;
+    /// // ... the service runs until it is told to stop, then:
+    /// drop(job); // released in the background ...
+    /// client.shutdown().await; // ... and that release waited for
+    /// assert!(client.inspect("job:nightly").await?.holders.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) {
+        release::give_back_all(&self.0).await;
+    }
+
     /// The key prefix every name of this client starts with.
     pub fn key_prefix(&self) -> &str {
         &self.0.prefix

@@ -1,6 +1,7 @@
 //! Every release of a held lease, decided and sent here: a guard's
-//! [`release`], a dropped guard's ([`release_dropped`]), and the clean-up
-//! of a lease nobody holds yet ([`release_in_background`]).
+//! [`release`], a dropped guard's ([`release_dropped`]), every lease of a
+//! client shutting down ([`give_back_all`]), and the clean-up of a lease
+//! nobody holds yet ([`release_in_background`]).
 //!
 //! A release does one of three things with a lease ([`Decision`]): keeps
 //! the key taken until `hold_at_least` (its lease is set to end then),
@@ -59,7 +60,8 @@ fn decide(inner: &Inner, held: &Arc<Held>, was_lost: bool) -> Decision {
 }
 
 /// Before `held` goes back to the server at `now`: its line goes there
-/// too, the watchdog lets it go, and its hold time is counted.
+/// too, the watchdog lets it go, and its hold time is counted. Ended here
+/// too: the last holder of a hand-on chain was not ended by its caller.
 fn retire(inner: &Inner, held: &Arc<Held>, now: Instant) {
     held.end();
     inner.local.end(held);
@@ -102,7 +104,10 @@ pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(
     // whether the lease was valid as the release went out.
     let mut started = Instant::now();
     let was_lost = held.is_lost_at(started);
-    held.end();
+    if !held.end() {
+        // Given back already, by `LockClient::shutdown`.
+        return Err(LockError::lost(&held.key));
+    }
     let mut decision = decide(inner, &held, was_lost);
     if decision == Decision::HandOn {
         // Boxed: only a key with waiters in this process comes here.
@@ -165,22 +170,61 @@ pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(
     }
 }
 
+/// [`LockClient::shutdown`](crate::LockClient::shutdown): every lease
+/// under this client's watchdog goes back to the server now, deleted (or
+/// kept until its `hold_at_least`), its guard lost from here on (it holds
+/// nothing); then the background releases in flight are waited for.
+pub(crate) async fn give_back_all(inner: &Arc<Inner>) {
+    let leases = inner.watchdog.locks();
+    let given_back = leases
+        .into_iter()
+        .filter(|held| held.end())
+        .map(|held| async move {
+            held.lost.cancel();
+            retire(inner, &held, Instant::now());
+            if let Some(left) = held.keeps_for() {
+                let kept = send(inner, &held, Decision::Keep(left)).await;
+                if let Err(e) = kept {
+                    tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
+                    "shutdown: keeping the lock until its hold_at_least failed");
+                }
+                return;
+            }
+            let lock = Abandoned {
+                inner: inner.clone(),
+                key: held.key.clone(),
+                lock: (held.names.clone(), held.token, held.ttl),
+                dequeue: false,
+            };
+            let mut retry = crate::backoff::Retry::RELEASE_IN_BACKGROUND.start();
+            let released = retry.send("shutdown", None, || lock.release_once()).await;
+            lock.report(&released);
+        });
+    futures_util::future::join_all(given_back).await;
+    inner.in_flight.idle().await;
+}
+
 /// What dropping an owning guard does, without blocking: the same
 /// decision as [`release`], carried out on the current runtime (a
 /// hand-on in a task: it may take a round trip to reserve fencing
 /// tokens). Outside a runtime the lease runs out by itself.
 pub(crate) fn release_dropped(inner: Arc<Inner>, held: Arc<Held>) {
     let now = Instant::now();
-    let decision = decide(&inner, &held, held.is_lost_at(now));
-    held.end();
+    let was_lost = held.is_lost_at(now);
+    if !held.end() {
+        return; // given back already, by `LockClient::shutdown`
+    }
+    let decision = decide(&inner, &held, was_lost);
     if decision == Decision::HandOn
         && let Ok(runtime) = tokio::runtime::Handle::try_current()
     {
+        let entered = inner.in_flight.enter();
         runtime.spawn(async move {
             if let Some(last) = hand_on(&inner, held).await {
                 retire(&inner, &last, Instant::now());
                 send_in_background(inner, &last, Decision::Delete);
             }
+            drop(entered);
         });
         return;
     }
@@ -202,7 +246,9 @@ fn send_in_background(inner: Arc<Inner>, held: &Arc<Held>, decision: Decision) {
         return; // the lease runs out by itself, no sooner than asked
     };
     let held = held.clone();
+    let entered = inner.in_flight.enter();
     runtime.spawn(async move {
+        let _entered = entered;
         let key = &held.key;
         match send(&inner, &held, decision).await {
             Ok(Released::NotOurs) => {
@@ -255,6 +301,10 @@ pub(super) struct Abandoned {
 impl Release for Abandoned {
     const WHAT: &'static str = "background release";
     type Released = Released;
+
+    fn in_flight(&self) -> &crate::backoff::InFlight {
+        &self.inner.in_flight
+    }
 
     fn release_once(&self) -> impl Future<Output = Result<Released, LockError>> + Send {
         let (names, token, ttl) = &self.lock;

@@ -155,6 +155,10 @@ impl Release for Record {
     const WHAT: &'static str = "idempotency: background release";
     type Released = bool;
 
+    fn in_flight(&self) -> &crate::backoff::InFlight {
+        &self.client.0.in_flight
+    }
+
     /// Releases the record for our token (sent again, a release of a
     /// record already released finds nothing, harmlessly).
     fn release_once(&self) -> impl Future<Output = Result<bool, LockError>> + Send {

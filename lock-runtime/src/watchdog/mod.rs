@@ -227,6 +227,20 @@ impl Watchdog {
         state
     }
 
+    /// Every lock under watch (a client shutting down gives them back).
+    pub(crate) fn locks(&self) -> Vec<Arc<Held>> {
+        let state = self.shared.state();
+        let locks = state
+            .entries
+            .values()
+            .filter_map(|entry| match &entry.lease {
+                Lease::Lock(held) => Some(held.clone()),
+                #[cfg(feature = "idempotency")]
+                Lease::Record(_) => None,
+            });
+        locks.collect()
+    }
+
     /// Locks under watch.
     pub(crate) fn live(&self) -> usize {
         self.shared.state().locks
