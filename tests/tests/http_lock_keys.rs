@@ -109,6 +109,19 @@ async fn aliased_paths_of_one_order_take_one_lock_when_the_key_is_the_typed_id()
     }
 }
 
+/// The default key is the path as the router reads it: percent-encoded
+/// spellings of one path take one lock (each took a lock of its own, so a
+/// client could run one order's handler three times at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn percent_encoded_spellings_of_one_path_take_its_one_lock_by_default() {
+    let client = memory_client().await;
+    let spellings = ["/orders/15/pay", "/orders/%31%35/pay", "/orders/1%35/pay"];
+    let (statuses, most_at_once) = pay_through_aliases(LockLayer::new(client), &spellings).await;
+    assert_eq!(count(&statuses, StatusCode::OK), 1, "{statuses:?}");
+    assert_eq!(count(&statuses, StatusCode::CONFLICT), 2, "{statuses:?}");
+    assert_eq!(most_at_once, 1);
+}
+
 /// What `key_from` is for: a template renders the path text, so the aliases
 /// of one order take different locks and are paid at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

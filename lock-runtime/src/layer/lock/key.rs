@@ -144,7 +144,13 @@ impl KeySource {
     /// but [`KeySource::Extract`] (which is async: the service runs it).
     pub(crate) fn build(&self, parts: &mut Parts) -> Result<String, KeyError> {
         match self {
-            KeySource::Path => Ok(parts.uri.path().to_owned()),
+            // Decoded, as the router reads it: `/orders/%31%35/pay` names
+            // the resource `/orders/15/pay` does (another spelling of one
+            // path must not take another lock).
+            KeySource::Path => percent_encoding::percent_decode_str(parts.uri.path())
+                .decode_utf8()
+                .map(std::borrow::Cow::into_owned)
+                .map_err(|_| KeyError::Request("the path is not UTF-8 once decoded".into())),
             KeySource::Template(segments) => {
                 let needs_params = segments
                     .iter()

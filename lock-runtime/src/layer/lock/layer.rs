@@ -81,7 +81,9 @@ impl Config {
 
 impl LockLayer {
     /// A layer taking its locks from `client`. The key defaults to the request
-    /// path (its text: see [`key`](Self::key) for when that is not enough);
+    /// path, percent-decoded as the router reads it (`/orders/%31%35/pay` is
+    /// `/orders/15/pay`; but `/orders/015/pay` is another text: see
+    /// [`key`](Self::key) for when the text is not enough);
     /// set it with [`key_from`](Self::key_from) (an extractor's typed value),
     /// [`key`](Self::key) (a template), [`key_from_header`](Self::key_from_header)
     /// or [`key_fn`](Self::key_fn).
