@@ -83,7 +83,7 @@ impl IdempotencyLayer {
     ///
     /// Defaults: a key is required on `POST` (optional elsewhere; requests
     /// with safe methods pass through untouched); records belong to the
-    /// caller's credentials (`Authorization`, cookies: see
+    /// caller's credentials (`Authorization`, cookies, `X-Api-Key`: see
     /// [`scope`](Self::scope)); handlers [run to
     /// completion](Self::run_to_completion); the
     /// in-flight lease is the client's default TTL; completed records are kept
@@ -131,11 +131,15 @@ impl IdempotencyLayer {
     /// "replay" of another's.
     ///
     /// Without this call the scope is the request's credentials: the
-    /// SHA-256 of its `Authorization` header values and of its cookies (every
-    /// `Cookie` header, as `name=value` pairs in any order). Requests whose
-    /// credentials differ in any way never share a record, and the credentials
-    /// are never stored (only a hash of the hash, in the record's name).
-    /// Requests with neither header share one anonymous scope. Every cookie
+    /// SHA-256 of its `Authorization` header values, of its cookies (every
+    /// `Cookie` header, as `name=value` pairs in any order) and of its
+    /// `X-Api-Key` values. Requests whose credentials differ in any way never
+    /// share a record, and the credentials are never stored (only a hash of
+    /// the hash, in the record's name). Requests with none of these headers
+    /// share one anonymous scope: an API that authenticates otherwise (a
+    /// header of another name, a client certificate, a token in the query)
+    /// must name its principal here, or one caller may be handed another's
+    /// stored response under a reused key. Every cookie
     /// counts, since the layer cannot tell which one identifies the caller: a
     /// client whose cookies change between a request and its retry (another
     /// response set one meanwhile) makes a new record, and the retry runs.

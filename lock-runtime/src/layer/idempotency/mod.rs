@@ -119,9 +119,10 @@
 //! One record per (scope, method, matched route, key), named
 //! `<prefix>I{<sha-256>}` on the client's backend. The [scope](IdempotencyLayer::scope)
 //! is the caller: by default a SHA-256 of its credentials (`Authorization`,
-//! cookies), so requests whose credentials differ never share a record and
-//! one caller is never handed another's response; `.scope(..)` names the
-//! principal instead, and [`records_shared_by_all_callers`](IdempotencyLayer::records_shared_by_all_callers)
+//! cookies, `X-Api-Key`), so requests whose credentials differ never share a
+//! record and one caller is never handed another's response; `.scope(..)`
+//! names the principal instead (an API that authenticates any other way
+//! must), and [`records_shared_by_all_callers`](IdempotencyLayer::records_shared_by_all_callers)
 //! opts out. The
 //! record also holds the request fingerprint (method, route, path and query,
 //! SHA-256 of the body's bytes or, with [`BodyFingerprint::Json`], of its

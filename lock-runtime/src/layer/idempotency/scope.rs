@@ -36,21 +36,26 @@ impl Scope {
 impl fmt::Debug for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Scope::Credentials => "credentials (Authorization, Cookie)",
+            Scope::Credentials => "credentials (Authorization, Cookie, X-Api-Key)",
             Scope::Custom(_) => "custom",
             Scope::SharedByAllCallers => "shared by all callers",
         })
     }
 }
 
+/// The API-key header many APIs authenticate with.
+const X_API_KEY: &str = "x-api-key";
+
 /// The default scope: the SHA-256 (hex) of the request's credentials, its
-/// `Authorization` header values and its cookies (every `Cookie` header,
-/// split into `name=value` pairs, sorted, so their order does not count), or
-/// the empty scope for a request with neither (as records were named before
-/// there was a default scope, so an anonymous API keeps its records over an
-/// upgrade). Two requests whose credentials
-/// differ in any way never share a record; the credentials themselves are
-/// never kept (the hash goes into the record's name, itself a hash).
+/// `Authorization` header values, its cookies (every `Cookie` header, split
+/// into `name=value` pairs, sorted, so their order does not count) and its
+/// `X-Api-Key` values, or the empty scope for a request with none (as
+/// records were named before there was a default scope, so an anonymous API
+/// keeps its records over an upgrade; a request without `X-Api-Key` keeps
+/// the scope of the versions that did not read it). Two requests whose
+/// credentials differ in any way never share a record; the credentials
+/// themselves are never kept (the hash goes into the record's name, itself
+/// a hash).
 pub(crate) fn credentials(parts: &Parts) -> String {
     let authorization: Vec<&[u8]> = parts
         .headers
@@ -66,17 +71,32 @@ pub(crate) fn credentials(parts: &Parts) -> String {
         .map(<[u8]>::trim_ascii)
         .filter(|pair| !pair.is_empty())
         .collect();
-    if authorization.is_empty() && cookies.is_empty() {
+    let keys: Vec<&[u8]> = parts
+        .headers
+        .get_all(X_API_KEY)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    if authorization.is_empty() && cookies.is_empty() && keys.is_empty() {
         return String::new();
     }
     cookies.sort_unstable();
-    // Length-prefixed parts, and a separator no header value can be: the
+    // Length-prefixed parts, and separators no header value can be: the
     // number of `Authorization` values, so no Authorization value can pose
-    // as a cookie.
+    // as a cookie, and with API keys the number of cookies and the header's
+    // name, so no cookie can pose as a key.
     let count = authorization.len().to_be_bytes();
+    let cookie_count = cookies.len().to_be_bytes();
     let mut parts: Vec<&[u8]> = vec![&count];
     parts.extend(authorization);
-    parts.extend(cookies);
+    if !keys.is_empty() {
+        parts.push(&cookie_count);
+        parts.extend(cookies);
+        parts.push(X_API_KEY.as_bytes());
+        parts.extend(keys);
+    } else {
+        parts.extend(cookies);
+    }
     format!("credentials:{}", digest(&parts, b""))
 }
 
@@ -120,5 +140,32 @@ mod tests {
             alice,
             scope_of(&[("authorization", "Bearer alice-token"), ("cookie", "x=1")])
         );
+    }
+
+    /// An API that authenticates with `X-Api-Key` keeps its callers apart
+    /// by default (they all shared the anonymous scope, so one caller was
+    /// replayed another's stored response).
+    #[test]
+    fn api_keys_are_credentials_and_cannot_pose_as_cookies() {
+        let alice = scope_of(&[("x-api-key", "alice-key")]);
+        let bob = scope_of(&[("x-api-key", "bob-key")]);
+        assert_ne!(alice, bob);
+        assert_ne!(alice, scope_of(&[]));
+        assert!(!alice.contains("alice"), "{alice}");
+        assert_ne!(
+            scope_of(&[("cookie", "a=1")]),
+            scope_of(&[("x-api-key", "a=1")])
+        );
+        assert_ne!(
+            scope_of(&[("cookie", "a=1"), ("x-api-key", "k")]),
+            scope_of(&[("x-api-key", "a=1"), ("x-api-key", "k")])
+        );
+        // Without a key, the scope earlier versions gave.
+        let s1 = scope_of(&[("authorization", "Bearer t"), ("cookie", "s=1")]);
+        assert_eq!(s1, {
+            let count = 1usize.to_be_bytes();
+            let parts: Vec<&[u8]> = vec![&count, b"Bearer t", b"s=1"];
+            format!("credentials:{}", digest(&parts, b""))
+        });
     }
 }
