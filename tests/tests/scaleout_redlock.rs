@@ -298,7 +298,7 @@ async fn fencing_tokens_never_decrease_while_a_minority_fails() {
 }
 
 #[test]
-fn fewer_than_three_or_an_even_number_of_masters_is_a_config_error() {
+fn fewer_than_three_an_even_number_or_a_repeated_master_is_a_config_error() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -315,6 +315,13 @@ fn fewer_than_three_or_an_even_number_of_masters_is_a_config_error() {
                 matches!(result, Err(LockError::Config(_))),
                 "{n} masters: {result:?}"
             );
+        }
+        // One server named twice would be two votes of a majority.
+        let twice = vec![urls[0].clone(), urls[1].clone(), urls[0].clone()];
+        let result = LockClient::builder().redlock(twice).build().await;
+        match result {
+            Err(LockError::Config(why)) => assert!(why.contains("twice"), "{why}"),
+            other => panic!("one master named twice: {other:?}"),
         }
     });
 }

@@ -43,8 +43,8 @@ use crate::token::Token;
 mod stragglers;
 mod tally;
 use stragglers::{InFlight, Stragglers};
-use tally::ReleaseTally;
 pub(crate) use tally::majority;
+use tally::{ReleaseTally, distinct_masters};
 
 static FENCE_RAISE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/fence_raise.lua")));
@@ -83,6 +83,7 @@ impl RedlockBackend {
                 urls.len()
             )));
         }
+        distinct_masters(urls)?;
         let waiters = Arc::new(Registry::default());
         let connected = join_all(
             urls.iter()

@@ -1,7 +1,9 @@
 //! How the nodes' answers decide an outcome: one release's, and a yes-or-no
-//! step's (a renewal, a record's completion) by [`majority`].
+//! step's (a renewal, a record's completion) by [`majority`], of masters
+//! that each count once ([`distinct_masters`]).
 
 use crate::backend::Released;
+use crate::error::LockError;
 
 /// `true` when a majority of nodes said `true`; `false` only when so many
 /// said `false` that no majority can say `true`; otherwise `None` (too few
@@ -73,6 +75,28 @@ impl ReleaseTally {
         }
         None
     }
+}
+
+/// Every master counts once in a majority: a URL naming a server already
+/// given (the same host, port and database) would make one server two
+/// votes, so it is a configuration error.
+pub(super) fn distinct_masters(urls: &[String]) -> Result<(), LockError> {
+    let mut seen = std::collections::HashSet::new();
+    for url in urls {
+        // A URL that does not parse is told by the connect that follows.
+        let Ok(client) = redis::Client::open(url.as_str()) else {
+            continue;
+        };
+        let info = client.get_connection_info();
+        let server = format!("{}/{}", info.addr(), info.redis_settings().db());
+        if !seen.insert(server) {
+            return Err(LockError::Config(format!(
+                "Redlock needs independent masters: {} is given twice",
+                info.addr()
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
