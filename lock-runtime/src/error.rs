@@ -205,14 +205,31 @@ impl ConfigReason {
 /// The message says what was being done; [`std::error::Error::source`] gives the
 /// underlying driver error when there is one (it is not repeated in the
 /// message: print the chain, e.g. with `anyhow`'s `{:#}`, to see both).
-#[derive(Debug, thiserror::Error)]
-#[error("{context}")]
+#[derive(Debug)]
 pub struct BackendError {
     context: String,
     timeout: bool,
     outcome_unknown: bool,
-    #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.context)
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let cause: &(dyn std::error::Error + 'static) = self.source.as_deref()?;
+        // A driver's error that says just what its own cause says (redis-rs's
+        // I/O errors: "timed out", then "timed out") is left out: a printed
+        // chain says it once. `driver_error` still finds it.
+        match cause.source() {
+            Some(inner) if inner.to_string() == cause.to_string() => Some(inner),
+            _ => Some(cause),
+        }
+    }
 }
 
 impl BackendError {
@@ -388,6 +405,23 @@ pub(crate) fn shown(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The chain of a driver's I/O error says its cause once: redis-rs's
+    /// error displays its I/O error and gives it as its source too.
+    #[test]
+    fn a_chain_says_a_drivers_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out");
+        let e = BackendError::with_source("acquire failed", redis::RedisError::from(io));
+        let mut said = vec![e.to_string()];
+        let mut next = std::error::Error::source(&e);
+        while let Some(cause) = next {
+            said.push(cause.to_string());
+            next = cause.source();
+        }
+        let timed_out = said.iter().filter(|s| s.contains("timed out")).count();
+        assert_eq!(timed_out, 1, "{said:?}");
+        assert!(e.driver_error().is_some() && e.is_timeout(), "{e:?}");
+    }
 
     fn driver(kind: redis::ErrorKind) -> redis::RedisError {
         redis::RedisError::from((kind, "test"))

@@ -255,9 +255,7 @@ impl RedisBackend {
             match self.send_release(&UNLOCK, &cmd, false, None).await {
                 Ok((answer, resent)) => return Ok((answer == redis::Value::Int(1), resent)),
                 Err(LockError::Backend(e))
-                    if std::error::Error::source(&e)
-                        .and_then(|s| s.downcast_ref::<redis::RedisError>())
-                        .is_some_and(|e| self.refused_native(e)) => {}
+                    if e.driver_error().is_some_and(|e| self.refused_native(e)) => {}
                 Err(e) => return Err(e),
             }
         }
