@@ -1,9 +1,17 @@
 //! The connection under a Redis backend: one server, the master a Sentinel
 //! group names (re-discovered after a failover), or a Redis Cluster.
+//!
+//! redis-rs's `ConnectionManager` connects again only after an attempt that
+//! failed with an I/O error: once a reconnect fails to log in (a rotated
+//! password, a disabled ACL user), it keeps that failure and answers it to
+//! every later request without trying again. So one server's manager is
+//! replaced after a failed login (`SingleConn`), and a Sentinel master's is
+//! forgotten (`SentinelConn::check`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
@@ -58,7 +66,7 @@ pub(crate) fn skip_set_lib_name(
 /// A cheap-to-clone connection handle for scripts and commands.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Single(ConnectionManager),
+    Single(Arc<SingleConn>),
     Sentinel(Arc<SentinelConn>),
     Cluster(ClusterConnection),
 }
@@ -73,7 +81,7 @@ pub(crate) fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig 
 
 /// Connects a manager, bounded by the connect timeout. Its errors name the
 /// server (host and port, or the socket's path; never the credentials).
-pub(crate) async fn connect_manager(
+async fn connect_manager(
     client: redis::Client,
     options: &RedisOptions,
 ) -> Result<ConnectionManager, LockError> {
@@ -89,10 +97,77 @@ pub(crate) async fn connect_manager(
     .map_err(|e| BackendError::with_source(format!("cannot connect to Redis at {addr}"), e).into())
 }
 
+/// `true` when `e` says the server refused the login, which a
+/// `ConnectionManager` keeps answering (see the module's docs): redis-rs's
+/// `AuthenticationFailed` (`AUTH` refused), or `WRONGPASS` (`HELLO ... AUTH`
+/// refused, with RESP3). Nothing else the library sends gets either answer.
+fn failed_login(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS")
+}
+
+/// One server's connection: a `ConnectionManager`, replaced by a new one when
+/// a request fails to log in, because the old one would answer that failure
+/// forever. The new one logs in on its first request (it is lazy): while the
+/// login still fails, every request says so; once it works, the client
+/// recovers by itself. A successful request only reads which manager is
+/// current.
+pub(crate) struct SingleConn {
+    manager: ArcSwap<ConnectionManager>,
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+}
+
+impl SingleConn {
+    /// Connects to `client`'s server, bounded by the connect timeout.
+    pub(crate) async fn connect(
+        client: redis::Client,
+        options: &RedisOptions,
+    ) -> Result<Self, LockError> {
+        let manager = connect_manager(client.clone(), options).await?;
+        Ok(Self {
+            manager: ArcSwap::from_pointee(manager),
+            client,
+            config: manager_config(options),
+        })
+    }
+
+    /// Puts a new manager in place of `failed` when `e` is a failed login
+    /// (once, however many requests saw it fail).
+    fn check(&self, failed: &Arc<ConnectionManager>, e: &redis::RedisError) {
+        if !failed_login(e) || !Arc::ptr_eq(&self.manager.load(), failed) {
+            return;
+        }
+        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
+            Ok(fresh) => {
+                let previous = self.manager.compare_and_swap(failed, Arc::new(fresh));
+                if Arc::ptr_eq(&previous, failed) {
+                    tracing::debug!(
+                        server = %self.client.get_connection_info().addr(),
+                        error = %e,
+                        "Redis refused the login; the next request logs in again"
+                    );
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot make a new Redis connection"),
+        }
+    }
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Single(s) => {
+                let manager = s.manager.load_full();
+                Box::pin(async move {
+                    let answer = ConnectionManager::clone(&manager)
+                        .send_packed_command(cmd)
+                        .await;
+                    if let Err(e) = &answer {
+                        s.check(&manager, e);
+                    }
+                    answer
+                })
+            }
             Conn::Cluster(c) => c.req_packed_command(cmd),
             Conn::Sentinel(s) => {
                 let s = s.clone();
@@ -113,7 +188,18 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Single(s) => {
+                let manager = s.manager.load_full();
+                Box::pin(async move {
+                    let answer = ConnectionManager::clone(&manager)
+                        .send_packed_commands(pipeline, offset, count)
+                        .await;
+                    if let Err(e) = &answer {
+                        s.check(&manager, e);
+                    }
+                    answer
+                })
+            }
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(s) => {
                 let s = s.clone();
@@ -129,7 +215,7 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Single(c) => c.get_db(),
+            Conn::Single(s) => s.manager.load().get_db(),
             Conn::Cluster(c) => c.get_db(),
             Conn::Sentinel(_) => 0,
         }
@@ -138,7 +224,8 @@ impl ConnectionLike for Conn {
 
 /// The master of a Sentinel group: asked of the sentinels on first use and
 /// again after any error that may mean a failover (connection errors,
-/// `READONLY` from a demoted master).
+/// `READONLY` from a demoted master) or that its manager keeps (a failed
+/// login).
 pub(crate) struct SentinelConn {
     sentinel: tokio::sync::Mutex<SentinelClient>,
     current: Mutex<Option<(ConnectionManager, redis::Client)>>,
@@ -225,10 +312,12 @@ impl SentinelConn {
         Ok((manager, client))
     }
 
-    /// Forgets the master after an error that may mean it changed.
+    /// Forgets the master after an error that may mean it changed, or that
+    /// its manager would answer to every later request (a failed login).
     fn check<T>(&self, answer: &redis::RedisResult<T>) {
         if let Err(e) = answer
             && (connection_failure(e).is_some()
+                || failed_login(e)
                 || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly))
         {
             *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;

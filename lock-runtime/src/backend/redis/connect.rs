@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::super::conn::{Conn, RedisOptions, SentinelConn, connect_manager, open_client};
+use super::super::conn::{Conn, RedisOptions, SentinelConn, SingleConn, open_client};
 use super::super::notifier::{Notices, Source};
 use super::super::scripts::load_scripts;
 use super::super::waiters::Registry;
@@ -56,7 +56,9 @@ impl RedisBackend {
     ) -> Result<Self, LockError> {
         let client = open_client(url)?;
         let addr = client.get_connection_info().addr().to_string();
-        let mut conn = Conn::Single(connect_manager(client.clone(), options).await?);
+        let mut conn = Conn::Single(Arc::new(
+            SingleConn::connect(client.clone(), options).await?,
+        ));
         load_scripts(&mut conn)
             .await
             .map_err(|e| first_answer(&addr, e))?;
