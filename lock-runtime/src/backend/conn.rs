@@ -131,16 +131,28 @@ impl SingleConn {
         })
     }
 
-    /// Puts a new manager in place of `failed` when `e` is a failed login
-    /// (once, however many requests saw it fail).
-    fn check(&self, failed: &Arc<ConnectionManager>, e: &redis::RedisError) {
-        if !failed_login(e) || !Arc::ptr_eq(&self.manager.load(), failed) {
+    /// The current manager (a clone: one reference count, as the manager
+    /// itself was cloned for every request before it could be replaced), and
+    /// which one it is, for [`SingleConn::check`].
+    fn current(&self) -> (ConnectionManager, *const ConnectionManager) {
+        let current = self.manager.load();
+        (ConnectionManager::clone(&current), Arc::as_ptr(&current))
+    }
+
+    /// Puts a new manager in place of the one at `failed` when `e` is a
+    /// failed login (once, however many requests saw it fail).
+    fn check(&self, failed: *const ConnectionManager, e: &redis::RedisError) {
+        if !failed_login(e) {
             return;
+        }
+        let current = self.manager.load_full();
+        if !std::ptr::eq(Arc::as_ptr(&current), failed) {
+            return; // replaced already
         }
         match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
             Ok(fresh) => {
-                let previous = self.manager.compare_and_swap(failed, Arc::new(fresh));
-                if Arc::ptr_eq(&previous, failed) {
+                let previous = self.manager.compare_and_swap(&current, Arc::new(fresh));
+                if Arc::ptr_eq(&previous, &current) {
                     tracing::debug!(
                         server = %self.client.get_connection_info().addr(),
                         error = %e,
@@ -157,13 +169,12 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(s) => {
-                let manager = s.manager.load_full();
+                let (mut manager, which) = s.current();
+                let which = which as usize; // an identity, not dereferenced
                 Box::pin(async move {
-                    let answer = ConnectionManager::clone(&manager)
-                        .send_packed_command(cmd)
-                        .await;
+                    let answer = manager.send_packed_command(cmd).await;
                     if let Err(e) = &answer {
-                        s.check(&manager, e);
+                        s.check(which as *const _, e);
                     }
                     answer
                 })
@@ -189,13 +200,12 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(s) => {
-                let manager = s.manager.load_full();
+                let (mut manager, which) = s.current();
+                let which = which as usize; // an identity, not dereferenced
                 Box::pin(async move {
-                    let answer = ConnectionManager::clone(&manager)
-                        .send_packed_commands(pipeline, offset, count)
-                        .await;
+                    let answer = manager.send_packed_commands(pipeline, offset, count).await;
                     if let Err(e) = &answer {
-                        s.check(&manager, e);
+                        s.check(which as *const _, e);
                     }
                     answer
                 })
