@@ -106,11 +106,13 @@ impl Held {
 
     /// Marks the lease lost, `why`, unless it is known already.
     pub(crate) fn lose(&self, why: &str) {
-        if self.lost.is_cancelled() {
-            return;
+        // Told once, by whoever finds it first (the watchdog and a guard
+        // reading its deadline may both), and before anyone waiting on
+        // `lost()` is woken.
+        if self.lost.tell() {
+            tracing::warn!(key = %self.key, fencing = self.fencing(), "lock lost: {why}");
+            crate::metrics::lost(&self.metrics);
         }
-        tracing::warn!(key = %self.key, fencing = self.fencing(), "lock lost: {why}");
-        crate::metrics::lost(&self.metrics);
         self.lost.cancel();
     }
 
@@ -216,13 +218,7 @@ impl Held {
 
     /// Marks the lease lost because its deadline passed unconfirmed.
     fn lose_at_deadline(&self) {
-        if self.lost.is_cancelled() {
-            return;
-        }
-        tracing::warn!(key = %self.key, fencing = self.fencing(),
-            "lock lost: no renewal was confirmed before the lease may have run out");
-        crate::metrics::lost(&self.metrics);
-        self.lost.cancel();
+        self.lose("no renewal was confirmed before the lease may have run out");
     }
 
     /// `hold_at_least`: how much longer the key must stay taken after a
@@ -318,6 +314,8 @@ pub(crate) struct Lost {
     /// Somebody waits for the lease's end too ([`Held::ended_or_lost`]):
     /// only then does an end wake the waiters (most leases have none).
     end_watched: AtomicBool,
+    /// The loss was told (logged and counted) already.
+    told: AtomicBool,
 }
 
 impl Lost {
@@ -330,6 +328,11 @@ impl Lost {
         if !self.set.swap(true, Ordering::AcqRel) {
             self.notify.notify_waiters();
         }
+    }
+
+    /// `true` for the first caller: the one that tells of the loss.
+    fn tell(&self) -> bool {
+        !self.told.swap(true, Ordering::AcqRel)
     }
 
     /// Wakes the futures of [`Held::ended_or_lost`], if any watch.

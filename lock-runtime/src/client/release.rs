@@ -148,9 +148,13 @@ pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(
                 tracing::warn!(key = %key, fencing = held.fencing(),
                     "lock release: the key is not ours although the lease was valid \
                      (deleted by someone else, or lost in a failover)");
+            } else if was_lost {
+                // Its loss was told when it was found (one warning a lease).
+                tracing::debug!(key = %key, fencing = held.fencing(),
+                    "lock release: not the owner any more (the lease was lost before)");
             } else {
                 tracing::warn!(key = %key, fencing = held.fencing(),
-                    "lock release: not the owner any more (the lease had run out)");
+                    "lock release: not the owner any more (no renewal was confirmed in time)");
             }
             Err(LockError::lost(key))
         }
