@@ -103,6 +103,9 @@ const VALKEY_SET: &[(&str, &str)] = &[
     ("tests", "scaleout_cluster"),
     ("tests", "scaleout_sentinel"),
     ("tests", "scaleout_redlock"),
+    ("tests", "shared_waits"),
+    ("tests", "credentials_rotation"),
+    ("tests", "shutdown"),
     ("fault", "security"),
     ("fault", "scenarios"),
     ("lockctl", "cli"),
@@ -128,6 +131,8 @@ const REDIS8_SET: &[(&str, &str)] = &[
     ("tests", "fence_redis"),
     ("tests", "local_handover"),
     ("tests", "scaleout_cluster"),
+    ("tests", "credentials_rotation"),
+    ("tests", "shutdown"),
     ("fault", "security"),
 ];
 
