@@ -69,3 +69,24 @@ async fn a_client_sends_nothing_outside_the_documented_acl() {
     // And the server refused nothing.
     assert_eq!(server.cli(&["ACL", "LOG"]), "", "ACL LOG");
 }
+
+/// A user refused `EVALSHA` is refused at `build()`, saying what to grant:
+/// it could take a free lock with a plain `SET`, but every renewal (a
+/// script) would fail and the lock be lost a lease later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_refused_the_scripts_is_told_at_build() {
+    let server = RedisServer::start();
+    let rules: Vec<&str> = acl_locker()
+        .into_iter()
+        .filter(|rule| *rule != "+evalsha")
+        .collect();
+    assert_eq!(server.cli(&rules), "OK");
+    let url = format!("redis://locker:locker-pw@127.0.0.1:{}", server.port);
+    let built = LockClient::builder().redis(url).build().await;
+    let err = built.expect_err("a user without EVALSHA is refused");
+    let said = err.to_string();
+    assert!(
+        said.contains("EVALSHA") && said.contains("keys.md"),
+        "{said}"
+    );
+}

@@ -71,7 +71,7 @@ impl RedisBackend {
         let native = if announce_free {
             Native::None
         } else {
-            native_commands(&mut conn).await
+            native_commands(&mut conn).await?
         };
         let plain = Plain::new(!announce_free && !options.coalesce, native);
         let mut node = Self::with_pubsub(
@@ -106,7 +106,7 @@ impl RedisBackend {
         // Asked of the master found now; a failover to a server without
         // its native commands turns them off at its first refusal (see
         // plain.rs).
-        let plain = Plain::new(!options.coalesce, native_commands(&mut conn).await);
+        let plain = Plain::new(!options.coalesce, native_commands(&mut conn).await?);
         Ok(Self::with_pubsub(
             conn,
             Source::Sentinel(sentinel),
@@ -151,7 +151,7 @@ impl RedisBackend {
         let waiters = Arc::new(Registry::default());
         // Asked of one node: a cluster runs one server version (a node that
         // refuses a native command turns them off at its first refusal).
-        let native = native_commands(&mut Conn::Cluster(cluster.clone())).await;
+        let native = native_commands(&mut Conn::Cluster(cluster.clone())).await?;
         let plain = Plain::new(!options.coalesce, native);
         // Scripts are loaded on each node by EVALSHA's fallback on first use.
         Ok(Self {

@@ -139,11 +139,21 @@ impl RedisBackend {
 /// Which native compare-and-delete the server has ([`Native`]): asked
 /// once, by probe.lua (an `EVALSHA`, which a least-privilege user may send,
 /// where `COMMAND INFO` or `INFO` would need more rights). An error counts
-/// as none.
-pub(super) async fn native_commands(conn: &mut Conn) -> Native {
+/// as none, but a user refused `EVALSHA` is refused the client: its
+/// uncontended locks would be taken by a plain `SET`, and every renewal
+/// and hand-over, all scripts, would fail.
+pub(super) async fn native_commands(conn: &mut Conn) -> Result<Native, LockError> {
     let cmd = evalsha(&PROBE, 0, 0, 0);
-    match run_script::<u8>(conn, &PROBE, &cmd).await {
+    Ok(match run_script::<u8>(conn, &PROBE, &cmd).await {
         Ok(answer) => Native::from_u8(answer),
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => {
+            return Err(BackendError::with_source(
+                "this Redis user may not run the lock scripts (EVALSHA): grant it \
+                 `+evalsha` with the other commands in docs/keys.md#acl",
+                e,
+            )
+            .into());
+        }
         Err(e) => {
             tracing::debug!(
                 error = &e as &dyn std::error::Error,
@@ -151,7 +161,7 @@ pub(super) async fn native_commands(conn: &mut Conn) -> Native {
             );
             Native::None
         }
-    }
+    })
 }
 
 /// `true` when `e` says the server (or a proxy, or an ACL) did not run the
