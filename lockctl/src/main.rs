@@ -143,6 +143,17 @@ fn one_line(err: &dyn std::error::Error) -> String {
     text
 }
 
+/// What an empty listing says: which prefix it looked under, and why that
+/// may be the wrong one.
+fn nothing_under(key_prefix: &str) -> String {
+    let mut said = format!("no locks held under the key prefix {key_prefix:?}");
+    if !key_prefix.ends_with(':') {
+        said += " (prefixes usually end with ':', as the default \"lock:\" does: is it the \
+                  services' --key-prefix?)";
+    }
+    said
+}
+
 async fn client(cli: &Cli) -> Result<LockClient, Failure> {
     let builder = LockClient::builder();
     let builder = match (&cli.redis, cli.cluster.is_empty()) {
@@ -173,6 +184,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::List { prefix, limit } => {
             let states = client.list(&prefix, limit).await?;
             output::list(&states, cli.json);
+            if states.is_empty() {
+                // On stderr: the table (or JSON) stays what it is.
+                eprintln!("{}", nothing_under(&cli.key_prefix));
+            }
         }
         Command::Leaders { prefix, limit } => {
             leaders::print(&client, &prefix, limit, cli.json).await?;

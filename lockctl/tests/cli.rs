@@ -147,3 +147,34 @@ fn help_never_shows_the_redis_url_it_would_use() {
         "the password in --help: {help}"
     );
 }
+
+/// An empty listing says where it looked on stderr (the table or JSON on
+/// stdout stays as it is), and that a prefix without its `:` may be the
+/// wrong one: `--key-prefix lock` listed nothing, silently, with exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_listing_says_where_it_looked() {
+    let server = RedisServer::start();
+    let client = lock_runtime::LockClient::builder()
+        .redis(server.url())
+        .build()
+        .await
+        .unwrap();
+    let _held = client.lock("order:1").acquire().await.unwrap();
+    let out = lockctl(&server.url(), &["--key-prefix", "lock", "list"], "");
+    assert_eq!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert!(err.contains("\"lock\"") && err.contains("':'"), "{err}");
+    let out = lockctl(
+        &server.url(),
+        &["--key-prefix", "lock", "--json", "list"],
+        "",
+    );
+    assert_eq!(text(&out.stdout).trim(), "[]");
+    let out = lockctl(&server.url(), &["list"], "");
+    assert!(
+        text(&out.stdout).contains("order:1"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
+}
