@@ -66,7 +66,13 @@ impl LockRequest {
         metrics_name;
 
         /// The lease (default: the client's). Renewed every `ttl / 3` while held,
-        /// unless [`renew(false)`](LockRequest::renew).
+        /// unless [`renew(false)`](LockRequest::renew). From 50 ms to 7 days;
+        /// the renewals of a client's leases are one task on its runtime, so a
+        /// lease of well under a second is lost whenever that task is not run
+        /// for a third of it (a runtime or machine busy with other work: 2,000
+        /// leases of 50 ms, on two cores kept busy, were all lost, and none of
+        /// 300 ms). Take seconds unless the lease must end that soon after a
+        /// crash.
         ttl;
 
         /// How long to wait for a busy lock (default `Duration::ZERO`: try once).
@@ -77,7 +83,11 @@ impl LockRequest {
         /// included) waits that long: without bound, in practice. A server
         /// that does not answer (a restart, a failover) is asked again
         /// within the wait, for 10 s at most, before the acquire fails with
-        /// [`LockError::Backend`]; one that tries once is asked twice.
+        /// [`LockError::Backend`]; one that tries once is asked twice. A
+        /// request sent before the wait ends is waited for, so a stalled
+        /// server makes an acquire answer up to one response timeout
+        /// ([`LockClientBuilder::response_timeout`](crate::LockClientBuilder::response_timeout))
+        /// after its wait.
         wait;
 
         /// Whether the watchdog renews the lease (default `true`). With `false` the
