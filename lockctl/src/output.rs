@@ -1,5 +1,6 @@
 //! Tables for people, JSON for scripts.
 
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_runtime::LockState;
@@ -23,7 +24,7 @@ pub(crate) fn waiting(state: &LockState) -> String {
     if state.waiting.is_empty() {
         "-".into()
     } else {
-        state.waiting.join(", ")
+        visible(&state.waiting.join(", ")).into_owned()
     }
 }
 
@@ -66,8 +67,9 @@ pub(crate) fn show(s: &LockState, as_json: bool) {
     } else {
         s.holder.clone().unwrap_or_else(|| "-".into())
     };
+    let holders = visible(&holders).into_owned();
     let rows = [
-        ("KEY", s.key.clone()),
+        ("KEY", visible(&s.key).into_owned()),
         ("KIND", s.kind.as_str().to_owned()),
         ("HELD", if s.held { "yes" } else { "no" }.to_owned()),
         (
@@ -132,15 +134,55 @@ pub(crate) fn list(states: &[LockState], as_json: bool) {
     }
 }
 
-/// The columns of a terminal the widest of `texts` and `header` takes.
+/// The columns of a terminal the widest of `texts` and `header` takes (as
+/// [`visible`] shows them).
 pub(crate) fn widest<'a>(texts: impl Iterator<Item = &'a str>, header: &str) -> usize {
-    texts.map(str::width).max().unwrap_or(0).max(header.width())
+    let widths = texts.map(|text| visible(text).width());
+    widths.max().unwrap_or(0).max(header.width())
 }
 
-/// `text` padded with spaces to `columns` of a terminal: as wide as it
-/// shows (a Cyrillic letter one column, an emoji or a CJK character two),
-/// not as long as its bytes or characters.
+/// `text` ([`visible`]) padded with spaces to `columns` of a terminal: as
+/// wide as it shows (a Cyrillic letter one column, an emoji or a CJK
+/// character two), not as long as its bytes or characters.
 pub(crate) fn padded(text: &str, columns: usize) -> String {
+    let text = visible(text);
     let pad = columns.saturating_sub(text.width());
     format!("{text}{}", " ".repeat(pad))
+}
+
+/// `text` as a terminal can show it without being fooled: the characters
+/// that show nothing or reorder what follows them (bidirectional overrides
+/// and isolates, zero-width ones) written out as `\u{202e}`, so a key or a
+/// label cannot pass for another, nor turn the columns after it around.
+/// JSON keeps them as they are.
+pub(crate) fn visible(text: &str) -> Cow<'_, str> {
+    fn hidden(c: char) -> bool {
+        matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+    }
+    if !text.chars().any(hidden) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if hidden(c) {
+            shown.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            shown.push(c);
+        }
+    }
+    Cow::Owned(shown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn characters_that_hide_or_reorder_are_written_out() {
+        assert_eq!(visible("order:1"), "order:1");
+        assert_eq!(visible("pod-\u{202e}a-dop"), "pod-\\u{202e}a-dop");
+        assert_eq!(visible("a\u{200b}b\u{2066}"), "a\\u{200b}b\\u{2066}");
+        assert_eq!(padded("x\u{202e}", 12), "x\\u{202e}   ");
+        assert_eq!(widest(["x\u{202e}"].into_iter(), "KEY"), 9);
+    }
 }

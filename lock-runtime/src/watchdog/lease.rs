@@ -27,6 +27,15 @@ pub(super) enum Lease {
 }
 
 impl Lease {
+    /// A lock's lease (`None`: a record's).
+    pub(super) fn lock(&self) -> Option<&Arc<Held>> {
+        match self {
+            Lease::Lock(held) => Some(held),
+            #[cfg(feature = "idempotency")]
+            Lease::Record(_) => None,
+        }
+    }
+
     /// Whether a lease that may have run out is given up: a lock's is (its
     /// guard must not go on believing it holds it), a record's is not.
     pub(super) fn lost_at_validity_end(&self) -> bool {

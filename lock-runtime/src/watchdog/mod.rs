@@ -230,15 +230,8 @@ impl Watchdog {
     /// Every lock under watch (a client shutting down gives them back).
     pub(crate) fn locks(&self) -> Vec<Arc<Held>> {
         let state = self.shared.state();
-        let locks = state
-            .entries
-            .values()
-            .filter_map(|entry| match &entry.lease {
-                Lease::Lock(held) => Some(held.clone()),
-                #[cfg(feature = "idempotency")]
-                Lease::Record(_) => None,
-            });
-        locks.collect()
+        let locks = state.entries.values().filter_map(|entry| entry.lease.lock());
+        locks.cloned().collect()
     }
 
     /// Locks under watch.
