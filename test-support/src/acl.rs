@@ -35,7 +35,8 @@ pub const ACL_LOCKER: &[&str] = &[
     "+lpos",
     "+llen",
     "+incrby",
-    // Read-write locks and semaphores (shared.lua).
+    // Waiting on any lock (its queue's deadlines), leader elections (the
+    // candidates' labels), read-write locks and semaphores (shared.lua).
     "+time",
     "+exists",
     "+lindex",

@@ -94,8 +94,8 @@ impl LockClientBuilder {
         self
     }
 
-    /// Redlock over independent masters (an odd number, at least 3): a lock is
-    /// held while a majority grants it. The repository's `docs/guarantees.md`
+    /// Redlock over independent masters (an odd number, at least 3, each
+    /// named once): a lock is held while a majority grants it. The repository's `docs/guarantees.md`
     /// (scale-out) says what it needs from the servers (delayed restarts or
     /// `appendfsync always`).
     pub fn redlock<I, S>(mut self, urls: I) -> Self
@@ -255,8 +255,10 @@ impl LockClientBuilder {
     /// Checks the configuration, connects and loads the scripts.
     ///
     /// `LockError::Config` for a missing backend, a malformed URL or a bad
-    /// prefix or TTL; `LockError::Backend` when the server cannot be reached or
-    /// refuses the credentials.
+    /// prefix or TTL (or a Redlock master named twice); `LockError::Backend`
+    /// when the server cannot be reached, refuses the credentials, or refuses
+    /// this user the scripts (`EVALSHA`: see the ACL section of the
+    /// repository's `docs/keys.md`).
     pub async fn build(self) -> Result<LockClient, LockError> {
         validate_prefix(&self.prefix)?;
         validate_ttl(self.default_ttl)?;

@@ -156,7 +156,9 @@ impl LockClient {
     ///
     /// Each permit has its own lease, renewed by the watchdog: a crashed
     /// holder's permit returns when its lease ends. Waiting is notified and
-    /// FIFO; a release hands its permit to the first waiter.
+    /// FIFO; a release hands its permit to the first waiter (by that
+    /// waiter's own count, below), and a waiter that died in line is skipped
+    /// once its wait has ended.
     ///
     /// `permits` is each caller's own limit: callers that name different
     /// counts for one key each take a permit only while fewer than their

@@ -2,11 +2,12 @@
 //!
 //! Every name the library touches is `prefix + role + body`:
 //!
-//! * `role` is one letter naming what the name is for (`L` the lock, `F` the
-//!   fencing counter, `Q` the waiter queue, `N` the release-notice channel, `I`
-//!   an idempotency record, `J` the notice channel of an idempotency record;
-//!   a leader election's `E` lock, `G` queue, `K` deadlines, `H` notices, `A`
-//!   record and `B` candidates' labels; see [`Role`] for the rest);
+//! * `role` is one letter naming what the name is for (`L` the lock, `Q` the
+//!   waiter queue, `D` its deadlines, `N` the release-notice channel, `I` an
+//!   idempotency record, `J` the notice channel of an idempotency record; a
+//!   leader election's `E` lock, `G` queue, `K` deadlines, `H` notices, `A`
+//!   record and `B` candidates' labels; `F` and `U` a read-write lock's and a
+//!   semaphore's queue deadlines; see [`Role`] for the rest, and `S` below);
 //! * `body` is one of three forms, chosen from the key alone:
 //!   - `:key` when the key carries a Redis Cluster hash tag of its own
 //!     (`{tenant:7}:order:1`), so the caller's tag decides the slot;
@@ -34,8 +35,7 @@
 //! hashes to that slot ([`slot_tag`]). A key's tokens still strictly increase
 //! (the counter only ever goes up), and what stays in Redis after every lock
 //! is released is at most 16,384 counters per prefix, however many names
-//! were used. `prefix + F + body` is the per-key counter of earlier versions,
-//! folded into the slot counter at the key's next acquisition.
+//! were used.
 
 pub(crate) use lock_keys::{Access, LockKind};
 use lock_keys::{MAX_KEY_LEN, MAX_PREFIX_LEN};

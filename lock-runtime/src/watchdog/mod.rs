@@ -230,7 +230,10 @@ impl Watchdog {
     /// Every lock under watch (a client shutting down gives them back).
     pub(crate) fn locks(&self) -> Vec<Arc<Held>> {
         let state = self.shared.state();
-        let locks = state.entries.values().filter_map(|entry| entry.lease.lock());
+        let locks = state
+            .entries
+            .values()
+            .filter_map(|entry| entry.lease.lock());
         locks.cloned().collect()
     }
 

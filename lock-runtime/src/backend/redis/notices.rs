@@ -2,6 +2,7 @@
 //! publishing a free notice, and restarting the notices' task.
 
 use super::RedisBackend;
+use crate::backend::scripts::{PROBE, evalsha, run_script};
 use crate::backend::waiters::WaitHandle;
 use crate::error::LockError;
 use crate::token::Token;
@@ -28,14 +29,16 @@ impl RedisBackend {
     /// Restarts the notices' task if it ended with the runtime it ran on
     /// (see `Notices::restart_if_ended`), and reconnects the connection,
     /// whose task ended with it too: the first command on it fails and
-    /// makes it reconnect on the runtime in use; a `PING` does that here
-    /// rather than in a lock's acquire or renewal.
+    /// makes it reconnect on the runtime in use; the server probe (an
+    /// `EVALSHA`, which a least-privilege user may send, where a `PING`
+    /// would be refused and logged in `ACL LOG`) does that here rather than
+    /// a lock's acquire or renewal.
     pub(crate) async fn restart_if_ended(&self) -> Result<(), LockError> {
         self.notices.restart_if_ended(&self.waiters)?;
         let mut conn = self.conn.clone();
+        let probe = evalsha(&PROBE, 0, 0, 0);
         for _ in 0..2 {
-            let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
-            if pong.is_ok() {
+            if run_script::<u8>(&mut conn, &PROBE, &probe).await.is_ok() {
                 break;
             }
         }
