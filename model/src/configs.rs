@@ -59,15 +59,7 @@ pub fn lock_three_clients_one_pause() -> LockConfig {
 /// (the scripts before commit 7dbf470) the model finds the overtaking and
 /// the stalled line.
 pub fn lock_three_clients_one_crash() -> LockConfig {
-    let mut cfg = LockConfig::new(
-        3,
-        4,
-        Faults {
-            crash: 1,
-            total: 1,
-            ..Faults::NONE
-        },
-    );
+    let mut cfg = LockConfig::new(3, 4, Faults::ONE_CRASH);
     cfg.waits[1] = 1;
     cfg.start_by = 0;
     cfg.hold_max = 1;
@@ -286,16 +278,7 @@ pub fn semaphore_three_takers_of_two(faults: u8) -> LockConfig {
 /// [`LockConfig::skip_ended_waits`] off the model finds a permit handed to
 /// the dead waiter.
 pub fn semaphore_one_permit_one_crash() -> LockConfig {
-    let mut cfg = LockConfig::new_shared(
-        vec![Mode::Permit; 3],
-        1,
-        4,
-        Faults {
-            crash: 1,
-            total: 1,
-            ..Faults::NONE
-        },
-    );
+    let mut cfg = LockConfig::new_shared(vec![Mode::Permit; 3], 1, 4, Faults::ONE_CRASH);
     cfg.waits[1] = 1;
     cfg.start_by = 0;
     cfg.hold_max = 1;

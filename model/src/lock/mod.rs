@@ -126,6 +126,13 @@ impl Faults {
         total: 0,
     };
 
+    /// One crash in a run, nothing else.
+    pub const ONE_CRASH: Faults = Faults {
+        crash: 1,
+        total: 1,
+        ..Faults::NONE
+    };
+
     /// Every kind allowed once, at most `total` in one run.
     pub const fn each_once(total: u8) -> Faults {
         Faults {
