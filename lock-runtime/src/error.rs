@@ -293,17 +293,24 @@ impl BackendError {
         self
     }
 
-    /// The driver's error among the causes, if any.
+    /// The driver's error among the causes, if any (through the causes as
+    /// kept, not as `source()` shows them: that leaves out a driver's error
+    /// that only repeats its cause).
     pub(crate) fn driver_error(&self) -> Option<&redis::RedisError> {
-        let mut next = self
-            .source
-            .as_deref()
-            .map(|e| e as &(dyn std::error::Error + 'static));
+        fn kept(b: &BackendError) -> Option<&(dyn std::error::Error + 'static)> {
+            b.source
+                .as_deref()
+                .map(|e| e as &(dyn std::error::Error + 'static))
+        }
+        let mut next = kept(self);
         while let Some(e) = next {
             if let Some(driver) = e.downcast_ref::<redis::RedisError>() {
                 return Some(driver);
             }
-            next = e.source();
+            next = match e.downcast_ref::<BackendError>() {
+                Some(inner) => kept(inner),
+                None => e.source(),
+            };
         }
         None
     }
@@ -421,6 +428,13 @@ mod tests {
         let timed_out = said.iter().filter(|s| s.contains("timed out")).count();
         assert_eq!(timed_out, 1, "{said:?}");
         assert!(e.driver_error().is_some() && e.is_timeout(), "{e:?}");
+        // Wrapped (a Redlock node's failure), the driver's error is still
+        // found: a broken pipe is a connection failure.
+        let pipe = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe");
+        let node = BackendError::with_source("acquire failed", redis::RedisError::from(pipe));
+        let wrapped = BackendError::wrap("Redlock: 3 of 5 nodes failed", node);
+        assert!(wrapped.driver_error().is_some(), "{wrapped:?}");
+        assert!(wrapped.is_connection(), "{wrapped:?}");
     }
 
     fn driver(kind: redis::ErrorKind) -> redis::RedisError {
