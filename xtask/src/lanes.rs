@@ -62,7 +62,8 @@ pub(super) fn lanes(report: &mut Vec<String>, lint_too: Lint) -> Result<(), Stri
         let redis8 = redis8.run_as_if_installed(&how, report, Some(log));
         scenarios.and(valkey).and(redis8)
     });
-    let first = first.run(&[], report, None);
+    // Every target run, failed or not: one CI run names every failure.
+    let first = first.run(&["--no-fail-fast"], report, None);
     let second = second.end(report);
     let lint = lint.map_or(Ok(()), |lint| lint.end(report));
     first.and(second).and(lint)
