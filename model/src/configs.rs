@@ -274,7 +274,7 @@ pub fn semaphore_three_takers_of_two(faults: u8) -> LockConfig {
 /// A semaphore of one permit and three takers starting together, holding
 /// at most a tick, one crash; A and C wait 4 ticks, B one: a waiter that
 /// dies in line has its entry skipped once its wait is over, as a mutex's
-/// (shared.lua, "local ends = redis.call('ZSCORE', KEYS[6], head)"). With
+/// (shared.lua, "if who ~= token and ends and tonumber(ends) <= now then"). With
 /// [`LockConfig::skip_ended_waits`] off the model finds a permit handed to
 /// the dead waiter.
 pub fn semaphore_one_permit_one_crash() -> LockConfig {

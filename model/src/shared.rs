@@ -80,7 +80,7 @@ pub struct Lease {
     pub fence: u8,
 }
 
-/// A queue entry `token:lease_ms:mode:limit` (shared.lua, "redis.call('RPUSH', KEYS[3], entry)"),
+/// A queue entry `token:lease_ms:mode:limit` (shared.lua, "'token:lease_ms:mode:limit' entries"),
 /// with its score in the queue's deadlines (`KEYS[6]`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Waiting {
