@@ -118,16 +118,8 @@ pub(crate) async fn observe(
         .cmd("PTTL")
         .arg(&mutex.lock)
         .cmd("GET")
-        .arg(&mutex.lock)
-        .cmd("LRANGE")
-        .arg(mutex.queue())
-        .arg(0)
-        .arg(&last)
-        .cmd("ZRANGE")
-        .arg(mutex.deadlines())
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES");
+        .arg(&mutex.lock);
+    line(&mut pipe, mutex, &last);
     if let Some((rw, _)) = shared {
         pipe.cmd("PTTL").arg(&rw.lock).cmd("GET").arg(&rw.lock);
     }
@@ -138,16 +130,8 @@ pub(crate) async fn observe(
             .arg(&last)
             .arg("WITHSCORES")
             .cmd("HGETALL")
-            .arg(&shared.fences)
-            .cmd("LRANGE")
-            .arg(shared.queue())
-            .arg(0)
-            .arg(&last)
-            .cmd("ZRANGE")
-            .arg(shared.deadlines())
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES");
+            .arg(&shared.fences);
+        line(&mut pipe, shared, &last);
     }
     let answers: Vec<redis::Value> = pipe
         .query_async(&mut node.connection())
@@ -244,6 +228,18 @@ pub(crate) async fn observe(
         rw,
         semaphore,
     })
+}
+
+/// Asks for a line of waiters: its first entries, and every entry's
+/// deadline.
+fn line(pipe: &mut redis::Pipeline, names: &KeyNames, last: &str) {
+    let (queue, deadlines) = (names.queue(), names.deadlines());
+    pipe.cmd("LRANGE").arg(queue).arg(0).arg(last);
+    pipe.cmd("ZRANGE")
+        .arg(deadlines)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES");
 }
 
 /// The tokens of a queue's `entries` still waiting at `now`: entries whose
