@@ -57,12 +57,11 @@ const X_API_KEY: &str = "x-api-key";
 /// themselves are never kept (the hash goes into the record's name, itself
 /// a hash).
 pub(crate) fn credentials(parts: &Parts) -> String {
-    let authorization: Vec<&[u8]> = parts
-        .headers
-        .get_all(AUTHORIZATION)
-        .iter()
-        .map(|v| v.as_bytes())
-        .collect();
+    let values = |name| -> Vec<&[u8]> {
+        let all = parts.headers.get_all(name).iter();
+        all.map(|v| v.as_bytes()).collect()
+    };
+    let authorization = values(AUTHORIZATION.as_str());
     let mut cookies: Vec<&[u8]> = parts
         .headers
         .get_all(COOKIE)
@@ -71,12 +70,7 @@ pub(crate) fn credentials(parts: &Parts) -> String {
         .map(<[u8]>::trim_ascii)
         .filter(|pair| !pair.is_empty())
         .collect();
-    let keys: Vec<&[u8]> = parts
-        .headers
-        .get_all(X_API_KEY)
-        .iter()
-        .map(|v| v.as_bytes())
-        .collect();
+    let keys = values(X_API_KEY);
     if authorization.is_empty() && cookies.is_empty() && keys.is_empty() {
         return String::new();
     }
