@@ -179,32 +179,18 @@ pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(
 /// kept until its `hold_at_least`), its guard lost from here on (it holds
 /// nothing); then the background releases in flight are waited for.
 pub(crate) async fn give_back_all(inner: &Arc<Inner>) {
-    let leases = inner.watchdog.locks();
-    let given_back = leases
-        .into_iter()
-        .filter(|held| held.end())
-        .map(|held| async move {
+    for held in inner.watchdog.locks() {
+        if held.end() {
             held.lost.cancel();
             retire(inner, &held, Instant::now());
-            if let Some(left) = held.keeps_for() {
-                let kept = send(inner, &held, Decision::Keep(left)).await;
-                if let Err(e) = kept {
-                    tracing::warn!(key = %held.key, error = &e as &dyn std::error::Error,
-                    "shutdown: keeping the lock until its hold_at_least failed");
-                }
-                return;
-            }
-            let lock = Abandoned {
-                inner: inner.clone(),
-                key: held.key.clone(),
-                lock: (held.names.clone(), held.token, held.ttl),
-                dequeue: false,
+            let decision = match held.keeps_for() {
+                Some(left) => Decision::Keep(left),
+                None => Decision::Delete,
             };
-            let mut retry = crate::backoff::Retry::RELEASE_IN_BACKGROUND.start();
-            let released = retry.send("shutdown", None, || lock.release_once()).await;
-            lock.report(&released);
-        });
-    futures_util::future::join_all(given_back).await;
+            // Sent as a dropped guard's release is: counted in flight.
+            send_in_background(inner.clone(), &held, decision);
+        }
+    }
     inner.in_flight.idle().await;
 }
 
