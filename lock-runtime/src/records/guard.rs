@@ -26,9 +26,8 @@ const MIN_COMPLETION_TRIES: Duration = Duration::from_secs(2);
 #[must_use = "a record guard dropped at once releases the record"]
 pub struct RecordGuard {
     key: String,
-    /// The record under the watchdog, from the claim that took it (`None`
-    /// once settled); dropped first (field order), so an unsettled guard stops the renewal before
-    /// `record` releases the record.
+    /// The record under the watchdog (`None` once settled); dropped first
+    /// (field order): the renewal stops before `record` releases it.
     renewal: Option<Watched>,
     /// What settling the record needs; armed (released in the background
     /// if the guard is dropped) until the record is settled.
@@ -55,8 +54,8 @@ impl fmt::Debug for RecordGuard {
 }
 
 impl RecordGuard {
-    /// Our `record` of the key `key`, taken by a claim sent at
-    /// `sent`: renewed every `ttl / 3` from then.
+    /// Our `record` of `key`, taken by a claim sent at `sent`: renewed
+    /// every `ttl / 3` from then.
     pub(super) fn claimed(key: String, record: Armed<Record>, sent: Instant) -> Self {
         let Record { client, ours: o } = record.get();
         let watched = Watched::record(&client.0, &o.names.record, o.token, o.ttl, sent);
@@ -101,10 +100,9 @@ impl RecordGuard {
     }
 
     /// Stores `stored`, as [`RecordGuard::complete`], sent again under
-    /// [`Retry::COMPLETION`] for a lease (two seconds at least); the future
-    /// owns what it needs (a layer may run it as a task of its own and stop
-    /// waiting for it). `Ok(false)`: another claimer's record is there. The
-    /// lease stays renewed until the future ends.
+    /// [`Retry::COMPLETION`] for a lease (two seconds at least) and renewed
+    /// until then; the future owns what it needs (a layer may run it as a
+    /// task of its own). `Ok(false)`: another claimer's record is there.
     pub(crate) fn completing(
         mut self,
         stored: StoredResponse,

@@ -2,19 +2,11 @@
 //! stored result to every duplicate.
 //!
 //! A queue consumer that must not charge a card twice when a message is
-//! delivered twice, a job runner that must not send one invoice twice: each
-//! claims a record named by the message's or job's id, with a fingerprint of
-//! its payload, and gets one of four answers ([`Claimed`]):
-//!
-//! * **run it** ([`Claimed::Run`]): the record is ours; do the work and
-//!   [`complete`](RecordGuard::complete) it with its result, or drop (or
-//!   [`release`](RecordGuard::release)) the guard to let a retry run it;
-//! * **already done** ([`Claimed::Done`]): the result stored by the claimer
-//!   that ran it, kept for the [retention](RecordRequest::retention) period;
-//! * **in flight** ([`Claimed::InFlight`]): another claimer runs it now and
-//!   did not finish within our [wait](RecordRequest::wait);
-//! * **reused** ([`Claimed::Reused`]): the key was claimed with another
-//!   fingerprint, a different piece of work under the same id.
+//! delivered twice claims a record named by the message's id, with a
+//! fingerprint of its payload, and is answered ([`Claimed`]): run the work
+//! and [complete](RecordGuard::complete) the record with its result; the
+//! result stored by the claimer that ran it; in flight elsewhere; or reused,
+//! another payload under the same id.
 //!
 //! ```
 //! use std::time::Duration;
@@ -31,10 +23,7 @@
 //!         receipt
 //!     }
 //!     Claimed::Done(stored) => stored, // delivered twice: the first result
-//!     Claimed::InFlight { retry_after } => {
-//!         # let _ = retry_after;
-//!         return Ok(()); // still running elsewhere: redeliver later
-//!     }
+//!     Claimed::InFlight { .. } => return Ok(()), // running elsewhere: redeliver later
 //!     Claimed::Reused => return Ok(()), // another payload under this id: reject it
 //!     _ => return Ok(()),
 //! };
@@ -45,25 +34,19 @@
 //!
 //! # Guarantees
 //!
-//! The claim, the renewal, the completion and the release are each one
-//! atomic step on the server (a claim of a free key is one `SET .. NX PX`,
-//! as a hand-written claim would be, and every other step one script; a
-//! critical section on the embedded backend), and each may be sent again
-//! when its reply was lost: a repeated claim finds and re-arms our own
-//! claim, a repeated completion finds our result
-//! already stored. A claimer that crashes (or is paused past its lease)
-//! stops renewing, and the record expires: a later claim runs the work. As
-//! for a lock, that is the one way to run it twice; the lease is renewed by
-//! the watchdog every `lease / 3` while the guard lives. On Redlock every
-//! node keeps a copy and a majority decides, as for a lock.
+//! The claim, the renewal (every `ttl / 3`, by the watchdog), the completion
+//! and the release are each one atomic step on the server (a claim of a free
+//! key is one `SET .. NX PX`, every other step one script; a critical
+//! section on the embedded backend), safe to send again when its reply was
+//! lost. A claimer that crashes, or is paused past its lease, stops
+//! renewing, and the record expires: a later claim runs the work. As for a
+//! lock, that is the one way to run it twice. On Redlock a majority of
+//! nodes decides.
 //!
-//! `IdempotencyLayer` (feature `axum`) is these
-//! records for HTTP: the `Idempotency-Key` header names the record, the
-//! request's method, route, query and body are its fingerprint, and the
-//! response is the stored result. Its handlers can also commit their writes
-//! with the completed record in one PostgreSQL transaction or Redis script
-//! (`layer::idempotency::Commit`), which closes the crash window above: a
-//! process killed after the work committed leaves its record committed too.
+//! `IdempotencyLayer` (feature `axum`) is these records for HTTP, and can
+//! commit a handler's writes with its completed record in one PostgreSQL
+//! transaction or Redis script (`layer::idempotency::Commit`): a process
+//! killed after the work committed leaves its record committed too.
 
 use std::future::Future;
 use std::time::Duration;
@@ -133,8 +116,7 @@ pub enum Claimed {
     Reused,
 }
 
-/// [`Claimed`] with the whole stored response (a layer's status and
-/// headers).
+/// [`Claimed`] with the whole stored response (a layer's status and headers).
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)] // as `Claimed`
 pub(crate) enum Answer {
@@ -228,14 +210,10 @@ impl RecordRequest {
         })
     }
 
-    /// [`claim`](Self::claim), answered with the whole stored response.
-    ///
-    /// The claim is sent as a lock's acquire is ([`Retry::ACQUIRE`]: a
-    /// repeated claim finds and re-arms our own). A claim that tries once
-    /// (the default) is that one claim; one that waits marks a record in
-    /// flight and waits for it as a busy lock is waited for
-    /// ([`Turns::run`]), with [`Retry::LOOK_AGAIN`] as a timer too, until
-    /// the wait ends.
+    /// [`claim`](Self::claim), answered with the whole stored response:
+    /// sent as a lock's acquire is ([`Retry::ACQUIRE`]: a repeated claim
+    /// finds and re-arms our own), and waited as a busy lock is
+    /// ([`Turns::run`], with [`Retry::LOOK_AGAIN`] as a timer too).
     // Not an `async fn`, as `claim`.
     pub(crate) fn answer(self) -> impl Future<Output = Result<Answer, LockError>> + Send + 'static {
         let this = self;
