@@ -258,7 +258,8 @@
 //!   `records`): run a piece of work once per key, replay its stored result.
 //! * `axum`: tower layers for axum, `LockLayer` and `IdempotencyLayer` (module
 //!   `layer`); turns on `idempotency`.
-//! * `tls`: `rediss://` URLs.
+//! * `tls`: `rediss://` URLs, with a private CA and client certificates
+//!   (mutual TLS) if need be.
 //! * `metrics`: counters and histograms on the [`metrics`](https://docs.rs/metrics)
 //!   facade (acquisitions by outcome, wait and hold times, hand-overs, lost
 //!   leases, renewals, idempotency outcomes), labelled by

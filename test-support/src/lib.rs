@@ -48,7 +48,7 @@ pub use postgres::{PostgresServer, postgres_bin_dir};
 pub use proxy::CommandProxy;
 pub use replies::{KILL_OTHER_CLIENTS, LostReplies, RawConnection};
 pub use server::{RedisServer, free_port, redis_server_bin, signal, try_free_port};
-pub use tls::{TlsFiles, self_signed_cert};
+pub use tls::{TlsFiles, client_cert, self_signed_cert};
 
 /// Runs `command` with `input` written to its stdin, and waits for its
 /// output (stdout piped; stderr as `command` has it).

@@ -65,8 +65,8 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: tempfile::TempDir,
     args: Vec<String>,
-    /// The CA file when serving TLS.
-    tls: Option<PathBuf>,
+    /// The certificates when serving TLS.
+    tls: Option<TlsFiles>,
     password: Option<String>,
 }
 
@@ -163,7 +163,7 @@ impl RedisServer {
             child: None,
             dir,
             args,
-            tls: tls.map(|f| f.ca.clone()),
+            tls: tls.cloned(),
             password,
         };
         server.spawn()?;
@@ -271,8 +271,14 @@ impl RedisServer {
     fn run_cli(&self, args: &[&str]) -> std::io::Result<Output> {
         let mut cmd = Command::new("redis-cli");
         cmd.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
-        if let Some(ca) = &self.tls {
-            cmd.arg("--tls").arg("--cacert").arg(ca);
+        if let Some(files) = &self.tls {
+            // The server's certificate serves as redis-cli's own too, where
+            // the server asks clients for one (`--tls-auth-clients yes`).
+            cmd.arg("--tls").arg("--cacert").arg(&files.ca);
+            cmd.arg("--cert")
+                .arg(&files.cert)
+                .arg("--key")
+                .arg(&files.key);
         }
         if let Some(pw) = &self.password {
             cmd.arg("--no-auth-warning").arg("-a").arg(pw);

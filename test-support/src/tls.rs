@@ -34,7 +34,8 @@ fn openssl(args: &[&str], dir: &Path) -> Result<()> {
 }
 
 /// Generates with `openssl`, in `dir`, a self-signed CA (`openssl req -x509`)
-/// and a server certificate for `127.0.0.1` signed by it. (rustls refuses a
+/// and a server certificate for `127.0.0.1` signed by it, which `redis-cli`
+/// presents as its own where the server asks for one. (rustls refuses a
 /// self-signed CA certificate presented as the server's own:
 /// `CaUsedAsEndEntity`; so the server gets a leaf.)
 pub fn self_signed_cert(dir: &Path) -> Result<TlsFiles> {
@@ -73,7 +74,7 @@ pub fn self_signed_cert(dir: &Path) -> Result<TlsFiles> {
     )?;
     std::fs::write(
         dir.join("leaf.ext"),
-        "basicConstraints=critical,CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        "basicConstraints=critical,CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
     )
     .map_err(|e| e.to_string())?;
     openssl(
@@ -101,4 +102,50 @@ pub fn self_signed_cert(dir: &Path) -> Result<TlsFiles> {
         cert: dir.join("redis.crt"),
         key: dir.join("redis.key"),
     })
+}
+
+/// A client certificate for mutual TLS (`--tls-auth-clients yes`), signed
+/// in `dir` by the CA [`self_signed_cert`] made there: (certificate, key)
+/// PEM files, named after `name`.
+pub fn client_cert(dir: &Path, name: &str) -> Result<(PathBuf, PathBuf)> {
+    let (key, csr, cert) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.crt"),
+    );
+    let subject = format!("/CN={name}");
+    openssl(
+        &[
+            "req", "-newkey", "rsa:2048", "-nodes", "-subj", &subject, "-keyout", &key, "-out",
+            &csr,
+        ],
+        dir,
+    )?;
+    let ext = format!("{name}.ext");
+    std::fs::write(
+        dir.join(&ext),
+        "basicConstraints=critical,CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    )
+    .map_err(|e| e.to_string())?;
+    openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &cert,
+        ],
+        dir,
+    )?;
+    Ok((dir.join(cert), dir.join(key)))
 }

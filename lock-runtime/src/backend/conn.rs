@@ -28,10 +28,16 @@ pub(crate) struct RedisOptions {
     pub(crate) replica_acks: Option<(u32, Duration)>,
     /// Group commit of a mutex's script calls (`LockClientBuilder::coalesce_scripts`).
     pub(crate) coalesce: bool,
+    /// The certificates of every `rediss://` connection: a CA to trust
+    /// instead of the system's roots, a client certificate to present
+    /// (`LockClientBuilder::tls_root_certificates`, `tls_client_certificate`).
+    #[cfg(feature = "tls")]
+    pub(crate) certificates: Option<redis::TlsCertificates>,
 }
 
-/// Parses a URL into a driver client, as a configuration error when malformed.
-pub(crate) fn open_client(url: &str) -> Result<redis::Client, LockError> {
+/// Parses a URL into a driver client, as a configuration error when
+/// malformed, with `options`' TLS certificates.
+pub(crate) fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Client, LockError> {
     use redis::IntoConnectionInfo;
     // Never echo the URL: it may carry a password.
     let invalid = |e: redis::RedisError| LockError::Config(format!("invalid Redis URL: {e}"));
@@ -41,19 +47,33 @@ pub(crate) fn open_client(url: &str) -> Result<redis::Client, LockError> {
     // servers that know the command (Redis 7.2+, Valkey) would log every
     // refusal in `ACL LOG`.
     let settings = skip_set_lib_name(info.redis_settings().clone());
-    let client = redis::Client::open(info.set_redis_settings(settings)).map_err(invalid)?;
+    let info = info.set_redis_settings(settings);
     #[cfg(not(feature = "tls"))]
-    if url.starts_with("rediss://") {
-        return Err(LockError::Config(
-            "`rediss://` needs the `tls` feature of lock-runtime".into(),
-        ));
+    {
+        let _ = options;
+        if url.starts_with("rediss://") {
+            return Err(LockError::Config(
+                "`rediss://` needs the `tls` feature of lock-runtime".into(),
+            ));
+        }
     }
     #[cfg(feature = "tls")]
     {
         // rustls needs a process-wide crypto provider; keep the user's if set.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        if let Some(certificates) = &options.certificates {
+            if !url.starts_with("rediss://") {
+                return Err(LockError::Config(
+                    "TLS certificates are set, but a server URL is `redis://`: \
+                     use `rediss://`"
+                        .into(),
+                ));
+            }
+            return redis::Client::build_with_tls(info, certificates.clone())
+                .map_err(|e| LockError::Config(format!("invalid TLS certificates: {e}")));
+        }
     }
-    Ok(client)
+    redis::Client::open(info).map_err(invalid)
 }
 
 /// `settings` without the `CLIENT SETINFO` that redis-rs sends on connect.
@@ -250,7 +270,7 @@ impl SentinelConn {
     ) -> Result<Self, LockError> {
         let infos = sentinels
             .iter()
-            .map(|url| open_client(url).map(|c| c.get_connection_info().clone()))
+            .map(|url| open_client(url, options).map(|c| c.get_connection_info().clone()))
             .collect::<Result<Vec<_>, _>>()?;
         // The master's connections: as before (the driver's defaults), but
         // without `CLIENT SETINFO` (see `open_client`).

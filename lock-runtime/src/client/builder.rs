@@ -32,6 +32,10 @@ pub struct LockClientBuilder {
     local_handover: bool,
     coalesce_scripts: bool,
     label: Option<String>,
+    /// `rediss://` certificates: a CA to trust, a client certificate
+    /// (boxed: most builders have none).
+    #[cfg(feature = "tls")]
+    certificates: Option<Box<redis::TlsCertificates>>,
 }
 
 #[derive(Clone)]
@@ -56,6 +60,8 @@ impl Default for LockClientBuilder {
             local_handover: true,
             coalesce_scripts: false,
             label: None,
+            #[cfg(feature = "tls")]
+            certificates: None,
         }
     }
 }
@@ -71,8 +77,10 @@ impl fmt::Debug for LockClientBuilder {
             Target::Cluster(_) => "cluster",
             Target::Memory => "memory",
         };
-        f.debug_struct("LockClientBuilder")
-            .field("target", &target)
+        let mut f = f.debug_struct("LockClientBuilder");
+        #[cfg(feature = "tls")]
+        f.field("certificates", &self.certificates); // shown redacted
+        f.field("target", &target)
             .field("prefix", &self.prefix)
             .field("default_ttl", &self.default_ttl)
             .field("connect_timeout", &self.connect_timeout)
@@ -87,8 +95,9 @@ impl fmt::Debug for LockClientBuilder {
 
 impl LockClientBuilder {
     /// One Redis or Valkey server: `redis://[user:password@]host:port[/db]`, or
-    /// `rediss://` with the `tls` feature. ACL users and passwords come from the
-    /// URL.
+    /// `rediss://` with the `tls` feature (a private CA, a client
+    /// certificate: `tls_root_certificates`, `tls_client_certificate`). ACL
+    /// users and passwords come from the URL.
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.target = Target::Redis(url.into());
         self
@@ -252,6 +261,69 @@ impl LockClientBuilder {
         self
     }
 
+    /// Trusts the CA certificates in `pem` (one or more PEM `CERTIFICATE`
+    /// blocks) for every `rediss://` server, instead of the system's roots
+    /// (which `SSL_CERT_FILE` adds to): a private CA, without changing the
+    /// process's environment. Feature `tls`. `build` fails with
+    /// [`LockError::Config`] for PEM that holds no certificate or does not
+    /// parse, and for a `redis://` URL: certificates are for TLS only.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = lock_runtime::LockClient::builder()
+    ///     .redis("rediss://locks.internal:6380")
+    ///     .tls_root_certificates(std::fs::read("/etc/locks/ca.pem")?)
+    ///     .tls_client_certificate(
+    ///         std::fs::read("/etc/locks/client.pem")?,
+    ///         std::fs::read("/etc/locks/client.key")?,
+    ///     )
+    ///     .build()
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.certificates().root_cert = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate to every `rediss://` server: mutual
+    /// TLS, which Redis and Valkey ask for unless told otherwise
+    /// (`tls-auth-clients yes`, their default). `cert_pem`: the client's
+    /// certificate, then any intermediates; `key_pem`: its private key
+    /// (PKCS#8, PKCS#1 or SEC1 PEM). Feature `tls`; an example at
+    /// [`tls_root_certificates`](Self::tls_root_certificates). `build`
+    /// fails with [`LockError::Config`] for PEM that does not parse or a
+    /// key that does not match the certificate.
+    ///
+    /// Applies to a single server, Redlock's masters and a cluster's nodes,
+    /// and to the sentinels of `.sentinel(..)`, whose master is reached
+    /// without TLS (the Sentinel client's own limit).
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.certificates().client_tls = Some(redis::ClientTlsConfig {
+            client_cert: cert_pem.into(),
+            client_key: key_pem.into(),
+        });
+        self
+    }
+
+    #[cfg(feature = "tls")]
+    fn certificates(&mut self) -> &mut redis::TlsCertificates {
+        self.certificates.get_or_insert_with(|| {
+            Box::new(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: None,
+            })
+        })
+    }
+
     /// Checks the configuration, connects and loads the scripts.
     ///
     /// `LockError::Config` for a missing backend, a malformed URL or a bad
@@ -290,6 +362,8 @@ impl LockClientBuilder {
             response_timeout: self.response_timeout,
             replica_acks: self.replica_acks,
             coalesce: self.coalesce_scripts,
+            #[cfg(feature = "tls")]
+            certificates: checked_certificates(self.certificates, &self.target)?,
         };
         let backend = match self.target {
             Target::Unset => {
@@ -343,4 +417,56 @@ fn only_single_or_sentinel(replica_acks: Option<(u32, Duration)>) -> Result<(), 
         )),
         None => Ok(()),
     }
+}
+
+/// `certificates` if any is set, checked: the PEM holds certificates that
+/// parse, the key matches the client certificate, and the backend is a
+/// server's (the embedded one has no TLS).
+#[cfg(feature = "tls")]
+fn checked_certificates(
+    certificates: Option<Box<redis::TlsCertificates>>,
+    target: &Target,
+) -> Result<Option<redis::TlsCertificates>, LockError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let Some(certificates) = certificates else {
+        return Ok(None);
+    };
+    let redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    } = &*certificates;
+    if matches!(target, Target::Memory) {
+        return Err(LockError::Config(
+            "TLS certificates are set, but the backend is the embedded one".into(),
+        ));
+    }
+    let invalid = |what: &str, e: &dyn fmt::Display| {
+        LockError::Config(format!("invalid TLS certificates: {what}: {e}"))
+    };
+    let chain = |what: &str, pem: &[u8]| {
+        let certs = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(what, &e))?;
+        match certs.is_empty() {
+            true => Err(invalid(what, &"no PEM `CERTIFICATE` block")),
+            false => Ok(certs),
+        }
+    };
+    if let Some(pem) = root_cert {
+        chain("the root certificates", pem)?;
+    }
+    if let Some(client) = client_tls {
+        let certs = chain("the client certificate", &client.client_cert)?;
+        let key = PrivateKeyDer::from_pem_slice(&client.client_key)
+            .map_err(|e| invalid("the client key", &e))?;
+        // rustls checks that the key is the certificate's.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        rustls::ClientConfig::builder()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_client_auth_cert(certs, key)
+            .map_err(|e| invalid("the client key", &e))?;
+    }
+    Ok(Some(*certificates))
 }

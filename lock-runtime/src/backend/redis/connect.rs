@@ -19,8 +19,19 @@ use crate::error::{BackendError, LockError};
 /// that answered something other than Redis's protocol (a web server, a
 /// database on the wrong port) is said to be that, not a parse error of the
 /// scripts' loading.
-fn first_answer(addr: &str, e: LockError) -> LockError {
+/// A TLS server that asks for client certificates closes the connection
+/// of a client without one after the handshake: `no_client_cert` says
+/// when that may be why.
+fn first_answer(addr: &str, e: LockError, no_client_cert: bool) -> LockError {
     match e {
+        LockError::Backend(e) if no_client_cert && e.is_connection() => BackendError::wrap(
+            format!(
+                "{addr} closed the TLS connection (a server that asks for client \
+                 certificates, `tls-auth-clients yes`, needs `tls_client_certificate`)"
+            ),
+            e,
+        )
+        .into(),
         LockError::Backend(e)
             if e.driver_error()
                 .is_some_and(|d| d.kind() == redis::ErrorKind::Parse) =>
@@ -54,14 +65,22 @@ impl RedisBackend {
         waiters: Arc<Registry>,
         announce_free: bool,
     ) -> Result<Self, LockError> {
-        let client = open_client(url)?;
+        let client = open_client(url, options)?;
+        #[cfg(feature = "tls")]
+        let no_client_cert = url.starts_with("rediss://")
+            && options
+                .certificates
+                .as_ref()
+                .is_none_or(|c| c.client_tls.is_none());
+        #[cfg(not(feature = "tls"))]
+        let no_client_cert = false;
         let addr = client.get_connection_info().addr().to_string();
         let mut conn = Conn::Single(Arc::new(
             SingleConn::connect(client.clone(), options).await?,
         ));
         load_scripts(&mut conn)
             .await
-            .map_err(|e| first_answer(&addr, e))?;
+            .map_err(|e| first_answer(&addr, e, no_client_cert))?;
         BATCH
             .prepare_invoke()
             .load_async(&mut conn)
@@ -123,10 +142,10 @@ impl RedisBackend {
     ) -> Result<Self, LockError> {
         at_least_one(seeds, "`.cluster(..)` needs at least one seed URL")?;
         for url in seeds {
-            open_client(url)?;
+            open_client(url, options)?;
         }
         let (push_tx, push_rx) = mpsc::unbounded_channel();
-        let client = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
+        let builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
             .connection_timeout(options.connect_timeout)
             .response_timeout(options.response_timeout)
             .use_protocol(redis::ProtocolVersion::RESP3)
@@ -136,7 +155,13 @@ impl RedisBackend {
             .retries(8)
             .min_retry_wait(2)
             .max_retry_wait(100)
-            .retry_wait_formula(2, 2)
+            .retry_wait_formula(2, 2);
+        #[cfg(feature = "tls")]
+        let builder = match &options.certificates {
+            Some(certificates) => builder.certs(certificates.clone()),
+            None => builder,
+        };
+        let client = builder
             .build()
             .map_err(|e| LockError::Config(format!("invalid cluster configuration: {e}")))?;
         let cluster = tokio::time::timeout(

@@ -1,0 +1,195 @@
+//! `LockClientBuilder::tls_root_certificates` and `tls_client_certificate`
+//! against a real TLS server: a private CA trusted without `SSL_CERT_FILE`,
+//! mutual TLS (`--tls-auth-clients yes`, Redis's default) for the lock
+//! commands and the notice connection alike, and clear errors for
+//! certificates that cannot work.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockError};
+use test_support::{RedisServer, TlsFiles};
+
+fn pem(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+/// A TLS server asking clients for certificates (`yes`) or not (`no`),
+/// its files, and the dir they are in.
+fn tls_server(auth_clients: &str) -> (RedisServer, TlsFiles, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let files = test_support::self_signed_cert(dir.path()).unwrap();
+    let server = RedisServer::try_start_tls(&files, &["--tls-auth-clients", auth_clients]).unwrap();
+    (server, files, dir)
+}
+
+fn url(server: &RedisServer) -> String {
+    format!("rediss://127.0.0.1:{}", server.port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_takes_and_waits_on_one_server_and_on_redlock() {
+    if !test_support::tls_available(
+        "mutual_tls_takes_waits_and_hands_over_with_a_client_certificate",
+    ) {
+        return;
+    }
+    let (server, files, dir) = tls_server("yes");
+    let (cert, key) = test_support::client_cert(dir.path(), "locker").unwrap();
+    let mtls = || {
+        LockClient::builder()
+            .redis(url(&server))
+            .tls_root_certificates(pem(&files.ca))
+            .tls_client_certificate(pem(&cert), pem(&key))
+    };
+    let (a, b) = (mtls().build().await.unwrap(), mtls().build().await.unwrap());
+    // The plain path and the scripts.
+    let guard = a.lock("order:1").acquire().await.unwrap();
+    assert!(guard.fencing_token().await.unwrap() > 0);
+    guard.release().await.unwrap();
+    // A waiter of another client is woken by the notice, over its own
+    // mutual-TLS connection, long before the 30 s lease would end.
+    let held = a
+        .lock("order:2")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = b
+            .lock("order:2")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        guard.release().await.unwrap();
+        waited
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let waited = waiter.await.unwrap();
+    assert!(
+        waited < Duration::from_secs(2),
+        "the waiter took {waited:?}"
+    );
+
+    // Redlock's masters, each over mutual TLS.
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::try_start_tls(&files, &["--tls-auth-clients", "yes"]).unwrap())
+        .collect();
+    let redlock = LockClient::builder()
+        .redlock(masters.iter().map(url))
+        .tls_root_certificates(pem(&files.ca))
+        .tls_client_certificate(pem(&cert), pem(&key))
+        .build()
+        .await
+        .unwrap();
+    redlock.with_lock("order:3", async {}).await.unwrap();
+
+    // Without a client certificate, the server refuses the handshake:
+    // `build` says so, as a backend error (it could not connect).
+    let err = LockClient::builder()
+        .redis(url(&server))
+        .tls_root_certificates(pem(&files.ca))
+        .build()
+        .await
+        .unwrap_err();
+    let text = test_support::error_chain(&err);
+    assert!(
+        err.is_backend() && text.contains("tls_client_certificate"),
+        "{text}"
+    );
+    println!("no client certificate: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_certificates_trust_a_private_ca_and_only_it() {
+    if !test_support::tls_available("root_certificates_trust_a_private_ca_and_only_it") {
+        return;
+    }
+    // The system's roots (and whatever `SSL_CERT_FILE` adds) do not know
+    // the CA made for this test, so a client without it is refused.
+    let (server, files, _dir) = tls_server("no");
+    let trusted = LockClient::builder()
+        .redis(url(&server))
+        .tls_root_certificates(pem(&files.ca))
+        .build()
+        .await
+        .unwrap();
+    trusted.with_lock("k", async {}).await.unwrap();
+
+    let err = LockClient::builder()
+        .redis(url(&server))
+        .build()
+        .await
+        .unwrap_err();
+    let text = test_support::error_chain(&err).to_lowercase();
+    assert!(err.is_backend() && text.contains("certificate"), "{text}");
+    // Another CA's certificate trusts only that CA: the system's roots are
+    // not consulted, and the server's certificate is refused.
+    let other = tempfile::tempdir().unwrap();
+    let other = test_support::self_signed_cert(other.path()).unwrap();
+    let err = LockClient::builder()
+        .redis(url(&server))
+        .tls_root_certificates(pem(&other.ca))
+        .build()
+        .await
+        .unwrap_err();
+    let text = test_support::error_chain(&err).to_lowercase();
+    assert!(err.is_backend() && text.contains("certificate"), "{text}");
+}
+
+#[tokio::test]
+async fn certificates_that_cannot_work_are_config_errors_before_any_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = test_support::self_signed_cert(dir.path()).unwrap();
+    let (cert, key) = test_support::client_cert(dir.path(), "locker").unwrap();
+    // Nothing listens here: a check that came after connecting would be a
+    // backend error, not a configuration one.
+    let nowhere = format!("rediss://127.0.0.1:{}", test_support::free_port());
+    let base = || LockClient::builder().redis(&nowhere);
+    let cases: Vec<(&str, lock_runtime::LockClientBuilder)> = vec![
+        (
+            "garbage roots",
+            base().tls_root_certificates(b"not a certificate".to_vec()),
+        ),
+        ("a key as roots", base().tls_root_certificates(pem(&key))),
+        (
+            "garbage client key",
+            base().tls_client_certificate(pem(&cert), b"nope".to_vec()),
+        ),
+        (
+            "the CA's key for the client's certificate",
+            base().tls_client_certificate(pem(&cert), pem(&dir.path().join("ca.key"))),
+        ),
+        (
+            "no client certificate",
+            base().tls_client_certificate(Vec::new(), pem(&key)),
+        ),
+        (
+            "a redis:// URL",
+            LockClient::builder()
+                .redis(nowhere.replace("rediss://", "redis://"))
+                .tls_root_certificates(pem(&files.ca)),
+        ),
+        (
+            "the embedded backend",
+            LockClient::builder()
+                .memory()
+                .tls_root_certificates(pem(&files.ca)),
+        ),
+    ];
+    for (case, builder) in cases {
+        let debug = format!("{builder:?}");
+        assert!(
+            !debug.contains("BEGIN"),
+            "{case}: the builder shows a PEM: {debug}"
+        );
+        match builder.build().await {
+            Err(LockError::Config(message)) => println!("{case}: {message}"),
+            other => panic!("{case}: {other:?}"),
+        }
+    }
+}
