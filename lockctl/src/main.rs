@@ -9,11 +9,14 @@
 //! ```
 //!
 //! `--redis` defaults to `REDIS_URL`; `--cluster` takes the seeds of a
-//! Redis Cluster (then `list` covers every master). Output is a table, or
+//! Redis Cluster (then `list` covers every master). `rediss://` servers
+//! with a private CA or asking for a client certificate: `--tls-ca FILE`,
+//! `--tls-cert FILE --tls-key FILE` (PEM). Output is a table, or
 //! JSON with `--json`. Every failure (a bad URL, an unreachable server, a
 //! bad key, nothing to release, a declined confirmation) is one line on
 //! standard error and exit code 1.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -38,6 +41,27 @@ struct Cli {
     /// --redis.
     #[arg(long, value_name = "URL")]
     cluster: Vec<String>,
+    /// PEM CA certificates to trust for `rediss://` servers, instead of the
+    /// system's roots (`LockClientBuilder::tls_root_certificates`).
+    #[arg(long, env = "LOCKCTL_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// A PEM client certificate for servers that ask for one (mutual TLS,
+    /// `tls-auth-clients yes`); with --tls-key.
+    #[arg(
+        long,
+        env = "LOCKCTL_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(
+        long,
+        env = "LOCKCTL_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<PathBuf>,
     /// The prefix the services' clients use (`LockClientBuilder::key_prefix`).
     #[arg(long, default_value = "lock:", value_name = "PREFIX")]
     key_prefix: String,
@@ -164,6 +188,17 @@ async fn client(cli: &Cli) -> Result<LockClient, Failure> {
                 "no server: give --redis URL (or set REDIS_URL), or --cluster URL".into(),
             ));
         }
+    };
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|e| Failure(format!("cannot read {}: {e}", path.display())))
+    };
+    let builder = match &cli.tls_ca {
+        Some(ca) => builder.tls_root_certificates(read(ca)?),
+        None => builder,
+    };
+    let builder = match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => builder.tls_client_certificate(read(cert)?, read(key)?),
+        _ => builder,
     };
     Ok(builder
         .key_prefix(&cli.key_prefix)

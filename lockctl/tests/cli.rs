@@ -178,3 +178,63 @@ async fn an_empty_listing_says_where_it_looked() {
     );
     assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
 }
+
+/// A server with a private CA that asks for client certificates (mutual
+/// TLS): `--tls-ca`, `--tls-cert` and `--tls-key` reach it; without the
+/// certificate, one line says what is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_with_a_private_ca() {
+    if !test_support::tls_available("mutual_tls_with_a_private_ca") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let files = test_support::self_signed_cert(dir.path()).unwrap();
+    let (cert, key) = test_support::client_cert(dir.path(), "ops").unwrap();
+    let server = RedisServer::try_start_tls(&files, &["--tls-auth-clients", "yes"]).unwrap();
+    let url = server.url();
+    let client = LockClient::builder()
+        .redis(&url)
+        .tls_root_certificates(std::fs::read(&files.ca).unwrap())
+        .tls_client_certificate(std::fs::read(&cert).unwrap(), std::fs::read(&key).unwrap())
+        .build()
+        .await
+        .unwrap();
+    let _held = client.lock("order:7").acquire().await.unwrap();
+    let (ca, cert, key) = (
+        files.ca.to_str().unwrap(),
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+    );
+
+    let target = [
+        "--redis",
+        &url,
+        "--tls-ca",
+        ca,
+        "--tls-cert",
+        cert,
+        "--tls-key",
+        key,
+    ];
+    let out = common::lockctl(&target, &["--json", "show", "order:7"], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(state["held"], true, "{state}");
+
+    let out = common::lockctl(&["--redis", &url, "--tls-ca", ca], &["show", "order:7"], "");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("tls_client_certificate"), "{stderr}");
+    // A certificate without its key is refused before connecting.
+    let out = common::lockctl(
+        &["--redis", &url, "--tls-cert", cert],
+        &["show", "order:7"],
+        "",
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--tls-key"),
+        "{}",
+        text(&out.stderr)
+    );
+}
