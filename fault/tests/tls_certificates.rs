@@ -193,3 +193,54 @@ async fn certificates_that_cannot_work_are_config_errors_before_any_connection()
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_takes_and_waits_on_a_cluster() {
+    if !test_support::tls_available("mutual_tls_takes_and_waits_on_a_cluster") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let files = test_support::self_signed_cert(dir.path()).unwrap();
+    let (cert, key) = test_support::client_cert(dir.path(), "locker").unwrap();
+    let cluster = test_support::topology::Cluster::start_tls(3, &files);
+    let mtls = || {
+        LockClient::builder()
+            .cluster(cluster.seed_urls())
+            .tls_root_certificates(pem(&files.ca))
+            .tls_client_certificate(pem(&cert), pem(&key))
+    };
+    let (a, b) = (mtls().build().await.unwrap(), mtls().build().await.unwrap());
+    // Keys on every node, by their hash slots.
+    for i in 0..16 {
+        let key = format!("order:{i}");
+        let guard = a.lock(&key).acquire().await.unwrap();
+        assert!(guard.fencing_token().await.unwrap() > 0, "{key}");
+        guard.release().await.unwrap();
+    }
+    // A waiter is woken by the notice, over the cluster's TLS connections.
+    let held = a
+        .lock("order:w")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = b
+            .lock("order:w")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        guard.release().await.unwrap();
+        waited
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let waited = waiter.await.unwrap();
+    assert!(
+        waited < Duration::from_secs(2),
+        "the waiter took {waited:?}"
+    );
+}

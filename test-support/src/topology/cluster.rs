@@ -4,7 +4,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::topology::{cli_port, info_field, pipeline, poll, sorted_keys};
-use crate::{RedisServer, free_port};
+use crate::{RedisServer, TlsFiles, free_port};
 
 /// A slot on its way from node `from` to node `to` (see
 /// [`Cluster::begin_migration`]).
@@ -33,11 +33,22 @@ impl Cluster {
     /// and waits until every node reports `cluster_state:ok` and agrees on
     /// the owner of every slot.
     pub fn start(n: usize) -> Self {
+        Self::start_with(n, None)
+    }
+
+    /// [`Cluster::start`] with TLS only (`--tls-cluster yes`, the bus too),
+    /// asking clients for certificates (`--tls-auth-clients yes`): `files`'
+    /// server certificate serves as `redis-cli`'s own.
+    pub fn start_tls(n: usize, files: &TlsFiles) -> Self {
+        Self::start_with(n, Some(files))
+    }
+
+    fn start_with(n: usize, tls: Option<&TlsFiles>) -> Self {
         assert!(
             n >= 3,
             "redis-cli --cluster create needs at least 3 masters"
         );
-        let nodes: Vec<RedisServer> = (0..n).map(|_| start_node()).collect();
+        let nodes: Vec<RedisServer> = (0..n).map(|_| start_node(tls)).collect();
         for (i, node) in nodes.iter().enumerate() {
             assert!(
                 node.dir().join("nodes.conf").exists(),
@@ -48,7 +59,15 @@ impl Cluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = Command::new("redis-cli")
+        let mut cli = Command::new("redis-cli");
+        if let Some(files) = tls {
+            cli.arg("--tls").arg("--cacert").arg(&files.ca);
+            cli.arg("--cert")
+                .arg(&files.cert)
+                .arg("--key")
+                .arg(&files.key);
+        }
+        let out = cli
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
@@ -297,11 +316,11 @@ impl super::Topology for Cluster {
 /// a port found free may be taken by a parallel test before the node binds
 /// it, so a node that fails to start is started again with a new bus port
 /// (and, by `try_start`, a new port of its own).
-fn start_node() -> RedisServer {
+fn start_node(tls: Option<&TlsFiles>) -> RedisServer {
     let mut last = String::new();
     for _ in 0..5 {
         let bus = free_port().to_string();
-        match RedisServer::try_start(&[
+        let mut options = vec![
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -310,7 +329,15 @@ fn start_node() -> RedisServer {
             "2000",
             "--cluster-port",
             &bus,
-        ]) {
+        ];
+        let started = match tls {
+            Some(files) => {
+                options.extend(["--tls-cluster", "yes", "--tls-auth-clients", "yes"]);
+                RedisServer::try_start_tls(files, &options)
+            }
+            None => RedisServer::try_start(&options),
+        };
+        match started {
             Ok(node) => return node,
             Err(e) => last = e,
         }
