@@ -5,7 +5,7 @@
 //! refusing a lock no replica acknowledged, with Sentinel and with one URL,
 //! and a wait abandoned mid-failover leaving the line on the new master.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
@@ -300,4 +300,81 @@ async fn an_acquire_that_waits_rides_out_a_failover_within_its_wait() {
         "held on the promoted replica"
     );
     guard.release().await.unwrap();
+}
+
+/// A master with a password, found through a sentinel that knows it
+/// (`sentinel auth-pass`): `sentinel_master_auth` logs the client in to the
+/// master (and its notice connection: a waiter is woken by the release);
+/// without it, `build` fails saying authentication is what is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_with_a_password_is_reached_with_sentinel_master_auth() {
+    let master = RedisServer::start_with(&["--requirepass", "master pw"]);
+    let name = topology::MASTER_NAME;
+    let sentinel = topology::Sentinel::try_start(
+        master.port,
+        name,
+        &format!("sentinel auth-pass {name} \"master pw\"\n"),
+    )
+    .unwrap();
+    let urls = || [sentinel.url()];
+
+    let err = LockClient::builder()
+        .sentinel(name, urls())
+        .build()
+        .await
+        .unwrap_err();
+    let text = test_support::error_chain(&err).to_lowercase();
+    assert!(
+        err.is_backend() && (text.contains("auth") || text.contains("password")),
+        "{text}"
+    );
+
+    let client = || {
+        LockClient::builder()
+            .sentinel(name, urls())
+            .sentinel_master_auth("default", "master pw")
+    };
+    let debug = format!("{:?}", client());
+    assert!(
+        !debug.contains("master pw"),
+        "the password in Debug: {debug}"
+    );
+    let (a, b) = (
+        client().build().await.unwrap(),
+        client().build().await.unwrap(),
+    );
+    let held = a
+        .lock("order:1")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = b
+            .lock("order:1")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        guard.release().await.unwrap();
+        waited
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let waited = waiter.await.unwrap();
+    assert!(
+        waited < Duration::from_secs(2),
+        "the waiter took {waited:?}"
+    );
+
+    // Only for Sentinel: another backend's URL carries its credentials.
+    let err = LockClient::builder()
+        .redis(master.url())
+        .sentinel_master_auth("default", "master pw")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Config(_)), "{err:?}");
 }

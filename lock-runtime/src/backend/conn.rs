@@ -33,6 +33,24 @@ pub(crate) struct RedisOptions {
     /// (`LockClientBuilder::tls_root_certificates`, `tls_client_certificate`).
     #[cfg(feature = "tls")]
     pub(crate) certificates: Option<redis::TlsCertificates>,
+    /// The ACL user and password of a Sentinel group's master
+    /// (`LockClientBuilder::sentinel_master_auth`).
+    pub(crate) master_auth: Option<MasterAuth>,
+}
+
+/// A Sentinel master's ACL user and password; `Debug` shows the user only.
+#[derive(Clone)]
+pub(crate) struct MasterAuth {
+    pub(crate) username: String,
+    pub(crate) password: String,
+}
+
+impl std::fmt::Debug for MasterAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MasterAuth")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Parses a URL into a driver client, as a configuration error when
@@ -272,10 +290,15 @@ impl SentinelConn {
             .iter()
             .map(|url| open_client(url, options).map(|c| c.get_connection_info().clone()))
             .collect::<Result<Vec<_>, _>>()?;
-        // The master's connections: as before (the driver's defaults), but
-        // without `CLIENT SETINFO` (see `open_client`).
+        // The master's connections: the driver's defaults, with the
+        // master's credentials if given, and without `CLIENT SETINFO` (see
+        // `open_client`).
+        let mut settings = skip_set_lib_name(Default::default());
+        if let Some(MasterAuth { username, password }) = &options.master_auth {
+            settings = settings.set_username(username).set_password(password);
+        }
         let master_info = redis::sentinel::SentinelNodeConnectionInfo::default()
-            .set_redis_connection_info(skip_set_lib_name(Default::default()));
+            .set_redis_connection_info(settings);
         // `build` takes a `String` without redis' TLS feature and `impl AsRef<str>`
         // with it; an owned string fits both.
         #[allow(clippy::unnecessary_to_owned)]

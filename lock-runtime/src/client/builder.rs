@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::{DEFAULT_TTL, LockClient, validate_ttl};
 use crate::backend::Backend;
+use crate::backend::conn::MasterAuth;
 use crate::backend::labels::{default_label, validate_label};
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::{memory::MemoryBackend, redis::RedisBackend, redis::RedisOptions};
@@ -32,10 +33,13 @@ pub struct LockClientBuilder {
     local_handover: bool,
     coalesce_scripts: bool,
     label: Option<String>,
+    /// A Sentinel group's master's ACL user and password (boxed: most
+    /// builders have none).
+    master_auth: Option<Box<MasterAuth>>,
     /// `rediss://` certificates: a CA to trust, a client certificate
     /// (boxed: most builders have none).
     #[cfg(feature = "tls")]
-    certificates: Option<Box<redis::TlsCertificates>>,
+    pub(super) certificates: Option<Box<redis::TlsCertificates>>,
 }
 
 #[derive(Clone)]
@@ -60,6 +64,7 @@ impl Default for LockClientBuilder {
             local_handover: true,
             coalesce_scripts: false,
             label: None,
+            master_auth: None,
             #[cfg(feature = "tls")]
             certificates: None,
         }
@@ -89,6 +94,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("local_handover", &self.local_handover)
             .field("coalesce_scripts", &self.coalesce_scripts)
             .field("label", &self.label)
+            .field("sentinel_master_auth", &self.master_auth) // the user only
             .finish()
     }
 }
@@ -119,7 +125,8 @@ impl LockClientBuilder {
     /// The master of a Redis Sentinel group, discovered through the sentinels
     /// (`redis://host:26379` URLs) and re-discovered after a failover. Combine
     /// with [`min_replica_acks`](Self::min_replica_acks) to make a lock
-    /// survive the failover.
+    /// survive the failover; a master with a password needs
+    /// [`sentinel_master_auth`](Self::sentinel_master_auth).
     pub fn sentinel<I, S>(mut self, master_name: impl Into<String>, sentinel_urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -129,6 +136,34 @@ impl LockClientBuilder {
             master_name.into(),
             sentinel_urls.into_iter().map(Into::into).collect(),
         );
+        self
+    }
+
+    /// The ACL user and password of the Sentinel group's master (and of
+    /// the replica promoted after a failover), for a master with
+    /// `requirepass` (user `"default"`) or ACL users: the sentinels' URLs
+    /// carry only the sentinels' own credentials, as in Redisson's
+    /// `setPassword` beside `setSentinelPassword`. Without it the master
+    /// is reached without credentials.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), lock_runtime::LockError> {
+    /// let client = lock_runtime::LockClient::builder()
+    ///     .sentinel("mymaster", ["redis://10.0.0.5:26379", "redis://10.0.0.6:26379"])
+    ///     .sentinel_master_auth("locker", std::env::var("LOCKER_PASSWORD").unwrap_or_default())
+    ///     .build()
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    pub fn sentinel_master_auth(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.master_auth = Some(Box::new(MasterAuth {
+            username: username.into(),
+            password: password.into(),
+        }));
         self
     }
 
@@ -261,69 +296,6 @@ impl LockClientBuilder {
         self
     }
 
-    /// Trusts the CA certificates in `pem` (one or more PEM `CERTIFICATE`
-    /// blocks) for every `rediss://` server, instead of the system's roots
-    /// (which `SSL_CERT_FILE` adds to): a private CA, without changing the
-    /// process's environment. Feature `tls`. `build` fails with
-    /// [`LockError::Config`] for PEM that holds no certificate or does not
-    /// parse, and for a `redis://` URL: certificates are for TLS only.
-    ///
-    /// ```no_run
-    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-    /// let client = lock_runtime::LockClient::builder()
-    ///     .redis("rediss://locks.internal:6380")
-    ///     .tls_root_certificates(std::fs::read("/etc/locks/ca.pem")?)
-    ///     .tls_client_certificate(
-    ///         std::fs::read("/etc/locks/client.pem")?,
-    ///         std::fs::read("/etc/locks/client.key")?,
-    ///     )
-    ///     .build()
-    ///     .await?;
-    /// # drop(client); Ok(()) }
-    /// ```
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.certificates().root_cert = Some(pem.into());
-        self
-    }
-
-    /// Presents a client certificate to every `rediss://` server: mutual
-    /// TLS, which Redis and Valkey ask for unless told otherwise
-    /// (`tls-auth-clients yes`, their default). `cert_pem`: the client's
-    /// certificate, then any intermediates; `key_pem`: its private key
-    /// (PKCS#8, PKCS#1 or SEC1 PEM). Feature `tls`; an example at
-    /// [`tls_root_certificates`](Self::tls_root_certificates). `build`
-    /// fails with [`LockError::Config`] for PEM that does not parse or a
-    /// key that does not match the certificate.
-    ///
-    /// Applies to a single server, Redlock's masters and a cluster's nodes,
-    /// and to the sentinels of `.sentinel(..)`, whose master is reached
-    /// without TLS (the Sentinel client's own limit).
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls_client_certificate(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.certificates().client_tls = Some(redis::ClientTlsConfig {
-            client_cert: cert_pem.into(),
-            client_key: key_pem.into(),
-        });
-        self
-    }
-
-    #[cfg(feature = "tls")]
-    fn certificates(&mut self) -> &mut redis::TlsCertificates {
-        self.certificates.get_or_insert_with(|| {
-            Box::new(redis::TlsCertificates {
-                client_tls: None,
-                root_cert: None,
-            })
-        })
-    }
-
     /// Checks the configuration, connects and loads the scripts.
     ///
     /// `LockError::Config` for a missing backend, a malformed URL or a bad
@@ -363,7 +335,21 @@ impl LockClientBuilder {
             replica_acks: self.replica_acks,
             coalesce: self.coalesce_scripts,
             #[cfg(feature = "tls")]
-            certificates: checked_certificates(self.certificates, &self.target)?,
+            certificates: super::tls::checked_certificates(
+                self.certificates,
+                matches!(self.target, Target::Memory),
+            )?,
+            master_auth: match (&self.target, self.master_auth) {
+                (Target::Sentinel(..), auth) => auth.map(|auth| *auth),
+                (_, None) => None,
+                (_, Some(_)) => {
+                    return Err(LockError::Config(
+                        "sentinel_master_auth is for `.sentinel(..)`: other URLs carry \
+                         their credentials"
+                            .into(),
+                    ));
+                }
+            },
         };
         let backend = match self.target {
             Target::Unset => {
@@ -417,56 +403,4 @@ fn only_single_or_sentinel(replica_acks: Option<(u32, Duration)>) -> Result<(), 
         )),
         None => Ok(()),
     }
-}
-
-/// `certificates` if any is set, checked: the PEM holds certificates that
-/// parse, the key matches the client certificate, and the backend is a
-/// server's (the embedded one has no TLS).
-#[cfg(feature = "tls")]
-fn checked_certificates(
-    certificates: Option<Box<redis::TlsCertificates>>,
-    target: &Target,
-) -> Result<Option<redis::TlsCertificates>, LockError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-    let Some(certificates) = certificates else {
-        return Ok(None);
-    };
-    let redis::TlsCertificates {
-        client_tls,
-        root_cert,
-    } = &*certificates;
-    if matches!(target, Target::Memory) {
-        return Err(LockError::Config(
-            "TLS certificates are set, but the backend is the embedded one".into(),
-        ));
-    }
-    let invalid = |what: &str, e: &dyn fmt::Display| {
-        LockError::Config(format!("invalid TLS certificates: {what}: {e}"))
-    };
-    let chain = |what: &str, pem: &[u8]| {
-        let certs = CertificateDer::pem_slice_iter(pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| invalid(what, &e))?;
-        match certs.is_empty() {
-            true => Err(invalid(what, &"no PEM `CERTIFICATE` block")),
-            false => Ok(certs),
-        }
-    };
-    if let Some(pem) = root_cert {
-        chain("the root certificates", pem)?;
-    }
-    if let Some(client) = client_tls {
-        let certs = chain("the client certificate", &client.client_cert)?;
-        let key = PrivateKeyDer::from_pem_slice(&client.client_key)
-            .map_err(|e| invalid("the client key", &e))?;
-        // rustls checks that the key is the certificate's.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        rustls::ClientConfig::builder()
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_client_auth_cert(certs, key)
-            .map_err(|e| invalid("the client key", &e))?;
-    }
-    Ok(Some(*certificates))
 }

@@ -35,6 +35,8 @@ mod registry;
 pub(crate) mod release;
 mod request;
 mod rw_lock;
+#[cfg(feature = "tls")]
+mod tls;
 pub(crate) mod turns;
 
 pub(crate) use options::{lease_setters, option_setter};

@@ -1,0 +1,120 @@
+//! The `tls` feature's part of [`LockClientBuilder`]: a private CA and a
+//! client certificate for `rediss://` servers, checked before connecting.
+
+use std::fmt;
+
+use super::builder::LockClientBuilder;
+use crate::error::LockError;
+
+impl LockClientBuilder {
+    /// Trusts the CA certificates in `pem` (one or more PEM `CERTIFICATE`
+    /// blocks) for every `rediss://` server, instead of the system's roots
+    /// (which `SSL_CERT_FILE` adds to): a private CA, without changing the
+    /// process's environment. Feature `tls`. `build` fails with
+    /// [`LockError::Config`] for PEM that holds no certificate or does not
+    /// parse, and for a `redis://` URL: certificates are for TLS only.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = lock_runtime::LockClient::builder()
+    ///     .redis("rediss://locks.internal:6380")
+    ///     .tls_root_certificates(std::fs::read("/etc/locks/ca.pem")?)
+    ///     .tls_client_certificate(
+    ///         std::fs::read("/etc/locks/client.pem")?,
+    ///         std::fs::read("/etc/locks/client.key")?,
+    ///     )
+    ///     .build()
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.certificates().root_cert = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate to every `rediss://` server: mutual
+    /// TLS, which Redis and Valkey ask for unless told otherwise
+    /// (`tls-auth-clients yes`, their default). `cert_pem`: the client's
+    /// certificate, then any intermediates; `key_pem`: its private key
+    /// (PKCS#8, PKCS#1 or SEC1 PEM). Feature `tls`; an example at
+    /// [`tls_root_certificates`](Self::tls_root_certificates). `build`
+    /// fails with [`LockError::Config`] for PEM that does not parse or a
+    /// key that does not match the certificate.
+    ///
+    /// Applies to a single server, Redlock's masters and a cluster's nodes,
+    /// and to the sentinels of `.sentinel(..)`, whose master is reached
+    /// without TLS (the Sentinel client's own limit).
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.certificates().client_tls = Some(redis::ClientTlsConfig {
+            client_cert: cert_pem.into(),
+            client_key: key_pem.into(),
+        });
+        self
+    }
+
+    fn certificates(&mut self) -> &mut redis::TlsCertificates {
+        self.certificates.get_or_insert_with(|| {
+            Box::new(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: None,
+            })
+        })
+    }
+}
+
+/// `certificates` if any is set, checked: the PEM holds certificates that
+/// parse, the key matches the client certificate, and the backend is a
+/// server's, not the `embedded` one (which has no TLS).
+pub(super) fn checked_certificates(
+    certificates: Option<Box<redis::TlsCertificates>>,
+    embedded: bool,
+) -> Result<Option<redis::TlsCertificates>, LockError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let Some(certificates) = certificates else {
+        return Ok(None);
+    };
+    let redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    } = &*certificates;
+    if embedded {
+        return Err(LockError::Config(
+            "TLS certificates are set, but the backend is the embedded one".into(),
+        ));
+    }
+    let invalid = |what: &str, e: &dyn fmt::Display| {
+        LockError::Config(format!("invalid TLS certificates: {what}: {e}"))
+    };
+    let chain = |what: &str, pem: &[u8]| {
+        let certs = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(what, &e))?;
+        match certs.is_empty() {
+            true => Err(invalid(what, &"no PEM `CERTIFICATE` block")),
+            false => Ok(certs),
+        }
+    };
+    if let Some(pem) = root_cert {
+        chain("the root certificates", pem)?;
+    }
+    if let Some(client) = client_tls {
+        let certs = chain("the client certificate", &client.client_cert)?;
+        let key = PrivateKeyDer::from_pem_slice(&client.client_key)
+            .map_err(|e| invalid("the client key", &e))?;
+        // rustls checks that the key is the certificate's.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        rustls::ClientConfig::builder()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_client_auth_cert(certs, key)
+            .map_err(|e| invalid("the client key", &e))?;
+    }
+    Ok(Some(*certificates))
+}
