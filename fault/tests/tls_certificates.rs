@@ -5,7 +5,7 @@
 //! certificates that cannot work.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError};
 use test_support::{RedisServer, TlsFiles};
@@ -49,27 +49,7 @@ async fn mutual_tls_takes_and_waits_on_one_server_and_on_redlock() {
     guard.release().await.unwrap();
     // A waiter of another client is woken by the notice, over its own
     // mutual-TLS connection, long before the 30 s lease would end.
-    let held = a
-        .lock("order:2")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = tokio::spawn(async move {
-        let started = Instant::now();
-        let guard = b
-            .lock("order:2")
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .unwrap();
-        let waited = started.elapsed();
-        guard.release().await.unwrap();
-        waited
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    held.release().await.unwrap();
-    let waited = waiter.await.unwrap();
+    let waited = test_support::helpers::woken_by_release(&a, b, "order:2").await;
     assert!(
         waited < Duration::from_secs(2),
         "the waiter took {waited:?}"
@@ -218,27 +198,7 @@ async fn mutual_tls_takes_and_waits_on_a_cluster() {
         guard.release().await.unwrap();
     }
     // A waiter is woken by the notice, over the cluster's TLS connections.
-    let held = a
-        .lock("order:w")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = tokio::spawn(async move {
-        let started = Instant::now();
-        let guard = b
-            .lock("order:w")
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .unwrap();
-        let waited = started.elapsed();
-        guard.release().await.unwrap();
-        waited
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    held.release().await.unwrap();
-    let waited = waiter.await.unwrap();
+    let waited = test_support::helpers::woken_by_release(&a, b, "order:w").await;
     assert!(
         waited < Duration::from_secs(2),
         "the waiter took {waited:?}"

@@ -114,6 +114,25 @@ pub async fn next_holder(request: LockRequest, previous: u64, what: &str) {
         .unwrap_or_else(|e| panic!("{what}: release of the next holder: {e:?}"));
 }
 
+/// How long a waiter of client `waiter` took to get `key`, which `holder`
+/// holds with a 30 s lease and releases 300 ms after the wait began: well
+/// under a second when the release's notice reached the waiter over its
+/// own notice connection, the lease or a hand-over's otherwise.
+pub async fn woken_by_release(holder: &LockClient, waiter: LockClient, key: &str) -> Duration {
+    let held = holder.lock(key).ttl(secs(30)).acquire().await.unwrap();
+    let key = key.to_owned();
+    let waiting = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = waiter.lock(&key).wait(secs(20)).acquire().await.unwrap();
+        let waited = started.elapsed();
+        guard.release().await.unwrap();
+        waited
+    });
+    tokio::time::sleep(ms(300)).await;
+    held.release().await.unwrap();
+    waiting.await.unwrap()
+}
+
 /// Builds an independent client (own connections, own subscriber).
 pub async fn client(builder: &LockClientBuilder) -> LockClient {
     builder.clone().build().await.expect("a client")

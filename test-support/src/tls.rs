@@ -77,26 +77,7 @@ pub fn self_signed_cert(dir: &Path) -> Result<TlsFiles> {
         "basicConstraints=critical,CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
     )
     .map_err(|e| e.to_string())?;
-    openssl(
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "redis.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "leaf.ext",
-            "-out",
-            "redis.crt",
-        ],
-        dir,
-    )?;
+    sign(dir, "redis.csr", "leaf.ext", "redis.crt")?;
     Ok(TlsFiles {
         ca: dir.join("ca.crt"),
         cert: dir.join("redis.crt"),
@@ -127,25 +108,24 @@ pub fn client_cert(dir: &Path, name: &str) -> Result<(PathBuf, PathBuf)> {
         "basicConstraints=critical,CA:FALSE\nextendedKeyUsage=clientAuth\n",
     )
     .map_err(|e| e.to_string())?;
-    openssl(
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            &ext,
-            "-out",
-            &cert,
-        ],
-        dir,
-    )?;
+    sign(dir, &csr, &ext, &cert)?;
     Ok((dir.join(cert), dir.join(key)))
+}
+
+/// Signs the request `csr` in `dir` with the CA there, with the extensions
+/// in `ext`, into `out`.
+fn sign(dir: &Path, csr: &str, ext: &str, out: &str) -> Result<()> {
+    let args = [
+        "x509", "-req", "-in", csr, "-CA", "ca.crt", "-CAkey", "ca.key",
+    ];
+    let more = [
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        ext,
+        "-out",
+        out,
+    ];
+    openssl(&[&args[..], &more[..]].concat(), dir)
 }

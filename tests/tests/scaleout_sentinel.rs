@@ -343,27 +343,7 @@ async fn a_master_with_a_password_is_reached_with_sentinel_master_auth() {
         client().build().await.unwrap(),
         client().build().await.unwrap(),
     );
-    let held = a
-        .lock("order:1")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = tokio::spawn(async move {
-        let started = Instant::now();
-        let guard = b
-            .lock("order:1")
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .unwrap();
-        let waited = started.elapsed();
-        guard.release().await.unwrap();
-        waited
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    held.release().await.unwrap();
-    let waited = waiter.await.unwrap();
+    let waited = test_support::helpers::woken_by_release(&a, b, "order:1").await;
     assert!(
         waited < Duration::from_secs(2),
         "the waiter took {waited:?}"
