@@ -14,6 +14,21 @@ fn pem(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap()
 }
 
+/// The key at `path`, encrypted with a passphrase (PKCS#8).
+fn encrypted(path: &Path) -> Vec<u8> {
+    let out = std::process::Command::new("openssl")
+        .args(["pkcs8", "-topk8", "-passout", "pass:secret", "-in"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// A TLS server asking clients for certificates (`yes`) or not (`no`),
 /// its files, and the dir they are in.
 fn tls_server(auth_clients: &str) -> (RedisServer, TlsFiles, tempfile::TempDir) {
@@ -67,6 +82,22 @@ async fn mutual_tls_takes_and_waits_on_one_server_and_on_redlock() {
         .await
         .unwrap();
     redlock.with_lock("order:3", async {}).await.unwrap();
+
+    // A client certificate of another CA: refused by the server, and said
+    // to be the likely cause.
+    let other = tempfile::tempdir().unwrap();
+    test_support::self_signed_cert(other.path()).unwrap();
+    let (other_cert, other_key) = test_support::client_cert(other.path(), "stranger").unwrap();
+    let err = LockClient::builder()
+        .redis(url(&server))
+        .tls_root_certificates(pem(&files.ca))
+        .tls_client_certificate(pem(&other_cert), pem(&other_key))
+        .build()
+        .await
+        .unwrap_err();
+    let text = test_support::error_chain(&err);
+    assert!(err.is_backend() && text.contains("certificate"), "{text}");
+    println!("another CA's client certificate: {text}");
 
     // Without a client certificate, the server refuses the handshake:
     // `build` says so, as a backend error (it could not connect).
@@ -155,12 +186,28 @@ async fn certificates_that_cannot_work_are_config_errors_before_any_connection()
                 .tls_root_certificates(pem(&files.ca)),
         ),
         (
+            "an encrypted client key",
+            base().tls_client_certificate(pem(&cert), encrypted(&key)),
+        ),
+        (
+            "#insecure",
+            LockClient::builder().redis(format!("{nowhere}/#insecure")),
+        ),
+        (
             "the embedded backend",
             LockClient::builder()
                 .memory()
                 .tls_root_certificates(pem(&files.ca)),
         ),
     ];
+    // The scheme in capitals is TLS too: past the checks, to the connection.
+    let upper = LockClient::builder()
+        .redis(nowhere.replace("rediss://", "REDISS://"))
+        .tls_root_certificates(pem(&files.ca))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(upper.is_backend(), "{upper:?}");
     for (case, builder) in cases {
         let debug = format!("{builder:?}");
         assert!(
@@ -199,6 +246,46 @@ async fn mutual_tls_takes_and_waits_on_a_cluster() {
     }
     // A waiter is woken by the notice, over the cluster's TLS connections.
     let waited = test_support::helpers::woken_by_release(&a, b, "order:w").await;
+    assert!(
+        waited < Duration::from_secs(2),
+        "the waiter took {waited:?}"
+    );
+}
+
+/// Sentinels reached over TLS (`rediss://`): the master they name is
+/// reached over TLS too, with the same certificates, though it serves TLS
+/// only and asks for a client certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_reaches_a_sentinel_groups_master() {
+    if !test_support::tls_available("mutual_tls_reaches_a_sentinel_groups_master") {
+        return;
+    }
+    let (master, files, dir) = tls_server("yes");
+    let (cert, key) = test_support::client_cert(dir.path(), "locker").unwrap();
+    let tls_port = test_support::free_port();
+    // The sentinel's plain port answers its start-up PING; clients use its
+    // TLS port, and it reaches the master over TLS with its certificate.
+    let config = format!(
+        "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+         tls-replication yes\n",
+        files.cert.display(),
+        files.key.display(),
+        files.ca.display(),
+    );
+    let name = test_support::topology::MASTER_NAME;
+    let _sentinel =
+        test_support::topology::Sentinel::try_start(master.port, name, &config).unwrap();
+    let mtls = || {
+        LockClient::builder()
+            .sentinel(name, [format!("rediss://127.0.0.1:{tls_port}")])
+            .tls_root_certificates(pem(&files.ca))
+            .tls_client_certificate(pem(&cert), pem(&key))
+    };
+    let (a, b) = (mtls().build().await.unwrap(), mtls().build().await.unwrap());
+    let guard = a.lock("order:1").acquire().await.unwrap();
+    assert!(guard.fencing_token().await.unwrap() > 0);
+    guard.release().await.unwrap();
+    let waited = test_support::helpers::woken_by_release(&a, b, "order:2").await;
     assert!(
         waited < Duration::from_secs(2),
         "the waiter took {waited:?}"

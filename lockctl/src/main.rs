@@ -121,7 +121,9 @@ struct Failure(String);
 
 impl From<lock_runtime::LockError> for Failure {
     fn from(err: lock_runtime::LockError) -> Self {
-        Failure(one_line(&err))
+        // The library names its builder's call; here it is a flag.
+        let line = one_line(&err).replace("`tls_client_certificate`", "--tls-cert and --tls-key");
+        Failure(line.replace("`tls_root_certificates`", "--tls-ca"))
     }
 }
 

@@ -224,7 +224,7 @@ async fn mutual_tls_with_a_private_ca() {
     let out = common::lockctl(&["--redis", &url, "--tls-ca", ca], &["show", "order:7"], "");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("tls_client_certificate"), "{stderr}");
+    assert!(stderr.contains("--tls-cert and --tls-key"), "{stderr}");
     // A certificate without its key is refused before connecting.
     let out = common::lockctl(
         &["--redis", &url, "--tls-cert", cert],

@@ -66,10 +66,15 @@ pub(crate) fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Cl
     // refusal in `ACL LOG`.
     let settings = skip_set_lib_name(info.redis_settings().clone());
     let info = info.set_redis_settings(settings);
+    // `rediss://` in any case: `Some(insecure)`.
+    let tls = match info.addr() {
+        redis::ConnectionAddr::TcpTls { insecure, .. } => Some(*insecure),
+        _ => None,
+    };
     #[cfg(not(feature = "tls"))]
     {
         let _ = options;
-        if url.starts_with("rediss://") {
+        if tls.is_some() {
             return Err(LockError::Config(
                 "`rediss://` needs the `tls` feature of lock-runtime".into(),
             ));
@@ -77,10 +82,17 @@ pub(crate) fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Cl
     }
     #[cfg(feature = "tls")]
     {
+        if tls == Some(true) {
+            return Err(LockError::Config(
+                "`#insecure` is not supported: trust the server's CA with \
+                 `tls_root_certificates` instead"
+                    .into(),
+            ));
+        }
         // rustls needs a process-wide crypto provider; keep the user's if set.
         let _ = rustls::crypto::ring::default_provider().install_default();
         if let Some(certificates) = &options.certificates {
-            if !url.starts_with("rediss://") {
+            if tls.is_none() {
                 return Err(LockError::Config(
                     "TLS certificates are set, but a server URL is `redis://`: \
                      use `rediss://`"
@@ -297,8 +309,21 @@ impl SentinelConn {
         if let Some(MasterAuth { username, password }) = &options.master_auth {
             settings = settings.set_username(username).set_password(password);
         }
-        let master_info = redis::sentinel::SentinelNodeConnectionInfo::default()
+        let mut master_info = redis::sentinel::SentinelNodeConnectionInfo::default()
             .set_redis_connection_info(settings);
+        // Sentinels reached over TLS: the master too.
+        let tls = infos
+            .iter()
+            .any(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }));
+        if tls {
+            master_info = master_info.set_tls_mode(redis::TlsMode::Secure);
+        }
+        let invalid = |e| LockError::Config(format!("invalid Sentinel configuration: {e}"));
+        #[cfg(feature = "tls")]
+        if let Some(certificates) = options.certificates.clone().filter(|_| tls) {
+            let sentinel = with_certificates(infos, master, options, certificates);
+            return Ok(Self::over(sentinel.map_err(invalid)?, options));
+        }
         // `build` takes a `String` without redis' TLS feature and `impl AsRef<str>`
         // with it; an owned string fits both.
         #[allow(clippy::unnecessary_to_owned)]
@@ -308,12 +333,16 @@ impl SentinelConn {
             Some(master_info),
             redis::sentinel::SentinelServerType::Master,
         )
-        .map_err(|e| LockError::Config(format!("invalid Sentinel configuration: {e}")))?;
-        Ok(Self {
+        .map_err(invalid)?;
+        Ok(Self::over(sentinel, options))
+    }
+
+    fn over(sentinel: SentinelClient, options: &RedisOptions) -> Self {
+        Self {
             sentinel: tokio::sync::Mutex::new(sentinel),
             current: Mutex::new(None),
             options: options.clone(),
-        })
+        }
     }
 
     fn cached(&self) -> Option<(ConnectionManager, redis::Client)> {
@@ -387,4 +416,37 @@ async fn within<T>(
     tokio::time::timeout(limit, step).await.map_err(|_| {
         redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
     })?
+}
+
+/// A Sentinel client whose sentinels and master are reached over TLS with
+/// `certificates` (the driver takes the master's only through its
+/// builder): the sentinels' credentials are the first URL's, the master's
+/// `options.master_auth`.
+#[cfg(feature = "tls")]
+fn with_certificates(
+    infos: Vec<redis::ConnectionInfo>,
+    master: &str,
+    options: &RedisOptions,
+    certificates: redis::TlsCertificates,
+) -> redis::RedisResult<SentinelClient> {
+    use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+    let first = infos.first().map(|i| i.redis_settings().clone());
+    let addrs = infos.into_iter().map(|i| i.addr().clone());
+    let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)?
+        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+        .set_client_to_redis_certificates(certificates);
+    if let Some(first) = &first {
+        if let Some(username) = first.username() {
+            builder = builder.set_client_to_sentinel_username(username);
+        }
+        if let Some(password) = first.password() {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+    }
+    if let Some(MasterAuth { username, password }) = &options.master_auth {
+        builder = builder
+            .set_client_to_redis_username(username)
+            .set_client_to_redis_password(password);
+    }
+    builder.build()
 }

@@ -8,9 +8,10 @@ use crate::error::LockError;
 
 impl LockClientBuilder {
     /// Trusts the CA certificates in `pem` (one or more PEM `CERTIFICATE`
-    /// blocks) for every `rediss://` server, instead of the system's roots
-    /// (which `SSL_CERT_FILE` adds to): a private CA, without changing the
-    /// process's environment. Feature `tls`. `build` fails with
+    /// blocks) for every `rediss://` server, and no others: a private CA,
+    /// without changing the process's environment. Without it, the roots
+    /// are the system's, or those of `SSL_CERT_FILE` / `SSL_CERT_DIR` when
+    /// set (which then replace the system's). Feature `tls`. `build` fails with
     /// [`LockError::Config`] for PEM that holds no certificate or does not
     /// parse, and for a `redis://` URL: certificates are for TLS only.
     ///
@@ -37,14 +38,16 @@ impl LockClientBuilder {
     /// TLS, which Redis and Valkey ask for unless told otherwise
     /// (`tls-auth-clients yes`, their default). `cert_pem`: the client's
     /// certificate, then any intermediates; `key_pem`: its private key
-    /// (PKCS#8, PKCS#1 or SEC1 PEM). Feature `tls`; an example at
-    /// [`tls_root_certificates`](Self::tls_root_certificates). `build`
-    /// fails with [`LockError::Config`] for PEM that does not parse or a
-    /// key that does not match the certificate.
+    /// (PKCS#8, PKCS#1 or SEC1 PEM, not encrypted: decrypt one with
+    /// `openssl pkey -in key.pem -out plain.pem`). Feature `tls`; an example
+    /// at [`tls_root_certificates`](Self::tls_root_certificates). `build`
+    /// fails with [`LockError::Config`] for PEM that does not parse, an
+    /// encrypted key, or a key that does not match the certificate.
     ///
-    /// Applies to a single server, Redlock's masters and a cluster's nodes,
-    /// and to the sentinels of `.sentinel(..)`, whose master is reached
-    /// without TLS (the Sentinel client's own limit).
+    /// Applies to every server the client reaches over TLS: one server,
+    /// Redlock's masters, a cluster's nodes, and with `.sentinel(..)` both
+    /// the sentinels and the master (over TLS when the sentinels' URLs are
+    /// `rediss://`).
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(
         mut self,
@@ -107,6 +110,12 @@ pub(super) fn checked_certificates(
     }
     if let Some(client) = client_tls {
         let certs = chain("the client certificate", &client.client_cert)?;
+        if client.client_key.windows(9).any(|w| w == b"ENCRYPTED") {
+            return Err(invalid(
+                "the client key",
+                &"it is encrypted: give it decrypted (`openssl pkey -in key.pem -out plain.pem`)",
+            ));
+        }
         let key = PrivateKeyDer::from_pem_slice(&client.client_key)
             .map_err(|e| invalid("the client key", &e))?;
         // rustls checks that the key is the certificate's.

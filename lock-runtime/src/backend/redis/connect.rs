@@ -19,24 +19,24 @@ use crate::error::{BackendError, LockError};
 /// that answered something other than Redis's protocol (a web server, a
 /// database on the wrong port) is said to be that, not a parse error of the
 /// scripts' loading.
-/// A TLS server that asks for client certificates closes the connection
-/// of a client without one after the handshake: `no_client_cert` says
-/// when that may be why.
-fn first_answer(addr: &str, e: LockError, no_client_cert: bool) -> LockError {
+/// A TLS server that refuses a client's certificate (none given, expired,
+/// or of a CA it does not trust) closes its connection after the
+/// handshake: `tls` (`Some(has a client certificate)` for a TLS server)
+/// says when that may be why.
+fn first_answer(addr: &str, e: LockError, tls: Option<bool>) -> LockError {
+    let hint = match tls {
+        Some(false) => {
+            "a server that asks for client certificates (`tls-auth-clients yes`) \
+                        needs one: `tls_client_certificate`"
+        }
+        _ => {
+            "the server may have refused the client certificate: expired, or not signed \
+              by a CA it trusts"
+        }
+    };
     match e {
-        LockError::Backend(e) if no_client_cert && e.is_connection() => BackendError::wrap(
-            format!(
-                "{addr} closed the TLS connection (a server that asks for client \
-                 certificates, `tls-auth-clients yes`, needs `tls_client_certificate`)"
-            ),
-            e,
-        )
-        .into(),
-        LockError::Backend(e)
-            if e.driver_error()
-                .is_some_and(|d| d.kind() == redis::ErrorKind::Parse) =>
-        {
-            BackendError::wrap(format!("{addr} did not answer as a Redis server"), e).into()
+        LockError::Backend(e) if tls.is_some() && e.is_connection() => {
+            BackendError::wrap(format!("{addr} closed the TLS connection ({hint})"), e).into()
         }
         LockError::Backend(e) => e.at(addr).into(),
         other => other,
@@ -67,20 +67,24 @@ impl RedisBackend {
     ) -> Result<Self, LockError> {
         let client = open_client(url, options)?;
         #[cfg(feature = "tls")]
-        let no_client_cert = url.starts_with("rediss://")
-            && options
-                .certificates
-                .as_ref()
-                .is_none_or(|c| c.client_tls.is_none());
+        let client_cert = options
+            .certificates
+            .as_ref()
+            .is_some_and(|c| c.client_tls.is_some());
         #[cfg(not(feature = "tls"))]
-        let no_client_cert = false;
+        let client_cert = false;
+        let tls = matches!(
+            client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        )
+        .then_some(client_cert);
         let addr = client.get_connection_info().addr().to_string();
         let mut conn = Conn::Single(Arc::new(
             SingleConn::connect(client.clone(), options).await?,
         ));
         load_scripts(&mut conn)
             .await
-            .map_err(|e| first_answer(&addr, e, no_client_cert))?;
+            .map_err(|e| first_answer(&addr, e, tls))?;
         BATCH
             .prepare_invoke()
             .load_async(&mut conn)
