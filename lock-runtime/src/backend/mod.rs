@@ -8,6 +8,8 @@ use crate::key::{KeyNames, LockKind};
 use crate::token::Token;
 
 mod all;
+#[cfg(feature = "tls")]
+pub(crate) mod certificates;
 pub(crate) mod conn;
 mod force;
 pub(crate) mod inspect;

@@ -335,7 +335,7 @@ impl LockClientBuilder {
             replica_acks: self.replica_acks,
             coalesce: self.coalesce_scripts,
             #[cfg(feature = "tls")]
-            certificates: super::tls::checked_certificates(
+            certificates: crate::backend::certificates::checked_certificates(
                 self.certificates,
                 matches!(self.target, Target::Memory),
             )?,

@@ -1,10 +1,8 @@
 //! The `tls` feature's part of [`LockClientBuilder`]: a private CA and a
-//! client certificate for `rediss://` servers, checked before connecting.
-
-use std::fmt;
+//! client certificate for `rediss://` servers (checked by `build`, in
+//! `backend/certificates.rs`).
 
 use super::builder::LockClientBuilder;
-use crate::error::LockError;
 
 impl LockClientBuilder {
     /// Trusts the CA certificates in `pem` (one or more PEM `CERTIFICATE`
@@ -12,7 +10,7 @@ impl LockClientBuilder {
     /// without changing the process's environment. Without it, the roots
     /// are the system's, or those of `SSL_CERT_FILE` / `SSL_CERT_DIR` when
     /// set (which then replace the system's). Feature `tls`. `build` fails with
-    /// [`LockError::Config`] for PEM that holds no certificate or does not
+    /// [`LockError::Config`](crate::LockError::Config) for PEM that holds no certificate or does not
     /// parse, and for a `redis://` URL: certificates are for TLS only.
     ///
     /// ```no_run
@@ -41,7 +39,7 @@ impl LockClientBuilder {
     /// (PKCS#8, PKCS#1 or SEC1 PEM, not encrypted: decrypt one with
     /// `openssl pkey -in key.pem -out plain.pem`). Feature `tls`; an example
     /// at [`tls_root_certificates`](Self::tls_root_certificates). `build`
-    /// fails with [`LockError::Config`] for PEM that does not parse, an
+    /// fails with [`LockError::Config`](crate::LockError::Config) for PEM that does not parse, an
     /// encrypted key, or a key that does not match the certificate.
     ///
     /// Applies to every server the client reaches over TLS: one server,
@@ -69,61 +67,4 @@ impl LockClientBuilder {
             })
         })
     }
-}
-
-/// `certificates` if any is set, checked: the PEM holds certificates that
-/// parse, the key matches the client certificate, and the backend is a
-/// server's, not the `embedded` one (which has no TLS).
-pub(super) fn checked_certificates(
-    certificates: Option<Box<redis::TlsCertificates>>,
-    embedded: bool,
-) -> Result<Option<redis::TlsCertificates>, LockError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-    let Some(certificates) = certificates else {
-        return Ok(None);
-    };
-    let redis::TlsCertificates {
-        client_tls,
-        root_cert,
-    } = &*certificates;
-    if embedded {
-        return Err(LockError::Config(
-            "TLS certificates are set, but the backend is the embedded one".into(),
-        ));
-    }
-    let invalid = |what: &str, e: &dyn fmt::Display| {
-        LockError::Config(format!("invalid TLS certificates: {what}: {e}"))
-    };
-    let chain = |what: &str, pem: &[u8]| {
-        let certs = CertificateDer::pem_slice_iter(pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| invalid(what, &e))?;
-        match certs.is_empty() {
-            true => Err(invalid(what, &"no PEM `CERTIFICATE` block")),
-            false => Ok(certs),
-        }
-    };
-    if let Some(pem) = root_cert {
-        chain("the root certificates", pem)?;
-    }
-    if let Some(client) = client_tls {
-        let certs = chain("the client certificate", &client.client_cert)?;
-        if client.client_key.windows(9).any(|w| w == b"ENCRYPTED") {
-            return Err(invalid(
-                "the client key",
-                &"it is encrypted: give it decrypted (`openssl pkey -in key.pem -out plain.pem`)",
-            ));
-        }
-        let key = PrivateKeyDer::from_pem_slice(&client.client_key)
-            .map_err(|e| invalid("the client key", &e))?;
-        // rustls checks that the key is the certificate's.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        rustls::ClientConfig::builder()
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_client_auth_cert(certs, key)
-            .map_err(|e| invalid("the client key", &e))?;
-    }
-    Ok(Some(*certificates))
 }
