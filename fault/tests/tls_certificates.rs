@@ -262,19 +262,24 @@ async fn mutual_tls_reaches_a_sentinel_groups_master() {
     }
     let (master, files, dir) = tls_server("yes");
     let (cert, key) = test_support::client_cert(dir.path(), "locker").unwrap();
-    let tls_port = test_support::free_port();
-    // The sentinel's plain port answers its start-up PING; clients use its
-    // TLS port, and it reaches the master over TLS with its certificate.
-    let config = format!(
-        "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
-         tls-replication yes\n",
-        files.cert.display(),
-        files.key.display(),
-        files.ca.display(),
-    );
     let name = test_support::topology::MASTER_NAME;
-    let _sentinel =
-        test_support::topology::Sentinel::try_start(master.port, name, &config).unwrap();
+    // The sentinel's plain port answers its start-up PING; clients use its
+    // TLS port, and it reaches the master over TLS with its certificate. A
+    // port found free may be taken before the sentinel binds it: another.
+    let (_sentinel, tls_port) = (0..3)
+        .find_map(|_| {
+            let tls_port = test_support::free_port();
+            let config = format!(
+                "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\n\
+                 tls-ca-cert-file {}\ntls-replication yes\n",
+                files.cert.display(),
+                files.key.display(),
+                files.ca.display(),
+            );
+            let sentinel = test_support::topology::Sentinel::try_start(master.port, name, &config);
+            sentinel.ok().map(|sentinel| (sentinel, tls_port))
+        })
+        .expect("a TLS sentinel starts");
     let mtls = || {
         LockClient::builder()
             .sentinel(name, [format!("rediss://127.0.0.1:{tls_port}")])

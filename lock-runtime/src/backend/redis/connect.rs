@@ -18,11 +18,10 @@ use crate::error::{BackendError, LockError};
 /// The failure of the first command sent to `addr`, naming the server; one
 /// that answered something other than Redis's protocol (a web server, a
 /// database on the wrong port) is said to be that, not a parse error of the
-/// scripts' loading.
-/// A TLS server that refuses a client's certificate (none given, expired,
-/// or of a CA it does not trust) closes its connection after the
-/// handshake: `tls` (`Some(has a client certificate)` for a TLS server)
-/// says when that may be why.
+/// scripts' loading. A TLS server that refuses a client's certificate (none
+/// given, expired, or of a CA it does not trust) closes its connection
+/// after the handshake: `tls` (`Some(has a client certificate)` for a TLS
+/// server) says when that may be why.
 fn first_answer(addr: &str, e: LockError, tls: Option<bool>) -> LockError {
     let hint = match tls {
         Some(false) => {
@@ -35,6 +34,12 @@ fn first_answer(addr: &str, e: LockError, tls: Option<bool>) -> LockError {
         }
     };
     match e {
+        LockError::Backend(e)
+            if e.driver_error()
+                .is_some_and(|d| d.kind() == redis::ErrorKind::Parse) =>
+        {
+            BackendError::wrap(format!("{addr} did not answer as a Redis server"), e).into()
+        }
         LockError::Backend(e) if tls.is_some() && e.is_connection() => {
             BackendError::wrap(format!("{addr} closed the TLS connection ({hint})"), e).into()
         }
