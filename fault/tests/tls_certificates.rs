@@ -38,6 +38,22 @@ fn tls_server(auth_clients: &str) -> (RedisServer, TlsFiles, tempfile::TempDir) 
     (server, files, dir)
 }
 
+/// Two clients of `builder`: one takes a lock by the plain path and the
+/// scripts (its fencing token), and a waiter of the other is woken by the
+/// notice over its own connection, long before the 30 s lease would end.
+async fn takes_and_wakes(builder: lock_runtime::LockClientBuilder) {
+    let a = builder.clone().build().await.unwrap();
+    let b = builder.build().await.unwrap();
+    let guard = a.lock("order:1").acquire().await.unwrap();
+    assert!(guard.fencing_token().await.unwrap() > 0);
+    guard.release().await.unwrap();
+    let waited = test_support::helpers::woken_by_release(&a, b, "order:2").await;
+    assert!(
+        waited < Duration::from_secs(2),
+        "the waiter took {waited:?}"
+    );
+}
+
 fn url(server: &RedisServer) -> String {
     format!("rediss://127.0.0.1:{}", server.port)
 }
@@ -57,18 +73,7 @@ async fn mutual_tls_takes_and_waits_on_one_server_and_on_redlock() {
             .tls_root_certificates(pem(&files.ca))
             .tls_client_certificate(pem(&cert), pem(&key))
     };
-    let (a, b) = (mtls().build().await.unwrap(), mtls().build().await.unwrap());
-    // The plain path and the scripts.
-    let guard = a.lock("order:1").acquire().await.unwrap();
-    assert!(guard.fencing_token().await.unwrap() > 0);
-    guard.release().await.unwrap();
-    // A waiter of another client is woken by the notice, over its own
-    // mutual-TLS connection, long before the 30 s lease would end.
-    let waited = test_support::helpers::woken_by_release(&a, b, "order:2").await;
-    assert!(
-        waited < Duration::from_secs(2),
-        "the waiter took {waited:?}"
-    );
+    takes_and_wakes(mtls()).await;
 
     // Redlock's masters, each over mutual TLS.
     let masters: Vec<RedisServer> = (0..3)
@@ -286,13 +291,5 @@ async fn mutual_tls_reaches_a_sentinel_groups_master() {
             .tls_root_certificates(pem(&files.ca))
             .tls_client_certificate(pem(&cert), pem(&key))
     };
-    let (a, b) = (mtls().build().await.unwrap(), mtls().build().await.unwrap());
-    let guard = a.lock("order:1").acquire().await.unwrap();
-    assert!(guard.fencing_token().await.unwrap() > 0);
-    guard.release().await.unwrap();
-    let waited = test_support::helpers::woken_by_release(&a, b, "order:2").await;
-    assert!(
-        waited < Duration::from_secs(2),
-        "the waiter took {waited:?}"
-    );
+    takes_and_wakes(mtls()).await;
 }
