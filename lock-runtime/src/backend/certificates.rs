@@ -53,11 +53,18 @@ pub(crate) fn checked_certificates(
         let key = PrivateKeyDer::from_pem_slice(&client.client_key)
             .map_err(|e| invalid("the client key", &e))?;
         // rustls checks that the key is the certificate's.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        install_crypto_provider();
         rustls::ClientConfig::builder()
             .with_root_certificates(rustls::RootCertStore::empty())
             .with_client_auth_cert(certs, key)
             .map_err(|e| invalid("the client key", &e))?;
     }
     Ok(Some(*certificates))
+}
+
+/// Installs ring as rustls' process-wide crypto provider, which rustls
+/// needs before any TLS configuration is built; a provider the
+/// application installed first is kept.
+pub(crate) fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }

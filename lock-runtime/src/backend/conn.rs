@@ -89,8 +89,7 @@ pub(crate) fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Cl
                     .into(),
             ));
         }
-        // rustls needs a process-wide crypto provider; keep the user's if set.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        super::certificates::install_crypto_provider();
         if let Some(certificates) = &options.certificates {
             if tls.is_none() {
                 return Err(LockError::Config(

@@ -78,12 +78,9 @@ impl RedisBackend {
             .is_some_and(|c| c.client_tls.is_some());
         #[cfg(not(feature = "tls"))]
         let client_cert = false;
-        let tls = matches!(
-            client.get_connection_info().addr(),
-            redis::ConnectionAddr::TcpTls { .. }
-        )
-        .then_some(client_cert);
-        let addr = client.get_connection_info().addr().to_string();
+        let addr = client.get_connection_info().addr();
+        let tls = matches!(addr, redis::ConnectionAddr::TcpTls { .. }).then_some(client_cert);
+        let addr = addr.to_string();
         let mut conn = Conn::Single(Arc::new(
             SingleConn::connect(client.clone(), options).await?,
         ));
