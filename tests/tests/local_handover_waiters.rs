@@ -89,7 +89,16 @@ async fn a_waiter_dropped_together_with_the_representative_does_not_strand_the_l
     .await;
     assert!(both.is_err());
     outside.release().await.unwrap();
-    assert!(!is_held(&other, key).await, "the key is free on the server");
+    // The dropped waiters leave the line by background releases: one still
+    // in flight as `outside` releases is handed the key, and gives it back
+    // when it runs (seen once in CI under load).
+    let free = async {
+        while is_held(&other, key).await {
+            tokio::time::sleep(ms(10)).await;
+        }
+    };
+    // Well within the 2 s hand-over lease: a clean-up that never ran fails.
+    within(ms(1500), "the key is free on the server", free).await;
     // Nobody of this client wants the key any more: the next task is the
     // line's representative and takes the free key.
     let next = client.lock(key).wait(secs(2)).acquire().await;
