@@ -57,8 +57,8 @@ impl<T: Display + Clone + Send + Sync + 'static> Repo<T> {
 
 fn assert_send<T: Send>(_: &T) {}
 
-#[tokio::main]
-async fn main() {
+#[tokio::test(flavor = "multi_thread")]
+async fn every_form_runs() {
     let client = LockClient::builder().memory().build().await.unwrap();
     lock_runtime::set_global_client(client.clone());
 

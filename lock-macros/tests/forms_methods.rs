@@ -5,10 +5,14 @@ use std::sync::Arc;
 
 use lock_runtime::{LockClient, LockError, distributed_lock};
 
+/// An order to create.
 pub struct NewOrder {
+    /// Its id.
     pub id: u64,
 }
 
+/// A service whose methods lock. `pub` items documented: the attribute
+/// keeps a method's docs (`missing_docs` would say so otherwise).
 pub struct OrderService {
     tenant: String,
     locks: Arc<LockClient>,
@@ -17,6 +21,7 @@ pub struct OrderService {
 }
 
 impl OrderService {
+    /// `&self`, the client a field.
     #[distributed_lock(key = "{tenant:<self.tenant>}:order:<order.id>", client = self.locks)]
     pub async fn create(&self, order: &NewOrder) -> Result<String, LockError> {
         Ok(lock_runtime::current_lock().unwrap().key)
@@ -51,7 +56,9 @@ impl OrderService {
     }
 }
 
+/// A trait whose default method locks.
 pub trait Job {
+    /// The client its locks use.
     fn client(&self) -> LockClient;
 
     /// A trait's default method body.
@@ -70,8 +77,8 @@ impl Job for Nightly {
     }
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+#[tokio::test]
+async fn every_form_runs() {
     let client = LockClient::builder().memory().build().await.unwrap();
     let mut service = OrderService {
         tenant: "acme".into(),

@@ -23,7 +23,12 @@ impl Catalog {
     }
 }
 
-#[distributed_lock(key = "exports:<tenant>", permits = 4, wait = "2s", hold_at_least = "10ms")]
+#[distributed_lock(
+    key = "exports:<tenant>",
+    permits = 4,
+    wait = "2s",
+    hold_at_least = "10ms"
+)]
 async fn export(tenant: &str) -> Result<String, LockError> {
     Ok(lock_runtime::current_lock().unwrap().key)
 }
@@ -61,8 +66,8 @@ async fn ledger() -> Result<(), LockError> {
 
 fn assert_send<T: Send>(_: &T) {}
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+#[tokio::test]
+async fn every_form_runs() {
     let client = LockClient::builder().memory().build().await.unwrap();
     lock_runtime::set_global_client(client.clone());
     let catalog = Catalog {

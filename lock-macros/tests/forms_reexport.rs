@@ -1,6 +1,9 @@
 //! `crate = <path>` for a crate that re-exports lock_runtime under another
 //! name.
 
+// As a platform crate's public module would (unreachable from this test
+// binary).
+#[allow(unreachable_pub)]
 mod my_platform {
     pub mod locks {
         pub use lock_runtime::*;
@@ -14,8 +17,8 @@ async fn job(client: &LockClient, id: u32) -> Result<u32, LockError> {
     Ok(id)
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+#[tokio::test]
+async fn every_form_runs() {
     let client = LockClient::builder().memory().build().await.unwrap();
     assert_eq!(job(&client, 3).await.unwrap(), 3);
 }
