@@ -75,6 +75,7 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
         attrs,
         vis,
         sig,
+        inner,
         block,
     } = func;
     let call = quote_spanned! {ret_span=>
@@ -98,6 +99,7 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
     Ok(quote! {
         #(#attrs)*
         #vis #sig {
+            #(#inner)*
             let #client_var = #client;
             let #key_var = #key;
             #call
@@ -278,8 +280,11 @@ impl Params {
                     ),
                 ));
             };
+            // Located at the placeholder (an error about its value points
+            // there), resolved as the parameter is: a parameter named by a
+            // `macro_rules!` caller keeps that macro's hygiene.
             let mut param = param.clone();
-            param.set_span(span);
+            param.set_span(param.span().located_at(span));
             quote!(#param)
         };
         let mut tokens = root_tokens;

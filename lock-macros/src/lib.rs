@@ -149,7 +149,7 @@ use proc_macro::TokenStream;
 /// | option | meaning | default |
 /// |---|---|---|
 /// | `key = "..."` | the key template (this or `keys` is required) | |
-/// | `keys = ["...", "..."]` | several key templates instead of `key`: the body runs holding all of those locks, taken all or none and without deadlock whatever order callers name them in (`LockClient::lock_all`); each is the lock `key = "..."` would take; 1 to 64 templates, none twice | |
+/// | `keys = ["...", "..."]` | several key templates instead of `key`: the body runs holding all of those locks, taken all or none and without deadlock whatever order callers name them in (`LockClient::lock_all`); each is the lock `key = "..."` would take; 1 to 64 templates, none twice; templates that render the same key (`transfer(1, 1)`) take that lock once | |
 /// | `rw = "read"` or `rw = "write"` | a read-write lock: many readers at once, or one writer (`LockClient::rw_lock`); not with `keys` or `permits` | a mutex |
 /// | `permits = 4` | a semaphore: at most this many holders at once (`LockClient::semaphore`); an integer literal, 1 to `u32::MAX`; not with `keys` or `rw` | a mutex |
 /// | `ttl = "30s"` | the lease, renewed every ttl/3 while the body runs; 50ms to 7 days | the client's `default_ttl` |

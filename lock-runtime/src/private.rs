@@ -186,6 +186,11 @@ where
     let Some(client) = client.or_else(crate::global_client) else {
         return R::from_lock_error(LockError::NoClient);
     };
+    // Templates that render the same key (`transfer(1, 1)` with
+    // `["account:<from>", "account:<to>"]`) name one lock, taken once.
+    let mut keys = keys;
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    keys.retain(|key| seen.insert(key.clone()));
     match client.lock_all(keys).options(options.lock).run(body).await {
         Ok(result) => result,
         Err(e) => R::from_lock_error(e),

@@ -643,6 +643,16 @@ async fn keys_hold_every_lock_while_the_body_runs() {
     assert_released(&client, "account:2").await;
 }
 
+/// `keys = [...]` whose templates render one key (a transfer from an
+/// account to itself): that lock, taken once, not a `Config` error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_render_the_same_key_take_it_once() {
+    let client = memory().await;
+    let shop = Shop::new(client.clone());
+    assert_eq!(shop.transfer(5, 5).await.unwrap(), [true, true]);
+    assert_released(&client, "account:5").await;
+}
+
 /// `keys = [...]`: when one key is taken, trying once is `Busy`, the body
 /// does not run, and the other key is not left held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -262,6 +262,9 @@ pub(crate) struct LockedFn {
     pub(crate) attrs: Vec<Attribute>,
     pub(crate) vis: Visibility,
     pub(crate) sig: Signature,
+    /// The body's inner attributes (`#![allow(..)]`), for the function's
+    /// body as made.
+    pub(crate) inner: Vec<Attribute>,
     pub(crate) block: Block,
 }
 
@@ -288,11 +291,16 @@ impl Parse for LockedFn {
                 "`#[distributed_lock]` needs a function body to run under the lock",
             ));
         }
-        let block: Block = input.parse()?;
+        let body;
+        let brace_token = syn::braced!(body in input);
+        let inner = body.call(Attribute::parse_inner)?;
+        let stmts = body.call(Block::parse_within)?;
+        let block = Block { brace_token, stmts };
         Ok(Self {
             attrs,
             vis,
             sig,
+            inner,
             block,
         })
     }

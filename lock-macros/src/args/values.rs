@@ -19,12 +19,23 @@ pub(super) fn skip_value(input: ParseStream<'_>) -> syn::Result<()> {
     Ok(())
 }
 
+/// An option's value. A value passed through a `macro_rules!` fragment
+/// (`$key:literal`, `$ttl:expr`) comes wrapped in an invisible group: the
+/// value inside it is what was written.
+fn value(input: ParseStream<'_>) -> syn::Result<Expr> {
+    let mut value = input.parse::<Expr>()?;
+    while let Expr::Group(group) = value {
+        value = *group.expr;
+    }
+    Ok(value)
+}
+
 /// An option's value that must be a literal: the literal, or the span of
 /// the expression written instead (a constant's name, a call), which the
 /// attribute cannot read at compile time.
 fn literal(input: ParseStream<'_>) -> syn::Result<Result<Lit, proc_macro2::Span>> {
     use syn::spanned::Spanned;
-    Ok(match input.parse::<Expr>()? {
+    Ok(match value(input)? {
         Expr::Lit(ExprLit { lit, .. }) => Ok(lit),
         other => Err(other.span()),
     })
@@ -110,7 +121,7 @@ pub(super) fn parse_keys(input: ParseStream<'_>) -> syn::Result<syn::Result<Vec<
 
 /// `rw = "read"` or `rw = "write"`: a read-write lock, shared or alone.
 pub(super) fn parse_rw(input: ParseStream<'_>) -> syn::Result<syn::Result<(LockKind, Access)>> {
-    let value = input.parse::<Expr>()?;
+    let value = value(input)?;
     if let Expr::Lit(ExprLit {
         lit: Lit::Str(s), ..
     }) = &value
@@ -141,7 +152,7 @@ pub(super) fn parse_rw(input: ParseStream<'_>) -> syn::Result<syn::Result<(LockK
 pub(super) fn parse_permits(
     input: ParseStream<'_>,
 ) -> syn::Result<syn::Result<(LockKind, Access)>> {
-    let value = input.parse::<Expr>()?;
+    let value = value(input)?;
     let range = format!("between 1 and {}", u32::MAX);
     // `new_spanned`: all of `-1`, not only the `-`.
     let error = |message: String| Ok(Err(syn::Error::new_spanned(&value, message)));
