@@ -6,7 +6,7 @@ use lock_runtime::{LockClient, LockState};
 use serde_json::json;
 
 use crate::Failure;
-use crate::output::{lease, waiting};
+use crate::output::{lease, visible, waiting};
 
 pub(crate) async fn release(
     client: &LockClient,
@@ -21,12 +21,33 @@ pub(crate) async fn release(
     if !yes && !confirm(&state)? {
         return Err(Failure("not released".into()));
     }
+    // The answer was for the holder shown: one that took the key meanwhile
+    // (the one shown released it, a waiter was handed it) is not released.
+    let now = client.inspect(key).await?;
+    if !same_hold(&state, &now) {
+        let holders = if now.held {
+            format!("now held by {}", visible(&now.holders.join(", ")))
+        } else {
+            "now free".into()
+        };
+        return Err(Failure(format!(
+            "`{}` changed hands while you answered ({holders}); nothing was released: run \
+             the command again to see who holds it",
+            visible(key)
+        )));
+    }
     let who = operator();
     let held = client.force_release(key).await?;
     let after = client.inspect(key).await?;
-    let holder = state.holder.as_deref().unwrap_or("-");
+    let holder = visible(state.holder.as_deref().unwrap_or("-")).into_owned();
+    let shown_key = visible(key);
+    let what = if held {
+        "force-released"
+    } else {
+        "found free (nothing released)"
+    };
     eprintln!(
-        "lockctl: {who} force-released `{key}` (held by {holder}: {held}; fencing counter now {})",
+        "lockctl: {who} {what} `{shown_key}` (held by {holder}; fencing counter now {})",
         after.fencing_counter
     );
     if as_json {
@@ -43,8 +64,8 @@ pub(crate) async fn release(
         );
     } else {
         println!(
-            "released `{key}` (held by {holder}); fencing counter now {}: fenced writes with an \
-             earlier token are refused",
+            "released `{shown_key}` (held by {holder}); fencing counter now {}: fenced writes \
+             with an earlier token are refused",
             after.fencing_counter
         );
     }
@@ -67,13 +88,19 @@ pub(crate) fn operator() -> String {
     who
 }
 
+/// Whether `now` is the hold `seen` showed: the same kind, holders and start
+/// (each holder's token carries when it was drawn, to the millisecond).
+fn same_hold(seen: &LockState, now: &LockState) -> bool {
+    now.held && (now.kind, &now.holders, now.since) == (seen.kind, &seen.holders, seen.since)
+}
+
 fn confirm(state: &LockState) -> Result<bool, Failure> {
     eprint!(
         "force-release `{}` ({} held by {}, lease left {}, waiting: {})? The holder may still \
          be working; its fenced writes will be refused. [y/N] ",
-        state.key,
+        visible(&state.key),
         state.kind.as_str(),
-        state.holders.join(", "),
+        visible(&state.holders.join(", ")),
         lease(state),
         waiting(state),
     );

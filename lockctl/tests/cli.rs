@@ -238,3 +238,52 @@ async fn mutual_tls_with_a_private_ca() {
         text(&out.stderr)
     );
 }
+
+/// The answer at the prompt is for the holder it showed: a key that changed
+/// hands while the operator read it is not released (the new holder keeps
+/// it), and the tool says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_changed_hands_at_the_prompt_is_not_released() {
+    use std::io::{Read, Write};
+
+    let server = RedisServer::start();
+    let url = server.url();
+    let builder = LockClient::builder().redis(&url);
+    let pod_a = builder.clone().label("pod-a").build().await.unwrap();
+    let pod_b = builder.label("pod-b").build().await.unwrap();
+    let first = pod_a.lock("order:5").acquire().await.unwrap();
+
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["--redis", &url, "force-release", "order:5"])
+        .env_remove("REDIS_URL")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Waits for the prompt, which names pod-a.
+    let mut stderr = child.stderr.take().unwrap();
+    let mut prompt = Vec::new();
+    let mut byte = [0u8; 1];
+    while !prompt.ends_with(b"[y/N] ") {
+        assert_eq!(stderr.read(&mut byte).unwrap(), 1, "{}", text(&prompt));
+        prompt.push(byte[0]);
+    }
+    assert!(text(&prompt).contains("pod-a"), "{}", text(&prompt));
+    // Meanwhile pod-a is done and pod-b takes the key.
+    first.release().await.unwrap();
+    let second = pod_b.lock("order:5").acquire().await.unwrap();
+    child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let mut said = String::new();
+    stderr.read_to_string(&mut said).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("changed hands") && said.contains("pod-b"),
+        "{said}"
+    );
+    let state = pod_b.inspect("order:5").await.unwrap();
+    assert_eq!(state.holder.as_deref(), Some("pod-b"), "{state:?}");
+    assert!(!second.is_lost());
+    second.release().await.unwrap();
+}

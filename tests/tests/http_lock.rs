@@ -475,6 +475,14 @@ async fn a_lease_lost_mid_handler_cancels_it_with_503() {
         .expect("the handler was not cancelled")
         .unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The key stays in the service's log: one made from a request's values
+    // may name what only the service should see.
+    let body = r.text().await.unwrap();
+    assert!(
+        !body.contains("order:1"),
+        "the key reached the client: {body}"
+    );
+    assert!(body.contains("lock was lost"), "{body}");
     assert_eq!(finished.load(Ordering::SeqCst), 0);
 }
 

@@ -312,6 +312,39 @@ async fn a_force_release_evicts_every_holder_and_raises_the_counter_on_the_embed
     writer.release().await.unwrap();
 }
 
+/// A force-released leader with no candidate in line is no leader any more:
+/// not listed, and an observer is told so at once (not when the deposed
+/// leader's lease would have ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_released_leader_is_listed_and_observed_as_none() {
+    let server = RedisServer::start();
+    let (pod_a, operator) = pod_a_and_an_observer(&server).await;
+    let leading = pod_a
+        .leader("sweeper")
+        .ttl(Duration::from_secs(3))
+        .campaign()
+        .await
+        .unwrap();
+    let mut observed = operator.leader("sweeper").observe().await.unwrap();
+    assert_eq!(
+        observed
+            .borrow()
+            .as_ref()
+            .map(|l| l.label.clone())
+            .as_deref(),
+        Some("pod-a")
+    );
+    assert!(operator.force_release("sweeper").await.unwrap());
+    assert!(operator.leaders("", 10).await.unwrap().is_empty());
+    tokio::time::timeout(Duration::from_secs(5), observed.wait_for(Option::is_none))
+        .await
+        .expect("the observer still sees the deposed leader")
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), leading.lost())
+        .await
+        .expect("the deposed leader was not told");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotency_record_in_flight_is_listed_with_its_claimers_label() {
     use axum::Router;

@@ -68,6 +68,11 @@ async fn force_on(node: &RedisBackend, names: &KeyNames, key: &str) -> Result<u6
     if !names.holders.is_empty() {
         deleted.arg(&names.holders).arg(&names.fences);
     }
+    // A leader's record goes with its lock (observers read "no leader" until
+    // the next candidate's grant writes its own).
+    if !names.record.is_empty() {
+        deleted.arg(&names.record);
+    }
     let (_, fence): (u64, u64) = redis::pipe()
         .add_command(deleted)
         .cmd("INCR")

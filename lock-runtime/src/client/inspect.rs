@@ -276,9 +276,8 @@ impl LockClient {
     ///
     /// It takes the lock [`inspect`](Self::inspect) reports (the mutex,
     /// every holder of the read-write lock or the semaphore, or the leader of
-    /// the election `key`: the next candidate in line is elected at once,
-    /// and with none the old leader's record, which observers read, stays
-    /// until its lease ends), and raises the
+    /// the election `key` and its record: the next candidate in line is
+    /// elected at once; with none, observers see no leader), and raises the
     /// key's fencing counter: the next holder's token is above every token
     /// issued before, and the record that [`fence::redis`](crate::fence::redis)
     /// keeps for resource `key` on the lock's server is raised to it too, so

@@ -167,14 +167,12 @@ where
         // the run, which then ends at the handler's first poll if it can.
         Ok(Ok((Some(response), guard))) => Ok(hand_over(response, guard).await),
         Ok(Ok((None, guard))) => {
-            tracing::warn!(key = %guard.key(), "lock lost while the request ran; the request was cancelled");
+            tracing::warn!(key = %guard.key(), "lock lost while the request ran (its lease \
+                was not renewed in time, or it was released by force); the request was cancelled");
+            // The key stays in the log, as for `Busy` (`refusal`).
             Ok(problem_retry(
                 StatusCode::SERVICE_UNAVAILABLE,
-                &format!(
-                    "the lock on `{}` was lost while the request ran (the lock backend did not \
-                     confirm its renewal); the request was cancelled",
-                    guard.key()
-                ),
+                "this request's lock was lost while it ran; the request was cancelled",
                 Duration::from_secs(1),
             ))
         }
