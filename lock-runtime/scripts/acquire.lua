@@ -166,11 +166,17 @@ if holder == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
   if KEYS[5] then
-    -- A leader's term is the token its first grant wrote in the record.
-    local fence = redis.call('GET', KEYS[2])
-    if fence then
-      return tonumber(fence)
+    -- A leader's term is the one its grant wrote in the record (ours while
+    -- the key is ours), re-armed with the lease: a hand-over wrote it with
+    -- the hand-over's short lease. Gone (it ran out before this confirm): a
+    -- new term, written and announced as a grant's, so observers and the
+    -- leader name the same term.
+    local record = redis.call('GET', KEYS[5])
+    if record then
+      redis.call('PEXPIRE', KEYS[5], ARGV[2])
+      return tonumber(string.sub(record, 1, string.find(record, ':', 1, true) - 1))
     end
+    return ours()
   end
   -- A plain SET takes the key without a token: minted now, while ours.
   return redis.call('INCR', KEYS[2])

@@ -181,13 +181,17 @@ pub enum ConfigReason {
     WriteInsideRead,
     /// A key named more than once in one `lock_all`.
     KeyNamedTwice,
+    /// A campaign for a leadership the task already holds: it has one term
+    /// and one label, and a nested `Leadership` could only stand for it.
+    NestedCampaign,
 }
 
 impl ConfigReason {
-    const ALL: [Self; 3] = [
+    const ALL: [Self; 4] = [
         Self::ZeroPermits,
         Self::WriteInsideRead,
         Self::KeyNamedTwice,
+        Self::NestedCampaign,
     ];
 
     /// The fixed text the reason's message opens with.
@@ -196,6 +200,7 @@ impl ConfigReason {
             Self::ZeroPermits => "a semaphore with zero permits",
             Self::WriteInsideRead => "a write lock inside a read lock of the same task",
             Self::KeyNamedTwice => "a key named more than once in lock_all",
+            Self::NestedCampaign => "a campaign inside a leadership of the same task",
         }
     }
 }

@@ -6,7 +6,7 @@
 pub const MIRRORED: &[(&str, &str, &str)] = &[
     (
         "acquire.lua",
-        "32a067df96075bac0aa2e58740bd6446421eedb9",
+        "05980613324006e452c3dfef009fdf7e47e8c3f0",
         "lock/server.rs `Server::acquire` (its `pin`: `Server::pin`; its free path's \
          hand-over: `Server::hand_to_head`; the plain `SET NX` sent before it, whose nil \
          answer sends it: `Server::set_nx`, `Req::SetNx`); redlock.rs `Node::acquire`. A leader election's record and candidates' labels \

@@ -193,22 +193,21 @@ where
         .unwrap_err();
     assert!(err.is_stale(), "{err:?}");
     assert_eq!(get(&mut conn, &counter).await.as_deref(), Some("10"));
-    // A resource with no record yet, and a token far above 2^53.
+    // A resource with no record yet, and a token far above 2^53 (the
+    // highest a lock issues: Redis counters stop at i64::MAX).
+    let top = i64::MAX as u64;
     let other = key("fence-fresh");
-    fence::redis(&mut conn, &other, u64::MAX - 1)
+    fence::redis(&mut conn, &other, top - 1)
         .cmd(redis::cmd("SET").arg(&other).arg("x"))
         .run()
         .await
         .unwrap();
-    let err = fence::redis(&mut conn, &other, u64::MAX - 2)
+    let err = fence::redis(&mut conn, &other, top - 2)
         .run()
         .await
         .unwrap_err();
     assert!(err.is_stale(), "exact past 2^53: {err:?}");
-    fence::redis(&mut conn, &other, u64::MAX)
-        .run()
-        .await
-        .unwrap();
+    fence::redis(&mut conn, &other, top).run().await.unwrap();
 }
 
 /// Bad input is refused before anything is sent: no record appears.
@@ -274,6 +273,14 @@ where
         assert!(err.is_config(), "{err:?}");
         assert!(err.to_string().contains("record"), "{err}");
     }
+    // A token no lock issues (fence::postgres refuses it the same way):
+    // recorded, it would shut every real token out for the retention.
+    let err = fence::redis(&mut conn, &resource, u64::MAX)
+        .run()
+        .await
+        .unwrap_err();
+    assert!(err.is_config(), "{err:?}");
+    assert!(err.to_string().contains("i64::MAX"), "{err}");
     let record: Option<String> = get(&mut conn, &record_key).await;
     assert_eq!(record, None, "nothing was sent");
     assert_eq!(get(&mut conn, &resource).await, None);

@@ -443,3 +443,121 @@ async fn a_renewed_leader_stays_visible_long_past_its_first_lease(
     leadership.resign().await.unwrap();
     assert_eq!(next_seen(&mut rx, "nobody").await, None);
 }
+
+/// A candidate whose notices are refused (an ACL user without channels)
+/// takes over by looking again, not by the hand-over notice: it confirms
+/// the hand-over itself. It leads under the term observers see (the
+/// record's, not the name's slot counter, which a lock of the same name
+/// raised meanwhile), and stays listed for as long as it leads (the record
+/// written with the hand-over's short lease is re-armed with its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_without_notices_leads_under_the_term_observers_see() {
+    let server = RedisServer::start();
+    let deaf = [
+        "ACL",
+        "SETUSER",
+        "deaf",
+        "on",
+        ">pw",
+        "~*",
+        "resetchannels",
+        "+@all",
+    ];
+    assert_eq!(server.cli(&deaf), "OK");
+    let a = client(&LockClient::builder().redis(server.url())).await;
+    let deaf_url = server.url().replacen("redis://", "redis://deaf:pw@", 1);
+    let b = client(&LockClient::builder().redis(deaf_url)).await;
+    let name = key("deaf-candidate");
+    let first = a
+        .leader(&name)
+        .ttl(secs(1))
+        .label("a")
+        .campaign()
+        .await
+        .unwrap();
+    let campaign = {
+        let (b, name) = (b.clone(), name.clone());
+        tokio::spawn(async move {
+            let request = b.leader(&name).ttl(secs(1)).label("b").wait(secs(10));
+            request.campaign().await
+        })
+    };
+    tokio::time::sleep(ms(300)).await; // in line
+    first.resign().await.unwrap();
+    // A lock of the same name counts its tokens with the election's terms.
+    let lock = a.lock(&name).acquire().await.unwrap();
+    let minted = lock.fencing_token().await.unwrap();
+    lock.release().await.unwrap();
+    let second = tokio::time::timeout(secs(5), campaign)
+        .await
+        .expect("the candidate without notices was not elected")
+        .unwrap()
+        .unwrap();
+    let listed = a.leaders(&name, 10).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (listed[0].label.as_str(), listed[0].term),
+        ("b", second.term()),
+        "a lock's token in between: {minted}"
+    );
+    // Three leases on, it still leads and is still listed.
+    tokio::time::sleep(secs(3)).await;
+    assert!(!second.is_lost());
+    let listed = a.leaders(&name, 10).await.unwrap();
+    assert_eq!(
+        listed.len(),
+        1,
+        "the leader vanished from the list: {listed:?}"
+    );
+    assert_eq!(listed[0].term, second.term());
+    second.resign().await.unwrap();
+}
+
+/// A task that leads and campaigns again for the same name is told so: a
+/// second `Leadership` would show another label than observers see, and its
+/// resign would step nobody down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_inside_the_same_leadership_is_a_clear_error() {
+    let client = memory_client().await;
+    let name = key("nested-campaign");
+    let inner = client.clone();
+    let nested = client
+        .leader(&name)
+        .label("outer")
+        .run(async move { inner.leader(&name).label("inner").campaign().await })
+        .await
+        .unwrap();
+    let e = nested.unwrap_err();
+    assert_eq!(
+        e.config_reason(),
+        Some(lock_runtime::ConfigReason::NestedCampaign),
+        "{e}"
+    );
+}
+
+/// Reads after the server closed the client's idle connections (a
+/// `timeout` in its config, a proxy, `CLIENT KILL`) are answered: the first
+/// command on a connection only then finds it broken, and a read is sent
+/// again once, as an acquire is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_after_the_server_closed_idle_connections_are_answered() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        client(&LockClient::builder().redis(server.url())).await,
+        client(&LockClient::builder().redis(server.url())).await,
+    );
+    let name = key("idle-reads");
+    let leading = a.leader(&name).label("a").campaign().await.unwrap();
+    for read in ["leaders", "observe", "inspect"] {
+        server.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+        match read {
+            "leaders" => assert_eq!(b.leaders(&name, 10).await.unwrap().len(), 1),
+            "observe" => {
+                let rx = b.leader(&name).observe().await.unwrap();
+                assert_eq!(rx.borrow().as_ref().map(|l| l.term), Some(leading.term()));
+            }
+            _ => assert!(b.inspect(&name).await.unwrap().held),
+        }
+    }
+    leading.resign().await.unwrap();
+}

@@ -17,6 +17,7 @@ use super::conn::Conn;
 use super::inspect::Observed;
 use super::redis::RedisBackend;
 use super::waiters::WaitHandle;
+use crate::backoff::Retry;
 use crate::error::{BackendError, LockError};
 use crate::key::{KeyNames, parse};
 
@@ -33,10 +34,15 @@ fn parse_record(value: &str, pttl: i64) -> Option<LeaderEntry> {
 }
 
 impl Backend {
-    /// The leader of the election `names`, if anybody leads it.
+    /// The leader of the election `names`, if anybody leads it. A read:
+    /// sent again once after a broken connection (one the server closed
+    /// while idle is only found broken by the next command).
     pub(crate) async fn leader(&self, names: &KeyNames) -> Result<Option<LeaderEntry>, LockError> {
         match self {
-            Backend::Redis(b) => read(&mut b.connection(), &names.record).await,
+            Backend::Redis(b) => {
+                let read = || async { read(&mut b.connection(), &names.record).await };
+                Retry::ONCE.start().send("leader: read", None, read).await
+            }
             Backend::Memory(b) => Ok(b.leader(names)),
             Backend::Redlock(_) => Err(not_on_redlock()),
         }
@@ -82,7 +88,14 @@ impl Backend {
         let mut found = match self {
             Backend::Memory(b) => b.leaders(prefix),
             Backend::Redlock(_) => return Err(not_on_redlock()),
-            Backend::Redis(b) => scan_records(b, prefix, starting_with, limit).await?,
+            // Sent again once after a broken connection, as `leader`.
+            Backend::Redis(b) => {
+                let scan = || scan_records(b, prefix, starting_with, limit);
+                Retry::ONCE
+                    .start()
+                    .send("leaders: scan", None, scan)
+                    .await?
+            }
         };
         found.retain(|(name, _)| name.starts_with(starting_with));
         found.sort_by(|a, b| a.0.cmp(&b.0));

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::LockClient;
 use crate::backend::inspect::Observed;
+use crate::backoff::Retry;
 use crate::error::LockError;
 use crate::key::{Access, KeyNames, LockKind, validate_key};
 use crate::token::public_part;
@@ -94,6 +95,13 @@ impl LockClient {
     /// ```
     pub async fn inspect(&self, key: &str) -> Result<LockState, LockError> {
         validate_key(key)?;
+        // Reads only: sent again once after a broken connection (one the
+        // server closed while idle is only found broken by the next command).
+        let inspect = || self.inspect_once(key);
+        Retry::ONCE.start().send("inspect", None, inspect).await
+    }
+
+    async fn inspect_once(&self, key: &str) -> Result<LockState, LockError> {
         let prefix = &self.0.prefix;
         let seen = self.0.backend.inspect(prefix, key).await?;
         let busy = |o: &Observed| o.held || o.queued > 0;

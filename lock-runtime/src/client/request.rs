@@ -179,6 +179,16 @@ impl LockRequest {
                         ),
                     ));
                 }
+                if this.kind == LockKind::Leader {
+                    return Err(LockError::misuse(
+                        ConfigReason::NestedCampaign,
+                        format_args!(
+                            "this task leads {:?} already (one term, one label); use that \
+                             leadership instead of campaigning again",
+                            this.key
+                        ),
+                    ));
+                }
                 tracing::trace!(key = %this.key, "lock re-entered by the holding task");
                 return Ok(LockGuard::reentered(held, inner.clone()));
             }

@@ -123,8 +123,9 @@ where
     ///   control characters.
     /// * [`LockError::Config`]: a command is not allowed or has the wrong
     ///   number of arguments, a key is not in the resource's hash slot or is
-    ///   a fence's record (under [`RECORD_PREFIX`]), or the retention is out
-    ///   of bounds. Nothing was sent.
+    ///   a fence's record (under [`RECORD_PREFIX`]), the retention is out
+    ///   of bounds, or the token is above `i64::MAX` (no lock issues it).
+    ///   Nothing was sent.
     /// * [`LockError::Backend`]: the server failed or answered with an error.
     ///   A command's own error (`WRONGTYPE`, a syntax error) comes after the
     ///   check passed: the token is recorded and the commands before the
@@ -138,6 +139,14 @@ where
             return Err(e);
         }
         check_retention("a fence's record", self.retention)?;
+        // As `fence::postgres`: a token no lock issues would shut every real
+        // one out for the record's retention.
+        if i64::try_from(self.token).is_err() {
+            return Err(LockError::Config(format!(
+                "fencing token {} is above i64::MAX: no lock issues it",
+                self.token
+            )));
+        }
         let slot = key::slot(&self.resource);
         if let Some(stray) = self.keys.iter().find(|k| slot_of_bytes(k) != slot) {
             return Err(LockError::Config(format!(
