@@ -88,18 +88,18 @@ enum Command {
         /// Only keys starting with this.
         #[arg(long, default_value = "")]
         prefix: String,
-        /// At most this many locks.
-        #[arg(long, default_value_t = 100)]
-        limit: usize,
+        /// At most this many locks (at least 1).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
     },
     /// The elected leaders (`client.leader(name)`): name, label, term.
     Leaders {
         /// Only names starting with this.
         #[arg(long, default_value = "")]
         prefix: String,
-        /// At most this many leaders.
-        #[arg(long, default_value_t = 100)]
-        limit: usize,
+        /// At most this many leaders (at least 1).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
     },
     /// Deletes KEY's lock whoever holds it (every holder of a read-write
     /// lock or semaphore), and raises the key's fencing counter: the
@@ -219,14 +219,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             output::show(&state, cli.json);
         }
         Command::List { prefix, limit } => {
+            let limit = usize::try_from(limit).unwrap_or(usize::MAX);
             let states = client.list(&prefix, limit).await?;
             output::list(&states, cli.json);
+            // On stderr: the table (or JSON) stays what it is.
             if states.is_empty() {
-                // On stderr: the table (or JSON) stays what it is.
                 eprintln!("{}", nothing_under(&cli.key_prefix));
+            } else if states.len() == limit {
+                eprintln!("the first {limit} locks found; --limit to see more");
             }
         }
         Command::Leaders { prefix, limit } => {
+            let limit = usize::try_from(limit).unwrap_or(usize::MAX);
             leaders::print(&client, &prefix, limit, cli.json).await?;
         }
         Command::ForceRelease { key, yes } => {

@@ -121,6 +121,14 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         );
     }
     let server = RedisServer::start();
+    // A listing of no locks would say "no locks held" whatever is held.
+    let out = lockctl(&server.url(), &["list", "--limit", "0"], "");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--limit"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = lockctl(&server.url(), &["inspect", ""], "");
     assert_eq!(out.status.code(), Some(1));
     assert!(

@@ -128,3 +128,38 @@ async fn inspect_on_a_cluster() {
     assert!(client.list("", 10).await.unwrap().is_empty());
     a_lock_is_seen_free_held_waited_for_and_free_again(cluster.builder(), true).await;
 }
+
+/// `list` finds the held locks it is asked for however many other names
+/// the server has: keys under other prefixes and completed idempotency
+/// records do not use up what it reads before the held ones are found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_finds_held_locks_among_many_other_names() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .redis(server.url())
+        .build()
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    for i in 0..200 {
+        guards.push(client.lock(format!("aaa:{i}")).acquire().await.unwrap());
+    }
+    for i in 0..300 {
+        match client.record(format!("msg-{i}")).claim().await.unwrap() {
+            lock_runtime::Claimed::Run(record) => record.complete("done").await.unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+    let _permit = client.semaphore("sem:1", 2).acquire().await.unwrap();
+    let _last = client.lock("zzz:held").acquire().await.unwrap();
+
+    let sem = client.list("sem", 10).await.unwrap();
+    assert_eq!(sem.len(), 1, "{sem:?}");
+    assert_eq!(sem[0].key, "sem:1");
+    let zzz = client.list("zzz", 1).await.unwrap();
+    assert_eq!(zzz.len(), 1, "{zzz:?}");
+    let all = client.list("", 150).await.unwrap();
+    assert_eq!(all.len(), 150);
+    assert!(all.windows(2).all(|w| w[0].key < w[1].key), "sorted by key");
+    assert_eq!(client.list("", 1000).await.unwrap().len(), 202);
+}

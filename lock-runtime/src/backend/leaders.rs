@@ -128,7 +128,7 @@ async fn scan_records(
     limit: usize,
 ) -> Result<Vec<(String, LeaderEntry)>, LockError> {
     let mut conn = node.connection();
-    let pattern = format!("{}A*", super::inspect::glob_escape(prefix));
+    let pattern = format!("{}A*", super::scan::glob_escape(prefix));
     let masters = match &mut conn {
         Conn::Cluster(cluster) => {
             let slots = cluster

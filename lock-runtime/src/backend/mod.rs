@@ -21,6 +21,7 @@ mod notifier;
 pub(crate) mod records;
 pub(crate) mod redis;
 pub(crate) mod redlock;
+pub(crate) mod scan;
 mod scripts;
 pub(crate) mod waiters;
 

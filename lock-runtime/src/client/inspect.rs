@@ -230,9 +230,11 @@ impl LockClient {
     /// (mutexes, read-write locks and semaphores; holders and waiters
     /// named; with the `axum` feature also `IdempotencyLayer` records in
     /// flight, by their hashed names, named by the claimer's label), sorted
-    /// by key. Found with `SCAN` (bounded by `limit`, never
-    /// `KEYS`): on one server, a Sentinel group, Redlock (the union over the
-    /// masters), a Redis Cluster (every master that serves slots, found with
+    /// by key. Found with `SCAN` (never `KEYS`), which reads four names a
+    /// lock asked for, and more while fewer than `limit` of those it found
+    /// are held (completed records, locks released since): on one server,
+    /// a Sentinel group, Redlock (the union over the masters), a Redis
+    /// Cluster (every master that serves slots, found with
     /// `CLUSTER NODES`) and the embedded backend (mutexes).
     pub async fn list(
         &self,
@@ -240,39 +242,54 @@ impl LockClient {
         limit: usize,
     ) -> Result<Vec<LockState>, LockError> {
         let prefix = &self.0.prefix;
-        let names = self
-            .0
-            .backend
-            .scan_locks(prefix, limit.saturating_mul(4).max(limit))
-            .await?;
-        let mut keys: Vec<(String, Option<&String>)> = names
-            .iter()
-            .filter_map(|name| match crate::key::parse(prefix, name) {
-                Some(('L' | 'W' | 'R' | 'P', key)) if key.starts_with(starting_with) => {
-                    Some((key, None))
-                }
-                Some(('I', key)) if key.starts_with(starting_with) => Some((key, Some(name))),
-                _ => None,
+        // The names of the keys asked for: a mutex, a read-write lock (its
+        // writer or readers), a semaphore (its holders), a record.
+        let of_key = |name: &str| {
+            crate::key::parse(prefix, name).is_some_and(|(kind, key)| {
+                matches!(kind, 'L' | 'W' | 'R' | 'P' | 'I') && key.starts_with(starting_with)
             })
-            .collect();
-        keys.sort();
-        keys.dedup();
+        };
+        // Names found are not all held (a completed record, a lock released
+        // since): the scan finds four names a lock at first, and more, up
+        // to every name there is, while fewer than `limit` turn out held.
+        let mut cap = limit.saturating_mul(4).max(limit);
+        let mut looked = std::collections::HashSet::new();
         let mut held = Vec::new();
-        for (key, record) in keys {
-            if held.len() == limit {
-                break;
+        while held.len() < limit {
+            let names = self.0.backend.scan_locks(prefix, cap, &of_key).await?;
+            let mut keys: Vec<(String, Option<&String>)> = names
+                .iter()
+                .filter_map(|name| match crate::key::parse(prefix, name)? {
+                    ('I', key) => Some((key, Some(name))),
+                    (_, key) => Some((key, None)),
+                })
+                .collect();
+            keys.sort();
+            keys.dedup();
+            for (key, record) in keys {
+                if held.len() == limit {
+                    break;
+                }
+                if !looked.insert((key.clone(), record.cloned())) {
+                    continue;
+                }
+                let state = match record {
+                    None => self.inspect(&key).await?,
+                    Some(name) => match self.record_in_flight(key, name).await? {
+                        Some(state) => state,
+                        None => continue,
+                    },
+                };
+                if state.held {
+                    held.push(state);
+                }
             }
-            let state = match record {
-                None => self.inspect(&key).await?,
-                Some(name) => match self.record_in_flight(key, name).await? {
-                    Some(state) => state,
-                    None => continue,
-                },
-            };
-            if state.held {
-                held.push(state);
+            if names.len() < cap {
+                break; // every name there is was found
             }
+            cap = cap.saturating_mul(4);
         }
+        held.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(held)
     }
 

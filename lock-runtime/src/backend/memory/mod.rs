@@ -318,14 +318,21 @@ impl MemoryBackend {
     }
 
     /// Up to `limit` names of live locks under `prefix`.
-    pub(crate) fn lock_names(&self, prefix: &str, limit: usize) -> Vec<String> {
+    pub(crate) fn lock_names(
+        &self,
+        prefix: &str,
+        limit: usize,
+        keep: super::scan::Keep<'_>,
+    ) -> Vec<String> {
         let now = Instant::now();
         let lock_prefix = format!("{prefix}L");
         let mut names: Vec<String> = self
             .state()
             .locks
             .iter()
-            .filter(|(name, held)| held.expires > now && name.starts_with(&lock_prefix))
+            .filter(|(name, held)| {
+                held.expires > now && name.starts_with(&lock_prefix) && keep(name)
+            })
             .map(|(name, _)| name.clone())
             .collect();
         names.sort();
