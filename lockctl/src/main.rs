@@ -8,13 +8,15 @@
 //! lockctl [--redis URL | --cluster URL...] [--key-prefix P] [--json] force-release KEY [--yes]
 //! ```
 //!
-//! `--redis` defaults to `REDIS_URL`; `--cluster` takes the seeds of a
-//! Redis Cluster (then `list` covers every master). `rediss://` servers
+//! The options may also follow the command (`lockctl show KEY --redis
+//! URL`). `--redis` defaults to `REDIS_URL`; `--cluster` takes the seeds of
+//! a Redis Cluster (then `list` covers every master). `rediss://` servers
 //! with a private CA or asking for a client certificate: `--tls-ca FILE`,
 //! `--tls-cert FILE --tls-key FILE` (PEM). Output is a table, or
 //! JSON with `--json`. Every failure (a bad URL, an unreachable server, a
 //! bad key, nothing to release, a declined confirmation) is one line on
-//! standard error and exit code 1.
+//! standard error and exit code 1; a command line that does not parse is
+//! clap's usage message and exit code 2.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,20 +37,27 @@ mod output;
 )]
 struct Cli {
     /// The Redis server (or Sentinel-less master) the locks live on.
-    #[arg(long, env = "REDIS_URL", hide_env_values = true, value_name = "URL")]
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     redis: Option<String>,
     /// A seed node of a Redis Cluster (repeat for more); used instead of
     /// --redis.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, global = true, value_name = "URL")]
     cluster: Vec<String>,
     /// PEM CA certificates to trust for `rediss://` servers, instead of the
     /// system's roots (`LockClientBuilder::tls_root_certificates`).
-    #[arg(long, env = "LOCKCTL_TLS_CA", value_name = "FILE")]
+    #[arg(long, global = true, env = "LOCKCTL_TLS_CA", value_name = "FILE")]
     tls_ca: Option<PathBuf>,
     /// A PEM client certificate for servers that ask for one (mutual TLS,
     /// `tls-auth-clients yes`); with --tls-key.
     #[arg(
         long,
+        global = true,
         env = "LOCKCTL_TLS_CERT",
         value_name = "FILE",
         requires = "tls_key"
@@ -57,13 +66,14 @@ struct Cli {
     /// The PEM private key of --tls-cert.
     #[arg(
         long,
+        global = true,
         env = "LOCKCTL_TLS_KEY",
         value_name = "FILE",
         requires = "tls_cert"
     )]
     tls_key: Option<PathBuf>,
     /// The prefix the services' clients use (`LockClientBuilder::key_prefix`).
-    #[arg(long, default_value = "lock:", value_name = "PREFIX")]
+    #[arg(long, global = true, default_value = "lock:", value_name = "PREFIX")]
     key_prefix: String,
     /// Print JSON instead of a table.
     #[arg(long, global = true)]

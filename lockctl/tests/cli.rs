@@ -32,6 +32,9 @@ async fn inspect_list_and_force_release_a_held_lock() {
     // Minted on first use: asked for before the counter is read.
     let token = guard.fencing_token().await.unwrap();
 
+    // The options before or after the command.
+    let out = common::lockctl(&[], &["inspect", "order:42", "--json", "--redis", &url], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
     let out = lockctl(&url, &["--json", "inspect", "order:42"], "");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

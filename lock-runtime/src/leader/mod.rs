@@ -106,7 +106,9 @@ impl LeaderRequest {
     /// lease ([`Leadership::lost`]).
     ///
     /// Errors: `Busy` when [`wait`](Self::wait) ran out; `InvalidKey` for a
-    /// bad name; `Config` for a bad lease or label, or on Redlock (a
+    /// bad name; `Config` for a campaign inside a leadership of the same
+    /// name that the task holds ([`ConfigReason::NestedCampaign`](crate::ConfigReason::NestedCampaign)),
+    /// a bad lease or label, or on Redlock (a
     /// leader's record is written in the same script call as the grant, and
     /// candidates queue on the server: Redlock's independent masters cannot
     /// do either as one step).
