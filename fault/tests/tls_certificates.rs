@@ -120,6 +120,25 @@ async fn mutual_tls_takes_and_waits_on_one_server_and_on_redlock() {
     println!("no client certificate: {text}");
 }
 
+/// A `rediss://` URL aimed at a plain server: the server waits for a command
+/// line that never comes, and the connect timeout says what to look at.
+#[tokio::test]
+async fn a_tls_url_on_a_plain_port_names_tls_in_its_timeout() {
+    let server = RedisServer::start();
+    let url = server.url().replacen("redis://", "rediss://", 1);
+    let err = LockClient::builder()
+        .redis(url)
+        .connect_timeout(std::time::Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap_err();
+    let text = test_support::error_chain(&err);
+    assert!(
+        err.is_backend() && text.contains("does the port serve TLS"),
+        "{text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn root_certificates_trust_a_private_ca_and_only_it() {
     if !test_support::tls_available("root_certificates_trust_a_private_ca_and_only_it") {

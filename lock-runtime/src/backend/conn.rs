@@ -134,7 +134,16 @@ async fn connect_manager(
     client: redis::Client,
     options: &RedisOptions,
 ) -> Result<ConnectionManager, LockError> {
-    let addr = client.get_connection_info().addr().to_string();
+    let addr = client.get_connection_info().addr();
+    // A plain server answers nothing to a TLS handshake: it waits for the
+    // end of a command line that never comes.
+    let over_tls = match addr {
+        redis::ConnectionAddr::TcpTls { .. } => {
+            " (a TLS handshake unanswered: does the port serve TLS? `redis://` if not)"
+        }
+        _ => "",
+    };
+    let addr = addr.to_string();
     tokio::time::timeout(
         options
             .connect_timeout
@@ -142,7 +151,9 @@ async fn connect_manager(
         ConnectionManager::new_with_config(client, manager_config(options)),
     )
     .await
-    .map_err(|_| BackendError::timeout(format!("connecting to Redis at {addr} timed out")))?
+    .map_err(|_| {
+        BackendError::timeout(format!("connecting to Redis at {addr} timed out{over_tls}"))
+    })?
     .map_err(|e| BackendError::with_source(format!("cannot connect to Redis at {addr}"), e).into())
 }
 
