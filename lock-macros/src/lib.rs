@@ -164,6 +164,9 @@ use proc_macro::TokenStream;
 /// durations, `rw` or `permits` values other than those above, and options
 /// that do not go together (`key` with `keys`; `rw` with `permits`; `keys`
 /// with `rw`, `permits` or `hold_at_least`) are compile errors at the option.
+/// Inside a `macro_rules!` macro, the values may be its fragments
+/// (`key = $key` for a `$key:literal`), and a placeholder may name a
+/// parameter the macro's caller named.
 ///
 /// # Read-write locks, semaphores, several keys
 ///
