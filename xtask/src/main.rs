@@ -157,12 +157,14 @@ fn main() -> ExitCode {
         None => ("help", &[][..]),
     };
     let outcome = match task {
-        "test" => parse_servers(rest)
-            .and_then(|(servers, rest)| deps().and_then(|()| test(servers, &rest, Lint::No))),
+        "test" => parse_servers(rest).and_then(|(servers, rest)| {
+            deps(servers == Servers::All).and_then(|()| test(servers, &rest, Lint::No))
+        }),
         "lint" => lint(),
-        "ci" => parse_servers(rest)
-            .and_then(|(servers, rest)| deps().and_then(|()| test(servers, &rest, Lint::Too))),
-        "deps" => deps(),
+        "ci" => parse_servers(rest).and_then(|(servers, rest)| {
+            deps(servers == Servers::All).and_then(|()| test(servers, &rest, Lint::Too))
+        }),
+        "deps" => deps(false),
         "first-run" => first_run::first_run(rest),
         "help" | "-h" | "--help" => {
             println!("{}", usage());
@@ -263,11 +265,15 @@ fn installed(tool: &str) -> bool {
 }
 
 /// Installs the Debian packages of the missing tools, then Valkey.
-fn deps() -> Result<(), String> {
+/// Installs what the tests need; Redis 8 beside what follows when
+/// `redis8_beside` (a run on every server, which needs it last).
+fn deps(redis8_beside: bool) -> Result<(), String> {
     debian_packages()?;
     valkey::install()?;
     // Not fatal: the Redis 8 set is then skipped, and the report says so.
-    if let Err(e) = redis8::install() {
+    if redis8_beside {
+        redis8::install_beside();
+    } else if let Err(e) = redis8::install() {
         eprintln!("xtask: no Redis {} for the tests: {e}", redis8::VERSION);
     }
     Ok(())
