@@ -548,7 +548,7 @@ async fn reads_after_the_server_closed_idle_connections_are_answered() {
     );
     let name = key("idle-reads");
     let leading = a.leader(&name).label("a").campaign().await.unwrap();
-    for read in ["leaders", "observe", "inspect"] {
+    for read in ["leaders", "observe", "inspect", "list"] {
         server.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
         match read {
             "leaders" => assert_eq!(b.leaders(&name, 10).await.unwrap().len(), 1),
@@ -556,7 +556,8 @@ async fn reads_after_the_server_closed_idle_connections_are_answered() {
                 let rx = b.leader(&name).observe().await.unwrap();
                 assert_eq!(rx.borrow().as_ref().map(|l| l.term), Some(leading.term()));
             }
-            _ => assert!(b.inspect(&name).await.unwrap().held),
+            "inspect" => assert!(b.inspect(&name).await.unwrap().held),
+            _ => assert!(b.list("", 10).await.unwrap().is_empty(), "no lock held"),
         }
     }
     leading.resign().await.unwrap();

@@ -256,7 +256,9 @@ impl LockClient {
         let mut looked = std::collections::HashSet::new();
         let mut held = Vec::new();
         while held.len() < limit {
-            let names = self.0.backend.scan_locks(prefix, cap, &of_key).await?;
+            // A read, sent again once after a broken connection (as `inspect`).
+            let scan = || self.0.backend.scan_locks(prefix, cap, &of_key);
+            let names = Retry::ONCE.start().send("list: scan", None, scan).await?;
             let mut keys: Vec<(String, Option<&String>)> = names
                 .iter()
                 .filter_map(|name| match crate::key::parse(prefix, name)? {
