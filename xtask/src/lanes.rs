@@ -17,9 +17,7 @@ const SCENARIOS: &str = "under_faults::";
 ///   cores), its output shown as it goes;
 /// * the fault scenarios on Redis, then [`VALKEY_SET`] on Valkey and
 ///   [`REDIS8_SET`] on Redis 8 (about as long), its output kept in a file
-///   and shown when it ends. Redis 8, built from its source, is built
-///   beside the test build and the lanes (`redis8::install_beside`) and
-///   waited for only here.
+///   and shown when it ends.
 ///
 /// Most tests wait on servers, timers and worker processes rather than
 /// compute: one lane at a time kept the two cores about 30 % busy, and
@@ -216,10 +214,6 @@ impl Phase {
         report: &mut Vec<String>,
         log: Option<&std::fs::File>,
     ) -> Result<(), String> {
-        if self.server == "redis8" {
-            // Built beside the lanes (`redis8::install_beside`).
-            redis8::wait_beside();
-        }
         if self.server == "redis8" && !redis8::installed() {
             report.push(format!(
                 "redis8: SKIPPED {}: no redis-server {} in {} (see `cargo xtask deps`'s output)",

@@ -157,14 +157,12 @@ fn main() -> ExitCode {
         None => ("help", &[][..]),
     };
     let outcome = match task {
-        "test" => parse_servers(rest).and_then(|(servers, rest)| {
-            deps(servers == Servers::All).and_then(|()| test(servers, &rest, Lint::No))
-        }),
+        "test" => parse_servers(rest)
+            .and_then(|(servers, rest)| deps().and_then(|()| test(servers, &rest, Lint::No))),
         "lint" => lint(),
-        "ci" => parse_servers(rest).and_then(|(servers, rest)| {
-            deps(servers == Servers::All).and_then(|()| test(servers, &rest, Lint::Too))
-        }),
-        "deps" => deps(false),
+        "ci" => parse_servers(rest)
+            .and_then(|(servers, rest)| deps().and_then(|()| test(servers, &rest, Lint::Too))),
+        "deps" => deps(),
         "first-run" => first_run::first_run(rest),
         "help" | "-h" | "--help" => {
             println!("{}", usage());
@@ -265,15 +263,11 @@ fn installed(tool: &str) -> bool {
 }
 
 /// Installs the Debian packages of the missing tools, then Valkey.
-/// Installs what the tests need; Redis 8 beside what follows when
-/// `redis8_beside` (a run on every server, which needs it last).
-fn deps(redis8_beside: bool) -> Result<(), String> {
+fn deps() -> Result<(), String> {
     debian_packages()?;
     valkey::install()?;
     // Not fatal: the Redis 8 set is then skipped, and the report says so.
-    if redis8_beside {
-        redis8::install_beside();
-    } else if let Err(e) = redis8::install() {
+    if let Err(e) = redis8::install() {
         eprintln!("xtask: no Redis {} for the tests: {e}", redis8::VERSION);
     }
     Ok(())

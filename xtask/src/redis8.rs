@@ -46,52 +46,10 @@ pub(crate) fn installed() -> bool {
     reports_version(&server())
 }
 
-/// A build started by [`install_beside`], until [`wait_beside`] joins it.
-static BESIDE: std::sync::Mutex<Option<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(None);
-
-/// Starts [`install`] in a thread of its own, at the lowest CPU priority and
-/// with its output in a log file (shown if it fails), for a run that needs
-/// Redis 8 only at its end (`cargo xtask test` and `ci`: the second lane's
-/// last phase): the build then takes the cores the test build and the
-/// tests leave idle instead of going first. A failure is reported as
-/// [`install`]'s is; [`wait_beside`] waits for it.
-pub(crate) fn install_beside() {
-    let build = std::thread::spawn(|| {
-        let log = std::env::temp_dir().join(format!("xtask-redis8-{}.log", std::process::id()));
-        let outcome = std::fs::File::create(&log)
-            .map_err(|e| format!("{}: {e}", log.display()))
-            .and_then(|file| install_logged(Some(&file)));
-        match outcome {
-            Ok(()) => {
-                let _ = std::fs::remove_file(&log);
-            }
-            Err(e) => eprintln!(
-                "xtask: no Redis {VERSION} for the tests: {e} (its build's output: {})",
-                log.display()
-            ),
-        }
-    });
-    *BESIDE.lock().unwrap_or_else(|e| e.into_inner()) = Some(build);
-}
-
-/// Waits for a build [`install_beside`] started, if any.
-pub(crate) fn wait_beside() {
-    let build = BESIDE.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(build) = build {
-        let _ = build.join();
-    }
-}
-
 /// Builds `redis-server` [`VERSION`] into [`dir`] unless a binary that
 /// reports it is already there (or `$REDIS8_SERVER` names one). An error
 /// says what failed; the caller decides whether that stops the run.
 pub(crate) fn install() -> Result<(), String> {
-    install_logged(None)
-}
-
-/// [`install`], the commands' output to `log` when given, then at the
-/// lowest CPU priority (beside other work).
-fn install_logged(log: Option<&std::fs::File>) -> Result<(), String> {
     let binary = server();
     if reports_version(&binary) {
         return Ok(());
@@ -111,7 +69,7 @@ fn install_logged(log: Option<&std::fs::File>) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&build);
     std::fs::create_dir_all(&build)
         .map_err(|e| format!("cannot create {}: {e}", build.display()))?;
-    let built = fetch_and_build(&build, log);
+    let built = fetch_and_build(&build);
     let outcome = built.and_then(|source| {
         let from = source.join("src").join("redis-server");
         std::fs::copy(&from, &binary).map_err(|e| {
@@ -137,9 +95,9 @@ fn install_logged(log: Option<&std::fs::File>) -> Result<(), String> {
 
 /// Fetches the source into `build`, checks it, unpacks and builds it: the
 /// source folder.
-fn fetch_and_build(build: &Path, log: Option<&std::fs::File>) -> Result<PathBuf, String> {
+fn fetch_and_build(build: &Path) -> Result<PathBuf, String> {
     let tarball = build.join(format!("redis_{VERSION}.orig.tar.gz"));
-    crate::run_logged(
+    crate::run(
         "curl",
         &[
             "--fail",
@@ -153,7 +111,6 @@ fn fetch_and_build(build: &Path, log: Option<&std::fs::File>) -> Result<PathBuf,
             SOURCE_URL,
         ],
         &[],
-        log,
     )
     .map_err(|e| format!("cannot fetch the Redis {VERSION} source ({SOURCE_URL}): {e}"))?;
     let actual = sha256(&tarball)?;
@@ -163,32 +120,26 @@ fn fetch_and_build(build: &Path, log: Option<&std::fs::File>) -> Result<PathBuf,
             tarball.display()
         ));
     }
-    crate::run_logged(
+    crate::run(
         "tar",
         &["-xzf", path_str(&tarball)?, "-C", path_str(build)?],
         &[],
-        log,
     )?;
     let source = build.join(format!("redis-{VERSION}"));
     let jobs = std::thread::available_parallelism().map_or(2, usize::from);
     let jobs = format!("-j{jobs}");
-    let make = [
-        "-C",
-        path_str(&source)?,
-        &jobs,
-        "BUILD_TLS=no",
-        "USE_SYSTEMD=no",
-        "redis-server",
-    ];
-    // Beside other work (a log given): at the lowest CPU priority.
-    let niced = ["-n", "19", "make"]
-        .into_iter()
-        .chain(make)
-        .collect::<Vec<_>>();
-    match log {
-        Some(_) => crate::run_logged("nice", &niced, &[], log),
-        None => crate::run("make", &make, &[]),
-    }
+    crate::run(
+        "make",
+        &[
+            "-C",
+            path_str(&source)?,
+            &jobs,
+            "BUILD_TLS=no",
+            "USE_SYSTEMD=no",
+            "redis-server",
+        ],
+        &[],
+    )
     .map_err(|e| format!("building Redis {VERSION} failed (needs make and a C compiler): {e}"))?;
     Ok(source)
 }
