@@ -145,9 +145,10 @@ impl LockClient {
 impl RecordRequest {
     /// The payload the work is for (its bytes are hashed): a claim with
     /// another fingerprint than the record's gets [`Claimed::Reused`]. A
-    /// claim that sets none stands for an empty payload: it matches a record
-    /// claimed without one too (so a key whose claims never set one always
-    /// matches), and is `Reused` against a record claimed with one.
+    /// claim that sets none matches a record claimed without one (so a key
+    /// whose claims never set one always matches), and is `Reused` against
+    /// a record claimed with one, even an empty payload's: set one on every
+    /// claim of a key, or on none.
     pub fn fingerprint(mut self, payload: impl AsRef<[u8]>) -> Self {
         self.fingerprint = Some(digest(&[payload.as_ref()], b""));
         self

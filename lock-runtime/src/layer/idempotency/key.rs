@@ -144,8 +144,11 @@ pub enum BodyFingerprint {
     /// The body's JSON value: the order of object members and whitespace
     /// do not count; strings compare after unescaping (`"\u0041"` is `"A"`)
     /// and numbers as parsed (integers exactly, others as `f64`, so `1.50`
-    /// and `1.5` are equal but `1` and `1.0` are not). A member name given
-    /// twice counts with its last value. An empty body is fingerprinted as
+    /// and `1.5` are equal but `1` and `1.0` are not). A body with an
+    /// integer that cannot be kept exactly (beyond the 64-bit range, or
+    /// `-0`) is compared by its bytes instead, so two such integers that
+    /// round to one `f64` are never taken for one request. A member name
+    /// given twice counts with its last value. An empty body is fingerprinted as
     /// empty; any other body that is not valid JSON is refused with `400 Bad
     /// Request` before anything is claimed (the handler could not have
     /// accepted it either, and a guessed fingerprint could make two different
@@ -168,11 +171,47 @@ pub(crate) fn fingerprinted_body(
         BodyFingerprint::Json if body.is_empty() => Ok(Cow::Borrowed(body)),
         BodyFingerprint::Json => {
             let value: serde_json::Value = serde_json::from_slice(body).map_err(NotJson)?;
+            if has_inexact_integer(body) {
+                return Ok(Cow::Borrowed(body));
+            }
             let mut out = Vec::with_capacity(body.len());
             canonical_json(&value, &mut out);
             Ok(Cow::Owned(out))
         }
     }
+}
+
+/// Whether the JSON text `body` (parsed already: valid) has an integer that
+/// `serde_json::Value` does not keep exactly: one beyond the range of `i64`
+/// and `u64` (read as the nearest `f64`), or `-0` (read as `-0.0`).
+fn has_inexact_integer(body: &[u8]) -> bool {
+    let (mut i, mut in_string) = (0, false);
+    while let Some(&c) = body.get(i) {
+        i += 1;
+        match c {
+            b'\\' if in_string => i += 1,
+            b'"' => in_string = !in_string,
+            b'-' | b'0'..=b'9' if !in_string => {
+                let start = i - 1;
+                while body
+                    .get(i)
+                    .is_some_and(|b| matches!(b, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-'))
+                {
+                    i += 1;
+                }
+                let token = std::str::from_utf8(&body[start..i]).unwrap_or_default();
+                let integer = !token.contains(['.', 'e', 'E']);
+                if integer
+                    && (token == "-0"
+                        || (token.parse::<i64>().is_err() && token.parse::<u64>().is_err()))
+                {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// `value` as compact JSON with object members sorted by name (whatever
@@ -351,6 +390,27 @@ mod tests {
         assert_eq!(
             fingerprinted_body(BodyFingerprint::Bytes, b"{ }").unwrap(),
             &b"{ }"[..]
+        );
+    }
+
+    #[test]
+    fn integers_that_cannot_be_kept_exactly_compare_by_bytes() {
+        // 2^64 and 2^64 + 1 read as one f64: never one request.
+        let big = r#"{"amount":18446744073709551616}"#;
+        assert_eq!(json(big), big);
+        assert_ne!(json(big), json(r#"{"amount":18446744073709551617}"#));
+        assert_ne!(json(big), json(r#"{ "amount": 18446744073709551616 }"#));
+        assert_ne!(json(r#"{"a":-0}"#), json(r#"{"a":0}"#));
+        // Within range, and in strings or exponents, as parsed.
+        let max = r#"{"u":18446744073709551615,"i":-9223372036854775808}"#;
+        assert_eq!(
+            json(max),
+            r#"{"i":-9223372036854775808,"u":18446744073709551615}"#
+        );
+        assert_eq!(json(r#"{ "b":"-0", "a":1e3 }"#), r#"{"a":1000.0,"b":"-0"}"#);
+        assert_eq!(
+            json(r#"{"b":"\"99999999999999999999","a":1}"#),
+            r#"{"a":1,"b":"\"99999999999999999999"}"#
         );
     }
 
