@@ -405,6 +405,65 @@ async fn a_response_over_the_storage_limit_is_sent_whole_and_retries_get_410_not
     }
 }
 
+/// A response whose body fails after the storage limit could not be
+/// produced, as one that fails within it: its record is released, and the
+/// retry runs the request (not `410`, "completed", for a day).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_that_fails_past_the_storage_limit_is_not_recorded_as_completed() {
+    let server = RedisServer::start();
+    for (backend, client) in clients(&server).await {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let handler = {
+            let runs = runs.clone();
+            move || {
+                let runs = runs.clone();
+                async move {
+                    let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    // Three chunks past a limit of 1,000 bytes, then a failure
+                    // (on the first run only).
+                    let chunks = (0..4).map(move |i| match i {
+                        3 if n == 1 => Err(std::io::Error::other("the report broke")),
+                        3 => Ok(bytes::Bytes::new()),
+                        _ => Ok(bytes::Bytes::from(vec![b'r'; 600])),
+                    });
+                    axum::body::Body::from_stream(futures_util::stream::iter(chunks))
+                }
+            }
+        };
+        let layer = IdempotencyLayer::new(client).max_response_body(1000);
+        let app = Router::new().route("/reports", post(handler).route_layer(layer));
+        let api = Api::serve(app).await;
+        let send = || api.post("/reports", "\"failing\"").send();
+        // The connection is cut: before the head reached the client, or
+        // within the body.
+        if let Ok(first) = send().await {
+            let body = first.bytes().await;
+            assert!(body.is_err(), "{backend}: the body did not fail");
+        }
+        // Released in the background: the retry runs it again (sent again
+        // on a connection of its own if the failed one was reused).
+        let mut again = None;
+        for _ in 0..50 {
+            match send().await {
+                Ok(r) if r.status() != StatusCode::CONFLICT => {
+                    again = Some(r);
+                    break;
+                }
+                _ => tokio::time::sleep(ms(20)).await,
+            }
+        }
+        let again = again.expect("the retry was refused for a second");
+        assert_eq!(again.status(), StatusCode::OK, "{backend}");
+        assert!(!is_replay(again.headers()), "{backend}");
+        assert_eq!(again.bytes().await.unwrap().len(), 1800, "{backend}");
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "{backend}");
+        // That one ended: completed, as too large to replay.
+        let last = send().await.unwrap();
+        assert_eq!(last.status(), StatusCode::GONE, "{backend}");
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "{backend}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_json_fingerprint_reordered_members_and_whitespace_are_the_same_request() {
     use lock_runtime::layer::idempotency::BodyFingerprint;

@@ -1,6 +1,5 @@
 use std::fmt;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -29,7 +28,7 @@ use crate::records::{Answer, RecordGuard};
 
 use super::body::{Buffered, buffer, read_body};
 use super::commit::{Commit, CommitState, look_before_running};
-use super::running::complete;
+use super::running::{SettleAtEnd, complete};
 
 wrapped_service! {
     /// The service made by [`IdempotencyLayer`](super::IdempotencyLayer).
@@ -356,13 +355,17 @@ where
             body_too_large,
         };
         // The handler succeeded: whatever happens to the record now, its
-        // response goes to the client.
-        complete(running, stored, &config.completion).await;
+        // response goes to the client. One larger than the limit is stored
+        // (as too large) once the rest of it has gone out.
         let body = match buffered {
             Buffered::Complete { data, trailers } => {
-                Body::new(Rebuilt::<Pin<Box<ResB>>>::new(data, trailers, None))
+                complete(running, stored, &config.completion).await;
+                Body::new(Rebuilt::<SettleAtEnd<ResB>>::new(data, trailers, None))
             }
-            Buffered::Partial { data, rest } => Body::new(Rebuilt::new(data, None, Some(rest))),
+            Buffered::Partial { data, rest } => {
+                let rest = SettleAtEnd::new(rest, running, stored, config.clone());
+                Body::new(Rebuilt::new(data, None, Some(rest)))
+            }
         };
         Ok(Response::from_parts(head, body))
     }
