@@ -108,8 +108,8 @@ impl Retry {
         max: Duration::ZERO,
     };
 
-    /// A release refused with `TRYAGAIN` while its slot migrates (the
-    /// script did not run): for 5 s, 20 ms doubling to 250 ms. The cluster
+    /// A release refused with `TRYAGAIN` or `ASK` while its slot migrates
+    /// (the script did not run): for 5 s, 20 ms doubling to 250 ms. The cluster
     /// driver's own retries last well under a second and a migration may
     /// take longer; given up, the key would wait out its lease.
     pub(crate) const SLOT_MIGRATION: Retry = Retry {

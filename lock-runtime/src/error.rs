@@ -334,9 +334,12 @@ impl BackendError {
         self.outcome_unknown
     }
 
-    /// `true` if the connection failed (dropped, refused, timed out) rather
-    /// than the server answering with an error (a script error, an ACL
-    /// refusal, too few replica acks): usually worth a retry.
+    /// `true` if the connection failed (dropped, refused, timed out), or no
+    /// node could serve the key for now (a Sentinel or Cluster failover, a
+    /// Cluster slot being migrated: `CLUSTERDOWN`, `MOVED` to a master that
+    /// is gone, `TRYAGAIN`, `ASK`), rather than the server answering with an
+    /// error (a script error, an ACL refusal, too few replica acks): usually
+    /// worth a retry.
     pub fn is_connection(&self) -> bool {
         self.timeout
             || self
@@ -355,7 +358,8 @@ pub(crate) enum ConnectionFailure {
     Broken,
     /// No server to send to: the sentinels name no master that answers as
     /// one (mid-failover: the old master is down, the new one not yet
-    /// promoted). Nothing was sent; asking again once they do is safe.
+    /// promoted), or no cluster node serves the key's slot for now. Nothing
+    /// ran; asking again once one does is safe.
     Unreachable,
 }
 
@@ -377,11 +381,17 @@ pub(crate) fn connection_failure(e: &redis::RedisError) -> Option<ConnectionFail
             | redis::ErrorKind::NoValidReplicasFoundBySentinel
             // A cluster mid-failover, or a slot whose master is gone: the
             // command was refused (not run) by a node that cannot serve it,
-            // or its redirect led nowhere the driver could reach.
+            // or its redirect led nowhere the driver could reach. And a slot
+            // being migrated, past the driver's own retries: a multi-key
+            // command whose keys are split between the two nodes is refused
+            // by both (`TRYAGAIN`, or the `ASK` that led to it) until the
+            // migration ends.
             | redis::ErrorKind::Server(
                 redis::ServerErrorKind::ClusterDown
                     | redis::ServerErrorKind::MasterDown
                     | redis::ServerErrorKind::Moved
+                    | redis::ServerErrorKind::TryAgain
+                    | redis::ServerErrorKind::Ask
             )
     ) {
         Some(ConnectionFailure::Unreachable)
@@ -459,6 +469,9 @@ mod tests {
             redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
             redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown),
             redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
+            // A slot being migrated: the command was refused.
+            redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
+            redis::ErrorKind::Server(redis::ServerErrorKind::Ask),
         ] {
             let e = driver(kind);
             assert_eq!(connection_failure(&e), Some(ConnectionFailure::Unreachable));

@@ -34,10 +34,19 @@ fn release_failed(e: redis::RedisError) -> LockError {
 
 /// `true` when a batched release that failed with `e` is sent again alone,
 /// as `send_release` re-sends its own: after a broken connection, and while
-/// a slot is being migrated (`TRYAGAIN`: the batch did not run).
+/// a slot is being migrated (the batch did not run).
 fn resend_release(e: &redis::RedisError) -> bool {
-    connection_failure(e) == Some(ConnectionFailure::Broken)
-        || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+    connection_failure(e) == Some(ConnectionFailure::Broken) || slot_migrating(e)
+}
+
+/// `true` for a command refused while its slot is being migrated, past the
+/// cluster driver's own retries: `TRYAGAIN` (its keys are split between the
+/// two nodes), or the `ASK` that led there. It did not run.
+fn slot_migrating(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::Ask)
+    )
 }
 
 mod all;
@@ -188,7 +197,10 @@ impl RedisBackend {
                 }
                 _ => return Err(BackendError::new("acquire: unexpected busy answer").into()),
             },
-            _ => return Err(BackendError::new("acquire: unexpected answer").into()),
+            other => {
+                let what = format!("acquire: unexpected answer {other:?}");
+                return Err(BackendError::new(what).into());
+            }
         };
         if self.replica_acks.is_some() {
             Box::pin(self.durable_or_given_back(lock, wait, conn, replicated)).await?;
@@ -418,12 +430,13 @@ impl RedisBackend {
             answer = run_script(&mut conn, script, cmd).await;
         }
         // A slot in mid-migration refuses multi-key scripts with TRYAGAIN
-        // (the script did not run) until the migration ends; the cluster
-        // driver's own retries last well under a second, a migration may take
-        // longer. Keep trying for a while, or the key waits out its lease.
+        // (or ASK: the script did not run) until the migration ends; the
+        // cluster driver's own retries last well under a second, a migration
+        // may take longer. Keep trying for a while, or the key waits out its
+        // lease.
         let mut retry = Retry::SLOT_MIGRATION.start();
         while let Err(e) = &answer
-            && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+            && slot_migrating(e)
             && retry.allows(None)
         {
             retry.pause().await;

@@ -77,9 +77,9 @@ impl RedisBackend {
                     self.wake_granted(names, &answer[2..]);
                     (*first, *fence)
                 }
-                _ => return Err(BackendError::new("acquire: unexpected answer").into()),
+                _ => return Err(unexpected(&answer)),
             },
-            _ => return Err(BackendError::new("acquire: unexpected answer").into()),
+            other => return Err(unexpected(other)),
         };
         if first <= 0 {
             return Ok(AcquireOutcome::Busy {
@@ -143,4 +143,9 @@ impl RedisBackend {
             false => Ok(Released::NotOurs),
         }
     }
+}
+
+/// The error of an acquire answered with `answer`, which no script sends.
+fn unexpected(answer: &impl std::fmt::Debug) -> LockError {
+    BackendError::new(format!("acquire: unexpected answer {answer:?}")).into()
 }
