@@ -57,7 +57,7 @@ use proc_macro::TokenStream;
 /// write.
 ///
 /// ```no_run
-/// use lock_runtime::{LockError, distributed_lock, fence};
+/// use lock_runtime::{LockError, distributed_lock, fence, redis};
 ///
 /// #[distributed_lock(key = "order:<order_id>", ttl = "30s", wait = "2s")]
 /// async fn mark_paid(

@@ -31,6 +31,33 @@ fn the_readme_shows_the_axum_program_word_for_word() {
     assert_in_readme(AXUM, "tests/src/bin/readme_axum.rs");
 }
 
+/// The order service's transcript (its docs, which the README sends a
+/// newcomer to) says each response's `content-length` as its body has it.
+#[test]
+fn the_order_services_transcript_gives_each_body_its_length() {
+    let service = include_str!("../../examples/src/bin/order-service.rs");
+    let lines: Vec<&str> = service
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .collect();
+    let mut checked = 0;
+    for (at, line) in lines.iter().enumerate() {
+        let Some(length) = line.trim().strip_prefix("content-length: ") else {
+            continue;
+        };
+        // The headers end with an empty line; the body follows.
+        let body = lines[at + 1..]
+            .iter()
+            .skip_while(|l| !l.trim().is_empty())
+            .nth(1)
+            .expect("a body after the headers");
+        let body = body.strip_prefix(' ').unwrap_or(body);
+        assert_eq!(length.parse::<usize>().unwrap(), body.len(), "{body}");
+        checked += 1;
+    }
+    assert!(checked >= 5, "{checked} responses in the transcript");
+}
+
 /// The README's axum program, serving on a free loopback port; killed on drop.
 struct App {
     child: tokio::process::Child,

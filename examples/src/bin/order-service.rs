@@ -93,7 +93,7 @@
 //! HTTP/1.1 409 Conflict
 //! content-type: application/problem+json
 //! retry-after: 10
-//! content-length: 117
+//! content-length: 120
 //!
 //! {"type":"about:blank","title":"Conflict","status":409,"detail":"another request holds this request's lock; retry later"}
 //! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":2}
@@ -151,7 +151,7 @@
 //! HTTP/1.1 409 Conflict
 //! content-type: application/problem+json
 //! retry-after: 10
-//! content-length: 117
+//! content-length: 120
 //!
 //! {"type":"about:blank","title":"Conflict","status":409,"detail":"another request holds this request's lock; retry later"}
 //! {"id":1,"item":"book","amount_cents":1250,"status":"paid","paid_with_fencing_token":1}
