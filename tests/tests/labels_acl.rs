@@ -57,6 +57,25 @@ async fn a_client_sends_nothing_outside_the_documented_acl() {
     permit.release().await.unwrap();
     let all = a.lock_all(["x", "y"]).acquire().await.unwrap();
     all.release().await.unwrap();
+    // A fencing token minted; an idempotency record claimed and completed.
+    let fenced = a.lock("f").acquire().await.unwrap();
+    fenced.fencing_token().await.unwrap();
+    fenced.release().await.unwrap();
+    match b.record("r").claim().await.unwrap() {
+        lock_runtime::Claimed::Run(guard) => guard.complete(b"done").await.unwrap(),
+        other => panic!("{other:?}"),
+    }
+    // A leader election, observed (its record read) and resigned. Its read
+    // was a MULTI before, refused by the ACL (and redis-rs 1.8 panicked).
+    let leading = a.leader("l").campaign().await.unwrap();
+    let mut observed = b.leader("l").observe().await.unwrap();
+    let seen = observed.borrow().as_ref().map(|leader| leader.term);
+    assert_eq!(seen, Some(leading.term()), "the observer reads the leader");
+    leading.resign().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), observed.wait_for(Option::is_none))
+        .await
+        .expect("the observer sees the resignation")
+        .unwrap();
 
     let sent = proxy.commands();
     assert!(sent.iter().any(|c| c == "evalsha"), "{sent:?}");

@@ -108,10 +108,13 @@ fn not_on_redlock() -> LockError {
     LockError::Config("leader election is not offered on Redlock (see `LockClient::leader`)".into())
 }
 
-/// `GET` and `PTTL` of a record, in one step.
+/// `GET` and `PTTL` of a record, in one round trip. Not in a `MULTI`,
+/// which the least-privilege ACL does not allow (docs/keys.md; refused, it
+/// also made redis-rs 1.8 panic): a record written between the two reads
+/// is read with the next one's lease left, a moment apart, and its change
+/// is announced to observers anyway.
 async fn read(conn: &mut Conn, record: &str) -> Result<Option<LeaderEntry>, LockError> {
     let (value, pttl): (Option<String>, i64) = redis::pipe()
-        .atomic()
         .get(record)
         .pttl(record)
         .query_async(conn)
