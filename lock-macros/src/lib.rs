@@ -155,7 +155,7 @@ use proc_macro::TokenStream;
 /// | `ttl = "30s"` | the lease, renewed every ttl/3 while the body runs; 50ms to 7 days | the client's `default_ttl` |
 /// | `wait = "2s"` | how long to wait for a busy lock, then `LockError::Busy` | try once |
 /// | `renew = false` | a fixed lease: the body is cancelled when it runs out | `true` |
-/// | `hold_at_least = "5m"` | the key stays taken until this long after it was acquired, even if the body ends sooner (scheduled jobs on many pods: at most one run per interval); at most 7 days; not with `keys` | none: the key is released when the body ends |
+/// | `hold_at_least = "5m"` | the key stays taken until this long after it was acquired, even if the body ends sooner (scheduled jobs on many pods: at most one run per interval); at most 7 days; with `keys`, every key | none: the key is released when the body ends |
 /// | `client = <expr>` | the client: a `LockClient`, `&LockClient`, `Arc<LockClient>`, `self.locks`, ... evaluated (and cloned) before the body | the global client |
 /// | `crate = <path>` | where `lock_runtime` is, for crates that re-export it | `::lock_runtime` |
 ///
@@ -163,7 +163,7 @@ use proc_macro::TokenStream;
 /// `"30s"`, `"2m"`, `"1m 30s"`. Unknown or repeated options, invalid
 /// durations, `rw` or `permits` values other than those above, and options
 /// that do not go together (`key` with `keys`; `rw` with `permits`; `keys`
-/// with `rw`, `permits` or `hold_at_least`) are compile errors at the option.
+/// with `rw` or `permits`) are compile errors at the option.
 /// Inside a `macro_rules!` macro, the values may be its fragments
 /// (`key = $key` for a `$key:literal`), and a placeholder may name a
 /// parameter the macro's caller named.

@@ -58,6 +58,12 @@ async fn transfer(
     Ok(amount)
 }
 
+/// Several keys kept taken for a while after the body, as one would be.
+#[distributed_lock(keys = ["report:<day>", "export:<day>"], hold_at_least = "5m")]
+async fn nightly(day: u32) -> Result<u32, LockError> {
+    Ok(day)
+}
+
 /// One key in a list, and a trailing comma.
 #[distributed_lock(keys = ["ledger",],)]
 async fn ledger() -> Result<(), LockError> {
@@ -85,4 +91,15 @@ async fn every_form_runs() {
     // here: it builds, is `Send`, and returns the function's own type.
     let _: Result<u64, LockError> = fut.await;
     let _: Result<(), LockError> = ledger().await;
+
+    // Both keys stay taken after the body, until five minutes after it began.
+    assert_eq!(nightly(7).await.unwrap(), 7);
+    for key in ["report:7", "export:7"] {
+        let busy = client.lock(key).acquire().await.unwrap_err();
+        assert!(busy.is_busy(), "{key}: {busy}");
+    }
+    assert!(
+        nightly(7).await.unwrap_err().is_busy(),
+        "a second run in the interval"
+    );
 }

@@ -162,9 +162,10 @@ where
 /// Runs `body` holding every lock in `keys` (all or none), exactly like
 /// [`crate::LockAllRequest::run`], for `keys = [...]`; otherwise as [`run`].
 ///
-/// The attribute refuses `rw`, `permits` and `hold_at_least` with `keys`
-/// at compile time; options that carry them anyway (a hand-written call)
-/// are `LockError::Config`, and the body does not run.
+/// The attribute refuses `rw` and `permits` with `keys` at compile time;
+/// options that carry them anyway (a hand-written call) are
+/// `LockError::Config`, and the body does not run. `hold_at_least` keeps
+/// every key taken, as [`crate::LockAllRequest::hold_at_least`] does.
 pub async fn run_all<R, F>(
     client: Option<LockClient>,
     keys: Vec<String>,
@@ -175,12 +176,9 @@ where
     R: LockResult,
     F: Future<Output = R>,
 {
-    if options.kind != LockKind::Mutex
-        || options.access != Access::Exclusive
-        || !options.lock.hold_at_least.is_zero()
-    {
+    if options.kind != LockKind::Mutex || options.access != Access::Exclusive {
         return R::from_lock_error(LockError::Config(
-            "`keys = [...]` takes plain locks: no `rw`, `permits` or `hold_at_least`".into(),
+            "`keys = [...]` takes plain locks: no `rw` or `permits`".into(),
         ));
     }
     let Some(client) = client.or_else(crate::global_client) else {
@@ -342,10 +340,6 @@ mod tests {
         for options in [
             with(READ, LockOptions::new()),
             with(permits(2), LockOptions::new()),
-            with(
-                MUTEX,
-                LockOptions::new().hold_at_least(Duration::from_secs(1)),
-            ),
         ] {
             let shown = format!("{options:?}");
             let out: Result<(), LockError> = run_all(

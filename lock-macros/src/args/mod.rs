@@ -50,11 +50,6 @@ const CONFLICTS: &[(&str, &str, &str)] = &[
         "permits",
         "a lock is a read-write lock (`rw`) or a semaphore (`permits`), not both",
     ),
-    (
-        "keys",
-        "hold_at_least",
-        "a lock over several keys is released when the body ends; `hold_at_least` needs a single `key`",
-    ),
 ];
 
 /// `#[distributed_lock(key = "...", ttl = "30s", wait = "2s", renew = false, client = expr, crate = path)]`,
