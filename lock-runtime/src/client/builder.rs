@@ -205,6 +205,13 @@ impl LockClientBuilder {
 
     /// The namespace every name of this client starts with (default `"lock:"`).
     /// At most 128 bytes; no braces (the key's own hash tag decides the slot).
+    ///
+    /// Clients with different prefixes share nothing, as long as neither
+    /// prefix starts with the other: under `"app:"` the lock of key
+    /// `L{x}` is named `app:L:L{x}`, which is also the lock of key `x`
+    /// under `"app:L:"` (as a Redis ACL's `~app:*` covers `app:L:*` keys
+    /// too). Give services side by side prefixes such as `"billing:"` and
+    /// `"shipping:"`, not `"app:"` and `"app:billing:"`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
