@@ -298,7 +298,10 @@ impl LockClient {
     /// Deletes the lock `key` whoever holds it, as an operator's `DEL` would;
     /// `true` if it was held. For emergencies (`lockctl force-release`): the
     /// holder is not asked, and finds out at its next renewal (its `lost()`
-    /// resolves), while a new holder may already run. Logged as a `tracing`
+    /// resolves), while a new holder may already run. Until then its guard
+    /// still answers a fencing token it already had (one it had not, minted
+    /// on first use, is refused: `Lost`); the raised counter below is what
+    /// stops its writes. Logged as a `tracing`
     /// warning naming the key.
     ///
     /// It takes the lock [`inspect`](Self::inspect) reports (the mutex,
