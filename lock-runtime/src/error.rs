@@ -334,10 +334,9 @@ impl BackendError {
         self.outcome_unknown
     }
 
-    /// `true` if the connection failed (dropped, refused, timed out), or no
-    /// node could serve the key for now (a Sentinel or Cluster failover, a
-    /// Cluster slot being migrated: `CLUSTERDOWN`, `MOVED` to a master that
-    /// is gone, `TRYAGAIN`, `ASK`), rather than the server answering with an
+    /// `true` if the connection failed (dropped, refused, timed out) or no
+    /// node could serve the key yet (a failover; a Cluster slot being
+    /// migrated: `TRYAGAIN`, `ASK`), rather than the server answering with an
     /// error (a script error, an ACL refusal, too few replica acks): usually
     /// worth a retry.
     pub fn is_connection(&self) -> bool {
@@ -379,13 +378,10 @@ pub(crate) fn connection_failure(e: &redis::RedisError) -> Option<ConnectionFail
         e.kind(),
         redis::ErrorKind::MasterNameNotFoundBySentinel
             | redis::ErrorKind::NoValidReplicasFoundBySentinel
-            // A cluster mid-failover, or a slot whose master is gone: the
-            // command was refused (not run) by a node that cannot serve it,
-            // or its redirect led nowhere the driver could reach. And a slot
-            // being migrated, past the driver's own retries: a multi-key
-            // command whose keys are split between the two nodes is refused
-            // by both (`TRYAGAIN`, or the `ASK` that led to it) until the
-            // migration ends.
+            // A cluster mid-failover, a slot whose master is gone, or one
+            // being migrated (past the driver's own retries): the command was
+            // refused (not run) by a node that cannot serve it yet, or its
+            // redirect led nowhere the driver could reach.
             | redis::ErrorKind::Server(
                 redis::ServerErrorKind::ClusterDown
                     | redis::ServerErrorKind::MasterDown
@@ -469,7 +465,6 @@ mod tests {
             redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
             redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown),
             redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
-            // A slot being migrated: the command was refused.
             redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
             redis::ErrorKind::Server(redis::ServerErrorKind::Ask),
         ] {
