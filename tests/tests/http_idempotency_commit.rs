@@ -518,6 +518,52 @@ async fn a_failed_commit_releases_the_claim_so_the_retry_runs() {
     }
 }
 
+/// The handler's own write fails before its commit (a table being
+/// migrated, a counter of the wrong type): its `503` is not stored, though
+/// the layer stores `5xx` by default, and the retry runs the work. It was
+/// replayed for the record's retention before (and no order was ever made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_fails_before_its_commit_is_run_again_not_replayed() {
+    let servers = Servers::start();
+    for (name, store) in servers.stores().await {
+        let (broken, fixed) = match &store {
+            Store::Redis(_) => ("SET order-ids not-a-number", "DEL order-ids"),
+            Store::Postgres(_) => (
+                "ALTER TABLE orders RENAME TO orders_moved",
+                "ALTER TABLE orders_moved RENAME TO orders",
+            ),
+        };
+        let run = |sql: &'static str| {
+            let store = store.clone();
+            async move {
+                match store {
+                    Store::Redis(conn) => {
+                        let words: Vec<&str> = sql.split(' ').collect();
+                        let () = redis::cmd(words[0])
+                            .arg(&words[1..])
+                            .query_async(&mut conn.clone())
+                            .await
+                            .unwrap();
+                    }
+                    Store::Postgres(pool) => {
+                        sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+                    }
+                }
+            }
+        };
+        run(broken).await;
+        let process = Process::start(&servers.redis, &store, Mode::Commits, "f:").await;
+        let r = process.post("k-8", "lamp").send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{name}");
+        run(fixed).await;
+        let (answer, replayed) = until_answered(|| process.post("k-8", "lamp")).await;
+        assert!(!replayed, "{name}: the 503 was stored");
+        assert_eq!(process.runs(), 2, "{name}");
+        assert_eq!(answer["item"], "lamp", "{name}");
+        assert_eq!(orders(&store).await.len(), 1, "{name}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_committed_records_are_ignored_and_pruned_in_batches() {
     let servers = Servers::start();

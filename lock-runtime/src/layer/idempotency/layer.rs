@@ -293,7 +293,12 @@ impl IdempotencyLayer {
 
         /// Whether `5xx` responses are stored and replayed (default `true`, as
         /// the handler may have done part of its work). With `false` the record
-        /// is released and the key can be retried.
+        /// is released and the key can be retried. With a commit store
+        /// (`commit_with_postgres`, `commit_with_redis`) a `5xx` is stored
+        /// only when the handler committed (its committed response is) or
+        /// marked it with [`StoreResponse`](super::StoreResponse): the store
+        /// says whether the work happened, and a handler that failed before
+        /// its commit did nothing a retry would repeat.
         pub fn store_server_errors(store: bool) => store_server_errors;
     }
 

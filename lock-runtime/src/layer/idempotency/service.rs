@@ -299,6 +299,7 @@ where
                 return Ok(failed("the request failed"));
             }
         };
+        let with_store = commit.is_some();
         match commit.map(|c| c.take_state()) {
             // The handler committed its writes with the record: ours gets the
             // committed response, whatever the handler answered after.
@@ -316,7 +317,7 @@ where
             Some(CommitState::Unused) | None => {}
         }
         let (head, body) = response.into_parts();
-        if !should_store(&config, &head) {
+        if !should_store(&config, &head, with_store) {
             tracing::debug!(%key, status = %head.status, "idempotency: response not stored; the key may be retried");
             give_back(running).await;
             return Ok(Response::from_parts(head, Body::new(body)));
@@ -375,8 +376,10 @@ where
 /// from an inner layer of this crate refusing the request is not. A `4xx` means
 /// the request was refused before doing anything (extraction, validation,
 /// authorisation), so the key stays usable, unless the handler marked the
-/// response with [`StoreResponse`].
-fn should_store(config: &Config, head: &response::Parts) -> bool {
+/// response with [`StoreResponse`]. So does a `5xx` on a layer with a commit
+/// store (`with_store`) whose handler committed nothing: the store says the
+/// work did not happen, and a retry runs it.
+fn should_store(config: &Config, head: &response::Parts, with_store: bool) -> bool {
     if head.extensions.get::<Refusal>().is_some() {
         // An inner layer refused the request (e.g. `LockLayer`: busy, backend
         // down, lease lost mid-way): the handler did not run, or not to its end.
@@ -386,7 +389,7 @@ fn should_store(config: &Config, head: &response::Parts) -> bool {
     if head.status.is_client_error() {
         marked
     } else if head.status.is_server_error() {
-        config.store_server_errors || marked
+        (config.store_server_errors && !with_store) || marked
     } else {
         true
     }

@@ -41,7 +41,10 @@
 //! A commit that fails, or whose outcome is unknown (the connection dropped
 //! during `COMMIT`), releases the claim instead of storing the handler's
 //! error response: the retry looks in the store again and replays what
-//! committed, or runs the work if nothing did.
+//! committed, or runs the work if nothing did. So does a `5xx` the handler
+//! answers before committing (its own write failed: a lock timeout, a
+//! deadlock, a pool exhausted), whatever
+//! [`store_server_errors`](super::IdempotencyLayer::store_server_errors) says.
 //!
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
