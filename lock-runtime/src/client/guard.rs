@@ -175,6 +175,9 @@ impl LockGuard {
     ///   answer, for a guard not known lost; when the release was sent and its answer lost,
     ///   [`BackendError::is_outcome_unknown`](crate::BackendError::is_outcome_unknown)
     ///   is `true`: it either ran or the lease runs out by itself.
+    ///
+    /// Dropped before it answered (a `timeout` around it, an aborted task),
+    /// the release goes on in the background, as a dropped guard's does.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
         if !self.owner {

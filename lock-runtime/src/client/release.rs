@@ -109,10 +109,17 @@ pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(
         return Err(LockError::lost(&held.key));
     }
     let mut decision = decide(inner, &held, was_lost);
+    let mut unfinished = Unfinished {
+        inner,
+        left: Some((held.clone(), decision, false)),
+    };
     if decision == Decision::HandOn {
         // Boxed: only a key with waiters in this process comes here.
         match Box::pin(hand_on(inner, held)).await {
-            None => return Ok(()),
+            None => {
+                unfinished.left = None;
+                return Ok(());
+            }
             Some(last) => {
                 (held, decision) = (last, Decision::Delete);
                 started = Instant::now(); // after the hand-on's round trip
@@ -120,8 +127,10 @@ pub(crate) async fn release(inner: &Arc<Inner>, mut held: Arc<Held>) -> Result<(
         }
     }
     retire(inner, &held, started);
+    unfinished.left = Some((held.clone(), decision, true));
     let valid = held.valid_at(started);
     let result = send(inner, &held, decision).await;
+    unfinished.left = None;
     let key = &held.key;
     match result {
         // Released, but the lease had been given up for lost before: the
@@ -205,6 +214,13 @@ pub(crate) fn release_dropped(inner: Arc<Inner>, held: Arc<Held>) {
         return; // given back already, by `LockClient::shutdown`
     }
     let decision = decide(&inner, &held, was_lost);
+    finish_in_background(inner, held, decision, now);
+}
+
+/// What is left of a release (or a dropped guard's) once `held` has ended
+/// and `decision` is made, carried out on the current runtime without
+/// blocking.
+fn finish_in_background(inner: Arc<Inner>, held: Arc<Held>, decision: Decision, now: Instant) {
     if decision == Decision::HandOn
         && let Ok(runtime) = tokio::runtime::Handle::try_current()
     {
@@ -220,6 +236,28 @@ pub(crate) fn release_dropped(inner: Arc<Inner>, held: Arc<Held>) {
     }
     retire(&inner, &held, now);
     send_in_background(inner, &held, decision);
+}
+
+/// What a [`release`] has left to do while its future may be dropped (a
+/// `timeout` around `release()`, an aborted task): `(held, decision,
+/// retired)`, carried out in the background then, so a release cancelled
+/// midway leaves the key taken no longer than a dropped guard does (it
+/// stayed taken for the rest of its lease).
+struct Unfinished<'a> {
+    inner: &'a Arc<Inner>,
+    left: Option<(Arc<Held>, Decision, bool)>,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        match self.left.take() {
+            Some((held, decision, true)) => send_in_background(self.inner.clone(), &held, decision),
+            Some((held, decision, false)) => {
+                finish_in_background(self.inner.clone(), held, decision, Instant::now());
+            }
+            None => {}
+        }
+    }
 }
 
 /// [`send`] on the current runtime, without blocking: a delete is sent

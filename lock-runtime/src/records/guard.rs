@@ -86,7 +86,9 @@ impl RecordGuard {
     /// when the lease ran out and another claimer took the record first (the
     /// work may have run twice; nothing was stored); [`LockError::Backend`]
     /// when the store did not answer (the outcome is unknown: the record may
-    /// hold the result, or expire with its lease).
+    /// hold the result, or expire with its lease). Dropped before it
+    /// answered, the record is released in the background unless the result
+    /// was stored, so a later claim runs the work again.
     pub async fn complete(self, result: impl AsRef<[u8]>) -> Result<(), LockError> {
         let key = self.key.clone();
         let stored = StoredResponse {
@@ -111,21 +113,22 @@ impl RecordGuard {
         if let Some(renewal) = &mut renewal {
             renewal.settled(); // its hold time ends here, as a lock's at its release
         }
-        let record = self.record.settle();
+        // Armed until answered: a completion whose future is dropped midway
+        // releases the record in the background (which leaves a completed
+        // one alone), so a retry runs the work, not after a lease.
+        let mut record = self.record;
         async move {
             // Stops the renewal when done, whichever way.
             let _renewal = renewal;
-            let give_up = later(Instant::now(), record.ours.ttl.max(MIN_COMPLETION_TRIES));
-            let complete = || {
-                record
-                    .client
-                    .backend()
-                    .complete_record(&record.ours, &stored)
-            };
+            let Record { client, ours } = record.get();
+            let give_up = later(Instant::now(), ours.ttl.max(MIN_COMPLETION_TRIES));
+            let complete = || client.backend().complete_record(ours, &stored);
             let mut retry = Retry::COMPLETION.start();
-            retry
+            let completed = retry
                 .send("idempotency: completion", Some(give_up), complete)
-                .await
+                .await;
+            record.arm(false);
+            completed
         }
     }
 
@@ -136,15 +139,15 @@ impl RecordGuard {
     /// answer (the record then expires with its lease).
     pub async fn release(mut self) -> Result<(), LockError> {
         self.renewal = None; // stops the renewal
-        let record = self.record.settle();
         // Sent again once if the reply was lost, so that does not keep the
-        // key blocked for a lease.
-        let release = || record.release_once();
+        // key blocked for a lease. Armed until answered: a release whose
+        // future is dropped midway goes on in the background.
+        let release = || self.record.get().release_once();
         let released = Retry::ONCE
             .start()
             .send("idempotency: release", None, release)
             .await;
-        record.report(&released);
+        self.record.settle().report(&released);
         released.map(|_| ())
     }
 }
