@@ -128,3 +128,26 @@ async fn a_dropped_cluster_client_closes_its_connections() {
     let ports = ports_of(&cluster.seed_urls());
     every_connection_closes_after_the_clients_are_dropped(cluster.builder(), &ports).await;
 }
+
+/// An observer of an election nobody leads ends with its client: its
+/// receiver's `changed()` answers `Err` (updates stop) once the client is
+/// dropped. Before, it waited for a notice or a lease that never came, its
+/// task living on for as long as the receiver, which could not tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_of_an_election_nobody_leads_ends_with_its_client() {
+    let server = RedisServer::start();
+    for builder in [
+        LockClient::builder().memory(),
+        LockClient::builder().redis(server.url()),
+    ] {
+        let client = builder.build().await.unwrap();
+        let mut observed = client.leader("unled").observe().await.unwrap();
+        assert!(observed.borrow().is_none());
+        drop(client);
+        let ended = tokio::time::timeout(secs(2), observed.changed()).await;
+        assert!(
+            matches!(ended, Ok(Err(_))),
+            "the observer outlived its client: {ended:?}"
+        );
+    }
+}

@@ -397,6 +397,7 @@ impl LockClientBuilder {
             #[cfg(feature = "idempotency")]
             record_hints: Default::default(),
             in_flight: Default::default(),
+            dropped: tokio::sync::watch::Sender::new(()),
         });
         super::registry::register(&inner).await;
         Ok(LockClient(inner))

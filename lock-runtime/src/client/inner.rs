@@ -36,6 +36,9 @@ pub(crate) struct Inner {
     pub(crate) record_hints: crate::hint::RetryHints,
     /// Releases sent in the background and not answered yet.
     pub(crate) in_flight: crate::backoff::InFlight,
+    /// Dropped with the client: its observers (`leader/observe.rs`) end
+    /// then, and their receivers are told.
+    pub(crate) dropped: tokio::sync::watch::Sender<()>,
 }
 
 /// The task that renews a client's registry entry, and the client it renews

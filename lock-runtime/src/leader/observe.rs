@@ -41,7 +41,7 @@ pub(super) async fn start(
     let lease = record.as_ref().map(|(_, _, left)| *left);
     let (tx, rx) = watch::channel(record.map(|r| leader(&name, r)));
     tokio::spawn(follow(
-        Arc::downgrade(inner),
+        (Arc::downgrade(inner), inner.dropped.subscribe()),
         name,
         names,
         notices,
@@ -61,9 +61,9 @@ fn leader(name: &str, (label, term, _): LeaderEntry) -> Leader {
 
 /// Reads the record at each notice, or when `lease` (the current leader's
 /// lease left) runs out; sends what changed. Ends when every receiver is
-/// gone, or the client is.
+/// gone, or the client is (`dropped`: then `changed()` answers `Err`).
 async fn follow(
-    inner: Weak<Inner>,
+    (inner, mut dropped): (Weak<Inner>, watch::Receiver<()>),
     name: String,
     names: KeyNames,
     notices: WaitHandle,
@@ -80,6 +80,7 @@ async fn follow(
         };
         tokio::select! {
             () = tx.closed() => return,
+            _ = dropped.changed() => return,
             () = notices.waiter.notify.notified() => {}
             () = reread => {}
         }
