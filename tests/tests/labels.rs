@@ -303,13 +303,44 @@ async fn a_force_release_evicts_every_holder_and_raises_the_counter_on_the_embed
     ];
     let before = client.inspect("rw").await.unwrap();
     assert_eq!(before.holders.len(), 2, "{before:?}");
+    let last = readers[1].fencing_token().await.unwrap();
     assert!(client.force_release("rw").await.unwrap());
     let after = client.inspect("rw").await.unwrap();
     assert!(!after.held && after.holders.is_empty(), "{after:?}");
     assert!(after.fencing_counter > before.fencing_counter, "{after:?}");
+    // The evicted holders are told at once, as on a server (there a token
+    // not minted yet is refused): no token for them any more.
+    for reader in &readers {
+        assert!(reader.is_lost());
+        assert!(reader.fencing_token().await.unwrap_err().is_lost());
+    }
     let writer = client.rw_lock("rw").write().acquire().await.unwrap();
-    assert!(writer.fencing_token().await.unwrap() > readers[1].fencing_token().await.unwrap());
+    assert!(writer.fencing_token().await.unwrap() > last);
     writer.release().await.unwrap();
+}
+
+/// A client's own holder of a lock it force-releases is lost at once, on a
+/// server too (a holder in another process finds out at its renewal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_release_tells_the_clients_own_holder_at_once() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .redis(server.url())
+        .build()
+        .await
+        .unwrap();
+    let held = client
+        .lock("evicted")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    held.fencing_token().await.unwrap();
+    assert!(client.force_release("evicted").await.unwrap());
+    assert!(held.is_lost(), "told only at the next renewal, 10 s later");
+    assert!(held.fencing_token().await.unwrap_err().is_lost());
+    let next = client.lock("evicted").acquire().await.unwrap();
+    next.release().await.unwrap();
 }
 
 /// A force-released leader with no candidate in line is no leader any more:

@@ -298,9 +298,11 @@ impl LockClient {
     /// Deletes the lock `key` whoever holds it, as an operator's `DEL` would;
     /// `true` if it was held. For emergencies (`lockctl force-release`): the
     /// holder is not asked, and finds out at its next renewal (its `lost()`
-    /// resolves), while a new holder may already run. Until then its guard
-    /// still answers a fencing token it already had (one it had not, minted
-    /// on first use, is refused: `Lost`); the raised counter below is what
+    /// resolves), while a new holder may already run: a holder in another
+    /// process, that is (this client's own holders, every holder on the
+    /// embedded backend, are lost at once). Until then its guard still
+    /// answers a fencing token it already had (one it had not, minted on
+    /// first use, is refused: `Lost`); the raised counter below is what
     /// stops its writes. Logged as a `tracing`
     /// warning naming the key.
     ///
@@ -324,7 +326,15 @@ impl LockClient {
             _ => Access::Exclusive,
         };
         let names = KeyNames::of_kind(prefix, key, state.kind, access);
+        // This client's own holders are told at once (on the embedded
+        // backend, every holder), not at their next renewal. Those of now:
+        // a holder handed the key by the release below is not evicted.
+        let mut ours = self.0.watchdog.locks();
+        ours.retain(|held| held.names.lock == names.lock);
         let fence = self.0.backend.force_release(&names, key).await?;
+        for held in ours {
+            held.lose("force-released by an operator");
+        }
         tracing::warn!(
             %key,
             kind = state.kind.as_str(),
