@@ -108,10 +108,10 @@ impl Retry {
         max: Duration::ZERO,
     };
 
-    /// A release refused with `TRYAGAIN` or `ASK` while its slot migrates
-    /// (the script did not run): for 5 s, 20 ms doubling to 250 ms. The cluster
-    /// driver's own retries last well under a second and a migration may
-    /// take longer; given up, the key would wait out its lease.
+    /// A release refused by a node that cannot serve it yet (`TRYAGAIN`,
+    /// `ASK`, `MOVED` while its slot migrates; a failover: it did not run):
+    /// for 5 s, 20 ms doubling to 250 ms. The driver's own retries last well
+    /// under a second; given up, the key would wait out its lease.
     pub(crate) const SLOT_MIGRATION: Retry = Retry {
         times: u32::MAX,
         within: Some(Duration::from_secs(5)),

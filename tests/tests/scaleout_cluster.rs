@@ -444,8 +444,12 @@ async fn locks_of_a_slot_being_resharded_are_taken_and_released_without_errors()
                         Ok(_) if started.elapsed() > secs(4) => {
                             Some(format!("{key} waited {:?}", started.elapsed()))
                         }
-                        Ok(guard) => guard.release().await.err().map(|e| format!("release: {e}")),
-                        Err(e) => Some(format!("acquire: {e}")),
+                        Ok(guard) => guard
+                            .release()
+                            .await
+                            .err()
+                            .map(|e| format!("release: {e:?}")),
+                        Err(e) => Some(format!("acquire: {e:?}")),
                     };
                     errors.lock().unwrap().extend(failed);
                     taken += 1;

@@ -34,19 +34,17 @@ fn release_failed(e: redis::RedisError) -> LockError {
 
 /// `true` when a batched release that failed with `e` is sent again alone,
 /// as `send_release` re-sends its own: after a broken connection, and while
-/// a slot is being migrated (the batch did not run).
+/// no node serves the slot (the batch did not run).
 fn resend_release(e: &redis::RedisError) -> bool {
-    connection_failure(e) == Some(ConnectionFailure::Broken) || slot_migrating(e)
+    connection_failure(e) == Some(ConnectionFailure::Broken) || refused_for_now(e)
 }
 
-/// `true` for a command refused while its slot is being migrated, past the
-/// cluster driver's own retries: `TRYAGAIN` (its keys are split between the
-/// two nodes), or the `ASK` that led there. It did not run.
-fn slot_migrating(e: &redis::RedisError) -> bool {
-    matches!(
-        e.kind(),
-        redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::Ask)
-    )
+/// `true` for a command refused, past the cluster driver's own retries, by
+/// a node that cannot serve it yet: a slot being migrated (`TRYAGAIN`: its
+/// keys are split between the two nodes, or the `ASK` that led there), or
+/// moved and not yet known everywhere (`MOVED`), a failover. It did not run.
+fn refused_for_now(e: &redis::RedisError) -> bool {
+    connection_failure(e) == Some(ConnectionFailure::Unreachable)
 }
 
 mod all;
@@ -430,13 +428,13 @@ impl RedisBackend {
             answer = run_script(&mut conn, script, cmd).await;
         }
         // A slot in mid-migration refuses multi-key scripts with TRYAGAIN
-        // (or ASK: the script did not run) until the migration ends; the
-        // cluster driver's own retries last well under a second, a migration
-        // may take longer. Keep trying for a while, or the key waits out its
-        // lease.
+        // (or ASK, or a MOVED the driver could not follow: the script did
+        // not run) until the migration ends; the cluster driver's own
+        // retries last well under a second, a migration may take longer.
+        // Keep trying for a while, or the key waits out its lease.
         let mut retry = Retry::SLOT_MIGRATION.start();
         while let Err(e) = &answer
-            && slot_migrating(e)
+            && refused_for_now(e)
             && retry.allows(None)
         {
             retry.pause().await;
