@@ -337,8 +337,8 @@ impl BackendError {
     /// `true` if the connection failed (dropped, refused, timed out) or no
     /// node could serve the key yet (a failover; a Cluster slot being
     /// migrated: `TRYAGAIN`, `ASK`), rather than the server answering with an
-    /// error (a script error, an ACL refusal, too few replica acks): usually
-    /// worth a retry.
+    /// error (a script error, an ACL refusal, a refused login, too few
+    /// replica acks): usually worth a retry.
     pub fn is_connection(&self) -> bool {
         self.timeout
             || self
@@ -366,7 +366,11 @@ pub(crate) enum ConnectionFailure {
 /// fault (`Some`) or an answer the server sent on purpose (`None`: a script
 /// error, an ACL refusal, `READONLY`, ...).
 pub(crate) fn connection_failure(e: &redis::RedisError) -> Option<ConnectionFailure> {
-    if e.is_timeout() {
+    if failed_login(e) {
+        // redis-rs asks for a reconnect, but the server answered on purpose:
+        // the credentials are refused (a wrong password, one being rotated).
+        None
+    } else if e.is_timeout() {
         Some(ConnectionFailure::TimedOut)
     } else if e.is_io_error()
         || e.is_connection_dropped()
@@ -396,6 +400,13 @@ pub(crate) fn connection_failure(e: &redis::RedisError) -> Option<ConnectionFail
     }
 }
 
+/// `true` when `e` says the server refused the login: redis-rs's
+/// `AuthenticationFailed` (`AUTH` refused), or `WRONGPASS` (`HELLO ... AUTH`
+/// refused, with RESP3). Nothing else the library sends gets either answer.
+pub(crate) fn failed_login(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS")
+}
+
 /// `d` as a person reads it, in every message that names a duration:
 /// `Duration::MAX` as such (humantime would print 584 billion years), whole
 /// days as days (humantime's months are 30.44 days: a year would read
@@ -421,80 +432,4 @@ pub(crate) fn shown(d: Duration) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The chain of a driver's I/O error says its cause once: redis-rs's
-    /// error displays its I/O error and gives it as its source too.
-    #[test]
-    fn a_chain_says_a_drivers_cause_once() {
-        let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out");
-        let e = BackendError::with_source("acquire failed", redis::RedisError::from(io));
-        let mut said = vec![e.to_string()];
-        let mut next = std::error::Error::source(&e);
-        while let Some(cause) = next {
-            said.push(cause.to_string());
-            next = cause.source();
-        }
-        let timed_out = said.iter().filter(|s| s.contains("timed out")).count();
-        assert_eq!(timed_out, 1, "{said:?}");
-        assert!(e.driver_error().is_some() && e.is_timeout(), "{e:?}");
-        // Wrapped (a Redlock node's failure), the driver's error is still
-        // found: a broken pipe is a connection failure.
-        let pipe = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe");
-        let node = BackendError::with_source("acquire failed", redis::RedisError::from(pipe));
-        let wrapped = BackendError::wrap("Redlock: 3 of 5 nodes failed", node);
-        assert!(wrapped.driver_error().is_some(), "{wrapped:?}");
-        assert!(wrapped.is_connection(), "{wrapped:?}");
-    }
-
-    fn driver(kind: redis::ErrorKind) -> redis::RedisError {
-        redis::RedisError::from((kind, "test"))
-    }
-
-    #[test]
-    fn no_server_to_send_to_is_worth_a_retry_and_ran_nothing() {
-        // Mid-failover the sentinels name no master that answers as one; a
-        // background release that gave up on it left its queue entry to be
-        // handed the key, one hand-over lease each (FAULTS.md, scenario 8).
-        for kind in [
-            redis::ErrorKind::MasterNameNotFoundBySentinel,
-            redis::ErrorKind::NoValidReplicasFoundBySentinel,
-            // The same for a cluster that cannot serve the slot (a lock on
-            // a dead master's slot fails with a MOVED to that master).
-            redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
-            redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown),
-            redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
-            redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
-            redis::ErrorKind::Server(redis::ServerErrorKind::Ask),
-        ] {
-            let e = driver(kind);
-            assert_eq!(connection_failure(&e), Some(ConnectionFailure::Unreachable));
-            let backend = BackendError::with_source("release failed", e);
-            assert!(backend.is_connection(), "{kind:?}");
-            assert!(!backend.is_outcome_unknown(), "{kind:?}");
-            assert!(LockError::Backend(backend).is_connection());
-        }
-    }
-
-    #[test]
-    fn each_misuse_is_read_back_from_its_config_error_and_nothing_else_is() {
-        for reason in ConfigReason::ALL {
-            let e = LockError::misuse(reason, "\"k\"");
-            assert!(e.is_config());
-            assert_eq!(e.config_reason(), Some(reason), "{e}");
-        }
-        assert_eq!(
-            LockError::Config("invalid Redis URL: nope".into()).config_reason(),
-            None
-        );
-        assert_eq!(LockError::lost("k").config_reason(), None);
-    }
-
-    #[test]
-    fn answers_the_server_sent_on_purpose_are_not_connection_failures() {
-        let e = driver(redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly));
-        assert_eq!(connection_failure(&e), None);
-        assert!(!BackendError::with_source("release failed", e).is_connection());
-    }
-}
+mod tests;

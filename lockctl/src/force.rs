@@ -80,11 +80,19 @@ pub(crate) fn operator() -> String {
     let host = std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "unknown-host".into());
-    let who: String = format!("{user}@{host}")
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(100)
-        .collect();
+    named(&user, &host)
+}
+
+/// `user@host`, without control characters, in at most 100 bytes (a label
+/// has at most 128, with `lockctl:` before), cut between characters.
+fn named(user: &str, host: &str) -> String {
+    let mut who = String::new();
+    for c in format!("{user}@{host}").chars().filter(|c| !c.is_control()) {
+        if who.len() + c.len_utf8() > 100 {
+            break;
+        }
+        who.push(c);
+    }
     who
 }
 
@@ -111,4 +119,18 @@ fn confirm(state: &LockState) -> Result<bool, Failure> {
         .read_line(&mut answer)
         .map_err(|e| Failure(format!("cannot read the answer: {e}")))?;
     Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named;
+
+    #[test]
+    fn an_operator_is_named_in_at_most_100_bytes_whatever_the_letters() {
+        assert_eq!(named("ann", "ops-1"), "ann@ops-1");
+        let long = named(&"é".repeat(70), "host");
+        assert_eq!(long.len(), 100);
+        assert!(long.chars().all(|c| c == 'é'));
+        assert_eq!(named("a\u{1b}]0;x\u{7}", "h"), "a]0;x@h");
+    }
 }

@@ -2,15 +2,20 @@
 //! in an emergency, break one.
 //!
 //! ```text
-//! lockctl [--redis URL | --cluster URL...] [--key-prefix P] [--json] show KEY
-//! lockctl [--redis URL | --cluster URL...] [--key-prefix P] [--json] list [--prefix P] [--limit N]
-//! lockctl [--redis URL | --cluster URL...] [--key-prefix P] [--json] leaders [--prefix P] [--limit N]
-//! lockctl [--redis URL | --cluster URL...] [--key-prefix P] [--json] force-release KEY [--yes]
+//! lockctl [--redis URL | --cluster URL... | --redlock URL...] [--key-prefix P] [--json] show KEY
+//! lockctl [--redis URL | --cluster URL... | --redlock URL...] [--key-prefix P] [--json] list [--prefix P] [--limit N]
+//! lockctl [--redis URL | --cluster URL... | --redlock URL...] [--key-prefix P] [--json] leaders [--prefix P] [--limit N]
+//! lockctl [--redis URL | --cluster URL... | --redlock URL...] [--key-prefix P] [--json] force-release KEY [--yes]
 //! ```
 //!
 //! The options may also follow the command (`lockctl show KEY --redis
 //! URL`). `--redis` defaults to `REDIS_URL`; `--cluster` takes the seeds of
-//! a Redis Cluster (then `list` covers every master). `rediss://` servers
+//! a Redis Cluster (then `list` covers every master); `--redlock` every
+//! master of a Redlock, as the services' clients name them (one of them as
+//! `--redis` would see, and release, only its copy of a lock). Only
+//! `force-release` changes a lock; every command, as every client, loads
+//! the library's scripts and leaves its label (`lockctl:user@host`) in the
+//! clients' registry, for a minute. `rediss://` servers
 //! with a private CA or asking for a client certificate: `--tls-ca FILE`,
 //! `--tls-cert FILE --tls-key FILE` (PEM). Output is a table, or
 //! JSON with `--json`. Every failure (a bad URL, an unreachable server, a
@@ -47,8 +52,12 @@ struct Cli {
     redis: Option<String>,
     /// A seed node of a Redis Cluster (repeat for more); used instead of
     /// --redis.
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, value_name = "URL", conflicts_with = "redlock")]
     cluster: Vec<String>,
+    /// A master of a Redlock (repeat for each, as the services name them:
+    /// an odd number); used instead of --redis.
+    #[arg(long, global = true, value_name = "URL")]
+    redlock: Vec<String>,
     /// PEM CA certificates to trust for `rediss://` servers, instead of the
     /// system's roots (`LockClientBuilder::tls_root_certificates`).
     #[arg(long, global = true, env = "LOCKCTL_TLS_CA", value_name = "FILE")]
@@ -192,12 +201,14 @@ fn nothing_under(key_prefix: &str) -> String {
 
 async fn client(cli: &Cli) -> Result<LockClient, Failure> {
     let builder = LockClient::builder();
-    let builder = match (&cli.redis, cli.cluster.is_empty()) {
-        (_, false) => builder.cluster(cli.cluster.iter().cloned()),
-        (Some(url), true) => builder.redis(url),
-        (None, true) => {
+    let builder = match (&cli.redis, &cli.cluster[..], &cli.redlock[..]) {
+        (_, [_, ..], _) => builder.cluster(cli.cluster.iter().cloned()),
+        (_, _, [_, ..]) => builder.redlock(cli.redlock.iter().cloned()),
+        (Some(url), [], []) => builder.redis(url),
+        (None, [], []) => {
             return Err(Failure(
-                "no server: give --redis URL (or set REDIS_URL), or --cluster URL".into(),
+                "no server: give --redis URL (or set REDIS_URL), --cluster URL or --redlock URL"
+                    .into(),
             ));
         }
     };

@@ -150,14 +150,17 @@ pub(crate) fn padded(text: &str, columns: usize) -> String {
     format!("{text}{}", " ".repeat(pad))
 }
 
-/// `text` as a terminal can show it without being fooled: the characters
-/// that show nothing or reorder what follows them (bidirectional overrides
-/// and isolates, zero-width ones) written out as `\u{202e}`, so a key or a
-/// label cannot pass for another, nor turn the columns after it around.
-/// JSON keeps them as they are.
+/// `text` as a terminal can show it without being fooled: control
+/// characters (a carriage return, an escape sequence that erases the line
+/// or sets the window's title: a label is any text a client wrote) and the
+/// characters that show nothing or reorder what follows them (bidirectional
+/// overrides and isolates, zero-width ones) written out as `\u{1b}`, so a
+/// key or a label cannot pass for another, nor turn the columns after it
+/// around. JSON keeps them as they are (escaped as JSON escapes them).
 pub(crate) fn visible(text: &str) -> Cow<'_, str> {
     fn hidden(c: char) -> bool {
-        matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
     }
     if !text.chars().any(hidden) {
         return Cow::Borrowed(text);
@@ -184,5 +187,16 @@ mod tests {
         assert_eq!(visible("a\u{200b}b\u{2066}"), "a\\u{200b}b\\u{2066}");
         assert_eq!(padded("x\u{202e}", 12), "x\\u{202e}   ");
         assert_eq!(widest(["x\u{202e}"].into_iter(), "KEY"), 9);
+    }
+
+    #[test]
+    fn control_characters_are_written_out() {
+        // A label that would erase its own line and set the window's title.
+        let label = "evil-pod\r\x1b[2Kpod-a\x1b]0;pwned\x07";
+        assert_eq!(
+            visible(label),
+            "evil-pod\\u{d}\\u{1b}[2Kpod-a\\u{1b}]0;pwned\\u{7}"
+        );
+        assert_eq!(visible("a\tb\n"), "a\\u{9}b\\u{a}");
     }
 }
