@@ -163,3 +163,61 @@ async fn list_finds_held_locks_among_many_other_names() {
     assert!(all.windows(2).all(|w| w[0].key < w[1].key), "sorted by key");
     assert_eq!(client.list("", 1000).await.unwrap().len(), 202);
 }
+
+/// A name under the prefix that no client can have made (written by hand,
+/// or by another tool: an empty key, an oversized one, control characters)
+/// is passed over by `list`: the locks held are still listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_passes_over_names_no_client_made() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .redis(server.url())
+        .build()
+        .await
+        .unwrap();
+    let _held = client.lock("order:9").acquire().await.unwrap();
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let long = format!("lock:L{{{}}}", "a".repeat(1100));
+    for stray in ["lock:L{}", long.as_str(), "lock:L{bad\u{1b}key}"] {
+        let _: () = redis::cmd("SET")
+            .arg(stray)
+            .arg("x")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let listed = client.list("", 10).await.unwrap();
+    let keys: Vec<_> = listed.iter().map(|s| s.key.as_str()).collect();
+    assert_eq!(keys, ["order:9"]);
+}
+
+/// An operator allowed the locks but not the `fence::redis` records
+/// (`~lock-fence:*`) is told what its force-release did: the lock is
+/// released and its counter raised, the record is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_release_that_cannot_raise_the_fence_record_says_the_lock_was_released() {
+    let server = RedisServer::start();
+    let holder = LockClient::builder()
+        .redis(server.url())
+        .build()
+        .await
+        .unwrap();
+    let _held = holder.lock("order:77").acquire().await.unwrap();
+    let user = [
+        "ACL", "SETUSER", "operator", "on", ">op-pw", "~lock:*", "&lock:*", "+@all",
+    ];
+    assert_eq!(server.cli(&user), "OK");
+    let operator = LockClient::builder()
+        .redis(format!("redis://operator:op-pw@127.0.0.1:{}", server.port))
+        .build()
+        .await
+        .unwrap();
+    let refused = operator.force_release("order:77").await.unwrap_err();
+    let said = test_support::error_chain(&refused);
+    assert!(said.contains("the lock was released"), "{said}");
+    assert!(!operator.inspect("order:77").await.unwrap().held);
+}

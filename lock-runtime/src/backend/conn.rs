@@ -17,7 +17,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::error::{BackendError, LockError, connection_failure};
+use crate::error::{BackendError, LockError, connection_failure, failed_login};
 
 /// How the client talks to its servers.
 #[derive(Clone, Debug)]
@@ -155,14 +155,6 @@ async fn connect_manager(
         BackendError::timeout(format!("connecting to Redis at {addr} timed out{over_tls}"))
     })?
     .map_err(|e| BackendError::with_source(format!("cannot connect to Redis at {addr}"), e).into())
-}
-
-/// `true` when `e` says the server refused the login, which a
-/// `ConnectionManager` keeps answering (see the module's docs): redis-rs's
-/// `AuthenticationFailed` (`AUTH` refused), or `WRONGPASS` (`HELLO ... AUTH`
-/// refused, with RESP3). Nothing else the library sends gets either answer.
-fn failed_login(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS")
 }
 
 /// One server's connection: a `ConnectionManager`, replaced by a new one when

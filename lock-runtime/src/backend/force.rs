@@ -89,6 +89,13 @@ async fn force_on(node: &RedisBackend, names: &KeyNames, key: &str) -> Result<u6
         .arg(DEFAULT_RETENTION.as_millis() as u64)
         .invoke_async::<String>(&mut conn)
         .await
-        .map_err(|e| BackendError::with_source("cannot raise the key's fence record", e))?;
+        .map_err(|e| {
+            let said = format!(
+                "the lock was released and its fencing counter raised to {fence}, but the \
+                 fence record of resource `{key}` (`fence::redis`) was not raised: a write \
+                 there with an earlier token is refused only once a later holder has written"
+            );
+            BackendError::with_source(said, e)
+        })?;
     Ok(fence)
 }

@@ -355,9 +355,10 @@ async fn subscribe(
     }
 }
 
-/// A reply the server sent on purpose, not a broken connection.
+/// A reply the server sent on purpose, not a broken connection, nor a
+/// refused login (the subscription itself was not refused).
 fn is_refusal(e: &redis::RedisError) -> bool {
-    connection_failure(e).is_none()
+    connection_failure(e).is_none() && !crate::error::failed_login(e)
 }
 
 fn warn_refused(channel: &str, e: &redis::RedisError) {

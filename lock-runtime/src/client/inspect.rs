@@ -263,6 +263,13 @@ impl LockClient {
                 .iter()
                 .filter_map(|name| match crate::key::parse(prefix, name)? {
                     ('I', key) => Some((key, Some(name))),
+                    // A name no client made (written by hand: an empty,
+                    // oversized or control-character key) is passed over,
+                    // not the end of the listing.
+                    (_, key) if crate::key::validate_key(&key).is_err() => {
+                        tracing::warn!(name = %name.escape_debug(), "list: passing over a name no client can have made");
+                        None
+                    }
                     (_, key) => Some((key, None)),
                 })
                 .collect();
@@ -312,7 +319,8 @@ impl LockClient {
     /// elected at once; with none, observers see no leader), and raises the
     /// key's fencing counter: the next holder's token is above every token
     /// issued before, and the record that [`fence::redis`](crate::fence::redis)
-    /// keeps for resource `key` on the lock's server is raised to it too, so
+    /// keeps for resource `key` (the key without the client's prefix: records
+    /// are not under it) on the lock's server is raised to it too, so
     /// the evicted holder's next fenced write there is refused
     /// (`LockError::Stale`) even before a new holder writes. Waiters are told
     /// to try again at once.

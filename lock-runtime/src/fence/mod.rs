@@ -14,7 +14,13 @@
 //!
 //! The `resource` is any name the writers agree on, usually the lock's key.
 //! Each store keeps its own record: a holder that never wrote to a store has
-//! not fenced it.
+//! not fenced it. Records are named by the resource alone, not under a
+//! client's [key prefix](crate::LockClientBuilder::key_prefix) (a fenced
+//! write is sent on a connection, by no client): services that share a
+//! server must not fence the same resource names, since their tokens come
+//! from different counters (one per prefixed key) and do not compare.
+//! [`force_release`](crate::LockClient::force_release) raises the record of
+//! resource `key`, whatever the client's prefix.
 //!
 //! # Redis
 //!

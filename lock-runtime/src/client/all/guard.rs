@@ -36,8 +36,11 @@ impl LockAllGuard {
     /// or any keys on the embedded backend), this one token is valid for
     /// each key. Across slots each key's token comes from its own slot's
     /// counter, and on Redlock (which takes the keys one at a time) each
-    /// key has its own token: storage that checks tokens per key should use
-    /// [`LockAllGuard::fencing_token_of`].
+    /// key has its own token: storage that checks tokens per key must use
+    /// [`LockAllGuard::fencing_token_of`]. The highest token, sent with a
+    /// write to a key whose own token is lower, would let a stale write
+    /// land: a later holder of that key can be issued the same number from
+    /// its own counter, and equal tokens pass the fence.
     ///
     /// Keys the set took one at a time (after waiting) may get their tokens
     /// on first use, as [`LockGuard::fencing_token`] says; the errors are

@@ -90,8 +90,11 @@ pub use lock_keys::MAX_LOCK_ALL_KEYS;
 ///     .await?;
 /// // Each key is the lock `client.lock(key)` takes.
 /// assert!(client.lock("account:2").acquire().await.unwrap_err().is_busy());
-/// let fence = both.fencing_token().await?; // send it along with the writes
-/// # let _ = fence;
+/// // Each key's own token, for the storage that fences that key's writes
+/// // (`fence::redis(&mut conn, "account:1", t1)`).
+/// let t1 = both.fencing_token_of("account:1").await?.expect("a key of the set");
+/// let t2 = both.fencing_token_of("account:2").await?.expect("a key of the set");
+/// # let _ = (t1, t2);
 /// both.release().await?;
 ///
 /// // Any order names the same set; `run` holds it while a future runs.
