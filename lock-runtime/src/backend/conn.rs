@@ -384,6 +384,12 @@ impl SentinelConn {
             sentinel.async_get_client(),
         )
         .await?;
+        // Without `CLIENT SETINFO`, which the driver's builder (the TLS
+        // path with certificates) does not let us turn off: the same
+        // address, TLS parameters and credentials.
+        let info = client.get_connection_info().clone();
+        let settings = skip_set_lib_name(info.redis_settings().clone());
+        let client = redis::Client::open(info.set_redis_settings(settings))?;
         let manager = within(
             limit,
             "connecting to the master timed out",
@@ -422,8 +428,9 @@ async fn within<T>(
 
 /// A Sentinel client whose sentinels and master are reached over TLS with
 /// `certificates` (the driver takes the master's only through its
-/// builder): the sentinels' credentials are the first URL's, the master's
-/// `options.master_auth`.
+/// builder): the sentinels' credentials are one user and password for all
+/// (the builder takes one), so URLs that carry different ones are refused
+/// rather than sent the first URL's; the master's are `options.master_auth`.
 #[cfg(feature = "tls")]
 fn with_certificates(
     infos: Vec<redis::ConnectionInfo>,
@@ -433,6 +440,23 @@ fn with_certificates(
 ) -> redis::RedisResult<SentinelClient> {
     use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
     let first = infos.first().map(|i| i.redis_settings().clone());
+    let login = |s: &redis::RedisConnectionInfo| {
+        (
+            s.username().map(str::to_owned),
+            s.password().map(str::to_owned),
+        )
+    };
+    if let Some(first) = &first
+        && infos
+            .iter()
+            .any(|i| login(i.redis_settings()) != login(first))
+    {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "with TLS certificates every sentinel URL must carry the same user and password \
+             (the driver sends all sentinels one login)",
+        )));
+    }
     let addrs = infos.into_iter().map(|i| i.addr().clone());
     let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)?
         .set_client_to_redis_tls_mode(redis::TlsMode::Secure)

@@ -143,8 +143,12 @@ impl LockClientBuilder {
     /// the replica promoted after a failover), for a master with
     /// `requirepass` (user `"default"`) or ACL users: the sentinels' URLs
     /// carry only the sentinels' own credentials, as in Redisson's
-    /// `setPassword` beside `setSentinelPassword`. Without it the master
-    /// is reached without credentials.
+    /// `setPassword` beside `setSentinelPassword` (with
+    /// [`tls_root_certificates`](Self::tls_root_certificates) or
+    /// [`tls_client_certificate`](Self::tls_client_certificate), one user and
+    /// password for every sentinel: URLs that carry different ones are a
+    /// `LockError::Config` at `build`). Without it the master is reached
+    /// without credentials.
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), lock_runtime::LockError> {
