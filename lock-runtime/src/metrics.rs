@@ -11,13 +11,16 @@
 //! | `lock_leases_lost_total` | counter | `name` |
 //! | `lock_renewal_calls_total` | counter | |
 //! | `lock_renewed_total` | counter | (leases re-armed by those calls) |
-//! | `lock_leader` | gauge | `name` (the election's): 1 while this process leads it, else 0 (from its first campaign) |
-//! | `lock_leader_terms_total` | counter | `name` (the election's): terms won by this process |
+//! | `lock_leader` | gauge | `name` (the election's, or its [`metrics_name`](crate::LeaderRequest::metrics_name)): how many of its elections this process leads (1 or 0 for one election), from its first campaign |
+//! | `lock_leader_terms_total` | counter | `name` (as `lock_leader`): terms won by this process |
 //! | `idempotency_requests_total` | counter | `route`, `outcome` = `claimed` / `replayed` / `in_flight` / `payload_mismatch` / `store_unavailable` |
 //!
 //! `name` is never the key (one series per order would explode): it is what
 //! [`LockRequest::metrics_name`](crate::LockRequest::metrics_name) set, the
 //! attribute's key template, or the `LockLayer`'s route; `default` otherwise.
+//! A leader election's series are named by the election (elections usually
+//! have a few fixed names), or by
+//! [`LeaderRequest::metrics_name`](crate::LeaderRequest::metrics_name).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -68,3 +68,47 @@ fn the_leader_gauge_follows_the_leadership_and_terms_are_counted() {
         drop(leadership);
     });
 }
+
+/// Elections named per tenant share the series of their `metrics_name`,
+/// for the leader metrics as for the lock metrics of their campaigns: no
+/// series is named after an election.
+#[test]
+fn elections_with_a_metrics_name_share_its_series() {
+    tests::recorded::on_memory_client(|client, snapshotter| async move {
+        let a = client
+            .leader("scheduler:tenant-1")
+            .metrics_name("scheduler")
+            .campaign()
+            .await
+            .unwrap();
+        let b = client
+            .leader("scheduler:tenant-2")
+            .metrics_name("scheduler")
+            .campaign()
+            .await
+            .unwrap();
+        let snapshot = snapshotter.snapshot().into_vec();
+        let names: Vec<String> = snapshot
+            .iter()
+            .flat_map(|(key, _, _, _)| {
+                key.key()
+                    .labels()
+                    .map(|l| l.value().to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(
+            names.iter().all(|n| !n.starts_with("scheduler:")),
+            "a series named after an election: {names:?}"
+        );
+        let gauge = snapshot.iter().find_map(|(key, _, _, value)| {
+            (key.key().name() == "lock_leader").then(|| match value {
+                DebugValue::Gauge(v) => v.into_inner(),
+                other => panic!("unexpected {other:?}"),
+            })
+        });
+        assert_eq!(gauge, Some(2.0), "two elections of the name led here");
+        a.resign().await.unwrap();
+        b.resign().await.unwrap();
+    });
+}

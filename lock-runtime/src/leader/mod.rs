@@ -58,6 +58,8 @@ pub struct LeaderRequest {
     options: LockOptions,
     /// `None`: the client's label.
     label: Option<String>,
+    /// The `name` label of its metrics: the election's name unless set.
+    metrics_name: String,
 }
 
 impl LeaderRequest {
@@ -68,10 +70,23 @@ impl LeaderRequest {
             .metrics_name(name.as_str());
         Self {
             client,
+            metrics_name: name.clone(),
             name,
             options,
             label: None,
         }
+    }
+
+    /// The `name` label of this election's metrics (feature `metrics`;
+    /// default: the election's name, as elections usually have a few
+    /// fixed names): one name for many elections (`"tenant-scheduler"` for
+    /// `scheduler:<tenant>`), so they share one series instead of one each.
+    /// Its `lock_leader` gauge then counts the elections of the name this
+    /// process leads. Without the feature it is ignored.
+    pub fn metrics_name(mut self, name: impl Into<String>) -> Self {
+        self.metrics_name = name.into();
+        self.options = self.options.metrics_name(self.metrics_name.as_str());
+        self
     }
 
     crate::client::lease_setters! {
@@ -115,7 +130,7 @@ impl LeaderRequest {
     pub async fn campaign(self) -> Result<Leadership, LockError> {
         validate_key(&self.name)?;
         let label = self.checked_label()?;
-        crate::metrics::campaigning(&self.name);
+        crate::metrics::campaigning(&self.metrics_name);
         let guard = self
             .client
             .lock(self.name.clone())
@@ -123,9 +138,9 @@ impl LeaderRequest {
             .leadership(label.clone())
             .acquire()
             .await?;
-        crate::metrics::elected(&self.name);
+        crate::metrics::elected(&self.metrics_name);
         tracing::info!(name = %self.name, term = guard.held().fencing(), label = %label, "elected leader");
-        Ok(Leadership::new(guard, label))
+        Ok(Leadership::new(guard, label, &self.metrics_name))
     }
 
     /// Runs `fut` while leading: campaigns (as [`campaign`](Self::campaign)),
@@ -177,10 +192,11 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    fn new(guard: LockGuard, label: String) -> Self {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    fn new(guard: LockGuard, label: String, metrics_name: &str) -> Self {
         Self {
             #[cfg(feature = "metrics")]
-            _gauge: crate::metrics::LeadingGauge::new(guard.key(), guard.lost()),
+            _gauge: crate::metrics::LeadingGauge::new(metrics_name, guard.lost()),
             guard,
             label,
         }
