@@ -238,6 +238,38 @@ async fn certificates_that_cannot_work_are_config_errors_before_any_connection()
                 .tls_root_certificates(pem(&files.ca)),
         ),
     ];
+    // An X.509 v1 client certificate (`openssl x509 -req` without
+    // `-extfile`, which redis-cli takes): rustls does not, and the error
+    // says so, not that the key is wrong.
+    let v1 = std::process::Command::new("openssl")
+        .args([
+            "x509",
+            "-req",
+            "-in",
+            "locker.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+        ])
+        .args(["-CAcreateserial", "-days", "2", "-out", "v1.crt"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(v1.status.success(), "{v1:?}");
+    let v1 = base()
+        .tls_client_certificate(pem(&dir.path().join("v1.crt")), pem(&key))
+        .build()
+        .await;
+    match v1 {
+        Err(LockError::Config(message)) => {
+            assert!(
+                message.contains("the client certificate") && message.contains("v3"),
+                "{message}"
+            )
+        }
+        other => panic!("a v1 certificate: {other:?}"),
+    }
     // The scheme in capitals is TLS too: past the checks, to the connection.
     let upper = LockClient::builder()
         .redis(nowhere.replace("rediss://", "REDISS://"))

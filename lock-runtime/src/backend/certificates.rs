@@ -57,7 +57,18 @@ pub(crate) fn checked_certificates(
         rustls::ClientConfig::builder()
             .with_root_certificates(rustls::RootCertStore::empty())
             .with_client_auth_cert(certs, key)
-            .map_err(|e| invalid("the client key", &e))?;
+            .map_err(|e| match e {
+                // rustls parses the certificate only here: an X.509 v1 one
+                // (`openssl x509 -req` without `-extfile`) is refused.
+                rustls::Error::InvalidCertificate(_) => invalid(
+                    "the client certificate",
+                    &format!(
+                        "{e} (rustls takes X.509 v3 certificates only: sign it with \
+                         extensions, as `openssl x509 -req -extfile ...` does)"
+                    ),
+                ),
+                e => invalid("the client key", &e),
+            })?;
     }
     Ok(Some(*certificates))
 }
