@@ -544,3 +544,48 @@ async fn with_the_json_fingerprint_reordered_members_and_whitespace_are_the_same
         assert_eq!(orders.runs.load(Ordering::SeqCst), 3, "{backend}");
     }
 }
+
+/// A response that ends with trailers reaches its first client with them
+/// (chunked, as without the layer): the buffered body does not claim an
+/// exact length, which would make the server send `Content-Length` and
+/// drop the trailers. Replays have none (only the status, the kept headers
+/// and the body are stored).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailers_reach_the_first_client() {
+    use http_body_util::StreamBody;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = RedisServer::start();
+    for (backend, client) in clients(&server).await {
+        let handler = || async {
+            let mut trailers = axum::http::HeaderMap::new();
+            trailers.insert("x-checksum", "abc123".parse().unwrap());
+            let frames = [
+                Ok::<_, std::io::Error>(http_body::Frame::data(bytes::Bytes::from("hello"))),
+                Ok(http_body::Frame::trailers(trailers)),
+            ];
+            (
+                [(header::TRAILER, "x-checksum")],
+                axum::body::Body::new(StreamBody::new(futures_util::stream::iter(frames))),
+            )
+        };
+        let layer = IdempotencyLayer::new(client);
+        let api = Api::serve(Router::new().route("/t", post(handler).route_layer(layer))).await;
+        let addr = api.base.trim_start_matches("http://").to_owned();
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let request = "POST /t HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \"t1\"\r\nTE: trailers\r\n\
+                       Content-Length: 0\r\nConnection: close\r\n\r\n";
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let response = response.to_lowercase();
+        assert!(
+            response.starts_with("http/1.1 200"),
+            "{backend}: {response}"
+        );
+        assert!(response.contains("hello"), "{backend}: {response}");
+        assert!(
+            response.contains("x-checksum: abc123"),
+            "{backend}: no trailers: {response}"
+        );
+    }
+}

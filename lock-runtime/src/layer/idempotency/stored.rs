@@ -164,7 +164,14 @@ where
     fn size_hint(&self) -> SizeHint {
         let buffered = self.data.as_ref().map_or(0, |d| d.len() as u64);
         match &self.rest {
-            None => SizeHint::with_exact(buffered),
+            // Not exact with trailers to send: an HTTP/1.1 server would
+            // answer with `Content-Length`, which cannot carry them.
+            None if self.trailers.is_none() => SizeHint::with_exact(buffered),
+            None => {
+                let mut hint = SizeHint::new();
+                hint.set_lower(buffered);
+                hint
+            }
             Some(rest) => {
                 let hint = rest.size_hint();
                 let mut sum = SizeHint::new();
