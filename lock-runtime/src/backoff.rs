@@ -73,6 +73,10 @@ pub(crate) struct Retry {
     /// The back-off between the others.
     first: Duration,
     max: Duration,
+    /// Also re-sends a step the server refused on purpose (an error reply:
+    /// out of memory, a script busy, a replica read-only mid-failover), not
+    /// only one whose answer did not come back.
+    refused: bool,
 }
 
 impl Retry {
@@ -93,6 +97,7 @@ impl Retry {
         first_at_once: true,
         first: Duration::from_millis(20),
         max: Duration::from_millis(500),
+        refused: false,
     };
 
     /// One re-send, at once: steps whose caller waits for the answer and
@@ -106,6 +111,7 @@ impl Retry {
         first_at_once: true,
         first: Duration::ZERO,
         max: Duration::ZERO,
+        refused: false,
     };
 
     /// A release refused by a node that cannot serve it yet (`TRYAGAIN`,
@@ -118,6 +124,7 @@ impl Retry {
         first_at_once: false,
         first: Duration::from_millis(20),
         max: Duration::from_millis(250),
+        refused: false,
     };
 
     /// A release nobody waits for (a dropped guard, an abandoned
@@ -131,10 +138,12 @@ impl Retry {
         first_at_once: false,
         first: Duration::from_millis(100),
         max: Duration::from_secs(2),
+        refused: false,
     };
 
     /// A record's completion whose answer did not come back (a repeated
-    /// completion finds our result stored): 10 ms doubling to 250 ms, until
+    /// completion finds our result stored), or that the server refused (a
+    /// server out of memory for a moment): 10 ms doubling to 250 ms, until
     /// the caller's deadline (a lease, at least two seconds: a completion
     /// given up leaves the work to run again once the lease ends).
     #[cfg(feature = "idempotency")]
@@ -144,6 +153,7 @@ impl Retry {
         first_at_once: false,
         first: Duration::from_millis(10),
         max: Duration::from_millis(250),
+        refused: true,
     };
 
     /// A waiter whose notices are not confirmed (the subscription refused
@@ -156,6 +166,7 @@ impl Retry {
         first_at_once: false,
         first: Duration::from_millis(10),
         max: Duration::from_millis(250),
+        refused: false,
     };
 
     /// Redlock, within 100 ms of a free notice (or of the retry after
@@ -170,6 +181,7 @@ impl Retry {
         first_at_once: false,
         first: Duration::from_millis(4),
         max: Duration::from_millis(32),
+        refused: false,
     };
 
     /// Starts retrying under this policy (its time bound runs from now).
@@ -215,7 +227,7 @@ impl Retrying {
         let LockError::Backend(b) = e else {
             return false;
         };
-        (b.is_connection() || b.is_outcome_unknown())
+        (b.is_connection() || b.is_outcome_unknown() || self.policy.refused)
             && (self.allows(deadline) || (self.done == 0 && !b.is_timeout()))
     }
 
@@ -451,50 +463,4 @@ fn random_below(cap: Duration) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pauses_double_up_to_the_cap_and_reset_to_the_first() {
-        let mut b = Backoff::new(Duration::from_millis(20), Duration::from_millis(100));
-        let pauses: Vec<u128> = (0..5).map(|_| b.advance().as_millis()).collect();
-        assert_eq!(pauses, [20, 40, 80, 100, 100]);
-        b.reset();
-        assert_eq!(b.peek(), Duration::from_millis(20));
-    }
-
-    /// Re-sends until the policy says no, pausing as it says (time paused).
-    async fn resends(policy: Retry, deadline: Option<Instant>) -> (u32, Duration) {
-        let start = Instant::now();
-        let mut retry = policy.start();
-        let mut n = 0;
-        while retry.allows(deadline) {
-            retry.pause().await;
-            n += 1;
-        }
-        (n, start.elapsed())
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn each_policy_stops_where_its_doc_says() {
-        let ms = Duration::from_millis;
-        // Re-sends for 10 s at most, the first at once: 20+40+...+320 ms,
-        // then 500 ms each.
-        let (n, took) = resends(Retry::ACQUIRE, None).await;
-        assert!(took <= ms(10_000) && took > ms(9_400), "{n} in {took:?}");
-        // Within a wait, no pause past it.
-        let (n, took) = resends(Retry::ACQUIRE, Some(Instant::now() + ms(100))).await;
-        assert_eq!((n, took), (3, ms(60)));
-        assert_eq!(resends(Retry::ONCE, None).await, (1, Duration::ZERO));
-        let (_, took) = resends(Retry::SLOT_MIGRATION, None).await;
-        assert!(
-            took < Duration::from_secs(5) && took > Duration::from_millis(4700),
-            "{took:?}"
-        );
-        let (_, took) = resends(Retry::RELEASE_IN_BACKGROUND, None).await;
-        assert!(
-            took < Duration::from_secs(30) && took > Duration::from_secs(28),
-            "{took:?}"
-        );
-    }
-}
+mod tests;

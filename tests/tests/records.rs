@@ -398,3 +398,30 @@ async fn a_claims_future_holds_one_attempt_and_no_waits() {
     assert_eq!(once, waits, "the waits' state is boxed");
     assert!(once < 2048, "a claim's future: {once} bytes");
 }
+
+/// A completion the server refuses for a moment (out of memory, under
+/// `maxmemory-policy noeviction`) is sent again until it is stored, within
+/// the lease: given up, the work would run a second time once the lease
+/// ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_refused_for_a_moment_is_sent_again_until_stored() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let guard = match client.record("msg-oom").claim().await.unwrap() {
+        Claimed::Run(guard) => guard,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(server.cli(&["CONFIG", "SET", "maxmemory", "1"]), "OK");
+    let completing = tokio::spawn(guard.complete("charged"));
+    tokio::time::sleep(ms(500)).await;
+    assert!(!completing.is_finished(), "the refusal was not sent again");
+    assert_eq!(server.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
+    completing
+        .await
+        .unwrap()
+        .expect("stored once the server took writes again");
+    match client.record("msg-oom").claim().await.unwrap() {
+        Claimed::Done(stored) => assert_eq!(stored, b"charged"),
+        other => panic!("{other:?}"),
+    }
+}
