@@ -109,6 +109,54 @@ async fn a_handler_outliving_its_lease_keeps_the_record_in_flight() {
     assert_eq!(orders.runs.load(Ordering::SeqCst), 1);
 }
 
+/// The store paused for longer than the record's lease: once it answers
+/// again the record is not ours (expired, or taken by the duplicate sent
+/// then), and the first handler, which a duplicate may run now, is
+/// cancelled (`503`) instead of finishing beside it: the work is done once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_whose_record_is_lost_is_cancelled() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let (started, finished) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let handler = {
+        let (started, finished) = (started.clone(), finished.clone());
+        move || {
+            let (started, finished) = (started.clone(), finished.clone());
+            async move {
+                let n = started.fetch_add(1, Ordering::SeqCst) + 1;
+                tokio::time::sleep(ms(2_500)).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::CREATED, format!("run {n}"))
+            }
+        }
+    };
+    let layer = IdempotencyLayer::new(client).ttl(ms(600));
+    let api = Api::route("/orders", post(handler), layer).await;
+    let send = || api.post("/orders", "\"lost\"").send();
+    let first = tokio::spawn(send());
+    tokio::time::sleep(ms(200)).await;
+    server.pause().unwrap();
+    tokio::time::sleep(ms(1_500)).await;
+    server.resume().unwrap();
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(first.headers().contains_key("retry-after"));
+    let again = until_created(
+        send,
+        StatusCode::CONFLICT,
+        (secs(10), ms(50)),
+        "the retry runs",
+    )
+    .await;
+    assert_eq!(again.text().await.unwrap(), "run 2");
+    assert_eq!(started.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        1,
+        "the lost run finished too"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_process_frees_its_key_after_one_lease() {
     let server = RedisServer::start();

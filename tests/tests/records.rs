@@ -425,3 +425,31 @@ async fn a_completion_refused_for_a_moment_is_sent_again_until_stored() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A record the store could not renew for longer than its lease is lost
+/// once the store answers again (it expired there): `lost()` resolves, so
+/// the work can stop, since a duplicate may run it now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_expired_while_the_store_was_paused_is_reported_lost() {
+    let server = RedisServer::start();
+    let client = redis_client(&server).await;
+    let guard = match client
+        .record("msg-lost")
+        .ttl(ms(300))
+        .claim()
+        .await
+        .unwrap()
+    {
+        Claimed::Run(guard) => guard,
+        other => panic!("{other:?}"),
+    };
+    assert!(!guard.is_lost());
+    server.pause().unwrap();
+    tokio::time::sleep(ms(800)).await;
+    assert!(!guard.is_lost(), "lost before the server said so");
+    server.resume().unwrap();
+    tokio::time::timeout(secs(5), guard.lost())
+        .await
+        .expect("the loss is reported once the server answers");
+    assert!(guard.is_lost());
+}

@@ -105,7 +105,12 @@ impl Watched {
     ) -> Self {
         let id = inner.next_lock_id.fetch_add(1, Ordering::Relaxed);
         let record = record.to_owned();
-        let lease = Arc::new(crate::watchdog::RecordLease { record, token });
+        let lost = crate::held::Lost::default();
+        let lease = Arc::new(crate::watchdog::RecordLease {
+            record,
+            token,
+            lost,
+        });
         inner.watchdog.watch_record(id, lease.clone(), ttl, sent);
         let (inner, since) = (inner.clone(), Some(sent));
         Self {
@@ -114,6 +119,16 @@ impl Watched {
             id,
             since,
         }
+    }
+
+    /// Resolves once the server said the record is not ours any more.
+    pub(crate) async fn lost(&self) {
+        self.lease.lost.cancelled().await
+    }
+
+    /// `true` once the server said the record is not ours any more.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lease.lost.is_cancelled()
     }
 
     /// Counts the hold time now, if not yet: the record is settled, though

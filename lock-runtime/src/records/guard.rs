@@ -71,6 +71,24 @@ impl RecordGuard {
         &self.key
     }
 
+    /// Resolves when the record's lease is lost: the server says the record
+    /// is not ours any more (it expired, because the store could not be
+    /// reached for longer than the lease, or another claimer took it). The
+    /// work may then run elsewhere, so stop it: `IdempotencyLayer` cancels
+    /// the handler. A completion after that stores the result only if no
+    /// other claimer took the record ([`LockError::Lost`] otherwise).
+    pub async fn lost(&self) {
+        match &self.renewal {
+            Some(renewal) => renewal.lost().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// `true` once [`lost`](Self::lost) resolved.
+    pub fn is_lost(&self) -> bool {
+        self.renewal.as_ref().is_some_and(Watched::is_lost)
+    }
+
     /// The record's Redis name (under the client's prefix).
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn record(&self) -> &str {

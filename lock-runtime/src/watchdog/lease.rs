@@ -16,6 +16,8 @@ use crate::held::Held;
 pub(crate) struct RecordLease {
     pub(crate) record: String,
     pub(crate) token: crate::token::Token,
+    /// Set when the server says the record is not ours any more.
+    pub(crate) lost: crate::held::Lost,
 }
 
 /// What one entry renews.
@@ -67,11 +69,11 @@ impl Lease {
             Lease::Lock(held) => lose(held, why),
             #[cfg(feature = "idempotency")]
             Lease::Record(record) => {
-                // Nothing else to do: the handler runs on, and its
-                // completion stores the response unless a duplicate's claim
-                // is there by then.
+                // Its guard's `lost()` resolves: `IdempotencyLayer` cancels
+                // the handler, which a duplicate's claim may run by now.
                 tracing::warn!(record = %record.record,
                     "idempotency: the in-flight record was lost ({why}); a duplicate may run");
+                record.lost.cancel();
             }
         }
     }

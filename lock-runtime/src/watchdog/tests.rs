@@ -202,6 +202,7 @@ fn watch_record(state: &mut Leases, id: u64, due: Instant, valid_until: Instant)
             lease: Lease::Record(Arc::new(RecordLease {
                 record: format!("t:I{{r{id}}}"),
                 token: Token::for_test(),
+                lost: Default::default(),
             })),
             ttl: TTL,
             drift: Duration::ZERO,

@@ -256,7 +256,9 @@ impl IdempotencyLayer {
         /// The largest response body stored, in bytes (default 1 MiB,
         /// [`DEFAULT_MAX_BODY`]). A replay is always the stored response byte for
         /// byte; a larger response is still sent in full to its own client, and
-        /// once its body has ended the request counts as completed (the handler
+        /// once its body has ended, or its client went away before (the
+        /// handler ran; the rest of its response is gone either way), the
+        /// request counts as completed (the handler
         /// never runs again for its key; a body that fails on the way releases
         /// the key, as one within the limit does), but a retry gets `410 Gone` with `Idempotent-Replayed:
         /// true` and a problem body naming the original status instead of a

@@ -16,6 +16,7 @@
 //! | key missing on `POST` ([configurable](IdempotencyLayer::required_on)), malformed, or over 255 characters; a body that is not JSON under [`BodyFingerprint::Json`] | `400 Bad Request` |
 //! | body over the [limit](IdempotencyLayer::max_request_body) | `413 Content Too Large` |
 //! | store unreachable | `503` with `Retry-After` (fail closed), or [fail open](IdempotencyLayer::fail_open) |
+//! | record lost while the handler runs (the store unreachable for longer than the [lease](IdempotencyLayer::ttl), then the record expired or a duplicate claimed it) | the handler is cancelled; `503` with `Retry-After` (nothing stored; the retry gets the duplicate's response, or runs) |
 //!
 //! The key is a Structured Field string (`Idempotency-Key: "8e03978e-40d5"`);
 //! the same text as a bare token is accepted too.
@@ -41,6 +42,13 @@
 //! * A refusal by an inner [`LockLayer`](crate::layer::LockLayer) (busy,
 //!   backend down, lease lost mid-way; any status): not stored, the record is
 //!   released.
+//! * A handler whose record is lost while it runs (the watchdog could not
+//!   renew it for longer than its lease, and the server then says it is not
+//!   ours: it expired, or a duplicate's claim took it) is cancelled at its
+//!   next `.await`, as `LockLayer` cancels one whose lock is lost, since a
+//!   duplicate may run it now: its client gets `503`, nothing is stored.
+//!   What it did before that point stays done; a handler that must not be
+//!   cut short, or run twice, commits through a commit store (below).
 //!
 //! # Responses are buffered
 //!

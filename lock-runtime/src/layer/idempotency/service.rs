@@ -287,7 +287,18 @@ where
     ResB: HttpBody,
 {
     async move {
-        let response = match AssertUnwindSafe(inner.call(req)).catch_unwind().await {
+        // Cancelled if the record is lost meanwhile (the store unreachable
+        // for longer than its lease): a duplicate's claim may run it now.
+        let called = AssertUnwindSafe(inner.call(req)).catch_unwind();
+        let called = tokio::select! {
+            biased;
+            called = called => called,
+            () = running.lost() => {
+                tracing::warn!(%key, record = running.record(), "idempotency: the record was lost while the handler ran; the handler was cancelled");
+                return Ok(lost_while_running());
+            }
+        };
+        let response = match called {
             Ok(Ok(response)) => response,
             Ok(Err(e)) => {
                 give_back(running).await;
@@ -370,6 +381,19 @@ where
         };
         Ok(Response::from_parts(head, body))
     }
+}
+
+/// The `503` answer to a request whose record was lost while its handler
+/// ran (the handler was cancelled; a retry gets the stored response of the
+/// claimer that took the record, or runs it).
+fn lost_while_running() -> Response<Body> {
+    problem_retry(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the idempotency store could not be reached for longer than this request's lease, \
+         and its record was lost: the request was cancelled and may have partly run; retry \
+         with the same Idempotency-Key",
+        Duration::from_secs(1),
+    )
 }
 
 /// Whether a response is the handler's outcome, to be replayed. A response
