@@ -170,11 +170,7 @@ async fn list_finds_held_locks_among_many_other_names() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_passes_over_names_no_client_made() {
     let server = RedisServer::start();
-    let client = LockClient::builder()
-        .redis(server.url())
-        .build()
-        .await
-        .unwrap();
+    let client = test_support::helpers::redis_client(&server).await;
     let _held = client.lock("order:9").acquire().await.unwrap();
     let mut conn = redis::Client::open(server.url())
         .unwrap()
@@ -201,11 +197,7 @@ async fn list_passes_over_names_no_client_made() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_force_release_that_cannot_raise_the_fence_record_says_the_lock_was_released() {
     let server = RedisServer::start();
-    let holder = LockClient::builder()
-        .redis(server.url())
-        .build()
-        .await
-        .unwrap();
+    let holder = test_support::helpers::redis_client(&server).await;
     let _held = holder.lock("order:77").acquire().await.unwrap();
     let user = [
         "ACL", "SETUSER", "operator", "on", ">op-pw", "~lock:*", "&lock:*", "+@all",
