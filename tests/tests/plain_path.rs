@@ -359,3 +359,74 @@ async fn a_waiters_attempt_sent_after_its_hand_over_keeps_the_key_and_mints_abov
     assert!(pttl > 25_000, "re-armed to a full lease: {pttl} ms");
     assert_eq!(server.cli(&["LLEN", &queue]), "0", "nobody left in line");
 }
+
+/// A plain release (the lock taken by a plain `SET`, so its release starts
+/// with the compare-and-delete) sent while the server is stalled past the
+/// response timeout, with a waiter of another client queued (its mark on
+/// the key): the compare-and-delete runs when the server answers again and
+/// deletes nothing (the key is marked), and release.lua, sent behind it on
+/// the same connection, hands the key to the waiter then, not at the end
+/// of the 30 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_stalled_past_its_timeout_hands_the_key_to_the_waiter_when_the_server_answers() {
+    let server = RedisServer::start();
+    let builder = LockClient::builder()
+        .redis(server.url())
+        .response_timeout(ms(300));
+    let (holder, waiter) = (
+        builder.clone().build().await.unwrap(),
+        builder.build().await.unwrap(),
+    );
+    let key = key("stalled-release");
+    // The scripts loaded and the connections open before the server stalls.
+    holder
+        .lock(&key)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let guard = holder.lock(&key).ttl(secs(30)).acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let key = key.clone();
+        async move {
+            let taken = waiter
+                .lock(&key)
+                .ttl(secs(30))
+                .wait(secs(20))
+                .acquire()
+                .await;
+            (std::time::Instant::now(), taken)
+        }
+    });
+    within(secs(5), "the waiter queues", async {
+        while holder.inspect(&key).await.unwrap().waiters == 0 {
+            tokio::time::sleep(ms(10)).await;
+        }
+    })
+    .await;
+    server.pause().unwrap();
+    let released = tokio::spawn(guard.release());
+    tokio::time::sleep(ms(800)).await;
+    let resumed = std::time::Instant::now();
+    server.resume().unwrap();
+    let (taken_at, taken) = within(secs(10), "the waiter is handed the key", waiting)
+        .await
+        .unwrap();
+    let _taken = taken.expect("the waiter takes the key");
+    let after = taken_at.duration_since(resumed);
+    assert!(
+        after < secs(2),
+        "handed over {after:?} after the server answered"
+    );
+    // Unknown to the releaser: its answers never came.
+    let released = released.await.unwrap();
+    assert!(
+        released.as_ref().is_err_and(|e| match e {
+            LockError::Backend(b) => b.is_outcome_unknown(),
+            _ => false,
+        }),
+        "{released:?}"
+    );
+}

@@ -318,12 +318,19 @@ impl RedisBackend {
         let mut plain_resent = false;
         let plain = plain_first && !dequeue && self.is_plain(names);
         if plain && !self.plain.contended(names.slot) {
-            match self.unlock(names, token).await? {
-                (true, _) => return Ok(Released::Yes),
-                (false, resent) => {
+            match self.unlock(names, token).await {
+                Ok((true, _)) => return Ok(Released::Yes),
+                Ok((false, resent)) => {
                     plain_resent = resent;
                     self.plain.set_contended(names.slot, true);
                 }
+                // No answer (a stalled server): the compare-and-delete may
+                // still run, and delete nothing if a waiter marked the key.
+                // release.lua goes after it, on the same connection, so the
+                // waiter is handed the key when the server answers again,
+                // not when the lease ends.
+                Err(LockError::Backend(e)) if e.is_outcome_unknown() => plain_resent = true,
+                Err(e) => return Err(e),
             }
         }
         let (answer, resent) = match self.route(names) {

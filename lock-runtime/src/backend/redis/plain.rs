@@ -167,16 +167,24 @@ pub(super) async fn native_commands(conn: &mut Conn) -> Result<Native, LockError
 /// `true` when `e` says the server (or a proxy, or an ACL) did not run the
 /// command at all: unknown, not permitted, or not understood (a server
 /// without `SET .. IFEQ` answers that `SET` with a syntax error: a cluster
-/// node not yet upgraded, in a rolling upgrade).
+/// node not yet upgraded, in a rolling upgrade), or refused with a code of
+/// a proxy's own (Envoy's `-unsupported command 'DELIFEQ'`). Not the
+/// server's passing answers (`BUSY` with a script running, `LOADING`,
+/// `READONLY` in a failover, a cluster's redirects), nor `WRONGTYPE`, which
+/// is about the key: a script would meet them too.
 fn refused(e: &redis::RedisError) -> bool {
     match e.kind() {
         redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => true,
         redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => {
             e.detail().is_some_and(|d| {
                 let d = d.to_ascii_lowercase();
-                d.contains("unknown command") || d.starts_with("syntax error")
+                d.contains("unknown command")
+                    || d.starts_with("syntax error")
+                    || d.contains("unsupported")
+                    || d.contains("not supported")
             })
         }
+        redis::ErrorKind::Extension => !matches!(e.code(), Some("BUSY" | "WRONGTYPE" | "OOM")),
         _ => false,
     }
 }
@@ -301,5 +309,59 @@ impl RedisBackend {
         }
         self.replicated(&mut conn).await?;
         Ok(Some(minted))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused;
+
+    #[test]
+    fn a_native_command_refused_by_an_acl_a_proxy_or_an_older_server_is_told_apart() {
+        let ext = |code: &str, detail: &str| {
+            redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+        };
+        let err =
+            |kind, detail: &'static str| redis::RedisError::from((kind, "", detail.to_owned()));
+        let response = redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError);
+        let refusals = [
+            // Envoy's redis_proxy, which has no such command.
+            ext("unsupported", "command 'DELIFEQ'"),
+            err(
+                response,
+                "unknown command 'DELEX', with args beginning with: ",
+            ),
+            err(response, "syntax error"),
+            err(
+                redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+                "no permissions",
+            ),
+        ];
+        for e in &refusals {
+            assert!(refused(e), "{e:?}");
+        }
+        let passing = [
+            ext("BUSY", "Redis is busy running a script"),
+            ext(
+                "WRONGTYPE",
+                "Operation against a key holding the wrong kind of value",
+            ),
+            err(
+                redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+                "replica",
+            ),
+            err(
+                redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading),
+                "loading",
+            ),
+            err(
+                redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
+                "slot",
+            ),
+            err(redis::ErrorKind::Io, "broken pipe"),
+        ];
+        for e in &passing {
+            assert!(!refused(e), "{e:?}");
+        }
     }
 }
