@@ -150,7 +150,10 @@ fn check_signature(sig: &Signature) -> syn::Result<&Type> {
         errors.check::<()>(Err(syn::Error::new(
             sig.fn_token.span,
             "`#[distributed_lock]` requires an `async fn`: the body runs while the lock is \
-             held, and waiting for the lock is asynchronous",
+             held, and waiting for the lock is asynchronous. If this was an `async fn`, an \
+             attribute above this one rewrote it first (`#[tokio::test]`, `#[tokio::main]`): \
+             put `#[distributed_lock]` above it; `#[async_trait]` rewrites every method of \
+             its impl first: use `async fn` in the trait itself (Rust 1.75) instead",
         )));
     }
     let ret = match &sig.output {

@@ -236,7 +236,22 @@ use proc_macro::TokenStream;
 ///   with `E: From<LockError>`.
 ///
 /// The returned future is `Send` when the body is. Other attributes such as
-/// `#[tracing::instrument]` may come before or after this one.
+/// `#[tracing::instrument]` may come before or after this one; attributes
+/// that turn the `async fn` into something else (`#[tokio::test]`,
+/// `#[tokio::main]`) must come after (below) it, since the attribute on top
+/// runs first. `#[async_trait]` rewrites the methods of its impl before
+/// their own attributes run: write `async fn` in the trait instead (Rust
+/// 1.75), which works as any method.
+///
+/// Nested locked calls in one task re-enter the lock (see
+/// `lock_runtime`'s reentrancy): a re-entered call takes no lock of its own,
+/// so its own options (`ttl`, `wait`, `hold_at_least`) do not apply, the
+/// outer hold's do; and calls run side by side within the task (`join!`,
+/// `select!`, `FuturesUnordered` inside a locked body) all re-enter, so
+/// they are not kept apart from each other. Spawn them as tasks to make
+/// them take turns.
+///
+/// Placeholders name parameters and fields by ASCII identifiers.
 ///
 /// ```
 /// use std::sync::Arc;

@@ -100,8 +100,10 @@ pub(crate) fn any_lost<'h>(
 /// (a guard's release, `lock_all`'s releases, a resign) and answers for
 /// each lease, in `held`'s order.
 ///
-/// - Cancelled: `guard` is dropped (released in the background) and the
-///   answer is `Err(LockError::Lost)` naming the first lease known lost.
+/// - Cancelled: the answer is `Err(LockError::Lost)` naming the first lease
+///   known lost; the leases still ours (`lock_all`'s other keys) are
+///   released first, so a retry straight after finds them free; with none,
+///   `guard` is dropped (released in the background).
 /// - Ended while every lease was valid: the output is the caller's, whatever
 ///   the releases answer (a lost reply, a server gone, even a key deleted
 ///   behind our back cannot undo work that finished under a valid lease);
@@ -122,8 +124,17 @@ where
 {
     let Some(output) = output else {
         let lost = held.iter().find(|h| h.is_lost()).unwrap_or(&held[0]);
-        drop(guard);
-        return Err(LockError::lost(&lost.key));
+        let key = lost.key.clone();
+        if held.iter().any(|h| !h.is_lost()) {
+            // `lock_all`'s other keys are still ours: free them before
+            // answering, so that a retry straight after does not find them
+            // taken by this very run (their failures are the release's to
+            // log; the loss is the answer).
+            let _ = release(guard).await.into_iter().count();
+        } else {
+            drop(guard);
+        }
+        return Err(LockError::lost(&key));
     };
     // Each lease's validity as the work was seen to end, before any
     // release moves it (a release that finds the key gone marks it lost).
