@@ -144,8 +144,8 @@ impl LockClientBuilder {
     /// `requirepass` (user `"default"`) or ACL users: the sentinels' URLs
     /// carry only the sentinels' own credentials, as in Redisson's
     /// `setPassword` beside `setSentinelPassword` (with
-    /// [`tls_root_certificates`](Self::tls_root_certificates) or
-    /// [`tls_client_certificate`](Self::tls_client_certificate), one user and
+    /// `tls_root_certificates` or `tls_client_certificate` (feature `tls`),
+    /// one user and
     /// password for every sentinel: URLs that carry different ones are a
     /// `LockError::Config` at `build`). Without it the master is reached
     /// without credentials.
