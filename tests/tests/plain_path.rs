@@ -379,14 +379,7 @@ async fn a_release_stalled_past_its_timeout_hands_the_key_to_the_waiter_when_the
     );
     let key = key("stalled-release");
     // The scripts loaded and the connections open before the server stalls.
-    holder
-        .lock(&key)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&holder, &key).await;
     let guard = holder.lock(&key).ttl(secs(30)).acquire().await.unwrap();
     let waiting = tokio::spawn({
         let key = key.clone();
