@@ -114,18 +114,22 @@ fn a_chain_of_hand_overs_costs_one_script_call_per_grant_and_no_busy_attempt() {
     // The watcher's client reads the CHAIN + 1 notices now; give a busy
     // attempt, if any, the time to happen.
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let (scripts, attempts) = (
-        server.command_calls("evalsha"),
-        server.command_calls("pttl") / 2,
-    );
+    let scripts = server.command_calls("evalsha");
     assert!(!watcher.is_finished(), "the watcher still waits");
-    // acquire.lua's busy path reads two PTTLs; release.lua and extend.lua
-    // read none.
-    assert_eq!(attempts, 0, "busy acquire attempts during the chain");
+    // Told apart by the commands each script sends here, where the key is
+    // marked all along (the watcher stands in line behind every link):
+    // release.lua pops the head (one LPOP) and reads its deadline (one
+    // ZSCORE); acquire.lua's busy path looks its own entry up (one ZSCORE,
+    // no LPOP). Counting PTTLs instead would miss a busy attempt: on a
+    // marked key it reads one (the line's), as a re-arm does.
+    let (lookups, pops) = (server.command_calls("zscore"), server.command_calls("lpop"));
+    assert_eq!(lookups - pops, 0, "busy acquire attempts during the chain");
     let grants = CHAIN as u64 + 1;
-    // One release per grant; a link granted late may re-arm its short
-    // hand-over lease (extend.lua) before use.
-    let extends = server.command_calls("pexpire");
+    // One release per grant; a link whose hand-over came long after its
+    // last attempt (a slow machine queues the chain slowly) re-arms its
+    // short hand-over lease (extend.lua: a PTTL on a marked key, a PEXPIRE
+    // on an unmarked one) before use.
+    let extends = server.command_calls("pttl") + server.command_calls("pexpire");
     // The first holder took the key with a plain SET: its release tries the
     // plain compare-and-delete first (the value was marked: it deleted
     // nothing) and then release.lua. Every later link was handed the key,
