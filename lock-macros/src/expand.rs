@@ -66,9 +66,12 @@ pub(crate) fn expand(args: syn::Result<Args>, func: &LockedFn) -> syn::Result<To
     // (`impl Trait` cannot be written there), so that a return type that is
     // not a `Result<T, E: From<LockError>>` is reported there, by name.
     let run = respan(run, ret_span);
+    // Named in one span: an error type without `From<LockError>` is then
+    // reported once (its own span in the type would get a second report).
     let turbofish = if mentions_impl(quote!(#ret)) {
         quote!()
     } else {
+        let ret = respan(quote!(#ret), ret_span);
         quote_spanned!(ret_span=> ::<#ret, _>)
     };
     let LockedFn {

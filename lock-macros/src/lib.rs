@@ -294,9 +294,12 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// The item unchanged plus the errors, so that the rest of the crate still
-/// sees the function (fewer follow-up errors, working IDE completion).
+/// sees the function (fewer follow-up errors, working IDE completion). Its
+/// parameters that only the key named are unused in it: no warning of that
+/// beside the error.
 fn with_error(item: TokenStream, error: syn::Error) -> TokenStream {
-    let mut out = item;
+    let mut out = TokenStream::from(quote::quote!(#[allow(unused_variables)]));
+    out.extend(item);
     out.extend(TokenStream::from(error.to_compile_error()));
     out
 }

@@ -18,4 +18,10 @@ async fn below_the_minimum() -> Result<(), LockError> {
 #[distributed_lock(key = "d", hold_at_least = "8d")]
 async fn kept_longer_than_the_longest_lease() {}
 
+// A parameter named only by the key: no "unused variable" beside the error.
+#[distributed_lock(key = "order:<id>", ttl = "30")]
+async fn parameter_in_the_key(id: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
 fn main() {}
