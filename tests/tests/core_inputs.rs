@@ -325,6 +325,30 @@ async fn rediss_without_the_tls_feature_is_a_config_error() {
     }
 }
 
+/// The driver reads `?db=`, `?user=` and `?pass=` on Unix socket URLs and
+/// passes over them on TCP ones: a service given `redis://host/?db=3` would
+/// lock in database 0, beside another that wrote `redis://host/3` and locks
+/// in database 3, and the two would not exclude each other.
+#[tokio::test]
+async fn a_database_or_login_in_the_query_of_a_tcp_url_is_a_config_error() {
+    let server = test_support::RedisServer::start();
+    for query in ["?db=3", "?user=app&pass=secret", "?protocol=resp2&db=3"] {
+        let url = format!("redis://127.0.0.1:{}/{query}", server.port);
+        let err = LockClient::builder().redis(url).build().await.unwrap_err();
+        let said = err.to_string();
+        assert!(err.is_config(), "{query}: {err:?}");
+        assert!(said.contains("redis://user:password@host:6379/3"), "{said}");
+        assert!(!said.contains("secret"), "the password echoed: {said}");
+    }
+    // The path names the database.
+    let url = format!("redis://127.0.0.1:{}/3", server.port);
+    let client = LockClient::builder().redis(url).build().await.unwrap();
+    let guard = client.lock("in-db-3").acquire().await.unwrap();
+    assert_eq!(server.cli(&["-n", "3", "EXISTS", "lock:L{in-db-3}"]), "1");
+    assert_eq!(server.cli(&["EXISTS", "lock:L{in-db-3}"]), "0");
+    guard.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn zero_timeouts_are_config_errors() {
     type Configure = fn(LockClientBuilder) -> LockClientBuilder;

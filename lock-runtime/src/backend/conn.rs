@@ -59,6 +59,13 @@ pub(crate) fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Cl
     use redis::IntoConnectionInfo;
     // Never echo the URL: it may carry a password.
     let invalid = |e: redis::RedisError| LockError::Config(format!("invalid Redis URL: {e}"));
+    if let Some(name) = unread_tcp_parameter(url) {
+        return Err(LockError::Config(format!(
+            "invalid Redis URL: `?{name}=` is read on `redis+unix://` URLs only (over TCP \
+             the client would connect to database 0 with no login): write the database as \
+             the path and the login before the host, `redis://user:password@host:6379/3`"
+        )));
+    }
     let info = url.into_connection_info().map_err(invalid)?;
     // No `CLIENT SETINFO` after connecting (redis-rs names itself by
     // default): a least-privilege ACL user need not be allowed it, and
@@ -103,6 +110,24 @@ pub(crate) fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Cl
         }
     }
     redis::Client::open(info).map_err(invalid)
+}
+
+/// The first query parameter of a TCP URL that names a database or a login
+/// (`?db=3`, `?user=`, `?pass=`): the driver reads those on Unix socket URLs
+/// and ignores them over TCP, so two services meaning the same database
+/// would lock in different ones.
+fn unread_tcp_parameter(url: &str) -> Option<&str> {
+    let (scheme, rest) = url.split_once("://")?;
+    let tcp = ["redis", "rediss", "valkey", "valkeys"];
+    if !tcp.iter().any(|s| s.eq_ignore_ascii_case(scheme)) {
+        return None;
+    }
+    let query = rest.split('#').next()?.split_once('?')?.1;
+    let unread = ["db", "user", "username", "pass", "password"];
+    let mut names = query
+        .split('&')
+        .map(|pair| pair.split('=').next().unwrap_or(pair));
+    names.find(|name| unread.contains(name))
 }
 
 /// `settings` without the `CLIENT SETINFO` that redis-rs sends on connect.

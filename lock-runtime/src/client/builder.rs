@@ -103,7 +103,10 @@ impl LockClientBuilder {
     /// One Redis or Valkey server: `redis://[user:password@]host:port[/db]`, or
     /// `rediss://` with the `tls` feature (a private CA, a client
     /// certificate: `tls_root_certificates`, `tls_client_certificate`). ACL
-    /// users and passwords come from the URL.
+    /// users and passwords come from the URL. The database is the path
+    /// (`/3`): `?db=3`, `?user=` or `?pass=` on a TCP URL is a
+    /// [`LockError::Config`] from [`build`](Self::build), since the driver
+    /// reads them on `redis+unix://` URLs only.
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.target = Target::Redis(url.into());
         self
