@@ -18,6 +18,7 @@ mod leaders;
 pub(crate) mod memory;
 
 mod notifier;
+pub(crate) mod open;
 pub(crate) mod records;
 pub(crate) mod redis;
 pub(crate) mod redlock;

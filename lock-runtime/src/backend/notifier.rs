@@ -18,7 +18,8 @@ use futures_util::StreamExt;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::conn::{RedisOptions, SentinelConn};
+use super::conn::SentinelConn;
+use super::open::RedisOptions;
 use super::waiters::Registry;
 use crate::backoff::Backoff;
 use crate::error::{BackendError, LockError, connection_failure};

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::{DEFAULT_TTL, LockClient, validate_ttl};
 use crate::backend::Backend;
-use crate::backend::conn::MasterAuth;
 use crate::backend::labels::{default_label, validate_label};
+use crate::backend::open::MasterAuth;
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::{memory::MemoryBackend, redis::RedisBackend, redis::RedisOptions};
 use crate::client::inner::Inner;

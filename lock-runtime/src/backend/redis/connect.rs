@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::super::conn::{Conn, RedisOptions, SentinelConn, SingleConn, open_client};
+use super::super::conn::{Conn, SentinelConn, SingleConn};
 use super::super::notifier::{Notices, Source};
+use super::super::open::{RedisOptions, open_client};
 use super::super::scripts::load_scripts;
 use super::super::waiters::Registry;
 use super::batch::{BATCH, Batcher};

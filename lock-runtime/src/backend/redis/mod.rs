@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::conn::Conn;
-pub(crate) use super::conn::RedisOptions;
 use super::notifier::Notices;
+pub(crate) use super::open::RedisOptions;
 use super::scripts::{ACQUIRE, EXTEND, RELEASE, RESERVE, SHARED, evalsha, millis, run_script};
 use super::waiters::Registry;
 use super::{AcquireOutcome, LockRef, Released};
