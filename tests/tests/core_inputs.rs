@@ -317,8 +317,9 @@ async fn rediss_without_the_tls_feature_is_a_config_error() {
         .unwrap_err();
     println!("rediss:// without tls: {err}");
     match &err {
+        // Names the feature to turn on (the driver's own text named none).
         LockError::Config(message) => {
-            assert!(message.to_lowercase().contains("tls"), "{message}")
+            assert!(message.contains("`tls` feature"), "{message}")
         }
         LockError::Backend(_) => println!("(the tls feature is enabled in this build)"),
         other => panic!("unexpected {other:?}"),
@@ -347,6 +348,32 @@ async fn a_database_or_login_in_the_query_of_a_tcp_url_is_a_config_error() {
     assert_eq!(server.cli(&["-n", "3", "EXISTS", "lock:L{in-db-3}"]), "1");
     assert_eq!(server.cli(&["EXISTS", "lock:L{in-db-3}"]), "0");
     guard.release().await.unwrap();
+}
+
+/// A URL the driver cannot take says which forms it takes, and names the
+/// scheme it was given, never the rest of the URL (it may hold a password).
+#[tokio::test]
+async fn a_url_that_is_not_a_redis_url_says_what_is_expected() {
+    let cases = [
+        (
+            "http://user:secret@127.0.0.1:6379",
+            Some("`http://` is not a Redis scheme"),
+        ),
+        ("user:secret@127.0.0.1:6379", Some("no scheme")),
+        ("", Some("no scheme")),
+        ("redis://user:secret@127.0.0.1:notaport", None),
+    ];
+    for (url, says) in cases {
+        let err = LockClient::builder().redis(url).build().await.unwrap_err();
+        let said = err.to_string();
+        assert!(err.is_config(), "{url}: {err:?}");
+        assert!(
+            said.contains("expected `redis://[user:password@]host[:port][/db]`"),
+            "{said}"
+        );
+        assert!(says.is_none_or(|says| said.contains(says)), "{url}: {said}");
+        assert!(!said.contains("secret"), "the password echoed: {said}");
+    }
 }
 
 #[tokio::test]

@@ -75,7 +75,12 @@ pub(crate) fn checked_certificates(
 
 /// Installs ring as rustls' process-wide crypto provider, which rustls
 /// needs before any TLS configuration is built; a provider the
-/// application installed first is kept.
+/// application installed first is kept. rustls 0.23.48 deprecates ring's
+/// provider (it has no post-quantum key exchange); it stays, as the one
+/// sqlx's `tls-rustls-ring` uses for `fence::postgres` too, and an
+/// application that wants post-quantum exchanges installs aws-lc-rs's
+/// provider before it builds the client.
+#[allow(deprecated)] // from rustls 0.23.48 on; the lockfile has 0.23.46
 pub(crate) fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

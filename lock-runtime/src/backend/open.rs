@@ -45,15 +45,10 @@ impl std::fmt::Debug for MasterAuth {
 /// malformed, with `options`' TLS certificates.
 pub(crate) fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Client, LockError> {
     use redis::IntoConnectionInfo;
+    check_url(url)?;
     // Never echo the URL: it may carry a password.
-    let invalid = |e: redis::RedisError| LockError::Config(format!("invalid Redis URL: {e}"));
-    if let Some(name) = unread_tcp_parameter(url) {
-        return Err(LockError::Config(format!(
-            "invalid Redis URL: `?{name}=` is read on `redis+unix://` URLs only (over TCP \
-             the client would connect to database 0 with no login): write the database as \
-             the path and the login before the host, `redis://user:password@host:6379/3`"
-        )));
-    }
+    let invalid =
+        |e: redis::RedisError| LockError::Config(format!("invalid Redis URL: {e}; {EXPECTED}"));
     let info = url.into_connection_info().map_err(invalid)?;
     // No `CLIENT SETINFO` after connecting (redis-rs names itself by
     // default): a least-privilege ACL user need not be allowed it, and
@@ -67,14 +62,7 @@ pub(crate) fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Cl
         _ => None,
     };
     #[cfg(not(feature = "tls"))]
-    {
-        let _ = options;
-        if tls.is_some() {
-            return Err(LockError::Config(
-                "`rediss://` needs the `tls` feature of lock-runtime".into(),
-            ));
-        }
-    }
+    let _ = (options, tls); // `rediss://` was refused by `check_url`
     #[cfg(feature = "tls")]
     {
         if tls == Some(true) {
@@ -98,6 +86,53 @@ pub(crate) fn open_client(url: &str, options: &RedisOptions) -> Result<redis::Cl
         }
     }
     redis::Client::open(info).map_err(invalid)
+}
+
+/// The URLs the client takes, for the errors that refuse others.
+const EXPECTED: &str = "expected `redis://[user:password@]host[:port][/db]`, `rediss://..` \
+     (the `tls` feature) or `redis+unix:///path`";
+
+/// Refuses, before the driver parses it, a URL whose scheme the driver
+/// does not take or this build cannot serve, or whose query names what
+/// the driver would pass over (see [`unread_tcp_parameter`]). The scheme
+/// is named in the error, never the rest (it may carry a password).
+fn check_url(url: &str) -> Result<(), LockError> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme).filter(|s| {
+        !s.is_empty() && s.len() <= 16 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+')
+    });
+    let Some(scheme) = scheme.map(str::to_ascii_lowercase) else {
+        return Err(LockError::Config(format!(
+            "invalid Redis URL: no scheme; {EXPECTED}"
+        )));
+    };
+    let known = [
+        "redis",
+        "rediss",
+        "valkey",
+        "valkeys",
+        "redis+unix",
+        "valkey+unix",
+        "unix",
+    ];
+    if !known.contains(&scheme.as_str()) {
+        return Err(LockError::Config(format!(
+            "invalid Redis URL: `{scheme}://` is not a Redis scheme; {EXPECTED}"
+        )));
+    }
+    if cfg!(not(feature = "tls")) && (scheme == "rediss" || scheme == "valkeys") {
+        return Err(LockError::Config(format!(
+            "`{scheme}://` needs lock-runtime's `tls` feature: \
+             `lock-runtime = {{ version = \"0.1\", features = [\"tls\"] }}`"
+        )));
+    }
+    if let Some(name) = unread_tcp_parameter(url) {
+        return Err(LockError::Config(format!(
+            "invalid Redis URL: `?{name}=` is read on `redis+unix://` URLs only (over TCP \
+             the client would connect to database 0 with no login): write the database as \
+             the path and the login before the host, `redis://user:password@host:6379/3`"
+        )));
+    }
+    Ok(())
 }
 
 /// The first query parameter of a TCP URL that names a database or a login
