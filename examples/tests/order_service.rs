@@ -347,6 +347,15 @@ async fn sigterm_mid_payment_waits_for_the_payment_whose_client_gave_up() {
     let stopped_after = asked.elapsed();
     println!("stopped {stopped_after:?} after SIGTERM");
     assert!(status.success(), "{status}");
+    // The lone instance's sweeper resigned, and did not campaign again: no
+    // leader is left for the next instance to wait out.
+    for name in ["deploy:E{order-sweeper}", "deploy:A{order-sweeper}"] {
+        assert_eq!(
+            redis.cli(&["EXISTS", name]),
+            "0",
+            "{name} after the shutdown"
+        );
+    }
     let b = Instance::start(&shared);
     let order = get_json(&http, b.url("/orders/1")).await;
     assert_eq!(order["status"], "paid", "after the shutdown: {order}");

@@ -52,8 +52,9 @@
 //! SIGTERM or ctrl-c stops it gracefully: no new requests, then it waits (up
 //! to 30 s) for the handlers still running, a payment whose client went away
 //! included (the layers run handlers to completion), so a rolling deploy does
-//! not cut a payment half-way; then `client.shutdown()` gives back the
-//! sweeper's leadership, so the next instance sweeps at once.
+//! not cut a payment half-way; then the sweeper ends its sweep and resigns,
+//! so the next instance sweeps at once, and `client.shutdown()` gives back
+//! whatever else the client holds.
 //!
 //! A startup failure (bad URL, unreachable server, refused password) prints
 //! one line with the error and its causes and exits with status 1:
@@ -532,7 +533,8 @@ async fn run() -> Result<(), Startup> {
     let observed = sweeper::observe(&client)
         .await
         .map_err(|e| Startup::because("cannot start: cannot observe the sweeper's leader", e))?;
-    tokio::spawn(sweeper::run(client.clone(), orders.clone(), sweeping));
+    let (stop_sweeping, stop) = tokio::sync::watch::channel(false);
+    let sweeper = tokio::spawn(sweeper::run(client.clone(), orders.clone(), sweeping, stop));
     let state = AppState {
         orders,
         commit_with_record: settings.idempotency_commit,
@@ -572,9 +574,15 @@ async fn run() -> Result<(), Startup> {
              and records expire with their leases"
         );
     }
-    // What the client still holds (the sweeper's leadership, a lock of a
-    // handler cut short) goes back now: the next instance takes over at
-    // once, not when the lease runs out.
+    // The sweeper finishes its sweep and resigns: the next instance takes
+    // over at once, not when the lease runs out. (Left running, it would
+    // campaign again once the client's shutdown gave its leadership back.)
+    let _ = stop_sweeping.send(true);
+    if tokio::time::timeout(SHUTDOWN_GRACE, sweeper).await.is_err() {
+        tracing::warn!("shutting down mid-sweep after {SHUTDOWN_GRACE:?}");
+    }
+    // What the client still holds (a lock of a handler cut short) goes back
+    // now.
     if tokio::time::timeout(SHUTDOWN_GRACE, client.shutdown())
         .await
         .is_err()

@@ -6,7 +6,9 @@
 //! within the lease, with a higher term. Each cancel takes the order's lock
 //! (the one payments take), so a payment and a cancel never interleave, and
 //! is written through the fence with the term (`store::sweep`), so a deposed
-//! leader's late cancels are refused.
+//! leader's late cancels are refused. Told to stop (the service shuts
+//! down), it finishes the sweep under way and resigns: the next instance
+//! leads at once.
 
 use std::time::Duration;
 
@@ -29,7 +31,7 @@ const RETRY: Duration = Duration::from_secs(1);
 pub struct Sweep {
     /// `CANCEL_UNPAID_AFTER_MS` (default 15 minutes).
     pub unpaid_for: Duration,
-    /// `SWEEP_EVERY_MS` (default 1 s).
+    /// `SWEEP_EVERY_MS` (default 5 s).
     pub every: Duration,
     /// What observers see while this instance leads.
     pub label: String,
@@ -40,21 +42,35 @@ pub async fn observe(client: &LockClient) -> Result<watch::Receiver<Option<Leade
     client.leader(ELECTION).observe().await
 }
 
-/// Campaigns, and sweeps while leading, for ever.
-pub async fn run(client: LockClient, orders: Orders, sweep: Sweep) {
+/// Resolves once `stop` says `true` (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// Campaigns, and sweeps while leading, until `stop` says `true`; then
+/// resigns (a leadership only dropped would be given back too, but in the
+/// background: `LockClient::shutdown` would wait for it).
+pub async fn run(
+    client: LockClient,
+    orders: Orders,
+    sweep: Sweep,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
-        let campaign = client
-            .leader(ELECTION)
-            .ttl(LEASE)
-            .label(&sweep.label)
-            .campaign()
-            .await;
+        let candidate = client.leader(ELECTION).ttl(LEASE).label(&sweep.label);
+        let campaign = tokio::select! {
+            biased;
+            () = stopped(&mut stop) => return,
+            campaign = candidate.campaign() => campaign,
+        };
         let leadership = match campaign {
             Ok(leadership) => leadership,
             Err(e) => {
                 tracing::warn!(error = %e, "sweeper: campaign failed; trying again");
-                tokio::time::sleep(RETRY).await;
-                continue;
+                tokio::select! {
+                    () = stopped(&mut stop) => return,
+                    () = tokio::time::sleep(RETRY) => continue,
+                }
             }
         };
         let term = leadership.term();
@@ -64,19 +80,39 @@ pub async fn run(client: LockClient, orders: Orders, sweep: Sweep) {
             "sweeper: elected, sweeping"
         );
         let lost = leadership.lost();
+        let sweeping = sweep_while_leading(&client, &orders, &sweep, term, stop.clone());
         tokio::select! {
             () = lost => tracing::warn!(term, "sweeper: leadership lost; campaigning again"),
-            () = sweep_while_leading(&client, &orders, &sweep, term) => {}
+            () = sweeping => {}
+        }
+        if *stop.borrow() {
+            match leadership.resign().await {
+                Ok(()) => tracing::info!(term, "sweeper: stopped; leadership given back"),
+                Err(e) => tracing::warn!(term, error = %e, "sweeper: stopped; resign failed"),
+            }
+            return;
         }
         drop(leadership);
     }
 }
 
-async fn sweep_while_leading(client: &LockClient, orders: &Orders, sweep: &Sweep, term: u64) {
+/// Sweeps every `sweep.every` while leading; returns when a newer leader
+/// wrote first, or at the first tick after `stop` said `true`.
+async fn sweep_while_leading(
+    client: &LockClient,
+    orders: &Orders,
+    sweep: &Sweep,
+    term: u64,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut every = tokio::time::interval(sweep.every);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        every.tick().await;
+        tokio::select! {
+            biased;
+            () = stopped(&mut stop) => return,
+            _ = every.tick() => {}
+        }
         let due = match orders.unpaid_older_than(sweep.unpaid_for).await {
             Ok(due) => due,
             Err(e) => {
