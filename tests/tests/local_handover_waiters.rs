@@ -331,9 +331,14 @@ async fn a_forgotten_holder_whose_lease_ends_does_not_strand_its_line() {
     let (server, [client]) = server_and_clients().await;
     let key = "forgotten";
     let fixed = || client.lock(key).ttl(ms(300)).renew(false);
+    // Timed from before the holder's request: its lease starts when the
+    // server runs it, at this instant or later, so the waiter cannot take
+    // the key earlier than 300 ms from here. (Timed after the acquire and
+    // the fencing token's round trip, a loaded machine put up to 70 ms of
+    // the lease before the clock started.)
+    let started = Instant::now();
     let holder = fixed().acquire().await.unwrap();
     let first = holder.fencing_token().await.unwrap();
-    let started = Instant::now();
     let waiter = spawn_entered(fixed().wait(secs(10)).acquire()).await;
     std::mem::forget(holder);
     let next = acquired(secs(3), "the waiter in line", waiter).await;
