@@ -27,11 +27,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .route(
             "/orders",
-            post(create_order).route_layer(IdempotencyLayer::new(client)),
+            post(create_order).route_layer(IdempotencyLayer::new(client.clone())),
         );
 
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    axum::serve(listener, app).await?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    // Gives back what is still held (a handler cut short), not after its lease.
+    client.shutdown().await;
     Ok(())
 }
