@@ -146,8 +146,9 @@ pub enum BodyFingerprint {
     /// and numbers as parsed (integers exactly, others as `f64`, so `1.50`
     /// and `1.5` are equal but `1` and `1.0` are not). A body with an
     /// integer that cannot be kept exactly (beyond the 64-bit range, or
-    /// `-0`) is compared by its bytes instead, so two such integers that
-    /// round to one `f64` are never taken for one request. A member name
+    /// `-0`) or a number beyond `f64`'s range (`1e400`) is compared by its
+    /// bytes instead, so two such numbers that round to one `f64` are never
+    /// taken for one request. A member name
     /// given twice counts with its last value. An empty body is fingerprinted as
     /// empty; any other body that is not valid JSON is refused with `400 Bad
     /// Request` before anything is claimed (the handler could not have
@@ -170,7 +171,15 @@ pub(crate) fn fingerprinted_body(
         BodyFingerprint::Bytes => Ok(Cow::Borrowed(body)),
         BodyFingerprint::Json if body.is_empty() => Ok(Cow::Borrowed(body)),
         BodyFingerprint::Json => {
-            let value: serde_json::Value = serde_json::from_slice(body).map_err(NotJson)?;
+            let value = match serde_json::from_slice::<serde_json::Value>(body) {
+                Ok(value) => value,
+                // JSON, with a number no `f64` holds (`1e400`): as an
+                // inexact integer, compared by its bytes.
+                Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() => {
+                    return Ok(Cow::Borrowed(body));
+                }
+                Err(e) => return Err(NotJson(e)),
+            };
             if has_inexact_integer(body) {
                 return Ok(Cow::Borrowed(body));
             }
@@ -412,6 +421,14 @@ mod tests {
             json(r#"{"b":"\"99999999999999999999","a":1}"#),
             r#"{"a":1,"b":"\"99999999999999999999"}"#
         );
+    }
+
+    #[test]
+    fn numbers_beyond_the_range_of_f64_compare_by_bytes() {
+        let huge = r#"{"a":1e400}"#;
+        assert_eq!(json(huge), huge);
+        assert_ne!(json(huge), json(r#"{"a":1e401}"#));
+        assert_ne!(json(huge), json(r#"{ "a": 1e400 }"#));
     }
 
     #[test]
