@@ -1,8 +1,9 @@
 //! `LockLayer`'s keys as a real HTTP client meets them: aliases of one
 //! order (`/orders/7/pay`, `/orders/007/pay`, `/orders/+7/pay`) take one
 //! lock when the key is the typed id and run at once under a raw-text
-//! template, and a key extractor that rejects a request answers with its
-//! own rejection, the handler never run.
+//! template, a key extractor that rejects a request answers with its own
+//! rejection, the handler never run, and a template naming a parameter its
+//! route lacks is the server's mistake.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -226,4 +227,27 @@ async fn a_key_extractor_that_rejects_answers_with_its_own_rejection_and_the_han
     let r = send(http.post(format!("{base}/orders/+15/pay"))).await;
     assert_eq!(r.text().await.unwrap(), "order:15");
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// The layer added to a route without the parameter its template names: the
+/// server's mistake (`500`, the handler never run), not the client's (it
+/// was `400`, blaming a request that could never have been right).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_naming_a_parameter_its_route_lacks_answers_500() {
+    let client = memory_client().await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let runs = runs.clone();
+        move || async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+        }
+    };
+    let layer = LockLayer::new(client).key("order:<order_id>");
+    let app = Router::new().route("/orders/{id}/pay", post(handler).route_layer(layer));
+    let base = serve(app).await;
+    let r = send(reqwest::Client::new().post(format!("{base}/orders/7/pay"))).await;
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = r.text().await.unwrap();
+    assert!(body.contains("misconfigured"), "{body}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
 }

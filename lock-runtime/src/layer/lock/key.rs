@@ -184,9 +184,15 @@ impl KeySource {
                                 // Escaped: a path value cannot spell a separator
                                 // or a hash tag of another resource's key.
                                 Some(v) => crate::key::push_escaped(&mut key, v),
+                                // The server's mistake, not the client's.
                                 None => {
-                                    return Err(KeyError::Request(format!(
-                                        "the route has no path parameter `{name}` for the lock key"
+                                    let route = parts
+                                        .extensions
+                                        .get::<MatchedPath>()
+                                        .map_or("(unmatched)", MatchedPath::as_str);
+                                    return Err(KeyError::Config(format!(
+                                        "the key template names `<{name}>`, and the route \
+                                         `{route}` has no path parameter `{name}`"
                                     )));
                                 }
                             }

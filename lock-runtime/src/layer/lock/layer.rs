@@ -112,7 +112,9 @@ impl LockLayer {
     /// that a placeholder names a path parameter: an identifier such as
     /// `<id>`; field paths (`<order.id>`) are refused.
     ///
-    /// A request whose route lacks a named parameter gets `400`. A malformed
+    /// A route without a parameter the template names (the layer added to
+    /// the wrong route) answers `500`, and logs the route and the name at
+    /// `error` level: the route's mistake, not the client's. A malformed
     /// template is refused here, when the router is built: this panics with
     /// a message naming the mistake (see [Settings out of
     /// range](crate::layer#settings-out-of-range)).
