@@ -40,8 +40,11 @@
 //! section on the embedded backend), safe to send again when its reply was
 //! lost. A claimer that crashes, or is paused past its lease, stops
 //! renewing, and the record expires: a later claim runs the work. As for a
-//! lock, that is the one way to run it twice. On Redlock a majority of
-//! nodes decides.
+//! lock, that is the one way to run it twice: work that ran before the
+//! crash, but whose record was not completed, runs again, so make it
+//! idempotent at its target too (the message id under a unique constraint,
+//! written in the work's own transaction). On Redlock a majority of nodes
+//! decides.
 //!
 //! `IdempotencyLayer` (feature `axum`) is these records for HTTP, and can
 //! commit a handler's writes with its completed record in one PostgreSQL
