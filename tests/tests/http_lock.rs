@@ -361,10 +361,6 @@ async fn requests_whose_key_cannot_be_built_get_400() {
             ok().route_layer(LockLayer::new(client.clone()).key_from_header("x-account")),
         )
         .route(
-            "/orders/{id}/pay",
-            ok().route_layer(LockLayer::new(client.clone()).key("order:<order_id>")),
-        )
-        .route(
             "/jobs/{name}",
             ok().route_layer(LockLayer::new(client.clone()).key_fn(|req| {
                 let name = req.uri.path().rsplit('/').next()?;
@@ -394,14 +390,8 @@ async fn requests_whose_key_cannot_be_built_get_400() {
     .await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
 
-    // The template names a parameter the route does not have.
-    let r = send(http.post(format!("{base}/orders/1/pay"))).await;
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    let problem: serde_json::Value = r.json().await.unwrap();
-    assert!(
-        problem["detail"].as_str().unwrap().contains("order_id"),
-        "{problem}"
-    );
+    // (A template naming a parameter its route lacks is the server's
+    // mistake: `500`, in http_lock_keys.rs.)
 
     let r = send(http.post(format!("{base}/jobs/nightly"))).await;
     assert_eq!(r.text().await.unwrap(), "job:nightly");
