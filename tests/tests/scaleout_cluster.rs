@@ -730,3 +730,47 @@ async fn a_shard_going_down_loses_its_own_leases_and_no_others() {
         guard.release().await.unwrap();
     }
 }
+
+/// A waiter's subscription (`SSUBSCRIBE`) is never on a connection that
+/// sends commands: on one connection, a slot that moved under the
+/// subscription had the re-subscription's confirmation taken for the
+/// answer of a command sent beside it, and the answers after it shifted
+/// one command down (an acquire answered with another's `OK`: two holders
+/// at once, about once in 5,000 acquires while slots kept moving).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiters_subscription_is_on_a_connection_that_sends_no_commands() {
+    let (cluster, a, b) = three_masters_and_two_clients().await;
+    let key = cluster.key_on(0, &prefix("own-connection"));
+    let holder = hold(&a, &key).await;
+    let waiter = spawn_timed_waiter(&b, &key, secs(10));
+    let channel = format!("lock:N{{{key}}}");
+    eventually(secs(5), "the waiter subscribed", || {
+        shard_subscribers(&cluster, 0, &channel) == "1"
+    })
+    .await;
+    // The waiter's look right after its subscription went out on its
+    // command connection by now.
+    tokio::time::sleep(ms(300)).await;
+    let mut subscribed = 0;
+    for node in 0..3 {
+        for client in cluster.cli(node, &["CLIENT", "LIST"]).lines() {
+            let field = |name: &str| {
+                client
+                    .split(' ')
+                    .find_map(|f| f.strip_prefix(name).and_then(|f| f.strip_prefix('=')))
+                    .unwrap_or("")
+            };
+            if field("ssub").parse::<u32>().unwrap_or(0) == 0 {
+                continue;
+            }
+            subscribed += 1;
+            let last = field("cmd");
+            assert!(
+                !["evalsha", "eval", "set", "get", "incr", "del"].contains(&last),
+                "a subscribed connection sent `{last}`: {client}"
+            );
+        }
+    }
+    assert_eq!(subscribed, 1, "subscribed connections");
+    release_and_wake(holder, waiter, secs(3)).await;
+}

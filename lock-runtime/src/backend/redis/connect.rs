@@ -151,35 +151,15 @@ impl RedisBackend {
         for url in seeds {
             open_client(url, options)?;
         }
+        // Two connections to every node: the commands', and the notices'
+        // (sharded pub/sub, whose pushes go to `push_tx`). On one, a slot
+        // that moved under a subscription had a re-subscription's
+        // confirmation taken for the answer of a command sent beside it,
+        // and every answer after it for the command before: an acquire
+        // answered with another's `OK` was a lock granted to two holders.
         let (push_tx, push_rx) = mpsc::unbounded_channel();
-        let builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
-            .connection_timeout(options.connect_timeout)
-            .response_timeout(options.response_timeout)
-            .use_protocol(redis::ProtocolVersion::RESP3)
-            .push_sender(push_tx)
-            // Retry MOVED/ASK/TRYAGAIN in milliseconds, not the driver's
-            // default seconds: a lease is measured in seconds.
-            .retries(8)
-            .min_retry_wait(2)
-            .max_retry_wait(100)
-            .retry_wait_formula(2, 2);
-        #[cfg(feature = "tls")]
-        let builder = match &options.certificates {
-            Some(certificates) => builder.certs(certificates.clone()),
-            None => builder,
-        };
-        let client = builder
-            .build()
-            .map_err(|e| LockError::Config(format!("invalid cluster configuration: {e}")))?;
-        let cluster = tokio::time::timeout(
-            options
-                .connect_timeout
-                .saturating_add(Duration::from_millis(100)),
-            client.get_async_connection(),
-        )
-        .await
-        .map_err(|_| BackendError::timeout("connecting to the cluster timed out"))?
-        .map_err(|e| BackendError::with_source("cannot connect to the cluster", e))?;
+        let cluster = connect_cluster(seeds, options, None).await?;
+        let notices = connect_cluster(seeds, options, Some(push_tx)).await?;
         let waiters = Arc::new(Registry::default());
         // Asked of one node: a cluster runs one server version (a node that
         // refuses a native command turns them off at its first refusal).
@@ -193,7 +173,7 @@ impl RedisBackend {
                 None,
                 options.coalesce,
             )),
-            notices: Notices::cluster(cluster, push_rx, waiters.clone()),
+            notices: Notices::cluster(notices, push_rx, waiters.clone()),
             waiters,
             publish: "SPUBLISH",
             announce_free: false,
@@ -232,4 +212,44 @@ fn at_least_one(urls: &[String], message: &str) -> Result<(), LockError> {
         return Err(LockError::Config(message.into()));
     }
     Ok(())
+}
+
+/// A connection to the cluster behind `seeds`, in RESP3, whose pushes (a
+/// subscription's messages) go to `pushes` when given.
+async fn connect_cluster(
+    seeds: &[String],
+    options: &RedisOptions,
+    pushes: Option<mpsc::UnboundedSender<redis::PushInfo>>,
+) -> Result<redis::cluster_async::ClusterConnection, LockError> {
+    let builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
+        .connection_timeout(options.connect_timeout)
+        .response_timeout(options.response_timeout)
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        // Retry MOVED/ASK/TRYAGAIN in milliseconds, not the driver's
+        // default seconds: a lease is measured in seconds.
+        .retries(8)
+        .min_retry_wait(2)
+        .max_retry_wait(100)
+        .retry_wait_formula(2, 2);
+    let builder = match pushes {
+        Some(pushes) => builder.push_sender(pushes),
+        None => builder,
+    };
+    #[cfg(feature = "tls")]
+    let builder = match &options.certificates {
+        Some(certificates) => builder.certs(certificates.clone()),
+        None => builder,
+    };
+    let client = builder
+        .build()
+        .map_err(|e| LockError::Config(format!("invalid cluster configuration: {e}")))?;
+    tokio::time::timeout(
+        options
+            .connect_timeout
+            .saturating_add(Duration::from_millis(100)),
+        client.get_async_connection(),
+    )
+    .await
+    .map_err(|_| BackendError::timeout("connecting to the cluster timed out"))?
+    .map_err(|e| BackendError::with_source("cannot connect to the cluster", e).into())
 }
