@@ -385,9 +385,11 @@ pub(crate) fn connection_failure(e: &redis::RedisError) -> Option<ConnectionFail
             // A cluster mid-failover, a slot whose master is gone, or one
             // being migrated (past the driver's own retries): the command was
             // refused (not run) by a node that cannot serve it yet, or its
-            // redirect led nowhere the driver could reach.
+            // redirect led nowhere the driver could reach. Or a server
+            // still loading its data after a restart (`LOADING`).
             | redis::ErrorKind::Server(
                 redis::ServerErrorKind::ClusterDown
+                    | redis::ServerErrorKind::BusyLoading
                     | redis::ServerErrorKind::MasterDown
                     | redis::ServerErrorKind::Moved
                     | redis::ServerErrorKind::TryAgain

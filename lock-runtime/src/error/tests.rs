@@ -45,6 +45,9 @@ fn no_server_to_send_to_is_worth_a_retry_and_ran_nothing() {
         redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
         redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
         redis::ErrorKind::Server(redis::ServerErrorKind::Ask),
+        // A server restarted with its data, loading it (`LOADING`): as a
+        // restart, ridden out within an acquire's wait.
+        redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading),
     ] {
         let e = driver(kind);
         assert_eq!(connection_failure(&e), Some(ConnectionFailure::Unreachable));
