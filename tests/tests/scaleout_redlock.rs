@@ -366,64 +366,63 @@ async fn a_release_waits_for_the_acquire_request_still_in_flight_on_a_slower_mas
     }
 }
 
-/// An acquire that may wait rides out a majority that is down for less
-/// than its wait, as a single server's acquire rides out a restart: it asks
-/// again until a majority answers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_acquire_rides_out_a_majority_down_for_less_than_its_wait() {
+/// An acquire that may wait rides out a majority that is out (`out`) for
+/// less than its wait, as a single server's acquire rides out a restart: it
+/// asks again until a majority answers once `back` ran, after `outage`.
+async fn rides_out_a_majority_out(
+    name: &str,
+    outage: Duration,
+    out: fn(&mut Redlock, usize),
+    back: fn(&mut Redlock, usize),
+) {
     let (mut masters, builder) = five_masters();
     let a = client(&builder).await;
-    let key = key("majority-back");
+    let key = key(name);
     for i in 0..3 {
-        masters.kill(i);
+        out(&mut masters, i);
     }
     let started = Instant::now();
     let waiting = tokio::spawn({
         let (a, key) = (a.clone(), key.clone());
         async move { a.lock(&key).ttl(secs(5)).wait(secs(8)).acquire().await }
     });
-    tokio::time::sleep(secs(1)).await;
-    assert!(
-        !waiting.is_finished(),
-        "gave up after {:?}",
-        started.elapsed()
-    );
+    tokio::time::sleep(outage).await;
+    let gave_up = waiting.is_finished();
     for i in 0..3 {
-        masters.restart(i);
+        back(&mut masters, i);
     }
+    assert!(!gave_up, "{name}: gave up within {outage:?} of an 8 s wait");
     let guard = within(secs(9), "the waiting acquire", waiting)
         .await
         .unwrap()
         .expect("taken once a majority answers again");
-    println!("taken {:?} after the acquire began", started.elapsed());
+    println!(
+        "{name}: taken {:?} after the acquire began",
+        started.elapsed()
+    );
     guard.release().await.unwrap();
 }
 
-/// The same with the majority paused (SIGSTOP: connections open, no
-/// answer), each attempt then waiting out the per-node timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_rides_out_a_majority_killed_for_less_than_its_wait() {
+    rides_out_a_majority_out(
+        "majority-killed",
+        secs(1),
+        |m, i| m.kill(i),
+        |m, i| m.restart(i),
+    )
+    .await;
+}
+
+/// Paused (SIGSTOP: connections open, no answer), each attempt waits out
+/// the per-node timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_acquire_rides_out_a_majority_paused_for_less_than_its_wait() {
-    let (masters, builder) = five_masters();
-    let a = client(&builder).await;
-    let key = key("majority-paused");
-    for i in 0..3 {
-        masters.pause(i);
-    }
-    let started = Instant::now();
-    let waiting = tokio::spawn({
-        let (a, key) = (a.clone(), key.clone());
-        async move { a.lock(&key).ttl(secs(5)).wait(secs(8)).acquire().await }
-    });
-    tokio::time::sleep(secs(3)).await;
-    let gave_up = waiting.is_finished();
-    for i in 0..3 {
-        masters.resume(i);
-    }
-    assert!(!gave_up, "gave up within 3 s of an 8 s wait");
-    let guard = within(secs(9), "the waiting acquire", waiting)
-        .await
-        .unwrap()
-        .expect("taken once a majority answers again");
-    println!("taken {:?} after the acquire began", started.elapsed());
-    guard.release().await.unwrap();
+    rides_out_a_majority_out(
+        "majority-paused",
+        secs(3),
+        |m, i| m.pause(i),
+        |m, i| m.resume(i),
+    )
+    .await;
 }
