@@ -130,7 +130,7 @@ where
             // answering, so that a retry straight after does not find them
             // taken by this very run (their failures are the release's to
             // log; the loss is the answer).
-            let _ = release(guard).await.into_iter().count();
+            let _released = release(guard).await;
         } else {
             drop(guard);
         }
