@@ -311,7 +311,7 @@ pub(crate) trait Release: Send + Sync + 'static {
     const WHAT: &'static str;
     /// Where its client counts the releases in flight in the background
     /// (`LockClient::shutdown` waits for them).
-    fn in_flight(&self) -> &InFlight;
+    fn background_releases(&self) -> &BackgroundReleases;
     /// What one release answers.
     type Released: Send + 'static;
     /// One release with our token. Safe to send twice: a release that
@@ -373,7 +373,7 @@ pub(crate) fn release_in_background<R: Release>(held: R) -> bool {
         let held = sender.clone();
         async move { held.release_once().await }
     };
-    let entered = held.in_flight().enter();
+    let entered = held.background_releases().enter();
     Retry::RELEASE_IN_BACKGROUND.spawn(R::WHAT, step, move |released| {
         held.report(&released);
         drop(entered);
@@ -385,7 +385,7 @@ pub(crate) fn release_in_background<R: Release>(held: R) -> bool {
 /// `LockClient::shutdown` can wait for them: a task of a runtime that shuts
 /// down is dropped, and its release never sent.
 #[derive(Debug, Default)]
-pub(crate) struct InFlight(std::sync::Arc<Counted>);
+pub(crate) struct BackgroundReleases(std::sync::Arc<Counted>);
 
 #[derive(Debug, Default)]
 struct Counted {
@@ -397,7 +397,7 @@ struct Counted {
 #[derive(Debug)]
 pub(crate) struct Entered(std::sync::Arc<Counted>);
 
-impl InFlight {
+impl BackgroundReleases {
     /// Counts one more release in flight, until the answer is dropped.
     pub(crate) fn enter(&self) -> Entered {
         self.0

@@ -403,7 +403,7 @@ impl LockClientBuilder {
             hints: Default::default(),
             #[cfg(feature = "idempotency")]
             record_hints: Default::default(),
-            in_flight: Default::default(),
+            background_releases: Default::default(),
             dropped: tokio::sync::watch::Sender::new(()),
         });
         super::registry::register(&inner).await;

@@ -35,7 +35,7 @@ pub(crate) struct Inner {
     #[cfg(feature = "idempotency")]
     pub(crate) record_hints: crate::hint::RetryHints,
     /// Releases sent in the background and not answered yet.
-    pub(crate) in_flight: crate::backoff::InFlight,
+    pub(crate) background_releases: crate::backoff::BackgroundReleases,
     /// Dropped with the client: its observers (`leader/observe.rs`) end
     /// then, and their receivers are told.
     pub(crate) dropped: tokio::sync::watch::Sender<()>,

@@ -200,7 +200,7 @@ pub(crate) async fn give_back_all(inner: &Arc<Inner>) {
             send_in_background(inner.clone(), &held, decision);
         }
     }
-    inner.in_flight.idle().await;
+    inner.background_releases.idle().await;
 }
 
 /// What dropping an owning guard does, without blocking: the same
@@ -224,7 +224,7 @@ fn finish_in_background(inner: Arc<Inner>, held: Arc<Held>, decision: Decision, 
     if decision == Decision::HandOn
         && let Ok(runtime) = tokio::runtime::Handle::try_current()
     {
-        let entered = inner.in_flight.enter();
+        let entered = inner.background_releases.enter();
         runtime.spawn(async move {
             if let Some(last) = hand_on(&inner, held).await {
                 retire(&inner, &last, Instant::now());
@@ -274,7 +274,7 @@ fn send_in_background(inner: Arc<Inner>, held: &Arc<Held>, decision: Decision) {
         return; // the lease runs out by itself, no sooner than asked
     };
     let held = held.clone();
-    let entered = inner.in_flight.enter();
+    let entered = inner.background_releases.enter();
     runtime.spawn(async move {
         let _entered = entered;
         let key = &held.key;
@@ -330,8 +330,8 @@ impl Release for Abandoned {
     const WHAT: &'static str = "background release";
     type Released = Released;
 
-    fn in_flight(&self) -> &crate::backoff::InFlight {
-        &self.inner.in_flight
+    fn background_releases(&self) -> &crate::backoff::BackgroundReleases {
+        &self.inner.background_releases
     }
 
     fn release_once(&self) -> impl Future<Output = Result<Released, LockError>> + Send {

@@ -174,8 +174,8 @@ impl Release for Record {
     const WHAT: &'static str = "idempotency: background release";
     type Released = bool;
 
-    fn in_flight(&self) -> &crate::backoff::InFlight {
-        &self.client.0.in_flight
+    fn background_releases(&self) -> &crate::backoff::BackgroundReleases {
+        &self.client.0.background_releases
     }
 
     /// Releases the record for our token (sent again, a release of a

@@ -22,13 +22,13 @@ struct SharedLock {
     /// Readers or permit holders: token, lease end, fencing token.
     holders: Vec<(Token, Instant, u64)>,
     /// Waiters in arrival order.
-    queue: VecDeque<Waiter>,
+    queue: VecDeque<InLine>,
     queue_expires: Instant,
 }
 
 /// A waiter in line: what it asked for, and until when it waits.
 #[derive(Clone, Copy, Debug)]
-struct Waiter {
+struct InLine {
     token: Token,
     lease: Duration,
     exclusive: bool,
@@ -211,7 +211,7 @@ impl SharedLocks {
                 let until = later(now, wait);
                 match lock.queue.iter_mut().find(|w| w.token == *token) {
                     Some(waiter) => waiter.until = until,
-                    None => lock.queue.push_back(Waiter {
+                    None => lock.queue.push_back(InLine {
                         token: *token,
                         lease: ttl,
                         exclusive,

@@ -42,7 +42,7 @@ use crate::token::Token;
 
 mod stragglers;
 mod tally;
-use stragglers::{InFlight, Stragglers};
+use stragglers::{NodeRequest, Stragglers};
 pub(crate) use tally::majority;
 use tally::{ReleaseTally, distinct_masters};
 
@@ -162,7 +162,7 @@ impl RedlockBackend {
             .enumerate()
             .map(|(i, node)| {
                 let (node, names, token) = (node.clone(), names.clone(), *token);
-                let (request, over) = InFlight::new(i);
+                let (request, over) = NodeRequest::new(i);
                 in_flight.push(Some(request));
                 let late = (delayed != 0 && delayed >> 32 == i as u64)
                     .then(|| Duration::from_millis(delayed & u64::from(u32::MAX)));
@@ -219,7 +219,7 @@ impl RedlockBackend {
             }
         }
         let undecided = pending.len();
-        let in_flight: Vec<InFlight> = in_flight.into_iter().flatten().collect();
+        let in_flight: Vec<NodeRequest> = in_flight.into_iter().flatten().collect();
         if acquired.len() < quorum {
             // Not ours: requests still in flight are stopped; one that took
             // its node anyway is undone by the release below.

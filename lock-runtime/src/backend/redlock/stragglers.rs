@@ -16,12 +16,12 @@ use crate::token::Token;
 /// an error: nothing is ever sent on it) once that task is over, answered,
 /// timed out or aborted.
 #[derive(Debug)]
-pub(super) struct InFlight {
+pub(super) struct NodeRequest {
     node: usize,
     ended: oneshot::Receiver<()>,
 }
 
-impl InFlight {
+impl NodeRequest {
     /// The request to node `node`, and what its task holds until it ends.
     pub(super) fn new(node: usize) -> (Self, oneshot::Sender<()>) {
         let (over, ended) = oneshot::channel();
@@ -49,7 +49,7 @@ pub(super) struct Stragglers(Mutex<Kept>);
 /// What [`Stragglers`] keeps, and when it next forgets what is over.
 #[derive(Debug, Default)]
 struct Kept {
-    by_lock: HashMap<(String, Token), Vec<InFlight>>,
+    by_lock: HashMap<(String, Token), Vec<NodeRequest>>,
     /// The size at which the locks whose requests are all over are
     /// forgotten (locks never released, or released elsewhere): twice
     /// what was left the last time, so that costs each lock O(1).
@@ -60,14 +60,14 @@ impl Stragglers {
     /// Keeps `in_flight`, the requests of `names` by `token` still running
     /// when the lock was granted, for its release; forgets those of other
     /// locks that are over, now and then.
-    pub(super) fn keep(&self, names: &KeyNames, token: &Token, in_flight: Vec<InFlight>) {
+    pub(super) fn keep(&self, names: &KeyNames, token: &Token, in_flight: Vec<NodeRequest>) {
         if in_flight.is_empty() {
             return;
         }
         let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if kept.by_lock.len() >= kept.prune_at {
             kept.by_lock
-                .retain(|_, requests| !requests.iter_mut().all(InFlight::is_over));
+                .retain(|_, requests| !requests.iter_mut().all(NodeRequest::is_over));
             kept.prune_at = (2 * kept.by_lock.len()).max(64);
         }
         kept.by_lock.insert((names.lock.clone(), *token), in_flight);
@@ -80,8 +80,8 @@ impl Stragglers {
         names: &KeyNames,
         token: &Token,
         nodes: usize,
-    ) -> Vec<Option<InFlight>> {
-        let mut by_node: Vec<Option<InFlight>> = (0..nodes).map(|_| None).collect();
+    ) -> Vec<Option<NodeRequest>> {
+        let mut by_node: Vec<Option<NodeRequest>> = (0..nodes).map(|_| None).collect();
         let taken = self
             .0
             .lock()
@@ -104,7 +104,7 @@ mod tests {
     async fn requests_are_taken_by_node_once_and_the_locks_of_ended_ones_forgotten() {
         let stragglers = Stragglers::default();
         let (names, token) = (KeyNames::new("p:", "k"), Token::for_test());
-        let (slow, slow_task) = InFlight::new(3);
+        let (slow, slow_task) = NodeRequest::new(3);
         stragglers.keep(&names, &token, vec![slow]);
         // Another token's lock is another entry; nothing kept for no request.
         stragglers.keep(&names, &Token::for_test(), Vec::new());
@@ -135,14 +135,14 @@ mod tests {
         // map has grown to its pruning size; those still in flight stay.
         let mut running = Vec::new();
         for i in 0..64 {
-            let (request, task) = InFlight::new(0);
+            let (request, task) = NodeRequest::new(0);
             let key = KeyNames::new("p:", &format!("ended-{i}"));
             stragglers.keep(&key, &token, vec![request]);
             if i == 0 {
                 running.push(task);
             }
         }
-        let (request, _task) = InFlight::new(1);
+        let (request, _task) = NodeRequest::new(1);
         stragglers.keep(&KeyNames::new("p:", "last"), &token, vec![request]);
         let kept = stragglers.0.lock().unwrap();
         assert_eq!(kept.by_lock.len(), 2, "the ended-0 lock and the last");
