@@ -1,7 +1,7 @@
 //! [`Backoff`]: the one exponential back-off of the crate, and [`Retry`]:
-//! the one set of rules for sending a step again (or looking again), with
-//! the two pauses that are not back-offs ([`renewal_retry`],
-//! [`split_vote_pause`]). Locks and idempotency records send their steps
+//! the one set of rules for sending a step again (or looking again, or
+//! reconnecting), with the two pauses that are not back-offs
+//! ([`renewal_retry`], [`split_vote_pause`]). Locks and idempotency records send their steps
 //! through [`Retrying::send`] and [`Retry::spawn`], and give back what
 //! nobody waits for through [`release_in_background`].
 
@@ -12,23 +12,17 @@ use tokio::time::Instant;
 
 use crate::error::LockError;
 
-/// Pauses that double from `first` up to `max`: between reconnects of the
-/// notice connection, and between an acquire's retries after a broken
-/// connection.
+/// Pauses that double from `first` up to `max`: what every [`Retry`]
+/// policy pauses by.
 #[derive(Clone, Debug)]
 pub(crate) struct Backoff {
-    first: Duration,
     max: Duration,
     next: Duration,
 }
 
 impl Backoff {
     pub(crate) const fn new(first: Duration, max: Duration) -> Self {
-        Self {
-            first,
-            max,
-            next: first,
-        }
+        Self { max, next: first }
     }
 
     /// The pause the next [`wait`](Self::wait) takes.
@@ -46,11 +40,6 @@ impl Backoff {
     /// Sleeps for the next pause.
     pub(crate) async fn wait(&mut self) {
         tokio::time::sleep(self.advance()).await;
-    }
-
-    /// Back to the first pause, after a success.
-    pub(crate) fn reset(&mut self) {
-        self.next = self.first;
     }
 }
 
@@ -184,6 +173,36 @@ impl Retry {
         refused: false,
     };
 
+    /// The notice connection, lost or refused, reconnects for as long as
+    /// anybody waits: 20 ms doubling to 1 s, from 20 ms again once it is
+    /// back. Waiters do not depend on it meanwhile (their holder's lease,
+    /// and `LOOK_AGAIN` for a record's, are their other
+    /// timers), so the 1 s cap only bounds how soon notices come back after
+    /// a long outage, and keeps a server that stays down from being
+    /// dialled more than once a second by each client.
+    pub(crate) const RECONNECT_NOTICES: Retry = Retry {
+        times: u32::MAX,
+        within: None,
+        first_at_once: false,
+        first: Duration::from_millis(20),
+        max: Duration::from_secs(1),
+        refused: true,
+    };
+
+    /// A leader observer whose read of the election failed (the server
+    /// unreachable) reads again: 50 ms doubling to 1 s, for as long as it
+    /// is observed, from 50 ms again after a read that worked. Its
+    /// receivers keep the last leader they saw meanwhile; a notice wakes it
+    /// sooner.
+    pub(crate) const REREAD_LEADER: Retry = Retry {
+        times: u32::MAX,
+        within: None,
+        first_at_once: false,
+        first: Duration::from_millis(50),
+        max: Duration::from_secs(1),
+        refused: true,
+    };
+
     /// Starts retrying under this policy (its time bound runs from now).
     pub(crate) fn start(self) -> Retrying {
         Retrying {
@@ -231,6 +250,12 @@ impl Retrying {
             && (self.allows(deadline) || (self.done == 0 && !b.is_timeout()))
     }
 
+    /// Starts over, after a step that worked: the next pause is the
+    /// policy's first, and its time bound runs from now.
+    pub(crate) fn reset(&mut self) {
+        *self = self.policy.start();
+    }
+
     /// `true` once the policy's time bound has passed.
     pub(crate) fn ended(&self) -> bool {
         self.give_up.is_some_and(|at| Instant::now() >= at)
@@ -239,7 +264,7 @@ impl Retrying {
     /// Takes the next pause without sleeping (for a caller that sleeps on
     /// something else too), and counts it.
     pub(crate) fn next_pause(&mut self) -> Duration {
-        self.done += 1;
+        self.done = self.done.saturating_add(1);
         self.backoff.advance()
     }
 
@@ -276,7 +301,7 @@ impl Retrying {
         if self.done > 0 || !self.policy.first_at_once {
             self.backoff.wait().await;
         }
-        self.done += 1;
+        self.done = self.done.saturating_add(1);
     }
 }
 

@@ -21,14 +21,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::conn::SentinelConn;
 use super::open::RedisOptions;
 use super::waiters::Registry;
-use crate::backoff::Backoff;
+use crate::backoff::Retry;
 use crate::error::{BackendError, LockError, connection_failure};
 
 /// How often channels nobody waited on during a whole period are unsubscribed.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
-
-/// Between reconnects of the notice connection.
-const RECONNECT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
 
 /// Where release notices come from, and how to subscribe to them.
 pub(crate) enum Notices {
@@ -211,7 +208,7 @@ async fn notifier(
     waiters: Arc<Registry>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
-    let mut backoff = RECONNECT_BACKOFF;
+    let mut reconnect = Retry::RECONNECT_NOTICES.start();
     // Wait for the first request before opening a connection.
     let Some(mut pending) = commands.recv().await else {
         return;
@@ -238,7 +235,7 @@ async fn notifier(
                 while let Ok(command) = commands.try_recv() {
                     command.answer();
                 }
-                backoff.wait().await;
+                reconnect.pause().await;
                 pending = if waiters.channel_names().is_empty() {
                     match commands.recv().await {
                         Some(command) => command,
@@ -266,10 +263,10 @@ async fn notifier(
         }
         waiters.wake_all();
         if !resubscribed {
-            backoff.wait().await;
+            reconnect.pause().await;
             continue;
         }
-        backoff.reset();
+        reconnect.reset();
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         sweep.tick().await;
         let mut next = Some(pending);
@@ -324,7 +321,7 @@ async fn notifier(
             Ok(command) => command,
             Err(mpsc::error::TryRecvError::Disconnected) => return,
             Err(mpsc::error::TryRecvError::Empty) if !waiters.channel_names().is_empty() => {
-                backoff.wait().await;
+                reconnect.pause().await;
                 Command::Reconnect
             }
             Err(mpsc::error::TryRecvError::Empty) => match commands.recv().await {

@@ -7,8 +7,15 @@ fn pauses_double_up_to_the_cap_and_reset_to_the_first() {
     let mut b = Backoff::new(Duration::from_millis(20), Duration::from_millis(100));
     let pauses: Vec<u128> = (0..5).map(|_| b.advance().as_millis()).collect();
     assert_eq!(pauses, [20, 40, 80, 100, 100]);
-    b.reset();
-    assert_eq!(b.peek(), Duration::from_millis(20));
+    // A policy's retrying starts over after a step that worked.
+    let mut retry = Retry::RECONNECT_NOTICES.start();
+    let pauses: Vec<u128> = (0..7).map(|_| retry.next_pause().as_millis()).collect();
+    assert_eq!(pauses, [20, 40, 80, 160, 320, 640, 1000]);
+    retry.reset();
+    assert_eq!(retry.next_pause(), Duration::from_millis(20));
+    let mut retry = Retry::REREAD_LEADER.start();
+    let pauses: Vec<u128> = (0..6).map(|_| retry.next_pause().as_millis()).collect();
+    assert_eq!(pauses, [50, 100, 200, 400, 800, 1000]);
 }
 
 /// Re-sends until the policy says no, pausing as it says (time paused).

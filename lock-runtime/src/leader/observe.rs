@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use super::Leader;
 use crate::backend::{LeaderEntry, WaitHandle};
-use crate::backoff::Backoff;
+use crate::backoff::Retry;
 use crate::client::LockClient;
 use crate::client::inner::Inner;
 use crate::error::LockError;
@@ -20,9 +20,6 @@ use crate::key::KeyNames;
 /// After a lease's end, before reading again: the server expires the
 /// record at that moment, not before.
 const PAST_LEASE: Duration = Duration::from_millis(5);
-
-/// Between reads that failed (the server unreachable).
-const RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
 
 /// Subscribes, then reads (so no change between the two is missed), and
 /// spawns the follower.
@@ -70,7 +67,7 @@ async fn follow(
     tx: watch::Sender<Option<Leader>>,
     mut lease: Option<Duration>,
 ) {
-    let mut backoff = RETRY;
+    let mut failed_reads = Retry::REREAD_LEADER.start();
     loop {
         let reread = async {
             match lease {
@@ -89,7 +86,7 @@ async fn follow(
         };
         match inner.backend.leader(&names).await {
             Ok(record) => {
-                backoff.reset();
+                failed_reads.reset();
                 lease = record.as_ref().map(|(_, _, left)| *left);
                 let now = record.map(|r| leader(&name, r));
                 tx.send_if_modified(|seen| {
@@ -104,7 +101,7 @@ async fn follow(
             Err(e) => {
                 tracing::debug!(name = %name, error = &e as &dyn std::error::Error,
                     "reading the leader's record failed; trying again");
-                lease = Some(backoff.advance());
+                lease = Some(failed_reads.next_pause());
             }
         }
     }
