@@ -139,10 +139,13 @@ impl Drop for Sentinel {
 
 /// A Sentinel deployment on loopback: one master, one replica
 /// (`--replicaof`), three sentinels monitoring [`MASTER_NAME`] with quorum 2,
-/// `down-after-milliseconds 1000`, `failover-timeout 3000`.
+/// `down-after-milliseconds 1000`, `failover-timeout 3000`; and, with
+/// [`start_with_spare_replica`](Self::start_with_spare_replica), a second
+/// replica that is never promoted.
 pub struct SentinelSetup {
     master: RedisServer,
     replica: RedisServer,
+    spare: Option<RedisServer>,
     sentinels: Vec<Sentinel>,
 }
 
@@ -151,16 +154,36 @@ impl SentinelSetup {
     /// sentinel knows the master, the replica and the two other sentinels
     /// (so a failover can be authorized at once).
     pub fn start() -> Self {
+        Self::start_replicas(false)
+    }
+
+    /// [`start`](Self::start) with a second replica, `replica-priority 0`
+    /// (never promoted: a failover still promotes [`replica`](Self::replica)).
+    /// After a failover the sentinels make it replicate from the new master,
+    /// which so has a replica to acknowledge writes at once; with one
+    /// replica, the only other server is the old master, a replica again
+    /// only once it is demoted (and synced).
+    pub fn start_with_spare_replica() -> Self {
+        Self::start_replicas(true)
+    }
+
+    fn start_replicas(spare: bool) -> Self {
         // Diskless full sync waits 5 s by default for more replicas to join.
         let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
         let master_port = master.port.to_string();
-        let replica = RedisServer::start_with(&[
-            "--replicaof",
-            "127.0.0.1",
-            &master_port,
-            "--repl-diskless-sync-delay",
-            "0",
-        ]);
+        let replica_of = |priority: &str| {
+            RedisServer::start_with(&[
+                "--replicaof",
+                "127.0.0.1",
+                &master_port,
+                "--repl-diskless-sync-delay",
+                "0",
+                "--replica-priority",
+                priority,
+            ])
+        };
+        let replica = replica_of("100");
+        let spare = spare.then(|| replica_of("0"));
         let sentinels: Vec<Sentinel> = (0..3)
             .map(|_| Sentinel::try_start(master.port, MASTER_NAME, ""))
             .collect::<Result<_>>()
@@ -168,17 +191,24 @@ impl SentinelSetup {
         let setup = Self {
             master,
             replica,
+            spare,
             sentinels,
         };
         wait_replica_online(&setup.master, &setup.replica);
+        if let Some(spare) = &setup.spare {
+            wait_replica_online(&setup.master, spare);
+        }
+        let replicas = (1 + usize::from(setup.spare.is_some())).to_string();
         for (i, sentinel) in setup.sentinels.iter().enumerate() {
             poll(
                 Duration::from_secs(15),
-                &format!("sentinel {i} sees the master, the replica and 2 other sentinels"),
+                &format!(
+                    "sentinel {i} sees the master, {replicas} replica(s) and 2 other sentinels"
+                ),
                 || {
                     let master = pairs(&sentinel.cli(&["SENTINEL", "MASTER", MASTER_NAME]));
                     let ok = master.get("flags").map(String::as_str) == Some("master")
-                        && master.get("num-slaves").map(String::as_str) == Some("1")
+                        && master.get("num-slaves") == Some(&replicas)
                         && master.get("num-other-sentinels").map(String::as_str) == Some("2");
                     let replicas = sentinel.cli(&["SENTINEL", "REPLICAS", MASTER_NAME]);
                     let replica_ok = replicas.lines().any(|l| l.trim() == "slave")
@@ -209,6 +239,64 @@ impl SentinelSetup {
     /// promotes: there is no other).
     pub fn replica(&self) -> &RedisServer {
         &self.replica
+    }
+
+    /// The second replica of [`start_with_spare_replica`](Self::start_with_spare_replica).
+    pub fn spare_replica(&self) -> Option<&RedisServer> {
+        self.spare.as_ref()
+    }
+
+    /// Waits (up to 10 s) until every replica has acknowledged everything
+    /// written to the master so far (a probe write and `WAIT <replicas>`):
+    /// a `WAIT 1` a client saw answered may have been the spare's alone.
+    pub fn wait_replicas_in_sync(&self) {
+        let replicas = 1 + usize::from(self.spare.is_some());
+        let script = format!("SET topology:probe 1\nWAIT {replicas} 200\n");
+        poll(
+            Duration::from_secs(10),
+            "every replica acknowledges the master's writes",
+            || {
+                let acked = pipeline(self.master.port, &script);
+                match acked.lines().nth(1).map(str::trim) {
+                    Some(n) if n == replicas.to_string() => Ok(()),
+                    _ => Err(format!("SET + WAIT {replicas} answered {acked:?}")),
+                }
+            },
+        );
+        self.master.cli(&["DEL", "topology:probe"]);
+    }
+
+    /// A manual failover (`SENTINEL FAILOVER`, sent to sentinel `i`) of the
+    /// master of start-up, which stays up; returns once the replica is
+    /// promoted (`role:master`) and the spare, if any, replicates from it,
+    /// while the old master is, until the sentinels demote it (seconds
+    /// later), still a master with no replica. Panics after 10 s.
+    pub fn manual_failover(&self, i: usize) {
+        let answer = self.sentinel_cli(i, &["SENTINEL", "FAILOVER", MASTER_NAME]);
+        assert_eq!(answer, "OK", "SENTINEL FAILOVER on sentinel {i}");
+        let new = self.replica.port.to_string();
+        poll(
+            Duration::from_secs(10),
+            "the replica is promoted and the spare follows it",
+            || {
+                let role = info_field(&self.replica.cli(&["INFO", "replication"]), "role");
+                let spare = self
+                    .spare
+                    .as_ref()
+                    .map(|s| info_field(&s.cli(&["INFO", "replication"]), "master_port"));
+                if role.as_deref() == Some("master")
+                    && spare
+                        .as_ref()
+                        .is_none_or(|port| port.as_deref() == Some(&new))
+                {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "the replica's role is {role:?}, the spare follows {spare:?}"
+                    ))
+                }
+            },
+        );
     }
 
     /// The master's port according to sentinel `i`.
