@@ -238,16 +238,21 @@ impl Retrying {
 
     /// Whether a step that failed with `e` is sent again: its answer did
     /// not come back (a broken connection, or too few Redlock nodes
-    /// answering to tell), with re-sends left before `deadline`; a step
-    /// whose caller tries once (its deadline is now) still gets its first
-    /// re-send, unless the failure was a timeout, which took its time
-    /// already.
+    /// answering to tell), or too few replicas acknowledged it on a
+    /// Sentinel master the sentinels are now asked for again, with re-sends
+    /// left before `deadline`; a step whose caller tries once (its deadline
+    /// is now) still gets its first re-send, unless the failure was a
+    /// timeout or a `WAIT`, which took their time already.
     pub(crate) fn resends(&self, e: &LockError, deadline: Option<Instant>) -> bool {
         let LockError::Backend(b) = e else {
             return false;
         };
-        (b.is_connection() || b.is_outcome_unknown() || self.policy.refused)
-            && (self.allows(deadline) || (self.done == 0 && !b.is_timeout()))
+        let took_its_time = b.is_timeout() || b.is_master_suspect();
+        (b.is_connection()
+            || b.is_outcome_unknown()
+            || b.is_master_suspect()
+            || self.policy.refused)
+            && (self.allows(deadline) || (self.done == 0 && !took_its_time))
     }
 
     /// Starts over, after a step that worked: the next pause is the

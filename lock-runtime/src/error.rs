@@ -215,6 +215,8 @@ pub struct BackendError {
     context: String,
     timeout: bool,
     outcome_unknown: bool,
+    /// See [`BackendError::is_master_suspect`].
+    master_suspect: bool,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
@@ -243,6 +245,7 @@ impl BackendError {
             context: context.into(),
             timeout: false,
             outcome_unknown: false,
+            master_suspect: false,
             source: None,
         }
     }
@@ -257,6 +260,7 @@ impl BackendError {
             context: context.into(),
             timeout: false,
             outcome_unknown: true,
+            master_suspect: false,
             source,
         }
     }
@@ -269,6 +273,7 @@ impl BackendError {
             context: context.into(),
             timeout: false,
             outcome_unknown: false,
+            master_suspect: false,
             source: Some(Box::new(source)),
         }
     }
@@ -278,6 +283,7 @@ impl BackendError {
             context: context.into(),
             timeout: true,
             outcome_unknown: false,
+            master_suspect: false,
             source: None,
         }
     }
@@ -288,8 +294,27 @@ impl BackendError {
             context: context.into(),
             timeout: inner.timeout,
             outcome_unknown: inner.outcome_unknown,
+            master_suspect: inner.master_suspect,
             source: Some(Box::new(inner)),
         }
+    }
+
+    /// The same failure, of a write too few replicas acknowledged on a
+    /// Sentinel master that may no longer be the master: see
+    /// [`BackendError::is_master_suspect`].
+    pub(crate) fn of_suspect_master(mut self) -> Self {
+        self.master_suspect = true;
+        self
+    }
+
+    /// `true` for a write too few replicas acknowledged on a Sentinel
+    /// master: a manual failover leaves the old master up, and a master,
+    /// for seconds after the promotion, and only its replicas' silence says
+    /// so. The sentinels are asked for the master again, so the write sent
+    /// again may reach the new one: an acquire that waits re-sends it
+    /// within its wait, as for a master that does not answer.
+    pub(crate) fn is_master_suspect(&self) -> bool {
+        self.master_suspect
     }
 
     /// The same failure, said to be of the server at `addr`.

@@ -358,3 +358,52 @@ async fn a_master_with_a_password_is_reached_with_sentinel_master_auth() {
         .unwrap_err();
     assert!(matches!(err, LockError::Config(_)), "{err:?}");
 }
+
+/// A manual `SENTINEL FAILOVER` leaves the old master up, and a master with
+/// no replica, for seconds after the promotion (until the sentinels demote
+/// it). An acquire that waits, sent in that window, is not refused for
+/// want of replica acks: a short `WAIT` sends the client back to the
+/// sentinels, and the lock is taken on the promoted replica before the old
+/// master is demoted, with a fencing token above every one acknowledged
+/// before the failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_that_waits_rides_out_a_manual_failover_on_the_new_master() {
+    let setup = SentinelSetup::start_with_spare_replica();
+    let a = client(&setup.builder().min_replica_acks(1, ms(300))).await;
+    let key = key("manual-failover");
+    let mut acknowledged = 0;
+    for _ in 0..3 {
+        acknowledged = acknowledged.max(lock_and_release(&a, &key).await);
+    }
+    // On the replica to be promoted too, not only on the spare.
+    tokio::task::block_in_place(|| setup.wait_replicas_in_sync());
+
+    let started = Instant::now();
+    // Sent to the last sentinel: the first one the client asks learns of
+    // the new master from it (within seconds), as after any failover.
+    tokio::task::block_in_place(|| setup.manual_failover(2));
+    let promoted = started.elapsed();
+
+    let acquired = a.lock(&key).ttl(secs(10)).wait(secs(8)).acquire().await;
+    let taken = started.elapsed();
+    let guard = acquired.unwrap_or_else(|e| {
+        panic!("not taken within the wait ({taken:?} after SENTINEL FAILOVER): {e}")
+    });
+    let old_role = topology::info_field(&setup.master().cli(&["INFO", "replication"]), "role");
+    println!("SENTINEL FAILOVER: promoted after {promoted:?}, the lock taken after {taken:?}");
+    assert_eq!(
+        old_role.as_deref(),
+        Some("master"),
+        "taken before the old master was demoted"
+    );
+    assert!(
+        exists(setup.replica(), &key),
+        "held on the promoted replica"
+    );
+    let token = guard.fencing_token().await.unwrap();
+    assert!(
+        token > acknowledged,
+        "token {token} after the failover, {acknowledged} acknowledged before it"
+    );
+    guard.release().await.unwrap();
+}

@@ -318,7 +318,28 @@ impl SentinelConn {
                 || failed_login(e)
                 || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly))
         {
-            *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.forget();
+        }
+    }
+
+    /// Forgets the master: the next request asks the sentinels again.
+    fn forget(&self) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+impl Conn {
+    /// A Sentinel master that acknowledged a write with too few replicas
+    /// may be one the sentinels no longer name (see
+    /// `BackendError::is_master_suspect`): it is forgotten, and the next
+    /// request asks them again. `false` where there is nobody to ask.
+    pub(crate) fn forget_master(&self) -> bool {
+        match self {
+            Conn::Sentinel(s) => {
+                s.forget();
+                true
+            }
+            Conn::Single(_) | Conn::Cluster(_) => false,
         }
     }
 }

@@ -190,7 +190,10 @@ impl LockClientBuilder {
     /// acknowledged the write, at most `timeout`. With fewer, an acquire
     /// releases the lock and fails with `LockError::Backend` (saying how many
     /// acknowledged), and a renewal counts as unconfirmed. For `.redis(..)`
-    /// and `.sentinel(..)`.
+    /// and `.sentinel(..)`. On Sentinel too few acknowledgements may mean
+    /// the master changed (a manual failover leaves the old one up, without
+    /// replicas): the sentinels are asked for the master again, and an
+    /// acquire that waits sends it again within its wait.
     ///
     /// This narrows the failover window; it does not close it: `WAIT` makes a
     /// write reach replicas, not a promoted replica be one of them, and it

@@ -61,7 +61,7 @@ impl RedisBackend {
             _ => return Err(BackendError::new("acquire_all: unexpected answer").into()),
         };
         if self.replica_acks.is_some()
-            && let Err(e) = self.replicated(&mut conn).await
+            && let Err(e) = self.replicated_or(&mut conn, None).await
         {
             // Not durable enough: give them back before saying no.
             for n in names {
@@ -69,6 +69,7 @@ impl RedisBackend {
                     .release(LockRef::new(n, token, ttl), false, false)
                     .await;
             }
+            self.suspect_master(&e);
             return Err(e);
         }
         Ok(AllOutcome::Acquired(fences))

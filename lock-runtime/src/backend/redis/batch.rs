@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 
 use super::super::conn::Conn;
 use super::super::scripts::{ACQUIRE, EXTEND, RELEASE, evalsha, run_script};
-use super::replicas::wait_for_replicas;
+use super::replicas::{Unreplicated, wait_for_replicas};
 
 /// The batch script: the per-key scripts' texts, unchanged, as functions,
 /// then the loop that runs each op (scripts/batch.lua).
@@ -101,9 +101,9 @@ pub(super) enum OpError {
 pub(super) struct Reply {
     pub(super) answer: Result<redis::Value, OpError>,
     /// With replica acks: the `WAIT` sent once after the batch (when any op
-    /// in it wrote a lease): `Err(message)` when too few replicas acked.
+    /// in it wrote a lease): `Err(..)` when too few replicas acked.
     /// `Ok(())` when none are asked for.
-    pub(super) replicated: Result<(), String>,
+    pub(super) replicated: Result<(), Unreplicated>,
 }
 
 struct Queued {
@@ -301,7 +301,7 @@ impl Batcher {
         let replicated = match (&answer, self.replica_acks) {
             (Ok(a), Some(acks)) if q.op.kind.wrote_lease(a) => wait_for_replicas(&mut conn, acks)
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(Unreplicated::from),
             _ => Ok(()),
         };
         let _ = q.reply.send(Reply {
@@ -367,7 +367,7 @@ impl Batcher {
         let replicated = match self.replica_acks {
             Some(acks) if wrote => wait_for_replicas(&mut conn, acks)
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(Unreplicated::from),
             _ => Ok(()),
         };
         for (q, answer) in queued.into_iter().zip(answers) {

@@ -62,7 +62,7 @@ pub(crate) use plain::{Native, Plain};
 use batch::Turn;
 use batch::{Batcher, OpError};
 use batched::{Dispatch, Joined, mutex_script};
-use replicas::wait_for_replicas;
+use replicas::{Unreplicated, wait_for_replicas};
 
 pub(crate) struct RedisBackend {
     /// The one multiplexed command connection (a cluster's: one per node),
@@ -96,24 +96,41 @@ impl std::fmt::Debug for RedisBackend {
 impl RedisBackend {
     /// Waits for `n` replicas to acknowledge the writes made through `conn`
     /// (`WAIT` counts per connection). `Ok(())` when they did (or none are
-    /// asked for).
+    /// asked for). Too few forget a Sentinel master ([`Self::suspect_master`]):
+    /// for writes that have nothing to give back.
     async fn replicated(&self, conn: &mut Conn) -> Result<(), LockError> {
-        match self.replica_acks {
-            Some(acks) => wait_for_replicas(conn, acks).await,
-            None => Ok(()),
+        let acked = self.replicated_or(conn, None).await;
+        if let Err(e) = &acked {
+            self.suspect_master(e);
         }
+        acked
     }
 
-    /// [`Self::replicated`], or the answer a batch's one `WAIT` already
-    /// gave (`done`).
+    /// The replica acks of the writes made through `conn`, or the answer a
+    /// batch's one `WAIT` already gave (`done`); the master is kept: a caller
+    /// that gives back what the write took forgets it after that.
     async fn replicated_or(
         &self,
         conn: &mut Conn,
-        done: Option<Result<(), String>>,
+        done: Option<Result<(), Unreplicated>>,
     ) -> Result<(), LockError> {
-        match done {
-            Some(acked) => acked.map_err(|e| BackendError::new(e).into()),
-            None => self.replicated(conn).await,
+        match (done, self.replica_acks) {
+            (Some(acked), _) => acked.map_err(LockError::from),
+            (None, Some(acks)) => wait_for_replicas(conn, acks).await,
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// After a write failed with `e`: a Sentinel master that acknowledged it
+    /// with too few replicas is forgotten, so the next request asks the
+    /// sentinels again (see `BackendError::is_master_suspect`). Called once
+    /// what the write took is given back, so that goes to the master that
+    /// took it.
+    fn suspect_master(&self, e: &LockError) {
+        if let LockError::Backend(b) = e
+            && b.is_master_suspect()
+        {
+            self.conn.forget_master();
         }
     }
 
@@ -176,7 +193,7 @@ impl RedisBackend {
         wait: Duration,
         conn: &mut Conn,
         answer: redis::Value,
-        replicated: Option<Result<(), String>>,
+        replicated: Option<Result<(), Unreplicated>>,
     ) -> Result<AcquireOutcome, LockError> {
         let answer = match answer {
             redis::Value::Int(n) if n > 0 => n,
@@ -215,10 +232,11 @@ impl RedisBackend {
         lock: LockRef<'_>,
         wait: Duration,
         conn: &mut Conn,
-        replicated: Option<Result<(), String>>,
+        replicated: Option<Result<(), Unreplicated>>,
     ) -> Result<(), LockError> {
         if let Err(e) = self.replicated_or(conn, replicated).await {
             let _ = self.release(lock, !wait.is_zero(), true).await;
+            self.suspect_master(&e);
             return Err(e);
         }
         Ok(())
@@ -235,9 +253,11 @@ impl RedisBackend {
                     .answer
                     .map_err(|e| e.into_lock_error("extend failed"))?;
                 let extended = matches!(extended, redis::Value::Int(1));
-                if extended {
-                    self.replicated_or(&mut conn, Some(reply.replicated))
-                        .await?;
+                if extended
+                    && let Err(e) = self.replicated_or(&mut conn, Some(reply.replicated)).await
+                {
+                    self.suspect_master(&e);
+                    return Err(e);
                 }
                 return Ok(extended);
             }

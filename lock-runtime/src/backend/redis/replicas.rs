@@ -8,7 +8,12 @@ use super::super::scripts::millis;
 use crate::error::{BackendError, LockError};
 
 /// Waits for `wanted` replicas to acknowledge the writes made through `conn`
-/// (`WAIT` counts per connection), at most `timeout`.
+/// (`WAIT` counts per connection), at most `timeout`. Too few on a Sentinel
+/// master make the error [master-suspect](BackendError::is_master_suspect):
+/// after a manual failover the old master answers as one, with no replica,
+/// until the sentinels demote it, and a short `WAIT` is how that shows.
+/// (A single server's shortfall stays a refusal: sending again would reach
+/// the same server.)
 pub(super) async fn wait_for_replicas(
     conn: &mut Conn,
     (wanted, timeout): (u32, Duration),
@@ -20,11 +25,44 @@ pub(super) async fn wait_for_replicas(
         .await
         .map_err(|e| BackendError::with_source("WAIT for replica acknowledgements failed", e))?;
     if acked < i64::from(wanted) {
-        return Err(BackendError::new(format!(
+        let short = BackendError::new(format!(
             "the lock was not replicated: {acked} of {wanted} required replicas acknowledged within {}",
             crate::error::shown(timeout)
-        ))
+        ));
+        return Err(match conn {
+            Conn::Sentinel(_) => short.of_suspect_master(),
+            Conn::Single(_) | Conn::Cluster(_) => short,
+        }
         .into());
     }
     Ok(())
+}
+
+/// A `WAIT`'s failure as each op of a batch gets it (a `LockError` is not
+/// `Clone`): its message, and whether it makes the master suspect.
+#[derive(Clone, Debug)]
+pub(super) struct Unreplicated {
+    message: String,
+    master_suspect: bool,
+}
+
+impl From<LockError> for Unreplicated {
+    fn from(e: LockError) -> Self {
+        let master_suspect = matches!(&e, LockError::Backend(b) if b.is_master_suspect());
+        Self {
+            message: e.to_string(),
+            master_suspect,
+        }
+    }
+}
+
+impl From<Unreplicated> for LockError {
+    fn from(e: Unreplicated) -> Self {
+        let error = BackendError::new(e.message);
+        match e.master_suspect {
+            true => error.of_suspect_master(),
+            false => error,
+        }
+        .into()
+    }
 }

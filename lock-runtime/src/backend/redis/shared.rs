@@ -88,9 +88,10 @@ impl RedisBackend {
             });
         }
         if self.replica_acks.is_some()
-            && let Err(e) = self.replicated(&mut conn).await
+            && let Err(e) = self.replicated_or(&mut conn, None).await
         {
             let _ = self.release_shared(lock, !wait.is_zero()).await;
+            self.suspect_master(&e);
             return Err(e);
         }
         Ok(AcquireOutcome::Acquired {
