@@ -22,7 +22,7 @@ use test_support::topology::{Cluster, SentinelSetup, Topology};
 /// The servers under test.
 enum Setup {
     Single(RedisServer),
-    Sentinel(SentinelSetup),
+    Sentinel(Box<SentinelSetup>),
     Cluster(Cluster),
 }
 
@@ -37,7 +37,10 @@ impl Setup {
 
     fn sentinel() -> (Self, LockClientBuilder) {
         let (setup, builder) = SentinelSetup::start().with_builder();
-        (Setup::Sentinel(setup), builder.coalesce_scripts(true))
+        (
+            Setup::Sentinel(Box::new(setup)),
+            builder.coalesce_scripts(true),
+        )
     }
 
     fn cluster() -> (Self, LockClientBuilder) {
