@@ -32,6 +32,10 @@ pub struct RecordGuard {
     /// What settling the record needs; armed (released in the background
     /// if the guard is dropped) until the record is settled.
     record: Armed<Record>,
+    /// Where the record is committed with its work (set once the claim
+    /// looked there).
+    #[cfg(feature = "postgres")]
+    pub(super) commit_store: Option<sqlx::PgPool>,
 }
 
 /// Our record and the client that settles it, owned (a completion or a
@@ -63,6 +67,8 @@ impl RecordGuard {
             key,
             renewal: Some(watched),
             record,
+            #[cfg(feature = "postgres")]
+            commit_store: None,
         }
     }
 
@@ -90,9 +96,15 @@ impl RecordGuard {
     }
 
     /// The record's Redis name (under the client's prefix).
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))] // and PostgreSQL's commits
     pub(crate) fn record(&self) -> &str {
         &self.record.get().ours.names.record
+    }
+
+    /// What the claim sent: the names, the token, the fingerprint's digest.
+    #[cfg(feature = "postgres")]
+    pub(super) fn ours(&self) -> &Ours {
+        &self.record.get().ours
     }
 
     /// Stores `result` for the retention period, so every later claim of

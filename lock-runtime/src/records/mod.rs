@@ -46,10 +46,19 @@
 //! written in the work's own transaction). On Redlock a majority of nodes
 //! decides.
 //!
-//! `IdempotencyLayer` (feature `axum`) is these records for HTTP, and can
-//! commit a handler's writes with its completed record in one PostgreSQL
-//! transaction or Redis script (`layer::idempotency::Commit`): a process
-//! killed after the work committed leaves its record committed too.
+//! Work whose effects are PostgreSQL rows closes that gap (feature
+//! `postgres`): a request with `commit_with_postgres(pool)` looks for its
+//! record committed there before it answers [`Claimed::Run`], and the work
+//! commits its rows with its result in one transaction
+//! (`RecordGuard::commit_postgres`). A process killed after that commit,
+//! before the record was completed, leaves the work done and its result
+//! found: the redelivered message gets [`Claimed::Done`]; killed before it,
+//! nothing of the work is left, and it runs again. Exactly once across
+//! crashes, for the work written through that transaction.
+//!
+//! `IdempotencyLayer` (feature `axum`) is these records for HTTP, and
+//! commits a handler's writes with its completed record in one PostgreSQL
+//! transaction or Redis script the same way (`layer::idempotency::Commit`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -58,9 +67,15 @@ use futures_util::FutureExt;
 use tokio::time::Instant;
 
 mod guard;
+#[cfg(feature = "postgres")]
+mod postgres;
 
+#[cfg(feature = "postgres")]
+pub use crate::backend::records::postgres::{POSTGRES_SCHEMA, prune_postgres};
 use guard::Record;
 pub use guard::RecordGuard;
+#[cfg(feature = "postgres")]
+pub use postgres::Committed;
 
 use crate::backend::Backend;
 use crate::backend::records::{Claim, Ours, StoredResponse};
@@ -91,6 +106,9 @@ pub struct RecordRequest {
     /// The lease and the wait, as a lock's.
     options: LockOptions,
     retention: Duration,
+    /// Where the record is committed with its work, looked at before it runs.
+    #[cfg(feature = "postgres")]
+    commit_store: Option<sqlx::PgPool>,
 }
 
 /// The answer of [`RecordRequest::claim`].
@@ -141,6 +159,8 @@ impl LockClient {
             fingerprint: None,
             options: LockOptions::new(),
             retention: DEFAULT_RETENTION,
+            #[cfg(feature = "postgres")]
+            commit_store: None,
         }
     }
 }
@@ -246,7 +266,14 @@ impl RecordRequest {
                 resend: Retry::ACQUIRE.start(),
                 sent: Instant::now(),
             };
-            Turns::run(claiming, Some(Retry::LOOK_AGAIN)).await
+            let answer = Turns::run(claiming, Some(Retry::LOOK_AGAIN)).await;
+            // Boxed: only claims with a commit store look, and the look's
+            // state need not sit in every claim's.
+            #[cfg(feature = "postgres")]
+            if let Some(pool) = this.commit_store {
+                return Box::pin(postgres::look(answer?, pool)).await;
+            }
+            answer
         }
     }
 }

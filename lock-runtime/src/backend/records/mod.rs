@@ -51,6 +51,8 @@ use crate::key::RecordNames;
 use crate::token::Token;
 
 mod memory;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 mod redis;
 mod seen;
 #[cfg(test)]
@@ -74,6 +76,27 @@ pub(crate) struct StoredResponse {
     /// The body was over the storage limit: `body` is empty, and a replay
     /// must say so rather than send an empty body.
     pub(crate) body_too_large: bool,
+}
+
+/// A record found committed in a commit store (PostgreSQL, or a layer's
+/// Redis), where it was written with its work's own writes.
+// Read by the commit stores alone: a layer's (`axum`), PostgreSQL's (`postgres`).
+#[cfg_attr(not(feature = "axum"), allow(dead_code))]
+#[derive(Clone, Debug)]
+pub(crate) struct CommittedRecord {
+    /// The digest of the fingerprint it was committed with.
+    pub(crate) fingerprint: String,
+    pub(crate) stored: StoredResponse,
+}
+
+/// What a commit of a record with its work's writes did.
+#[cfg_attr(not(feature = "axum"), allow(dead_code))] // as `CommittedRecord`
+pub(crate) enum CommitOutcome {
+    /// The writes and the record committed.
+    Committed(StoredResponse),
+    /// A live record was there already (another claimer committed first):
+    /// nothing was written.
+    Found(CommittedRecord),
 }
 
 /// A record as the claimer that runs it knows it: what its claim, its

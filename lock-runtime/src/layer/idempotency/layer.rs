@@ -335,9 +335,7 @@ impl IdempotencyLayer {
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub fn commit_with_postgres(mut self, pool: sqlx::PgPool) -> Self {
-        self.config().commit = Some(CommitStore::Postgres(Arc::new(
-            super::commit::table::PostgresStore::new(pool),
-        )));
+        self.config().commit = Some(CommitStore::Postgres(pool));
         self
     }
 

@@ -1,17 +1,10 @@
-//! A record found committed ([`Committed`]), and the committed copy in
-//! Redis: a hash beside the layer's record, where the layer looks before a
-//! claimed request runs.
+//! The committed copy of a layer's record in Redis: a hash beside the
+//! record, where the layer looks before a claimed request runs.
 
 use redis::aio::ConnectionManager;
 
-use crate::backend::records::StoredResponse;
+use crate::backend::records::{CommittedRecord, StoredResponse};
 use crate::error::{BackendError, ConnectionFailure, LockError, connection_failure};
-
-/// A record found committed in the store.
-pub(super) struct Committed {
-    pub(super) fingerprint: String,
-    pub(super) stored: StoredResponse,
-}
 
 /// What follows the layer's record name in the name of its committed copy
 /// (a hash: `f` fingerprint, `s` status, `h` kept headers, `b` body, `t`
@@ -28,7 +21,7 @@ pub(super) fn committed_name(record: &str) -> String {
 pub(super) async fn lookup(
     conn: &mut ConnectionManager,
     record: &str,
-) -> Result<Option<Committed>, LockError> {
+) -> Result<Option<CommittedRecord>, LockError> {
     let fields: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
         .arg(committed_name(record))
         .arg(&["f", "s", "h", "b", "t"])
@@ -44,7 +37,7 @@ pub(super) async fn lookup(
         .ok()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| malformed(record))?;
-    Ok(Some(Committed {
+    Ok(Some(CommittedRecord {
         fingerprint: String::from_utf8(f).map_err(|_| malformed(record))?,
         stored: StoredResponse {
             status,

@@ -81,8 +81,6 @@ mod committed;
 mod postgres;
 mod redis;
 pub(super) mod store;
-#[cfg(feature = "postgres")]
-pub(super) mod table;
 
 use std::convert::Infallible;
 use std::fmt;
@@ -96,13 +94,13 @@ use http::request::Parts;
 pub use self::committed::COMMITTED_SUFFIX;
 pub use self::redis::RedisCommit;
 #[cfg(feature = "postgres")]
-pub use self::table::{POSTGRES_SCHEMA, prune_postgres};
+pub use crate::backend::records::postgres::{POSTGRES_SCHEMA, prune_postgres};
 
-use self::committed::Committed;
 use self::store::CommitStore;
 use super::body::{Buffered, buffer};
 use super::layer::Config;
 use super::stored::{Rebuilt, encode_headers};
+use crate::backend::records::CommitOutcome as Outcome;
 use crate::backend::records::StoredResponse;
 use crate::error::LockError;
 use crate::layer::problem::problem;
@@ -317,14 +315,6 @@ impl Commit {
 struct Prepared {
     stored: StoredResponse,
     response: Response,
-}
-
-/// What a commit step did.
-enum Outcome {
-    /// The writes and the record committed.
-    Committed(StoredResponse),
-    /// The record was there already: nothing was written.
-    Found(Committed),
 }
 
 fn lock(state: &Mutex<CommitState>) -> std::sync::MutexGuard<'_, CommitState> {

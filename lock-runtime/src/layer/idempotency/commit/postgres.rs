@@ -3,10 +3,10 @@
 
 use sqlx::{Postgres, Transaction};
 
+use super::Commit;
 use super::store::CommitStore;
-use super::table::{INSERT, failed, lookup};
-use super::{Commit, Outcome};
-use crate::error::{BackendError, LockError};
+use crate::backend::records::postgres::commit;
+use crate::error::LockError;
 
 impl Commit {
     /// Writes the completed record (built from `response`, as the layer
@@ -33,10 +33,10 @@ impl Commit {
     /// [`POSTGRES_SCHEMA`]: super::POSTGRES_SCHEMA
     pub async fn postgres(
         &self,
-        mut tx: Transaction<'_, Postgres>,
+        tx: Transaction<'_, Postgres>,
         response: impl axum::response::IntoResponse,
     ) -> Result<axum::response::Response, LockError> {
-        let CommitStore::Postgres(store) = &self.0.store else {
+        let CommitStore::Postgres(pool) = &self.0.store else {
             self.set_state(super::CommitState::Failed);
             return Err(LockError::Config(
                 "Commit::postgres on a layer without `commit_with_postgres`".into(),
@@ -46,47 +46,9 @@ impl Commit {
             Ok(prepared) => prepared,
             Err(e) => return self.settle(Err(e), axum::response::Response::default()),
         };
-        let stored = prepared.stored;
-        let record = self.0.record.as_str();
-        let retention = self.0.config.retention.as_secs_f64();
-        let inserted: Result<Option<i32>, _> = sqlx::query_scalar(INSERT)
-            .bind(record)
-            .bind(&self.0.fingerprint)
-            .bind(i16::try_from(stored.status).unwrap_or(i16::MAX))
-            .bind(&stored.headers[..])
-            .bind(&stored.body[..])
-            .bind(stored.body_too_large)
-            .bind(retention)
-            .fetch_optional(&mut *tx)
-            .await;
-        let outcome = match inserted {
-            Ok(Some(_)) => match tx.commit().await {
-                Ok(()) => {
-                    store.committed();
-                    Ok(Outcome::Committed(stored))
-                }
-                Err(e) => Err(failed(
-                    format!("committing the transaction with the record `{record}`"),
-                    true,
-                    e,
-                )),
-            },
-            Ok(None) => {
-                let _ = tx.rollback().await;
-                match lookup(&store.pool, record).await {
-                    Ok(Some(found)) => Ok(Outcome::Found(found)),
-                    Ok(None) => Err(LockError::Backend(BackendError::new(format!(
-                        "committed record `{record}` was there, then gone"
-                    )))),
-                    Err(e) => Err(e),
-                }
-            }
-            Err(e) => Err(failed(
-                format!("inserting the committed record `{record}`"),
-                false,
-                e,
-            )),
-        };
+        let (record, retention) = (&self.0.record, self.0.config.retention);
+        let fingerprint = &self.0.fingerprint;
+        let outcome = commit(pool, tx, record, fingerprint, prepared.stored, retention).await;
         self.settle(outcome, prepared.response)
     }
 }

@@ -2,19 +2,15 @@
 //! the layer makes there before a claimed request runs.
 
 use std::fmt;
-#[cfg(feature = "postgres")]
-use std::sync::Arc;
 
-use super::committed::Committed;
-#[cfg(feature = "postgres")]
-use super::table::PostgresStore;
+use crate::backend::records::CommittedRecord;
 use crate::error::LockError;
 
 /// Where a layer's committed records live, beside the handler's writes.
 #[derive(Clone)]
 pub(in crate::layer::idempotency) enum CommitStore {
     #[cfg(feature = "postgres")]
-    Postgres(Arc<PostgresStore>),
+    Postgres(sqlx::PgPool),
     Redis(::redis::aio::ConnectionManager),
 }
 
@@ -39,10 +35,12 @@ impl CommitStore {
     }
 
     /// The committed record named `record`, if one is there and not expired.
-    pub(super) async fn lookup(&self, record: &str) -> Result<Option<Committed>, LockError> {
+    pub(super) async fn lookup(&self, record: &str) -> Result<Option<CommittedRecord>, LockError> {
         match self {
             #[cfg(feature = "postgres")]
-            CommitStore::Postgres(store) => store.lookup(record).await,
+            CommitStore::Postgres(pool) => {
+                crate::backend::records::postgres::lookup(pool, record).await
+            }
             CommitStore::Redis(conn) => super::committed::lookup(&mut conn.clone(), record).await,
         }
     }
