@@ -326,38 +326,61 @@ fn fewer_than_three_an_even_number_or_a_repeated_master_is_a_config_error() {
     });
 }
 
+/// How late the fifth master's acquire requests start in the test below.
+/// An acquire that waited for every master would take this long at least.
+const LATE: Duration = Duration::from_secs(2);
+
 /// A lock is granted once a majority answered; a slower master's request
 /// goes on in its task, so that master holds the lock too. The release
 /// must not pass that request: on a loaded machine the request's task may
 /// be polled only after the release reached the master, and the lock it
 /// then sets would stay there for its whole lease. Here the fifth master's
-/// requests start 300 ms late (a test hook, as a late-polled task would):
-/// the guard is released at once, and once the late request ran, no
-/// master holds the key.
+/// requests start [`LATE`] (a test hook, as a late-polled task would):
+/// the guard is released at once, and once the late request and the
+/// release after it ran there, no master holds the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_waits_for_the_acquire_request_still_in_flight_on_a_slower_master() {
     let (masters, builder) = five_masters();
     let client = builder.build().await.unwrap();
-    assert!(lock_runtime::__private::testing::delay_redlock_acquires(
-        &client,
-        4,
-        ms(300)
-    ));
     let key = key("straggler");
     let name = lock_name(&key);
+    // Connections made and scripts loaded on every master before the timed
+    // rounds, so that each late request and release is one script call.
+    let warm = client.lock(&key).acquire().await.unwrap();
+    warm.release().await.unwrap();
+    assert!(lock_runtime::__private::testing::delay_redlock_acquires(
+        &client, 4, LATE
+    ));
     for round in 0..2 {
+        let calls_before = masters.server(4).command_calls("evalsha");
         let started = Instant::now();
         let guard = client.lock(&key).ttl(secs(10)).acquire().await.unwrap();
+        // Granted by the majority, not after the late master: waiting for
+        // it takes LATE at least, and half of that is still far below it.
+        // A majority's answer takes milliseconds, up to 0.35 s seen on two
+        // cores with four busy loops beside the test (where the former
+        // bound, 250 ms against a 300 ms delay, failed one run in ten).
         assert!(
-            started.elapsed() < ms(250),
-            "the majority answered in {:?}",
+            started.elapsed() < LATE / 2,
+            "round {round}: the majority answered in {:?}",
             started.elapsed()
         );
         assert_eq!(masters.server(4).cli(&["EXISTS", &name]), "0");
         within(secs(2), "the release", guard.release())
             .await
             .unwrap();
-        tokio::time::sleep(ms(600)).await;
+        // Timed from the late master's own calls, not a sleep: once it ran
+        // the late request and a release (two script calls), no master may
+        // hold the key. A release that passed the late request ran first,
+        // and leaves the lock the request then set for its 10 s lease.
+        let deadline = started + LATE + secs(10);
+        while masters.server(4).command_calls("evalsha") < calls_before + 2 {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the late request or the release never reached master 4"
+            );
+            tokio::time::sleep(ms(50)).await;
+        }
         assert_eq!(
             masters.nodes_holding(&name),
             Vec::<usize>::new(),
