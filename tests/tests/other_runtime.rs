@@ -164,8 +164,12 @@ fn a_client_built_in_an_ended_runtime_renews_its_leases_in_the_runtime_in_use(
         guard.release().await.unwrap();
         let woke = waiter.await.unwrap().duration_since(released);
         println!("a waiter held {woke:?} after the release");
+        // Without notices it would sleep to the holder's 30 s lease, past its
+        // 10 s wait; woken, it takes well under a second (Redlock's retry
+        // may pause after a split vote, and CI runs this beside other tests:
+        // 680 ms seen there).
         assert!(
-            woke < ms(500),
+            woke < secs(3),
             "woken {woke:?} after a release (no notice?)"
         );
     });
