@@ -132,7 +132,7 @@ async fn every_reader_queued_behind_a_writer_goes_in_together_when_it_releases()
 /// DistributedLock `TestCanExtendReadLock` (a 0.3 s read lease keeps a
 /// writer out for more than 0.5 s) and Redisson
 /// `testReadLockExpirationRenewal`: a read lease shorter than the hold is
-/// renewed and keeps writers out; its release lets the writer in at once.
+/// renewed and keeps writers out; its release hands the lock to the writer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_read_lease_is_renewed_and_keeps_a_writer_out_until_released() {
     let server = RedisServer::start();
@@ -156,6 +156,15 @@ async fn a_short_read_lease_is_renewed_and_keeps_a_writer_out_until_released() {
     assert!(!writer.is_finished(), "the writer got in past a held read");
     let released = Instant::now();
     read.release().await.unwrap();
+    // The release hands the lock to the queued writer in the same step: it
+    // is held, and nobody waits, as soon as the release has answered (a
+    // release that only freed it would leave the writer to wake on a notice
+    // or at the lease it last saw; timing that cannot tell the two apart).
+    let state = a.inspect(&key).await.unwrap();
+    assert!(
+        state.held && state.waiters == 0,
+        "not handed to the writer: {state:?}"
+    );
     let w = within(secs(5), "the writer", writer)
         .await
         .unwrap()
