@@ -62,7 +62,7 @@ pub(crate) use plain::{Native, Plain};
 use batch::Turn;
 use batch::{Batcher, OpError};
 use batched::{Dispatch, Joined, mutex_script};
-use replicas::{Unreplicated, wait_for_replicas};
+use replicas::Unreplicated;
 
 pub(crate) struct RedisBackend {
     /// The one multiplexed command connection (a cluster's: one per node),
@@ -94,46 +94,6 @@ impl std::fmt::Debug for RedisBackend {
 }
 
 impl RedisBackend {
-    /// Waits for `n` replicas to acknowledge the writes made through `conn`
-    /// (`WAIT` counts per connection). `Ok(())` when they did (or none are
-    /// asked for). Too few forget a Sentinel master ([`Self::suspect_master`]):
-    /// for writes that have nothing to give back.
-    async fn replicated(&self, conn: &mut Conn) -> Result<(), LockError> {
-        let acked = self.replicated_or(conn, None).await;
-        if let Err(e) = &acked {
-            self.suspect_master(e);
-        }
-        acked
-    }
-
-    /// The replica acks of the writes made through `conn`, or the answer a
-    /// batch's one `WAIT` already gave (`done`); the master is kept: a caller
-    /// that gives back what the write took forgets it after that.
-    async fn replicated_or(
-        &self,
-        conn: &mut Conn,
-        done: Option<Result<(), Unreplicated>>,
-    ) -> Result<(), LockError> {
-        match (done, self.replica_acks) {
-            (Some(acked), _) => acked.map_err(LockError::from),
-            (None, Some(acks)) => wait_for_replicas(conn, acks).await,
-            (None, None) => Ok(()),
-        }
-    }
-
-    /// After a write failed with `e`: a Sentinel master that acknowledged it
-    /// with too few replicas is forgotten, so the next request asks the
-    /// sentinels again (see `BackendError::is_master_suspect`). Called once
-    /// what the write took is given back, so that goes to the master that
-    /// took it.
-    fn suspect_master(&self, e: &LockError) {
-        if let LockError::Backend(b) = e
-            && b.is_master_suspect()
-        {
-            self.conn.forget_master();
-        }
-    }
-
     /// `true` when hand-overs must be confirmed before use (replica acks).
     pub(crate) fn needs_confirmation(&self) -> bool {
         self.replica_acks.is_some()

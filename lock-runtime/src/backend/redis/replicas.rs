@@ -1,10 +1,12 @@
 //! `WAIT` for replica acknowledgements after a write (Sentinel, a single
-//! server with replicas).
+//! server with replicas), and what too few do to a Sentinel client: its
+//! master is suspect, and asked of the sentinels again.
 
 use std::time::Duration;
 
 use super::super::conn::Conn;
 use super::super::scripts::millis;
+use super::RedisBackend;
 use crate::error::{BackendError, LockError};
 
 /// Waits for `wanted` replicas to acknowledge the writes made through `conn`
@@ -64,5 +66,47 @@ impl From<Unreplicated> for LockError {
             false => error,
         }
         .into()
+    }
+}
+
+impl RedisBackend {
+    /// Waits for `n` replicas to acknowledge the writes made through `conn`
+    /// (`WAIT` counts per connection). `Ok(())` when they did (or none are
+    /// asked for). Too few forget a Sentinel master ([`Self::suspect_master`]):
+    /// for writes that have nothing to give back.
+    pub(super) async fn replicated(&self, conn: &mut Conn) -> Result<(), LockError> {
+        let acked = self.replicated_or(conn, None).await;
+        if let Err(e) = &acked {
+            self.suspect_master(e);
+        }
+        acked
+    }
+
+    /// The replica acks of the writes made through `conn`, or the answer a
+    /// batch's one `WAIT` already gave (`done`); the master is kept: a caller
+    /// that gives back what the write took forgets it after that.
+    pub(super) async fn replicated_or(
+        &self,
+        conn: &mut Conn,
+        done: Option<Result<(), Unreplicated>>,
+    ) -> Result<(), LockError> {
+        match (done, self.replica_acks) {
+            (Some(acked), _) => acked.map_err(LockError::from),
+            (None, Some(acks)) => wait_for_replicas(conn, acks).await,
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// After a write failed with `e`: a Sentinel master that acknowledged it
+    /// with too few replicas is forgotten, so the next request asks the
+    /// sentinels again (see `BackendError::is_master_suspect`). Called once
+    /// what the write took is given back, so that goes to the master that
+    /// took it.
+    pub(super) fn suspect_master(&self, e: &LockError) {
+        if let LockError::Backend(b) = e
+            && b.is_master_suspect()
+        {
+            self.conn.forget_master();
+        }
     }
 }
