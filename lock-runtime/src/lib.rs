@@ -265,7 +265,10 @@
 //!   leases, renewals, idempotency outcomes), labelled by
 //!   [`LockRequest::metrics_name`], never by key.
 //! * `postgres`: `fence::postgres`, fenced writes to PostgreSQL (sqlx, tokio,
-//!   rustls); [`fence::redis`] needs no feature.
+//!   rustls), and with `idempotency` or `axum` the commit stores: a record
+//!   and its work's rows in one transaction (`RecordGuard::commit_postgres`,
+//!   `IdempotencyLayer::commit_with_postgres`); [`fence::redis`] needs no
+//!   feature.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_debug_implementations, clippy::return_self_not_must_use)]
