@@ -98,8 +98,10 @@ impl RecordGuard {
     ///             .await?;
     ///         // The payment and the record commit together.
     ///         match guard.commit_postgres(tx, b"paid 1250").await? {
-    ///             Committed::Ours | Committed::Earlier(_) => {} // paid, once
-    ///             _ => {}                                     // another payload
+    ///             Committed::Ours => {}       // paid, once
+    ///             Committed::Earlier(_) => {} // paid once, by a claimer before us
+    ///             Committed::Reused => {}     // another payload under this id
+    ///             other => return Err(format!("not handled: {other:?}").into()),
     ///         }
     ///     }
     ///     Claimed::Done(_) => {} // paid before (the process may have died since)
