@@ -27,14 +27,14 @@ pub enum LockError {
         /// [`wait`](crate::LockRequest::wait).
         retry_after: Duration,
     },
-    /// The lease may have ended before the work under it finished: it expired,
-    /// or was deleted or taken over, while we believed we held it, or
-    /// `release` found it no longer ours although nothing we sent could have
-    /// released it. Never reported for a lease that was still valid when its
+    /// The lease (a lock's, or an idempotency record's claim) may have ended
+    /// before the work under it finished: it expired, or was deleted or
+    /// taken over, while we believed we held it, or `release` found it no
+    /// longer ours although nothing we sent could have released it. Never reported for a lease that was still valid when its
     /// release was sent and whose release reply was merely lost (that is
     /// `Ok`, or [`LockError::Backend`] with
     /// [`BackendError::is_outcome_unknown`]).
-    #[error("lock `{key}` was lost: the lease expired or is no longer ours")]
+    #[error("the lease on `{key}` was lost: it expired or is no longer ours")]
     Lost {
         /// The key as given by the caller (without the client's prefix).
         key: String,
