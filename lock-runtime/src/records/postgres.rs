@@ -85,6 +85,7 @@ impl RecordGuard {
     ///
     /// ```no_run
     /// use lock_runtime::records::Committed;
+    /// use lock_runtime::sqlx;
     /// use lock_runtime::{Claimed, LockClient};
     ///
     /// # async fn consume(client: LockClient, pool: sqlx::PgPool, id: &str, payload: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
