@@ -1,4 +1,4 @@
--- A handler's writes and its completed idempotency record, one atomic step.
+-- The work's writes (a handler's, a record guard's) and its completed idempotency record, one atomic step.
 -- The commands are data, encoded as fence.lua takes them (the client sends
 -- only names from its allow-list, lock-runtime/src/fence/commands.rs).
 --

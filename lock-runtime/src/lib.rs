@@ -267,8 +267,9 @@
 //! * `postgres`: `fence::postgres`, fenced writes to PostgreSQL (sqlx, tokio,
 //!   rustls), and with `idempotency` or `axum` the commit stores: a record
 //!   and its work's rows in one transaction (`RecordGuard::commit_postgres`,
-//!   `IdempotencyLayer::commit_with_postgres`); [`fence::redis`] needs no
-//!   feature.
+//!   `IdempotencyLayer::commit_with_postgres`); [`fence::redis`] and the
+//!   Redis commit stores (`RecordGuard::commit_redis`,
+//!   `IdempotencyLayer::commit_with_redis`) need no feature.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_debug_implementations, clippy::return_self_not_must_use)]

@@ -107,6 +107,48 @@ pub(crate) struct Encoded {
     pub(crate) argv: Vec<Vec<u8>>,
 }
 
+/// Write commands for one script call, as a builder's `.cmd(..)` gathers
+/// them (a fenced write, a commit of a record with its writes): every
+/// command's keys (for `KEYS`) and its encoded arguments (for `ARGV`), and
+/// the first command refused, reported when the builder sends (builders do
+/// not fail).
+#[derive(Debug, Default)]
+pub(crate) struct Writes {
+    pub(crate) keys: Vec<Vec<u8>>,
+    pub(crate) argv: Vec<Vec<u8>>,
+    pub(crate) commands: usize,
+    pub(crate) invalid: Option<LockError>,
+}
+
+impl Writes {
+    /// Adds `cmd`, unless a command was refused before.
+    pub(crate) fn push(&mut self, cmd: &redis::Cmd) {
+        if self.invalid.is_some() {
+            return;
+        }
+        match encode(cmd) {
+            Ok(Encoded { keys, argv }) => {
+                self.keys.extend(keys);
+                self.argv.extend(argv);
+                self.commands += 1;
+            }
+            Err(e) => self.invalid = Some(e),
+        }
+    }
+
+    /// Adds the keys and then the command count and the arguments to a
+    /// script's invocation (after its own keys and arguments).
+    pub(crate) fn add_to(&self, invocation: &mut redis::ScriptInvocation<'_>) {
+        for k in &self.keys {
+            invocation.key(k.as_slice());
+        }
+        invocation.arg(self.commands);
+        for a in &self.argv {
+            invocation.arg(a.as_slice());
+        }
+    }
+}
+
 /// Checks `cmd` against the allow-list and splits it; `Config` names what is
 /// wrong.
 pub(crate) fn encode(cmd: &redis::Cmd) -> Result<Encoded, LockError> {

@@ -4,7 +4,7 @@ use std::borrow::Borrow;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use super::commands::{self, Encoded};
+use super::commands::Writes;
 use crate::durations::check_retention;
 use crate::error::{BackendError, ConnectionFailure, LockError, connection_failure};
 use crate::key::{self, slot_of_bytes, slot_tag};
@@ -44,10 +44,7 @@ where
         resource: resource.to_owned(),
         token,
         retention: DEFAULT_RETENTION,
-        keys: Vec::new(),
-        argv: Vec::new(),
-        commands: 0,
-        invalid: None,
+        writes: Writes::default(),
     }
 }
 
@@ -59,11 +56,7 @@ pub struct RedisFence<'c, C> {
     resource: String,
     token: u64,
     retention: Duration,
-    keys: Vec<Vec<u8>>,
-    argv: Vec<Vec<u8>>,
-    commands: usize,
-    /// The first invalid command, reported by `run` (builders do not fail).
-    invalid: Option<LockError>,
+    writes: Writes,
 }
 
 impl<C> std::fmt::Debug for RedisFence<'_, C> {
@@ -73,7 +66,7 @@ impl<C> std::fmt::Debug for RedisFence<'_, C> {
             .field("resource", &self.resource)
             .field("token", &self.token)
             .field("retention", &self.retention)
-            .field("commands", &self.commands)
+            .field("commands", &self.writes.commands)
             .finish_non_exhaustive()
     }
 }
@@ -87,16 +80,7 @@ where
     /// accepted; any other fails the write at [`run`](Self::run) with
     /// [`LockError::Config`], before anything is sent.
     pub fn cmd(mut self, cmd: impl Borrow<redis::Cmd>) -> Self {
-        if self.invalid.is_none() {
-            match commands::encode(cmd.borrow()) {
-                Ok(Encoded { keys, argv }) => {
-                    self.keys.extend(keys);
-                    self.argv.extend(argv);
-                    self.commands += 1;
-                }
-                Err(e) => self.invalid = Some(e),
-            }
-        }
+        self.writes.push(cmd.borrow());
         self
     }
 
@@ -133,9 +117,9 @@ where
     ///   holders stay shut out of what they wrote). When the connection
     ///   dropped after sending, [`BackendError::is_outcome_unknown`] is
     ///   `true`: the write may have happened; it is not resent.
-    pub async fn run(self) -> Result<Vec<redis::Value>, LockError> {
+    pub async fn run(mut self) -> Result<Vec<redis::Value>, LockError> {
         key::validate_key(&self.resource)?;
-        if let Some(e) = self.invalid {
+        if let Some(e) = self.writes.invalid.take() {
             return Err(e);
         }
         check_retention("a fence's record", self.retention)?;
@@ -148,7 +132,7 @@ where
             )));
         }
         let slot = key::slot(&self.resource);
-        if let Some(stray) = self.keys.iter().find(|k| slot_of_bytes(k) != slot) {
+        if let Some(stray) = self.writes.keys.iter().find(|k| slot_of_bytes(k) != slot) {
             return Err(LockError::Config(format!(
                 "key `{}` is not in the hash slot of resource `{}`: a fenced write runs in one \
                  slot; use the resource as the key, or as its hash tag (`{{{}}}:...`)",
@@ -158,7 +142,7 @@ where
             )));
         }
         let prefix = RECORD_PREFIX.as_bytes();
-        if let Some(record) = self.keys.iter().find(|k| k.starts_with(prefix)) {
+        if let Some(record) = self.writes.keys.iter().find(|k| k.starts_with(prefix)) {
             return Err(LockError::Config(format!(
                 "key `{}` is a fence's record (`{RECORD_PREFIX}..`): only the fence writes \
                  them; a fenced command that set or deleted one would let a stale token through",
@@ -166,17 +150,11 @@ where
             )));
         }
         let mut invocation = FENCE.key(record_key(&self.resource));
-        for k in &self.keys {
-            invocation.key(k.as_slice());
-        }
         invocation
             .arg(self.token)
             // At most a year: an exact integer for the script.
-            .arg(self.retention.as_millis() as u64)
-            .arg(self.commands);
-        for a in &self.argv {
-            invocation.arg(a.as_slice());
-        }
+            .arg(self.retention.as_millis() as u64);
+        self.writes.add_to(&mut invocation);
         let answer: redis::Value = invocation
             .invoke_async(self.conn)
             .await

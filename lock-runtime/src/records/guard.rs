@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::records::{Ours, StoredResponse};
+use crate::backend::records::{CommitStore, Ours, StoredResponse};
 use crate::backoff::{Armed, Release, Retry};
 use crate::client::hold::Watched;
 use crate::durations::later;
@@ -34,8 +34,7 @@ pub struct RecordGuard {
     record: Armed<Record>,
     /// Where the record is committed with its work (set once the claim
     /// looked there).
-    #[cfg(feature = "postgres")]
-    pub(super) commit_store: Option<sqlx::PgPool>,
+    pub(super) commit_store: Option<CommitStore>,
 }
 
 /// Our record and the client that settles it, owned (a completion or a
@@ -67,7 +66,6 @@ impl RecordGuard {
             key,
             renewal: Some(watched),
             record,
-            #[cfg(feature = "postgres")]
             commit_store: None,
         }
     }
@@ -96,13 +94,11 @@ impl RecordGuard {
     }
 
     /// The record's Redis name (under the client's prefix).
-    #[cfg_attr(not(feature = "axum"), allow(dead_code))] // and PostgreSQL's commits
     pub(crate) fn record(&self) -> &str {
         &self.record.get().ours.names.record
     }
 
     /// What the claim sent: the names, the token, the fingerprint's digest.
-    #[cfg(feature = "postgres")]
     pub(super) fn ours(&self) -> &Ours {
         &self.record.get().ours
     }
@@ -121,13 +117,9 @@ impl RecordGuard {
     /// was stored, so a later claim runs the work again.
     pub async fn complete(self, result: impl AsRef<[u8]>) -> Result<(), LockError> {
         let key = self.key.clone();
-        let stored = StoredResponse {
-            status: 0,
-            headers: bytes::Bytes::new(),
-            body: bytes::Bytes::copy_from_slice(result.as_ref()),
-            body_too_large: false,
-        };
-        let completed = self.completing(stored).await?;
+        let completed = self
+            .completing(StoredResponse::result(result.as_ref()))
+            .await?;
         completed.then_some(()).ok_or(LockError::Lost { key })
     }
 

@@ -46,15 +46,17 @@
 //! written in the work's own transaction). On Redlock a majority of nodes
 //! decides.
 //!
-//! Work whose effects are PostgreSQL rows closes that gap (feature
-//! `postgres`): a request with `commit_with_postgres(pool)` looks for its
-//! record committed there before it answers [`Claimed::Run`], and the work
-//! commits its rows with its result in one transaction
-//! (`RecordGuard::commit_postgres`). A process killed after that commit,
+//! Work whose effects are PostgreSQL rows or Redis keys closes that gap: a
+//! request with `commit_with_postgres(pool)` (feature `postgres`) or
+//! [`commit_with_redis(conn)`](RecordRequest::commit_with_redis) looks for
+//! its record committed there before it answers [`Claimed::Run`], and the
+//! work commits its writes with its result in one step (one transaction,
+//! `RecordGuard::commit_postgres`; one script call,
+//! [`RecordGuard::commit_redis`]). A process killed after that commit,
 //! before the record was completed, leaves the work done and its result
 //! found: the redelivered message gets [`Claimed::Done`]; killed before it,
 //! nothing of the work is left, and it runs again. Exactly once across
-//! crashes, for the work written through that transaction.
+//! crashes, for the work written through that commit.
 //!
 //! `IdempotencyLayer` (feature `axum`) is these records for HTTP, and
 //! commits a handler's writes with its completed record in one PostgreSQL
@@ -66,19 +68,18 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
+mod commit;
 mod guard;
-#[cfg(feature = "postgres")]
-mod postgres;
 
+pub use crate::backend::records::committed::COMMITTED_SUFFIX;
 #[cfg(feature = "postgres")]
 pub use crate::backend::records::postgres::{POSTGRES_SCHEMA, prune_postgres};
+pub use commit::Committed;
 use guard::Record;
 pub use guard::RecordGuard;
-#[cfg(feature = "postgres")]
-pub use postgres::Committed;
 
 use crate::backend::Backend;
-use crate::backend::records::{Claim, Ours, StoredResponse};
+use crate::backend::records::{Claim, CommitStore, Ours, StoredResponse};
 use crate::backoff::{Armed, Retry, Retrying};
 use crate::client::LockOptions;
 use crate::client::options::Deadline;
@@ -107,8 +108,7 @@ pub struct RecordRequest {
     options: LockOptions,
     retention: Duration,
     /// Where the record is committed with its work, looked at before it runs.
-    #[cfg(feature = "postgres")]
-    commit_store: Option<sqlx::PgPool>,
+    commit_store: Option<CommitStore>,
 }
 
 /// The answer of [`RecordRequest::claim`].
@@ -159,7 +159,6 @@ impl LockClient {
             fingerprint: None,
             options: LockOptions::new(),
             retention: DEFAULT_RETENTION,
-            #[cfg(feature = "postgres")]
             commit_store: None,
         }
     }
@@ -269,9 +268,8 @@ impl RecordRequest {
             let answer = Turns::run(claiming, Some(Retry::LOOK_AGAIN)).await;
             // Boxed: only claims with a commit store look, and the look's
             // state need not sit in every claim's.
-            #[cfg(feature = "postgres")]
-            if let Some(pool) = this.commit_store {
-                return Box::pin(postgres::look(answer?, pool)).await;
+            if let Some(store) = this.commit_store {
+                return Box::pin(commit::look(answer?, store)).await;
             }
             answer
         }

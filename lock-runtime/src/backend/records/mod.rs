@@ -50,11 +50,13 @@ use crate::error::LockError;
 use crate::key::RecordNames;
 use crate::token::Token;
 
+pub(crate) mod committed;
 mod memory;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod redis;
 mod seen;
+mod store;
 #[cfg(test)]
 mod tests;
 mod value;
@@ -65,6 +67,7 @@ use redis::{
     claim_on, claim_on_majority, complete_on, majority_says, on_every_node, release_on,
     renew_many_on,
 };
+pub(crate) use store::CommitStore;
 
 /// A response as stored in a record. `headers` is opaque here (the layer
 /// encodes and decodes it).
@@ -78,10 +81,21 @@ pub(crate) struct StoredResponse {
     pub(crate) body_too_large: bool,
 }
 
-/// A record found committed in a commit store (PostgreSQL, or a layer's
-/// Redis), where it was written with its work's own writes.
-// Read by the commit stores alone: a layer's (`axum`), PostgreSQL's (`postgres`).
-#[cfg_attr(not(feature = "axum"), allow(dead_code))]
+impl StoredResponse {
+    /// A record's result, as `RecordGuard` stores it: bytes alone (status
+    /// 0, no headers).
+    pub(crate) fn result(bytes: &[u8]) -> Self {
+        StoredResponse {
+            status: 0,
+            headers: Bytes::new(),
+            body: Bytes::copy_from_slice(bytes),
+            body_too_large: false,
+        }
+    }
+}
+
+/// A record found committed in a commit store (PostgreSQL, Redis), where it
+/// was written with its work's own writes.
 #[derive(Clone, Debug)]
 pub(crate) struct CommittedRecord {
     /// The digest of the fingerprint it was committed with.
@@ -90,7 +104,6 @@ pub(crate) struct CommittedRecord {
 }
 
 /// What a commit of a record with its work's writes did.
-#[cfg_attr(not(feature = "axum"), allow(dead_code))] // as `CommittedRecord`
 pub(crate) enum CommitOutcome {
     /// The writes and the record committed.
     Committed(StoredResponse),

@@ -6,8 +6,8 @@ use http::request::Parts;
 use http::{HeaderName, Method, header};
 
 use super::BodyFingerprint;
-use super::commit::store::CommitStore;
 use super::scope::Scope;
+use crate::backend::records::CommitStore;
 use crate::client::{LockClient, LockOptions};
 use crate::durations::{check_retention, refused_at_build};
 use crate::layer::TaskTracker;

@@ -76,11 +76,9 @@
 //! The order service (`examples/src/bin/order-service.rs`) does the same on
 //! PostgreSQL and on Redis.
 
-mod committed;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod redis;
-pub(super) mod store;
 
 use std::convert::Infallible;
 use std::fmt;
@@ -91,16 +89,16 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::request::Parts;
 
-pub use self::committed::COMMITTED_SUFFIX;
 pub use self::redis::RedisCommit;
+pub use crate::backend::records::committed::COMMITTED_SUFFIX;
 #[cfg(feature = "postgres")]
 pub use crate::backend::records::postgres::{POSTGRES_SCHEMA, prune_postgres};
 
-use self::store::CommitStore;
 use super::body::{Buffered, buffer};
 use super::layer::Config;
 use super::stored::{Rebuilt, encode_headers};
 use crate::backend::records::CommitOutcome as Outcome;
+use crate::backend::records::CommitStore;
 use crate::backend::records::StoredResponse;
 use crate::error::LockError;
 use crate::layer::problem::problem;

@@ -4,7 +4,7 @@
 use sqlx::{Postgres, Transaction};
 
 use super::Commit;
-use super::store::CommitStore;
+use crate::backend::records::CommitStore;
 use crate::backend::records::postgres::commit;
 use crate::error::LockError;
 

@@ -2,18 +2,11 @@
 //! script call.
 
 use std::borrow::Borrow;
-use std::sync::LazyLock;
 
-use redis::Value;
-
-use super::committed::{backend, committed_name, lookup};
-use super::{Commit, CommitState, Outcome};
-use crate::error::{BackendError, LockError};
-use crate::fence::commands::{self, Encoded};
-
-static COMMIT: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(include_str!("../../../../scripts/idempotency_commit.lua"))
-});
+use super::{Commit, CommitState};
+use crate::backend::records::committed;
+use crate::error::LockError;
+use crate::fence::commands::Writes;
 
 impl Commit {
     /// Starts the handler's atomic step on the layer's Redis
@@ -23,10 +16,7 @@ impl Commit {
     pub fn redis(&self) -> RedisCommit<'_> {
         RedisCommit {
             commit: self,
-            keys: Vec::new(),
-            argv: Vec::new(),
-            commands: 0,
-            invalid: None,
+            writes: Writes::default(),
         }
     }
 }
@@ -36,10 +26,7 @@ impl Commit {
 #[must_use = "nothing is written until `.respond(response).await`"]
 pub struct RedisCommit<'a> {
     commit: &'a Commit,
-    keys: Vec<Vec<u8>>,
-    argv: Vec<Vec<u8>>,
-    commands: usize,
-    invalid: Option<LockError>,
+    writes: Writes,
 }
 
 impl std::fmt::Debug for RedisCommit<'_> {
@@ -47,7 +34,7 @@ impl std::fmt::Debug for RedisCommit<'_> {
         // Values may be secrets: count them.
         f.debug_struct("RedisCommit")
             .field("record", &self.commit.0.record)
-            .field("commands", &self.commands)
+            .field("commands", &self.writes.commands)
             .finish_non_exhaustive()
     }
 }
@@ -59,16 +46,7 @@ impl RedisCommit<'_> {
     /// [`respond`](Self::respond) with [`LockError::Config`] before anything
     /// is sent.
     pub fn cmd(mut self, cmd: impl Borrow<redis::Cmd>) -> Self {
-        if self.invalid.is_none() {
-            match commands::encode(cmd.borrow()) {
-                Ok(Encoded { keys, argv }) => {
-                    self.keys.extend(keys);
-                    self.argv.extend(argv);
-                    self.commands += 1;
-                }
-                Err(e) => self.invalid = Some(e),
-            }
-        }
+        self.writes.push(cmd.borrow());
         self
     }
 
@@ -91,7 +69,7 @@ impl RedisCommit<'_> {
     /// script). Either way the layer releases the claim rather than store the
     /// handler's answer, so the retry looks for the record again.
     pub async fn respond(
-        self,
+        mut self,
         response: impl axum::response::IntoResponse,
     ) -> Result<axum::response::Response, LockError> {
         let commit = self.commit;
@@ -101,7 +79,7 @@ impl RedisCommit<'_> {
                 "Commit::redis on a layer without `commit_with_redis`".into(),
             ));
         };
-        if let Some(e) = self.invalid {
+        if let Some(e) = self.writes.invalid.take() {
             commit.set_state(CommitState::Failed);
             return Err(e);
         }
@@ -109,53 +87,16 @@ impl RedisCommit<'_> {
             Ok(prepared) => prepared,
             Err(e) => return commit.settle(Err(e), axum::response::Response::default()),
         };
-        let stored = prepared.stored;
-        let record = commit.0.record.as_str();
-        let retention_ms = u64::try_from(commit.0.config.retention.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let mut invocation = COMMIT.key(committed_name(record));
-        for k in &self.keys {
-            invocation.key(k.as_slice());
-        }
-        invocation
-            .arg(commit.0.fingerprint.as_str())
-            .arg(stored.status)
-            .arg(&stored.headers[..])
-            .arg(&stored.body[..])
-            .arg(if stored.body_too_large { "1" } else { "0" })
-            .arg(retention_ms)
-            .arg(self.commands);
-        for a in &self.argv {
-            invocation.arg(a.as_slice());
-        }
-        let mut conn = conn.clone();
-        let answer = invocation.invoke_async::<Value>(&mut conn).await;
-        let outcome = match answer {
-            Ok(Value::Array(parts)) => match parts.first() {
-                Some(Value::Int(1)) => Ok(Outcome::Committed(stored)),
-                Some(Value::Int(0)) => match lookup(&mut conn, record).await {
-                    Ok(Some(found)) => Ok(Outcome::Found(found)),
-                    Ok(None) => Err(LockError::Backend(BackendError::new(format!(
-                        "committed record `{record}` was there, then gone"
-                    )))),
-                    Err(e) => Err(e),
-                },
-                _ => Err(unexpected(record, &parts)),
-            },
-            Ok(other) => Err(unexpected(record, &other)),
-            Err(e) => Err(backend(
-                "committing the writes and the record of",
-                record,
-                e,
-            )),
-        };
-        commit.settle(outcome, prepared.response)
+        let (record, retention) = (&commit.0.record, commit.0.config.retention);
+        let fingerprint = &commit.0.fingerprint;
+        let outcome = committed::commit(
+            conn,
+            record,
+            fingerprint,
+            prepared.stored,
+            retention,
+            &self.writes,
+        );
+        commit.settle(outcome.await, prepared.response)
     }
-}
-
-fn unexpected(record: &str, what: &dyn std::fmt::Debug) -> LockError {
-    LockError::Backend(BackendError::new(format!(
-        "the commit of `{record}` got an unexpected answer: {what:?}"
-    )))
 }

@@ -1,26 +1,28 @@
-//! A record committed with its work in one PostgreSQL transaction
-//! ([`RecordRequest::commit_with_postgres`], [`RecordGuard::commit_postgres`]):
-//! exactly once across crashes for work whose effects are rows.
+//! A record committed with its work in one step, in PostgreSQL (one
+//! transaction) or Redis (one script call): exactly once across crashes for
+//! work whose effects live there (`RecordRequest::commit_with_postgres`,
+//! `commit_with_redis`; `RecordGuard::commit_postgres`, `commit_redis`).
 
-use sqlx::{PgPool, Postgres, Transaction};
+use std::borrow::Borrow;
 
 use super::{Answer, RecordGuard, RecordRequest};
-use crate::backend::records::postgres::{commit, lookup};
-use crate::backend::records::{CommitOutcome, StoredResponse};
+use crate::backend::records::{CommitOutcome, CommitStore, StoredResponse, committed};
 use crate::error::LockError;
+use crate::fence::commands::Writes;
 
-/// What [`RecordGuard::commit_postgres`] did with the work's transaction.
+/// What `RecordGuard::commit_postgres` or [`RecordGuard::commit_redis`]
+/// did with the work's writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Committed {
-    /// The transaction committed with the record: the work is done, once.
+    /// The writes committed with the record: the work is done, once.
     Ours,
     /// Another claimer of the key committed its work first (this one's
     /// lease ran out while it worked, and a duplicate claimed the record):
-    /// nothing of the transaction was committed. Its result.
+    /// nothing of these writes was committed. Its result.
     Earlier(Vec<u8>),
     /// Another payload was committed under the key meanwhile: nothing of
-    /// the transaction was committed.
+    /// these writes was committed.
     Reused,
 }
 
@@ -35,9 +37,24 @@ impl RecordRequest {
     /// [`Claimed::Done`](super::Claimed::Done), and the work does not run
     /// again. A claim whose look fails releases the record and answers
     /// [`LockError::Backend`].
+    #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-    pub fn commit_with_postgres(mut self, pool: PgPool) -> Self {
-        self.commit_store = Some(pool);
+    pub fn commit_with_postgres(mut self, pool: sqlx::PgPool) -> Self {
+        self.commit_store = Some(CommitStore::Postgres(pool));
+        self
+    }
+
+    /// Keeps the record's committed copy on the Redis server behind `conn`
+    /// (a hash beside the record's name,
+    /// [`COMMITTED_SUFFIX`](super::COMMITTED_SUFFIX)), where the work's
+    /// writes go: the work sends its write commands and its result in one
+    /// script call ([`RecordGuard::commit_redis`]), and a claim looks there
+    /// before it answers [`Claimed::Run`](super::Claimed::Run), as
+    /// `commit_with_postgres` (feature `postgres`) does for rows.
+    /// One server (or a Sentinel's master, through a connection that
+    /// follows it), which may be the lock backend's own.
+    pub fn commit_with_redis(mut self, conn: redis::aio::ConnectionManager) -> Self {
+        self.commit_store = Some(CommitStore::Redis(conn));
         self
     }
 }
@@ -46,12 +63,12 @@ impl RecordRequest {
 /// ([`Answer::Run`]) committed in the store by a claimer that died before
 /// completing it is [`Answer::Done`] (and completed with that result), one
 /// committed for another payload [`Answer::Reused`] (released).
-pub(super) async fn look(answer: Answer, pool: PgPool) -> Result<Answer, LockError> {
+pub(super) async fn look(answer: Answer, store: CommitStore) -> Result<Answer, LockError> {
     let Answer::Run(mut guard) = answer else {
         return Ok(answer);
     };
-    let found = lookup(&pool, guard.record()).await;
-    guard.commit_store = Some(pool);
+    let found = store.lookup(guard.record()).await;
+    guard.commit_store = Some(store);
     match found {
         Ok(None) => Ok(Answer::Run(guard)),
         Ok(Some(found)) if found.fingerprint == guard.ours().fingerprint => {
@@ -121,28 +138,110 @@ impl RecordGuard {
     /// claim looks in the table again and runs the work only if nothing
     /// committed. [`LockError::Config`] on a record claimed without
     /// `commit_with_postgres` (nothing is committed).
+    #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub async fn commit_postgres(
         self,
-        tx: Transaction<'_, Postgres>,
+        tx: sqlx::Transaction<'_, sqlx::Postgres>,
         result: impl AsRef<[u8]>,
     ) -> Result<Committed, LockError> {
-        let Some(pool) = self.commit_store.clone() else {
-            return Err(LockError::Config(format!(
-                "RecordGuard::commit_postgres on record `{}`, claimed without \
-                 `commit_with_postgres`: nothing was committed",
-                self.key()
-            )));
-        };
-        let stored = StoredResponse {
-            status: 0,
-            headers: bytes::Bytes::new(),
-            body: bytes::Bytes::copy_from_slice(result.as_ref()),
-            body_too_large: false,
+        let Some(CommitStore::Postgres(pool)) = self.commit_store.clone() else {
+            return Err(self.without_store("postgres"));
         };
         let ours = self.ours();
         let (record, fingerprint) = (ours.names.record.as_str(), ours.fingerprint.as_str());
+        let stored = StoredResponse::result(result.as_ref());
+        let commit = crate::backend::records::postgres::commit;
         let outcome = commit(&pool, tx, record, fingerprint, stored, ours.retention).await;
+        self.settle_commit(outcome).await
+    }
+
+    /// Runs `writes` (Redis write commands, as `redis::cmd(..).arg(..)`
+    /// builds them) and writes the record with `result`, in one script call
+    /// on the store of [`commit_with_redis`](RecordRequest::commit_with_redis):
+    /// the work's writes and the record commit together, or not at all;
+    /// then the record is completed as by [`complete`](Self::complete). Call
+    /// it last, with the work's writes as its commands.
+    ///
+    /// ```no_run
+    /// use lock_runtime::records::Committed;
+    /// use lock_runtime::{Claimed, LockClient, redis};
+    ///
+    /// # async fn consume(client: LockClient, data: redis::aio::ConnectionManager, id: &str, payload: &[u8]) -> Result<(), lock_runtime::LockError> {
+    /// let claim = client.record(id).fingerprint(payload).commit_with_redis(data);
+    /// if let Claimed::Run(guard) = claim.claim().await? {
+    ///     // The payment and the record commit together.
+    ///     let pay = [
+    ///         redis::cmd("HSET").arg(format!("payment:{id}")).arg("amount").arg(1250).clone(),
+    ///         redis::cmd("INCRBY").arg("paid:total").arg(1250).clone(),
+    ///     ];
+    ///     match guard.commit_redis(&pay, b"paid 1250").await? {
+    ///         Committed::Ours => {}       // paid, once
+    ///         Committed::Earlier(_) => {} // paid once, by a claimer before us
+    ///         Committed::Reused => {}     // another payload under this id
+    ///         other => unreachable!("not handled: {other:?}"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// The commands are those of
+    /// [`fence::allowed_commands`](crate::fence::allowed_commands), sent as
+    /// data (the script declares their keys); on a cluster every key must
+    /// share the record's hash slot, so keep to one server.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Config`]: a command off the allow-list or with the
+    /// wrong number of arguments, or a record claimed without
+    /// `commit_with_redis` (nothing is sent, and the record is released).
+    /// [`LockError::Backend`]: the server failed or did not answer (the
+    /// outcome may be unknown), or a command failed inside the script (the
+    /// commands before it stay applied, with no record, as in any Redis
+    /// script): the record is released, so the next claim looks for its
+    /// committed copy again and runs the work only if there is none.
+    pub async fn commit_redis<C: Borrow<redis::Cmd>>(
+        self,
+        writes: impl IntoIterator<Item = C>,
+        result: impl AsRef<[u8]>,
+    ) -> Result<Committed, LockError> {
+        let Some(conn) = self.commit_store.as_ref().and_then(CommitStore::redis) else {
+            return Err(self.without_store("redis"));
+        };
+        let mut commands = Writes::default();
+        for cmd in writes {
+            commands.push(cmd.borrow());
+        }
+        if let Some(e) = commands.invalid.take() {
+            return Err(e); // the guard, dropped, releases the record
+        }
+        let ours = self.ours();
+        let (record, fingerprint) = (ours.names.record.as_str(), ours.fingerprint.as_str());
+        let stored = StoredResponse::result(result.as_ref());
+        let commit =
+            committed::commit(conn, record, fingerprint, stored, ours.retention, &commands);
+        let outcome = commit.await;
+        self.settle_commit(outcome).await
+    }
+
+    /// The error of a commit to `store` on a record claimed without it
+    /// (dropped, the guard releases the record).
+    fn without_store(&self, store: &str) -> LockError {
+        LockError::Config(format!(
+            "RecordGuard::commit_{store} on record `{}`, claimed without \
+             `commit_with_{store}`: nothing was committed",
+            self.key()
+        ))
+    }
+
+    /// What a commit's `outcome` makes of the record: completed with what
+    /// committed (ours, or an earlier claimer's for this payload), or
+    /// released.
+    async fn settle_commit(
+        self,
+        outcome: Result<CommitOutcome, LockError>,
+    ) -> Result<Committed, LockError> {
         match outcome {
             Ok(CommitOutcome::Committed(stored)) => {
                 self.complete_quietly(stored).await;
@@ -181,7 +280,7 @@ impl RecordGuard {
                 "idempotency: committed; another claimer's record is on the lock backend"),
             Err(e) => tracing::warn!(%key, %record, error = &e as &dyn std::error::Error,
                 "idempotency: committed, but the record could not be completed; claims find \
-                 the result in PostgreSQL"),
+                 the result in the commit store"),
         }
     }
 }

@@ -1,14 +1,14 @@
-//! [`CommitStore`]: where a layer's committed records live, and the lookup
-//! the layer makes there before a claimed request runs.
+//! [`CommitStore`]: where committed records live (a layer's, a record
+//! request's), and the lookup a claim makes there before its work runs.
 
 use std::fmt;
 
-use crate::backend::records::CommittedRecord;
+use super::CommittedRecord;
 use crate::error::LockError;
 
-/// Where a layer's committed records live, beside the handler's writes.
+/// Where records are committed with their work's writes.
 #[derive(Clone)]
-pub(in crate::layer::idempotency) enum CommitStore {
+pub(crate) enum CommitStore {
     #[cfg(feature = "postgres")]
     Postgres(sqlx::PgPool),
     Redis(::redis::aio::ConnectionManager),
@@ -26,7 +26,7 @@ impl fmt::Debug for CommitStore {
 
 impl CommitStore {
     /// The Redis connection, where the store is Redis.
-    pub(super) fn redis(&self) -> Option<&::redis::aio::ConnectionManager> {
+    pub(crate) fn redis(&self) -> Option<&::redis::aio::ConnectionManager> {
         match self {
             #[cfg(feature = "postgres")]
             CommitStore::Postgres(_) => None,
@@ -35,12 +35,10 @@ impl CommitStore {
     }
 
     /// The committed record named `record`, if one is there and not expired.
-    pub(super) async fn lookup(&self, record: &str) -> Result<Option<CommittedRecord>, LockError> {
+    pub(crate) async fn lookup(&self, record: &str) -> Result<Option<CommittedRecord>, LockError> {
         match self {
             #[cfg(feature = "postgres")]
-            CommitStore::Postgres(pool) => {
-                crate::backend::records::postgres::lookup(pool, record).await
-            }
+            CommitStore::Postgres(pool) => super::postgres::lookup(pool, record).await,
             CommitStore::Redis(conn) => super::committed::lookup(&mut conn.clone(), record).await,
         }
     }

@@ -1,0 +1,138 @@
+//! Committed records in Redis: the work's write commands and the completed
+//! record (a hash beside the record, in its hash slot) in one script call
+//! (`IdempotencyLayer`'s `Commit::redis`, `RecordGuard::commit_redis`), and
+//! the lookup a claim makes there before its work runs.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Value;
+use redis::aio::ConnectionManager;
+
+use super::{CommitOutcome, CommittedRecord, StoredResponse};
+use crate::error::{BackendError, ConnectionFailure, LockError, connection_failure};
+use crate::fence::commands::Writes;
+
+static COMMIT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_commit.lua")));
+
+/// What follows a record's name in the name of its committed copy in Redis
+/// (a hash: `f` fingerprint, `s` status, `h` kept headers, `b` body, `t`
+/// body too large), which shares the record's hash slot.
+pub const COMMITTED_SUFFIX: &str = ":committed";
+
+fn committed_name(record: &str) -> String {
+    let mut name = String::with_capacity(record.len() + COMMITTED_SUFFIX.len());
+    name.push_str(record);
+    name.push_str(COMMITTED_SUFFIX);
+    name
+}
+
+/// The committed record named `record`, if one is there (Redis expires it).
+pub(crate) async fn lookup(
+    conn: &mut ConnectionManager,
+    record: &str,
+) -> Result<Option<CommittedRecord>, LockError> {
+    let fields: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+        .arg(committed_name(record))
+        .arg(&["f", "s", "h", "b", "t"])
+        .query_async(conn)
+        .await
+        .map_err(|e| backend("looking up the committed record of", record, e))?;
+    let [Some(f), Some(s), Some(h), Some(b), Some(t)] =
+        <[_; 5]>::try_from(fields).map_err(|_| malformed(record))?
+    else {
+        return Ok(None);
+    };
+    let status = std::str::from_utf8(&s)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| malformed(record))?;
+    Ok(Some(CommittedRecord {
+        fingerprint: String::from_utf8(f).map_err(|_| malformed(record))?,
+        stored: StoredResponse {
+            status,
+            headers: h.into(),
+            body: b.into(),
+            body_too_large: t == b"1",
+        },
+    }))
+}
+
+fn malformed(record: &str) -> LockError {
+    LockError::Backend(BackendError::new(format!(
+        "the committed record of `{record}` is malformed"
+    )))
+}
+
+fn backend(doing: &str, record: &str, e: redis::RedisError) -> LockError {
+    LockError::Backend(match connection_failure(&e) {
+        Some(ConnectionFailure::TimedOut | ConnectionFailure::Broken)
+            if doing.starts_with("committing") =>
+        {
+            BackendError::outcome_unknown(
+                format!(
+                    "the commit of `{record}` was sent and no answer came back: it may or may \
+                     not have been applied"
+                ),
+                Some(Box::new(e)),
+            )
+        }
+        _ => {
+            BackendError::with_source(format!("{doing} the committed record `{record}` failed"), e)
+        }
+    })
+}
+
+/// Runs `writes` and writes the record `record` (its fingerprint digest
+/// `fingerprint`, `stored`, kept `retention`) in one script call: both or,
+/// when a committed record is there already (another claimer committed
+/// first), neither ([`CommitOutcome::Found`]).
+pub(crate) async fn commit(
+    conn: &ConnectionManager,
+    record: &str,
+    fingerprint: &str,
+    stored: StoredResponse,
+    retention: Duration,
+    writes: &Writes,
+) -> Result<CommitOutcome, LockError> {
+    // At most a year (checked at the claim): an exact integer for the script.
+    let retention_ms = u64::try_from(retention.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let mut invocation = COMMIT.key(committed_name(record));
+    invocation
+        .arg(fingerprint)
+        .arg(stored.status)
+        .arg(&stored.headers[..])
+        .arg(&stored.body[..])
+        .arg(if stored.body_too_large { "1" } else { "0" })
+        .arg(retention_ms);
+    writes.add_to(&mut invocation);
+    let mut conn = conn.clone();
+    let answer = invocation.invoke_async::<Value>(&mut conn).await;
+    match answer {
+        Ok(Value::Array(parts)) => match parts.first() {
+            Some(Value::Int(1)) => Ok(CommitOutcome::Committed(stored)),
+            Some(Value::Int(0)) => match lookup(&mut conn, record).await? {
+                Some(found) => Ok(CommitOutcome::Found(found)),
+                None => Err(LockError::Backend(BackendError::new(format!(
+                    "committed record `{record}` was there, then gone"
+                )))),
+            },
+            _ => Err(unexpected(record, &parts)),
+        },
+        Ok(other) => Err(unexpected(record, &other)),
+        Err(e) => Err(backend(
+            "committing the writes and the record of",
+            record,
+            e,
+        )),
+    }
+}
+
+fn unexpected(record: &str, what: &dyn std::fmt::Debug) -> LockError {
+    LockError::Backend(BackendError::new(format!(
+        "the commit of `{record}` got an unexpected answer: {what:?}"
+    )))
+}
