@@ -629,3 +629,34 @@ async fn a_claimer_paused_past_its_lease_cannot_commit_a_second_time() {
         assert_eq!(committed_records(&store).await, 1, "{name}");
     }
 }
+
+/// A commit store that cannot be read when a request is claimed (its table
+/// renamed away): `503` with `Retry-After`, the handler does not run, and
+/// the claim is released, so the retry once the store is back runs it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_store_that_cannot_be_read_refuses_the_request_and_releases_the_claim() {
+    let servers = Servers::start();
+    let [_, (_, store)] = servers.stores().await;
+    let Store::Postgres(pool) = &store else {
+        unreachable!("the second store is PostgreSQL's");
+    };
+    let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
+    let process = Process::start(&servers.redis, &store, Mode::Commits, "g:").await;
+    sqlx::raw_sql(&rename("lock_idempotency", "elsewhere"))
+        .execute(pool)
+        .await
+        .unwrap();
+    let r = process.post("k-8", "mug").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.headers().get(header::RETRY_AFTER).is_some());
+    assert_eq!(process.runs(), 0);
+    sqlx::raw_sql(&rename("elsewhere", "lock_idempotency"))
+        .execute(pool)
+        .await
+        .unwrap();
+    // Released at once: answered now, not after the claim's lease.
+    let r = process.post("k-8", "mug").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(process.runs(), 1);
+    assert_eq!(orders(&store).await, [(1, "mug".to_owned())]);
+}

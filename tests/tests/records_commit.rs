@@ -32,7 +32,8 @@ enum Store {
 struct Servers {
     locks: RedisServer,
     _postgres: PostgresServer,
-    _data: RedisServer,
+    /// The Redis store's server.
+    data: RedisServer,
     stores: [Store; 2],
 }
 
@@ -58,7 +59,7 @@ impl Servers {
         Servers {
             locks,
             _postgres: postgres,
-            _data: data,
+            data,
             stores,
         }
     }
@@ -437,5 +438,34 @@ async fn records_of_the_embedded_backend_commit_too() {
         let again = consume(&fresh, store, &message).await;
         assert_eq!(again, ("done", b"paid 1250".to_vec()), "{name}");
         assert_eq!(store.payments(&message).await, 1, "{name}");
+    }
+}
+
+/// A store that cannot be read when the record is claimed (PostgreSQL: its
+/// table gone; Redis: its server down): the claim fails with `Backend`, the
+/// work does not run, and the record is released, not left in flight for
+/// its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_store_cannot_be_read_fails_and_releases_the_record() {
+    let mut servers = Servers::start().await;
+    let client = servers.client().await;
+    if let Store::Postgres(pool) = &servers.stores[0] {
+        sqlx::raw_sql("ALTER TABLE lock_idempotency RENAME TO elsewhere")
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    servers.data.kill();
+    for store in &servers.stores {
+        let (name, message) = (store.name(), format!("m-9-{}", store.name()));
+        let request = client.record(&message).fingerprint(b"1250").ttl(secs(30));
+        let claimed = store.claim(request).claim().await;
+        assert!(
+            matches!(&claimed, Err(LockError::Backend(_))),
+            "{name}: {claimed:?}"
+        );
+        // Released: claimed again at once, without a wait.
+        let again = client.record(&message).fingerprint(b"1250").claim().await;
+        assert!(matches!(again, Ok(Claimed::Run(_))), "{name}: {again:?}");
     }
 }

@@ -4,11 +4,17 @@
 //! `commit_with_redis`; `RecordGuard::commit_postgres`, `commit_redis`).
 
 use std::borrow::Borrow;
+use std::time::Duration;
 
 use super::{Answer, RecordGuard, RecordRequest};
 use crate::backend::records::{CommitOutcome, CommitStore, StoredResponse, committed};
 use crate::error::LockError;
 use crate::fence::commands::Writes;
+
+/// How long a claim that found its record committed waits for the record's
+/// completion with that result before it answers `Done` (the completion goes
+/// on in the background after that).
+const COMPLETION_WAIT: Duration = Duration::from_secs(2);
 
 /// What `RecordGuard::commit_postgres` or [`RecordGuard::commit_redis`]
 /// did with the work's writes.
@@ -59,10 +65,11 @@ impl RecordRequest {
     }
 }
 
-/// Where the claim of a request with a commit store ends: a record
-/// ([`Answer::Run`]) committed in the store by a claimer that died before
-/// completing it is [`Answer::Done`] (and completed with that result), one
-/// committed for another payload [`Answer::Reused`] (released).
+/// Where the claim of a request with a commit store ends (a record's, a
+/// layer's): a record ([`Answer::Run`]) committed in the store by a claimer
+/// that died before completing it is [`Answer::Done`] (and completed with
+/// that result), one committed for another payload [`Answer::Reused`]
+/// (released); a store that does not answer is an error (released).
 pub(super) async fn look(answer: Answer, store: CommitStore) -> Result<Answer, LockError> {
     let Answer::Run(mut guard) = answer else {
         return Ok(answer);
@@ -77,7 +84,16 @@ pub(super) async fn look(answer: Answer, store: CommitStore) -> Result<Answer, L
                 record = guard.record(),
                 "idempotency: committed with its work before; its result is the answer"
             );
-            guard.complete_quietly(found.stored.clone()).await;
+            // Copied into the record, so later claims are answered there;
+            // not waited for longer than COMPLETION_WAIT (the store holds
+            // the result either way).
+            let mut completing = Box::pin(guard.complete_quietly(found.stored.clone()));
+            if tokio::time::timeout(COMPLETION_WAIT, &mut completing)
+                .await
+                .is_err()
+            {
+                tokio::spawn(completing);
+            }
             Ok(Answer::Done(found.stored))
         }
         Ok(Some(_)) => {

@@ -199,19 +199,22 @@ impl RecordRequest {
 
     /// The record named `names` (a layer's: by route and caller), claimed
     /// with the fingerprint digest `fingerprint`, the lease and the wait
-    /// `options` (checked by [`claim`](Self::claim) as the setters' are).
+    /// `options` (checked by [`claim`](Self::claim) as the setters' are),
+    /// committed to `commit_store` if any.
     #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn named(
         self,
         names: RecordNames,
         fingerprint: String,
         options: LockOptions,
+        commit_store: Option<CommitStore>,
     ) -> Self {
         let (names, fingerprint) = (Some(names), Some(fingerprint));
         Self {
             names,
             fingerprint,
             options,
+            commit_store,
             ..self
         }
     }

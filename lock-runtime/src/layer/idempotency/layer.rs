@@ -317,9 +317,10 @@ impl IdempotencyLayer {
     }
 
     config_setters! {
-        /// When the backend cannot be reached: `false` (the default) answers `503
-        /// Service Unavailable` with `Retry-After` (fail closed); `true` runs the
-        /// handler unprotected (fail open).
+        /// When the backend (or the layer's commit store) cannot be reached:
+        /// `false` (the default) answers `503 Service Unavailable` with
+        /// `Retry-After` (fail closed); `true` runs the handler unprotected
+        /// (fail open), without a `Commit`.
         pub fn fail_open(fail_open: bool) => fail_open;
     }
 }

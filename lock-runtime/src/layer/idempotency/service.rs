@@ -27,7 +27,7 @@ use crate::metrics::{IdempotencyOutcome, RouteSeries};
 use crate::records::{Answer, RecordGuard};
 
 use super::body::{Buffered, buffer, read_body};
-use super::commit::{Commit, CommitState, look_before_running};
+use super::commit::{Commit, CommitState};
 use super::running::{SettleAtEnd, complete};
 
 wrapped_service! {
@@ -150,9 +150,10 @@ where
         let started = Instant::now();
         let commit_fingerprint = config.commit.is_some().then(|| fingerprint.clone());
         let options = config.options.clone();
-        let claim = client
-            .record(key.clone())
-            .named(names, fingerprint, options);
+        let claim =
+            client
+                .record(key.clone())
+                .named(names, fingerprint, options, config.commit.clone());
         let claim = claim.retention(config.retention);
         // Made and awaited in one statement: kept until the end of the match
         // below, the claim's state would stay in this future's beside the
@@ -201,36 +202,17 @@ where
             }
         };
 
-        // With a commit store, the store decides whether the work happened: a
-        // record committed there (by a claimer that died before completing
-        // ours) is replayed; none, and the handler runs with a `Commit`.
+        // With a commit store, the store decided whether the work happened
+        // (the claim looked there: a record committed by a claimer that died
+        // before completing ours is `Done`); the handler commits through a
+        // `Commit`.
         let mut commit = None;
-        let record = match (&config.commit, commit_fingerprint) {
-            (Some(store), Some(fingerprint)) => {
-                // Boxed: only layers with a commit store look, and the look's
-                // state need not sit in every request's.
-                let looked = Box::pin(look_before_running(
-                    &config,
-                    store,
-                    record,
-                    fingerprint,
-                    &key,
-                ))
-                .await;
-                match looked {
-                    Ok((record, handle)) => {
-                        parts.extensions.insert(handle.clone());
-                        commit = Some(handle);
-                        record
-                    }
-                    Err((outcome, answer)) => {
-                        crate::metrics::idempotency(&metrics_route, outcome);
-                        return Ok(answer);
-                    }
-                }
-            }
-            _ => record,
-        };
+        if let (Some(store), Some(fingerprint)) = (&config.commit, commit_fingerprint) {
+            let name = record.record().to_owned();
+            let handle = Commit::new(config.clone(), store.clone(), name, fingerprint);
+            parts.extensions.insert(handle.clone());
+            commit = Some(handle);
+        }
         crate::metrics::idempotency(&metrics_route, IdempotencyOutcome::Claimed);
         let req = Request::from_parts(parts, Body::from(body));
         // Claimed: from here on the request runs to its end (unless configured

@@ -102,65 +102,6 @@ use crate::backend::records::CommitStore;
 use crate::backend::records::StoredResponse;
 use crate::error::LockError;
 use crate::layer::problem::problem;
-use crate::metrics::IdempotencyOutcome;
-use crate::records::RecordGuard;
-
-/// Looks for `record`'s committed copy before its claimed request runs:
-/// `Ok` with the `Commit` to hand the handler when there is none; the answer
-/// to send otherwise (the committed response, replayed and copied into the
-/// layer's record; `422` for a copy of another request; `503` when the store
-/// did not answer, the claim released), with how the metrics count it.
-pub(super) async fn look_before_running(
-    config: &Arc<Config>,
-    store: &CommitStore,
-    record: RecordGuard,
-    fingerprint: String,
-    key: &str,
-) -> Result<(RecordGuard, Commit), (IdempotencyOutcome, Response)> {
-    let name = record.record().to_owned();
-    match store.lookup(&name).await {
-        Ok(None) => Ok((
-            record,
-            Commit::new(config.clone(), store.clone(), name, fingerprint),
-        )),
-        Ok(Some(found)) if found.fingerprint == fingerprint => {
-            tracing::debug!(%key, record = %name, status = found.stored.status,
-                "idempotency: committed with its effect before; replaying it");
-            crate::layer::idempotency::running::complete(
-                record,
-                found.stored.clone(),
-                &config.completion,
-            )
-            .await;
-            Err((
-                IdempotencyOutcome::Replayed,
-                super::stored::replay(found.stored),
-            ))
-        }
-        Ok(Some(_)) => {
-            let _ = record.release().await;
-            Err((
-                IdempotencyOutcome::PayloadMismatch,
-                problem(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "this Idempotency-Key was already used for a different request (method, \
-                 path, query or body); use a new key for a new request",
-                ),
-            ))
-        }
-        Err(e) => {
-            tracing::warn!(%key, record = %name, error = &e as &dyn std::error::Error,
-                "idempotency: cannot look for a committed record; request refused");
-            let _ = record.release().await;
-            let unavailable = crate::layer::problem::problem_retry(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the idempotency store is unavailable; retry later with the same Idempotency-Key",
-                std::time::Duration::from_secs(1),
-            );
-            Err((IdempotencyOutcome::StoreUnavailable, unavailable))
-        }
-    }
-}
 
 /// What became of a request's [`Commit`], read by the layer once the handler
 /// returned.
