@@ -161,6 +161,25 @@ impl PostgresServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// A pool of up to `connections` connections to the server (a
+    /// connection waited for up to 20 s), with `schema` (SQL statements)
+    /// run once.
+    #[cfg(feature = "postgres")]
+    pub async fn pool(&self, connections: u32, schema: &str) -> lock_runtime::sqlx::PgPool {
+        use lock_runtime::sqlx;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(connections)
+            .acquire_timeout(std::time::Duration::from_secs(20))
+            .connect(&self.url())
+            .await
+            .expect("a pool of connections to the test's PostgreSQL");
+        sqlx::raw_sql(schema)
+            .execute(&pool)
+            .await
+            .expect("the test's schema");
+        pool
+    }
+
     /// The temporary directory (data in `data/`, log in `postgres.log`).
     pub fn dir(&self) -> &Path {
         self.dir.path()

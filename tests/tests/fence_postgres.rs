@@ -18,20 +18,10 @@ struct Env {
 
 async fn env() -> Env {
     let postgres = PostgresServer::start();
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(25)
-        .acquire_timeout(secs(20))
-        .connect(&postgres.url())
-        .await
-        .unwrap();
-    sqlx::raw_sql(fence::POSTGRES_SCHEMA)
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::raw_sql("CREATE TABLE orders (id text PRIMARY KEY, paid_by text, token bigint)")
-        .execute(&pool)
-        .await
-        .unwrap();
+    let orders = "CREATE TABLE orders (id text PRIMARY KEY, paid_by text, token bigint)";
+    let pool = postgres
+        .pool(25, &format!("{}\n{orders}", fence::POSTGRES_SCHEMA))
+        .await;
     Env {
         pool,
         _postgres: postgres,

@@ -177,17 +177,11 @@ impl Servers {
     async fn stores(&self) -> [(&'static str, Store); 2] {
         let client = redis::Client::open(self.redis.url()).unwrap();
         let conn = ConnectionManager::new(client).await.unwrap();
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(10)
-            .acquire_timeout(secs(20))
-            .connect(&self.postgres.url())
-            .await
-            .unwrap();
-        sqlx::raw_sql(POSTGRES_SCHEMA).execute(&pool).await.unwrap();
-        sqlx::raw_sql("CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL)")
-            .execute(&pool)
-            .await
-            .unwrap();
+        let orders = "CREATE TABLE orders (id bigserial PRIMARY KEY, item text NOT NULL)";
+        let pool = self
+            .postgres
+            .pool(10, &format!("{POSTGRES_SCHEMA}\n{orders}"))
+            .await;
         [
             ("redis", Store::Redis(conn)),
             ("postgres", Store::Postgres(pool)),

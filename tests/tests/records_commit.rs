@@ -44,17 +44,10 @@ impl Servers {
             PostgresServer::start(),
             RedisServer::start(),
         );
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(10)
-            .acquire_timeout(secs(20))
-            .connect(&postgres.url())
-            .await
-            .unwrap();
-        sqlx::raw_sql(POSTGRES_SCHEMA).execute(&pool).await.unwrap();
-        sqlx::raw_sql("CREATE TABLE payments (message text NOT NULL, amount int NOT NULL)")
-            .execute(&pool)
-            .await
-            .unwrap();
+        let payments = "CREATE TABLE payments (message text NOT NULL, amount int NOT NULL)";
+        let pool = postgres
+            .pool(10, &format!("{POSTGRES_SCHEMA}\n{payments}"))
+            .await;
         let stores = [Store::Postgres(pool), Store::Redis(manager(&data).await)];
         Servers {
             locks,
