@@ -204,8 +204,8 @@ impl RecordGuard {
     ///
     /// The commands are those of
     /// [`fence::allowed_commands`](crate::fence::allowed_commands), sent as
-    /// data (the script declares their keys); on a cluster every key must
-    /// share the record's hash slot, so keep to one server.
+    /// data (the script declares their keys), all to the one server of the
+    /// store's connection.
     ///
     /// # Errors
     ///
