@@ -57,8 +57,7 @@ impl RecordRequest {
     /// script call ([`RecordGuard::commit_redis`]), and a claim looks there
     /// before it answers [`Claimed::Run`](super::Claimed::Run), as
     /// `commit_with_postgres` (feature `postgres`) does for rows.
-    /// One server (or a Sentinel's master, through a connection that
-    /// follows it), which may be the lock backend's own.
+    /// One server, which may be the lock backend's own.
     pub fn commit_with_redis(mut self, conn: redis::aio::ConnectionManager) -> Self {
         self.commit_store = Some(CommitStore::Redis(conn));
         self
