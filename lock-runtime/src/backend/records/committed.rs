@@ -38,7 +38,7 @@ pub(crate) async fn lookup(
         .arg(&["f", "s", "h", "b", "t"])
         .query_async(conn)
         .await
-        .map_err(|e| backend("looking up the committed record of", record, e))?;
+        .map_err(|e| backend(false, record, e))?;
     let [Some(f), Some(s), Some(h), Some(b), Some(t)] =
         <[_; 5]>::try_from(fields).map_err(|_| malformed(record))?
     else {
@@ -65,22 +65,30 @@ fn malformed(record: &str) -> LockError {
     )))
 }
 
-fn backend(doing: &str, record: &str, e: redis::RedisError) -> LockError {
-    LockError::Backend(match connection_failure(&e) {
+/// A failed lookup of `record`'s committed copy, or (`committing`) a failed
+/// commit, whose outcome is unknown when the connection dropped after the
+/// script was sent.
+fn backend(committing: bool, record: &str, e: redis::RedisError) -> LockError {
+    let dropped = matches!(
+        connection_failure(&e),
         Some(ConnectionFailure::TimedOut | ConnectionFailure::Broken)
-            if doing.starts_with("committing") =>
-        {
-            BackendError::outcome_unknown(
-                format!(
-                    "the commit of `{record}` was sent and no answer came back: it may or may \
-                     not have been applied"
-                ),
-                Some(Box::new(e)),
-            )
-        }
-        _ => {
-            BackendError::with_source(format!("{doing} the committed record `{record}` failed"), e)
-        }
+    );
+    LockError::Backend(match (committing, dropped) {
+        (true, true) => BackendError::outcome_unknown(
+            format!(
+                "the commit of `{record}` was sent and no answer came back: it may or may \
+                 not have been applied"
+            ),
+            Some(Box::new(e)),
+        ),
+        (true, false) => BackendError::with_source(
+            format!("committing the writes with the record `{record}` failed"),
+            e,
+        ),
+        (false, _) => BackendError::with_source(
+            format!("looking up the committed copy of the record `{record}` failed"),
+            e,
+        ),
     })
 }
 
@@ -123,11 +131,7 @@ pub(crate) async fn commit(
             _ => Err(unexpected(record, &parts)),
         },
         Ok(other) => Err(unexpected(record, &other)),
-        Err(e) => Err(backend(
-            "committing the writes and the record of",
-            record,
-            e,
-        )),
+        Err(e) => Err(backend(true, record, e)),
     }
 }
 
@@ -135,4 +139,30 @@ fn unexpected(record: &str, what: &dyn std::fmt::Debug) -> LockError {
     LockError::Backend(BackendError::new(format!(
         "the commit of `{record}` got an unexpected answer: {what:?}"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_lookup_or_commit_says_what_failed_once() {
+        let refused = redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError);
+        let bad = || redis::RedisError::from((refused, "WRONGTYPE"));
+        let lookup = backend(false, "app:r", bad()).to_string();
+        assert!(
+            lookup.contains("looking up the committed copy of the record `app:r` failed"),
+            "{lookup}"
+        );
+        let commit = backend(true, "app:r", bad()).to_string();
+        assert!(
+            commit.contains("committing the writes with the record `app:r` failed"),
+            "{commit}"
+        );
+        let dropped = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        let LockError::Backend(unknown) = backend(true, "app:r", dropped) else {
+            panic!("not a backend error");
+        };
+        assert!(unknown.is_outcome_unknown(), "{unknown}");
+    }
 }
