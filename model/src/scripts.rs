@@ -94,12 +94,13 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     ),
     (
         "idempotency_commit.lua",
-        "95bade41bb9bf59da0f57294a7fa4b8da1a98c09",
-        "not modelled: the handler's commands and the completed record written in \
-         one script, only when no completed record is there yet (else nothing is \
-         written and the record found is answered). Its one-step effect is the \
-         property itself (both or neither); tests/tests/http_idempotency_commit.rs \
-         and fault scenario 13 (`fault run exactly-once-redis,exactly-once-postgres`: \
+        "da66b59ada13117c4f3d3344bda2e859c1050059",
+        "not modelled: the work's commands (a handler's, a record guard's) and the \
+         completed record written in one script, only when no completed record is \
+         there yet (else nothing is written and the record found is answered). Its \
+         one-step effect is the property itself (both or neither); \
+         tests/tests/http_idempotency_commit.rs, tests/tests/records_commit.rs and \
+         fault scenario 13 (`fault run exactly-once-redis,exactly-once-postgres`: \
          processes SIGKILLed) cover it",
     ),
     (
