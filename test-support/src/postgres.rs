@@ -180,6 +180,20 @@ impl PostgresServer {
         pool
     }
 
+    /// A pool to the same server as `pool`, for a "process" of a test (a
+    /// runtime of its own, killed by dropping it): its connections end with
+    /// it, where a pool shared with the test would hand the test a
+    /// connection whose runtime was killed.
+    #[cfg(feature = "postgres")]
+    pub async fn own_pool(pool: &lock_runtime::sqlx::PgPool) -> lock_runtime::sqlx::PgPool {
+        let options = (*pool.connect_options()).clone();
+        lock_runtime::sqlx::postgres::PgPoolOptions::new()
+            .max_connections(5)
+            .connect_with(options)
+            .await
+            .expect("a pool of a test's process")
+    }
+
     /// The temporary directory (data in `data/`, log in `postgres.log`).
     pub fn dir(&self) -> &Path {
         self.dir.path()

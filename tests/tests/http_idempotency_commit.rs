@@ -159,6 +159,17 @@ async fn create_order(
     }
 }
 
+impl Store {
+    /// The store as a process of its own holds it: a PostgreSQL pool of
+    /// its own ([`PostgresServer::own_pool`]).
+    async fn own(&self) -> Store {
+        match self {
+            Store::Postgres(pool) => Store::Postgres(PostgresServer::own_pool(pool).await),
+            Store::Redis(conn) => Store::Redis(conn.clone()),
+        }
+    }
+}
+
 /// One test's servers: Redis (locks, and the Redis store) and PostgreSQL.
 struct Servers {
     redis: RedisServer,
@@ -221,6 +232,8 @@ impl Process {
         let (url, prefix) = (redis.url(), format!("{prefix}{kind}:"));
         let base = runtime
             .spawn(async move {
+                let mut app = app;
+                app.store = app.store.own().await;
                 let client = LockClient::builder()
                     .redis(url)
                     .key_prefix(prefix)

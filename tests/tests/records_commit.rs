@@ -93,6 +93,15 @@ impl Store {
         }
     }
 
+    /// The store as a process of its own holds it: a PostgreSQL pool of
+    /// its own ([`PostgresServer::own_pool`]).
+    async fn own(&self) -> Store {
+        match self {
+            Store::Postgres(pool) => Store::Postgres(PostgresServer::own_pool(pool).await),
+            Store::Redis(conn) => Store::Redis(conn.clone()),
+        }
+    }
+
     /// `request`, committed to this store.
     fn claim(&self, request: RecordRequest) -> RecordRequest {
         match self {
@@ -233,6 +242,7 @@ async fn a_consumer_killed_after_its_commit_is_not_run_again() {
             let (url, store, message) = (servers.locks.url(), store.clone(), message.clone());
             let locks = servers.locks.pid().unwrap();
             process.spawn(async move {
+                let store = store.own().await;
                 let client = LockClient::builder().redis(url).build().await.unwrap();
                 let request = client.record(&message).fingerprint(b"1250").ttl(LEASE);
                 let Claimed::Run(guard) = store.claim(request).claim().await.unwrap() else {
@@ -295,6 +305,7 @@ async fn a_consumer_killed_before_its_commit_leaves_nothing_and_the_work_runs_on
         {
             let (url, store, message) = (servers.locks.url(), store.clone(), message.clone());
             process.spawn(async move {
+                let store = store.own().await;
                 let client = LockClient::builder().redis(url).build().await.unwrap();
                 let request = client.record(&message).fingerprint(b"1250").ttl(LEASE);
                 let Claimed::Run(_guard) = store.claim(request).claim().await.unwrap() else {
