@@ -213,6 +213,17 @@ struct Process {
 
 impl Process {
     async fn start(redis: &RedisServer, store: &Store, mode: Mode, prefix: &str) -> Self {
+        Self::start_failing(redis, store, mode, prefix, false).await
+    }
+
+    /// [`Process::start`], with the layer's `fail_open(fail_open)`.
+    async fn start_failing(
+        redis: &RedisServer,
+        store: &Store,
+        mode: Mode,
+        prefix: &str,
+        fail_open: bool,
+    ) -> Self {
         let runtime = one_worker_runtime();
         let (reached_tx, reached) = mpsc::unbounded_channel();
         let runs = Arc::new(AtomicUsize::new(0));
@@ -243,7 +254,8 @@ impl Process {
                 let layer = IdempotencyLayer::new(client)
                     .records_shared_by_all_callers()
                     // A short lease: a killed claimer's key is free soon.
-                    .ttl(ms(600));
+                    .ttl(ms(600))
+                    .fail_open(fail_open);
                 let layer = match &app.store {
                     Store::Redis(conn) => layer.commit_with_redis(conn.clone()),
                     Store::Postgres(pool) => layer.commit_with_postgres(pool.clone()),
@@ -666,4 +678,27 @@ async fn a_commit_store_that_cannot_be_read_refuses_the_request_and_releases_the
     assert_eq!(r.status(), StatusCode::CREATED);
     assert_eq!(process.runs(), 1);
     assert_eq!(orders(&store).await, [(1, "mug".to_owned())]);
+}
+
+/// The same store, unreadable, behind a layer that fails open: the handler
+/// runs unprotected (no `Commit`, as when the lock backend cannot be
+/// reached), and each try runs it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_that_fails_open_runs_the_handler_unprotected_when_its_store_cannot_be_read() {
+    let servers = Servers::start();
+    let [_, (_, store)] = servers.stores().await;
+    let Store::Postgres(pool) = &store else {
+        unreachable!("the second store is PostgreSQL's");
+    };
+    let process = Process::start_failing(&servers.redis, &store, Mode::Ignores, "h:", true).await;
+    sqlx::raw_sql("ALTER TABLE lock_idempotency RENAME TO elsewhere")
+        .execute(pool)
+        .await
+        .unwrap();
+    for runs in 1..=2 {
+        let r = process.post("k-9", "jar").send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        assert!(r.headers().get("idempotent-replayed").is_none());
+        assert_eq!(process.runs(), runs);
+    }
 }
