@@ -656,23 +656,13 @@ async fn a_claimer_paused_past_its_lease_cannot_commit_a_second_time() {
 async fn a_commit_store_that_cannot_be_read_refuses_the_request_and_releases_the_claim() {
     let servers = Servers::start();
     let [_, (_, store)] = servers.stores().await;
-    let Store::Postgres(pool) = &store else {
-        unreachable!("the second store is PostgreSQL's");
-    };
-    let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
     let process = Process::start(&servers.redis, &store, Mode::Commits, "g:").await;
-    sqlx::raw_sql(&rename("lock_idempotency", "elsewhere"))
-        .execute(pool)
-        .await
-        .unwrap();
+    rename_table(&store, "lock_idempotency", "elsewhere").await;
     let r = process.post("k-8", "mug").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.headers().get(header::RETRY_AFTER).is_some());
     assert_eq!(process.runs(), 0);
-    sqlx::raw_sql(&rename("elsewhere", "lock_idempotency"))
-        .execute(pool)
-        .await
-        .unwrap();
+    rename_table(&store, "elsewhere", "lock_idempotency").await;
     // Released at once: answered now, not after the claim's lease.
     let r = process.post("k-8", "mug").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
@@ -687,18 +677,24 @@ async fn a_commit_store_that_cannot_be_read_refuses_the_request_and_releases_the
 async fn a_layer_that_fails_open_runs_the_handler_unprotected_when_its_store_cannot_be_read() {
     let servers = Servers::start();
     let [_, (_, store)] = servers.stores().await;
-    let Store::Postgres(pool) = &store else {
-        unreachable!("the second store is PostgreSQL's");
-    };
     let process = Process::start_failing(&servers.redis, &store, Mode::Ignores, "h:", true).await;
-    sqlx::raw_sql("ALTER TABLE lock_idempotency RENAME TO elsewhere")
-        .execute(pool)
-        .await
-        .unwrap();
+    rename_table(&store, "lock_idempotency", "elsewhere").await;
     for runs in 1..=2 {
         let r = process.post("k-9", "jar").send().await.unwrap();
         assert_eq!(r.status(), StatusCode::CREATED);
         assert!(r.headers().get("idempotent-replayed").is_none());
         assert_eq!(process.runs(), runs);
     }
+}
+
+/// Renames a table of the PostgreSQL `store` (the commit store's, to make it
+/// unreadable, and back).
+async fn rename_table(store: &Store, from: &str, to: &str) {
+    let Store::Postgres(pool) = store else {
+        unreachable!("a table of the PostgreSQL store");
+    };
+    sqlx::raw_sql(&format!("ALTER TABLE {from} RENAME TO {to}"))
+        .execute(pool)
+        .await
+        .unwrap();
 }
