@@ -2,7 +2,7 @@
 //! exhaustive ones (`cargo run --release -p model -- --exhaustive`).
 
 use crate::lock::{Faults, LockConfig};
-use crate::records::RecordsConfig;
+use crate::records::{RecordsConfig, StoreConfig};
 use crate::redlock::RedlockConfig;
 use crate::shared::Mode;
 
@@ -139,6 +139,22 @@ pub fn records_two_requests() -> RecordsConfig {
         run_max: 3,
         faults: 2,
         pause_len: 3,
+        retries: 0,
+        store: None,
+    }
+}
+
+/// Idempotency records committed with their work in a commit store (as
+/// `commit_with_redis`, `commit_with_postgres` and the layer's `Commit` use
+/// it): two requests, two faults (a crash between the commit and the
+/// record's completion, a pause past the lease before the commit, lost
+/// replies of the look and the commit), each request sent again once by
+/// its client after a 409 or a failure.
+pub fn records_two_requests_commit_store() -> RecordsConfig {
+    RecordsConfig {
+        retries: 1,
+        store: Some(StoreConfig::TODAY),
+        ..records_two_requests()
     }
 }
 
@@ -148,6 +164,14 @@ pub fn records_three_requests() -> RecordsConfig {
         requests: 3,
         faults: 3,
         ..records_two_requests()
+    }
+}
+
+/// Records with a commit store exhaustive: two requests, three faults.
+pub fn records_two_requests_three_faults_commit_store() -> RecordsConfig {
+    RecordsConfig {
+        faults: 3,
+        ..records_two_requests_commit_store()
     }
 }
 

@@ -18,7 +18,9 @@
 //!   exclusion, limit and FIFO properties.
 //! * [`redlock`]: three masters, majority two, fencing by the quorum's highest
 //!   counter.
-//! * [`records`]: the idempotency record's claim / renew / complete / release.
+//! * [`records`]: the idempotency record's claim / renew / complete / release,
+//!   and with a commit store the look before a handler runs and the work
+//!   committed with its record in one step (exactly once across crashes).
 //! * [`scripts`]: the scripts mirrored, with the hash each model was written
 //!   against (a test fails when a script changes without the model).
 //! * [`check`]: running a check and printing counterexamples as traces.

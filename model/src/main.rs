@@ -88,6 +88,22 @@ fn main() {
         "redlock: 3 nodes, 2 clients, <= 2 lost messages, 1 pause" =>
             configs::redlock_two_clients(),
         "records: 2 requests, <= 2 faults" => configs::records_two_requests(),
+        "records with a commit store: 2 requests, <= 2 faults" =>
+            configs::records_two_requests_commit_store(),
+        "records with a commit store that nobody looks in before running (counterexample expected)" => {
+            let mut cfg = configs::records_two_requests_commit_store();
+            if let Some(store) = &mut cfg.store {
+                store.look = false;
+            }
+            cfg
+        },
+        "records with a commit that does not check for a committed copy (counterexample expected)" => {
+            let mut cfg = configs::records_two_requests_commit_store();
+            if let Some(store) = &mut cfg.store {
+                store.commit_checks = false;
+            }
+            cfg
+        },
     ];
     if exhaustive {
         reports.extend(checks![run, only;
@@ -121,6 +137,8 @@ fn main() {
             "redlock: 3 nodes, 3 clients, <= 2 lost messages, 1 pause" =>
                 configs::redlock_three_clients(),
             "records: 3 requests, <= 3 faults" => configs::records_three_requests(),
+            "records with a commit store: 2 requests, <= 3 faults" =>
+                configs::records_two_requests_three_faults_commit_store(),
             "rw: reader, writer, reader, no faults, longer holds" =>
                 configs::rw_reader_writer_reader_longer(),
             "rw: reader, writer, reader, every fault kind, <= 1 fault" =>

@@ -95,13 +95,12 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
     (
         "idempotency_commit.lua",
         "da66b59ada13117c4f3d3344bda2e859c1050059",
-        "not modelled: the work's commands (a handler's, a record guard's) and the \
-         completed record written in one script, only when no completed record is \
-         there yet (else nothing is written and the record found is answered). Its \
-         one-step effect is the property itself (both or neither); \
-         tests/tests/http_idempotency_commit.rs, tests/tests/records_commit.rs and \
-         fault scenario 13 (`fault run exactly-once-redis,exactly-once-postgres`: \
-         processes SIGKILLed) cover it",
+        "records/commit.rs `State::exec_store` (`Req::Commit`: the work and its committed \
+         copy in one step, nothing written when a copy is there), with the look before a \
+         handler runs (`Req::Look`); the commands themselves are `fence.lua`'s encoding, \
+         tests/tests/http_idempotency_commit.rs, tests/tests/records_commit.rs and fault \
+         scenario 13 (`fault run exactly-once-redis,exactly-once-postgres`: processes \
+         SIGKILLed) cover them",
     ),
     (
         "idempotency_renew_many.lua",

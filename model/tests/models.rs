@@ -260,10 +260,15 @@ fn swapping_clients_swaps_every_mention_and_nothing_else() {
 
 /// Like [`finds`], but explores until `property` itself breaks (another
 /// property the mistake breaks first does not stop the check).
-fn finds_broken(title: &str, cfg: model::lock::LockConfig, property: &'static str, steps: &[&str]) {
+fn finds_broken<M>(title: &str, model: M, property: &'static str, steps: &[&str])
+where
+    M: model::check::Narrate + Send + Sync + 'static,
+    M::State: std::fmt::Debug + std::hash::Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: std::fmt::Debug + Clone + PartialEq,
+{
     let report = check(
         title,
-        cfg.into_model(),
+        model,
         Run {
             stop_at: Some(property),
             ..Run::default()
@@ -315,7 +320,7 @@ fn lock_a_mint_without_the_ownership_check_is_found() {
     cfg.mint_checks_owner = false;
     finds_broken(
         "lock: 2 clients, 1 pause, mint.lua without the ownership check (counterexample expected)",
-        cfg,
+        cfg.into_model(),
         "fencing tokens rise in the order holders held the key",
         &["FAULT A", "A's lease expires", "A's Mint: mint.lua: minted"],
     );
@@ -348,7 +353,7 @@ fn rw_lock_a_mint_without_the_ownership_check_is_found() {
     cfg.mint_checks_owner = false;
     finds_broken(
         "rw: two writers, 1 pause, mint without the ownership check (counterexample expected)",
-        cfg,
+        cfg.into_model(),
         "fencing tokens rise in the order holders held the lock",
         &[
             "FAULT A",
@@ -383,7 +388,7 @@ fn lock_a_line_that_lets_the_key_expire_bare_is_overtaken() {
     cfg.line_pins_key = false;
     finds_broken(
         "lock: 2 waiters and a try-once newcomer, 1 crash, no pin (counterexample expected)",
-        cfg,
+        cfg.into_model(),
         "no waiter is overtaken by a later arrival",
         // Whoever held first (and died: a lease ends unrenewed only so), and
         // whoever comes last: a plain `SET NX` takes the key after a waiter
@@ -468,6 +473,94 @@ fn idempotency_records_never_run_a_completed_request_again() {
         ),
     )
     .assert_clean();
+}
+
+/// Records committed with their work in a commit store
+/// (`commit_with_redis`, `commit_with_postgres`, the layer's `Commit`), two
+/// requests each retried once by its client after a 409 or a failure, with
+/// crashes, a pause and lost replies: the work commits once, a request
+/// claimed after its key's work committed never runs its handler (its
+/// claim's look finds the work, and completes the record with that result),
+/// and every answer with a result is the committed one. Both ways a second
+/// claimer meets committed work are reached: its look finds the work of a
+/// claimer that did not complete the record, and its commit finds the work
+/// of a claimer paused past its lease that committed first.
+#[test]
+fn idempotency_records_with_a_commit_store_commit_once_and_answer_what_committed() {
+    checked(
+        "records commit store",
+        check(
+            "records with a commit store: 2 requests, <= 2 faults",
+            configs::records_two_requests_commit_store().into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+/// The look is not vacuous: without it, the retry of a request whose
+/// commit's reply was lost (the work committed; the claim released, a 5xx)
+/// runs the handler again:
+///
+/// ```text
+///  5. t=0 the commit store runs B's Commit -> 0
+///  6. t=0 FAULT B: Commit or its answer lost
+///  7. t=0 B: Commit failed, releases the record
+/// 10. t=0 server runs A's SetNx -> 0
+/// 11. t=0 A: claimed, runs the handler
+/// ```
+///
+/// With the look, A finds B's work and answers its result.
+#[test]
+fn idempotency_records_without_the_look_run_a_committed_request_again() {
+    let mut cfg = configs::records_two_requests_commit_store();
+    if let Some(store) = &mut cfg.store {
+        store.look = false;
+    }
+    finds_broken(
+        "records with a commit store that nobody looks in before running (counterexample expected)",
+        cfg.into_model(),
+        "a handler never runs once its key's work committed before its claim",
+        &[
+            "Commit -> 0",
+            "FAULT",
+            "releases the record",
+            "claimed, runs the handler",
+        ],
+    );
+}
+
+/// The commit's check for a committed copy is not vacuous: without it, a
+/// claimer paused past its lease commits its work after the next claimer
+/// committed its own:
+///
+/// ```text
+/// 11. t=0 FAULT A: process stops
+/// 13. t=1 time passes; A's record expires
+/// 17. t=3 server runs B's SetNx -> 0
+/// 22. t=3 the commit store runs B's Commit -> 0
+/// 23. t=3 the commit store runs A's Commit -> 0
+/// ```
+///
+/// With the check (idempotency_commit.lua's `EXISTS`, PostgreSQL's
+/// primary key), A's commit writes nothing and A answers B's result.
+#[test]
+fn idempotency_records_with_a_commit_that_does_not_check_commit_twice() {
+    let mut cfg = configs::records_two_requests_commit_store();
+    if let Some(store) = &mut cfg.store {
+        store.commit_checks = false;
+    }
+    finds_broken(
+        "records with a commit that does not check for a committed copy (counterexample expected)",
+        cfg.into_model(),
+        "the work commits once per key",
+        &[
+            "FAULT A: process stops",
+            "A's record expires",
+            "Commit -> 0",
+            "A's Commit -> 0",
+        ],
+    );
 }
 
 /// A read-write lock (shared.lua): two readers and a writer starting

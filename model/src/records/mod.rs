@@ -6,19 +6,32 @@
 //! and, when it finds the key taken, idempotency_claim.lua
 //! (backend/records/redis.rs `claim_on`), idempotency_renew_many.lua (one
 //! record's part of the batch), idempotency_settle.lua (a completion, or a
-//! release) and `records/{claim,guard}.rs` (and the layer's
-//! `running.rs`). A duplicate's `waited` mark and the notices it asks for
-//! are not modelled: they only decide whether a `PUBLISH` is sent, and
-//! change nothing else. Every request
-//! carries the same key and payload (fingerprint); a completed record is kept
-//! for longer than the model runs (retention).
+//! release), `records/mod.rs` (`Claiming`, the claim under `Turns::run`)
+//! and `records/guard.rs` (and the layer's `running.rs`). A duplicate's
+//! `waited` mark and the notices it asks for are not modelled: they only
+//! decide whether a `PUBLISH` is sent, and change nothing else. Every
+//! request carries the same key and payload (fingerprint); a completed
+//! record is kept for longer than the model runs (retention). A request
+//! answered without a result (409 in flight, or a failure) may be sent
+//! again by its client ([`RecordsConfig::retries`]).
+//!
+//! With a commit store ([`RecordsConfig::store`]: `commit_with_redis`,
+//! `commit_with_postgres`, the layer's `Commit`), a claimed request first
+//! looks for the record's committed copy there (`records/commit.rs`
+//! `look`), and a handler that succeeds commits its work with the record in
+//! one step (idempotency_commit.lua, or one PostgreSQL transaction) before
+//! the record is completed on the server with what committed
+//! (`settle_commit`, the layer's `Commit::settle`); see [`commit`].
 
 use stateright::{Model, Property};
 
 use crate::check::{self, Log, Narrate};
 use crate::reply::name;
 
+mod commit;
 mod server;
+
+pub use commit::StoreConfig;
 
 /// A configuration of the records model.
 #[derive(Clone, Debug)]
@@ -33,6 +46,12 @@ pub struct RecordsConfig {
     pub faults: u8,
     /// How long a pause lasts.
     pub pause_len: u8,
+    /// How many times a request answered without a result (409 in flight,
+    /// or a failure) is sent again by its client, a lease and a tick later
+    /// (after the lease of a claimer that crashed or stopped).
+    pub retries: u8,
+    /// The commit store the work commits to, if any.
+    pub store: Option<StoreConfig>,
 }
 
 impl RecordsConfig {
@@ -56,6 +75,9 @@ pub struct Record {
     pub done: bool,
     /// `owner`.
     pub owner: u8,
+    /// Whose work's result a completed record holds (its owner's, or with
+    /// a commit store the one that committed).
+    pub result: u8,
     /// Expiry (a completed record outlives the model).
     pub expires: u8,
 }
@@ -67,10 +89,14 @@ pub enum Req {
     SetNx,
     /// idempotency_claim.lua, sent when the `SET NX` found the key taken.
     Claim,
-    /// idempotency_settle.lua with a response
-    Complete,
+    /// idempotency_settle.lua with a response: request `.0`'s result.
+    Complete(u8),
     /// idempotency_settle.lua without one
     Release,
+    /// The look for the record's committed copy in the commit store.
+    Look,
+    /// The work's writes and the committed record, in the commit store.
+    Commit,
 }
 
 /// Where a request is: sent, answered (with the script's code), or lost.
@@ -89,16 +115,24 @@ pub enum Stage {
 pub enum Phase {
     /// Not arrived.
     Idle,
-    /// Claiming (`Ask::claim` and `Ask::send`, records/claim.rs).
+    /// Claiming (`RecordRequest::answer`, records/mod.rs: `Claiming`
+    /// under `Turns::run`).
     Claiming,
-    /// The handler runs (renewed in the background, `RecordGuard::start`, records/guard.rs).
+    /// Claimed, looking in the commit store before it runs (renewed).
+    Looking,
+    /// The handler runs (renewed in the background, `RecordGuard::claimed`, records/guard.rs).
     Running,
+    /// Committing its work in the commit store (renewed).
+    Committing,
     /// Completing (`RecordGuard::completing`, and the layer's `complete`).
     Completing,
     /// Releasing after the handler failed (`RecordGuard::release`).
     Releasing,
     /// Answered (replayed, 409, or the handler's response).
     Done,
+    /// Answered without a result (409, or a failure), to be sent again by
+    /// its client.
+    Retrying,
     /// The process died.
     Crashed,
 }
@@ -116,8 +150,26 @@ pub struct Request {
     pub renew_due: u8,
     /// Paused until.
     pub paused_until: Option<u8>,
-    /// Ghost: its record expired while its handler ran.
+    /// Ghost: its record expired while it held it (looking, or its handler ran).
     pub expired: bool,
+    /// Ghost: its claim took the record after the key's work had committed.
+    pub claimed_after_commit: bool,
+    /// Retries its client has left.
+    pub retries: u8,
+    /// When its client sends it again (in [`Phase::Retrying`]).
+    pub retry_at: u8,
+}
+
+impl Request {
+    /// Answered without a result at `now`: its client sends it again, if
+    /// it has retries left, once `back_off` ticks passed.
+    fn may_retry(&mut self, now: u8, back_off: u8) {
+        if self.retries > 0 {
+            self.retries -= 1;
+            self.phase = Phase::Retrying;
+            self.retry_at = now + back_off;
+        }
+    }
 }
 
 /// The system.
@@ -141,6 +193,18 @@ pub struct State {
     pub done_overwritten: bool,
     /// Ghost: a response was stored.
     pub done_ever: bool,
+    /// The commit store's committed copy: whose work committed.
+    pub committed: Option<u8>,
+    /// Ghost: a second piece of work committed.
+    pub committed_twice: bool,
+    /// Ghost: a handler started though its claim came after the key's work committed.
+    pub ran_after_commit: bool,
+    /// Ghost: a request answered with a result that is not the committed one.
+    pub answered_uncommitted: bool,
+    /// Ghost: a claim's look found the work committed.
+    pub look_found: bool,
+    /// Ghost: a commit found another's work committed first.
+    pub commit_found: bool,
 }
 
 /// A step.
@@ -184,6 +248,9 @@ impl Model for RecordsModel {
                     renew_due: 0,
                     paused_until: None,
                     expired: false,
+                    claimed_after_commit: false,
+                    retries: self.cfg.retries,
+                    retry_at: 0,
                 };
                 self.cfg.requests as usize
             ],
@@ -193,6 +260,12 @@ impl Model for RecordsModel {
             ran_after_done: false,
             done_overwritten: false,
             done_ever: false,
+            committed: None,
+            committed_twice: false,
+            ran_after_commit: false,
+            answered_uncommitted: false,
+            look_found: false,
+            commit_found: false,
         }]
     }
 
@@ -234,6 +307,12 @@ impl Model for RecordsModel {
                         lazy.push(Action::Arrive(i));
                     }
                 }
+                // A client's retry, once its back-off is over.
+                Phase::Retrying if s.now >= r.retry_at => urgent.push(Action::Arrive(i)),
+                // Renewed from the claim until the work is settled.
+                Phase::Looking | Phase::Committing if r.renew_due <= s.now => {
+                    urgent.push(Action::Renew(i));
+                }
                 Phase::Running => {
                     if r.renew_due <= s.now {
                         urgent.push(Action::Renew(i));
@@ -262,6 +341,9 @@ impl Model for RecordsModel {
             "a completed request never runs again" => ran_after_done,
             "a completed record is never overwritten by another owner" => done_overwritten,
         ]);
+        if self.cfg.store.is_some() {
+            properties.extend(commit::properties());
+        }
         properties.extend([
             Property::sometimes("a response is stored", |_: &RecordsModel, s: &State| {
                 s.done_ever
@@ -295,7 +377,12 @@ impl Narrate for RecordsModel {
                     s.record = None;
                     log.say(|| format!("{}'s record expires", name(r.owner)));
                     let o = &mut s.requests[r.owner as usize];
-                    if o.phase == Phase::Running {
+                    // Held by a claim whose reply is still on its way too: a
+                    // handler it starts runs on an expired record.
+                    if matches!(
+                        o.phase,
+                        Phase::Claiming | Phase::Looking | Phase::Running | Phase::Committing
+                    ) {
                         o.expired = true;
                     }
                 }
@@ -313,9 +400,14 @@ impl Narrate for RecordsModel {
             }
             Action::Exec(i) => {
                 let (req, _) = s.requests[i as usize].net.expect("in flight");
-                let code = s.exec(i, req, now, lease);
+                let (code, server) = match (req, self.cfg.store) {
+                    (Req::Look | Req::Commit, Some(store)) => {
+                        (s.exec_store(i, req, store), "the commit store")
+                    }
+                    _ => (s.exec(i, req, now, lease), "server"),
+                };
                 s.requests[i as usize].net = Some((req, Stage::Replied(code)));
-                log.say(|| format!("server runs {}'s {req:?} -> {code}", name(i)));
+                log.say(|| format!("{server} runs {}'s {req:?} -> {code}", name(i)));
             }
             Action::Receive(i) => {
                 let r = &mut s.requests[i as usize];
@@ -328,10 +420,16 @@ impl Narrate for RecordsModel {
                         log.say(|| format!("{}: claim unanswered, sent again", name(i)));
                     }
                     (Req::SetNx | Req::Claim, Stage::Replied(0)) => {
-                        r.phase = Phase::Running;
                         r.claimed_at = now;
                         r.renew_due = now + 1;
-                        log.say(|| format!("{}: claimed, runs the handler", name(i)));
+                        if self.cfg.store.is_some_and(|store| store.look) {
+                            r.phase = Phase::Looking;
+                            r.net = Some((Req::Look, Stage::Sent));
+                            log.say(|| format!("{}: claimed, looks in the commit store", name(i)));
+                        } else {
+                            s.start_handler(i);
+                            log.say(|| format!("{}: claimed, runs the handler", name(i)));
+                        }
                     }
                     // The key is taken: the claim script reads it.
                     (Req::SetNx, Stage::Replied(_)) => {
@@ -341,6 +439,12 @@ impl Narrate for RecordsModel {
                     (Req::Claim, Stage::Replied(code)) => {
                         // 1: in flight elsewhere (409); 2: replayed.
                         r.phase = Phase::Done;
+                        if code == 1 {
+                            r.may_retry(now, lease + 1);
+                        } else {
+                            let result = s.record.expect("a completed record stays").result;
+                            s.answer(result);
+                        }
                         log.say(|| {
                             format!(
                                 "{}: {}",
@@ -354,18 +458,22 @@ impl Narrate for RecordsModel {
                         });
                     }
                     // `finish`: sent again while unanswered.
-                    (Req::Complete, Stage::Failed) => {
-                        r.net = Some((Req::Complete, Stage::Sent));
+                    (Req::Complete(result), Stage::Failed) => {
+                        r.net = Some((Req::Complete(result), Stage::Sent));
                         log.say(|| format!("{}: completion unanswered, sent again", name(i)));
                     }
-                    (Req::Complete, _) => {
+                    (Req::Complete(_), _) => {
                         r.phase = Phase::Done;
                         log.say(|| format!("{}: completion answered", name(i)));
                     }
+                    // The request failed (its handler, or the commit store):
+                    // a 5xx, which its client may retry.
                     (Req::Release, _) => {
                         r.phase = Phase::Done;
+                        r.may_retry(now, lease + 1);
                         log.say(|| format!("{}: release answered", name(i)));
                     }
+                    (Req::Look | Req::Commit, stage) => s.receive_from_store(i, req, stage, log),
                     (_, Stage::Sent) => unreachable!(),
                 }
             }
@@ -376,9 +484,13 @@ impl Narrate for RecordsModel {
             }
             Action::Finish(i, ok) => {
                 let r = &mut s.requests[i as usize];
-                if ok {
+                if ok && self.cfg.store.is_some() {
+                    r.phase = Phase::Committing;
+                    r.net = Some((Req::Commit, Stage::Sent));
+                    log.say(|| format!("{}: handler done, commits its work", name(i)));
+                } else if ok {
                     r.phase = Phase::Completing;
-                    r.net = Some((Req::Complete, Stage::Sent));
+                    r.net = Some((Req::Complete(i), Stage::Sent));
                     log.say(|| {
                         format!(
                             "{}: handler done, sends idempotency_settle.lua to complete",

@@ -39,7 +39,7 @@ impl State {
                 // idempotency_claim.lua, "return {2, 0, v}"
                 Some(_) => 2,
             },
-            Req::Complete => match self.record {
+            Req::Complete(result) => match self.record {
                 // Our response already stored by an earlier try:
                 // idempotency_settle.lua, "== 'done' .. tail .. ':'"
                 Some(r) if r.done && r.owner == i => 1,
@@ -57,6 +57,7 @@ impl State {
                     self.record = Some(Record {
                         done: true,
                         owner: i,
+                        result,
                         expires: u8::MAX,
                     });
                     self.done_ever = true;
@@ -71,6 +72,7 @@ impl State {
                     self.record = Some(Record {
                         done: true,
                         owner: i,
+                        result,
                         expires: u8::MAX,
                     });
                     self.done_ever = true;
@@ -89,6 +91,7 @@ impl State {
                 }
                 _ => 0,
             },
+            Req::Look | Req::Commit => unreachable!("a call to the commit store: {req:?}"),
         }
     }
 
@@ -111,13 +114,19 @@ impl State {
         self.record = Some(Record {
             done: false,
             owner: i,
+            result: i,
             expires,
         });
+        let r = &mut self.requests[i as usize];
+        r.claimed_after_commit = self.committed.is_some();
+        r.expired = false; // a live record again
         let others_live = self
             .requests
             .iter()
             .enumerate()
             .any(|(j, o)| j != i as usize && o.phase == Phase::Running && !o.expired);
+        // (`claimed_after_commit` is read when the handler starts: a claim
+        // whose look finds the work never starts it.)
         self.ran_twice |= others_live;
         self.ran_after_done |= self.done_ever;
     }
