@@ -36,6 +36,7 @@ pub(crate) const M11_LIBRARY: usize = 28;
 pub(crate) const M12: usize = 29;
 pub(crate) const M12_CHECKED: usize = 30;
 pub(crate) const M12_LIBRARY: usize = 31;
+pub(crate) const M12_COMMIT: usize = 32;
 
 /// The label of rslock's hot-key side, as the table and the chart show it.
 pub(crate) const PEER_HOT: &str = "rslock acquire (retry loop)";
@@ -268,6 +269,13 @@ pub(crate) fn definitions() -> Vec<Metric> {
             "the library's record commands (its SET NX claim, its settle: SET IFEQ where the server has it, else idempotency_settle.lua) in a hand-rolled middleware (no client code): req/s",
             Unit::PerSec,
             "hand-rolled SET NX claim + SET store middleware",
+            Info,
+        ),
+        m(
+            "12",
+            "the handler's write (HSET) committed with its record through a Redis commit store (commit_with_redis, Commit::redis): exactly once across crashes: req/s",
+            Unit::PerSec,
+            "IdempotencyLayer, the handler sending the same HSET itself",
             Info,
         ),
     ]

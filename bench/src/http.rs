@@ -29,12 +29,13 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use lock_runtime::LockClient;
+use lock_runtime::layer::idempotency::Commit;
 use lock_runtime::layer::{IdempotencyLayer, LockLayer};
 use redis::aio::MultiplexedConnection;
 
@@ -51,6 +52,47 @@ async fn handler() -> Response {
         r#"{"ok":true}"#,
     )
         .into_response()
+}
+
+/// The order a handler writes behind `IdempotencyLayer` (row 12's sides
+/// with a write): `HSET <prefix>order:<id> paid 1`.
+fn order_write(prefix: &str, id: &str) -> redis::Cmd {
+    redis::cmd("HSET")
+        .arg(format!("{prefix}order:{id}"))
+        .arg("paid")
+        .arg(1)
+        .clone()
+}
+
+/// [`handler`] after writing the order itself, on its own connection
+/// (behind the layer with no commit store).
+async fn writing_handler(
+    State((conn, prefix)): State<(redis::aio::ConnectionManager, String)>,
+    Path(id): Path<String>,
+) -> Response {
+    let written: redis::RedisResult<i64> = order_write(&prefix, &id)
+        .query_async(&mut conn.clone())
+        .await;
+    match written {
+        Ok(_) => handler().await,
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+/// [`handler`]'s response, committed with the order's write through the
+/// layer's Redis commit store (`Commit::redis`): one script call.
+async fn committing_handler(
+    State(prefix): State<String>,
+    Path(id): Path<String>,
+    commit: Commit,
+) -> Response {
+    let committed = commit
+        .redis()
+        .cmd(order_write(&prefix, &id))
+        .respond(handler().await);
+    committed
+        .await
+        .unwrap_or_else(|_| StatusCode::SERVICE_UNAVAILABLE.into_response())
 }
 
 /// What the hand-rolled middlewares share: a connection and their key prefix.
@@ -312,6 +354,12 @@ pub(crate) enum Side {
     RawLibraryLock,
     /// `IdempotencyLayer::new(client)`: its defaults.
     Idempotency,
+    /// The same, its handler writing an order (`HSET`) on a connection of
+    /// its own.
+    IdempotencyWrite,
+    /// The same with `commit_with_redis`, the handler's write committed
+    /// with its record (`Commit::redis`).
+    IdempotencyCommit,
     /// The hand-rolled claim + store middleware.
     RawIdempotency,
     /// The same with an owner-checked store.
@@ -328,9 +376,20 @@ pub(crate) async fn app(
     raw_prefix: &str,
 ) -> Result<Router, String> {
     let route = post(handler);
+    let orders = || async {
+        redis::aio::ConnectionManager::new(redis.clone())
+            .await
+            .map_err(|e| format!("the orders' connection: {e}"))
+    };
     let route = match side {
         Side::LockLayer => route.route_layer(LockLayer::new(lib.clone())),
         Side::Idempotency => route.route_layer(IdempotencyLayer::new(lib.clone())),
+        Side::IdempotencyWrite => post(writing_handler)
+            .with_state((orders().await?, raw_prefix.to_string()))
+            .route_layer(IdempotencyLayer::new(lib.clone())),
+        Side::IdempotencyCommit => post(committing_handler)
+            .with_state(raw_prefix.to_string())
+            .route_layer(IdempotencyLayer::new(lib.clone()).commit_with_redis(orders().await?)),
         Side::RawLock
         | Side::RawFencedLock
         | Side::RawLibraryLock
@@ -480,7 +539,7 @@ pub(crate) fn record(
 /// Whether rows 11 and 12 can run (always, when not `wanted`): if `wrk`
 /// cannot be run, both rows are marked not measured, saying why.
 pub(crate) fn check_wrk(wanted: bool, metrics: &mut [crate::report::Metric]) -> bool {
-    use crate::defs::{M11, M11_FENCED, M11_LIBRARY, M12, M12_CHECKED, M12_LIBRARY};
+    use crate::defs::{M11, M11_FENCED, M11_LIBRARY, M12, M12_CHECKED, M12_COMMIT, M12_LIBRARY};
     let Err(why) = wanted.then(wrk_available).unwrap_or(Ok(())) else {
         return true;
     };
@@ -490,7 +549,8 @@ pub(crate) fn check_wrk(wanted: bool, metrics: &mut [crate::report::Metric]) -> 
     metrics[M11_LIBRARY].not_measured = Some(why.clone());
     metrics[M12].not_measured = Some(why.clone());
     metrics[M12_CHECKED].not_measured = Some(why.clone());
-    metrics[M12_LIBRARY].not_measured = Some(why);
+    metrics[M12_LIBRARY].not_measured = Some(why.clone());
+    metrics[M12_COMMIT].not_measured = Some(why);
     false
 }
 

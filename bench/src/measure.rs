@@ -396,6 +396,7 @@ impl Bench<'_> {
                 format!("{}I*", self.prefixes.lib),
                 format!("{raw_prefix}idem:*"),
                 format!("{raw_prefix}I*"),
+                format!("{raw_prefix}order:*"),
             ]
         };
         let prefix = (raw_prefix, records.as_slice());
@@ -429,6 +430,12 @@ impl Bench<'_> {
             let [s, r] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
             let names = ["library's record commands by hand", "unchecked"];
             http::record(&mut metrics[M12_LIBRARY], rep, (&s, &r), names);
+            // What exactly once across crashes costs: the handler's write
+            // committed with its record, against the same write sent alone.
+            let sides = [Side::IdempotencyCommit, Side::IdempotencyWrite];
+            let [c, w] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
+            let names = ["committed with its record", "written alone"];
+            http::record(&mut metrics[M12_COMMIT], rep, (&c, &w), names);
         }
         let now = lock_runtime::__private::testing::batched_calls(&self.lib);
         let (calls, ops) = (now.0 - batches.0, now.1 - batches.1);

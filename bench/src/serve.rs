@@ -9,8 +9,7 @@ use lock_runtime::LockClient;
 
 use crate::http::{Side, app, serve};
 
-pub(crate) const USAGE: &str =
-    "bench --serve lock|idem lib|raw|by-hand [--server redis|valkey|redis8]";
+pub(crate) const USAGE: &str = "bench --serve lock|idem lib|raw|by-hand [--server redis|valkey|redis8] (idem also: write|commit)";
 
 pub(crate) fn main(args: &[String]) -> ExitCode {
     let side = match args {
@@ -20,6 +19,8 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             ("idem", "lib") => Side::Idempotency,
             ("idem", "raw") => Side::RawIdempotency,
             ("idem", "by-hand") => Side::RawLibraryIdempotency,
+            ("idem", "write") => Side::IdempotencyWrite,
+            ("idem", "commit") => Side::IdempotencyCommit,
             ("lock", "by-hand") => Side::RawLibraryLock,
             _ => return usage(),
         },
