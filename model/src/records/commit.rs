@@ -31,9 +31,9 @@ pub struct StoreConfig {
     /// A claimed request looks for the committed copy before its handler
     /// runs (`false`: a mistake, for the check that shows the look matters).
     pub look: bool,
-    /// A commit writes nothing when a copy is there
-    /// (idempotency_commit.lua, "if redis.call('EXISTS', KEYS[1]) == 1 then";
-    /// `false`: a mistake, for the check that shows it matters).
+    /// A commit writes nothing when a copy is there (the script's first
+    /// step, see `State::exec_store`; `false`: a mistake, for the check
+    /// that shows it matters).
     pub commit_checks: bool,
 }
 

@@ -21,7 +21,7 @@
 //! `look`), and a handler that succeeds commits its work with the record in
 //! one step (idempotency_commit.lua, or one PostgreSQL transaction) before
 //! the record is completed on the server with what committed
-//! (`settle_commit`, the layer's `Commit::settle`); see [`commit`].
+//! (`settle_commit`, the layer's `Commit::settle`): `records/commit.rs`.
 
 use stateright::{Model, Property};
 
