@@ -521,12 +521,9 @@ fn idempotency_records_without_the_look_run_a_committed_request_again() {
         "records with a commit store that nobody looks in before running (counterexample expected)",
         cfg.into_model(),
         "a handler never runs once its key's work committed before its claim",
-        &[
-            "Commit -> 0",
-            "FAULT",
-            "releases the record",
-            "claimed, runs the handler",
-        ],
+        // (a lost reply here; a crash after the commit, then the lease's
+        // end, is the same counterexample a few ticks later)
+        &["Commit -> 0", "FAULT", "claimed, runs the handler"],
     );
 }
 
@@ -554,11 +551,13 @@ fn idempotency_records_with_a_commit_that_does_not_check_commit_twice() {
         "records with a commit that does not check for a committed copy (counterexample expected)",
         cfg.into_model(),
         "the work commits once per key",
+        // (either claimer's commit may run first)
         &[
             "FAULT A: process stops",
             "A's record expires",
+            "B: claimed",
             "Commit -> 0",
-            "A's Commit -> 0",
+            "Commit -> 0",
         ],
     );
 }
