@@ -131,7 +131,8 @@ pub fn redlock_three_clients() -> RedlockConfig {
     }
 }
 
-/// Idempotency records: two requests, two faults.
+/// Idempotency records: two requests, two faults, each request sent again
+/// once by its client after a 409 or a failure.
 pub fn records_two_requests() -> RecordsConfig {
     RecordsConfig {
         requests: 2,
@@ -139,7 +140,7 @@ pub fn records_two_requests() -> RecordsConfig {
         run_max: 3,
         faults: 2,
         pause_len: 3,
-        retries: 0,
+        retries: 1,
         store: None,
     }
 }
@@ -152,17 +153,18 @@ pub fn records_two_requests() -> RecordsConfig {
 /// its client after a 409 or a failure.
 pub fn records_two_requests_commit_store() -> RecordsConfig {
     RecordsConfig {
-        retries: 1,
         store: Some(StoreConfig::TODAY),
         ..records_two_requests()
     }
 }
 
-/// Idempotency records exhaustive: three requests, three faults.
+/// Idempotency records exhaustive: three requests, three faults, no
+/// retries (with a retry each, the check had not ended after 2 minutes).
 pub fn records_three_requests() -> RecordsConfig {
     RecordsConfig {
         requests: 3,
         faults: 3,
+        retries: 0,
         ..records_two_requests()
     }
 }
