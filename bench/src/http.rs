@@ -57,11 +57,9 @@ async fn handler() -> Response {
 /// The order a handler writes behind `IdempotencyLayer` (row 12's sides
 /// with a write): `HSET <prefix>order:<id> paid 1`.
 fn order_write(prefix: &str, id: &str) -> redis::Cmd {
-    redis::cmd("HSET")
-        .arg(format!("{prefix}order:{id}"))
-        .arg("paid")
-        .arg(1)
-        .clone()
+    let mut cmd = redis::cmd("HSET");
+    cmd.arg(format!("{prefix}order:{id}")).arg("paid").arg(1);
+    cmd
 }
 
 /// [`handler`] after writing the order itself, on its own connection
@@ -544,13 +542,17 @@ pub(crate) fn check_wrk(wanted: bool, metrics: &mut [crate::report::Metric]) -> 
         return true;
     };
     eprintln!("rows 11 and 12 NOT YET: {why}");
-    metrics[M11].not_measured = Some(why.clone());
-    metrics[M11_FENCED].not_measured = Some(why.clone());
-    metrics[M11_LIBRARY].not_measured = Some(why.clone());
-    metrics[M12].not_measured = Some(why.clone());
-    metrics[M12_CHECKED].not_measured = Some(why.clone());
-    metrics[M12_LIBRARY].not_measured = Some(why.clone());
-    metrics[M12_COMMIT].not_measured = Some(why);
+    for metric in [
+        M11,
+        M11_FENCED,
+        M11_LIBRARY,
+        M12,
+        M12_CHECKED,
+        M12_LIBRARY,
+        M12_COMMIT,
+    ] {
+        metrics[metric].not_measured = Some(why.clone());
+    }
     false
 }
 
