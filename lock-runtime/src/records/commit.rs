@@ -62,6 +62,26 @@ impl RecordRequest {
         self.commit_store = Some(CommitStore::Redis(conn));
         self
     }
+
+    /// Commits the work's Redis writes in the record itself, on the lock
+    /// backend's server, where the work's data lives too: one script call
+    /// ([`RecordGuard::commit_redis`]) runs the writes and completes the
+    /// record. No copy is written, none is looked for before the work runs,
+    /// and no completion follows, so exactly once across crashes costs no
+    /// more round trips than a record completed without a store. A process
+    /// killed after that call leaves the record completed; killed before
+    /// it, nothing of the work is written, and the record expires with its
+    /// lease.
+    ///
+    /// The lock backend must be one Redis server (or a Sentinel's master,
+    /// whose replica acks cover the writes as they cover the record):
+    /// [`claim`](Self::claim) answers [`LockError::Config`] on the embedded
+    /// backend, on Redlock and on a Cluster (use
+    /// [`commit_with_redis`](Self::commit_with_redis) there).
+    pub fn commit_on_lock_server(mut self) -> Self {
+        self.commit_store = Some(CommitStore::LockServer);
+        self
+    }
 }
 
 /// Where the claim of a request with a commit store ends (a record's, a
@@ -221,9 +241,6 @@ impl RecordGuard {
         writes: impl IntoIterator<Item = C>,
         result: impl AsRef<[u8]>,
     ) -> Result<Committed, LockError> {
-        let Some(conn) = self.commit_store.as_ref().and_then(CommitStore::redis) else {
-            return Err(self.without_store("redis"));
-        };
         let mut commands = Writes::default();
         for cmd in writes {
             commands.push(cmd.borrow());
@@ -232,11 +249,19 @@ impl RecordGuard {
             return Err(e); // the guard, dropped, releases the record
         }
         let ours = self.ours();
-        let (record, fingerprint) = (ours.names.record.as_str(), ours.fingerprint.as_str());
         let stored = StoredResponse::result(result.as_ref());
-        let commit =
-            committed::commit(conn, record, fingerprint, stored, ours.retention, &commands);
-        let outcome = commit.await;
+        let outcome = match &self.commit_store {
+            Some(CommitStore::Redis(conn)) => {
+                let (record, fingerprint) = (&ours.names.record, &ours.fingerprint);
+                let retention = ours.retention;
+                committed::commit(conn, record, fingerprint, stored, retention, &commands).await
+            }
+            Some(CommitStore::LockServer) => {
+                let backend = self.client().backend();
+                backend.commit_record(ours, stored, &commands).await
+            }
+            _ => return Err(self.without_store("redis")),
+        };
         self.settle_commit(outcome).await
     }
 
@@ -262,6 +287,10 @@ impl RecordGuard {
                 self.complete_quietly(stored).await;
                 Ok(Committed::Ours)
             }
+            Ok(CommitOutcome::Completed) => {
+                self.settled();
+                Ok(Committed::Ours)
+            }
             Ok(CommitOutcome::Found(found)) if found.fingerprint == self.ours().fingerprint => {
                 tracing::warn!(
                     key = self.key(),
@@ -270,7 +299,11 @@ impl RecordGuard {
                      was committed"
                 );
                 let earlier = found.stored.body.to_vec();
-                self.complete_quietly(found.stored).await;
+                match self.commit_store {
+                    // The record holds it: nothing to complete.
+                    Some(CommitStore::LockServer) => self.settled(),
+                    _ => self.complete_quietly(found.stored).await,
+                }
                 Ok(Committed::Earlier(earlier))
             }
             Ok(CommitOutcome::Found(_)) => {

@@ -98,6 +98,19 @@ impl RecordGuard {
         &self.record.get().ours.names.record
     }
 
+    /// The client that claimed the record.
+    pub(super) fn client(&self) -> &LockClient {
+        &self.record.get().client
+    }
+
+    /// The client and what the claim sent, for a commit of the record on
+    /// the lock server made away from the guard (a layer's handler's).
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn claim(&self) -> (LockClient, Ours) {
+        let Record { client, ours } = self.record.get();
+        (client.clone(), ours.clone())
+    }
+
     /// What the claim sent: the names, the token, the fingerprint's digest.
     pub(super) fn ours(&self) -> &Ours {
         &self.record.get().ours
@@ -152,6 +165,16 @@ impl RecordGuard {
             record.arm(false);
             completed
         }
+    }
+
+    /// Ends the guard over a record that holds its result already (its
+    /// work committed in it on the lock server): the renewal stops, and
+    /// nothing is sent.
+    pub(crate) fn settled(mut self) {
+        if let Some(renewal) = &mut self.renewal {
+            renewal.settled(); // its hold time ends here, as at a completion
+        }
+        self.record.arm(false);
     }
 
     /// Gives the key back without storing anything, so the next claim runs

@@ -246,6 +246,9 @@ impl RecordRequest {
         async move {
             validate_key(&this.key)?;
             check_retention("a record", this.retention)?;
+            if let Some(store) = &this.commit_store {
+                store.usable_with(this.client.backend())?;
+            }
             let asked = this.options.resolve(&this.client.0)?;
             let names = this.names.unwrap_or_else(|| {
                 RecordNames::hashed(this.client.key_prefix(), &[this.key.as_bytes()], b"record")

@@ -9,12 +9,20 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::ConnectionManager;
 
-use super::{CommitOutcome, CommittedRecord, StoredResponse};
+use super::value::{Value as RecordValue, completed as completed_response, owner_and_fingerprint};
+use super::{CommitOutcome, CommittedRecord, Ours, StoredResponse};
+use crate::backend::redis::RedisBackend;
+use crate::backend::scripts::millis;
 use crate::error::{BackendError, ConnectionFailure, LockError, connection_failure};
 use crate::fence::commands::Writes;
 
 static COMMIT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../../scripts/idempotency_commit.lua")));
+static COMMIT_RECORD: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(include_str!(
+        "../../../scripts/idempotency_commit_record.lua"
+    ))
+});
 
 /// What follows a record's name in the name of its committed copy in Redis
 /// (a hash: `f` fingerprint, `s` status, `h` kept headers, `b` body, `t`
@@ -132,6 +140,63 @@ pub(crate) async fn commit(
         },
         Ok(other) => Err(unexpected(record, &other)),
         Err(e) => Err(backend(true, record, e)),
+    }
+}
+
+/// Runs `writes` and completes the record `ours` claimed with `stored`, in
+/// one script call on `node`, the lock server itself
+/// (idempotency_commit_record.lua): the record is its own committed copy.
+/// A completed record there already (another claimer's, or ours from a try
+/// whose reply was lost) is [`CommitOutcome::Found`] (`Completed` when
+/// ours) and nothing is written.
+pub(crate) async fn commit_on_server(
+    node: &RedisBackend,
+    ours: &Ours,
+    stored: StoredResponse,
+    writes: &Writes,
+) -> Result<CommitOutcome, LockError> {
+    let record = ours.names.record.as_str();
+    let completed = RecordValue {
+        response: Some(&stored),
+        ..RecordValue::claim(ours)
+    };
+    let mut invocation = COMMIT_RECORD.key(record);
+    invocation
+        .arg(node.notice_arg(&ours.names.notice))
+        .arg(millis(ours.retention))
+        .arg(completed);
+    writes.add_to(&mut invocation);
+    let answer = invocation
+        .invoke_async::<Value>(&mut node.connection())
+        .await;
+    let parts = match answer {
+        Ok(Value::Array(parts)) => parts,
+        Ok(other) => return Err(unexpected(record, &other)),
+        Err(e) => return Err(backend(true, record, e)),
+    };
+    match parts.as_slice() {
+        [Value::Int(1), ..] => Ok(CommitOutcome::Completed),
+        [Value::Int(0), Value::BulkString(found)] => {
+            let (owner, fingerprint) =
+                owner_and_fingerprint(found).ok_or_else(|| malformed(record))?;
+            if owner == ours.token.as_bytes() {
+                // Ours, from a try whose reply was lost.
+                return Ok(CommitOutcome::Completed);
+            }
+            let fingerprint =
+                String::from_utf8(fingerprint.to_vec()).map_err(|_| malformed(record))?;
+            let stored = completed_response(bytes::Bytes::copy_from_slice(found));
+            let stored = stored.ok_or_else(|| malformed(record))?;
+            Ok(CommitOutcome::Found(CommittedRecord {
+                fingerprint,
+                stored,
+            }))
+        }
+        [Value::Int(2)] => Err(LockError::Config(format!(
+            "the key of record `{record}` holds something else than a record (set by \
+             hand?): nothing was committed"
+        ))),
+        _ => Err(unexpected(record, &parts)),
     }
 }
 

@@ -110,10 +110,15 @@ pub(crate) enum CommitOutcome {
     /// A live record was there already (another claimer committed first):
     /// nothing was written.
     Found(CommittedRecord),
+    /// The writes committed in the record itself, on the lock server
+    /// (`commit_on_lock_server`), which now holds the result: nothing is
+    /// left to complete.
+    Completed,
 }
 
 /// A record as the claimer that runs it knows it: what its claim, its
 /// completion and its release send, on every backend.
+#[derive(Clone)]
 pub(crate) struct Ours {
     /// The record and its notice channel, where a completion or a release
     /// (or an undone Redlock claim) is announced.
@@ -237,6 +242,45 @@ impl Backend {
                 Ok(stored)
             }
         }
+    }
+
+    /// Runs `writes` and completes the record we run with `stored`, in one
+    /// script call on the lock server (`commit_on_lock_server`): the record
+    /// is its own committed copy. `Found`: a completed record was there
+    /// already (nothing written). A `Config` error where the records are
+    /// not on one Redis server (see [`Backend::commits_records`]).
+    pub(crate) async fn commit_record(
+        &self,
+        ours: &Ours,
+        stored: StoredResponse,
+        writes: &crate::fence::commands::Writes,
+    ) -> Result<CommitOutcome, LockError> {
+        self.commits_records()?;
+        match self.records_at() {
+            RecordsAt::Redis(b) => committed::commit_on_server(b, ours, stored, writes).await,
+            RecordsAt::Redlock(_) | RecordsAt::Memory(_) => {
+                unreachable!("refused by commits_records")
+            }
+        }
+    }
+
+    /// `Ok` where a record can be committed with its work on the lock
+    /// server: one Redis server (or a Sentinel's master), whose one script
+    /// can take the record's key and the work's keys together. Not the
+    /// embedded backend (no Redis commands), Redlock (a record on a
+    /// majority of masters) or a Cluster (keys in other hash slots).
+    pub(crate) fn commits_records(&self) -> Result<(), LockError> {
+        let refused = match self.records_at() {
+            RecordsAt::Redis(b) if !b.is_cluster() => return Ok(()),
+            RecordsAt::Redis(_) => "a Redis Cluster (the work's keys are in other hash slots)",
+            RecordsAt::Redlock(_) => "Redlock (a record lives on a majority of masters)",
+            RecordsAt::Memory(_) => "the embedded backend (it runs no Redis commands)",
+        };
+        Err(LockError::Config(format!(
+            "commit_on_lock_server needs the lock backend to be one Redis server (or a \
+             Sentinel's master); this one is {refused}: use commit_with_redis or \
+             commit_with_postgres instead"
+        )))
     }
 
     /// Deletes the record we run, so its key can be used again, and

@@ -12,6 +12,9 @@ pub(crate) enum CommitStore {
     #[cfg(feature = "postgres")]
     Postgres(sqlx::PgPool),
     Redis(::redis::aio::ConnectionManager),
+    /// The record itself, on the lock server (`commit_on_lock_server`):
+    /// nothing to look up, no copy.
+    LockServer,
 }
 
 impl fmt::Debug for CommitStore {
@@ -20,23 +23,27 @@ impl fmt::Debug for CommitStore {
             #[cfg(feature = "postgres")]
             CommitStore::Postgres(_) => f.write_str("Postgres"),
             CommitStore::Redis(_) => f.write_str("Redis"),
+            CommitStore::LockServer => f.write_str("LockServer"),
         }
     }
 }
 
 impl CommitStore {
-    /// The Redis connection, where the store is Redis.
-    pub(crate) fn redis(&self) -> Option<&::redis::aio::ConnectionManager> {
+    /// `Ok` unless the records of `backend` cannot be committed here (the
+    /// lock server's, where the backend is no one Redis server).
+    pub(crate) fn usable_with(&self, backend: &crate::backend::Backend) -> Result<(), LockError> {
         match self {
-            #[cfg(feature = "postgres")]
-            CommitStore::Postgres(_) => None,
-            CommitStore::Redis(conn) => Some(conn),
+            CommitStore::LockServer => backend.commits_records(),
+            _ => Ok(()),
         }
     }
 
-    /// The committed record named `record`, if one is there and not expired.
+    /// The committed record named `record`, if one is there and not expired
+    /// (on the lock server, the record is its own copy: its claim found
+    /// none).
     pub(crate) async fn lookup(&self, record: &str) -> Result<Option<CommittedRecord>, LockError> {
         match self {
+            CommitStore::LockServer => Ok(None),
             #[cfg(feature = "postgres")]
             CommitStore::Postgres(pool) => super::postgres::lookup(pool, record).await,
             CommitStore::Redis(conn) => super::committed::lookup(&mut conn.clone(), record).await,

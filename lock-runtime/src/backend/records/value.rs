@@ -139,6 +139,14 @@ pub(super) fn completed(value: Bytes) -> Option<StoredResponse> {
     })
 }
 
+/// The owner and the fingerprint a record's value names (`<state>:<owner>:
+/// <fingerprint>`, then more in a completed one); `None` when the value is
+/// no record.
+pub(super) fn owner_and_fingerprint(value: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut fields = value.splitn(4, |b| *b == b':').skip(1);
+    Some((fields.next()?, fields.next()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +180,22 @@ mod tests {
             assert!(value.starts_with(format!("done:{}:ab12:", owner.as_str()).as_bytes()));
             assert_eq!(completed(value.into()), Some(response));
         }
+    }
+
+    #[test]
+    fn the_owner_and_fingerprint_are_read_from_either_state() {
+        for value in [
+            &b"run:o1:ab12"[..],
+            b"waited:o1:ab12",
+            b"done:o1:ab12:201:0:0:",
+        ] {
+            assert_eq!(
+                owner_and_fingerprint(value),
+                Some((&b"o1"[..], &b"ab12"[..]))
+            );
+        }
+        assert_eq!(owner_and_fingerprint(b"done"), None);
+        assert_eq!(owner_and_fingerprint(b"done:o1"), None);
     }
 
     #[test]

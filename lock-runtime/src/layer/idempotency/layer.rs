@@ -351,6 +351,28 @@ impl IdempotencyLayer {
         self.config().commit = Some(CommitStore::Redis(conn));
         self
     }
+
+    /// Lets handlers send their Redis writes to the lock backend's own
+    /// server, where they and the completed record are one script call
+    /// ([`Commit::redis`](super::Commit::redis)): the record is its own
+    /// committed copy. No copy is written, no look precedes the handler, no
+    /// completion follows: exactly once across crashes for the price of a
+    /// record without a store. For services whose data lives on the server
+    /// of their locks; see the [`commit` docs](super::commit).
+    ///
+    /// # Panics
+    ///
+    /// When the client's backend is not one Redis server (or a Sentinel's
+    /// master): the embedded backend, Redlock and a Cluster are refused as
+    /// the router is built. Use
+    /// [`commit_with_redis`](Self::commit_with_redis) there.
+    #[track_caller]
+    pub fn commit_on_lock_server(mut self) -> Self {
+        let usable = self.config.client.backend().commits_records();
+        refused_at_build("IdempotencyLayer::commit_on_lock_server", usable);
+        self.config().commit = Some(CommitStore::LockServer);
+        self
+    }
 }
 
 config_debug!(IdempotencyLayer, c => {

@@ -208,8 +208,7 @@ where
         // `Commit`.
         let mut commit = None;
         if let (Some(store), Some(fingerprint)) = (&config.commit, commit_fingerprint) {
-            let name = record.record().to_owned();
-            let handle = Commit::new(config.clone(), store.clone(), name, fingerprint);
+            let handle = Commit::new(config.clone(), store.clone(), &record, fingerprint);
             parts.extensions.insert(handle.clone());
             commit = Some(handle);
         }
@@ -298,6 +297,11 @@ where
             // committed response, whatever the handler answered after.
             Some(CommitState::Committed(stored)) => {
                 complete(running, stored, &config.completion).await;
+                return Ok(response.map(Body::new));
+            }
+            // Committed in the record itself, on the lock server.
+            Some(CommitState::Completed) => {
+                running.settled();
                 return Ok(response.map(Body::new));
             }
             // Its commit failed or may have happened: not stored here, so the

@@ -99,9 +99,11 @@ use super::layer::Config;
 use super::stored::{Rebuilt, encode_headers};
 use crate::backend::records::CommitOutcome as Outcome;
 use crate::backend::records::CommitStore;
-use crate::backend::records::StoredResponse;
+use crate::backend::records::{Ours, StoredResponse};
+use crate::client::LockClient;
 use crate::error::LockError;
 use crate::layer::problem::problem;
+use crate::records::RecordGuard;
 
 /// What became of a request's [`Commit`], read by the layer once the handler
 /// returned.
@@ -112,6 +114,10 @@ pub(super) enum CommitState {
     Unused,
     /// Committed with the handler's writes: the layer's record gets this.
     Committed(StoredResponse),
+    /// Committed in the layer's record itself, on the lock server, which
+    /// holds this response (or another claimer's, committed first): nothing
+    /// left to complete.
+    Completed,
     /// Tried, and it failed or its outcome is unknown: the claim is released
     /// and a retry looks in the store again.
     Failed,
@@ -132,6 +138,8 @@ pub struct Commit(Arc<CommitShared>);
 pub(super) struct CommitShared {
     pub(super) config: Arc<Config>,
     pub(super) store: CommitStore,
+    /// The claim, where the record itself is committed on the lock server.
+    pub(super) claim: Option<(LockClient, Ours)>,
     /// The layer's record name: the committed record's name in the store.
     pub(super) record: String,
     pub(super) fingerprint: String,
@@ -151,12 +159,15 @@ impl Commit {
     pub(super) fn new(
         config: Arc<Config>,
         store: CommitStore,
-        record: String,
+        record: &RecordGuard,
         fingerprint: String,
     ) -> Self {
+        let claim = matches!(store, CommitStore::LockServer).then(|| record.claim());
+        let record = record.record().to_owned();
         Commit(Arc::new(CommitShared {
             config,
             store,
+            claim,
             record,
             fingerprint,
             state: Mutex::new(CommitState::Unused),
@@ -224,6 +235,10 @@ impl Commit {
                 self.set_state(CommitState::Committed(stored));
                 Ok(response)
             }
+            Ok(Outcome::Completed) => {
+                self.set_state(CommitState::Completed);
+                Ok(response)
+            }
             Ok(Outcome::Found(found)) => {
                 // Another claimer of this record committed first (ours was
                 // paused past its lease): nothing of ours was written; its
@@ -239,7 +254,11 @@ impl Commit {
                     "idempotency: another claimer committed this record first; nothing of ours \
                      was committed, its response is replayed");
                 let replayed = super::stored::replay(found.stored.clone());
-                self.set_state(CommitState::Committed(found.stored));
+                self.set_state(match self.0.claim {
+                    // The record holds it already.
+                    Some(_) => CommitState::Completed,
+                    None => CommitState::Committed(found.stored),
+                });
                 Ok(replayed)
             }
             Err(e) => {

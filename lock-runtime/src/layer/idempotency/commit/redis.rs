@@ -4,7 +4,7 @@
 use std::borrow::Borrow;
 
 use super::{Commit, CommitState};
-use crate::backend::records::committed;
+use crate::backend::records::{CommitStore, committed};
 use crate::error::LockError;
 use crate::fence::commands::Writes;
 
@@ -73,10 +73,12 @@ impl RedisCommit<'_> {
         response: impl axum::response::IntoResponse,
     ) -> Result<axum::response::Response, LockError> {
         let commit = self.commit;
-        let Some(conn) = commit.0.store.redis() else {
+        let (CommitStore::Redis(_) | CommitStore::LockServer) = &commit.0.store else {
             commit.set_state(CommitState::Failed);
             return Err(LockError::Config(
-                "Commit::redis on a layer without `commit_with_redis`".into(),
+                "Commit::redis on a layer without `commit_with_redis` or \
+                 `commit_on_lock_server`"
+                    .into(),
             ));
         };
         if let Some(e) = self.writes.invalid.take() {
@@ -89,14 +91,14 @@ impl RedisCommit<'_> {
         };
         let (record, retention) = (&commit.0.record, commit.0.config.retention);
         let fingerprint = &commit.0.fingerprint;
-        let outcome = committed::commit(
-            conn,
-            record,
-            fingerprint,
-            prepared.stored,
-            retention,
-            &self.writes,
-        );
-        commit.settle(outcome.await, prepared.response)
+        let (stored, writes) = (prepared.stored, &self.writes);
+        let outcome = match (&commit.0.store, &commit.0.claim) {
+            (CommitStore::Redis(conn), _) => {
+                committed::commit(conn, record, fingerprint, stored, retention, writes).await
+            }
+            (_, Some((client, ours))) => client.backend().commit_record(ours, stored, writes).await,
+            (_, None) => unreachable!("a lock server's commit carries its claim"),
+        };
+        commit.settle(outcome, prepared.response)
     }
 }
