@@ -99,6 +99,7 @@ const VALKEY_SET: &[(&str, &str)] = &[
     ("tests", "records"),
     ("tests", "records_settle"),
     ("tests", "records_commit"),
+    ("tests", "records_commit_on_lock_server"),
     ("tests", "fence_redis"),
     ("tests", "leader"),
     ("tests", "local_handover"),
