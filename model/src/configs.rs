@@ -158,6 +158,18 @@ pub fn records_two_requests_commit_store() -> RecordsConfig {
     }
 }
 
+/// Idempotency records committed with their work on the lock server itself
+/// (`commit_on_lock_server`: the record is the committed copy, no look
+/// before the handler, no completion after the commit), as
+/// [`records_two_requests_commit_store`]: two requests, two faults, each
+/// sent again once by its client after a 409 or a failure.
+pub fn records_two_requests_commit_on_lock_server() -> RecordsConfig {
+    RecordsConfig {
+        store: Some(StoreConfig::LOCK_SERVER),
+        ..records_two_requests()
+    }
+}
+
 /// Idempotency records exhaustive: three requests, three faults, no
 /// retries (with a retry each, the check had not ended after 2 minutes).
 pub fn records_three_requests() -> RecordsConfig {

@@ -20,7 +20,10 @@
 //!   counter.
 //! * [`records`]: the idempotency record's claim / renew / complete / release,
 //!   and with a commit store the look before a handler runs and the work
-//!   committed with its record in one step (exactly once across crashes).
+//!   committed with its record in one step (exactly once across crashes);
+//!   with the lock server as the store (`commit_on_lock_server`), no look,
+//!   and the work's writes committed in the record itself, which that one
+//!   step completes (idempotency_commit_record.lua).
 //! * [`scripts`]: the scripts mirrored, with the hash each model was written
 //!   against (a test fails when a script changes without the model).
 //! * [`check`]: running a check and printing counterexamples as traces.

@@ -104,6 +104,15 @@ fn main() {
             }
             cfg
         },
+        "records committed on the lock server: 2 requests, <= 2 faults" =>
+            configs::records_two_requests_commit_on_lock_server(),
+        "records committed on the lock server without the check for a completed record (counterexample expected)" => {
+            let mut cfg = configs::records_two_requests_commit_on_lock_server();
+            if let Some(store) = &mut cfg.store {
+                store.commit_checks = false;
+            }
+            cfg
+        },
     ];
     if exhaustive {
         reports.extend(checks![run, only;

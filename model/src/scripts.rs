@@ -103,6 +103,18 @@ pub const MIRRORED: &[(&str, &str, &str)] = &[
          SIGKILLed) cover them",
     ),
     (
+        "idempotency_commit_record.lua",
+        "2bf8154f5d45b90b0062134557d8a87f9f8195b4",
+        "records/commit.rs `State::commit_record` (`Req::Commit` sent to the lock server, \
+         `StoreConfig::LOCK_SERVER`: the work's writes and the record completed in one \
+         step whoever's claim the record holds, or none; nothing written when it is \
+         completed, whose result is then the answer; no look before a handler runs and no \
+         completion after); the `waited` mark's notice is not modelled (it changes no \
+         state), nor the answer for a key that holds no record; the commands themselves are \
+         `fence.lua`'s encoding, and tests/tests/records_commit_on_lock_server.rs covers \
+         them",
+    ),
+    (
         "idempotency_renew_many.lua",
         "e86e7288684e2910ca9411382f99aebc6d8943a3",
         "records/server.rs `State::renew` (per record of the batch)",

@@ -562,6 +562,66 @@ fn idempotency_records_with_a_commit_that_does_not_check_commit_twice() {
     );
 }
 
+/// Records committed with their work on the lock server itself
+/// (`commit_on_lock_server`, idempotency_commit_record.lua: the record is
+/// the committed copy), with the faults and retries of the commit store's
+/// check above: the work commits once, a request claimed after its key's
+/// work committed never runs its handler (its claim finds the record
+/// completed, and replays it: there is no look), and every answer with a
+/// result is the committed one. There is no completion after the commit;
+/// a commit finds the record completed by another claimer (and answers its
+/// result), and a commit completes a record that was another claimer's
+/// claim, or gone with its lease (a claimer paused past its lease whose
+/// work still commits first; each case is reached).
+#[test]
+fn idempotency_records_committed_on_the_lock_server_commit_once_and_answer_what_committed() {
+    checked(
+        "records committed on the lock server",
+        check(
+            "records committed on the lock server: 2 requests, <= 2 faults",
+            configs::records_two_requests_commit_on_lock_server().into_model(),
+            Run::default(),
+        ),
+    )
+    .assert_clean();
+}
+
+/// The lock server's commit's check for a completed record is not
+/// vacuous: without it, a claimer paused past its lease commits its work
+/// over the record the next claimer's commit completed (or the next
+/// claimer commits over the one it completed):
+///
+/// ```text
+///  4. t=0 FAULT A: process stops
+/// 11. t=1 time passes; A's record expires
+/// 15. t=3 server runs B's SetNx -> 0
+/// 18. t=3 server runs B's Commit -> 0
+/// 19. t=3 server runs A's Commit -> 0
+/// ```
+///
+/// With the check (idempotency_commit_record.lua, "return {0, v}"), A's
+/// commit writes nothing and A answers B's result.
+#[test]
+fn idempotency_records_committed_on_the_lock_server_without_the_check_commit_twice() {
+    let mut cfg = configs::records_two_requests_commit_on_lock_server();
+    if let Some(store) = &mut cfg.store {
+        store.commit_checks = false;
+    }
+    finds_broken(
+        "records committed on the lock server without the check for a completed record (counterexample expected)",
+        cfg.into_model(),
+        "the work commits once per key",
+        // (either claimer's commit may run first)
+        &[
+            "FAULT A: process stops",
+            "A's record expires",
+            "B: claimed",
+            "Commit -> 0",
+            "Commit -> 0",
+        ],
+    );
+}
+
 /// A read-write lock (shared.lua): two readers and a writer starting
 /// together, one pause. Readers share, the writer waits for them, a reader
 /// that comes while the writer waits queues behind it, and a paused

@@ -22,6 +22,9 @@
 //! one step (idempotency_commit.lua, or one PostgreSQL transaction) before
 //! the record is completed on the server with what committed
 //! (`settle_commit`, the layer's `Commit::settle`): `records/commit.rs`.
+//! With the lock server as the store (`commit_on_lock_server`), the
+//! record is the committed copy: nothing is looked for, and the commit
+//! (idempotency_commit_record.lua, on the lock server) completes the record.
 
 use stateright::{Model, Property};
 
@@ -95,7 +98,8 @@ pub enum Req {
     Release,
     /// The look for the record's committed copy in the commit store.
     Look,
-    /// The work's writes and the committed record, in the commit store.
+    /// The work's writes and the committed record, in the commit store (on
+    /// the lock server: idempotency_commit_record.lua, the record completed).
     Commit,
 }
 
@@ -122,7 +126,8 @@ pub enum Phase {
     Looking,
     /// The handler runs (renewed in the background, `RecordGuard::claimed`, records/guard.rs).
     Running,
-    /// Committing its work in the commit store (renewed).
+    /// Committing its work in the commit store, or on the lock server
+    /// (renewed).
     Committing,
     /// Completing (`RecordGuard::completing`, and the layer's `complete`).
     Completing,
@@ -205,6 +210,9 @@ pub struct State {
     pub look_found: bool,
     /// Ghost: a commit found another's work committed first.
     pub commit_found: bool,
+    /// Ghost: a commit on the lock server completed a record that was
+    /// another claimer's claim, or gone with its lease.
+    pub commit_took_over: bool,
 }
 
 /// A step.
@@ -266,6 +274,7 @@ impl Model for RecordsModel {
             answered_uncommitted: false,
             look_found: false,
             commit_found: false,
+            commit_took_over: false,
         }]
     }
 
@@ -341,8 +350,8 @@ impl Model for RecordsModel {
             "a completed request never runs again" => ran_after_done,
             "a completed record is never overwritten by another owner" => done_overwritten,
         ]);
-        if self.cfg.store.is_some() {
-            properties.extend(commit::properties());
+        if let Some(store) = self.cfg.store {
+            properties.extend(commit::properties(store));
         }
         properties.extend([
             Property::sometimes("a response is stored", |_: &RecordsModel, s: &State| {
@@ -401,6 +410,9 @@ impl Narrate for RecordsModel {
             Action::Exec(i) => {
                 let (req, _) = s.requests[i as usize].net.expect("in flight");
                 let (code, server) = match (req, self.cfg.store) {
+                    (Req::Commit, Some(store)) if store.on_lock_server => {
+                        (s.commit_record(i, store), "server")
+                    }
                     (Req::Look | Req::Commit, Some(store)) => {
                         (s.exec_store(i, req, store), "the commit store")
                     }
@@ -474,7 +486,10 @@ impl Narrate for RecordsModel {
                         r.may_retry(now, lease + 1);
                         log.say(|| format!("{}: release answered", name(i)));
                     }
-                    (Req::Look | Req::Commit, stage) => s.receive_from_store(i, req, stage, log),
+                    (Req::Look | Req::Commit, stage) => {
+                        let store = self.cfg.store.expect("a call to the commit store");
+                        s.receive_from_store(i, req, stage, store, log);
+                    }
                     (_, Stage::Sent) => unreachable!(),
                 }
             }

@@ -91,6 +91,7 @@ impl State {
                 }
                 _ => 0,
             },
+            // (A commit on the lock server is `State::commit_record`.)
             Req::Look | Req::Commit => unreachable!("a call to the commit store: {req:?}"),
         }
     }
