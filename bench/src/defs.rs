@@ -37,6 +37,7 @@ pub(crate) const M12: usize = 29;
 pub(crate) const M12_CHECKED: usize = 30;
 pub(crate) const M12_LIBRARY: usize = 31;
 pub(crate) const M12_COMMIT: usize = 32;
+pub(crate) const M12_COMMIT_HERE: usize = 33;
 
 /// The label of rslock's hot-key side, as the table and the chart show it.
 pub(crate) const PEER_HOT: &str = "rslock acquire (retry loop)";
@@ -274,6 +275,13 @@ pub(crate) fn definitions() -> Vec<Metric> {
         m(
             "12",
             "the handler's write (HSET) committed with its record through a Redis commit store (commit_with_redis, Commit::redis): exactly once across crashes: req/s",
+            Unit::PerSec,
+            "IdempotencyLayer, the handler sending the same HSET itself",
+            Info,
+        ),
+        m(
+            "12",
+            "the same write committed in the record itself, on the lock server (commit_on_lock_server, Commit::redis): exactly once across crashes: req/s",
             Unit::PerSec,
             "IdempotencyLayer, the handler sending the same HSET itself",
             Info,

@@ -358,6 +358,9 @@ pub(crate) enum Side {
     /// The same with `commit_with_redis`, the handler's write committed
     /// with its record (`Commit::redis`).
     IdempotencyCommit,
+    /// The same with `commit_on_lock_server`, the handler's write committed
+    /// in its record on the lock server (`Commit::redis`).
+    IdempotencyCommitHere,
     /// The hand-rolled claim + store middleware.
     RawIdempotency,
     /// The same with an owner-checked store.
@@ -388,6 +391,9 @@ pub(crate) async fn app(
         Side::IdempotencyCommit => post(committing_handler)
             .with_state(raw_prefix.to_string())
             .route_layer(IdempotencyLayer::new(lib.clone()).commit_with_redis(orders().await?)),
+        Side::IdempotencyCommitHere => post(committing_handler)
+            .with_state(raw_prefix.to_string())
+            .route_layer(IdempotencyLayer::new(lib.clone()).commit_on_lock_server()),
         Side::RawLock
         | Side::RawFencedLock
         | Side::RawLibraryLock
@@ -537,7 +543,9 @@ pub(crate) fn record(
 /// Whether rows 11 and 12 can run (always, when not `wanted`): if `wrk`
 /// cannot be run, both rows are marked not measured, saying why.
 pub(crate) fn check_wrk(wanted: bool, metrics: &mut [crate::report::Metric]) -> bool {
-    use crate::defs::{M11, M11_FENCED, M11_LIBRARY, M12, M12_CHECKED, M12_COMMIT, M12_LIBRARY};
+    use crate::defs::{
+        M11, M11_FENCED, M11_LIBRARY, M12, M12_CHECKED, M12_COMMIT, M12_COMMIT_HERE, M12_LIBRARY,
+    };
     let Err(why) = wanted.then(wrk_available).unwrap_or(Ok(())) else {
         return true;
     };
@@ -550,6 +558,7 @@ pub(crate) fn check_wrk(wanted: bool, metrics: &mut [crate::report::Metric]) -> 
         M12_CHECKED,
         M12_LIBRARY,
         M12_COMMIT,
+        M12_COMMIT_HERE,
     ] {
         metrics[metric].not_measured = Some(why.clone());
     }

@@ -64,8 +64,9 @@ usage: bench [--reps N] [--quick] [--json PATH] [--svg PATH] [--only ROWS] [--ma
   time per pair and per request, natively (what instructions do not weigh);
   bench --serve lock|idem lib|raw|by-hand: one side of row 11 or 12 (by-hand:
   the library's own commands from a hand-rolled middleware; idem also write,
-  commit: the layer's handler writing an order, alone or committed with its
-  record through a Redis commit store), served until
+  commit, commit-here: the layer's handler writing an order, alone, committed
+  with its record through a Redis commit store, or in its record on the lock
+  server), served until
   Ctrl-C or SIGTERM, for a profiler while `wrk` loads it (it prints the command)
 
 environment: BENCH_REPS, BENCH_QUICK=1, BENCH_JSON, BENCH_SVG, BENCH_ONLY (flags

@@ -436,6 +436,11 @@ impl Bench<'_> {
             let [c, w] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
             let names = ["committed with its record", "written alone"];
             http::record(&mut metrics[M12_COMMIT], rep, (&c, &w), names);
+            // The same, committed in the record itself on the lock server.
+            let sides = [Side::IdempotencyCommitHere, Side::IdempotencyWrite];
+            let [c, w] = http::row(sides, &self.lib, &self.redis, prefix, windows, rep).await?;
+            let names = ["committed in its record", "written alone"];
+            http::record(&mut metrics[M12_COMMIT_HERE], rep, (&c, &w), names);
         }
         let now = lock_runtime::__private::testing::batched_calls(&self.lib);
         let (calls, ops) = (now.0 - batches.0, now.1 - batches.1);

@@ -9,7 +9,7 @@ use lock_runtime::LockClient;
 
 use crate::http::{Side, app, serve};
 
-pub(crate) const USAGE: &str = "bench --serve lock|idem lib|raw|by-hand [--server redis|valkey|redis8] (idem also: write|commit)";
+pub(crate) const USAGE: &str = "bench --serve lock|idem lib|raw|by-hand [--server redis|valkey|redis8] (idem also: write|commit|commit-here)";
 
 pub(crate) fn main(args: &[String]) -> ExitCode {
     let side = match args {
@@ -21,6 +21,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             ("idem", "by-hand") => Side::RawLibraryIdempotency,
             ("idem", "write") => Side::IdempotencyWrite,
             ("idem", "commit") => Side::IdempotencyCommit,
+            ("idem", "commit-here") => Side::IdempotencyCommitHere,
             ("lock", "by-hand") => Side::RawLibraryLock,
             _ => return usage(),
         },

@@ -1,7 +1,8 @@
 //! Creating an order exactly once across crashes: the order and the
 //! idempotency record commit together, through the `Commit` that
-//! `IdempotencyLayer` hands the handler (`commit_with_postgres` /
-//! `commit_with_redis`, set up by [`Orders::idempotency_layer`]).
+//! `IdempotencyLayer` hands the handler (`commit_with_postgres`, or
+//! `commit_on_lock_server` for orders in the Redis of the locks, set up by
+//! [`Orders::idempotency_layer`]).
 //!
 //! Without the `Commit` (the in-memory store, or `IDEMPOTENCY_COMMIT=off`),
 //! the order commits first and the layer completes its record after: a
@@ -29,12 +30,15 @@ pub enum PendingOrder {
 }
 
 impl Orders {
-    /// `layer`, set to commit records where the orders are (PostgreSQL or
-    /// Redis; nothing for the in-memory store).
+    /// `layer`, set to commit records where the orders are (PostgreSQL; in
+    /// Redis, the server of the locks, where the record itself is completed
+    /// with the order; nothing for the in-memory store).
     pub fn idempotency_layer(&self, layer: IdempotencyLayer) -> IdempotencyLayer {
         match &*self.0 {
             Backend::Memory(_) => layer,
-            Backend::Redis { conn, .. } => layer.commit_with_redis(conn.clone()),
+            // The orders are on the lock server (`REDIS_URL`): the order's
+            // write completes its record in one script, with no copy.
+            Backend::Redis { .. } => layer.commit_on_lock_server(),
             #[cfg(feature = "postgres")]
             Backend::Postgres { pool, .. } => layer.commit_with_postgres(pool.clone()),
         }

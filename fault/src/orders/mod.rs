@@ -7,8 +7,9 @@
 //! name it.
 //!
 //! The service commits each new order with its idempotency record
-//! (`IdempotencyLayer::commit_with_redis` / `commit_with_postgres`, the
-//! `Commit` extractor: one Redis script, one PostgreSQL transaction). The
+//! (`IdempotencyLayer::commit_on_lock_server` / `commit_with_postgres`, the
+//! `Commit` extractor: one Redis script on the lock server, which completes
+//! the record itself; one PostgreSQL transaction). The
 //! controls run it with `IDEMPOTENCY_COMMIT=off` (the order first, the
 //! record after: two commits a kill can fall between), and the count must
 //! find the second orders that makes.
@@ -31,8 +32,8 @@ pub mod service;
 /// claims are in Redis either way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OrderStore {
-    /// Orders in the Redis that holds the locks; records committed with
-    /// them by one script (`commit_with_redis`).
+    /// Orders in the Redis that holds the locks; records completed with
+    /// them by one script on that server (`commit_on_lock_server`).
     Redis,
     /// Orders in a PostgreSQL of the run's own; records committed with them
     /// in one transaction (`commit_with_postgres`).

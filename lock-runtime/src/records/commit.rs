@@ -195,7 +195,10 @@ impl RecordGuard {
     /// builds them) and writes the record with `result`, in one script call
     /// on the store of [`commit_with_redis`](RecordRequest::commit_with_redis):
     /// the work's writes and the record commit together, or not at all;
-    /// then the record is completed as by [`complete`](Self::complete). Call
+    /// then the record is completed as by [`complete`](Self::complete). On
+    /// a record claimed with
+    /// [`commit_on_lock_server`](RecordRequest::commit_on_lock_server), the
+    /// script runs on the lock server and completes the record itself. Call
     /// it last, with the work's writes as its commands.
     ///
     /// ```no_run
@@ -230,7 +233,8 @@ impl RecordGuard {
     ///
     /// [`LockError::Config`]: a command off the allow-list or with the
     /// wrong number of arguments, or a record claimed without
-    /// `commit_with_redis` (nothing is sent, and the record is released).
+    /// `commit_with_redis` or `commit_on_lock_server` (nothing is sent, and
+    /// the record is released).
     /// [`LockError::Backend`]: the server failed or did not answer (the
     /// outcome may be unknown), or a command failed inside the script (the
     /// commands before it stay applied, with no record, as in any Redis

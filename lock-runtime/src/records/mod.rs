@@ -56,7 +56,10 @@
 //! before the record was completed, leaves the work done and its result
 //! found: the redelivered message gets [`Claimed::Done`]; killed before it,
 //! nothing of the work is left, and it runs again. Exactly once across
-//! crashes, for the work written through that commit.
+//! crashes, for the work written through that commit. Work whose keys are on
+//! the lock server itself commits in the record
+//! ([`commit_on_lock_server`](RecordRequest::commit_on_lock_server)): no
+//! look, no copy, no completion after.
 //!
 //! `IdempotencyLayer` (feature `axum`) is these records for HTTP, and
 //! commits a handler's writes with its completed record in one PostgreSQL

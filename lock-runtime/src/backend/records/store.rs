@@ -29,6 +29,16 @@ impl fmt::Debug for CommitStore {
 }
 
 impl CommitStore {
+    /// Whether a commit sends Redis write commands (not PostgreSQL's rows).
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    pub(crate) fn runs_redis_writes(&self) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            CommitStore::Postgres(_) => false,
+            CommitStore::Redis(_) | CommitStore::LockServer => true,
+        }
+    }
+
     /// `Ok` unless the records of `backend` cannot be committed here (the
     /// lock server's, where the backend is no one Redis server).
     pub(crate) fn usable_with(&self, backend: &crate::backend::Backend) -> Result<(), LockError> {

@@ -24,8 +24,16 @@
 //!   completed record (a hash beside the layer's record) go out as one script
 //!   call, as [`fence::redis`](crate::fence::redis) sends its commands: one
 //!   atomic step.
+//! * **The lock server**
+//!   ([`commit_on_lock_server`](super::IdempotencyLayer::commit_on_lock_server),
+//!   where the handler's data lives on the server of its locks):
+//!   [`Commit::redis`] runs the commands and completes the layer's record
+//!   itself in one script call. The record is the committed copy: nothing
+//!   is written beside it, the layer does not look before the handler runs
+//!   (a claim that finds the record completed replays it, as always), and
+//!   no completion follows the commit.
 //!
-//! Before a claimed request runs, the layer looks in that store: a committed
+//! Before a claimed request runs, the layer looks in a separate store: a committed
 //! record is replayed (and copied into the layer's record, so later
 //! duplicates get it without looking), no record means nothing committed
 //! and the handler runs. So a process killed at any moment leaves either

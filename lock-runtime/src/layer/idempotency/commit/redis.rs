@@ -10,7 +10,9 @@ use crate::fence::commands::Writes;
 
 impl Commit {
     /// Starts the handler's atomic step on the layer's Redis
-    /// ([`commit_with_redis`](crate::layer::IdempotencyLayer::commit_with_redis)):
+    /// ([`commit_with_redis`](crate::layer::IdempotencyLayer::commit_with_redis),
+    /// or the lock server with
+    /// [`commit_on_lock_server`](crate::layer::IdempotencyLayer::commit_on_lock_server)):
     /// add its write commands with [`RedisCommit::cmd`], then send them with
     /// the response in [`RedisCommit::respond`].
     pub fn redis(&self) -> RedisCommit<'_> {
@@ -73,7 +75,7 @@ impl RedisCommit<'_> {
         response: impl axum::response::IntoResponse,
     ) -> Result<axum::response::Response, LockError> {
         let commit = self.commit;
-        let (CommitStore::Redis(_) | CommitStore::LockServer) = &commit.0.store else {
+        if !commit.0.store.runs_redis_writes() {
             commit.set_state(CommitState::Failed);
             return Err(LockError::Config(
                 "Commit::redis on a layer without `commit_with_redis` or \
