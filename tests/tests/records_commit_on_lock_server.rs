@@ -202,6 +202,23 @@ async fn a_consumer_killed_before_its_commit_leaves_nothing_and_the_work_runs_on
     assert_eq!(payments(&server, "m-3").await, 1);
 }
 
+/// `message` claimed by `client`, whose lease then ran out (the claim
+/// deleted: the watchdog renews it), and another process's client.
+async fn claimed_then_expired(
+    server: &RedisServer,
+    client: &LockClient,
+    message: &str,
+) -> (lock_runtime::RecordGuard, LockClient) {
+    let Claimed::Run(paused) = request(client, message).claim().await.unwrap() else {
+        panic!("not claimed");
+    };
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn(server).await)
+        .await
+        .unwrap();
+    (paused, self::client(server).await)
+}
+
 /// A claimer paused past its lease while a duplicate claimed, paid and
 /// committed cannot commit a second time: nothing of its writes is
 /// committed, and it is told the other's result.
@@ -209,15 +226,7 @@ async fn a_consumer_killed_before_its_commit_leaves_nothing_and_the_work_runs_on
 async fn a_claimer_paused_past_its_lease_cannot_commit_a_second_time() {
     let server = RedisServer::start();
     let client = client(&server).await;
-    let Claimed::Run(paused) = request(&client, "m-4").claim().await.unwrap() else {
-        panic!("not claimed");
-    };
-    // Its lease ran out (deleted here: the watchdog renews it).
-    let _: () = redis::cmd("FLUSHALL")
-        .query_async(&mut conn(&server).await)
-        .await
-        .unwrap();
-    let other = self::client(&server).await;
+    let (paused, other) = claimed_then_expired(&server, &client, "m-4").await;
     assert_eq!(consume(&other, "m-4").await.0, "ran");
     let late = paused
         .commit_redis(&payment("m-4"), b"paid 1250, late")
@@ -234,14 +243,7 @@ async fn a_claimer_paused_past_its_lease_cannot_commit_a_second_time() {
 async fn the_first_commit_wins_over_a_later_claim_still_running() {
     let server = RedisServer::start();
     let client = client(&server).await;
-    let Claimed::Run(paused) = request(&client, "m-5").claim().await.unwrap() else {
-        panic!("not claimed");
-    };
-    let _: () = redis::cmd("FLUSHALL")
-        .query_async(&mut conn(&server).await)
-        .await
-        .unwrap();
-    let other = self::client(&server).await;
+    let (paused, other) = claimed_then_expired(&server, &client, "m-5").await;
     let Claimed::Run(running) = request(&other, "m-5").claim().await.unwrap() else {
         panic!("the free key was not claimed");
     };

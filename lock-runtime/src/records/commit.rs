@@ -74,7 +74,7 @@ impl RecordRequest {
     /// lease.
     ///
     /// The lock backend must be one Redis server (or a Sentinel's master,
-    /// whose replica acks cover the writes as they cover the record):
+    /// to whose replicas the writes and the record go as one script):
     /// [`claim`](Self::claim) answers [`LockError::Config`] on the embedded
     /// backend, on Redlock and on a Cluster (use
     /// [`commit_with_redis`](Self::commit_with_redis) there).

@@ -82,7 +82,7 @@ impl RedisCommit<'_> {
                  `commit_on_lock_server`"
                     .into(),
             ));
-        };
+        }
         if let Some(e) = self.writes.invalid.take() {
             commit.set_state(CommitState::Failed);
             return Err(e);
