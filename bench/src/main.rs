@@ -21,6 +21,7 @@ mod fcall;
 mod held;
 mod http;
 mod instructions;
+mod load;
 mod measure;
 mod probe;
 mod raw;

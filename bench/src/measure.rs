@@ -10,6 +10,7 @@ use super::chart::{Panel, Series};
 use super::defs::*;
 use super::held::held_under_watchdog;
 use super::http::{self, Side};
+use super::load;
 use super::probe;
 use super::raw::{Raw, value};
 use super::report::{Metric, median, percentile};
@@ -157,7 +158,7 @@ pub(crate) async fn measure(
         eprintln!("row 6 NOT YET: {why}");
         metrics[M6].not_measured = Some(why.clone());
     }
-    let wrk = http::check_wrk(opts.wants('y') || opts.wants('z'), metrics);
+    let wrk = load::check_wrk(opts.wants('y') || opts.wants('z'), metrics);
     for rep in 0..opts.reps {
         let t = Instant::now();
         eprint!("rep {}/{}:", rep + 1, opts.reps);
@@ -312,9 +313,9 @@ impl Bench<'_> {
         let mut client = [(0f64, 0u64); 4];
         let batches = lock_runtime::__private::testing::batched_calls(lib);
         let [l, r, p, m] = interleave(rep, self.plan.slices, async |side| {
-            let before = http::commandstats(redis).await?;
-            let cpu = http::server_cpu(redis).await?;
-            let reads = http::server_reads(redis).await?;
+            let before = load::commandstats(redis).await?;
+            let cpu = load::server_cpu(redis).await?;
+            let reads = load::server_reads(redis).await?;
             let own = crate::report::cpu_seconds().unwrap_or(0.0);
             let rate = match side {
                 0 => rows::pairs_per_sec(lib, tasks, window).await,
@@ -323,9 +324,9 @@ impl Bench<'_> {
                 _ => rows::pairs_per_sec(managed, tasks, window).await,
             }?;
             client[side].0 += crate::report::cpu_seconds().unwrap_or(0.0) - own;
-            let cpu = http::server_cpu(redis).await? - cpu;
-            client[side].1 += http::server_reads(redis).await? - reads;
-            let spent = http::delta(&before, &http::commandstats(redis).await?);
+            let cpu = load::server_cpu(redis).await? - cpu;
+            client[side].1 += load::server_reads(redis).await? - reads;
+            let spent = load::delta(&before, &load::commandstats(redis).await?);
             cost[side].0 += spent.iter().map(|c| c.1).sum::<u64>();
             cost[side].1 += cpu;
             cost[side].2 += rate * window.as_secs_f64();

@@ -59,11 +59,11 @@ fn run(side: Side) -> Result<(), String> {
             .await
             .map_err(|e| format!("lock client: {e}"))?;
         let (base, task) = serve(app(side, &lib, &redis, &prefix).await?).await?;
-        let script = crate::http::write_script()?;
+        let script = crate::load::write_script()?;
         println!(
             "serving {base} (pid {}): wrk -t2 -c{} -d10s -s {} {base}",
             std::process::id(),
-            crate::http::CONNECTIONS,
+            crate::load::CONNECTIONS,
             script.display()
         );
         // SIGTERM too (`kill PID`): returning drops `server`, which stops it.
