@@ -462,7 +462,7 @@ pub(crate) async fn serve(app: Router) -> Result<(String, tokio::task::JoinHandl
 /// One repetition of a row: `sides[0]` (the library's layer) and `sides[1]`
 /// (its hand-rolled baseline), each served alone on a fresh port, loaded for
 /// `warm` and then measured for `window`; the order alternates with `rep`.
-/// After each side the keys matching `forget` are deleted ([`forget`]), so
+/// After each side the keys matching `forget` are deleted ([`forget`](crate::load::forget)), so
 /// that every side starts from the same keyspace.
 pub(crate) async fn row(
     sides: [Side; 2],
