@@ -195,6 +195,15 @@ impl LockClientBuilder {
     /// replicas): the sentinels are asked for the master again, and an
     /// acquire that waits sends it again within its wait.
     ///
+    /// Idempotency records (feature `idempotency`) are held to it too: a
+    /// claim is answered once acknowledged (else given back and refused, and
+    /// on Sentinel sent again within its wait, as an acquire), and so are a
+    /// completion and a commit on the lock server
+    /// (`RecordRequest::commit_on_lock_server`): with too few, they fail with `LockError::Backend`, their outcome
+    /// unknown (the master holds the result, which a failover may lose). A
+    /// record's renewal is not waited for: an in-flight record is not given
+    /// up at the end of its lease, as a lock is.
+    ///
     /// This narrows the failover window; it does not close it: `WAIT` makes a
     /// write reach replicas, not a promoted replica be one of them, and it
     /// does not make writes durable on disk.

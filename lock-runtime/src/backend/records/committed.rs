@@ -11,6 +11,7 @@ use redis::aio::ConnectionManager;
 
 use super::value::{Value as RecordValue, completed as completed_response, owner_and_fingerprint};
 use super::{CommitOutcome, CommittedRecord, Ours, StoredResponse};
+use crate::backend::conn::Conn;
 use crate::backend::redis::RedisBackend;
 use crate::backend::scripts::millis;
 use crate::error::{BackendError, ConnectionFailure, LockError, connection_failure};
@@ -166,22 +167,21 @@ pub(crate) async fn commit_on_server(
         .arg(millis(ours.retention))
         .arg(completed);
     writes.add_to(&mut invocation);
-    let answer = invocation
-        .invoke_async::<Value>(&mut node.connection())
-        .await;
+    let mut conn = node.connection();
+    let answer = invocation.invoke_async::<Value>(&mut conn).await;
     let parts = match answer {
         Ok(Value::Array(parts)) => parts,
         Ok(other) => return Err(unexpected(record, &other)),
         Err(e) => return Err(backend(true, record, e)),
     };
     match parts.as_slice() {
-        [Value::Int(1), ..] => Ok(CommitOutcome::Completed),
+        [Value::Int(1), ..] => replicated(node, &mut conn).await,
         [Value::Int(0), Value::BulkString(found)] => {
             let (owner, fingerprint) =
                 owner_and_fingerprint(found).ok_or_else(|| malformed(record))?;
             if owner == ours.token.as_bytes() {
                 // Ours, from a try whose reply was lost.
-                return Ok(CommitOutcome::Completed);
+                return replicated(node, &mut conn).await;
             }
             let fingerprint =
                 String::from_utf8(fingerprint.to_vec()).map_err(|_| malformed(record))?;
@@ -198,6 +198,17 @@ pub(crate) async fn commit_on_server(
         ))),
         _ => Err(unexpected(record, &parts)),
     }
+}
+
+/// A commit on the lock server, answered: with replica acks
+/// (`min_replica_acks`) once enough replicas hold the work and its record,
+/// as a lock's acquire; too few make the outcome unknown (an error: the
+/// writes may be lost in a failover, or kept).
+async fn replicated(node: &RedisBackend, conn: &mut Conn) -> Result<CommitOutcome, LockError> {
+    if node.needs_confirmation() {
+        node.replicated(conn).await?;
+    }
+    Ok(CommitOutcome::Completed)
 }
 
 fn unexpected(record: &str, what: &dyn std::fmt::Debug) -> LockError {

@@ -36,6 +36,13 @@
 //! the same atomic step, so a completion either follows it (and announces)
 //! or precedes it (and the claim reads the completed record).
 //!
+//! With replica acks (`min_replica_acks`, one server or Sentinel), a claim
+//! that took the record, a completion and a commit on the lock server are
+//! followed by `WAIT`, as a lock's acquire is: a claim too few replicas
+//! acknowledged is given back and refused, a completion or commit fails
+//! with its outcome unknown. Renewals are not waited for (a record's lease
+//! is not given up at its end, as a lock's is).
+//!
 //! On Redlock every node keeps a copy and a majority decides, as for a lock:
 //! a master that dies or comes back empty neither stops the layer nor lets a
 //! completed request run again.

@@ -9,6 +9,7 @@ use futures_util::future::join_all;
 
 use super::value::{Value, completed};
 use super::{Claim, Ours, StoredResponse};
+use crate::backend::conn::Conn;
 use crate::backend::redis::Native;
 use crate::backend::redis::RedisBackend;
 use crate::backend::redlock::{RedlockBackend, majority};
@@ -50,7 +51,7 @@ pub(super) async fn claim_on(
         .await
         .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
     if set.is_some() {
-        return Ok(Claim::Claimed);
+        return replicated_claim(node, ours, &mut conn).await;
     }
     let (code, remaining, record): (i64, i64, Vec<u8>) = CLAIM
         .key(record)
@@ -62,7 +63,7 @@ pub(super) async fn claim_on(
         .await
         .map_err(|e| BackendError::with_source("idempotency claim failed", e))?;
     Ok(match code {
-        0 => Claim::Claimed,
+        0 => return replicated_claim(node, ours, &mut conn).await,
         1 => Claim::InFlight {
             remaining: Duration::from_millis(u64::try_from(remaining).unwrap_or(0)),
         },
@@ -77,6 +78,27 @@ pub(super) async fn claim_on(
             .into());
         }
     })
+}
+
+/// A claim that took the record (or found ours): with replica acks
+/// (`min_replica_acks`), once enough replicas acknowledged it. Too few give
+/// the record back before saying so, as a lock's acquire does (a claim
+/// lost in a failover would let a duplicate run the work); on Sentinel the
+/// master is then asked of the sentinels again, and a claim that waits is
+/// sent again (`Retry::ACQUIRE`).
+async fn replicated_claim(
+    node: &RedisBackend,
+    ours: &Ours,
+    conn: &mut Conn,
+) -> Result<Claim, LockError> {
+    if node.needs_confirmation()
+        && let Err(e) = node.acknowledged(conn).await
+    {
+        let _ = release_on(node, ours).await;
+        node.suspect_master(&e);
+        return Err(e);
+    }
+    Ok(Claim::Claimed)
 }
 
 /// Re-arms the leases of records we run, in one script call per hash slot
@@ -138,9 +160,16 @@ pub(super) async fn complete_on(
         response: Some(response),
         ..Value::claim(ours)
     };
-    settle(node, ours, Some(stored))
+    let completed = settle(node, ours, Some(stored))
         .await
-        .map_err(|e| BackendError::with_source("idempotency completion failed", e).into())
+        .map_err(|e| BackendError::with_source("idempotency completion failed", e))?;
+    // With replica acks, a completion is answered once replicas hold it
+    // (lost in a failover, a retry would run the work again); too few make
+    // the outcome unknown, and sending it again is safe.
+    if completed && node.needs_confirmation() {
+        node.replicated(&mut node.connection()).await?;
+    }
+    Ok(completed)
 }
 
 pub(super) async fn release_on(node: &RedisBackend, ours: &Ours) -> Result<bool, LockError> {

@@ -74,7 +74,7 @@ impl RedisBackend {
     /// (`WAIT` counts per connection). `Ok(())` when they did (or none are
     /// asked for). Too few forget a Sentinel master ([`Self::suspect_master`]):
     /// for writes that have nothing to give back.
-    pub(super) async fn replicated(&self, conn: &mut Conn) -> Result<(), LockError> {
+    pub(crate) async fn replicated(&self, conn: &mut Conn) -> Result<(), LockError> {
         let acked = self.replicated_or(conn, None).await;
         if let Err(e) = &acked {
             self.suspect_master(e);
@@ -97,12 +97,20 @@ impl RedisBackend {
         }
     }
 
+    /// The replica acks of the writes made through `conn` (`Ok` at once
+    /// when none are asked for), the master kept: for a caller that gives
+    /// back what the write took, then forgets it ([`Self::suspect_master`]).
+    #[cfg(feature = "idempotency")]
+    pub(crate) async fn acknowledged(&self, conn: &mut Conn) -> Result<(), LockError> {
+        self.replicated_or(conn, None).await
+    }
+
     /// After a write failed with `e`: a Sentinel master that acknowledged it
     /// with too few replicas is forgotten, so the next request asks the
     /// sentinels again (see `BackendError::is_master_suspect`). Called once
     /// what the write took is given back, so that goes to the master that
     /// took it.
-    pub(super) fn suspect_master(&self, e: &LockError) {
+    pub(crate) fn suspect_master(&self, e: &LockError) {
         if let LockError::Backend(b) = e
             && b.is_master_suspect()
         {
