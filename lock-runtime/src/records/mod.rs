@@ -275,12 +275,20 @@ impl RecordRequest {
                 sent: Instant::now(),
             };
             let answer = Turns::run(claiming, Some(Retry::LOOK_AGAIN)).await;
-            // Boxed: only claims with a commit store look, and the look's
-            // state need not sit in every claim's.
-            if let Some(store) = this.commit_store {
-                return Box::pin(commit::look(answer?, store)).await;
+            match this.commit_store {
+                None => answer,
+                // The record is its own committed copy: nothing to look up.
+                Some(CommitStore::LockServer) => answer.map(|answer| match answer {
+                    Answer::Run(mut guard) => {
+                        guard.commit_store = Some(CommitStore::LockServer);
+                        Answer::Run(guard)
+                    }
+                    answer => answer,
+                }),
+                // Boxed: only claims with a store elsewhere look, and the
+                // look's state need not sit in every claim's.
+                Some(store) => Box::pin(commit::look(answer?, store)).await,
             }
-            answer
         }
     }
 }

@@ -50,7 +50,7 @@ impl CommitStore {
 
     /// The committed record named `record`, if one is there and not expired
     /// (on the lock server, the record is its own copy: its claim found
-    /// none).
+    /// none, and does not look).
     pub(crate) async fn lookup(&self, record: &str) -> Result<Option<CommittedRecord>, LockError> {
         match self {
             CommitStore::LockServer => Ok(None),
