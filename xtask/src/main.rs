@@ -11,9 +11,10 @@
 //!   [ARGS]` on the server `--server` names (`LOCK_TEST_SERVER`, read by
 //!   every launcher in `test-support`). `all`, the default and what CI
 //!   runs: everything on Redis 7, [`VALKEY_SET`] again on Valkey and
-//!   [`REDIS8_SET`] on Redis 8, in two lanes at once (see [`lanes()`]). It
-//!   ends by saying which tests ran on which server, and which were skipped
-//!   there.
+//!   [`REDIS8_SET`] on Redis 8, in two lanes at once (see [`lanes()`];
+//!   Redis 8, when not cached, is built there beside the tests, at the
+//!   lowest CPU priority, rather than before them). It ends by saying which
+//!   tests ran on which server, and which were skipped there.
 //! * `cargo xtask lint`: `cargo fmt --check`; clippy with `-D warnings` on the
 //!   workspace (every feature) and on `lock-runtime` with no feature and with
 //!   each feature alone; rustdoc with `-D warnings` for the same sets.
@@ -164,11 +165,9 @@ fn main() -> ExitCode {
         None => ("help", &[][..]),
     };
     let outcome = match task {
-        "test" => parse_servers(rest)
-            .and_then(|(servers, rest)| deps().and_then(|()| test(servers, &rest, Lint::No))),
+        "test" => parse_servers(rest).and_then(|(servers, rest)| test(servers, &rest, Lint::No)),
         "lint" => lint(),
-        "ci" => parse_servers(rest)
-            .and_then(|(servers, rest)| deps().and_then(|()| test(servers, &rest, Lint::Too))),
+        "ci" => parse_servers(rest).and_then(|(servers, rest)| test(servers, &rest, Lint::Too)),
         "deps" => deps(),
         "first-run" => first_run::first_run(rest),
         "help" | "-h" | "--help" => {
@@ -269,15 +268,22 @@ fn installed(tool: &str) -> bool {
             }))
 }
 
-/// Installs the Debian packages of the missing tools, then Valkey.
+/// Installs the Debian packages of the missing tools, then Valkey and
+/// Redis 8.
 fn deps() -> Result<(), String> {
-    debian_packages()?;
-    valkey::install()?;
+    deps_but_redis8()?;
     // Not fatal: the Redis 8 set is then skipped, and the report says so.
-    if let Err(e) = redis8::install() {
+    if let Err(e) = redis8::install(redis8::How::Shown) {
         eprintln!("xtask: no Redis {} for the tests: {e}", redis8::VERSION);
     }
     Ok(())
+}
+
+/// The Debian packages of the missing tools, then Valkey: what every test
+/// run needs before it starts (CI's lanes build Redis 8 beside the tests).
+fn deps_but_redis8() -> Result<(), String> {
+    debian_packages()?;
+    valkey::install()
 }
 
 /// Installs the Debian packages of the missing tools.
@@ -362,6 +368,12 @@ fn test(servers: Servers, extra: &[String], lint_too: Lint) -> Result<(), String
     let whole = "every test (cargo test --workspace --all-features)";
     let mut report = Vec::new();
     let in_lanes = servers == Servers::All && extra.is_empty();
+    // In lanes, Redis 8 (wanted last) is built beside the tests.
+    if in_lanes {
+        deps_but_redis8()?;
+    } else {
+        deps()?;
+    }
     if lint_too == Lint::Too && !in_lanes {
         lint()?;
     }

@@ -46,10 +46,30 @@ pub(crate) fn installed() -> bool {
     reports_version(&server())
 }
 
+/// How [`install`] runs: its output, and at which CPU priority.
+#[derive(Clone, Copy)]
+pub(crate) enum How<'a> {
+    /// Its output shown as it goes, at the usual priority.
+    Shown,
+    /// Beside other work (CI's test build and lanes): its output to the
+    /// file, the compiler at the lowest CPU priority (`nice -n 19`), so it
+    /// takes only the cores the rest leaves idle.
+    Beside(&'a std::fs::File),
+}
+
+impl How<'_> {
+    fn run(self, program: &str, args: &[&str]) -> Result<(), String> {
+        match self {
+            How::Shown => crate::run(program, args, &[]),
+            How::Beside(log) => crate::run_logged(program, args, &[], Some(log)),
+        }
+    }
+}
+
 /// Builds `redis-server` [`VERSION`] into [`dir`] unless a binary that
 /// reports it is already there (or `$REDIS8_SERVER` names one). An error
 /// says what failed; the caller decides whether that stops the run.
-pub(crate) fn install() -> Result<(), String> {
+pub(crate) fn install(how: How<'_>) -> Result<(), String> {
     let binary = server();
     if reports_version(&binary) {
         return Ok(());
@@ -61,15 +81,21 @@ pub(crate) fn install() -> Result<(), String> {
         ));
     }
     let target = dir();
-    eprintln!(
+    let building = format!(
         "building redis-server {VERSION} into {} (about a minute, once)",
         target.display()
     );
+    match how {
+        How::Shown => eprintln!("{building}"),
+        How::Beside(mut log) => {
+            let _ = std::io::Write::write_all(&mut log, format!("{building}\n").as_bytes());
+        }
+    }
     let build = target.join("build");
     let _ = std::fs::remove_dir_all(&build);
     std::fs::create_dir_all(&build)
         .map_err(|e| format!("cannot create {}: {e}", build.display()))?;
-    let built = fetch_and_build(&build);
+    let built = fetch_and_build(&build, how);
     let outcome = built.and_then(|source| {
         let from = source.join("src").join("redis-server");
         std::fs::copy(&from, &binary).map_err(|e| {
@@ -95,9 +121,9 @@ pub(crate) fn install() -> Result<(), String> {
 
 /// Fetches the source into `build`, checks it, unpacks and builds it: the
 /// source folder.
-fn fetch_and_build(build: &Path) -> Result<PathBuf, String> {
+fn fetch_and_build(build: &Path, how: How<'_>) -> Result<PathBuf, String> {
     let tarball = build.join(format!("redis_{VERSION}.orig.tar.gz"));
-    crate::run(
+    how.run(
         "curl",
         &[
             "--fail",
@@ -110,7 +136,6 @@ fn fetch_and_build(build: &Path) -> Result<PathBuf, String> {
             path_str(&tarball)?,
             SOURCE_URL,
         ],
-        &[],
     )
     .map_err(|e| format!("cannot fetch the Redis {VERSION} source ({SOURCE_URL}): {e}"))?;
     let actual = sha256(&tarball)?;
@@ -120,27 +145,28 @@ fn fetch_and_build(build: &Path) -> Result<PathBuf, String> {
             tarball.display()
         ));
     }
-    crate::run(
+    how.run(
         "tar",
         &["-xzf", path_str(&tarball)?, "-C", path_str(build)?],
-        &[],
     )?;
     let source = build.join(format!("redis-{VERSION}"));
     let jobs = std::thread::available_parallelism().map_or(2, usize::from);
     let jobs = format!("-j{jobs}");
-    crate::run(
-        "make",
-        &[
-            "-C",
-            path_str(&source)?,
-            &jobs,
-            "BUILD_TLS=no",
-            "USE_SYSTEMD=no",
-            "redis-server",
-        ],
-        &[],
-    )
-    .map_err(|e| format!("building Redis {VERSION} failed (needs make and a C compiler): {e}"))?;
+    let make = [
+        "-C",
+        path_str(&source)?,
+        &jobs,
+        "BUILD_TLS=no",
+        "USE_SYSTEMD=no",
+        "redis-server",
+    ];
+    let built = match how {
+        How::Shown => how.run("make", &make),
+        How::Beside(_) => how.run("nice", &[&["-n", "19", "make"][..], &make].concat()),
+    };
+    built.map_err(|e| {
+        format!("building Redis {VERSION} failed (needs make and a C compiler): {e}")
+    })?;
     Ok(source)
 }
 
