@@ -4,7 +4,9 @@
 
 use std::process::Command;
 
-use super::{Lint, REDIS8_SET, VALKEY_SET, lint_with, redis8, run_in, run_logged, valkey};
+use super::{
+    Lint, NOT_ON_VALKEY, REDIS8_SET, VALKEY_SET, lint_with, redis8, run_in, run_logged, valkey,
+};
 
 /// The name shared by the fault suite's short scenarios
 /// (`fault/tests/scenarios.rs`): the longest test target, about three
@@ -193,6 +195,20 @@ enum Names {
     Only(&'static str),
     /// All but those whose names contain this.
     Except(&'static str),
+    /// All but those whose names contain one of these.
+    ExceptAny(&'static [&'static str]),
+}
+
+impl Names {
+    /// The test harness's arguments that select these names.
+    fn args(self) -> Vec<&'static str> {
+        match self {
+            Names::All => vec![],
+            Names::Only(name) => vec![name],
+            Names::Except(name) => vec!["--skip", name],
+            Names::ExceptAny(names) => names.iter().flat_map(|name| ["--skip", name]).collect(),
+        }
+    }
 }
 
 impl Phase {
@@ -207,13 +223,13 @@ impl Phase {
         }
     }
 
-    /// [`VALKEY_SET`] on Valkey.
+    /// [`VALKEY_SET`] on Valkey, but [`NOT_ON_VALKEY`].
     pub(super) fn valkey_set() -> Self {
         Self {
             server: "valkey",
             targets: VALKEY_SET,
-            names: Names::All,
-            what: "the tests where servers can differ (VALKEY_SET in xtask/src/main.rs)",
+            names: Names::ExceptAny(NOT_ON_VALKEY),
+            what: "the tests where servers can differ (VALKEY_SET but NOT_ON_VALKEY, xtask/src/main.rs)",
             lane: "b",
         }
     }
@@ -223,6 +239,7 @@ impl Phase {
         Self {
             server: "redis8",
             targets: REDIS8_SET,
+            names: Names::All,
             what: "the tests where Redis 8's own commands replace scripts (REDIS8_SET)",
             ..Self::valkey_set()
         }
@@ -267,16 +284,14 @@ impl Phase {
         }
         args.push("--all-features");
         args.extend(extra);
-        let (flag, name) = match self.names {
-            Names::All => return args,
-            Names::Only(name) => (None, name),
-            Names::Except(name) => (Some("--skip"), name),
-        };
+        let names = self.names.args();
+        if names.is_empty() {
+            return args;
+        }
         if !args.contains(&"--") {
             args.push("--");
         }
-        args.extend(flag);
-        args.push(name);
+        args.extend(names);
         args
     }
 
@@ -365,11 +380,7 @@ impl Phase {
         env: &[(&str, &str)],
         log: Option<&std::fs::File>,
     ) -> Result<(), String> {
-        let args: Vec<&str> = match self.names {
-            Names::All => vec![],
-            Names::Only(name) => vec![name],
-            Names::Except(name) => vec!["--skip", name],
-        };
+        let args = self.names.args();
         let mut failed = Vec::new();
         for &(_, target) in self.targets {
             let Some(test) = built.iter().find(|b| b.target == target) else {

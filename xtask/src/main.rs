@@ -80,9 +80,10 @@ const TOOLS: &[(&str, &str)] = &[
 /// least-privilege ACL (the command proxy's list of names, `ACL LOG`),
 /// pub/sub notices and hand-over, Cluster (slots, `SSUBSCRIBE`, migrations),
 /// Sentinel (discovery, `WAIT`, failover), Redlock masters, `lockctl`'s
-/// commands, and the fault suite's short scenarios. Left to Redis alone: the
-/// embedded backend, the macros, HTTP plumbing, input checks and cost
-/// counts, which no server behaviour changes.
+/// commands, and the fault suite's short scenarios (but
+/// [`NOT_ON_VALKEY`]). Left to Redis alone: the embedded backend, the
+/// macros, HTTP plumbing, input checks and cost counts, which no server
+/// behaviour changes.
 /// `cargo xtask test --server valkey` runs everything on Valkey instead.
 const VALKEY_SET: &[(&str, &str)] = &[
     ("tests", "core_redis"),
@@ -115,6 +116,17 @@ const VALKEY_SET: &[(&str, &str)] = &[
     ("fault", "scenarios"),
     ("lockctl", "cli"),
     ("lockctl", "lockctl_cluster"),
+];
+
+/// Tests of [`VALKEY_SET`]'s targets (name fragments) not run again on
+/// Valkey: the fault suite's controls, which show its checker catching a
+/// client without a protection (fencing, `fence_postgres`, a semaphore's
+/// limit). The checker and those clients are the same on every server; the
+/// Redis lane runs them.
+const NOT_ON_VALKEY: &[&str] = &[
+    "under_faults::without_fencing",
+    "under_faults::without_fence_postgres",
+    "under_faults::a_semaphore_of_three_checked",
 ];
 
 /// The tests run a third time, on Redis 8, by `cargo xtask test` (`--server
@@ -492,7 +504,7 @@ fn combines_features(line: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{REDIS8_SET, Servers, VALKEY_SET, combines_features, parse_servers};
+    use super::{NOT_ON_VALKEY, REDIS8_SET, Servers, VALKEY_SET, combines_features, parse_servers};
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| s.to_string()).collect()
@@ -530,6 +542,32 @@ mod tests {
                     .join("tests")
                     .join(format!("{target}.rs"));
                 assert!(file.is_file(), "{} is gone: update {name}", file.display());
+            }
+        }
+    }
+
+    #[test]
+    fn every_test_not_run_on_valkey_is_a_fault_suite_control() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let scenarios = std::fs::read_to_string(root.join("fault/tests/scenarios.rs")).unwrap();
+        for fragment in NOT_ON_VALKEY {
+            let name = fragment.strip_prefix("under_faults::").unwrap();
+            let found: Vec<_> = scenarios
+                .lines()
+                .filter_map(|line| line.trim().strip_prefix("fn "))
+                .filter(|f| f.starts_with(name))
+                .collect();
+            assert!(
+                !found.is_empty(),
+                "no scenario is named {name}..: update NOT_ON_VALKEY"
+            );
+            // Controls: a client without a protection, and the checker that
+            // says so.
+            for f in found {
+                assert!(
+                    f.starts_with("without_") || f.contains("_checked_as_"),
+                    "{f} is not a control"
+                );
             }
         }
     }
