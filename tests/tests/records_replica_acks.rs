@@ -10,16 +10,7 @@ use lock_runtime::records::Committed;
 use lock_runtime::{Claimed, LockClient, LockError, RecordGuard};
 use test_support::RedisServer;
 use test_support::helpers::{ms, secs};
-use test_support::topology;
-
-/// A master and its replica (clients use the master's URL).
-fn master_and_replica() -> (RedisServer, RedisServer) {
-    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let port = master.port.to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    topology::wait_replica_online(&master, &replica);
-    (master, replica)
-}
+use test_support::topology::master_and_replica;
 
 /// A client that waits at most 300 ms for one replica's acknowledgement.
 async fn acked(master: &RedisServer) -> LockClient {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{LockClient, LockClientBuilder, LockError};
 
 use test_support::RedisServer;
-use test_support::topology::{self, SentinelSetup, Topology};
+use test_support::topology::{self, SentinelSetup, Topology, master_and_replica};
 
 #[macro_use]
 mod scaleout_common;
@@ -21,15 +21,6 @@ fn sentinel_setup() -> (SentinelSetup, LockClientBuilder) {
 }
 
 semantic_suite!(sentinel_setup);
-
-/// A master and its replica, without sentinels (clients use the master's URL).
-fn master_and_replica() -> (RedisServer, RedisServer) {
-    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let port = master.port.to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    topology::wait_replica_online(&master, &replica);
-    (master, replica)
-}
 
 /// `EXISTS` of the lock `key` on a server, as a bool.
 fn exists(server: &RedisServer, key: &str) -> bool {

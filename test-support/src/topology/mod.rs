@@ -37,7 +37,7 @@ mod sentinel;
 
 pub use cluster::{Cluster, Migration, SLOTS};
 pub use redlock::Redlock;
-pub use sentinel::{MASTER_NAME, Sentinel, SentinelSetup, wait_replica_online};
+pub use sentinel::{MASTER_NAME, Sentinel, SentinelSetup, master_and_replica, wait_replica_online};
 
 /// Runs `redis-cli -h 127.0.0.1 -p <port> <args>` and returns its trimmed
 /// standard output (errors are printed there too, as `ERR ...`); `Err` only

@@ -32,6 +32,16 @@ pub fn wait_replica_online(master: &RedisServer, replica: &RedisServer) {
     master.cli(&["DEL", "topology:probe"]);
 }
 
+/// A master and its replica, in sync, without sentinels (clients use the
+/// master's URL): for `min_replica_acks` on one server.
+pub fn master_and_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_replica_online(&master, &replica);
+    (master, replica)
+}
+
 /// The name the sentinels monitor the master under.
 pub const MASTER_NAME: &str = "mymaster";
 
