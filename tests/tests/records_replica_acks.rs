@@ -4,7 +4,8 @@
 //! record that lived only on the master would be lost in a failover, and
 //! the request it stands for run again.
 //!
-//! Each test hangs the replica (`SIGSTOP`) so that it acknowledges nothing.
+//! Each test hangs the replica (`SIGSTOP`) so that it acknowledges nothing;
+//! the last one does it under `IdempotencyLayer`.
 
 use lock_runtime::records::Committed;
 use lock_runtime::{Claimed, LockClient, LockError, RecordGuard};
@@ -141,4 +142,48 @@ async fn a_commit_on_the_lock_server_no_replica_acknowledges_is_an_unknown_outco
         other => panic!("the master kept the commit: {other:?}"),
     }
     assert_eq!(master.cli(&["GET", "paid:m-1"]).trim(), "1250");
+}
+
+/// Over HTTP (`IdempotencyLayer`): a request whose claim no replica
+/// acknowledged is answered 503 without running its handler, so a retry
+/// runs it once the replica is back, and the retry after that is replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_claim_no_replica_acknowledges_is_unavailable_and_runs_on_retry() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use axum::routing::post;
+    use lock_runtime::layer::IdempotencyLayer;
+    use tower::ServiceExt;
+
+    let (master, replica) = master_and_replica();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let app = axum::Router::new()
+        .route(
+            "/orders",
+            post(move || async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::CREATED, "order 1")
+            }),
+        )
+        .route_layer(IdempotencyLayer::new(acked(&master).await));
+    let order = || {
+        let request = Request::post("/orders")
+            .header("idempotency-key", "k-1")
+            .body(Body::from("{\"item\":\"book\"}"))
+            .unwrap();
+        app.clone().oneshot(request)
+    };
+    replica.pause().unwrap();
+    let refused = order().await.unwrap();
+    replica.resume().unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler did not run");
+    assert_eq!(order().await.unwrap().status(), StatusCode::CREATED);
+    let replayed = order().await.unwrap();
+    assert_eq!(replayed.status(), StatusCode::CREATED);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the retry was replayed");
 }
