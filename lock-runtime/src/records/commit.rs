@@ -4,17 +4,11 @@
 //! `commit_with_redis`; `RecordGuard::commit_postgres`, `commit_redis`).
 
 use std::borrow::Borrow;
-use std::time::Duration;
 
-use super::{Answer, RecordGuard, RecordRequest};
+use super::{Answer, COMPLETION_WAIT, RecordGuard, RecordRequest};
 use crate::backend::records::{CommitOutcome, CommitStore, StoredResponse, committed};
 use crate::error::LockError;
 use crate::fence::commands::Writes;
-
-/// How long a claim that found its record committed waits for the record's
-/// completion with that result before it answers `Done` (the completion goes
-/// on in the background after that).
-const COMPLETION_WAIT: Duration = Duration::from_secs(2);
 
 /// What `RecordGuard::commit_postgres` or [`RecordGuard::commit_redis`]
 /// did with the work's writes.

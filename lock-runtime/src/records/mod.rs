@@ -96,6 +96,12 @@ use crate::{client::LockClient, error::LockError};
 /// [retention](RecordRequest::retention): 24 hours.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
+/// How long an answer waits for a record's completion before it goes out
+/// anyway, the completion going on in the background: a layer's response
+/// (its handler's, stored), a claim's `Done` (a result found in a commit
+/// store, copied into the record).
+pub(crate) const COMPLETION_WAIT: Duration = Duration::from_secs(2);
+
 /// A claim of the record of one key, built by [`LockClient::record`].
 #[derive(Clone, Debug)]
 #[must_use = "a record request does nothing until `.claim()` is awaited"]

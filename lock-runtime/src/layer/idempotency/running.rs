@@ -4,7 +4,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use axum::BoxError;
 use bytes::Bytes;
@@ -16,11 +15,7 @@ use crate::backend::records::StoredResponse;
 use crate::error::LockError;
 use crate::layer::completion::Completion;
 use crate::layer::detach::detachable;
-use crate::records::RecordGuard;
-
-/// How long a response waits for its record to be completed before it is
-/// sent anyway (the completion goes on in the background).
-const COMPLETION_WAIT: Duration = Duration::from_secs(2);
+use crate::records::{COMPLETION_WAIT, RecordGuard};
 
 /// Stores the handler's `response` in `record`, sending the completion
 /// again while its outcome is unknown (a lost reply, a timeout, no majority
