@@ -3,7 +3,9 @@
 //! by the replica surviving a failover, the documented loss window without
 //! replica acknowledgements (asserted to exist), and `min_replica_acks`
 //! refusing a lock no replica acknowledged, with Sentinel and with one URL,
-//! and a wait abandoned mid-failover leaving the line on the new master.
+//! a wait abandoned mid-failover leaving the line on the new master, and a
+//! lock or an idempotency record taken on the new master during a manual
+//! failover.
 
 use std::time::{Duration, Instant};
 
@@ -397,4 +399,52 @@ async fn an_acquire_that_waits_rides_out_a_manual_failover_on_the_new_master() {
         "token {token} after the failover, {acknowledged} acknowledged before it"
     );
     guard.release().await.unwrap();
+}
+
+/// The same manual failover for an idempotency record: a claim that waits,
+/// sent while the old master is still up, is taken on the promoted replica
+/// (the old master's short `WAIT` gave it back and sent the client to the
+/// sentinels), so the record survives the old master's demotion, which
+/// wipes what it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_claimed_during_a_manual_failover_lives_on_the_new_master() {
+    let setup = SentinelSetup::start_with_spare_replica();
+    let a = client(&setup.builder().min_replica_acks(1, ms(300))).await;
+    for i in 0..3 {
+        let message = format!("before-{i}");
+        match a.record(&message).claim().await.unwrap() {
+            lock_runtime::Claimed::Run(guard) => guard.complete(b"done").await.unwrap(),
+            other => panic!("{message}: not claimed: {other:?}"),
+        }
+    }
+    tokio::task::block_in_place(|| setup.wait_replicas_in_sync());
+    let keys = |server: &RedisServer| -> u64 { server.cli(&["DBSIZE"]).trim().parse().unwrap() };
+    let before = keys(setup.replica());
+
+    let started = Instant::now();
+    tokio::task::block_in_place(|| setup.manual_failover(2));
+    let claimed = a.record("during").ttl(secs(10)).wait(secs(8)).claim().await;
+    let taken = started.elapsed();
+    let guard = match claimed {
+        Ok(lock_runtime::Claimed::Run(guard)) => guard,
+        other => {
+            panic!("not claimed within the wait ({taken:?} after SENTINEL FAILOVER): {other:?}")
+        }
+    };
+    let old_role = topology::info_field(&setup.master().cli(&["INFO", "replication"]), "role");
+    println!(
+        "SENTINEL FAILOVER: the record claimed after {taken:?}; keys on the promoted replica: {before}, then {}",
+        keys(setup.replica())
+    );
+    assert_eq!(
+        old_role.as_deref(),
+        Some("master"),
+        "claimed before the old master was demoted"
+    );
+    assert_eq!(
+        keys(setup.replica()),
+        before + 1,
+        "the claim is on the promoted replica"
+    );
+    guard.complete(b"done").await.unwrap();
 }
