@@ -230,7 +230,9 @@ impl RecordGuard {
     /// `commit_with_redis` or `commit_on_lock_server` (nothing is sent, and
     /// the record is released).
     /// [`LockError::Backend`]: the server failed or did not answer (the
-    /// outcome may be unknown), or a command failed inside the script (the
+    /// outcome may be unknown; so too on the lock server when fewer
+    /// replicas than `min_replica_acks` asks acknowledged the commit), or a
+    /// command failed inside the script (the
     /// commands before it stay applied, with no record, as in any Redis
     /// script): the record is released, so the next claim looks for its
     /// committed copy again and runs the work only if there is none.

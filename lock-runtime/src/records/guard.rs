@@ -124,8 +124,10 @@ impl RecordGuard {
     /// who completed it), for up to a lease. Errors: [`LockError::Lost`]
     /// when the lease ran out and another claimer took the record first (the
     /// work may have run twice; nothing was stored); [`LockError::Backend`]
-    /// when the store did not answer (the outcome is unknown: the record may
-    /// hold the result, or expire with its lease). Dropped before it
+    /// when the store did not answer, or fewer replicas than
+    /// `min_replica_acks` asks acknowledged the result (the outcome is
+    /// unknown: the record may hold the result, or expire with its lease;
+    /// a failover may lose what no replica acknowledged). Dropped before it
     /// answered, the record is released in the background unless the result
     /// was stored, so a later claim runs the work again.
     pub async fn complete(self, result: impl AsRef<[u8]>) -> Result<(), LockError> {

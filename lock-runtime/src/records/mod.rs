@@ -231,7 +231,10 @@ impl RecordRequest {
     /// Claims the record. Errors: [`LockError::InvalidKey`],
     /// [`LockError::Config`] (a lease or a retention out of bounds),
     /// [`LockError::Backend`] when the store did not answer (whatever the
-    /// claim may have taken is released in the background).
+    /// claim may have taken is released in the background), or fewer
+    /// replicas than `min_replica_acks` asks acknowledged the claim (it was
+    /// given back; on Sentinel a claim that waits is first sent again to
+    /// the master the sentinels name, within its wait).
     // Not an `async` block awaiting `answer()`, which would keep that
     // future twice in its state (the captured one and the one awaited).
     pub fn claim(self) -> impl Future<Output = Result<Claimed, LockError>> + Send + 'static {
