@@ -15,7 +15,7 @@
 //! | same key, another method or route | a request of its own (keys are scoped by caller, method and route: [below](#records)) |
 //! | key missing on `POST` ([configurable](IdempotencyLayer::required_on)), malformed, or over 255 characters; a body that is not JSON under [`BodyFingerprint::Json`] | `400 Bad Request` |
 //! | body over the [limit](IdempotencyLayer::max_request_body) | `413 Content Too Large` |
-//! | store unreachable | `503` with `Retry-After` (fail closed), or [fail open](IdempotencyLayer::fail_open) |
+//! | store unreachable, or the claim acknowledged by fewer replicas than `min_replica_acks` asks (given back) | `503` with `Retry-After` (fail closed), or [fail open](IdempotencyLayer::fail_open) |
 //! | record lost while the handler runs (the store unreachable for longer than the [lease](IdempotencyLayer::ttl), then the record expired or a duplicate claimed it) | the handler is cancelled; `503` with `Retry-After` (nothing stored; the retry gets the duplicate's response, or runs) |
 //!
 //! The key is a Structured Field string (`Idempotency-Key: "8e03978e-40d5"`);
