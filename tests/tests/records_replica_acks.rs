@@ -181,6 +181,7 @@ async fn a_request_whose_claim_no_replica_acknowledges_is_unavailable_and_runs_o
     let refused = order().await.unwrap();
     replica.resume().unwrap();
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(refused.headers().contains_key("retry-after"));
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler did not run");
     assert_eq!(order().await.unwrap().status(), StatusCode::CREATED);
     let replayed = order().await.unwrap();
