@@ -356,6 +356,16 @@ fn take_server(mut args: Vec<String>) -> Result<Vec<String>, String> {
         args.drain(at..at + 2);
     }
     let kind = test_support::ServerKind::try_current()?;
+    if kind == test_support::ServerKind::Redis8
+        && test_support::redis8_flavor().as_deref() == Some("tests")
+    {
+        return Err(format!(
+            "the Redis 8 in {} is the build CI makes for the tests (glibc's allocator, \
+             -O1), not Redis as it ships: run `cargo xtask deps`, which builds that \
+             (or set REDIS8_SERVER)",
+            test_support::redis8_dir().display()
+        ));
+    }
     if std::env::var_os("REDIS_URL").is_none_or(|u| u.is_empty()) {
         eprintln!("bench: server {} (started for this run)", kind.version()?);
     }

@@ -185,6 +185,20 @@ pub fn redis8_dir() -> PathBuf {
     cache_dir().join(format!("redis-{REDIS8_VERSION}"))
 }
 
+/// How the Redis 8 in [`redis8_dir`] was built, as the file xtask writes
+/// beside it says: `"release"` (as Redis ships it, what `cargo xtask deps`
+/// builds) or `"tests"` (glibc's allocator at `-O1`, what CI's lanes build:
+/// the same commands, not the same speed); `None` without the file (and
+/// for `$REDIS8_SERVER`, which is the caller's own).
+pub fn redis8_flavor() -> Option<String> {
+    if std::env::var_os("REDIS8_SERVER").is_some() {
+        return None;
+    }
+    std::fs::read_to_string(redis8_dir().join("redis-server.flavor"))
+        .ok()
+        .map(|name| name.trim().to_owned())
+}
+
 /// `$XDG_CACHE_HOME/lock-runtime-tests`, or under `~/.cache`.
 fn cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")

@@ -42,7 +42,7 @@ pub mod topology;
 pub use acl::{ACL_LOCKER, acl_locker};
 pub use kind::{
     REDIS8_VERSION, SERVER_ENV, SKIPS_ENV, ServerKind, VALKEY_VERSION, describe_server,
-    native_release, redis8_dir, tls_available, valkey_dir,
+    native_release, redis8_dir, redis8_flavor, tls_available, valkey_dir,
 };
 pub use postgres::{PostgresServer, postgres_bin_dir};
 pub use proxy::CommandProxy;

@@ -45,10 +45,12 @@ pub(super) fn lanes(report: &mut Vec<String>, lint_too: Lint) -> Result<(), Stri
     };
     let valkey = Phase::valkey_set();
     let redis8 = Phase::redis8_set();
-    // Redis 8 (built from source when not cached: two minutes of both
-    // cores) is wanted only by the second lane's last phase: built from
-    // now on at the lowest CPU priority, it takes the cores the test build
-    // and the lanes leave idle, rather than two minutes before them.
+    // Redis 8 (built from source when not cached) is wanted only by the
+    // second lane's last phase: built from now on at the lowest CPU
+    // priority, it takes the cores the test build and the lanes leave idle,
+    // rather than a minute before them. Built for the tests alone (glibc's
+    // allocator, -O1: `redis8::Flavor::Tests`), it costs about 50
+    // CPU-seconds where a release build costs 200, and the cores are busy.
     let redis8_build = (!redis8::installed()).then(|| {
         eprintln!("xtask: building Redis {} beside the tests", redis8::VERSION);
         Beside::start("Redis 8 build", |log, _| {

@@ -4,10 +4,14 @@
 //! (Debian 12 has Redis 7.0; Debian's newer ones need a newer glibc), so the
 //! pinned release is built from its source: the upstream tarball as Debian
 //! keeps it (`redis_<VERSION>.orig.tar.gz`, from Debian's own mirror), its
-//! SHA-256 checked before anything in it is built, `make` with the bundled
-//! allocator (jemalloc, as Redis ships), no TLS. About a minute on two
-//! cores, once: the binary is kept in a cache folder that `test-support`
-//! looks in (`test_support::redis8_dir`).
+//! SHA-256 checked before anything in it is built, no TLS, once: the binary
+//! is kept in a cache folder that `test-support` looks in
+//! (`test_support::redis8_dir`), with a file beside it that names its
+//! [`Flavor`]. `cargo xtask deps` builds it as Redis ships it (the bundled
+//! jemalloc, `-O3` with link-time optimisation: about 100 CPU-seconds), the
+//! build the benchmark's Redis 8 figures are measured on; CI's lanes, which
+//! only test against it, build it with glibc's allocator at `-O1` (about 50
+//! CPU-seconds on a machine whose two cores the tests keep busy).
 //!
 //! A source that cannot be fetched (Debian drops an old upload from its
 //! pool once a newer one replaces it) is not a failure of the tests: the
@@ -41,9 +45,56 @@ pub(crate) fn server() -> PathBuf {
         .unwrap_or_else(|| dir().join("redis-server"))
 }
 
-/// Whether a Redis 8 `redis-server` [`VERSION`] is where the tests look.
+/// Whether a Redis 8 `redis-server` [`VERSION`] is where the tests look
+/// (of either [`Flavor`]).
 pub(crate) fn installed() -> bool {
     reports_version(&server())
+}
+
+/// How the cached `redis-server` was built; the file beside it,
+/// `redis-server.flavor`, holds its name (`test_support::redis8_flavor`
+/// reads it too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// As Redis ships it: jemalloc, `-O3` with link-time optimisation. What
+    /// `cargo xtask deps` builds, and the benchmark wants.
+    Release,
+    /// For the tests alone: glibc's allocator, `-O1`, no link-time
+    /// optimisation; a quarter of the release build's CPU. What CI's lanes
+    /// build beside the tests. Every command behaves the same.
+    Tests,
+}
+
+impl Flavor {
+    /// Its name in the file beside the binary.
+    fn name(self) -> &'static str {
+        match self {
+            Flavor::Release => "release",
+            Flavor::Tests => "tests",
+        }
+    }
+
+    /// `make`'s variables for it (after the common ones).
+    fn make_vars(self) -> &'static [&'static str] {
+        match self {
+            Flavor::Release => &[],
+            Flavor::Tests => &["MALLOC=libc", "OPTIMIZATION=-O1"],
+        }
+    }
+
+    /// The flavor of the cached binary: the file's, or a release build
+    /// when there is no file (a binary cached before the file existed).
+    fn cached() -> Flavor {
+        match std::fs::read_to_string(flavor_file()) {
+            Ok(name) if name.trim() == Flavor::Tests.name() => Flavor::Tests,
+            _ => Flavor::Release,
+        }
+    }
+}
+
+/// The file beside the cached binary that names its [`Flavor`].
+fn flavor_file() -> PathBuf {
+    dir().join("redis-server.flavor")
 }
 
 /// How [`install`] runs: its output, and at which CPU priority.
@@ -64,17 +115,35 @@ impl How<'_> {
             How::Beside(log) => crate::run_logged(program, args, &[], Some(log)),
         }
     }
+
+    /// The build this way of running wants, and whether a cached binary of
+    /// `cached` flavor does instead: shown (`cargo xtask deps`), a release
+    /// build, replacing a build for the tests; beside the tests, whichever
+    /// is there, else a build for the tests.
+    fn wants(self, cached: Option<Flavor>) -> Option<Flavor> {
+        match (self, cached) {
+            (How::Shown, Some(Flavor::Release)) | (How::Beside(_), Some(_)) => None,
+            (How::Shown, _) => Some(Flavor::Release),
+            (How::Beside(_), None) => Some(Flavor::Tests),
+        }
+    }
 }
 
 /// Builds `redis-server` [`VERSION`] into [`dir`] unless a binary that
-/// reports it is already there (or `$REDIS8_SERVER` names one). An error
-/// says what failed; the caller decides whether that stops the run.
+/// reports it is already there, of the [`Flavor`] `how` wants (or
+/// `$REDIS8_SERVER` names one). An error says what failed; the caller
+/// decides whether that stops the run.
 pub(crate) fn install(how: How<'_>) -> Result<(), String> {
     let binary = server();
-    if reports_version(&binary) {
+    let named = std::env::var_os("REDIS8_SERVER").is_some();
+    let cached = reports_version(&binary).then(Flavor::cached);
+    if named && cached.is_some() {
         return Ok(());
     }
-    if std::env::var_os("REDIS8_SERVER").is_some() {
+    let Some(flavor) = how.wants(cached) else {
+        return Ok(());
+    };
+    if named {
         return Err(format!(
             "REDIS8_SERVER={} is not a redis-server {VERSION}",
             binary.display()
@@ -82,7 +151,8 @@ pub(crate) fn install(how: How<'_>) -> Result<(), String> {
     }
     let target = dir();
     let building = format!(
-        "building redis-server {VERSION} into {} (about a minute, once)",
+        "building redis-server {VERSION} ({} build) into {} (once)",
+        flavor.name(),
         target.display()
     );
     match how {
@@ -95,7 +165,9 @@ pub(crate) fn install(how: How<'_>) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&build);
     std::fs::create_dir_all(&build)
         .map_err(|e| format!("cannot create {}: {e}", build.display()))?;
-    let built = fetch_and_build(&build, how);
+    // A binary of the other flavor is no longer what the file says.
+    let _ = std::fs::remove_file(flavor_file());
+    let built = fetch_and_build(&build, how, flavor);
     let outcome = built.and_then(|source| {
         let from = source.join("src").join("redis-server");
         std::fs::copy(&from, &binary).map_err(|e| {
@@ -110,7 +182,8 @@ pub(crate) fn install(how: How<'_>) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&build);
     outcome?;
     if reports_version(&binary) {
-        Ok(())
+        std::fs::write(flavor_file(), flavor.name())
+            .map_err(|e| format!("cannot write {}: {e}", flavor_file().display()))
     } else {
         Err(format!(
             "{} does not run or is not Redis {VERSION} (`--version`)",
@@ -121,7 +194,7 @@ pub(crate) fn install(how: How<'_>) -> Result<(), String> {
 
 /// Fetches the source into `build`, checks it, unpacks and builds it: the
 /// source folder.
-fn fetch_and_build(build: &Path, how: How<'_>) -> Result<PathBuf, String> {
+fn fetch_and_build(build: &Path, how: How<'_>, flavor: Flavor) -> Result<PathBuf, String> {
     let tarball = build.join(format!("redis_{VERSION}.orig.tar.gz"));
     how.run(
         "curl",
@@ -153,13 +226,17 @@ fn fetch_and_build(build: &Path, how: How<'_>) -> Result<PathBuf, String> {
     let jobs = std::thread::available_parallelism().map_or(2, usize::from);
     let jobs = format!("-j{jobs}");
     let make = [
-        "-C",
-        path_str(&source)?,
-        &jobs,
-        "BUILD_TLS=no",
-        "USE_SYSTEMD=no",
-        "redis-server",
-    ];
+        &[
+            "-C",
+            path_str(&source)?,
+            &jobs,
+            "BUILD_TLS=no",
+            "USE_SYSTEMD=no",
+        ][..],
+        flavor.make_vars(),
+        &["redis-server"],
+    ]
+    .concat();
     let built = match how {
         How::Shown => how.run("make", &make),
         How::Beside(_) => how.run("nice", &[&["-n", "19", "make"][..], &make].concat()),
@@ -181,4 +258,21 @@ fn reports_version(binary: &Path) -> bool {
                 && text.starts_with("Redis server")
                 && text.contains(&format!("v={VERSION} "))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Flavor, How};
+
+    #[test]
+    fn deps_wants_a_release_build_and_the_lanes_take_whichever_is_there() {
+        let log = std::fs::File::open("/dev/null").unwrap();
+        let beside = How::Beside(&log);
+        assert_eq!(How::Shown.wants(None), Some(Flavor::Release));
+        assert_eq!(How::Shown.wants(Some(Flavor::Tests)), Some(Flavor::Release));
+        assert_eq!(How::Shown.wants(Some(Flavor::Release)), None);
+        assert_eq!(beside.wants(None), Some(Flavor::Tests));
+        assert_eq!(beside.wants(Some(Flavor::Tests)), None);
+        assert_eq!(beside.wants(Some(Flavor::Release)), None);
+    }
 }
