@@ -5,7 +5,8 @@
 use std::process::Command;
 
 use super::{
-    Lint, NOT_ON_VALKEY, REDIS8_SET, VALKEY_SET, lint_with, redis8, run_in, run_logged, valkey,
+    Lint, NOT_ON_VALKEY, REDIS8_SET, VALKEY_SET, WorkspaceClippy, lint_with, redis8, run_in,
+    run_logged, valkey,
 };
 
 /// The name shared by the fault suite's short scenarios
@@ -57,14 +58,38 @@ pub(super) fn lanes(report: &mut Vec<String>, lint_too: Lint) -> Result<(), Stri
             redis8::install(redis8::How::Beside(log))
         })
     });
+    // With the lint, the workspace's crates are built through clippy's
+    // driver: the build lints them as `cargo clippy --workspace
+    // --all-targets --all-features` does (the same targets and features),
+    // and the lint beside skips that pass, a check of every dependency
+    // again (about 3.5 CPU-minutes).
+    let clippy = lint_too == Lint::Too && super::on_path("clippy-driver");
+    let wrapper: &[&str] = if clippy { &CLIPPY_WRAPPER } else { &[] };
     // One build, before both lanes: the second runs the test programs it
     // built (a `cargo test` of a selection of targets would build some
     // crates again, with other features: a minute on two cores).
-    let built = build_tests(&Phase::all("redis", "").cargo_args(&["--no-run"]))?;
+    let (built, warnings) =
+        build_tests(&Phase::all("redis", "").cargo_args(&[&["--no-run"], wrapper].concat()))?;
     let lint = (lint_too == Lint::Too).then(|| {
-        Beside::start("lint", |log, report| {
+        Beside::start("lint", move |log, report| {
             let started = std::time::Instant::now();
-            let outcome = lint_beside(log);
+            let in_build = if clippy && warnings > 0 {
+                Err(format!(
+                    "clippy in the test build: {warnings} warning(s), shown in its output"
+                ))
+            } else {
+                Ok(())
+            };
+            let workspace = if clippy {
+                WorkspaceClippy::InTheTestBuild
+            } else {
+                WorkspaceClippy::Here
+            };
+            let outcome = match (in_build, lint_beside(log, workspace)) {
+                (Ok(()), outcome) => outcome,
+                (Err(e), Ok(())) => Err(e),
+                (Err(e), Err(f)) => Err(format!("{e}; {f}")),
+            };
             report.push(took("lint, beside the tests", started, &outcome));
             outcome
         })
@@ -81,11 +106,22 @@ pub(super) fn lanes(report: &mut Vec<String>, lint_too: Lint) -> Result<(), Stri
         scenarios.and(valkey).and(redis8)
     });
     // Every target run, failed or not: one CI run names every failure.
-    let first = first.run(&["--no-fail-fast"], report, None);
+    // Through the same driver as the build, or cargo would build it again.
+    let first = first.run(&[&["--no-fail-fast"], wrapper].concat(), report, None);
     let second = second.end(report);
     let lint = lint.map_or(Ok(()), |lint| lint.end(report));
     first.and(second).and(lint)
 }
+
+/// `cargo` options that build the workspace's crates through clippy's
+/// driver (`cargo clippy` does the same through `RUSTC_WORKSPACE_WRAPPER`;
+/// an option rather than the variable, which the test programs would
+/// inherit: the macro crate's UI tests run cargo, and their expected
+/// output has no clippy lints).
+const CLIPPY_WRAPPER: [&str; 2] = [
+    "--config",
+    "build.rustc-workspace-wrapper=\"clippy-driver\"",
+];
 
 /// `what: passed in 1m02s` (or `FAILED`), timed from `started`.
 fn took(what: &str, started: std::time::Instant, outcome: &Result<(), String>) -> String {
@@ -161,12 +197,13 @@ impl Beside {
 }
 
 /// [`lint`](super::lint) beside the tests: niced, in `target/lint` (under
-/// `CARGO_TARGET_DIR` if set), its output to `log`.
-fn lint_beside(log: &std::fs::File) -> Result<(), String> {
+/// `CARGO_TARGET_DIR` if set), its output to `log`; its clippy of the whole
+/// workspace only if `workspace` says so.
+fn lint_beside(log: &std::fs::File, workspace: WorkspaceClippy) -> Result<(), String> {
     let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
     let target = std::path::Path::new(&target).join("lint");
     let target = target.to_str().ok_or("the target directory is not UTF-8")?;
-    lint_with(&|args, env| {
+    lint_with(workspace, &|args, env| {
         let mut niced = vec!["-n", "19", "cargo"];
         niced.extend(args);
         let mut env = env.to_vec();
@@ -404,29 +441,61 @@ impl Phase {
     }
 }
 
-/// `cargo ARGS --message-format=json-render-diagnostics` (ARGS: a `cargo
-/// test --no-run`, with no `--`), its diagnostics shown as usual: the
-/// integration test programs it built.
-fn build_tests(args: &[&str]) -> Result<Vec<Built>, String> {
+/// `cargo ARGS --message-format=json` (ARGS: a `cargo test --no-run`, with
+/// no `--`), its diagnostics shown as cargo shows them: the integration
+/// test programs it built, and how many distinct warnings the workspace's
+/// crates had (dependencies' are capped by cargo).
+fn build_tests(args: &[&str]) -> Result<(Vec<Built>, usize), String> {
     let shown = format!("cargo {}", args.join(" "));
     eprintln!("+ {shown}");
     let output = Command::new("cargo")
         .args(args)
-        .arg("--message-format=json-render-diagnostics")
+        .arg("--message-format=json")
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let messages: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    // A lib's warnings come twice, from it and from its test harness.
+    let mut warnings = std::collections::BTreeSet::new();
+    for message in &messages {
+        if let Some((level, rendered)) = diagnostic(message) {
+            eprint!("{rendered}");
+            if level == "warning" {
+                warnings.insert(rendered);
+            }
+        }
+    }
     if !output.status.success() {
         return Err(format!("`{shown}` failed ({})", output.status));
     }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    Ok(stdout.lines().filter_map(built_test).collect())
+    let built = messages.iter().filter_map(built_test).collect();
+    Ok((built, warnings.len()))
 }
 
-/// The integration test program one line of cargo's JSON messages reports
+/// A compiler's diagnostic about a line of code, among cargo's JSON
+/// messages: its level and its text as the compiler renders it (the
+/// summaries, "N warnings emitted", point at no code and are left out).
+fn diagnostic(message: &serde_json::Value) -> Option<(&str, &str)> {
+    if message["reason"] != "compiler-message" {
+        return None;
+    }
+    let diagnostic = &message["message"];
+    if diagnostic["spans"].as_array().is_none_or(Vec::is_empty) {
+        return None;
+    }
+    Some((
+        diagnostic["level"].as_str()?,
+        diagnostic["rendered"].as_str()?,
+    ))
+}
+
+/// The integration test program one of cargo's JSON messages reports
 /// built, if it does.
-fn built_test(line: &str) -> Option<Built> {
-    let message: serde_json::Value = serde_json::from_str(line).ok()?;
+fn built_test(message: &serde_json::Value) -> Option<Built> {
     let target = &message["target"];
     let is_test = target["kind"].as_array()?.iter().any(|k| k == "test");
     if message["reason"] != "compiler-artifact" || !is_test {
