@@ -508,3 +508,37 @@ fn built_test(message: &serde_json::Value) -> Option<Built> {
         dir: manifest.parent()?.to_owned(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::diagnostic;
+
+    #[test]
+    fn a_lint_pointing_at_code_is_a_warning_and_a_summary_is_nothing() {
+        // Shortened from a `cargo test --message-format=json` through
+        // clippy's driver.
+        let lint = serde_json::json!({
+            "reason": "compiler-message",
+            "package_id": "path+file:///w/t#0.1.0",
+            "message": {
+                "level": "warning",
+                "spans": [{"file_name": "src/lib.rs", "line_start": 1}],
+                "rendered": "warning: writing `&Vec` instead of `&[_]`\n --> src/lib.rs:1:13\n",
+            },
+        });
+        assert_eq!(
+            diagnostic(&lint),
+            Some((
+                "warning",
+                "warning: writing `&Vec` instead of `&[_]`\n --> src/lib.rs:1:13\n"
+            ))
+        );
+        let summary = serde_json::json!({
+            "reason": "compiler-message",
+            "message": {"level": "warning", "spans": [], "rendered": "warning: 1 warning emitted\n"},
+        });
+        assert_eq!(diagnostic(&summary), None);
+        let artifact = serde_json::json!({"reason": "compiler-artifact"});
+        assert_eq!(diagnostic(&artifact), None);
+    }
+}
