@@ -8,10 +8,10 @@
 //! is kept in a cache folder that `test-support` looks in
 //! (`test_support::redis8_dir`), with a file beside it that names its
 //! [`Flavor`]. `cargo xtask deps` builds it as Redis ships it (the bundled
-//! jemalloc, `-O3` with link-time optimisation: about 100 CPU-seconds), the
-//! build the benchmark's Redis 8 figures are measured on; CI's lanes, which
-//! only test against it, build it with glibc's allocator at `-O1` (about 50
-//! CPU-seconds on a machine whose two cores the tests keep busy).
+//! jemalloc, `-O3` with link-time optimisation: about 200 CPU-seconds, under
+//! two minutes on two idle cores), the build the benchmark's Redis 8 figures
+//! are measured on; CI's lanes, which only test against it, build it with
+//! glibc's allocator at `-O1` (about 50 CPU-seconds).
 //!
 //! A source that cannot be fetched (Debian drops an old upload from its
 //! pool once a newer one replaces it) is not a failure of the tests: the
